@@ -1,0 +1,56 @@
+"""Cache conditions, verified rather than assumed: cold (evicted) and hot (resident)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import fastio
+
+CACHE_MODES = ("cold", "hot", "as-is")
+COLD_MAX = 0.05  # a "cold" read with more than this resident is not cold
+HOT_MIN = 0.95
+
+
+@dataclass(frozen=True)
+class CacheCondition:
+    requested: str
+    residency_before: float
+    verified: bool
+    note: str = ""
+    residency_after: float | None = None
+
+    def with_after(self, fraction: float) -> "CacheCondition":
+        return CacheCondition(self.requested, self.residency_before, self.verified, self.note, fraction)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def prepare(paths: list[str], requested: str, *, drop_caches: bool = False) -> CacheCondition:
+    """Puts `paths` in the requested cache state and measures that it holds."""
+    if requested == "cold":
+        note = ""
+        if drop_caches:
+            try:
+                fastio.drop_caches()
+            except fastio.FastIOError as exc:
+                note = f"drop_caches refused ({exc.strerror}); evicted file by file instead. "
+        fastio.evict(paths)
+        frac = fastio.residency(paths).fraction
+        if frac > COLD_MAX:
+            return CacheCondition("cold", frac, False, note + f"not cold: {frac:.0%} still resident after eviction "
+                                  "(tmpfs, or pages mapped by another process)")
+        return CacheCondition("cold", frac, True, note.strip())
+    if requested == "hot":
+        fastio.read_files(paths, concurrency=2, read="pread", hash="none")
+        frac = fastio.residency(paths).fraction
+        if frac < HOT_MIN:
+            return CacheCondition("hot", frac, False, f"not hot: only {frac:.0%} resident after a pre-read "
+                                  "(the page cache is smaller than the data)")
+        return CacheCondition("hot", frac, True)
+    frac = fastio.residency(paths).fraction
+    return CacheCondition("as-is", frac, True)
+
+
+def residency_of(paths: list[str]) -> float:
+    return fastio.residency(paths).fraction

@@ -1,0 +1,133 @@
+"""A plain parallel read+hash of files: listing, cache condition, the engine, the report."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import fastio
+
+from ckptbench import conditions
+from ckptbench.errors import Cancelled, CkptbenchError
+
+PROGRESS_INTERVAL_S = 0.25  # about four updates a second
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    concurrency: int = 8
+    read: str = "pread"
+    hash: str = "crc32c"
+    block_size: int = 1 << 20
+    chunk_size: int = 64 << 20
+    multipart: bool = False
+    cache: str = "as-is"
+    drop_caches: bool = False
+
+
+@dataclass(frozen=True)
+class ReadReport:
+    result: fastio.ReadResult
+    cache: conditions.CacheCondition
+
+    def to_json(self) -> dict:
+        r = self.result
+        snap = r.final
+        return {
+            "bytes": r.bytes,
+            "seconds": r.seconds,
+            "read_gbps": r.read_gbps,
+            "files_ok": len(r.files) - len(r.failed),
+            "files_failed": len(r.failed),
+            "retries": r.retries,
+            "cancelled": r.cancelled,
+            "concurrency": r.concurrency,
+            "read": r.read,
+            "hash": r.hash,
+            "block_size": r.block_size,
+            "chunk_size": r.chunk_size,
+            "latency_us": {"p50": snap.latency_us(0.5), "p99": snap.latency_us(0.99)},
+            "worker_busy_s": list(snap.worker_busy_s),
+            "cache": self.cache.to_dict(),
+            "files": [
+                {
+                    "path": f.path,
+                    "bytes": f.bytes,
+                    "digest": f.digest,
+                    **({"multipart_digest": f.multipart_digest} if f.multipart_digest else {}),
+                    "seconds": f.seconds,
+                    "attempts": f.attempts,
+                    "error": {"errno": f.error.errno, "message": f.error.message} if f.error else None,
+                }
+                for f in r.files
+            ],
+        }
+
+
+def list_files(targets: Iterable[str]) -> list[fastio.FileSpec]:
+    """Files named, plus every regular file under directories named, in a stable order."""
+    specs: list[fastio.FileSpec] = []
+    for target in targets:
+        if os.path.isdir(target):
+            found = []
+            for root, dirs, names in os.walk(target):
+                dirs.sort()
+                for name in sorted(names):
+                    path = os.path.join(root, name)
+                    if os.path.isfile(path) and not os.path.islink(path):
+                        found.append(fastio.FileSpec(path, os.path.getsize(path)))
+            if not found:
+                raise CkptbenchError(f"{target}: directory holds no files; point at a checkpoint directory")
+            specs.extend(found)
+        elif os.path.isfile(target):
+            specs.append(fastio.FileSpec(target, os.path.getsize(target)))
+        elif os.path.exists(target):
+            raise CkptbenchError(f"{target}: not a regular file or directory")
+        else:
+            raise CkptbenchError(f"{target}: no such file or directory")
+    if not specs:
+        raise CkptbenchError("nothing to read: name a directory or files")
+    return specs
+
+
+def run_read(
+    files: list[fastio.FileSpec],
+    opts: ReadOptions,
+    *,
+    on_progress: Callable[[fastio.Snapshot], None] | None = None,
+    cancel: threading.Event | None = None,
+    on_start: Callable[[fastio.ReadHandle], None] | None = None,
+) -> ReadReport:
+    """Prepares the cache condition, reads, reports; cancellable from another thread via `cancel`."""
+    paths = [f.path for f in files]
+    try:
+        cache = conditions.prepare(paths, opts.cache, drop_caches=opts.drop_caches)
+        handle = fastio.start(
+            files,
+            concurrency=opts.concurrency,
+            read=opts.read,
+            hash=opts.hash,
+            block_size=opts.block_size,
+            chunk_size=opts.chunk_size,
+            multipart=opts.multipart,
+        )
+    except fastio.OptionError as exc:
+        raise CkptbenchError(str(exc)) from None
+    except fastio.FastIOError as exc:
+        raise CkptbenchError(f"{exc.filename or 'read'}: {exc.strerror}") from None
+    if on_start:
+        on_start(handle)
+    with handle:
+        while (result := handle.wait(PROGRESS_INTERVAL_S)) is None:
+            if cancel is not None and cancel.is_set():
+                handle.cancel()
+            if on_progress:
+                on_progress(handle.snapshot())
+    if on_progress:
+        on_progress(result.final)
+    cache = cache.with_after(conditions.residency_of([f.path for f in files if os.path.exists(f.path)]))
+    if cancel is not None and cancel.is_set() and result.cancelled:
+        raise Cancelled("read cancelled")
+    return ReadReport(result, cache)

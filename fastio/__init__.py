@@ -1,0 +1,55 @@
+"""fastio: parallel file reads and hashing in native threads, with the GIL released.
+
+Digests are lowercase hex. A file's `digest` is always the plain whole-file digest (what hashlib,
+the crc32c and xxhash packages give; crc32c and xxh64 big-endian). `multipart_digest` is opt-in: the
+hash of the concatenated per-chunk digests plus "-<parts>", how S3 builds a multipart ETag.
+"""
+
+from fastio._engine import (
+    MAX_CONCURRENCY,
+    Hasher,
+    ReadHandle,
+    crc32c_hw_available,
+    crc32c_impl,
+    drop_caches,
+    evict,
+    read_files,
+    residency,
+    start,
+)
+from fastio.errors import FastIOError, OptionError
+from fastio.types import (
+    HASHES,
+    READ_MODES,
+    FileError,
+    FileResult,
+    FileSpec,
+    ReadResult,
+    Residency,
+    Snapshot,
+    percentile_us,
+)
+
+__all__ = [
+    "HASHES",
+    "MAX_CONCURRENCY",
+    "READ_MODES",
+    "FastIOError",
+    "FileError",
+    "FileResult",
+    "FileSpec",
+    "Hasher",
+    "OptionError",
+    "ReadHandle",
+    "ReadResult",
+    "Residency",
+    "Snapshot",
+    "crc32c_hw_available",
+    "crc32c_impl",
+    "drop_caches",
+    "evict",
+    "percentile_us",
+    "read_files",
+    "residency",
+    "start",
+]

@@ -1,0 +1,386 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Python face of the native read+hash engine, the Hasher and the page-cache calls."""
+
+import os
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
+from cpython.exc cimport PyErr_CheckSignals
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport memset
+
+from fastio._cfastio cimport *
+from fastio.errors import FastIOError, OptionError, raise_errno
+from fastio.types import (
+    HASHES, READ_MODES, FileError, FileResult, FileSpec, ReadResult, Residency, Snapshot,
+)
+
+_ALG = {"none": FIO_H_NONE, "crc32c": FIO_H_CRC32C, "xxh64": FIO_H_XXH64,
+        "md5": FIO_H_MD5, "sha256": FIO_H_SHA256}
+_MODE = {"pread": FIO_MODE_PREAD, "mmap": FIO_MODE_MMAP, "direct": FIO_MODE_DIRECT}
+# Hashing a small buffer costs less than dropping and retaking the GIL.
+cdef enum:
+    NOGIL_MIN = 64 * 1024
+MAX_CONCURRENCY = FIO_MAX_THREADS
+
+
+def _libcrypto_path():
+    """The libcrypto that hashlib already loaded, so md5/sha256 need no OpenSSL headers to build."""
+    try:
+        import _hashlib  # noqa: F401  (loads libcrypto into this process)
+    except ImportError:
+        return None
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                i = line.find("/")
+                if i >= 0 and "libcrypto" in line[i:]:
+                    return line[i:].rstrip("\n")
+    except OSError:
+        pass
+    import ctypes.util
+    return ctypes.util.find_library("crypto")
+
+
+def _load_crypto():
+    path = _libcrypto_path()
+    if path:
+        fio_crypto_load(os.fsencode(path))
+
+
+_load_crypto()
+
+
+def crc32c_impl():
+    """"hw" or "sw": the crc32c kernel in use (FASTIO_CRC32C=sw forces the portable one)."""
+    return fio_crc32c_impl().decode()
+
+
+def crc32c_hw_available():
+    return bool(fio_crc32c_hw_available())
+
+
+def _crc32c(data, unsigned int value=0, impl="auto"):
+    """crc32c of a buffer with a chosen kernel; for tests of hw against sw."""
+    cdef const uint8_t[::1] view = memoryview(data).cast("B")
+    cdef uint32_t crc = value
+    cdef size_t n = view.shape[0]
+    cdef const uint8_t *p = &view[0] if n else NULL
+    if impl == "hw":
+        if not fio_crc32c_hw_available():
+            raise FastIOError(38, "crc32c hardware kernel not available on this CPU")
+        with nogil:
+            crc = fio_crc32c_hw(crc, p, n)
+    elif impl == "sw":
+        with nogil:
+            crc = fio_crc32c_sw(crc, p, n)
+    else:
+        with nogil:
+            crc = fio_crc32c(crc, p, n)
+    return crc
+
+
+def _crc32c_combine(unsigned int crc1, unsigned int crc2, unsigned long long len2):
+    return fio_crc32c_combine(crc1, crc2, len2)
+
+
+def _alg(name):
+    try:
+        return _ALG[name]
+    except (KeyError, TypeError):
+        raise OptionError(f"unknown hash {name!r}: choose one of {', '.join(HASHES)}") from None
+
+
+cdef class Hasher:
+    """Incremental digest for bytes that arrive from elsewhere; releases the GIL above 64 KiB."""
+
+    cdef fio_digest d
+    cdef readonly str name
+    cdef bint live
+
+    def __cinit__(self, str alg="crc32c"):
+        self.live = False
+        cdef int a = _alg(alg)
+        if a == FIO_H_NONE:
+            raise OptionError("Hasher needs a real hash, not 'none'")
+        raise_errno(fio_digest_init(&self.d, a), what=f"{alg} unavailable (hashlib has no OpenSSL)")
+        self.live = True
+        self.name = alg
+
+    def __dealloc__(self):
+        if self.live:
+            fio_digest_free(&self.d)
+
+    @property
+    def digest_size(self):
+        return fio_digest_size(self.d.alg)
+
+    def update(self, data):
+        cdef Py_buffer buf
+        PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
+        try:
+            if buf.len >= NOGIL_MIN:
+                with nogil:
+                    fio_digest_update(&self.d, buf.buf, <size_t>buf.len)
+            else:
+                fio_digest_update(&self.d, buf.buf, <size_t>buf.len)
+        finally:
+            PyBuffer_Release(&buf)
+
+    def copy(self):
+        cdef Hasher other = Hasher.__new__(Hasher, self.name)
+        fio_digest_free(&other.d)
+        other.live = False
+        raise_errno(fio_digest_copy(&other.d, &self.d), what="copy hash state")
+        other.live = True
+        return other
+
+    def digest(self):
+        cdef fio_digest tmp
+        cdef uint8_t out[FIO_DIGEST_MAX]
+        raise_errno(fio_digest_copy(&tmp, &self.d), what="copy hash state")
+        cdef size_t n = fio_digest_final(&tmp, out)
+        return bytes(out[:n])
+
+    def hexdigest(self):
+        return self.digest().hex()
+
+
+cdef class ReadHandle:
+    """A run in progress: live counters, concurrency up and down, cancel, and the results."""
+
+    cdef fio_engine *e
+    cdef fio_file_spec *specs
+    cdef list _paths
+    cdef object _result
+    cdef readonly str hash, read
+    cdef readonly int block_size
+    cdef readonly long long chunk_size
+    cdef int dsize
+    cdef int multipart
+
+    def __dealloc__(self):
+        if self.e != NULL:
+            with nogil:
+                fio_engine_free(self.e)
+        free(self.specs)
+
+    def snapshot(self):
+        """Counters at this instant; safe from any thread while the workers run."""
+        cdef fio_snapshot s
+        cdef uint64_t busy[FIO_MAX_THREADS]
+        cdef uint64_t wbytes[FIO_MAX_THREADS]
+        cdef int state[FIO_MAX_THREADS]
+        fio_engine_snapshot(self.e, &s)
+        cdef int n = fio_engine_worker_stats(self.e, busy, wbytes, state, FIO_MAX_THREADS)
+        end = s.t_last_end_ns if s.finished and s.t_last_end_ns else s.now_ns
+        start = s.t_first_open_ns or s.t_start_ns
+        return Snapshot(
+            bytes=s.bytes, bytes_planned=s.bytes_planned, files_done=s.files_done,
+            files_failed=s.files_failed, files_total=s.files_total, retries=s.retries,
+            reads=s.reads, active_workers=s.active, parked_workers=s.parked,
+            threads=s.threads, concurrency=s.target,
+            elapsed_s=max(0, end - start) / 1e9 if s.t_first_open_ns else 0.0,
+            finished=bool(s.finished), cancelled=bool(s.cancelled),
+            worker_busy_s=tuple(busy[i] / 1e9 for i in range(n)),
+            latency_hist=tuple(s.hist[i] for i in range(FIO_HIST_BUCKETS)),
+        )
+
+    def set_concurrency(self, int n):
+        """Takes effect at the next chunk boundary: extra workers park, missing ones start."""
+        if n < 1 or n > FIO_MAX_THREADS:
+            raise OptionError(f"concurrency must be 1..{FIO_MAX_THREADS}, got {n}")
+        fio_engine_set_concurrency(self.e, n)
+
+    def cancel(self):
+        fio_engine_cancel(self.e)
+
+    def done(self):
+        cdef fio_snapshot s
+        fio_engine_snapshot(self.e, &s)
+        return bool(s.finished)
+
+    def wait(self, timeout=None):
+        """Blocks (GIL released) until the run ends; returns the ReadResult, or None on timeout."""
+        if self._result is not None:
+            return self._result
+        cdef int finished = 0
+        cdef int step
+        deadline = None if timeout is None else fio_now_ns() + int(timeout * 1e9)
+        while not finished:
+            step = 100
+            if deadline is not None:
+                left = (deadline - fio_now_ns()) // 1000000
+                if left <= 0:
+                    return None
+                step = min(step, left)
+            with nogil:
+                finished = fio_engine_wait(self.e, step)
+            if not finished:
+                try:
+                    PyErr_CheckSignals()
+                except BaseException:
+                    fio_engine_cancel(self.e)
+                    with nogil:
+                        fio_engine_wait(self.e, -1)
+                    raise
+        self._result = self._collect()
+        return self._result
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._result is None:
+            self.cancel()
+            self.wait()
+        return False
+
+    cdef _collect(self):
+        cdef const fio_file_state *f
+        cdef int i, k
+        files = []
+        for i in range(len(self._paths)):
+            f = fio_engine_file(self.e, i)
+            err = FileError(f.err, f.msg.decode(errors="replace")) if f.err else None
+            digest = bytes(f.digest[:f.digest_len]).hex() if f.digest_len and not f.err else None
+            mp = None
+            parts = ()
+            if self.multipart and not f.err and f.mp_len:
+                mp = f"{bytes(f.mp_digest[:f.mp_len]).hex()}-{f.nunits}"
+                parts = tuple(bytes(f.parts[k * self.dsize:(k + 1) * self.dsize]).hex()
+                              for k in range(f.nunits))
+            seconds = (f.t_end_ns - f.t_open_ns) / 1e9 if f.t_open_ns and f.t_end_ns else 0.0
+            files.append(FileResult(
+                path=self._paths[i], bytes=f.bytes, digest=digest, seconds=seconds,
+                attempts=1 + f.retries, error=err, multipart_digest=mp, part_digests=parts))
+        final = self.snapshot()
+        return ReadResult(
+            files=tuple(files), bytes=final.bytes, seconds=final.elapsed_s, hash=self.hash,
+            read=self.read, concurrency=final.concurrency, block_size=self.block_size,
+            chunk_size=self.chunk_size, cancelled=final.cancelled, final=final)
+
+
+def _as_spec(item):
+    """A FileSpec with its size when it can be known: chunking needs sizes up front."""
+    if isinstance(item, FileSpec):
+        path, size = item.path, item.size
+    elif isinstance(item, (str, bytes, os.PathLike)):
+        path, size = os.fsdecode(item), None
+    else:
+        path, size = item
+        path = os.fsdecode(path)
+    if size is None:
+        try:
+            st = os.stat(path)
+            if st.st_mode & 0o170000 == 0o100000:
+                size = st.st_size
+        except OSError:
+            pass  # the engine reports it per file
+    return FileSpec(path, size)
+
+
+def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
+          block_size=1 << 20, chunk_size=64 << 20, bint multipart=False, _faults=None):
+    """Starts reading `files` (paths, (path, size) pairs or FileSpec) and returns a ReadHandle at once.
+
+    Big files whose size is known are split into `chunk_size` chunks read by several workers when the
+    hash allows it (none, crc32c) or when `multipart` asks for per-chunk digests; md5, sha256 and xxh64
+    of a whole file need its bytes in order, so without `multipart` each such file is one unit.
+    `_faults` maps a path to (errno, after_byte, count) for tests of the failure paths.
+    """
+    if read not in _MODE:
+        raise OptionError(f"unknown read mode {read!r}: choose one of {', '.join(READ_MODES)}")
+    cdef int alg = _alg(hash)
+    if not 1 <= concurrency <= FIO_MAX_THREADS:
+        raise OptionError(f"concurrency must be 1..{FIO_MAX_THREADS}, got {concurrency}")
+    if not 4096 <= block_size <= 1 << 30:
+        raise OptionError(f"block size must be 4 KiB..1 GiB, got {block_size}")
+    if read == "direct" and block_size % 4096:
+        raise OptionError(f"direct reads need a block size that is a multiple of 4096, got {block_size}")
+    if chunk_size < block_size or chunk_size % block_size or chunk_size % 4096:
+        raise OptionError(f"chunk size must be a multiple of the block size ({block_size}), got {chunk_size}")
+    if multipart and alg == FIO_H_NONE:
+        raise OptionError("multipart digests need a hash, not 'none'")
+    if alg in (FIO_H_MD5, FIO_H_SHA256) and not fio_crypto_loaded():
+        raise FastIOError(38, f"{hash} needs the libcrypto that Python's hashlib uses; none was found")
+    specs = [_as_spec(x) for x in files]
+    faults = _faults or {}
+    cdef ReadHandle h = ReadHandle.__new__(ReadHandle)
+    h._paths = [s.path for s in specs]
+    encoded = [os.fsencode(p) for p in h._paths]  # kept alive until start copies them
+    h.specs = <fio_file_spec *>calloc(len(specs) + 1, sizeof(fio_file_spec))
+    if h.specs == NULL:
+        raise MemoryError()
+    cdef int i
+    for i in range(len(specs)):
+        h.specs[i].path = encoded[i]
+        h.specs[i].size = -1 if specs[i].size is None else specs[i].size
+        fault = faults.get(specs[i].path)
+        if fault:
+            h.specs[i].fault_errno, h.specs[i].fault_after, h.specs[i].fault_count = fault
+    cdef fio_options opt
+    memset(&opt, 0, sizeof(opt))
+    opt.concurrency = concurrency
+    opt.mode = _MODE[read]
+    opt.block_size = block_size
+    opt.chunk_size = chunk_size
+    opt.alg = alg
+    opt.multipart = multipart
+    cdef int err = 0
+    h.e = fio_engine_start(h.specs, len(specs), &opt, &err)
+    if h.e == NULL:
+        raise_errno(err or 12, what="starting the read engine")
+    h.hash, h.read, h.block_size, h.chunk_size = hash, read, block_size, chunk_size
+    h.dsize = fio_digest_size(alg)
+    h.multipart = multipart
+    return h
+
+
+def read_files(files, **options):
+    """start(...).wait(): the blocking form."""
+    return start(files, **options).wait()
+
+
+def residency(paths):
+    """Bytes of `paths` in the page cache right now (mincore), as Residency(resident, total)."""
+    cdef int64_t res = 0, tot = 0
+    cdef int rc
+    cdef bytes b
+    cdef const char *cp
+    per = []
+    for p in paths:
+        p = os.fsdecode(p)
+        b = os.fsencode(p)
+        cp = b
+        with nogil:
+            rc = fio_residency(cp, &res, &tot)
+        raise_errno(rc, p, "residency")
+        per.append((p, res, tot))
+    return Residency(sum(x[1] for x in per), sum(x[2] for x in per), tuple(per))
+
+
+def evict(paths):
+    """Drops `paths` from the page cache (flushing dirty pages first); raises on the first failure after trying all."""
+    cdef int rc
+    cdef bytes b
+    cdef const char *cp
+    first = None
+    for p in paths:
+        p = os.fsdecode(p)
+        b = os.fsencode(p)
+        cp = b
+        with nogil:
+            rc = fio_evict(cp)
+        if rc and first is None:
+            first = (rc, p)
+    if first:
+        raise_errno(first[0], first[1], "evict")
+
+
+def drop_caches():
+    """Drops the whole page cache (root, with a writable /proc/sys)."""
+    cdef int rc
+    with nogil:
+        rc = fio_drop_caches()
+    raise_errno(rc, "/proc/sys/vm/drop_caches", "drop_caches (needs root and a writable /proc/sys)")

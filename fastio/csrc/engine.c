@@ -1,0 +1,680 @@
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ALIGN 4096
+#define MAX_TRANSIENT 16 /* EINTR/EAGAIN retries of one call before it counts as a failure */
+#define MAX_OPEN_RETRIES 6 /* EMFILE/ENFILE: other workers may close their fd soon */
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+
+typedef struct {
+    int file;
+    int index; /* chunk number within the file */
+    int64_t off, len; /* len -1: to EOF */
+} unit_t;
+
+typedef struct {
+    uint64_t bytes, busy_ns, reads;
+    uint64_t hist[FIO_HIST_BUCKETS];
+    int state;
+    int id;
+    struct fio_engine *e;
+} __attribute__((aligned(64))) worker_t;
+
+struct fio_engine {
+    fio_options opt;
+    fio_file_state *files;
+    int nfiles;
+    unit_t *units;
+    int nunits;
+    int dsize;
+    int next; /* next unclaimed unit */
+    uint64_t units_done, files_done, files_failed, retries;
+    int64_t bytes_planned;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t threads[FIO_MAX_THREADS];
+    worker_t *workers;
+    int nthreads, exited, target, cancel, joined;
+    int64_t t_start, t_first_open, t_last_end;
+};
+
+int64_t fio_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void atomic_min64(int64_t *p, int64_t v)
+{
+    int64_t cur = LOAD(p);
+    while ((cur == 0 || v < cur) && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+static void atomic_max64(int64_t *p, int64_t v)
+{
+    int64_t cur = LOAD(p);
+    while (v > cur && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+/* The first failure of a file wins; later ones (e.g. cancelled sibling chunks) are dropped. */
+static void file_fail(fio_file_state *f, int err, const char *fmt, ...)
+{
+    int zero = 0;
+    if (!__atomic_compare_exchange_n(&f->err, &zero, -1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+    va_end(ap);
+    __atomic_store_n(&f->err, err, __ATOMIC_RELEASE);
+}
+
+static int fault_hit(fio_file_state *f, int64_t pos, int64_t len)
+{
+    if (!f->fault_errno || pos + len <= f->fault_after)
+        return 0;
+    if (__atomic_sub_fetch(&f->fault_count, 1, __ATOMIC_RELAXED) < 0)
+        return 0;
+    errno = f->fault_errno;
+    return 1;
+}
+
+static void record_read(worker_t *w, int64_t ns, int64_t n)
+{
+    uint64_t us = (uint64_t)(ns / 1000);
+    int b = us == 0 ? 0 : 64 - __builtin_clzll(us);
+    if (b >= FIO_HIST_BUCKETS)
+        b = FIO_HIST_BUCKETS - 1;
+    ADD(&w->hist[b], 1);
+    ADD(&w->reads, 1);
+    ADD(&w->bytes, (uint64_t)n);
+}
+
+static int transient(int err) { return err == EINTR || err == EAGAIN; }
+
+static void note_retry(struct fio_engine *e, fio_file_state *f)
+{
+    ADD(&e->retries, 1);
+    ADD(&f->retries, 1);
+}
+
+static void backoff(int attempt)
+{
+    struct timespec ts = {0, (long)(100000L << (attempt < 10 ? attempt : 10))};
+    nanosleep(&ts, NULL);
+}
+
+static ssize_t pread_retry(struct fio_engine *e, fio_file_state *f, int fd, void *buf, size_t len, int64_t off)
+{
+    for (int attempt = 0;; attempt++) {
+        ssize_t n = fault_hit(f, off, (int64_t)len) ? -1 : pread(fd, buf, len, off);
+        if (n >= 0 || !transient(errno) || attempt >= MAX_TRANSIENT)
+            return n;
+        note_retry(e, f);
+        if (errno == EAGAIN)
+            backoff(attempt);
+    }
+}
+
+static int open_retry(struct fio_engine *e, fio_file_state *f, int flags)
+{
+    for (int attempt = 0;; attempt++) {
+        int fd = open(f->path, flags | O_RDONLY | O_CLOEXEC);
+        if (fd >= 0)
+            return fd;
+        int retryable = transient(errno) || errno == EMFILE || errno == ENFILE;
+        if (!retryable || attempt >= MAX_OPEN_RETRIES)
+            return -1;
+        note_retry(e, f);
+        if (errno != EINTR)
+            backoff(attempt + 2);
+    }
+}
+
+/* SIGBUS from a mapping whose file shrank: jump back to the worker instead of killing the process. */
+static __thread sigjmp_buf *bus_jump;
+static struct sigaction prev_bus;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+    if (bus_jump)
+        siglongjmp(*bus_jump, 1);
+    if (prev_bus.sa_flags & SA_SIGINFO && prev_bus.sa_sigaction) {
+        prev_bus.sa_sigaction(sig, si, ctx);
+        return;
+    }
+    if (prev_bus.sa_handler != SIG_DFL && prev_bus.sa_handler != SIG_IGN) {
+        prev_bus.sa_handler(sig);
+        return;
+    }
+    signal(SIGBUS, SIG_DFL);
+    raise(SIGBUS);
+}
+
+static void install_bus_handler(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &prev_bus);
+}
+
+static int cancelled(struct fio_engine *e) { return LOAD(&e->cancel) != 0; }
+
+/* Reads [off, off+len) (len -1: to EOF) with pread or O_DIRECT into buf; returns bytes or -1 with f failed. */
+static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *buf, int64_t off, int64_t len,
+                               fio_digest *d)
+{
+    struct fio_engine *e = w->e;
+    int direct = e->opt.mode == FIO_MODE_DIRECT;
+    size_t bs = e->opt.block_size;
+    int64_t done = 0;
+    while (len < 0 || done < len) {
+        if (cancelled(e)) {
+            file_fail(f, ECANCELED, "cancelled");
+            return -1;
+        }
+        size_t want = bs;
+        if (len >= 0 && (int64_t)want > len - done)
+            want = (size_t)(len - done);
+        size_t ask = direct ? (want + ALIGN - 1) & ~(size_t)(ALIGN - 1) : want;
+        int64_t t0 = fio_now_ns();
+        ssize_t n = pread_retry(e, f, fd, buf, ask, off + done);
+        int64_t t1 = fio_now_ns();
+        if (n < 0) {
+            int err = errno;
+            if (direct && err == EINVAL)
+                file_fail(f, err, "O_DIRECT read refused at offset %lld (filesystem without direct I/O? use pread)",
+                          (long long)(off + done));
+            else
+                file_fail(f, err, "read at offset %lld: %s", (long long)(off + done), strerror(err));
+            return -1;
+        }
+        if (n == 0) {
+            if (len < 0)
+                break;
+            file_fail(f, ENODATA, "file shrank: ended at %lld bytes, expected %lld (changed since it was listed)",
+                      (long long)(off + done), (long long)f->size);
+            return -1;
+        }
+        if ((size_t)n > want && len >= 0)
+            n = (ssize_t)want; /* O_DIRECT rounds the request up; the tail beyond the unit is not ours */
+        record_read(w, t1 - t0, n);
+        fio_digest_update(d, buf, (size_t)n);
+        done += n;
+        if (direct && (n & (ALIGN - 1)) && (len < 0 || done < len)) {
+            /* a short O_DIRECT read that is not at EOF leaves the next offset unaligned: confirm EOF */
+            if (len >= 0) {
+                file_fail(f, ENODATA, "file shrank: ended at %lld bytes, expected %lld", (long long)(off + done),
+                          (long long)f->size);
+                return -1;
+            }
+            break;
+        }
+    }
+    return done;
+}
+
+static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t off, int64_t len, fio_digest *d)
+{
+    struct fio_engine *e = w->e;
+    static long page;
+    if (!page)
+        page = sysconf(_SC_PAGESIZE);
+    size_t win = (e->opt.block_size + (size_t)page - 1) & ~((size_t)page - 1);
+    sigjmp_buf jb;
+    volatile int64_t done = 0;
+    void *volatile map = NULL;
+    volatile size_t maplen = 0;
+    if (sigsetjmp(jb, 1)) {
+        bus_jump = NULL;
+        if (map)
+            munmap(map, maplen);
+        file_fail(f, ENODATA, "file shrank while mapped (SIGBUS at offset %lld)", (long long)(off + done));
+        return -1;
+    }
+    while (done < len) {
+        if (cancelled(e)) {
+            file_fail(f, ECANCELED, "cancelled");
+            return -1;
+        }
+        size_t n = win;
+        if ((int64_t)n > len - done)
+            n = (size_t)(len - done);
+        if (fault_hit(f, off + done, (int64_t)n)) {
+            int err = errno;
+            file_fail(f, err, "read at offset %lld: %s", (long long)(off + done), strerror(err));
+            return -1;
+        }
+        int64_t t0 = fio_now_ns();
+        /* MAP_POPULATE faults the window in with one call instead of one fault per page run */
+        void *m = mmap(NULL, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, off + done);
+        if (m == MAP_FAILED) {
+            int err = errno;
+            file_fail(f, err, "mmap at offset %lld: %s", (long long)(off + done), strerror(err));
+            return -1;
+        }
+        map = m;
+        maplen = n;
+        bus_jump = &jb;
+        if (d->alg == FIO_H_NONE) {
+            /* touch every page so "read" means the bytes were brought in */
+            volatile uint8_t sink = 0;
+            for (size_t i = 0; i < n; i += (size_t)page)
+                sink ^= ((volatile uint8_t *)m)[i];
+            (void)sink;
+        } else {
+            fio_digest_update(d, m, n);
+        }
+        bus_jump = NULL;
+        munmap(m, n);
+        map = NULL;
+        record_read(w, fio_now_ns() - t0, (int64_t)n);
+        done += (int64_t)n;
+    }
+    return done;
+}
+
+static void finalize_file(struct fio_engine *e, fio_file_state *f)
+{
+    if (__atomic_load_n(&f->err, __ATOMIC_ACQUIRE) == 0 && e->opt.alg != FIO_H_NONE) {
+        int ds = e->dsize;
+        if (f->nunits == 1) {
+            memcpy(f->digest, f->parts, (size_t)ds);
+            f->digest_len = ds;
+        } else if (e->opt.alg == FIO_H_CRC32C) {
+            uint32_t crc = 0;
+            for (int i = 0; i < f->nunits; i++) {
+                const uint8_t *p = f->parts + (size_t)i * 4;
+                uint32_t c = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+                crc = i == 0 ? c : fio_crc32c_combine(crc, c, (uint64_t)f->part_len[i]);
+            }
+            for (int k = 0; k < 4; k++)
+                f->digest[k] = (uint8_t)(crc >> (24 - 8 * k));
+            f->digest_len = 4;
+        }
+        if (e->opt.multipart)
+            f->mp_len = (int)fio_digest_oneshot(e->opt.alg, f->parts, (size_t)f->nunits * (size_t)ds, f->mp_digest);
+    }
+    if (__atomic_load_n(&f->err, __ATOMIC_ACQUIRE))
+        ADD(&e->files_failed, 1);
+    else
+        ADD(&e->files_done, 1);
+}
+
+static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
+{
+    struct fio_engine *e = w->e;
+    fio_file_state *f = &e->files[u->file];
+    int64_t t0 = fio_now_ns();
+    if (!__atomic_load_n(&f->err, __ATOMIC_ACQUIRE)) {
+        atomic_min64(&f->t_open_ns, t0);
+        atomic_min64(&e->t_first_open, t0);
+        int fd = open_retry(e, f, e->opt.mode == FIO_MODE_DIRECT ? O_DIRECT : 0);
+        struct stat st;
+        if (fd < 0) {
+            int err = errno;
+            if (e->opt.mode == FIO_MODE_DIRECT && err == EINVAL)
+                file_fail(f, err, "open with O_DIRECT refused (filesystem without direct I/O? use pread)");
+            else
+                file_fail(f, err, "open: %s", strerror(err));
+        } else if (fstat(fd, &st) != 0) {
+            file_fail(f, errno, "stat: %s", strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            file_fail(f, EISDIR, "is a directory, not a file");
+        } else if (!S_ISREG(st.st_mode)) {
+            file_fail(f, EINVAL, "not a regular file");
+        } else if (f->size >= 0 && st.st_size != f->size) {
+            file_fail(f, ENODATA, "file is %lld bytes, expected %lld (changed since it was listed)",
+                      (long long)st.st_size, (long long)f->size);
+        } else {
+            fio_digest d;
+            int rc = fio_digest_init(&d, e->opt.alg);
+            if (rc) {
+                file_fail(f, rc, "hash state: %s", strerror(rc));
+            } else {
+                int64_t len = u->len;
+                if (e->opt.mode == FIO_MODE_MMAP && len < 0)
+                    len = st.st_size - u->off;
+                if (e->opt.mode != FIO_MODE_DIRECT) /* doubles the kernel's read-ahead window for cold reads */
+                    posix_fadvise(fd, u->off, len < 0 ? 0 : len, POSIX_FADV_SEQUENTIAL);
+                int64_t got = e->opt.mode == FIO_MODE_MMAP ? read_unit_mmap(w, f, fd, u->off, len, &d)
+                                                            : read_unit_pread(w, f, fd, buf, u->off, len, &d);
+                if (got >= 0) {
+                    ADD(&f->bytes, got);
+                    f->part_len[u->index] = got;
+                    if (e->dsize)
+                        fio_digest_final(&d, f->parts + (size_t)u->index * (size_t)e->dsize);
+                }
+                fio_digest_free(&d);
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    int64_t t1 = fio_now_ns();
+    atomic_max64(&f->t_end_ns, t1);
+    atomic_max64(&e->t_last_end, t1);
+    ADD(&w->busy_ns, (uint64_t)(t1 - t0));
+    ADD(&e->units_done, 1);
+    if (__atomic_sub_fetch(&f->remaining, 1, __ATOMIC_ACQ_REL) == 0)
+        finalize_file(e, f);
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    struct fio_engine *e = w->e;
+    uint8_t *buf = NULL;
+    if (e->opt.mode != FIO_MODE_MMAP && posix_memalign((void **)&buf, ALIGN, e->opt.block_size + ALIGN) != 0)
+        buf = NULL;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (w->id >= e->target && !e->cancel && LOAD(&e->next) < e->nunits) {
+            STORE(&w->state, FIO_W_PARKED);
+            pthread_cond_wait(&e->cv, &e->mu);
+        }
+        STORE(&w->state, FIO_W_ACTIVE);
+        int stop = e->cancel;
+        pthread_mutex_unlock(&e->mu);
+        if (stop || (e->opt.mode != FIO_MODE_MMAP && !buf))
+            break;
+        int u = ADD(&e->next, 1);
+        if (u >= e->nunits)
+            break;
+        process_unit(w, &e->units[u], buf);
+    }
+    free(buf);
+    pthread_mutex_lock(&e->mu);
+    STORE(&w->state, FIO_W_EXITED);
+    e->exited++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* Caller holds e->mu. */
+static int spawn_upto(struct fio_engine *e, int n)
+{
+    while (e->nthreads < n && e->nthreads < FIO_MAX_THREADS && !e->cancel && LOAD(&e->next) < e->nunits) {
+        worker_t *w = &e->workers[e->nthreads];
+        w->id = e->nthreads;
+        w->e = e;
+        int rc = pthread_create(&e->threads[e->nthreads], NULL, worker_main, w);
+        if (rc)
+            return rc;
+        e->nthreads++;
+    }
+    return 0;
+}
+
+static int build_plan(struct fio_engine *e, const fio_file_spec *specs)
+{
+    int split = e->opt.alg == FIO_H_NONE || e->opt.alg == FIO_H_CRC32C || e->opt.multipart;
+    int64_t cs = e->opt.chunk_size;
+    int64_t total = 0;
+    for (int i = 0; i < e->nfiles; i++) {
+        int64_t sz = specs[i].size;
+        int64_t n = (split && sz > 0 && cs > 0) ? (sz + cs - 1) / cs : 1;
+        if (n > 1 << 20)
+            return EINVAL;
+        total += n;
+    }
+    if (total > (1LL << 30))
+        return EINVAL;
+    e->nunits = (int)total;
+    e->units = calloc((size_t)total + 1, sizeof(unit_t));
+    if (!e->units)
+        return ENOMEM;
+    int k = 0;
+    for (int i = 0; i < e->nfiles; i++) {
+        fio_file_state *f = &e->files[i];
+        const fio_file_spec *s = &specs[i];
+        f->path = strdup(s->path);
+        if (!f->path)
+            return ENOMEM;
+        f->size = s->size;
+        f->fault_errno = s->fault_errno;
+        f->fault_after = s->fault_after;
+        f->fault_count = s->fault_count;
+        int64_t n = (split && s->size > 0 && cs > 0) ? (s->size + cs - 1) / cs : 1;
+        f->nunits = f->remaining = (int)n;
+        f->parts = calloc((size_t)n, (size_t)(e->dsize ? e->dsize : 1));
+        f->part_len = calloc((size_t)n, sizeof(int64_t));
+        if (!f->parts || !f->part_len)
+            return ENOMEM;
+        if (s->size > 0)
+            e->bytes_planned += s->size;
+        for (int64_t c = 0; c < n; c++, k++) {
+            e->units[k].file = i;
+            e->units[k].index = (int)c;
+            e->units[k].off = n == 1 ? 0 : c * cs;
+            if (s->size < 0)
+                e->units[k].len = -1;
+            else if (n == 1)
+                e->units[k].len = s->size;
+            else
+                e->units[k].len = (c == n - 1) ? s->size - c * cs : cs;
+        }
+    }
+    return 0;
+}
+
+fio_engine *fio_engine_start(const fio_file_spec *files, int nfiles, const fio_options *opt, int *err)
+{
+    *err = 0;
+    if (opt->block_size == 0 || opt->concurrency < 1 || nfiles < 0 ||
+        (opt->mode == FIO_MODE_DIRECT && (opt->block_size % ALIGN || opt->chunk_size % ALIGN)) ||
+        (opt->chunk_size > 0 && opt->chunk_size % ALIGN)) {
+        *err = EINVAL;
+        return NULL;
+    }
+    if ((opt->alg == FIO_H_MD5 || opt->alg == FIO_H_SHA256) && !fio_crypto_loaded()) {
+        *err = ENOSYS;
+        return NULL;
+    }
+    pthread_once(&bus_once, install_bus_handler);
+    struct fio_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        *err = ENOMEM;
+        return NULL;
+    }
+    e->opt = *opt;
+    e->nfiles = nfiles;
+    e->dsize = fio_digest_size(opt->alg);
+    e->files = calloc((size_t)nfiles + 1, sizeof(fio_file_state));
+    if (posix_memalign((void **)&e->workers, 64, sizeof(worker_t) * FIO_MAX_THREADS) == 0)
+        memset(e->workers, 0, sizeof(worker_t) * FIO_MAX_THREADS);
+    else
+        e->workers = NULL;
+    int rc = (!e->files || !e->workers) ? ENOMEM : build_plan(e, files);
+    if (rc) {
+        e->joined = 1;
+        fio_engine_free(e);
+        *err = rc;
+        return NULL;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->t_start = fio_now_ns();
+    e->target = opt->concurrency > FIO_MAX_THREADS ? FIO_MAX_THREADS : opt->concurrency;
+    pthread_mutex_lock(&e->mu);
+    rc = spawn_upto(e, e->target);
+    if (rc && e->nthreads == 0) {
+        pthread_mutex_unlock(&e->mu);
+        e->joined = 1;
+        fio_engine_free(e);
+        *err = rc;
+        return NULL;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return e;
+}
+
+void fio_engine_set_concurrency(fio_engine *e, int n)
+{
+    if (n < 1)
+        n = 1;
+    if (n > FIO_MAX_THREADS)
+        n = FIO_MAX_THREADS;
+    pthread_mutex_lock(&e->mu);
+    e->target = n;
+    if (!e->joined)
+        spawn_upto(e, n);
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void fio_engine_cancel(fio_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    STORE(&e->cancel, 1);
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int fio_engine_wait(fio_engine *e, int timeout_ms)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->joined) {
+        pthread_mutex_unlock(&e->mu);
+        return 1;
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    while (e->exited < e->nthreads) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        else if (pthread_cond_timedwait(&e->cv, &e->mu, &dl) == ETIMEDOUT && e->exited < e->nthreads) {
+            pthread_mutex_unlock(&e->mu);
+            return 0;
+        }
+    }
+    e->joined = 1; /* from here set_concurrency spawns nothing */
+    int n = e->nthreads;
+    pthread_mutex_unlock(&e->mu);
+    for (int i = 0; i < n; i++)
+        pthread_join(e->threads[i], NULL);
+    /* units never claimed (cancel) leave their files unfinished: close them out as cancelled */
+    for (int i = 0; i < e->nfiles; i++) {
+        fio_file_state *f = &e->files[i];
+        if (f->remaining > 0) {
+            file_fail(f, ECANCELED, "cancelled before it was read");
+            f->remaining = 0;
+            ADD(&e->files_failed, 1);
+        }
+    }
+    return 1;
+}
+
+void fio_engine_snapshot(fio_engine *e, fio_snapshot *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_lock(&e->mu);
+    s->threads = e->nthreads;
+    s->target = e->target;
+    s->finished = e->joined || (e->nthreads > 0 && e->exited == e->nthreads);
+    s->cancelled = e->cancel;
+    pthread_mutex_unlock(&e->mu);
+    for (int i = 0; i < s->threads; i++) {
+        worker_t *w = &e->workers[i];
+        s->bytes += LOAD(&w->bytes);
+        s->reads += LOAD(&w->reads);
+        for (int b = 0; b < FIO_HIST_BUCKETS; b++)
+            s->hist[b] += LOAD(&w->hist[b]);
+        int st = LOAD(&w->state);
+        s->active += st == FIO_W_ACTIVE;
+        s->parked += st == FIO_W_PARKED;
+    }
+    s->files_done = LOAD(&e->files_done);
+    s->files_failed = LOAD(&e->files_failed);
+    s->retries = LOAD(&e->retries);
+    s->units_done = LOAD(&e->units_done);
+    s->units_total = (uint64_t)e->nunits;
+    s->files_total = e->nfiles;
+    s->bytes_planned = e->bytes_planned;
+    s->t_start_ns = e->t_start;
+    s->t_first_open_ns = LOAD(&e->t_first_open);
+    s->t_last_end_ns = LOAD(&e->t_last_end);
+    s->now_ns = fio_now_ns();
+}
+
+int fio_engine_nworkers(fio_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    int n = e->nthreads;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+int fio_engine_worker_stats(fio_engine *e, uint64_t *busy_ns, uint64_t *bytes, int *state, int n)
+{
+    int k = fio_engine_nworkers(e);
+    if (k > n)
+        k = n;
+    for (int i = 0; i < k; i++) {
+        busy_ns[i] = LOAD(&e->workers[i].busy_ns);
+        bytes[i] = LOAD(&e->workers[i].bytes);
+        state[i] = LOAD(&e->workers[i].state);
+    }
+    return k;
+}
+
+const fio_file_state *fio_engine_file(fio_engine *e, int i)
+{
+    return (i >= 0 && i < e->nfiles) ? &e->files[i] : NULL;
+}
+
+void fio_engine_free(fio_engine *e)
+{
+    if (!e)
+        return;
+    if (!e->joined) {
+        fio_engine_cancel(e);
+        fio_engine_wait(e, -1);
+    }
+    if (e->files) {
+        for (int i = 0; i < e->nfiles; i++) {
+            free(e->files[i].path);
+            free(e->files[i].parts);
+            free(e->files[i].part_len);
+        }
+    }
+    free(e->files);
+    free(e->units);
+    free(e->workers);
+    if (e->nthreads || e->t_start) {
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv);
+    }
+    free(e);
+}

@@ -1,0 +1,80 @@
+/* The parallel read+hash engine: a plan of file units read by native threads. */
+#ifndef FASTIO_ENGINE_H
+#define FASTIO_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "digest.h"
+
+enum { FIO_MODE_PREAD = 0, FIO_MODE_MMAP = 1, FIO_MODE_DIRECT = 2 };
+enum { FIO_W_IDLE = 0, FIO_W_ACTIVE = 1, FIO_W_PARKED = 2, FIO_W_EXITED = 3 };
+#define FIO_HIST_BUCKETS 32
+#define FIO_MAX_THREADS 1024
+#define FIO_MSG_LEN 200
+
+typedef struct {
+    const char *path;
+    int64_t size; /* -1: unknown, read to EOF */
+    /* Fault injection for tests: `fault_count` reads touching bytes past `fault_after` fail with `fault_errno`. */
+    int fault_errno;
+    int64_t fault_after;
+    int fault_count;
+} fio_file_spec;
+
+typedef struct {
+    int concurrency;
+    int mode;
+    size_t block_size;
+    int64_t chunk_size;
+    int alg;
+    int multipart; /* per-chunk digests plus a digest of them (the S3 multipart ETag construction) */
+} fio_options;
+
+typedef struct {
+    char *path;
+    int64_t size;
+    int fault_errno;
+    int64_t fault_after;
+    int fault_count;
+    int nunits;
+    int remaining;
+    int err;
+    char msg[FIO_MSG_LEN];
+    int64_t bytes;
+    int retries;
+    int64_t t_open_ns, t_end_ns;
+    uint8_t *parts;    /* nunits digests of `dsize` bytes */
+    int64_t *part_len; /* bytes each unit hashed, for crc32c combine */
+    uint8_t digest[FIO_DIGEST_MAX];
+    int digest_len; /* 0: no whole-file digest */
+    uint8_t mp_digest[FIO_DIGEST_MAX];
+    int mp_len;
+} fio_file_state;
+
+typedef struct {
+    uint64_t bytes, files_done, files_failed, retries, reads;
+    uint64_t units_done, units_total;
+    int64_t files_total, bytes_planned;
+    int active, parked, threads, target;
+    int finished, cancelled;
+    int64_t t_start_ns, t_first_open_ns, t_last_end_ns, now_ns;
+    uint64_t hist[FIO_HIST_BUCKETS];
+} fio_snapshot;
+
+typedef struct fio_engine fio_engine;
+
+/* Returns NULL and sets *err on failure to start (ENOMEM, EAGAIN from pthread_create). */
+fio_engine *fio_engine_start(const fio_file_spec *files, int nfiles, const fio_options *opt, int *err);
+void fio_engine_set_concurrency(fio_engine *e, int n);
+void fio_engine_cancel(fio_engine *e);
+/* 1 when every worker has exited (and then joins them), 0 on timeout. */
+int fio_engine_wait(fio_engine *e, int timeout_ms);
+void fio_engine_snapshot(fio_engine *e, fio_snapshot *s);
+int fio_engine_nworkers(fio_engine *e);
+/* Per-worker busy nanoseconds, bytes and state, for up to `n` workers; returns how many. */
+int fio_engine_worker_stats(fio_engine *e, uint64_t *busy_ns, uint64_t *bytes, int *state, int n);
+const fio_file_state *fio_engine_file(fio_engine *e, int i);
+void fio_engine_free(fio_engine *e); /* cancels and waits if still running */
+int64_t fio_now_ns(void);
+
+#endif
