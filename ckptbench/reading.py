@@ -114,7 +114,7 @@ def run_read(
             multipart=opts.multipart,
         )
     except fastio.OptionError as exc:
-        raise CkptbenchError(str(exc)) from None
+        raise CkptbenchError(exc.strerror) from None
     except fastio.FastIOError as exc:
         raise CkptbenchError(f"{exc.filename or 'read'}: {exc.strerror}") from None
     if on_start:
@@ -127,7 +127,7 @@ def run_read(
                 on_progress(handle.snapshot())
     if on_progress:
         on_progress(result.final)
-    cache = cache.with_after(conditions.residency_of([f.path for f in files if os.path.exists(f.path)]))
+    cache = cache.with_after(conditions.residency_of(paths))
     if cancel is not None and cancel.is_set() and result.cancelled:
         raise Cancelled("read cancelled")
     return ReadReport(result, cache)

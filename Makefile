@@ -1,0 +1,37 @@
+# The two set-up commands a newcomer runs are `make demo` and `make test`; both install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXT_SOURCES := $(wildcard fastio/*.pyx fastio/*.pxd fastio/csrc/*.c fastio/csrc/*.h) setup.py
+EXT := fastio/.built
+
+.PHONY: demo test bench build clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Build tools first, then the project without build isolation so the pinned Cython builds it.
+$(STAMP): $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/python -m pip install --quiet -c constraints.txt pip setuptools wheel Cython
+	$(BIN)/python -m pip install --quiet -c constraints.txt --no-build-isolation -e '.[test]'
+	touch $@
+
+$(EXT): $(STAMP) $(EXT_SOURCES)
+	$(BIN)/python setup.py --quiet build_ext --inplace
+	touch $@
+
+build: $(EXT)
+
+demo: build
+	$(BIN)/ckptbench demo
+
+test: build
+	$(BIN)/python -m pytest -q
+
+bench: build
+	@command -v fio >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq fio); } || true
+	$(BIN)/python bench/read_bench.py
+
+clean:
+	rm -rf build $(VENV) fastio/_engine.c fastio/*.so $(EXT) *.egg-info

@@ -1,0 +1,147 @@
+"""`ckptbench read` and the CLI's face: JSON contents, cache conditions, bad input, start-up imports."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ckptbench import __version__
+
+
+def ckptbench(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "ckptbench", *args], capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def fileset(tmp_path_factory) -> dict[str, bytes]:
+    root = tmp_path_factory.mktemp("set")
+    contents = {}
+    for i, size in enumerate([0, 1, 4097, 3 << 20, (1 << 20) + 7]):
+        path = root / ("sub" if i % 2 else "") / f"f{i}.bin"
+        path.parent.mkdir(exist_ok=True)
+        data = os.urandom(size)
+        path.write_bytes(data)
+        contents[str(path)] = data
+    return contents
+
+
+def root_of(fileset) -> str:
+    return os.path.commonpath(list(fileset))
+
+
+def test_version_and_help():
+    assert ckptbench("--version", check=True).stdout.strip() == f"ckptbench {__version__}"
+    help_text = ckptbench("--help", check=True).stdout
+    assert "read" in help_text and "demo" in help_text
+
+
+@pytest.mark.parametrize("alg", ["md5", "sha256"])
+def test_read_json_digests_match_hashlib(fileset, alg):
+    doc = json.loads(ckptbench("read", root_of(fileset), "--hash", alg, "-c", "3", "--json", check=True).stdout)
+    assert doc["bytes"] == sum(len(d) for d in fileset.values())
+    assert doc["read_gbps"] == pytest.approx(doc["bytes"] / doc["seconds"] / 1e9)
+    by_path = {f["path"]: f for f in doc["files"]}
+    assert set(by_path) == set(fileset)
+    for path, data in fileset.items():
+        assert by_path[path]["digest"] == hashlib.new(alg, data).hexdigest()
+        assert by_path[path]["bytes"] == len(data)
+        assert by_path[path]["error"] is None
+    assert doc["cache"]["requested"] == "as-is"
+    assert 0.0 <= doc["cache"]["residency_before"] <= 1.0
+
+
+def test_cold_is_verified_cold_and_hot_is_verified_hot(fileset):
+    cold = json.loads(ckptbench("read", root_of(fileset), "--cache", "cold", "--json", check=True).stdout)["cache"]
+    assert cold["requested"] == "cold" and cold["verified"] is True
+    assert cold["residency_before"] <= 0.05
+    assert cold["residency_after"] >= 0.95  # the read itself brought the pages in
+    hot = json.loads(ckptbench("read", root_of(fileset), "--cache", "hot", "--json", check=True).stdout)["cache"]
+    assert hot["requested"] == "hot" and hot["verified"] is True
+    assert hot["residency_before"] >= 0.95
+
+
+def test_files_named_one_by_one_in_direct_mode(fileset):
+    paths = sorted(fileset)[:3]
+    doc = json.loads(ckptbench("read", *paths, "--read", "direct", "--hash", "xxh64", "--json", check=True).stdout)
+    assert [f["path"] for f in doc["files"]] == paths
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["read", "/nonexistent/ckpt"], "/nonexistent/ckpt: no such file or directory"),
+        (["read", "{root}", "--concurrency", "0"], "must be 1..1024"),
+        (["read", "{root}", "--hash", "crc64"], "invalid choice: 'crc64'"),
+        (["read", "{root}", "--block-size", "lots"], "not a size"),
+        (["read", "{root}", "--read", "direct", "--block-size", "6144"], "multiple of 4096"),
+        (["read", "{empty}"], "holds no files"),
+    ],
+)
+def test_bad_input_gets_one_clear_line(fileset, tmp_path, args, needle):
+    args = [a.format(root=root_of(fileset), empty=tmp_path) for a in args]
+    proc = ckptbench(*args)
+    assert proc.returncode == 2
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_special_file_is_refused_up_front(tmp_path):
+    good = tmp_path / "good.bin"
+    good.write_bytes(b"x" * 10000)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    proc = ckptbench("read", str(good), str(fifo), "--json")
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr and proc.stdout == ""
+
+
+def test_file_failing_mid_run_is_reported_with_errno_and_exit_1(tmp_path, monkeypatch, capsys):
+    import fastio
+    from ckptbench import cli, reading
+
+    good = tmp_path / "good.bin"
+    good.write_bytes(os.urandom(70000))
+    gone = tmp_path / "gone.bin"
+    gone.write_bytes(b"y" * 100)
+    listed = reading.list_files([str(tmp_path)])
+    gone.unlink()  # vanishes between the list and the read
+    monkeypatch.setattr(reading, "list_files", lambda targets: listed)
+    assert cli.main(["read", str(tmp_path), "--hash", "md5", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    by_path = {f["path"]: f for f in doc["files"]}
+    assert by_path[str(gone)]["error"]["errno"] == 2 and by_path[str(gone)]["digest"] is None
+    assert by_path[str(good)]["digest"] == hashlib.md5(good.read_bytes()).hexdigest()
+    assert doc["files_failed"] == 1 and doc["files_ok"] == 1
+    assert isinstance(listed[0], fastio.FileSpec)
+
+
+def test_headless_start_imports_no_torch_boto3_or_textual(fileset):
+    code = (
+        "import sys; from ckptbench.cli import main; rc = main(['read', sys.argv[1], '--json']);"
+        "bad = [m for m in ('torch', 'boto3', 'textual') if m in sys.modules]; print(bad, file=sys.stderr);"
+        "sys.exit(rc or bool(bad))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, root_of(fileset)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().endswith("[]")
+
+
+def test_demo_writes_sample_once_and_reads_it_cold_then_hot(tmp_path):
+    target = tmp_path / "demo"
+    first = ckptbench("demo", "--dir", str(target), check=True)
+    assert "writing a sample file set" in first.stdout
+    assert first.stdout.count("GB/s") == 2 and "== cold" in first.stdout and "== hot" in first.stdout
+    assert "not cold" not in first.stdout
+    files = sorted(p for p in target.rglob("*") if p.is_file())
+    assert len(files) == 216 and all(p.stat().st_size > 0 for p in files)
+    second = ckptbench("demo", "--dir", str(target), check=True)
+    assert "writing a sample file set" not in second.stdout
+    assert not list(tmp_path.glob(".demo.tmp-*"))
