@@ -1,0 +1,62 @@
+"""Checkpoint formats: one module each (safetensors, torch, dcp) that writes rank shards and reads them back.
+
+Every loader returns a CheckpointState whose tensors own their memory (a lazily mapped tensor is
+materialized before the loader returns, so its cost lands in the load stage, not in a later step).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from ckptbench.errors import CkptbenchError
+
+OPTIM_KEYS = ("master", "exp_avg", "exp_avg_sq")
+
+
+@dataclass
+class CheckpointState:
+    model: dict[str, torch.Tensor]
+    optim: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # name -> master/exp_avg/exp_avg_sq
+    step: int = 0
+    hparams: dict = field(default_factory=dict)
+
+    def merge(self, other: "CheckpointState") -> None:
+        self.model.update(other.model)
+        for name, parts in other.optim.items():
+            self.optim.setdefault(name, {}).update(parts)
+        self.step = max(self.step, other.step)
+        self.hparams = self.hparams or other.hparams
+
+
+class FormatError(CkptbenchError):
+    """A checkpoint file that cannot be read as its format says."""
+
+
+def detect(directory: str) -> str:
+    """The format of a checkpoint directory, whoever wrote it."""
+    names = []
+    for root, _, files in os.walk(directory):
+        names.extend(files)
+    if ".metadata" in names:
+        return "dcp"
+    if any(n.endswith(".safetensors") for n in names):
+        return "safetensors"
+    if any(n.endswith((".pt", ".pth", ".bin")) for n in names):
+        return "torch"
+    raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
+                         "point at a checkpoint directory")
+
+
+def module_for(fmt: str):
+    if fmt == "safetensors":
+        from ckptbench.formats import safetensors_format as mod
+    elif fmt == "torch":
+        from ckptbench.formats import torch_format as mod
+    elif fmt == "dcp":
+        from ckptbench.formats import dcp_format as mod
+    else:
+        raise CkptbenchError(f"unknown format {fmt!r}: choose safetensors, torch or dcp")
+    return mod

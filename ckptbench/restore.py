@@ -1,0 +1,155 @@
+"""From checkpoint files (or bytes already read) to a model and optimizer that run: load and check."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ckptbench import manifest as mf
+from ckptbench.errors import CkptbenchError
+from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
+from ckptbench.model import GPT, build_on_meta, master_optimizer, sample_batch
+from ckptbench.profiles import ModelDims
+
+
+@dataclass
+class Restored:
+    model: GPT | None
+    optimizer: torch.optim.Optimizer | None
+    master: dict[str, torch.Tensor]
+    state: CheckpointState
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    ok: bool
+    param_count: int
+    dtypes: dict[str, str]
+    finite_output: bool | None
+    optimizer_step: bool | None
+    problems: tuple[str, ...]
+    structural_only: bool
+
+
+def shard_files(directory: str, fmt: str) -> list[str]:
+    """The files that hold tensors, for this format, in a stable order."""
+    ext = {"safetensors": (".safetensors",), "torch": (".pt", ".pth", ".bin"), "dcp": (".distcp",)}[fmt]
+    out = []
+    for root, dirs, names in os.walk(directory):
+        dirs.sort()
+        out += [os.path.join(root, n) for n in sorted(names) if n.endswith(ext)]
+    return out
+
+
+def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None) -> CheckpointState:
+    """All shards merged into one state; from `buffers` (path → bytes already read) when given."""
+    fmt = fmt or detect(directory)
+    mod = module_for(fmt)
+    if fmt == "dcp":
+        return mod.load_dir(directory)
+    state = CheckpointState({})
+    for path in shard_files(directory, fmt):
+        if buffers is not None and path in buffers:
+            state.merge(mod.load_buffer(buffers[path], path))
+        else:
+            state.merge(mod.load_file(path))
+    if not state.model and not state.optim:
+        raise FormatError(f"{directory}: no tensors found in its {fmt} files")
+    return state
+
+
+def dims_of(directory: str, man: mf.Manifest | None) -> ModelDims | None:
+    if man is not None:
+        return ModelDims(**man.dims)
+    return None
+
+
+def restore(state: CheckpointState, dims: ModelDims, weights_dtype: str) -> Restored:
+    """The model built on the meta device takes the checkpoint's tensors (assign=True, no second copy)."""
+    model = build_on_meta(dims, weights_dtype)
+    try:
+        model.load_state_dict(state.model, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise FormatError(f"checkpoint does not fit the model: {str(exc).splitlines()[0][:200]}") from None
+    optimizer, master = None, {}
+    if state.optim:
+        missing = [n for n in state.model if n not in state.optim or set(state.optim[n]) != set(OPTIM_KEYS)]
+        if missing:
+            raise FormatError(f"optimizer state lacks {len(missing)} parameter(s), e.g. {missing[0]!r}")
+        master = {n: state.optim[n]["master"].requires_grad_(True) for n in state.model}
+        optimizer, master, names = master_optimizer(model, master)
+        step = torch.tensor(float(state.step))
+        sd = optimizer.state_dict()
+        sd["state"] = {i: {"step": step.clone(), "exp_avg": state.optim[n]["exp_avg"],
+                           "exp_avg_sq": state.optim[n]["exp_avg_sq"]} for i, n in enumerate(names)}
+        optimizer.load_state_dict(sd)
+    return Restored(model, optimizer, master, state)
+
+
+def check(restored: Restored, man: mf.Manifest | None, *, optimizer_step: bool = False) -> CheckReport:
+    """Parameter count and dtypes against the manifest; one forward step gives finite output."""
+    problems: list[str] = []
+    model = restored.model
+    params = dict(model.named_parameters())
+    count = sum(p.numel() for p in params.values())
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params.values()})
+    if man is not None:
+        if count != man.param_count:
+            problems.append(f"parameter count {count} != manifest {man.param_count}")
+        if dtypes != [man.weights_dtype]:
+            problems.append(f"weight dtypes {dtypes} != manifest {man.weights_dtype}")
+        odt = {str(t.dtype).removeprefix("torch.") for parts in restored.state.optim.values() for t in parts.values()}
+        if restored.state.optim and odt != {man.optimizer_dtype}:
+            problems.append(f"optimizer dtypes {sorted(odt)} != manifest {man.optimizer_dtype}")
+    if any(p.is_meta for p in params.values()):
+        problems.append("some parameters were never loaded (still on the meta device)")
+        return CheckReport(False, count, {"weights": ",".join(dtypes)}, None, None, tuple(problems), man is None)
+    device = next(iter(params.values())).device
+    with torch.no_grad():
+        out = model(sample_batch(model.dims, device=str(device)))
+    finite = bool(torch.isfinite(out).all())
+    if not finite:
+        problems.append("forward step gave non-finite output")
+    stepped = None
+    if optimizer_step and restored.optimizer is not None:
+        stepped = _optimizer_step(restored)
+        if not stepped:
+            problems.append("optimizer step changed no master weight or produced non-finite values")
+    return CheckReport(not problems, count, {"weights": ",".join(dtypes)}, finite, stepped, tuple(problems), man is None)
+
+
+def _optimizer_step(r: Restored) -> bool:
+    """Mixed precision: gradients of the bf16 model, applied to the fp32 masters."""
+    model = r.model
+    idx = sample_batch(model.dims)
+    logits = model(idx)
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), idx[:, 1:].reshape(-1))
+    loss.backward()
+    before = {n: m.detach().clone() for n, m in r.master.items()}
+    for n, p in model.named_parameters():
+        r.master[n].grad = p.grad.float() if p.grad is not None else None
+    r.optimizer.step()
+    moved = any(not torch.equal(before[n], m) for n, m in r.master.items())
+    finite = all(bool(torch.isfinite(m).all()) for m in r.master.values())
+    return moved and finite
+
+
+def structural_check(state: CheckpointState) -> tuple[str, ...]:
+    """For a checkpoint without a manifest or known model: values finite, optimizer parts shaped like weights."""
+    problems = []
+    for name, t in state.model.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            problems.append(f"{name}: non-finite values")
+    for name, parts in state.optim.items():
+        w = state.model.get(name)
+        for k, t in parts.items():
+            if w is not None and t.shape != w.shape:
+                problems.append(f"{name}.{k}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")
+    return tuple(problems)
+
+
+def require_checkpoint(directory: str) -> None:
+    if not os.path.isdir(directory):
+        raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
