@@ -63,6 +63,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.set_defaults(handler=cmd_read)
 
+    p = sub.add_parser("plan", help="sizes, files, save bandwidth and restore memory of a checkpoint profile")
+    p.add_argument("profile", metavar="PROFILE", help="small, medium, large, 7b, 30b, 70b, or a .toml path")
+    p.add_argument("--interval", type=float, metavar="S", help="checkpoint interval in seconds: the bandwidth it needs")
+    p.add_argument("--scale", type=float, default=1.0, help="resize the model by about this factor in bytes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_plan)
+
+    p = sub.add_parser("gen", help="write a real sample checkpoint of a profile (not timed)")
+    p.add_argument("profile", metavar="PROFILE")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--format", choices=("safetensors", "torch", "dcp"), help="default: the profile's")
+    p.add_argument("--ranks", type=_concurrency, help="ranks the state is sharded over (default: the profile's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--digest", choices=("crc32c", "md5"), default="crc32c", help="manifest digest")
+    p.add_argument("--force", action="store_true", help="replace a non-empty DIR")
+    p.set_defaults(handler=cmd_gen)
+
+    p = sub.add_parser("verify", help="check every file against the checkpoint's manifest")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=8)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_verify)
+
+    p = sub.add_parser("load", help="verify, load into model and optimizer, and check one step (untimed)")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--no-verify", action="store_true")
+    p.add_argument("--optimizer-step", action="store_true", help="also run one optimizer step")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_load)
+
+    p = sub.add_parser("pack", help="pack a checkpoint's small files into a few large pack files")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--target-files", type=int, default=4, metavar="N")
+    p.set_defaults(handler=cmd_pack)
+
+    p = sub.add_parser("unpack", help="write a packed checkpoint back as separate files")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("out", metavar="OUT")
+    p.set_defaults(handler=cmd_unpack)
+
     p = sub.add_parser("demo", help="generate a small sample file set and read it cold, then hot, live")
     p.add_argument("--dir", help="where the sample lives (default: the user cache directory)")
     p.set_defaults(handler=cmd_demo)
@@ -123,6 +165,119 @@ def cmd_read(args) -> int:
     else:
         _print_summary(report)
     return 1 if report.result.failed else 0
+
+
+def _emit(doc: dict) -> None:
+    json.dump(doc, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def _profile(name: str, scale: float):
+    from ckptbench import profiles
+
+    p = profiles.load(name)
+    return p if scale == 1.0 else p.scaled(scale)
+
+
+def cmd_plan(args) -> int:
+    from ckptbench.plan import plan
+    from ckptbench.units import human_bytes
+
+    doc = plan(_profile(args.profile, args.scale), args.interval)
+    if args.json:
+        _emit(doc)
+        return 0
+    d = doc["dims"]
+    print(f"{doc['profile']}: {doc['params'] / 1e9:.3f} B parameters ({d['layers']} layers, hidden {d['hidden']}, "
+          f"{d['heads']} heads, vocab {d['vocab']}), {doc['world_size']} ranks")
+    for part, n in doc["bytes"].items():
+        print(f"  {part:22s} {human_bytes(n):>12s}")
+    print(f"  {'total':22s} {human_bytes(doc['total_bytes']):>12s} in {doc['files']} files "
+          f"(average {human_bytes(doc['avg_file_bytes'])})")
+    mem = doc["restore_memory"]
+    print(f"restore memory: {human_bytes(mem['held_bytes'])} held by model and optimizer; peak "
+          f"{human_bytes(mem['peak_bytes_full_read'])} when a shard is read whole before deserializing, "
+          f"{human_bytes(mem['peak_bytes_mmap_or_safetensors'])} with mmap/safetensors; "
+          f"{human_bytes(mem['per_rank_bytes'])} per rank")
+    if "save" in doc:
+        s = doc["save"]
+        print(f"saving every {s['interval_s']:g} s needs {s['required_gbps']:.2f} GB/s sustained "
+              f"({s['per_rank_gbps']:.3f} GB/s per rank)")
+    return 0
+
+
+def cmd_gen(args) -> int:
+    from ckptbench.generate import generate
+
+    profile = _profile(args.profile, args.scale)
+    say = (lambda msg: print(msg, file=sys.stderr)) if sys.stderr.isatty() else None
+    cancel = threading.Event()
+    try:
+        man = generate(profile, args.directory, fmt=args.format, ranks=args.ranks, seed=args.seed,
+                       force=args.force, digest=args.digest, progress=say, cancel=cancel)
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    total = sum(f.bytes for f in man.files)
+    print(f"wrote {args.directory}: {man.format}, {man.world_size} rank(s), {len(man.files)} files, "
+          f"{total / 2**20:.1f} MiB, {man.param_count / 1e6:.1f} M parameters")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from ckptbench.restore import require_dir
+    from ckptbench.verify import verify
+
+    require_dir(args.directory)
+    rep = verify(args.directory, concurrency=args.concurrency)
+    if args.json:
+        _emit({"ok": rep.ok, "has_reference": rep.has_reference, "files": rep.files, "bytes": rep.bytes,
+               "problems": [{"path": p, "problem": w} for p, w in rep.problems], "digests": rep.digests})
+    else:
+        if not rep.has_reference:
+            print(f"{args.directory}: no manifest, so no reference: digests computed for {rep.files} files")
+        for rel, what in rep.problems:
+            print(f"  {rel}: {what}", file=sys.stderr)
+        print(f"{'OK' if rep.ok else 'MISMATCH'}: {rep.files} files, {rep.bytes / 2**20:.1f} MiB, "
+              f"{len(rep.problems)} problem(s)")
+    return 0 if rep.ok else 1
+
+
+def cmd_load(args) -> int:
+    from ckptbench.restore import restore_dir
+
+    out = restore_dir(args.directory, verify=not args.no_verify, optimizer_step=args.optimizer_step)
+    c = out.check
+    if args.json:
+        _emit({"format": out.format, "ok": c.ok, "param_count": c.param_count, "dtypes": c.dtypes,
+               "finite_output": c.finite_output, "optimizer_step": c.optimizer_step, "problems": list(c.problems),
+               "structural_only": c.structural_only, "tail_files": out.tail_files,
+               "verified": None if out.verify is None else out.verify.has_reference})
+    else:
+        ref = "" if out.verify is None or out.verify.has_reference else " (no manifest: digests had no reference)"
+        kind = "structural check" if c.structural_only else "check"
+        print(f"{out.format}: {c.param_count / 1e6:.2f} M parameters {c.dtypes['weights']}, {out.tail_files} small "
+              f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")
+        for p in c.problems:
+            print(f"  {p}", file=sys.stderr)
+    return 0 if c.ok else 1
+
+
+def cmd_pack(args) -> int:
+    from ckptbench.packs import pack
+
+    man = pack(args.directory, args.out, args.target_files)
+    members = sum(len(i) for i in man.packs.values())
+    print(f"packed {members} small files into {len(man.packs)} pack file(s) in {args.out}")
+    return 0
+
+
+def cmd_unpack(args) -> int:
+    from ckptbench.packs import unpack
+
+    man = unpack(args.directory, args.out)
+    print(f"unpacked {len(man.files)} files into {args.out}")
+    return 0
 
 
 def _cache_dir() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ from ckptbench import manifest as mf
 from ckptbench.errors import CkptbenchError
 from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
 from ckptbench.model import GPT, build_on_meta, master_optimizer, sample_batch
+from ckptbench.packs import read_member
 from ckptbench.profiles import ModelDims
 
 
@@ -60,10 +62,32 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
     return state
 
 
-def dims_of(directory: str, man: mf.Manifest | None) -> ModelDims | None:
+def load_tail(directory: str, man: mf.Manifest | None) -> dict[str, bytes]:
+    """The small files a trainer reads on resume (config, tokenizer, scheduler, RNG, data-loader state), from packs if packed."""
     if man is not None:
+        rels = [e.path for e in man.files if e.kind == "small"]
+        rels += [r for index in man.packs.values() for r in index]
+    else:
+        rels = []
+        for root, dirs, names in os.walk(directory):
+            dirs.sort()
+            rels += [os.path.relpath(os.path.join(root, n), directory) for n in sorted(names)
+                     if n.endswith((".json", ".idx", ".txt", ".model")) and not n.endswith(".index.json")]
+    return {rel: read_member(directory, man, rel) for rel in rels}
+
+
+def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None:
+    """The model's shape: from the manifest, else from a GPT config.json; None when unknown."""
+    if man is not None and man.dims:
         return ModelDims(**man.dims)
-    return None
+    raw = tail.get("config.json")
+    if raw is None:
+        return None
+    try:
+        c = json.loads(raw)
+        return ModelDims(c["n_layer"], c["n_embd"], c["n_head"], c["vocab_size"], c["n_positions"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def restore(state: CheckpointState, dims: ModelDims, weights_dtype: str) -> Restored:
@@ -95,7 +119,7 @@ def check(restored: Restored, man: mf.Manifest | None, *, optimizer_step: bool =
     params = dict(model.named_parameters())
     count = sum(p.numel() for p in params.values())
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params.values()})
-    if man is not None:
+    if man is not None and man.dims:
         if count != man.param_count:
             problems.append(f"parameter count {count} != manifest {man.param_count}")
         if dtypes != [man.weights_dtype]:
@@ -117,7 +141,8 @@ def check(restored: Restored, man: mf.Manifest | None, *, optimizer_step: bool =
         stepped = _optimizer_step(restored)
         if not stepped:
             problems.append("optimizer step changed no master weight or produced non-finite values")
-    return CheckReport(not problems, count, {"weights": ",".join(dtypes)}, finite, stepped, tuple(problems), man is None)
+    return CheckReport(not problems, count, {"weights": ",".join(dtypes)}, finite, stepped, tuple(problems),
+                       man is None or not man.dims)
 
 
 def _optimizer_step(r: Restored) -> bool:
@@ -150,6 +175,48 @@ def structural_check(state: CheckpointState) -> tuple[str, ...]:
     return tuple(problems)
 
 
-def require_checkpoint(directory: str) -> None:
+def require_dir(directory: str) -> None:
     if not os.path.isdir(directory):
         raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
+
+
+def _main_dtype(state: CheckpointState) -> str:
+    counts: dict[torch.dtype, int] = {}
+    for t in state.model.values():
+        counts[t.dtype] = counts.get(t.dtype, 0) + t.numel()
+    return str(max(counts, key=counts.get)).removeprefix("torch.") if counts else "float32"
+
+
+@dataclass(frozen=True)
+class RestoreOutcome:
+    format: str
+    verify: "VerifyReport | None"
+    check: CheckReport
+    tail_files: int
+    tail_bytes: int
+
+
+def restore_dir(directory: str, *, verify: bool = True, optimizer_step: bool = False,
+                concurrency: int = 8) -> RestoreOutcome:
+    """Verify, load the tail and the shards, restore into model and optimizer, check — untimed building blocks."""
+    from ckptbench.verify import verify as verify_dir
+
+    require_dir(directory)
+    man = mf.read(directory)
+    fmt = man.format if man is not None and man.format != "unknown" else detect(directory)
+    ver = verify_dir(directory, concurrency=concurrency) if verify else None
+    if ver is not None and ver.has_reference and not ver.ok:
+        rel, what = ver.problems[0]
+        raise CkptbenchError(f"{directory}: {len(ver.problems)} file(s) do not match the manifest, first "
+                             f"{rel}: {what}; regenerate or re-copy the checkpoint")
+    tail = load_tail(directory, man)
+    state = load_state(directory, fmt)
+    dims = dims_of(man, tail)
+    if dims is None:
+        problems = structural_check(state)
+        count = sum(t.numel() for t in state.model.values())
+        report = CheckReport(not problems, count, {"weights": _main_dtype(state)}, None, None, problems, True)
+    else:
+        dtype = man.weights_dtype if man is not None and man.weights_dtype else _main_dtype(state)
+        report = check(restore(state, dims, dtype), man, optimizer_step=optimizer_step)
+    return RestoreOutcome(fmt, ver, report, len(tail), sum(len(b) for b in tail.values()))
