@@ -62,18 +62,23 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
     return state
 
 
-def load_tail(directory: str, man: mf.Manifest | None) -> dict[str, bytes]:
-    """The small files a trainer reads on resume (config, tokenizer, scheduler, RNG, data-loader state), from packs if packed."""
+def tail_names(directory: str, man: mf.Manifest | None) -> list[str]:
+    """The small files a trainer reads on resume: config, tokenizer, scheduler, RNG, data-loader state."""
     if man is not None:
-        rels = [e.path for e in man.files if e.kind == "small"]
-        rels += [r for index in man.packs.values() for r in index]
-    else:
-        rels = []
-        for root, dirs, names in os.walk(directory):
-            dirs.sort()
-            rels += [os.path.relpath(os.path.join(root, n), directory) for n in sorted(names)
-                     if n.endswith((".json", ".idx", ".txt", ".model")) and not n.endswith(".index.json")]
-    return {rel: read_member(directory, man, rel) for rel in rels}
+        return [e.path for e in man.files if e.kind == "small"] + [r for i in man.packs.values() for r in i]
+    rels = []
+    for root, dirs, names in os.walk(directory):
+        dirs.sort()
+        rels += [os.path.relpath(os.path.join(root, n), directory) for n in sorted(names)
+                 if n.endswith((".json", ".idx", ".txt", ".model")) and not n.endswith(".index.json")
+                 and n != mf.MANIFEST_NAME]
+    return rels
+
+
+def load_tail(directory: str, man: mf.Manifest | None, reader=None) -> dict[str, bytes]:
+    """The tail's bytes, from packs when packed; `reader(rel)` supplies bytes already in memory."""
+    read = reader or (lambda rel: read_member(directory, man, rel))
+    return {rel: read(rel) for rel in tail_names(directory, man)}
 
 
 def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None:
@@ -180,7 +185,7 @@ def require_dir(directory: str) -> None:
         raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
 
 
-def _main_dtype(state: CheckpointState) -> str:
+def main_dtype(state: CheckpointState) -> str:
     counts: dict[torch.dtype, int] = {}
     for t in state.model.values():
         counts[t.dtype] = counts.get(t.dtype, 0) + t.numel()
@@ -215,8 +220,8 @@ def restore_dir(directory: str, *, verify: bool = True, optimizer_step: bool = F
     if dims is None:
         problems = structural_check(state)
         count = sum(t.numel() for t in state.model.values())
-        report = CheckReport(not problems, count, {"weights": _main_dtype(state)}, None, None, problems, True)
+        report = CheckReport(not problems, count, {"weights": main_dtype(state)}, None, None, problems, True)
     else:
-        dtype = man.weights_dtype if man is not None and man.weights_dtype else _main_dtype(state)
+        dtype = man.weights_dtype if man is not None and man.weights_dtype else main_dtype(state)
         report = check(restore(state, dims, dtype), man, optimizer_step=optimizer_step)
     return RestoreOutcome(fmt, ver, report, len(tail), sum(len(b) for b in tail.values()))

@@ -51,6 +51,7 @@ cdef extern from "csrc/engine.h" nogil:
         int fault_errno
         int64_t fault_after
         int fault_count
+        uint8_t *dest
 
     ctypedef struct fio_options:
         int concurrency

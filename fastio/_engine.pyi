@@ -44,6 +44,7 @@ def start(
     block_size: int = 1048576,
     chunk_size: int = 67108864,
     multipart: bool = False,
+    into_memory: bool = False,
     _faults: dict[str, tuple[int, int, int]] | None = None,
 ) -> ReadHandle: ...
 def read_files(files: Iterable[_File], **options: object) -> ReadResult: ...

@@ -107,6 +107,7 @@ class ReadResult:
     chunk_size: int
     cancelled: bool
     final: Snapshot
+    buffers: tuple = field(default=(), repr=False)  # with into_memory: each file's bytes, in file order
 
     @property
     def read_gbps(self) -> float:

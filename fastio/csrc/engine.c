@@ -16,6 +16,9 @@
 #include <unistd.h>
 
 #define ALIGN 4096
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 #define MAX_TRANSIENT 16 /* EINTR/EAGAIN retries of one call before it counts as a failure */
 #define MAX_OPEN_RETRIES 6 /* EMFILE/ENFILE: other workers may close their fd soon */
 
@@ -201,8 +204,10 @@ static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *
         if (len >= 0 && (int64_t)want > len - done)
             want = (size_t)(len - done);
         size_t ask = direct ? (want + ALIGN - 1) & ~(size_t)(ALIGN - 1) : want;
+        /* with a destination the bytes go straight to the caller's memory: no second copy */
+        uint8_t *target = f->dest ? f->dest + off + done : buf;
         int64_t t0 = fio_now_ns();
-        ssize_t n = pread_retry(e, f, fd, buf, ask, off + done);
+        ssize_t n = pread_retry(e, f, fd, target, ask, off + done);
         int64_t t1 = fio_now_ns();
         if (n < 0) {
             int err = errno;
@@ -223,7 +228,8 @@ static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *
         if ((size_t)n > want && len >= 0)
             n = (ssize_t)want; /* O_DIRECT rounds the request up; the tail beyond the unit is not ours */
         record_read(w, t1 - t0, n);
-        fio_digest_update(d, buf, (size_t)n);
+        ADD(&f->bytes, n);
+        fio_digest_update(d, target, (size_t)n);
         done += n;
         if (direct && (n & (ALIGN - 1)) && (len < 0 || done < len)) {
             /* a short O_DIRECT read that is not at EOF leaves the next offset unaligned: confirm EOF */
@@ -264,14 +270,18 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
         size_t n = win;
         if ((int64_t)n > len - done)
             n = (size_t)(len - done);
-        if (fault_hit(f, off + done, (int64_t)n)) {
-            int err = errno;
-            file_fail(f, err, "read at offset %lld: %s", (long long)(off + done), strerror(err));
-            return -1;
-        }
         int64_t t0 = fio_now_ns();
-        /* MAP_POPULATE faults the window in with one call instead of one fault per page run */
-        void *m = mmap(NULL, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, off + done);
+        void *m = MAP_FAILED;
+        for (int attempt = 0;; attempt++) {
+            /* MAP_POPULATE faults the window in with one call instead of one fault per page run */
+            m = fault_hit(f, off + done, (int64_t)n) ? MAP_FAILED
+                                                     : mmap(NULL, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, off + done);
+            if (m != MAP_FAILED || !transient(errno) || attempt >= MAX_TRANSIENT)
+                break;
+            note_retry(e, f);
+            if (errno == EAGAIN)
+                backoff(attempt);
+        }
         if (m == MAP_FAILED) {
             int err = errno;
             file_fail(f, err, "mmap at offset %lld: %s", (long long)(off + done), strerror(err));
@@ -280,7 +290,10 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
         map = m;
         maplen = n;
         bus_jump = &jb;
-        if (d->alg == FIO_H_NONE) {
+        if (f->dest) {
+            memcpy(f->dest + off + done, m, n);
+            fio_digest_update(d, f->dest + off + done, n);
+        } else if (d->alg == FIO_H_NONE) {
             /* touch every page so "read" means the bytes were brought in */
             volatile uint8_t sink = 0;
             for (size_t i = 0; i < n; i += (size_t)page)
@@ -293,6 +306,7 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
         munmap(m, n);
         map = NULL;
         record_read(w, fio_now_ns() - t0, (int64_t)n);
+        ADD(&f->bytes, (int64_t)n);
         done += (int64_t)n;
     }
     return done;
@@ -337,7 +351,10 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
         struct stat st;
         if (fd < 0) {
             int err = errno;
-            if (e->opt.mode == FIO_MODE_DIRECT && err == EINVAL)
+            struct stat pst;
+            if (e->opt.mode == FIO_MODE_DIRECT && err == EINVAL && stat(f->path, &pst) == 0 && S_ISDIR(pst.st_mode))
+                file_fail(f, EISDIR, "is a directory, not a file"); /* Linux refuses O_DIRECT on a directory with EINVAL */
+            else if (e->opt.mode == FIO_MODE_DIRECT && err == EINVAL)
                 file_fail(f, err, "open with O_DIRECT refused (filesystem without direct I/O? use pread)");
             else
                 file_fail(f, err, "open: %s", strerror(err));
@@ -361,10 +378,11 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
                     len = st.st_size - u->off;
                 if (e->opt.mode != FIO_MODE_DIRECT) /* doubles the kernel's read-ahead window for cold reads */
                     posix_fadvise(fd, u->off, len < 0 ? 0 : len, POSIX_FADV_SEQUENTIAL);
+                if (f->dest && len > 0) /* one batched fault-in of the destination beats a fault per page in copy_to_user */
+                    madvise(f->dest + u->off, (size_t)((len + ALIGN - 1) & ~(int64_t)(ALIGN - 1)), MADV_POPULATE_WRITE);
                 int64_t got = e->opt.mode == FIO_MODE_MMAP ? read_unit_mmap(w, f, fd, u->off, len, &d)
                                                             : read_unit_pread(w, f, fd, buf, u->off, len, &d);
                 if (got >= 0) {
-                    ADD(&f->bytes, got);
                     f->part_len[u->index] = got;
                     if (e->dsize)
                         fio_digest_final(&d, f->parts + (size_t)u->index * (size_t)e->dsize);
@@ -460,6 +478,7 @@ static int build_plan(struct fio_engine *e, const fio_file_spec *specs)
         f->fault_errno = s->fault_errno;
         f->fault_after = s->fault_after;
         f->fault_count = s->fault_count;
+        f->dest = s->size >= 0 ? s->dest : NULL;
         int64_t n = (split && s->size > 0 && cs > 0) ? (s->size + cs - 1) / cs : 1;
         f->nunits = f->remaining = (int)n;
         f->parts = calloc((size_t)n, (size_t)(e->dsize ? e->dsize : 1));
@@ -602,7 +621,7 @@ void fio_engine_snapshot(fio_engine *e, fio_snapshot *s)
     pthread_mutex_lock(&e->mu);
     s->threads = e->nthreads;
     s->target = e->target;
-    s->finished = e->joined || (e->nthreads > 0 && e->exited == e->nthreads);
+    s->finished = e->joined || (e->exited == e->nthreads && (e->nthreads > 0 || e->nunits == 0));
     s->cancelled = e->cancel;
     pthread_mutex_unlock(&e->mu);
     for (int i = 0; i < s->threads; i++) {

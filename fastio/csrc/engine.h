@@ -19,6 +19,7 @@ typedef struct {
     int fault_errno;
     int64_t fault_after;
     int fault_count;
+    uint8_t *dest; /* optional: the file's bytes land here (size bytes, page-aligned, rounded up to 4096) */
 } fio_file_spec;
 
 typedef struct {
@@ -36,6 +37,7 @@ typedef struct {
     int fault_errno;
     int64_t fault_after;
     int fault_count;
+    uint8_t *dest;
     int nunits;
     int remaining;
     int err;
