@@ -35,6 +35,26 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _lazy(name: str):
+    """A handler from cli_run, imported only when its command runs."""
+    def handler(args):
+        from ckptbench import cli_run
+
+        return getattr(cli_run, name)(args)
+
+    return handler
+
+
 def _add_read_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", "-c", type=_concurrency, default=8, help="worker threads (1..1024)")
     p.add_argument("--read", choices=READ_MODES, default="pread", help="read mode")
@@ -62,6 +82,44 @@ def build_parser() -> argparse.ArgumentParser:
     _add_read_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.set_defaults(handler=cmd_read)
+
+    p = sub.add_parser("run", help="restore a checkpoint as timed stages, repeated, recorded in results.csv")
+    p.add_argument("source", metavar="SOURCE", help="a checkpoint directory on any mount")
+    p.add_argument("--mode", choices=("staged", "fused"), default="fused",
+                   help="staged: read all, then verify, then load (the reference scripts); fused: one pass")
+    p.add_argument("--cache", choices=CACHE_MODES, default="as-is")
+    p.add_argument("--drop-caches", action="store_true", help="with --cache cold, also drop the page cache (root)")
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=8)
+    p.add_argument("--read", choices=READ_MODES, default="pread")
+    p.add_argument("--hash", choices=HASHES, help="default: the manifest's digest (crc32c without one)")
+    p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] to move the state to a GPU")
+    p.add_argument("--repeat", type=_positive, default=3, metavar="N", help="independent repeats (medians reported)")
+    p.add_argument("--optimizer-step", action="store_true", help="the check also runs one optimizer step")
+    p.add_argument("--results", default="results.csv", metavar="PATH", help="append-only CSV of every repeat")
+    p.add_argument("--price-per-hour", type=float, metavar="USD", help="instance price: turn the RTO into money")
+    p.add_argument("--spot-discount", type=float, default=0.0, metavar="F", help="fraction off on spot (0.7)")
+    p.add_argument("--restores-per-day", type=float, default=1.0, metavar="N")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_lazy("cmd_run"))
+
+    p = sub.add_parser("sweep", help="read throughput per concurrency level and the knee")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--levels", default="1,8,16,32,64")
+    p.add_argument("--repeat", type=_positive, default=3, metavar="N")
+    p.add_argument("--cache", choices=CACHE_MODES, default="cold")
+    p.add_argument("--read", choices=READ_MODES, default="pread")
+    p.add_argument("--hash", choices=HASHES, default="none")
+    p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_lazy("cmd_sweep"))
+
+    p = sub.add_parser("compare", help="newest run against a baseline; exit 1 on a regression beyond the noise")
+    p.add_argument("results", metavar="RESULTS", help="a results.csv written by run")
+    p.add_argument("--baseline", metavar="RUN", help="run id to compare against (default: the previous run)")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_lazy("cmd_compare"))
 
     p = sub.add_parser("plan", help="sizes, files, save bandwidth and restore memory of a checkpoint profile")
     p.add_argument("profile", metavar="PROFILE", help="small, medium, large, 7b, 30b, 70b, or a .toml path")

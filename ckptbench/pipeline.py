@@ -286,6 +286,8 @@ class Run:
         report = self._timed("check", lambda: _check(restored, state, man, o.optimizer_step))
         rto = time.perf_counter() - t_start
         status = "ok" if report.ok else "failed"
+        cache = cache.with_after(conditions.residency_of([f.path for f in listing.files]))
+        base["cache"] = cache
         return RepeatResult(self.stages, self.notes, rto, peak_rss_bytes=self.rss.peak(),
                             cpu_s=_cpu_s(proc) - cpu0, status=status, problems=list(report.problems), **base)
 
@@ -345,13 +347,14 @@ def _check(restored, state, man, optimizer_step: bool):
 
 
 def run(source: str, opts: RunOptions, *, repeats: int = 3, progress: Progress | None = None,
-        cancel: threading.Event | None = None, on_run: Callable[[Run], None] | None = None) -> list[RepeatResult]:
+        cancel: threading.Event | None = None, on_run: Callable[[Run], None] | None = None,
+        listing: Listing | None = None) -> list[RepeatResult]:
     """`repeats` independent restores, each under its own cache condition."""
     if opts.mode not in MODES:
         raise CkptbenchError(f"unknown mode {opts.mode!r}: choose staged or fused")
     if repeats < 1:
         raise CkptbenchError(f"--repeat must be at least 1, got {repeats}")
-    listing = list_checkpoint(source)
+    listing = listing or list_checkpoint(source)
     oom_precheck(listing, opts.mode)
     out = []
     for _ in range(repeats):

@@ -11,7 +11,7 @@ from ckptbench.errors import CkptbenchError
 
 SCHEMA = 1
 STAGES = ("list", "read", "verify", "load", "device", "check")
-COLUMNS = (
+COLUMNS = tuple(
     ["schema", "run_id", "repeat", "timestamp", "source", "format", "mode", "status", "cache", "cache_verified",
      "residency_before", "residency_after", "concurrency", "read", "hash", "block_size", "device"]
     + [f"{s}_s" for s in STAGES]

@@ -59,14 +59,15 @@ def _add(state: CheckpointState, name: str, tensor: torch.Tensor, optimizer_file
 
 
 def load_file(path: str) -> CheckpointState:
-    """Reads one shard; get_tensor copies out of safetensors' mapping, so the tensors own their memory."""
+    """Reads one shard into owned memory: get_tensor returns a lazy view of safetensors' file mapping, so a load
+    without the clone would look free and push the real read into the first forward step."""
     is_optim = os.path.basename(path).startswith("optimizer")
     state = CheckpointState({})
     try:
         with safe_open(path, framework="pt") as f:
             meta = f.metadata() or {}
             for name in f.keys():
-                _add(state, name, f.get_tensor(name), is_optim)
+                _add(state, name, f.get_tensor(name).clone(), is_optim)
     except (SafetensorError, OSError, ValueError) as exc:
         raise FormatError(f"{path}: not a readable safetensors file ({exc}); the shard is corrupt or truncated") from None
     _meta(state, meta, path)

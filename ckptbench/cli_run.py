@@ -1,0 +1,240 @@
+"""Handlers of the timed commands — run, sweep, compare — called by cli.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import uuid
+
+from ckptbench.errors import CkptbenchError
+from ckptbench.results import STAGES
+
+
+def _warm_imports() -> None:
+    """Import cost is paid once per process, not per restore: keep it out of every repeat's clock."""
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+    import torch.distributed.checkpoint  # noqa: F401
+
+    from ckptbench import restore  # noqa: F401
+    from ckptbench.formats import dcp_format, safetensors_format, torch_format  # noqa: F401
+
+
+class StageProgress:
+    """The live line while a restore runs: the stage, and during the read the engine's figures."""
+
+    def __init__(self, stream=sys.stderr):
+        from ckptbench.progress import ProgressLine
+
+        self.line = ProgressLine(stream)
+        self.repeat = 0
+
+    def __call__(self, stage, snap) -> None:
+        if not self.line.live:
+            return
+        from ckptbench.progress import progress_line
+
+        text = f"[{self.repeat}] {stage:6s} " + (progress_line(snap) if snap is not None else "")
+        self.line.stream.write("\r" + text.ljust(self.line.width))
+        self.line.width = len(text)
+        self.line.stream.flush()
+
+    def close(self) -> None:
+        self.line.close()
+
+
+def repeat_doc(r) -> dict:
+    return {"status": r.status, "stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps,
+            "success_rate": r.success_rate, "retries": r.retries, "errors": r.errors,
+            "cache": r.cache.to_dict(), "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s,
+            "problems": r.problems, "notes": r.notes}
+
+
+def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -> dict:
+    from ckptbench.stats import spread
+
+    errors: dict[str, int] = {}
+    for r in reps:
+        for k, v in r.errors.items():
+            errors[k] = errors.get(k, 0) + v
+    stage_stats = {s: spread([r.stages.get(s) for r in reps]) for s in STAGES}
+    rto = spread([r.rto_s for r in reps])
+    gbps = spread([r.read_gbps for r in reps])
+    notes: dict[str, str] = {}
+    for r in reps:
+        notes.update(r.notes)
+    return {
+        "run_id": run_id,
+        "source": source,
+        "format": fmt,
+        "options": vars(opts),
+        "status": "ok" if all(r.status == "ok" for r in reps) else "failed",
+        "stages": {s: st["median"] for s, st in stage_stats.items()},
+        "stages_stats": stage_stats,
+        "rto_s": rto["median"],
+        "rto_stats": rto,
+        "bytes": reps[0].bytes,
+        "files": reps[0].files,
+        "read_gbps": gbps["median"],
+        "read_gbps_stats": gbps,
+        "success_rate": min(r.success_rate for r in reps),
+        "retries": sum(r.retries for r in reps),
+        "errors": errors,
+        "cache": {"requested": opts.cache, "residency_before": max(r.cache.residency_before for r in reps),
+                  "residency_after": max((r.cache.residency_after or 0.0) for r in reps),
+                  "verified": all(r.cache.verified for r in reps),
+                  "notes": sorted({r.cache.note for r in reps if r.cache.note})},
+        "peak_rss_bytes": max(r.peak_rss_bytes for r in reps),
+        "cpu_s": spread([r.cpu_s for r in reps])["median"],
+        "notes": notes,
+        "repeats": [repeat_doc(r) for r in reps],
+        "env": env,
+    }
+
+
+def rows_of(doc: dict, reps: list) -> list[dict]:
+    o = doc["options"]
+    rows = []
+    for i, r in enumerate(reps, start=1):
+        row = {"schema": 1, "run_id": doc["run_id"], "repeat": i, "timestamp": doc["env"]["date"],
+               "source": doc["source"], "format": doc["format"], "mode": o["mode"], "status": r.status,
+               "cache": o["cache"], "cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
+               "residency_after": r.cache.residency_after, "concurrency": o["concurrency"], "read": o["read"],
+               "hash": o["hash"] or "", "block_size": o["block_size"], "device": o["device"],
+               "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files, "files_restored": r.files_restored,
+               "read_gbps": r.read_gbps, "success_rate": r.success_rate, "retries": r.retries,
+               "errors": ";".join(f"{k}={v}" for k, v in sorted(r.errors.items())),
+               "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "env": doc["env"]}
+        row.update({f"{s}_s": r.stages.get(s) for s in STAGES})
+        rows.append(row)
+    return rows
+
+
+def print_run(doc: dict) -> None:
+    from ckptbench.units import human_bytes
+
+    print(f"{doc['source']} ({doc['format']}, {doc['options']['mode']}, cache {doc['options']['cache']}, "
+          f"concurrency {doc['options']['concurrency']}): {len(doc['repeats'])} repeat(s), "
+          f"{human_bytes(doc['bytes'])} in {doc['files']} files")
+    rto = doc["rto_stats"]
+    print(f"  {'stage':8s} {'median s':>9s} {'min':>8s} {'max':>8s} {'share':>6s}")
+    for s in STAGES:
+        st = doc["stages_stats"][s]
+        if st["median"] is None:
+            continue
+        share = st["median"] / rto["median"] if rto["median"] else 0
+        print(f"  {s:8s} {st['median']:9.3f} {st['min']:8.3f} {st['max']:8.3f} {share:6.0%}")
+    print(f"  {'RTO':8s} {rto['median']:9.3f} {rto['min']:8.3f} {rto['max']:8.3f}")
+    g = doc["read_gbps_stats"]
+    print(f"read {g['median']:.2f} GB/s (min {g['min']:.2f}, max {g['max']:.2f}); success {doc['success_rate']:.0%}; "
+          f"retries {doc['retries']}; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s")
+    c = doc["cache"]
+    flag = "" if c["verified"] else "  NOT VERIFIED: " + "; ".join(c["notes"])
+    print(f"cache {c['requested']}: residency before ≤ {c['residency_before']:.1%}{flag}")
+    for stage, note in doc["notes"].items():
+        print(f"  note ({stage}): {note}")
+    if "cost" in doc:
+        k = doc["cost"]
+        print(f"cost: {k['per_restore']:.2f} per restore at {k['effective_price_per_hour']:.2f}/h, "
+              f"{k['per_month']:.2f} per month, {k['idle_gpu_hours_per_month']:.1f} idle GPU hours per month")
+    for r in doc["repeats"]:
+        for p in r["problems"][:5]:
+            print(f"  problem: {p}", file=sys.stderr)
+
+
+def cmd_run(args) -> int:
+    from ckptbench import env as envmod
+    from ckptbench import pipeline, results
+    from ckptbench.cost import restore_cost
+
+    opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
+                               hash=args.hash, block_size=args.block_size, device=args.device,
+                               drop_caches=args.drop_caches, optimizer_step=args.optimizer_step)
+    if args.results:
+        results.check_writable(args.results)
+    if args.price_per_hour is not None:
+        restore_cost(0, args.price_per_hour, args.spot_discount, args.restores_per_day)  # validate before running
+    _warm_imports()
+    progress = StageProgress()
+    cancel = threading.Event()
+    listing = pipeline.list_checkpoint(args.source)
+
+    def on_run(_run) -> None:
+        progress.repeat += 1
+
+    try:
+        reps = pipeline.run(args.source, opts, repeats=args.repeat, progress=progress, cancel=cancel, on_run=on_run,
+                            listing=listing)
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    finally:
+        progress.close()
+    doc = summarize(uuid.uuid4().hex[:12], args.source, listing.format, opts, reps, envmod.snapshot(args.source))
+    if args.price_per_hour is not None:
+        doc["cost"] = restore_cost(doc["rto_s"], args.price_per_hour, args.spot_discount, args.restores_per_day)
+    if args.results:
+        results.append(args.results, rows_of(doc, reps))
+        with open(args.results + ".jsonl", "a") as f:
+            f.write(json.dumps(doc, default=str) + "\n")
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_run(doc)
+    return 0 if doc["status"] == "ok" else 1
+
+
+def cmd_sweep(args) -> int:
+    from ckptbench.sweep import parse_levels, sweep
+
+    levels = parse_levels(args.levels)
+
+    def say(level, gbps):
+        if sys.stderr.isatty():
+            print(f"  concurrency {level:4d}: {gbps:.2f} GB/s", file=sys.stderr)
+
+    res = sweep(args.source, levels, repeats=args.repeat, cache=args.cache, read=args.read, hash=args.hash,
+                block_size=args.block_size, progress=say)
+    if args.json:
+        json.dump(res.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    best = res.gbps[res.best]["median"]
+    print(f"{res.source}: read throughput by concurrency ({res.cache} cache"
+          f"{'' if res.cache_verified else ', NOT verified'}; median of {args.repeat})")
+    print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s}  of best")
+    for lv in res.levels:
+        s = res.gbps[lv]
+        mark = "  ← knee" if lv == res.knee else ""
+        print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best:6.0%}{mark}")
+    print(f"knee: {res.knee} (smallest level within {res.margin:.0%} of the best, {res.best}); "
+          f"recommendation: --concurrency {res.knee}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from ckptbench.compare import compare
+
+    c = compare(args.results, args.baseline, args.threshold)
+    if args.json:
+        json.dump({"baseline": c.baseline_id, "newest": c.newest_id, "threshold_pct": c.threshold_pct,
+                   "env_diff": c.env_diff, "regressions": [f.figure for f in c.regressed],
+                   "figures": [vars(f) for f in c.figures]}, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        if c.env_diff:
+            print("WARNING: the runs differ in key environment or settings — the comparison may not be fair:")
+            for k, (a, b) in c.env_diff.items():
+                print(f"  {k}: {a} → {b}")
+        print(f"newest {c.newest_id} against baseline {c.baseline_id} (threshold {c.threshold_pct:g} %)")
+        print(f"  {'figure':16s} {'baseline':>10s} {'newest':>10s} {'change':>8s}")
+        for f in c.figures:
+            ch = "" if f.change_pct is None else f"{f.change_pct:+7.1f}%"
+            flag = "  REGRESSION" if f.regression else ("  (within noise)" if not f.beyond_noise else "")
+            print(f"  {f.figure:16s} {f.baseline['median']:10.4g} {f.newest['median']:10.4g} {ch:>8s}{flag}")
+    if c.regressed:
+        print(f"regression in {', '.join(f.figure for f in c.regressed)}", file=sys.stderr)
+        return 1
+    return 0

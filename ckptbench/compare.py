@@ -1,0 +1,82 @@
+"""Compare: the newest run against a baseline, figure by figure, with the run-to-run noise taken into account."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ckptbench.env import KEY_FIELDS
+from ckptbench.errors import CkptbenchError
+from ckptbench.results import STAGES, read_rows
+from ckptbench.stats import spread
+
+# figure -> True when higher is better
+FIGURES = {"rto_s": False, **{f"{s}_s": False for s in STAGES}, "read_gbps": True, "peak_rss_bytes": False,
+           "cpu_s": False}
+
+# runs that differ in these measured different things
+SETTINGS = ("source", "format", "mode", "cache", "concurrency", "read", "hash", "block_size", "device")
+
+
+@dataclass(frozen=True)
+class FigureDelta:
+    figure: str
+    baseline: dict
+    newest: dict
+    change_pct: float | None
+    regression: bool
+    beyond_noise: bool
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline_id: str
+    newest_id: str
+    figures: list[FigureDelta]
+    env_diff: dict[str, tuple]
+    threshold_pct: float
+
+    @property
+    def regressed(self) -> list[FigureDelta]:
+        return [f for f in self.figures if f.regression]
+
+
+def _runs(rows: list[dict]) -> dict[str, list[dict]]:
+    runs: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            runs.setdefault(r["run_id"], []).append(r)
+    return runs
+
+
+def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0) -> Comparison:
+    if threshold_pct < 0:
+        raise CkptbenchError(f"--threshold must be ≥ 0, got {threshold_pct}")
+    runs = _runs(read_rows(path))
+    ids = list(runs)
+    if len(ids) < 2:
+        raise CkptbenchError(f"{path}: {len(ids)} successful run(s) recorded; compare needs two (run the benchmark again)")
+    newest = ids[-1]
+    if baseline is None:
+        baseline = ids[-2]
+    elif baseline not in runs:
+        raise CkptbenchError(f"{path}: no successful run {baseline!r}; known runs: {', '.join(ids[-5:])}")
+    if baseline == newest:
+        raise CkptbenchError(f"--baseline {baseline} is the newest run; pick an earlier one")
+    base_rows, new_rows = runs[baseline], runs[newest]
+    figures = []
+    for fig, higher_better in FIGURES.items():
+        b = spread([r[fig] for r in base_rows])
+        n = spread([r[fig] for r in new_rows])
+        if b["median"] is None or n["median"] is None:
+            continue
+        change = (n["median"] - b["median"]) / b["median"] * 100 if b["median"] else None
+        worse = change is not None and (change < -threshold_pct if higher_better else change > threshold_pct)
+        # beyond noise: the newest run's best repeat is worse than the baseline's worst
+        beyond = (n["max"] < b["min"]) if higher_better else (n["min"] > b["max"])
+        figures.append(FigureDelta(fig, b, n, change, bool(worse and beyond), beyond))
+    env_b, env_n = base_rows[-1]["env"], new_rows[-1]["env"]
+    diff = {k: (env_b.get(k), env_n.get(k)) for k in KEY_FIELDS if env_b.get(k) != env_n.get(k)}
+    for k in SETTINGS:
+        if base_rows[-1][k] != new_rows[-1][k]:
+            diff[k] = (base_rows[-1][k], new_rows[-1][k])
+    return Comparison(baseline, newest, figures, diff, threshold_pct)
