@@ -3,12 +3,54 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
 from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError
+
+_DCP_META = "torch.distributed.checkpoint.metadata"
+# What a DCP .metadata pickle legitimately names; anything else could run code when unpickled.
+_ALLOWED = {
+    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("torch", "Size"),
+    ("torch.serialization", "_get_layout"), ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("collections", "OrderedDict"),
+    *((_DCP_META, n) for n in ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
+                                "TensorStorageMetadata", "ChunkStorageMetadata", "BytesStorageMetadata",
+                                "_MEM_FORMAT_ENCODING")),
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if (module, name) not in _ALLOWED:
+            raise FormatError(f".metadata names {module}.{name}, which is not DCP metadata: refused, since "
+                              "unpickling it could run code; the checkpoint is not trustworthy")
+        return super().find_class(module, name)
+
+
+class SafeReader(FileSystemReader):
+    """torch's reader unpickles .metadata with plain pickle; this one admits only DCP's own metadata classes."""
+
+    def read_metadata(self, *args, **kwargs):
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as f:
+            try:
+                metadata = _MetadataUnpickler(f).load()
+            except FormatError:
+                raise
+            except Exception as exc:  # a damaged pickle raises many kinds
+                raise FormatError(f"{path}: unreadable DCP metadata ({type(exc).__name__}); not a DCP checkpoint") from None
+        if getattr(metadata, "storage_meta", None) is None:
+            from torch.distributed.checkpoint.metadata import StorageMeta
+
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
 
 
 def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -> list[tuple[str, str, int | None]]:
@@ -26,11 +68,13 @@ def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -
 
 def load_dir(directory: str, like: CheckpointState | None = None) -> CheckpointState:
     """Reads into freshly allocated tensors shaped from the metadata (DCP loads in place)."""
-    reader = FileSystemReader(directory)
+    reader = SafeReader(directory)
     try:
         meta = reader.read_metadata()
-    except Exception as exc:  # DCP raises bare exceptions of many kinds for a bad .metadata
-        raise FormatError(f"{directory}/.metadata: unreadable ({type(exc).__name__}); not a DCP checkpoint") from None
+    except FormatError:
+        raise
+    except OSError as exc:
+        raise FormatError(f"{directory}/.metadata: unreadable ({exc.strerror}); not a DCP checkpoint") from None
     sd: dict = {"model": {}, "optim": {}, "step": torch.tensor(0)}
     for fqn, md in meta.state_dict_metadata.items():
         if not hasattr(md, "size"):
@@ -43,6 +87,8 @@ def load_dir(directory: str, like: CheckpointState | None = None) -> CheckpointS
             sd["optim"].setdefault(".".join(parts[1:-1]), {})[parts[-1]] = tensor
     try:
         dcp.load(sd, storage_reader=reader, no_dist=True)
+    except FormatError:
+        raise
     except Exception as exc:
         raise FormatError(f"{directory}: DCP load failed ({type(exc).__name__}: {str(exc)[:160]}); "
                           "a shard is missing or truncated") from None

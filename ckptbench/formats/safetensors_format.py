@@ -33,7 +33,8 @@ def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -
         weight_map.update({n: model_file for n in names})
         optim_file = shard_name("optimizer", rank, world)
         tensors = {f"{n}.{k}": state.optim[n][k].contiguous() for n in names for k in OPTIM_KEYS}
-        meta = {"step": str(state.step), "hparams": json.dumps(state.hparams)}
+        # one metadata key: safetensors orders several keys at random, which would break same-seed digests
+        meta = {"ckptbench_optimizer": json.dumps({"step": state.step, "hparams": state.hparams}, sort_keys=True)}
         save_file(tensors, os.path.join(directory, optim_file), metadata=meta)
         written += [(model_file, "model", rank), (optim_file, "optimizer", rank)]
     total = sum(t.numel() * t.element_size() for t in state.model.values())
@@ -76,9 +77,10 @@ def load_file(path: str) -> CheckpointState:
 
 def _meta(state: CheckpointState, meta: dict, where: str) -> None:
     try:
-        state.step = int(meta.get("step", 0))
-        state.hparams = json.loads(meta.get("hparams", "{}"))
-    except ValueError:
+        doc = json.loads(meta.get("ckptbench_optimizer", "{}"))
+        state.step = int(doc.get("step", meta.get("step", 0)))
+        state.hparams = doc.get("hparams", {})
+    except (ValueError, AttributeError):
         raise FormatError(f"{where}: optimizer metadata is not valid; the shard was not written by a trainer we know")
 
 

@@ -1,0 +1,151 @@
+"""What the read benchmark sets fastio against: fio, a Python thread pool, the reference md5 loop."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+
+MD5_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Timed:
+    bytes: int
+    seconds: float
+
+
+def md5_file(path: str) -> tuple[int, str]:
+    """The reference md5 loop for one file: open, read 1 MiB, md5.update, until EOF."""
+    h = hashlib.md5()
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(MD5_BLOCK):
+            h.update(chunk)
+            n += len(chunk)
+    return n, h.hexdigest()
+
+
+def reference_md5_loop(paths: list[str]) -> tuple[Timed, dict[str, str]]:
+    """One file after another on one thread."""
+    t0 = time.perf_counter()
+    results = [md5_file(p) for p in paths]
+    dt = time.perf_counter() - t0
+    return Timed(sum(n for n, _ in results), dt), {p: d for p, (_, d) in zip(paths, results)}
+
+
+def thread_pool_md5(paths: list[str], workers: int) -> tuple[Timed, dict[str, str]]:
+    """The same loop per file, files spread over a concurrent.futures pool (hashlib releases the GIL)."""
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(md5_file, paths))
+    dt = time.perf_counter() - t0
+    return Timed(sum(n for n, _ in results), dt), {p: d for p, (_, d) in zip(paths, results)}
+
+
+def fio_version(fio: str) -> str:
+    out = subprocess.run([fio, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.strip() or out.stderr.strip()
+
+
+def split_fair(files: list[tuple[str, int]], jobs: int) -> list[list[tuple[str, int]]]:
+    """Largest file first onto the job with the fewest bytes, so every job gets about the same share."""
+    buckets: list[list[tuple[str, int]]] = [[] for _ in range(jobs)]
+    load = [0] * jobs
+    for path, size in sorted(files, key=lambda f: (-f[1], f[0])):
+        j = load.index(min(load))
+        buckets[j].append((path, size))
+        load[j] += size
+    return [b for b in buckets if b]
+
+
+def _escape(path: str) -> str:
+    # fio splits filename= on ':'; a literal colon must be written '\:'.
+    return path.replace(":", "\\:")
+
+
+def filename_lines(names: list[str], limit: int = 4000) -> list[str]:
+    """`filename=a:b:c` lines; fio caps an option value at 4096 chars and appends repeated filename= lines."""
+    lines, cur = [], []
+    for name in names:
+        if cur and len(":".join(cur + [name])) > limit:
+            lines.append("filename=" + ":".join(cur))
+            cur = []
+        cur.append(name)
+    if cur:
+        lines.append("filename=" + ":".join(cur))
+    return lines
+
+
+def fio_groups(files: list[tuple[str, int]], block_size: int) -> dict[int, list[tuple[str, int]]]:
+    """Files keyed by the fio bs that reads each whole: block_size, or the file's size when smaller.
+
+    fio skips a file smaller than bs, so small files get bs = their size: one read each, as fastio does.
+    """
+    groups: dict[int, list[tuple[str, int]]] = {}
+    for path, size in files:
+        if size >= block_size and size % block_size:
+            raise ValueError(f"{path}: size {size} is not a multiple of the block size {block_size}")
+        groups.setdefault(min(size, block_size), []).append((path, size))
+    return dict(sorted(groups.items(), reverse=True))
+
+
+def fio_jobfile(files: list[tuple[str, int]], *, jobs: int, engine: str, block_size: int,
+                direct: bool, iodepth: int = 1) -> str:
+    """One stonewalled group per bs; each group runs `jobs` jobs over disjoint, byte-balanced file lists."""
+    lines = [
+        "[global]",
+        f"ioengine={engine}",
+        "rw=read",
+        f"direct={int(direct)}",
+        f"iodepth={iodepth}",
+        "invalidate=0",  # the benchmark owns the cache state; fio's default would drop it
+        "file_service_type=sequential",
+        "allow_file_create=0",
+        f"openfiles={max(16, iodepth)}",
+        "",
+    ]
+    for g, (bs, group) in enumerate(fio_groups(files, block_size).items()):
+        for j, part in enumerate(split_fair(group, jobs)):
+            lines.append(f"[g{g}j{j}]")
+            if g and not j:
+                lines.append("stonewall")
+            lines.append(f"bs={bs}")
+            lines += filename_lines([_escape(p) for p, _ in part])
+            lines.append("")
+    return "\n".join(lines)
+
+
+def run_fio(fio: str, files: list[tuple[str, int]], *, jobs: int, engine: str, block_size: int,
+            direct: bool, iodepth: int = 1) -> tuple[Timed, dict]:
+    """Runs the job file; time = the sum over groups of the slowest job's read runtime (ms resolution)."""
+    text = fio_jobfile(files, jobs=jobs, engine=engine, block_size=block_size,
+                       direct=direct, iodepth=iodepth)
+    with tempfile.NamedTemporaryFile("w", suffix=".fio", delete=False) as f:
+        f.write(text)
+        jobfile = f.name
+    try:
+        out = subprocess.run([fio, "--output-format=json", jobfile],
+                             capture_output=True, text=True, check=False)
+    finally:
+        os.unlink(jobfile)
+    if out.returncode != 0:
+        raise RuntimeError(f"fio failed ({out.returncode}): {out.stderr.strip()[-500:]}")
+    # fio may print warnings before the JSON document.
+    report = json.loads(out.stdout[out.stdout.index("{"):])
+    group_ms: dict[int, int] = {}
+    total = 0
+    for job in report["jobs"]:
+        total += job["read"]["io_bytes"]
+        g = job["groupid"]
+        group_ms[g] = max(group_ms.get(g, 0), job["read"]["runtime"])
+    want = sum(s for _, s in files)
+    if total != want:
+        raise RuntimeError(f"fio read {total} bytes, the file set has {want}")
+    seconds = sum(group_ms.values()) / 1e3
+    return Timed(total, seconds), {"jobs": len(report["jobs"]), "group_ms": group_ms}
