@@ -32,6 +32,7 @@ test: build
 bench: build
 	@command -v fio >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq fio); } || true
 	$(BIN)/python bench/read_bench.py
+	$(BIN)/python bench/restore_bench.py
 
 clean:
 	rm -rf build $(VENV) fastio/_engine.c fastio/*.so $(EXT) *.egg-info
