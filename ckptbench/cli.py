@@ -121,6 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_lazy("cmd_compare"))
 
+    p = sub.add_parser("check", help="the troubleshooting checklist: verdict, evidence and fix for every item")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=8, help="the concurrency the restore uses")
+    p.add_argument("--quick-sweep", action="store_true", help="measure read throughput per concurrency (cold)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--markdown", action="store_true")
+    p.set_defaults(handler=cmd_check)
+
     p = sub.add_parser("plan", help="sizes, files, save bandwidth and restore memory of a checkpoint profile")
     p.add_argument("profile", metavar="PROFILE", help="small, medium, large, 7b, 30b, 70b, or a .toml path")
     p.add_argument("--interval", type=float, metavar="S", help="checkpoint interval in seconds: the bandwidth it needs")
@@ -262,6 +271,29 @@ def cmd_plan(args) -> int:
         print(f"saving every {s['interval_s']:g} s needs {s['required_gbps']:.2f} GB/s sustained "
               f"({s['per_rank_gbps']:.3f} GB/s per rank)")
     return 0
+
+
+def cmd_check(args) -> int:
+    from ckptbench.checklist import evaluate, markdown, report
+    from ckptbench.checklist_facts import gather
+
+    facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep)
+    doc = report(args.source, evaluate(facts))
+    if args.json:
+        _emit(doc)
+    elif args.markdown:
+        sys.stdout.write(markdown(doc))
+    else:
+        marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "unknown": " ?  "}
+        for item in doc["items"]:
+            print(f"[{marks[item['verdict']]}] {item['title']}")
+            ev = ", ".join(f"{k}={v}" for k, v in item["evidence"].items() if not isinstance(v, (dict, list)))
+            print(f"       evidence: {ev}")
+            if item["verdict"] != "ok":
+                print(f"       why: {item['why']}")
+            print(f"       fix: {item['fix']}")
+        print(" · ".join(f"{k} {v}" for k, v in doc["summary"].items()))
+    return 0 if doc["ok"] else 1
 
 
 def cmd_gen(args) -> int:

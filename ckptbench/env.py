@@ -28,7 +28,7 @@ def _plain(value):
 def snapshot(source: str | None = None, root: str = "/") -> dict:
     """Never imports the packages it reports on (textual, boto3): their installed versions come from metadata."""
     mem = probes.meminfo(root)
-    nofile = probes.ulimit_nofile()
+    nofile = probes.ulimit_nofile(root)
     env = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "tool_version": __version__,
