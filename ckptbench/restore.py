@@ -146,8 +146,7 @@ def check(restored: Restored, man: mf.Manifest | None, *, optimizer_step: bool =
         stepped = _optimizer_step(restored)
         if not stepped:
             problems.append("optimizer step changed no master weight or produced non-finite values")
-    return CheckReport(not problems, count, {"weights": ",".join(dtypes)}, finite, stepped, tuple(problems),
-                       man is None or not man.dims)
+    return CheckReport(not problems, count, {"weights": ",".join(dtypes)}, finite, stepped, tuple(problems), False)
 
 
 def _optimizer_step(r: Restored) -> bool:

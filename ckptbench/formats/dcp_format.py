@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import warnings
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 
 from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError
 
@@ -53,11 +56,34 @@ class SafeReader(FileSystemReader):
         return metadata
 
 
+class _DeterministicWriter(FileSystemWriter):
+    """Same seed, same bytes: torch's .metadata records the temporary path, a random save id, and its
+    storage index in the order the writer threads happened to finish."""
+
+    def storage_meta(self):
+        return None
+
+    def finish(self, metadata, results):
+        def key(w):
+            return (w.index.fqn, tuple(w.index.offset or ()), w.index.index or 0)
+
+        return super().finish(metadata, [sorted(r, key=key) for r in results])
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Single-process DCP warns that torch.distributed is uninitialized: expected here, and noise on stderr."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
 def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -> list[tuple[str, str, int | None]]:
     """One .distcp file per writer thread: with N ranks' worth of threads the layout has N shards."""
     sd = {"model": state.model, "optim": state.optim, "step": torch.tensor(state.step)}
     before = set(os.listdir(directory))
-    dcp.save(sd, storage_writer=FileSystemWriter(directory, thread_count=len(assignment)), no_dist=True)
+    with _quiet():
+        dcp.save(sd, storage_writer=_DeterministicWriter(directory, thread_count=len(assignment)), no_dist=True)
     new = sorted(set(os.listdir(directory)) - before)
     written = []
     for i, name in enumerate(n for n in new if n.endswith(".distcp")):
@@ -86,10 +112,11 @@ def load_dir(directory: str, like: CheckpointState | None = None) -> CheckpointS
         elif parts[0] == "optim" and parts[-1] in OPTIM_KEYS:
             sd["optim"].setdefault(".".join(parts[1:-1]), {})[parts[-1]] = tensor
     try:
-        dcp.load(sd, storage_reader=reader, no_dist=True)
+        with _quiet():
+            dcp.load(sd, storage_reader=reader, no_dist=True)
     except FormatError:
         raise
-    except Exception as exc:
-        raise FormatError(f"{directory}: DCP load failed ({type(exc).__name__}: {str(exc)[:160]}); "
+    except (Exception, CheckpointException) as exc:  # CheckpointException derives from BaseException
+        raise FormatError(f"{directory}: DCP load failed ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}); "
                           "a shard is missing or truncated") from None
     return CheckpointState(sd["model"], sd["optim"], int(sd["step"]), {})

@@ -1,0 +1,82 @@
+"""Live system figures for a dashboard: limits, dirty pages, read-ahead, CPU, memory, disk and TCP rates.
+
+A SystemSampler keeps the previous counters so rates come from deltas between two samples.
+`ckptbench sysinfo SOURCE --json` prints the same figures headless.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from ckptbench import probes
+
+
+def _plain(v):
+    return None if isinstance(v, probes.Unknown) else v
+
+
+class SystemSampler:
+    def __init__(self, source: str, root: str = "/"):
+        self.source = source
+        self.root = root
+        self.mount = probes.mount_of(source, root)
+        self.proc = psutil.Process()
+        self._disk = None
+        self._tcp = None
+        self._t = None
+        psutil.cpu_percent(percpu=True)  # primes the per-core counters
+
+    def sample(self) -> dict:
+        now = time.perf_counter()
+        m = self.mount if isinstance(self.mount, probes.Mount) else None
+        mem = probes.meminfo(self.root)
+        mem = mem if isinstance(mem, dict) else {}
+        nofile = probes.ulimit_nofile(self.root)
+        disk = probes.diskstats(m.device, self.root) if m else probes.Unknown("no mount")
+        tcp = probes.tcp_counters(self.root)
+        out = {
+            "source": self.source,
+            "fs_type": m.fs_type if m else None,
+            "mount_point": m.mount_point if m else None,
+            "mount_options": m.options if m else None,
+            "ulimit_nofile": list(nofile) if isinstance(nofile, tuple) else None,
+            "fds_in_use": _plain(probes.fds_in_use(self.root)),
+            "dirty_ratio": _plain(probes.sysctl("vm.dirty_ratio", self.root)),
+            "dirty_background_ratio": _plain(probes.sysctl("vm.dirty_background_ratio", self.root)),
+            "dirty_bytes": mem.get("Dirty"),
+            "writeback_bytes": mem.get("Writeback"),
+            "mem_available_bytes": mem.get("MemAvailable"),
+            "rss_bytes": self.proc.memory_info().rss,
+            "read_ahead_kb": _plain(probes.read_ahead_kb(m.device, self.root)) if m else None,
+            "cpu_pct_per_core": psutil.cpu_percent(percpu=True),
+            "disk_util_pct": None,
+            "disk_await_ms": None,
+            "tcp_retransmit_pct": None,
+        }
+        if self._t is not None and now > self._t:
+            if isinstance(disk, probes.DiskStats) and isinstance(self._disk, probes.DiskStats):
+                d = probes.disk_util(self._disk, disk, now - self._t)
+                out["disk_util_pct"], out["disk_await_ms"] = d["util_pct"], d["await_ms"]
+            if isinstance(tcp, dict) and isinstance(self._tcp, dict):
+                out["tcp_retransmit_pct"] = probes.retransmit_rate(self._tcp, tcp) * 100
+        self._disk, self._tcp, self._t = disk, tcp, now
+        return out
+
+
+def source_summary(source: str) -> dict:
+    """What the dashboard header shows about the source: files, bytes, mount, residency now."""
+    import fastio
+
+    paths = []
+    for root, dirs, names in os.walk(source):
+        dirs.sort()
+        paths += [os.path.join(root, n) for n in sorted(names) if os.path.isfile(os.path.join(root, n))]
+    m = probes.mount_of(source)
+    res = fastio.residency(paths) if paths else None
+    return {"source": source, "files": len(paths), "bytes": res.total if res else 0,
+            "residency": res.fraction if res else 0.0,
+            "fs_type": m.fs_type if isinstance(m, probes.Mount) else None,
+            "mount_point": m.mount_point if isinstance(m, probes.Mount) else None}

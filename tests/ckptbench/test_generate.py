@@ -1,0 +1,314 @@
+"""`ckptbench gen`: layout, manifest, round trip through `load`, determinism, and bad input that writes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+COMBOS = [(fmt, ranks) for fmt in ("safetensors", "torch", "dcp") for ranks in (1, 4)]
+SMALL_ALWAYS = ["config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                "generation_config.json", "scheduler.json"]
+
+
+@pytest.mark.parametrize("fmt, ranks", COMBOS)
+def test_manifest_lists_every_file_with_size_and_crc32c(h, ckpt, fmt, ranks):
+    root = ckpt(fmt, ranks)
+    files = h.files_under(root)
+    doc = h.read_manifest(root)
+    assert doc["format"] == fmt and doc["world_size"] == ranks and doc["hash"] == "crc32c" and doc["seed"] == 0
+    listed = [e["path"] for e in doc["files"]]
+    assert len(listed) == len(set(listed))
+    assert set(listed) == set(files) - {h.MANIFEST}
+    for e in doc["files"]:
+        data = files[e["path"]]
+        assert e["bytes"] == len(data), e["path"]
+        assert e["digest"] == h.crc32c_hex(data), e["path"]
+        assert len(data) > 0, e["path"]
+
+
+def test_md5_digest_equals_hashlib(h, ckpt):
+    root = ckpt("safetensors", 1, digest="md5")
+    doc = h.read_manifest(root)
+    assert doc["hash"] == "md5"
+    files = h.files_under(root)
+    assert {e["path"] for e in doc["files"]} == set(files) - {h.MANIFEST}
+    for e in doc["files"]:
+        assert e["digest"] == hashlib.md5(files[e["path"]]).hexdigest(), e["path"]
+    r = h.run_cli("verify", root)
+    assert r.rc == 0 and "OK" in r.out
+
+
+@pytest.mark.parametrize("fmt, ranks", COMBOS)
+def test_layout_of_each_format(h, ckpt, fmt, ranks):
+    root = ckpt(fmt, ranks)
+    names = set(os.listdir(root))
+    doc = h.read_manifest(root)
+    kinds = {e["path"]: (e["kind"], e["rank"]) for e in doc["files"]}
+    if fmt == "safetensors":
+        models = sorted(n for n in names if n.startswith("model-") and n.endswith(".safetensors"))
+        assert models == [f"model-{i:05d}-of-{ranks:05d}.safetensors" for i in range(1, ranks + 1)]
+        optims = sorted(n for n in names if n.startswith("optimizer-"))
+        assert optims == [f"optimizer-{i:05d}-of-{ranks:05d}.safetensors" for i in range(1, ranks + 1)]
+        for i, n in enumerate(models):
+            assert kinds[n] == ("model", i)
+        index = json.loads(open(os.path.join(root, "model.safetensors.index.json")).read())
+        from safetensors import safe_open
+
+        in_shards: dict[str, list[str]] = {}
+        for n in models:
+            with safe_open(os.path.join(root, n), framework="pt") as f:
+                for k in f.keys():
+                    in_shards.setdefault(k, []).append(n)
+        assert all(len(v) == 1 for v in in_shards.values())  # every parameter exactly once
+        assert index["weight_map"] == {k: v[0] for k, v in in_shards.items()}
+        from ckptbench.model import GPT
+        from ckptbench.profiles import ModelDims
+        import torch
+
+        with torch.device("meta"):
+            gpt = GPT(ModelDims(**doc["dims"]))
+        assert set(index["weight_map"]) == {n for n, _ in gpt.named_parameters()}
+        total = sum(t.numel() * t.element_size() for t in h.read_tensors(root, fmt, None)[0].values())
+        assert index["metadata"]["total_size"] == total
+    elif fmt == "torch":
+        pts = sorted(n for n in names if n.endswith(".pt"))
+        expect = sorted([f"model_rank{r:03d}.pt" for r in range(ranks)] + [f"optim_rank{r:03d}.pt" for r in range(ranks)])
+        assert pts == expect
+        for r in range(ranks):
+            assert kinds[f"model_rank{r:03d}.pt"] == ("model", r)
+            assert kinds[f"optim_rank{r:03d}.pt"] == ("optimizer", r)
+    else:
+        assert ".metadata" in names
+        shards = sorted(n for n in names if n.endswith(".distcp"))
+        assert len(shards) == ranks
+        assert all(kinds[n][0] == "model" for n in shards)
+    for n in SMALL_ALWAYS:
+        assert n in names and kinds[n][0] == "small", n
+    assert sorted(n for n in names if n.startswith("rng_state_")) == sorted(f"rng_state_{r}.json" for r in range(ranks))
+    loaders = sorted(os.listdir(os.path.join(root, "dataloader")))
+    assert loaders and all(re.fullmatch(r"rank\d{3}_worker\d{4}\.idx", n) for n in loaders)
+    assert {int(n[4:7]) for n in loaders} == set(range(ranks))
+    small = [e for e in doc["files"] if e["kind"] == "small"]
+    assert len(small) == 16  # the small profile's small_files
+    config = json.loads(open(os.path.join(root, "config.json")).read())
+    d = doc["dims"]
+    assert (config["n_layer"], config["n_embd"], config["n_head"], config["vocab_size"], config["n_positions"]) == (
+        d["layers"], d["hidden"], d["heads"], d["vocab"], d["seq_len"])
+
+
+@pytest.mark.parametrize("fmt, ranks", COMBOS)
+def test_load_round_trip_counts_parameters_independently(h, ckpt, fmt, ranks, tmp_path):
+    root = ckpt(fmt, ranks)
+    r = h.run_cli("load", root, "--optimizer-step", "--json")
+    assert r.rc == 0, r.err
+    out = json.loads(r.out)
+    assert out["ok"] is True and out["problems"] == []
+    assert out["format"] == fmt
+    assert out["structural_only"] is False and out["verified"] is True
+    assert out["finite_output"] is True and out["optimizer_step"] is True
+    assert out["dtypes"] == {"weights": "bfloat16"}
+    assert out["tail_files"] == 16
+    doc = h.read_manifest(root)
+    model, optim = h.read_tensors(root, fmt, tmp_path)
+    independent = sum(t.numel() for t in model.values())
+    assert out["param_count"] == doc["param_count"] == independent == h.gpt_param_count(**doc["dims"])
+    assert {str(t.dtype) for t in model.values()} == {"torch.bfloat16"}
+    # three fp32 optimizer tensors per parameter, same shapes as the weights
+    opt_float = {k: t for k, t in optim.items() if t.is_floating_point()}
+    assert sum(t.numel() for t in opt_float.values()) == 3 * independent
+    assert {str(t.dtype) for t in opt_float.values()} == {"torch.float32"}
+
+
+@pytest.mark.parametrize("fmt, ranks", COMBOS)
+def test_no_tensor_is_all_zeros(h, ckpt, fmt, ranks, tmp_path):
+    model, optim = h.read_tensors(ckpt(fmt, ranks), fmt, tmp_path)
+    assert model and optim
+    zeros = [k for k, t in {**model, **optim}.items() if t.numel() and not bool(t.ne(0).any())]
+    assert zeros == []
+    # and the weights are not a constant either
+    assert all(t.float().std() > 0 for t in model.values() if t.numel() > 1)
+
+
+def _digests(h, root) -> dict[str, str]:
+    return {e["path"]: e["digest"] for e in h.read_manifest(root)["files"]}
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "torch", "dcp"])
+def test_same_seed_same_digests(h, ckpt, fmt, tmp_path):
+    """A second run, in a fresh process, writes the same bytes."""
+    again = tmp_path / "again"
+    r = h.run_proc("gen", "small", again, "--scale", h.SCALE, "--format", fmt, "--ranks", "4", "--seed", "0")
+    assert r.rc == 0, r.err
+    first = _digests(h, ckpt(fmt, 4))
+    second = _digests(h, again)
+    assert set(first) == set(second)
+    differ = sorted(p for p in first if first[p] != second[p])
+    assert differ == []
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "torch", "dcp"])
+def test_different_seed_different_data(h, ckpt, fmt):
+    a = h.read_manifest(ckpt(fmt, 4, seed=0))
+    b = h.read_manifest(ckpt(fmt, 4, seed=1))
+    da = {e["path"]: e for e in a["files"]}
+    db = {e["path"]: e for e in b["files"]}
+    assert set(da) == set(db)
+    for p, e in da.items():
+        if e["kind"] in ("model", "optimizer") or p == "tokenizer.json" or p.startswith("dataloader/"):
+            assert e["digest"] != db[p]["digest"], p
+    assert b["seed"] == 1
+
+
+# ---- bad input: one clear line, non-zero exit, nothing written -------------------------------------------
+
+
+def _assert_one_error_line(r, *needles):
+    assert r.rc != 0
+    assert "Traceback" not in r.err
+    assert len(r.err_lines) == 1, r.err
+    assert r.err_lines[0].startswith("ckptbench: error:"), r.err
+    for n in needles:
+        assert n in r.err_lines[0], r.err
+
+
+def test_unknown_profile(h, tmp_path):
+    r = h.run_proc("gen", "nosuchprofile", tmp_path / "ck", "--scale", h.SCALE)
+    _assert_one_error_line(r, "unknown profile 'nosuchprofile'", "small", "7b")
+    assert r.rc == 2
+    assert h.listing(tmp_path) == []
+
+
+def test_unknown_format_is_an_argparse_choice(h, tmp_path):
+    r = h.run_cli("gen", "small", tmp_path / "ck", "--scale", h.SCALE, "--format", "onnx")
+    assert r.rc == 2
+    assert "invalid choice: 'onnx'" in r.err and "Traceback" not in r.err
+    assert r.out == ""
+    assert h.listing(tmp_path) == []
+
+
+def test_unknown_format_in_a_profile_toml(h, tmp_path):
+    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "profiles", "checkpoints", "small.toml")).read()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(src.replace('format = "safetensors"', 'format = "onnx"'))
+    r = h.run_cli("gen", bad, tmp_path / "ck", "--scale", h.SCALE)
+    _assert_one_error_line(r, "unknown format 'onnx'")
+    assert h.listing(tmp_path) == ["bad.toml"]
+
+
+def test_parent_is_a_regular_file(h, tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_bytes(b"not a directory")
+    r = h.run_cli("gen", "small", blocker / "ck", "--scale", h.SCALE)
+    _assert_one_error_line(r, str(blocker))
+    assert r.rc == 2
+    assert h.listing(tmp_path) == ["afile"] and blocker.read_bytes() == b"not a directory"
+
+
+def test_target_is_a_regular_file(h, tmp_path):
+    target = tmp_path / "ck"
+    target.write_bytes(b"keep me")
+    r = h.run_cli("gen", "small", target, "--scale", h.SCALE, "--force")
+    _assert_one_error_line(r, "not a directory")
+    assert h.listing(tmp_path) == ["ck"] and target.read_bytes() == b"keep me"
+
+
+def test_parent_not_writable_for_an_unprivileged_user(h):
+    """Root ignores mode bits, so as root the CLI runs as uid/gid 65534 (forked: no exec of a root-only
+    interpreter); as any other user the directory is simply made read-only."""
+    from ckptbench import cli, generate  # noqa: F401  imported before the fork: uid 65534 cannot read /root
+
+    as_root = os.geteuid() == 0
+    parent = tempfile.mkdtemp(prefix="ckptbench-ro-")
+    try:
+        # as root: root-owned, searchable by all, writable by root only; otherwise: read-only for its owner too
+        os.chmod(parent, 0o755 if as_root else 0o555)
+        err_path = os.path.join(tempfile.mkdtemp(prefix="ckptbench-err-"), "stderr")
+        err_fd = os.open(err_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 99
+            try:
+                os.dup2(err_fd, 2)
+                sys.stderr = open(2, "w", closefd=False)  # past pytest's capture, into the file
+                if as_root:
+                    os.setgroups([])
+                    os.setgid(65534)
+                    os.setuid(65534)
+                code = cli.main(["gen", "small", os.path.join(parent, "ck"), "--scale", h.SCALE])
+            except BaseException as exc:  # anything escaping main is itself a failure: report it
+                os.write(2, f"escaped: {type(exc).__name__}: {exc}\n".encode())
+                code = 98
+            finally:
+                try:
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        os.close(err_fd)
+        _, status = os.waitpid(pid, 0)
+        err = open(err_path).read()
+        os.unlink(err_path)
+        os.rmdir(os.path.dirname(err_path))
+        assert os.WEXITSTATUS(status) == 2, err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("ckptbench: error:") and "not writable" in lines[0], err
+        assert os.listdir(parent) == []
+    finally:
+        os.chmod(parent, 0o755)
+        for n in os.listdir(parent):
+            shutil.rmtree(os.path.join(parent, n), ignore_errors=True)
+        os.rmdir(parent)
+
+
+def test_not_enough_disk(h, tmp_path):
+    r = h.run_cli("gen", "small", tmp_path / "ck", "--scale", "1e6")
+    _assert_one_error_line(r, "GiB free", "needs")
+    assert r.rc == 2
+    assert h.listing(tmp_path) == []
+
+
+def test_non_empty_dir_without_force_is_left_alone(h, tmp_path):
+    target = tmp_path / "ck"
+    target.mkdir()
+    (target / "precious.txt").write_bytes(b"precious")
+    r = h.run_cli("gen", "small", target, "--scale", h.SCALE)
+    _assert_one_error_line(r, "not empty", "--force")
+    assert r.rc == 2
+    assert h.listing(tmp_path) == ["ck", "ck/precious.txt"]
+    assert (target / "precious.txt").read_bytes() == b"precious"
+
+
+def test_force_replaces_whole_directory(h, ckpt, tmp_path):
+    target = tmp_path / "ck"
+    h.copy_ckpt(ckpt("torch", 1), target)
+    (target / "stale.txt").write_bytes(b"from an older run")
+    old = h.read_manifest(target)
+    r = h.run_cli("gen", "small", target, "--scale", h.SCALE, "--format", "safetensors", "--ranks", "2",
+                  "--seed", "3", "--force")
+    assert r.rc == 0, r.err
+    assert h.listing(tmp_path) == sorted(["ck"] + [f"ck/{p}" for p in h.listing(target)])  # no temp dirs beside
+    assert not any(n.startswith(".ck") for n in os.listdir(tmp_path))
+    names = set(os.listdir(target))
+    assert "stale.txt" not in names and "model_rank000.pt" not in names
+    new = h.read_manifest(target)
+    assert new["format"] == "safetensors" and new["seed"] == 3 and new["world_size"] == 2 and new != old
+    files = h.files_under(target)
+    assert set(files) - {h.MANIFEST} == {e["path"] for e in new["files"]}
+    for e in new["files"]:
+        assert h.crc32c_hex(files[e["path"]]) == e["digest"]
+
+
+def test_force_that_fails_keeps_the_old_checkpoint(h, ckpt, tmp_path):
+    target = tmp_path / "ck"
+    h.copy_ckpt(ckpt("torch", 1), target)
+    before = h.snapshot(target)
+    r = h.run_cli("gen", "small", target, "--scale", "1e6", "--force")
+    _assert_one_error_line(r, "needs")
+    assert h.snapshot(target) == before
+    assert os.listdir(tmp_path) == ["ck"]
