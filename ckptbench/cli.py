@@ -172,9 +172,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT")
     p.set_defaults(handler=cmd_unpack)
 
-    p = sub.add_parser("demo", help="generate a small sample file set and read it cold, then hot, live")
+    p = sub.add_parser("tui", help="the live dashboard: restore, concurrency by eye, checklist, sweep, history")
+    p.add_argument("source", metavar="SOURCE", nargs="?")
+    p.add_argument("--results", default="results.csv", metavar="PATH")
+    p.add_argument("--run", action="store_true", help="start a restore at once")
+    p.set_defaults(handler=cmd_tui)
+
+    p = sub.add_parser("demo", help="generate the small sample checkpoint (once) and restore it live in the TUI")
     p.add_argument("--dir", help="where the sample lives (default: the user cache directory)")
+    p.add_argument("--headless", action="store_true", help="no TUI: a timed run with a progress line")
+    p.add_argument("--scale", type=float, default=1.0, help="resize the sample (default: the small profile)")
     p.set_defaults(handler=cmd_demo)
+
+    p = sub.add_parser("sysinfo", help="the dashboard's system figures, headless")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_sysinfo)
     return parser
 
 
@@ -376,18 +389,49 @@ def _cache_dir() -> str:
 
 
 def cmd_demo(args) -> int:
-    from ckptbench.fileset import DEMO_SHAPE, write_fileset
-    from ckptbench.reading import ReadOptions, list_files
-    from ckptbench.units import human_bytes
+    from ckptbench.generate import generate
 
-    directory = args.dir or os.path.join(_cache_dir(), "demo-files")
-    if not os.path.isdir(directory) or not os.listdir(directory):
-        print(f"writing a sample file set ({human_bytes(DEMO_SHAPE.total_bytes)}) to {directory}")
-        write_fileset(directory, DEMO_SHAPE)
-    files = list_files([directory])
-    for cache in ("cold", "hot"):
-        print(f"\n== {cache} read of {directory}")
-        _print_summary(_run_read_live(files, ReadOptions(concurrency=8, cache=cache)))
+    directory = args.dir or os.path.join(_cache_dir(), "demo-small")
+    if not os.path.isfile(os.path.join(directory, "ckptbench.json")):
+        print(f"generating the small sample checkpoint in {directory} (once)…", file=sys.stderr)
+        generate(_profile("small", args.scale), directory, force=True,
+                 progress=(lambda m: print(f"  {m}", file=sys.stderr)))
+    if args.headless or not sys.stdout.isatty():
+        from ckptbench import cli_run
+
+        return cli_run.cmd_run(build_parser().parse_args(["run", directory, "--cache", "cold", "--repeat", "1",
+                                                          "--results", os.path.join(directory, "..", "demo-results.csv")]))
+    from tui.app import CkptbenchApp  # the UI loads only for this command
+
+    CkptbenchApp(directory, autostart=True).run()
+    return 0
+
+
+def cmd_tui(args) -> int:
+    if args.source is not None and not os.path.isdir(args.source):
+        raise CkptbenchError(f"{args.source}: no such directory; point at a checkpoint directory")
+    from tui.app import CkptbenchApp  # the UI loads only for this command
+
+    CkptbenchApp(args.source, results_path=args.results, autostart=args.run).run()
+    return 0
+
+
+def cmd_sysinfo(args) -> int:
+    from ckptbench.live import SystemSampler, source_summary
+
+    if not os.path.isdir(args.source):
+        raise CkptbenchError(f"{args.source}: no such directory; point at a checkpoint directory")
+    sampler = SystemSampler(args.source)
+    sampler.sample()
+    import time
+
+    time.sleep(0.5)  # rates need two samples
+    doc = source_summary(args.source) | sampler.sample()
+    if args.json:
+        _emit(doc)
+    else:
+        for k, v in doc.items():
+            print(f"{k:24s} {v}")
     return 0
 
 

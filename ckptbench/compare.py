@@ -48,14 +48,17 @@ def _runs(rows: list[dict]) -> dict[str, list[dict]]:
     return runs
 
 
-def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0) -> Comparison:
+def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, newest: str | None = None) -> Comparison:
     if threshold_pct < 0:
         raise CkptbenchError(f"--threshold must be ≥ 0, got {threshold_pct}")
     runs = _runs(read_rows(path))
     ids = list(runs)
     if len(ids) < 2:
         raise CkptbenchError(f"{path}: {len(ids)} successful run(s) recorded; compare needs two (run the benchmark again)")
-    newest = ids[-1]
+    if newest is None:
+        newest = ids[-1]
+    elif newest not in runs:
+        raise CkptbenchError(f"{path}: no successful run {newest!r}; known runs: {', '.join(ids[-5:])}")
     if baseline is None:
         baseline = ids[-2]
     elif baseline not in runs:

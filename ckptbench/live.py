@@ -80,3 +80,29 @@ def source_summary(source: str) -> dict:
             "residency": res.fraction if res else 0.0,
             "fs_type": m.fs_type if isinstance(m, probes.Mount) else None,
             "mount_point": m.mount_point if isinstance(m, probes.Mount) else None}
+
+
+class LiveRates:
+    """Now / average / peak GB/s and worker busy % from successive engine snapshots (the progress line's figures)."""
+
+    def __init__(self) -> None:
+        self.prev: tuple[float, int] | None = None
+        self.peak = 0.0
+
+    def update(self, snap, t: float | None = None) -> dict:
+        t = time.monotonic() if t is None else t
+        now = 0.0
+        if self.prev is not None and t > self.prev[0]:
+            now = max(0.0, (snap.bytes - self.prev[1]) / (t - self.prev[0]) / 1e9)
+        self.prev = (t, snap.bytes)
+        self.peak = max(self.peak, now)
+        busy = snap.worker_busy_s
+        busy_pct = sum(busy) / (len(busy) * snap.elapsed_s) * 100 if busy and snap.elapsed_s else 0.0
+        eta = None
+        if snap.bytes_planned and snap.bytes and snap.elapsed_s and not snap.finished:
+            eta = (snap.bytes_planned - snap.bytes) / (snap.bytes / snap.elapsed_s)
+        return {"now_gbps": now, "avg_gbps": snap.gbps, "peak_gbps": self.peak, "busy_pct": min(100.0, busy_pct),
+                "latency_p50_us": snap.latency_us(0.5), "latency_p99_us": snap.latency_us(0.99), "eta_s": eta,
+                "files": snap.files_done + snap.files_failed, "files_total": snap.files_total,
+                "errors": snap.files_failed, "retries": snap.retries, "active_workers": snap.active_workers,
+                "concurrency": snap.concurrency, "bytes": snap.bytes, "bytes_planned": snap.bytes_planned}

@@ -1,0 +1,83 @@
+"""The ckptbench Textual app: owns the source, the run options and the live session; screens render them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from textual.app import App
+
+from ckptbench.pipeline import RunOptions
+from tui.screens.checklist import ChecklistScreen
+from tui.screens.dashboard import Dashboard
+from tui.screens.help import HelpScreen
+from tui.screens.history import HistoryScreen
+from tui.screens.sweep import SweepScreen
+
+
+class CkptbenchApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "ckptbench"
+    BINDINGS = [
+        ("k", "open('checklist')", "Checklist"),
+        ("s", "open('sweep')", "Sweep"),
+        ("h", "open('history')", "History"),
+        ("question_mark", "open('help')", "Help"),
+        ("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, source: str | None, opts: RunOptions | None = None, *, results_path: str = "results.csv",
+                 autostart: bool = False):
+        super().__init__()
+        self.source = source
+        self.opts = opts or RunOptions()
+        self.results_path = results_path
+        self.autostart = autostart
+        self.session = None
+        self.source_info = None
+        self._sampler = None
+        if source is not None:
+            from ckptbench.live import SystemSampler
+
+            self._sampler = SystemSampler(source)
+            self.refresh_source()
+
+    def refresh_source(self) -> None:
+        from ckptbench.live import source_summary
+
+        if self.source is not None:
+            self.source_info = source_summary(self.source)
+
+    def on_mount(self) -> None:
+        self.sub_title = self.source or "no source"
+        self.push_screen(Dashboard())
+
+    def new_session(self):
+        from ckptbench.session import RestoreSession
+
+        self.session = RestoreSession(self.source, self.opts, results_path=self.results_path)
+        return self.session
+
+    def set_concurrency(self, n: int) -> None:
+        self.opts = replace(self.opts, concurrency=n)
+        if self.session is not None:
+            self.session.set_concurrency(n)
+        for screen in self.screen_stack:
+            if isinstance(screen, Dashboard) and screen.concurrency != n:
+                screen.concurrency = n
+
+    def update_opts(self, **changes) -> None:
+        self.opts = replace(self.opts, **changes)
+
+    def system_sample(self) -> dict | None:
+        return self._sampler.sample() if self._sampler is not None else None
+
+    def action_open(self, name: str) -> None:
+        screens = {"checklist": ChecklistScreen, "sweep": SweepScreen, "history": HistoryScreen, "help": HelpScreen}
+        if type(self.screen) is screens[name]:
+            return
+        self.push_screen(screens[name]())
+
+    async def action_quit(self) -> None:
+        if self.session is not None:
+            self.session.cancel()
+        self.exit()

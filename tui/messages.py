@@ -1,0 +1,52 @@
+"""Messages from worker threads to the screens (threads never touch widgets directly)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+
+@dataclass
+class RunFinished(Message):
+    doc: dict
+
+
+@dataclass
+class RunFailed(Message):
+    error: str
+
+
+@dataclass
+class RunCancelled(Message):
+    pass
+
+
+@dataclass
+class ChecklistItem(Message):
+    index: int
+    item: dict
+
+
+@dataclass
+class ChecklistDone(Message):
+    doc: dict
+
+
+@dataclass
+class SweepPoint(Message):
+    level: int
+    gbps: float
+
+    def can_replace(self, message: Message) -> bool:
+        return False
+
+
+@dataclass
+class SweepDone(Message):
+    result: dict
+
+
+@dataclass
+class WorkFailed(Message):
+    error: str

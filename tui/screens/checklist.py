@@ -1,0 +1,115 @@
+"""The checklist screen: items appear as they are judged; pick one to see evidence and fix, rerun it, export."""
+
+from __future__ import annotations
+
+import os
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from tui.messages import ChecklistDone, ChecklistItem, WorkFailed
+
+MARK = {"ok": "[green]ok[/]", "warn": "[yellow]WARN[/]", "fail": "[red]FAIL[/]", "unknown": "[dim]?[/]"}
+
+
+class ChecklistScreen(Screen):
+    BINDINGS = [("escape", "app.pop_screen", "Back"), ("enter", "rerun", "Run item"),
+                ("w", "export", "Export MD"), ("R", "run_all", "Run all")]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="items", cursor_type="row")
+        yield Static(id="detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#items", DataTable)
+        table.add_columns("verdict", "item")
+        self.items: list[dict] = []
+        self.doc: dict | None = None
+        self.action_run_all()
+
+    def action_run_all(self) -> None:
+        if self.app.source is None:
+            self.query_one("#detail", Static).update("no source")
+            return
+        self.items = []
+        self.query_one("#items", DataTable).clear()
+        self.query_one("#detail", Static).update("gathering facts…")
+        self.judge(None)
+
+    def action_rerun(self) -> None:
+        table = self.query_one("#items", DataTable)
+        if self.items and table.cursor_row is not None:
+            self.judge(table.cursor_row)
+
+    @work(thread=True, exclusive=True, group="checklist", exit_on_error=False)
+    def judge(self, only: int | None) -> None:
+        from ckptbench.checklist import RULES, report
+        from ckptbench.checklist_facts import gather
+        from ckptbench.errors import CkptbenchError
+
+        try:
+            facts = gather(self.app.source, concurrency=self.app.opts.concurrency)
+        except CkptbenchError as exc:
+            self.post_message(WorkFailed(str(exc)))
+            return
+        indices = range(len(RULES)) if only is None else [only]
+        items = []
+        for i in indices:
+            item = RULES[i](facts).to_json()
+            items.append(item)
+            self.post_message(ChecklistItem(i, item))
+        if only is None:
+            from ckptbench.checklist import Item
+
+            self.post_message(ChecklistDone(report(self.app.source, [Item(**x) for x in items])))
+
+    @on(ChecklistItem)
+    def add_item(self, msg: ChecklistItem) -> None:
+        table = self.query_one("#items", DataTable)
+        row = (MARK[msg.item["verdict"]], msg.item["title"])
+        if msg.index < len(self.items):
+            self.items[msg.index] = msg.item
+            table.update_cell_at((msg.index, 0), row[0])
+            self.show(msg.index)
+        else:
+            self.items.append(msg.item)
+            table.add_row(*row)
+            if len(self.items) == 1:
+                self.show(0)
+
+    @on(ChecklistDone)
+    def done(self, msg: ChecklistDone) -> None:
+        self.doc = msg.doc
+        s = msg.doc["summary"]
+        self.notify(f"checklist: {s['ok']} ok, {s['warn']} warn, {s['fail']} fail, {s['unknown']} unknown")
+
+    @on(WorkFailed)
+    def failed(self, msg: WorkFailed) -> None:
+        self.notify(msg.error, severity="error", timeout=10)
+
+    @on(DataTable.RowHighlighted)
+    def highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show(event.cursor_row)
+
+    def show(self, i: int) -> None:
+        if not 0 <= i < len(self.items):
+            return
+        it = self.items[i]
+        ev = "\n".join(f"  {k}: {v}" for k, v in it["evidence"].items())
+        self.query_one("#detail", Static).update(
+            f"[b]{it['title']}[/b] — {MARK[it['verdict']]}\n[dim]{it['why']}[/dim]\n\nevidence:\n{ev}\n\nfix: {it['fix']}")
+
+    def action_export(self) -> None:
+        from ckptbench.checklist import markdown
+
+        if self.doc is None:
+            self.notify("the checklist is still running", severity="warning")
+            return
+        path = os.path.abspath("ckptbench-check.md")
+        with open(path, "w") as f:
+            f.write(markdown(self.doc))
+        self.notify(f"wrote {path}")

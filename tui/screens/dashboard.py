@@ -1,0 +1,208 @@
+"""The live restore dashboard: throughput, progress, latency, workers, the stage bar and the system panel."""
+
+from __future__ import annotations
+
+import time
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer, Header, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from ckptbench.live import LiveRates
+from tui.messages import RunCancelled, RunFailed, RunFinished
+from tui.widgets.chart import ThroughputChart
+from tui.widgets.stagebar import StageBar
+from tui.widgets.syspanel import SystemPanel
+
+POLL_S = 0.25
+SYSTEM_S = 1.0
+MODES = ("fused", "staged")
+CACHES = ("as-is", "cold", "hot")
+READS = ("pread", "mmap", "direct")
+HASHES = (None, "crc32c", "xxh64", "md5", "sha256", "none")
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+class Dashboard(Screen):
+    BINDINGS = [
+        ("r", "run", "Run"),
+        ("x", "cancel", "Cancel"),
+        ("plus,equals_sign", "more", "+ conc"),
+        ("minus", "less", "- conc"),
+        ("c", "ask_concurrency", "Set conc"),
+        ("m", "cycle('mode')", "Mode"),
+        ("o", "cycle('cache')", "Cache"),
+        ("e", "cycle('read')", "Read"),
+        ("a", "cycle('hash')", "Hash"),
+    ]
+
+    concurrency: reactive[int] = reactive(8)
+    running: reactive[bool] = reactive(False)
+
+    def validate_concurrency(self, n: int) -> int:
+        return max(1, min(256, n))
+
+    def watch_running(self, running: bool) -> None:
+        self.set_class(running, "-running")
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="source")
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield ThroughputChart(id="chart")
+                yield Static(id="figures")
+                yield ProgressBar(id="progress", show_eta=True)
+            yield SystemPanel(id="system")
+        yield StageBar(id="stages")
+        yield Static(id="settings")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app = self.app
+        self.concurrency = app.opts.concurrency
+        self.rates = LiveRates()
+        self.query_one("#chart", ThroughputChart).border_title = "read throughput, last minute"
+        self.set_interval(POLL_S, self.poll)
+        self.set_interval(SYSTEM_S, self.poll_system)
+        self.show_settings()
+        self.show_source()
+        if app.source is None:
+            self.query_one("#figures", Static).update("no source: start with `ckptbench tui DIR`")
+        elif app.autostart:
+            self.action_run()
+
+    def show_source(self) -> None:
+        s = self.app.source_info
+        if s is None:
+            self.query_one("#source", Static).update("no source")
+            return
+        self.query_one("#source", Static).update(
+            f"[b]{s['source']}[/b]  {s['fs_type']} on {s['mount_point']}  ·  {s['files']} files, {_gb(s['bytes'])}"
+            f"  ·  page-cache residency {s['residency']:.0%}")
+
+    def show_settings(self) -> None:
+        o = self.app.opts
+        state = "running" if self.running else "idle"
+        self.query_one("#settings", Static).update(
+            f"{state} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · read [b]{o.read}[/b] · "
+            f"hash [b]{o.hash or 'manifest'}[/b] · concurrency [b]{self.concurrency}[/b]")
+
+    def watch_concurrency(self, n: int) -> None:
+        if not self.is_mounted:
+            return
+        self.app.set_concurrency(n)
+        if self.running:
+            self.query_one("#chart", ThroughputChart).add_mark(time.monotonic(), f"c={n}")
+        self.show_settings()
+
+    def action_more(self) -> None:
+        self.concurrency = self.concurrency * 2 if self.concurrency >= 4 else self.concurrency + 1
+
+    def action_less(self) -> None:
+        self.concurrency = self.concurrency // 2 if self.concurrency > 4 else self.concurrency - 1
+
+    def action_ask_concurrency(self) -> None:
+        from tui.screens.prompt import NumberPrompt
+
+        def done(value: int | None) -> None:
+            if value:
+                self.concurrency = value
+
+        self.app.push_screen(NumberPrompt("Concurrency (1..256)", self.concurrency), done)
+
+    def action_cycle(self, what: str) -> None:
+        if self.running:
+            self.notify("change mode, cache, read or hash between runs", severity="warning")
+            return
+        choices = {"mode": MODES, "cache": CACHES, "read": READS, "hash": HASHES}[what]
+        current = getattr(self.app.opts, what)
+        self.app.update_opts(**{what: choices[(choices.index(current) + 1) % len(choices)]})
+        self.show_settings()
+
+    def action_run(self) -> None:
+        if self.app.source is None or self.running:
+            return
+        self.query_one("#chart", ThroughputChart).clear()
+        self.query_one("#stages", StageBar).update_stages({}, None)
+        self.rates = LiveRates()
+        self.running = True
+        self.show_settings()
+        self.restore()
+
+    def action_cancel(self) -> None:
+        if self.running and self.app.session is not None:
+            self.app.session.cancel()
+
+    @work(thread=True, exclusive=True, group="restore", exit_on_error=False)
+    def restore(self) -> None:
+        from ckptbench.errors import Cancelled, CkptbenchError
+
+        session = self.app.new_session()
+        try:
+            doc = session.run(repeats=1)
+        except Cancelled:
+            self.post_message(RunCancelled())
+            return
+        except CkptbenchError as exc:
+            self.post_message(RunFailed(str(exc)))
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(RunFinished(doc))
+
+    def poll(self) -> None:
+        session = self.app.session
+        if session is None:
+            return
+        stages = session.stages()
+        self.query_one("#stages", StageBar).update_stages(stages, session.stage if self.running else None)
+        snap = session.snapshot()
+        if snap is None or not self.running:
+            return
+        live = self.rates.update(snap)
+        if session.stage == "read" and not snap.finished:
+            self.query_one("#chart", ThroughputChart).add_sample(time.monotonic(), live["now_gbps"])
+        self.query_one("#figures", Static).update(
+            f"GB/s now [b]{live['now_gbps']:.2f}[/b]  avg [b]{live['avg_gbps']:.2f}[/b]  "
+            f"peak [b]{live['peak_gbps']:.2f}[/b]   ·   files {live['files']}/{live['files_total']}   ·   "
+            f"latency p50 {live['latency_p50_us'] or 0:.0f} µs  p99 {live['latency_p99_us'] or 0:.0f} µs\n"
+            f"workers {live['active_workers']} active / {live['concurrency']} target, busy {live['busy_pct']:.0f} %"
+            f"   ·   errors {live['errors']}  retries {live['retries']}")
+        bar = self.query_one("#progress", ProgressBar)
+        bar.update(total=max(1, snap.bytes_planned), progress=snap.bytes)
+
+    def poll_system(self) -> None:
+        sample = self.app.system_sample()
+        if sample is not None:
+            self.query_one("#system", SystemPanel).show(sample)
+
+    @on(RunFinished)
+    def finished(self, msg: RunFinished) -> None:
+        self.running = False
+        self.poll()
+        doc = msg.doc
+        self.query_one("#stages", StageBar).update_stages(doc["stages"], None)
+        self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "
+                    f"success {doc['success_rate']:.0%} ({doc['status']})")
+        self.show_settings()
+        self.app.refresh_source()
+        self.show_source()
+
+    @on(RunFailed)
+    def failed(self, msg: RunFailed) -> None:
+        self.running = False
+        self.notify(msg.error, severity="error", timeout=10)
+        self.show_settings()
+
+    @on(RunCancelled)
+    def cancelled(self, _msg: RunCancelled) -> None:
+        self.running = False
+        self.notify("restore cancelled (recorded as cancelled)", severity="warning")
+        self.show_settings()

@@ -1,0 +1,77 @@
+"""History: the runs in results.csv; mark two with space and compare them."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+
+class HistoryScreen(Screen):
+    BINDINGS = [("escape", "app.pop_screen", "Back"), ("space", "mark", "Mark"), ("c", "compare", "Compare")]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="runs", cursor_type="row")
+        yield Static(id="comparison")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.marked: list[str] = []
+        self.load()
+
+    def load(self) -> None:
+        from ckptbench.errors import CkptbenchError
+        from ckptbench.history import runs
+
+        table = self.query_one("#runs", DataTable)
+        table.clear(columns=True)
+        table.add_columns("", "run", "date", "source", "mode", "cache", "repeats", "RTO s", "read GB/s", "status")
+        path = self.app.results_path
+        try:
+            self.runs = runs(path)
+        except CkptbenchError as exc:
+            self.runs = []
+            self.query_one("#comparison", Static).update(str(exc))
+            return
+        for r in self.runs:
+            table.add_row(" ", r["run_id"], r["date"][:19], r["source"], r["mode"], r["cache"], str(r["repeats"]),
+                          "-" if r["rto_s"] is None else f"{r['rto_s']:.3f}",
+                          "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", r["status"], key=r["run_id"])
+        if not self.runs:
+            self.query_one("#comparison", Static).update(f"no runs recorded in {path} yet: press r on the dashboard")
+
+    def action_mark(self) -> None:
+        table = self.query_one("#runs", DataTable)
+        if not self.runs:
+            return
+        run_id = self.runs[table.cursor_row]["run_id"]
+        if run_id in self.marked:
+            self.marked.remove(run_id)
+        else:
+            self.marked = (self.marked + [run_id])[-2:]
+        for i, r in enumerate(self.runs):
+            table.update_cell_at((i, 0), "●" if r["run_id"] in self.marked else " ")
+
+    def action_compare(self) -> None:
+        from ckptbench.compare import compare
+        from ckptbench.errors import CkptbenchError
+
+        if len(self.marked) != 2:
+            self.notify("mark two runs with space first", severity="warning")
+            return
+        order = [r["run_id"] for r in self.runs]
+        base, new = sorted(self.marked, key=order.index)
+        try:
+            c = compare(self.app.results_path, base, newest=new)
+        except CkptbenchError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        lines = [f"{new} against {base}"]
+        if c.env_diff:
+            lines.append("[yellow]differs: " + ", ".join(f"{k} {a}→{b}" for k, (a, b) in c.env_diff.items()) + "[/]")
+        for f in c.figures:
+            ch = "" if f.change_pct is None else f"{f.change_pct:+.1f}%"
+            flag = " [red]REGRESSION[/]" if f.regression else ""
+            lines.append(f"  {f.figure:16s} {f.baseline['median']:10.4g} → {f.newest['median']:10.4g} {ch}{flag}")
+        self.query_one("#comparison", Static).update("\n".join(lines))

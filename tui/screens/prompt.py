@@ -1,0 +1,36 @@
+"""A small modal that asks for a whole number (concurrency)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label
+
+
+class NumberPrompt(ModalScreen[int | None]):
+    BINDINGS = [("escape", "dismiss_none", "Cancel")]
+
+    def __init__(self, title: str, value: int):
+        super().__init__()
+        self.title_text = title
+        self.value = value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="prompt"):
+            yield Label(self.title_text)
+            yield Input(str(self.value), type="integer", id="number")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            n = int(event.value)
+        except ValueError:
+            self.notify("a whole number, please", severity="error")
+            return
+        if not 1 <= n <= 256:
+            self.notify("concurrency must be 1..256", severity="error")
+            return
+        self.dismiss(n)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)

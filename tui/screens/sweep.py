@@ -1,0 +1,88 @@
+"""The sweep screen: read throughput against concurrency as bars, the knee marked, apply the recommendation."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from tui.messages import SweepDone, SweepPoint, WorkFailed
+
+LEVELS = [1, 2, 4, 8, 16, 32]
+
+
+class SweepScreen(Screen):
+    BINDINGS = [("escape", "app.pop_screen", "Back"), ("a", "apply", "Apply knee"), ("R", "start", "Run again")]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="sweep-chart")
+        yield Static(id="sweep-summary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.points: dict[int, float] = {}
+        self.result: dict | None = None
+        self.action_start()
+
+    def action_start(self) -> None:
+        if self.app.source is None:
+            return
+        self.points, self.result = {}, None
+        self.render_chart()
+        self.query_one("#sweep-summary", Static).update("sweeping (cold reads, one pass per level)…")
+        self.run_sweep()
+
+    @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
+    def run_sweep(self) -> None:
+        from ckptbench.errors import CkptbenchError
+        from ckptbench.sweep import sweep
+
+        try:
+            res = sweep(self.app.source, LEVELS, repeats=1, cache="cold",
+                        progress=lambda lv, g: self.post_message(SweepPoint(lv, g)))
+        except CkptbenchError as exc:
+            self.post_message(WorkFailed(str(exc)))
+            return
+        self.post_message(SweepDone(res.to_json()))
+
+    @on(SweepPoint)
+    def point(self, msg: SweepPoint) -> None:
+        self.points[msg.level] = msg.gbps
+        self.render_chart()
+
+    @on(SweepDone)
+    def done(self, msg: SweepDone) -> None:
+        self.result = msg.result
+        self.points = {int(k): v["median"] for k, v in msg.result["gbps"].items()}
+        self.render_chart()
+        self.query_one("#sweep-summary", Static).update(
+            f"knee: concurrency [b]{msg.result['knee']}[/b] (smallest level within "
+            f"{msg.result['margin']:.0%} of the best, {msg.result['best']}) — press a to apply")
+
+    @on(WorkFailed)
+    def failed(self, msg: WorkFailed) -> None:
+        self.notify(msg.error, severity="error", timeout=10)
+
+    def render_chart(self) -> None:
+        width = max(10, self.size.width - 24)
+        top = max(self.points.values(), default=0) or 1
+        knee = self.result["knee"] if self.result else None
+        lines = []
+        for lv in LEVELS:
+            g = self.points.get(lv)
+            if g is None:
+                lines.append(f"{lv:5d} │ …")
+                continue
+            bar = "█" * max(1, int(g / top * width))
+            style = "bold yellow" if lv == knee else "green"
+            lines.append(f"{lv:5d} │ [{style}]{bar}[/] {g:.2f} GB/s{'  ← knee' if lv == knee else ''}")
+        self.query_one("#sweep-chart", Static).update("concurrency\n" + "\n".join(lines))
+
+    def action_apply(self) -> None:
+        if self.result is None:
+            self.notify("the sweep is still running", severity="warning")
+            return
+        self.app.set_concurrency(self.result["knee"])
+        self.notify(f"concurrency set to {self.result['knee']}")
