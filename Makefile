@@ -26,7 +26,10 @@ build: $(EXT)
 demo: build
 	$(BIN)/ckptbench demo
 
+# The terminal test drives the TUI inside tmux, from the distribution's packages.
 test: build
+	@command -v tmux >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq tmux; } \
+		|| { echo "make test needs tmux: apt-get install tmux"; exit 2; }
 	$(BIN)/python -m pytest -q
 
 bench: build
