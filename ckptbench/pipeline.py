@@ -248,10 +248,15 @@ class Run:
         mismatched = {p for p, w in problems if "manifest says" in w}
         if mismatched:
             errors["digest_mismatch"] = len(mismatched)
+        missing = {p for p, w in problems if "not read" in w}
+        if missing:
+            errors["missing"] = len(missing)
         bad = {p for p, _ in problems}
-        restored_files = sum(1 for f in res.files if listing.rel(f.path) not in bad)
+        # files the manifest promises count too: one that vanished is a file not restored
+        expected = {listing.rel(f.path) for f in res.files} | ({e.path for e in man.files} if man else set())
+        restored_files = len(expected - bad)
         read_s = self.stages["read"]
-        base = dict(bytes=res.bytes, files=len(res.files), files_restored=restored_files,
+        base = dict(bytes=res.bytes, files=len(expected), files_restored=restored_files,
                     read_gbps=res.bytes / read_s / 1e9 if read_s > 0 else 0.0, retries=res.retries,
                     errors=errors, cache=cache)
         if problems:
@@ -314,6 +319,21 @@ def _buffer_reader(listing: Listing, man: mf.Manifest | None, buffers: dict):
     return read
 
 
+def check_device(device: str) -> None:
+    """Before any work: cpu, or cuda[:N] on a box that has it."""
+    if device == "cpu":
+        return
+    name, _, index = device.partition(":")
+    if name != "cuda" or (index and not index.isdigit()):
+        raise CkptbenchError(f"--device {device!r}: use cpu or cuda[:N]")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise CkptbenchError(f"--device {device}: no CUDA device here; use --device cpu")
+    if index and int(index) >= torch.cuda.device_count():
+        raise CkptbenchError(f"--device {device}: this box has {torch.cuda.device_count()} GPU(s)")
+
+
 def _to_device(restored, state, device: str, notes: dict) -> None:
     import torch
 
@@ -354,6 +374,7 @@ def run(source: str, opts: RunOptions, *, repeats: int = 3, progress: Progress |
         raise CkptbenchError(f"unknown mode {opts.mode!r}: choose staged or fused")
     if repeats < 1:
         raise CkptbenchError(f"--repeat must be at least 1, got {repeats}")
+    check_device(opts.device)
     listing = listing or list_checkpoint(source)
     oom_precheck(listing, opts.mode)
     out = []

@@ -92,7 +92,7 @@ def _parse(row: dict, path: str, lineno: int) -> dict:
         out["env"] = json.loads(row["env"]) if row["env"] else {}
         for k, v in row.items():
             if k in ("env", "run_id", "timestamp", "source", "format", "mode", "status", "cache", "read", "hash",
-                     "device", "cache_verified"):
+                     "device", "cache_verified", "errors"):
                 continue
             out[k] = float(v) if v not in ("", "None") else None
     except ValueError:
