@@ -61,6 +61,9 @@ def small_files(f: Facts) -> Item:
     limit = f.preset.small_file_bytes if f.preset else SMALL_FILE_DEFAULT
     small = sum(1 for s in f.sizes if s < limit)
     avg = f.bytes / f.files if f.files else 0
+    if f.files == 0:
+        return Item("small_files", "Too many small files", "unknown", {"files": 0},
+                    "each file costs an open, a stat and a round trip", "list the source: no files were found")
     ev = {"files": f.files, "avg_bytes": int(avg), "small_files": small, "small_limit_bytes": limit,
           "histogram": probes.size_histogram(f.sizes),
           "open_per_s": round(f.open_rate, 1) if f.open_rate else None}
@@ -180,7 +183,8 @@ def limits_and_interference(f: Facts) -> Item:
             verdict, fix = "ok", "none"
     if _unknown(f.openers):
         ev["other_readers"] = _reason(f.openers)
-        verdict = "unknown" if verdict == "ok" else verdict
+        if verdict == "ok":
+            verdict, fix = "unknown", "check other readers with `fuser -vm SOURCE` or `lsof +D SOURCE`"
     else:
         ev["other_readers"] = [{"pid": p, "command": c, "open_files": n} for p, c, n in f.openers]
         if f.openers and verdict in ("ok", "unknown"):

@@ -259,7 +259,9 @@ def s3_endpoint(environ: dict[str, str]) -> dict:
     region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
     endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
     if endpoint:
-        host = endpoint.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+        from urllib.parse import urlsplit
+
+        host = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}").hostname or endpoint
     else:
         host = f"s3.{region}.amazonaws.com" if region else "s3.amazonaws.com"
     proxies = {}
@@ -343,7 +345,7 @@ def mount_of(path: str, root: str = "/") -> Mount | Unknown:
         try:
             sep = parts.index("-")
             mp = _unescape(parts[4])
-            m = Mount(mp, parts[sep + 1], parts[sep + 2], parts[5] + "," + parts[sep + 3], parts[2])
+            m = Mount(mp, parts[sep + 1], _unescape(parts[sep + 2]), parts[5] + "," + parts[sep + 3], parts[2])
         except (ValueError, IndexError):
             continue
         inside = target == mp or target.startswith(mp.rstrip("/") + "/")
