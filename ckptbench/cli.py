@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] to move the state to a GPU")
     p.add_argument("--repeat", type=_positive, default=3, metavar="N", help="independent repeats (medians reported)")
     p.add_argument("--optimizer-step", action="store_true", help="the check also runs one optimizer step")
+    p.add_argument("--part-size", type=_size, default=8 << 20, metavar="B", help="S3: bytes per ranged GET (8M)")
+    p.add_argument("--stage-dir", metavar="DIR", help="S3: download here (temporary names until whole and verified)")
     p.add_argument("--results", default="results.csv", metavar="PATH", help="append-only CSV of every repeat")
     p.add_argument("--price-per-hour", type=float, metavar="USD", help="instance price: turn the RTO into money")
     p.add_argument("--spot-discount", type=float, default=0.0, metavar="F", help="fraction off on spot (0.7)")
@@ -171,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", metavar="DIR")
     p.add_argument("out", metavar="OUT")
     p.set_defaults(handler=cmd_unpack)
+
+    p = sub.add_parser("upload", help="put a checkpoint directory under s3://bucket/prefix (multipart, CRC32C)")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("url", metavar="s3://BUCKET/PREFIX")
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=16)
+    p.add_argument("--part-size", type=_size, default=8 << 20, metavar="B")
+    p.set_defaults(handler=cmd_upload)
 
     p = sub.add_parser("tui", help="the live dashboard: restore, concurrency by eye, checklist, sweep, history")
     p.add_argument("source", metavar="SOURCE", nargs="?")
@@ -404,6 +413,18 @@ def cmd_demo(args) -> int:
     from tui.app import CkptbenchApp  # the UI loads only for this command
 
     CkptbenchApp(directory, autostart=True).run()
+    return 0
+
+
+def cmd_upload(args) -> int:
+    from ckptbench.sources import s3
+
+    url = s3.parse(args.url)
+    if args.part_size < 5 << 20:
+        raise CkptbenchError(f"--part-size {args.part_size}: S3 multipart parts are at least 5 MiB")
+    say = (lambda rel: print(f"  {rel}", file=sys.stderr)) if sys.stderr.isatty() else None
+    done = s3.upload(args.directory, url, concurrency=args.concurrency, part_size=args.part_size, progress=say)
+    print(f"uploaded {len(done)} files to {url}")
     return 0
 
 

@@ -150,7 +150,8 @@ def cmd_run(args) -> int:
 
     opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
                                hash=args.hash, block_size=args.block_size, device=args.device,
-                               drop_caches=args.drop_caches, optimizer_step=args.optimizer_step)
+                               drop_caches=args.drop_caches, optimizer_step=args.optimizer_step,
+                               part_size=args.part_size, stage_dir=args.stage_dir)
     if args.results:
         results.check_writable(args.results)
     if args.price_per_hour is not None:
@@ -158,7 +159,7 @@ def cmd_run(args) -> int:
     _warm_imports()
     progress = StageProgress()
     cancel = threading.Event()
-    listing = pipeline.list_checkpoint(args.source)
+    listing = pipeline.list_checkpoint(args.source, args.concurrency)
 
     def on_run(_run) -> None:
         progress.repeat += 1

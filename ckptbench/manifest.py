@@ -61,11 +61,20 @@ def read(directory: str) -> Manifest | None:
     if not os.path.exists(path):
         return None
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        with open(path, "rb") as f:
+            return parse(f.read(), path)
+    except OSError as exc:
+        raise CkptbenchError(f"{path}: unreadable manifest ({exc.strerror}); regenerate it or remove it") from None
+
+
+def parse(raw: bytes, where: str) -> Manifest:
+    """A manifest from its bytes (a local file's, or an S3 object's)."""
+    path = where
+    try:
+        doc = json.loads(raw)
         files = tuple(FileEntry(**e) for e in doc.pop("files"))
         if doc.get("version") != VERSION:
             raise ValueError(f"version {doc.get('version')}, expected {VERSION}")
         return Manifest(files=files, **doc)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise CkptbenchError(f"{path}: unreadable manifest ({exc}); regenerate it or remove it") from None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import gc
 import os
+import shutil
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +36,8 @@ class RunOptions:
     device: str = "cpu"
     drop_caches: bool = False
     optimizer_step: bool = False
+    part_size: int = 8 << 20  # S3 ranged GET size
+    stage_dir: str | None = None  # S3: download here (temporary names, renamed when whole and verified)
 
 
 @dataclass(frozen=True)
@@ -42,13 +46,28 @@ class Listing:
     files: list[fastio.FileSpec]
     manifest: mf.Manifest | None
     format: str
+    s3: "S3Access | None" = None
 
     @property
     def bytes(self) -> int:
         return sum(f.size or 0 for f in self.files)
 
     def rel(self, path: str) -> str:
+        if self.s3 is not None:
+            return path[len(self.source.rstrip("/")) + 1:]
         return os.path.relpath(path, self.source).replace(os.sep, "/")
+
+    @property
+    def rels(self) -> list[str]:
+        return [self.rel(f.path) for f in self.files]
+
+
+@dataclass(frozen=True)
+class S3Access:
+    client: object
+    url: object  # sources.s3.S3Url
+    objects: list
+    retry_log: object
 
 
 @dataclass
@@ -67,16 +86,20 @@ class RepeatResult:
     cpu_s: float
     status: str = "ok"
     problems: list[str] = field(default_factory=list)
+    retry_classes: dict[str, int] = field(default_factory=dict)
 
     @property
     def success_rate(self) -> float:
         return self.files_restored / self.files if self.files else 0.0
 
 
-def list_checkpoint(source: str) -> Listing:
-    """Enumerate and stat every file; the manifest when there is one; the format."""
+def list_checkpoint(source: str, concurrency: int = 16) -> Listing:
+    """Enumerate and stat every file (or list every object); the manifest when there is one; the format."""
     from ckptbench.formats import detect
+    from ckptbench.sources import s3
 
+    if s3.is_s3(source):
+        return _list_s3(source, concurrency)
     if not os.path.exists(source):
         raise CkptbenchError(f"{source}: no such directory; point at a checkpoint directory")
     if not os.path.isdir(source):
@@ -93,6 +116,22 @@ def list_checkpoint(source: str) -> Listing:
     man = mf.read(source)
     fmt = man.format if man is not None and man.format != "unknown" else detect(source)
     return Listing(source, files, man, fmt)
+
+
+def _list_s3(source: str, concurrency: int) -> Listing:
+    from ckptbench.formats import detect_names
+    from ckptbench.sources import s3
+
+    url = s3.parse(source)
+    log = s3.RetryLog()
+    client = s3.make_client(concurrency, retry_log=log)
+    objects = s3.list_objects(client, url)
+    raw = s3.get_bytes(client, url, mf.MANIFEST_NAME) if any(o.rel == mf.MANIFEST_NAME for o in objects) else None
+    man = mf.parse(raw, f"{url}/{mf.MANIFEST_NAME}") if raw is not None else None
+    base = str(url).rstrip("/")
+    files = [fastio.FileSpec(f"{base}/{o.rel}", o.size) for o in objects]
+    fmt = man.format if man is not None and man.format != "unknown" else detect_names([o.rel for o in objects], base)
+    return Listing(base, files, man, fmt, S3Access(client, url, objects, log))
 
 
 def memory_needed(listing: Listing, mode: str) -> int:
@@ -157,6 +196,8 @@ class Run:
         self.cancel = cancel or threading.Event()
         self.handle: fastio.ReadHandle | None = None
         self.stage = "list"
+        self.stage_dir: str | None = None
+        self.own_stage = False
         self.stages: dict[str, float] = {}
         self.notes: dict[str, str] = {}
 
@@ -174,11 +215,21 @@ class Run:
         self.stages[name] = time.perf_counter() - t0
         return out
 
-    def _read(self, alg: str) -> fastio.ReadResult:
+    def _start(self, alg: str):
         o = self.opts
-        self.handle = fastio.start(self.listing.files, concurrency=o.concurrency, read=o.read, hash=alg,
-                                   block_size=o.block_size, chunk_size=max(64 << 20, o.block_size),
-                                   into_memory=True)
+        if self.listing.s3 is not None:
+            from ckptbench.sources import s3read
+
+            a = self.listing.s3
+            into = "stage" if self.stage_dir else "memory"
+            return s3read.start(a.client, a.url, a.objects,
+                                s3read.S3ReadOptions(concurrency=o.concurrency, part_size=o.part_size, hash=alg,
+                                                     into=into, stage_dir=self.stage_dir), a.retry_log)
+        return fastio.start(self.listing.files, concurrency=o.concurrency, read=o.read, hash=alg,
+                            block_size=o.block_size, chunk_size=max(64 << 20, o.block_size), into_memory=True)
+
+    def _read(self, alg: str) -> fastio.ReadResult:
+        self.handle = self._start(alg)
         with self.handle as h:
             while (res := h.wait(PROGRESS_INTERVAL_S)) is None:
                 if self.cancel.is_set():
@@ -193,7 +244,14 @@ class Run:
         return res
 
     def _hash_buffers(self, res: fastio.ReadResult, alg: str) -> dict[str, str]:
-        """Staged verify: hash what the read stage left in memory, `concurrency` buffers at a time."""
+        """Staged verify: hash what the read stage left in memory (or in the staging directory)."""
+        if self.stage_dir:
+            local = [os.path.join(self.stage_dir, self.listing.rel(f.path)) for f in res.files]
+            again = fastio.read_files([p for p, f in zip(local, res.files) if f.error is None],
+                                      concurrency=self.opts.concurrency, hash=alg)
+            by_local = {f.path: f.digest for f in again.files}
+            return {f.path: by_local.get(p) for p, f in zip(local, res.files)}
+
         def one(i: int) -> tuple[str, str | None]:
             buf = res.buffers[i]
             if buf is None:
@@ -206,17 +264,36 @@ class Run:
             return dict(pool.map(one, range(len(res.files))))
 
     def execute(self) -> RepeatResult:
+        o = self.opts
+        proc = psutil.Process()
+        s3 = self.listing.s3 is not None
+        if s3:
+            cache = conditions.CacheCondition(o.cache, 0.0, True, "S3: no local page cache, every read goes to the server")
+            # staged S3 downloads then loads files (as `aws s3 cp` + torch.load); DCP can only load from files
+            if o.stage_dir or o.mode == "staged" or self.listing.format == "dcp":
+                self.stage_dir = o.stage_dir or tempfile.mkdtemp(prefix="ckptbench-stage-")
+                self.own_stage = o.stage_dir is None
+        else:
+            cache = conditions.prepare([f.path for f in self.listing.files], o.cache, drop_caches=o.drop_caches)
+        try:
+            return self._execute(cache, proc)
+        finally:
+            if self.own_stage:
+                shutil.rmtree(self.stage_dir, ignore_errors=True)
+
+    def _execute(self, cache, proc) -> RepeatResult:
         from ckptbench import restore
         from ckptbench.verify import compare
 
         o = self.opts
-        proc = psutil.Process()
-        cache = conditions.prepare([f.path for f in self.listing.files], o.cache, drop_caches=o.drop_caches)
+        s3 = self.listing.s3 is not None
         gc.collect()
         self.rss = _PeakRSS()
         cpu0 = _cpu_s(proc)
         t_start = time.perf_counter()
-        listing = self._timed("list", lambda: list_checkpoint(self.listing.source))
+        listing = self._timed("list", lambda: list_checkpoint(self.listing.source, o.concurrency))
+        if s3:
+            self.listing = listing  # the reader uses this listing's client, objects and retry counters
         man = listing.manifest
         alg = o.hash or (man.hash if man is not None else "crc32c")
         if o.mode == "fused":
@@ -242,9 +319,12 @@ class Run:
         problems = verify()
         self.stages["verify"] += time.perf_counter() - t_verify
         errors: dict[str, int] = {}
-        for f in res.failed:
-            name = errno.errorcode.get(f.error.errno, "error")
-            errors[name] = errors.get(name, 0) + 1
+        if s3:
+            errors.update(self.handle.error_classes())
+        else:
+            for f in res.failed:
+                name = errno.errorcode.get(f.error.errno, "error")
+                errors[name] = errors.get(name, 0) + 1
         mismatched = {p for p, w in problems if "manifest says" in w}
         if mismatched:
             errors["digest_mismatch"] = len(mismatched)
@@ -258,7 +338,8 @@ class Run:
         read_s = self.stages["read"]
         base = dict(bytes=res.bytes, files=len(expected), files_restored=restored_files,
                     read_gbps=res.bytes / read_s / 1e9 if read_s > 0 else 0.0, retries=res.retries,
-                    errors=errors, cache=cache)
+                    errors=errors, cache=cache,
+                    retry_classes=dict(listing.s3.retry_log.counts) if s3 else {})
         if problems:
             del res
             return RepeatResult(self.stages, self.notes, time.perf_counter() - t_start,
@@ -267,9 +348,18 @@ class Run:
 
         def load():
             buffers = {f.path: b for f, b in zip(res.files, res.buffers)}
-            if o.mode == "fused":
-                tail = restore.load_tail(listing.source, man, reader=_buffer_reader(listing, man, buffers))
-                state = restore.load_state(listing.source, listing.format, buffers=buffers)
+            if self.stage_dir:
+                tail = restore.load_tail(self.stage_dir, man)
+                state = restore.load_state(self.stage_dir, listing.format)
+                self.notes["load"] = "S3 objects staged to local files, loaded from there"
+            elif o.mode == "fused":
+                shards = None
+                if s3:
+                    ext = restore.SHARD_EXT[listing.format]
+                    shards = [f.path for f in listing.files if f.path.endswith(ext)]
+                tail = restore.load_tail(listing.source, man, reader=_buffer_reader(listing, man, buffers),
+                                         rels=listing.rels)
+                state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards)
                 if listing.format == "dcp":
                     self.notes["load"] = "dcp loads from files (no in-memory reader): bytes are read twice"
             else:
@@ -291,8 +381,8 @@ class Run:
         report = self._timed("check", lambda: _check(restored, state, man, o.optimizer_step))
         rto = time.perf_counter() - t_start
         status = "ok" if report.ok else "failed"
-        cache = cache.with_after(conditions.residency_of([f.path for f in listing.files]))
-        base["cache"] = cache
+        if not s3:
+            base["cache"] = cache.with_after(conditions.residency_of([f.path for f in listing.files]))
         return RepeatResult(self.stages, self.notes, rto, peak_rss_bytes=self.rss.peak(),
                             cpu_s=_cpu_s(proc) - cpu0, status=status, problems=list(report.problems), **base)
 
@@ -375,7 +465,7 @@ def run(source: str, opts: RunOptions, *, repeats: int = 3, progress: Progress |
     if repeats < 1:
         raise CkptbenchError(f"--repeat must be at least 1, got {repeats}")
     check_device(opts.device)
-    listing = listing or list_checkpoint(source)
+    listing = listing or list_checkpoint(source, opts.concurrency)
     oom_precheck(listing, opts.mode)
     out = []
     for _ in range(repeats):

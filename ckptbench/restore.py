@@ -35,9 +35,12 @@ class CheckReport:
     structural_only: bool
 
 
+SHARD_EXT = {"safetensors": (".safetensors",), "torch": (".pt", ".pth", ".bin"), "dcp": (".distcp",)}
+
+
 def shard_files(directory: str, fmt: str) -> list[str]:
     """The files that hold tensors, for this format, in a stable order."""
-    ext = {"safetensors": (".safetensors",), "torch": (".pt", ".pth", ".bin"), "dcp": (".distcp",)}[fmt]
+    ext = SHARD_EXT[fmt]
     out = []
     for root, dirs, names in os.walk(directory):
         dirs.sort()
@@ -45,14 +48,17 @@ def shard_files(directory: str, fmt: str) -> list[str]:
     return out
 
 
-def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None) -> CheckpointState:
-    """All shards merged into one state; from `buffers` (path → bytes already read) when given."""
+def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None,
+               shards: list[str] | None = None) -> CheckpointState:
+    """All shards merged into one state; from `buffers` (path → bytes already read) when given.
+
+    `shards` names the shard paths when there is no directory to walk (an S3 prefix read into memory)."""
     fmt = fmt or detect(directory)
     mod = module_for(fmt)
     if fmt == "dcp":
         return mod.load_dir(directory)
     state = CheckpointState({})
-    for path in shard_files(directory, fmt):
+    for path in shards if shards is not None else shard_files(directory, fmt):
         if buffers is not None and path in buffers:
             state.merge(mod.load_buffer(buffers[path], path))
         else:
@@ -62,23 +68,23 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
     return state
 
 
-def tail_names(directory: str, man: mf.Manifest | None) -> list[str]:
+def tail_names(directory: str, man: mf.Manifest | None, rels: list[str] | None = None) -> list[str]:
     """The small files a trainer reads on resume: config, tokenizer, scheduler, RNG, data-loader state."""
     if man is not None:
         return [e.path for e in man.files if e.kind == "small"] + [r for i in man.packs.values() for r in i]
-    rels = []
-    for root, dirs, names in os.walk(directory):
-        dirs.sort()
-        rels += [os.path.relpath(os.path.join(root, n), directory) for n in sorted(names)
-                 if n.endswith((".json", ".idx", ".txt", ".model")) and not n.endswith(".index.json")
-                 and n != mf.MANIFEST_NAME]
-    return rels
+    if rels is None:
+        rels = []
+        for root, dirs, names in os.walk(directory):
+            dirs.sort()
+            rels += [os.path.relpath(os.path.join(root, n), directory) for n in sorted(names)]
+    return [r for r in rels if r.endswith((".json", ".idx", ".txt", ".model")) and not r.endswith(".index.json")
+            and os.path.basename(r) != mf.MANIFEST_NAME]
 
 
-def load_tail(directory: str, man: mf.Manifest | None, reader=None) -> dict[str, bytes]:
+def load_tail(directory: str, man: mf.Manifest | None, reader=None, rels: list[str] | None = None) -> dict[str, bytes]:
     """The tail's bytes, from packs when packed; `reader(rel)` supplies bytes already in memory."""
     read = reader or (lambda rel: read_member(directory, man, rel))
-    return {rel: read(rel) for rel in tail_names(directory, man)}
+    return {rel: read(rel) for rel in tail_names(directory, man, rels)}
 
 
 def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None:

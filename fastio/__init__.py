@@ -7,6 +7,7 @@ hash of the concatenated per-chunk digests plus "-<parts>", how S3 builds a mult
 
 from fastio._engine import (
     MAX_CONCURRENCY,
+    crc32c_combine,
     Hasher,
     ReadHandle,
     crc32c_hw_available,
@@ -44,6 +45,7 @@ __all__ = [
     "ReadResult",
     "Residency",
     "Snapshot",
+    "crc32c_combine",
     "crc32c_hw_available",
     "crc32c_impl",
     "drop_caches",

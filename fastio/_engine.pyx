@@ -83,8 +83,12 @@ def _crc32c(data, unsigned int value=0, impl="auto"):
     return crc
 
 
-def _crc32c_combine(unsigned int crc1, unsigned int crc2, unsigned long long len2):
+def crc32c_combine(unsigned int crc1, unsigned int crc2, unsigned long long len2):
+    """crc32c of A+B from crc32c(A), crc32c(B) and len(B): parts hashed apart, joined in order."""
     return fio_crc32c_combine(crc1, crc2, len2)
+
+
+_crc32c_combine = crc32c_combine
 
 
 def _alg(name):
