@@ -77,7 +77,7 @@ def gather(source: str, *, root: str = "/", concurrency: int = 8, quick_sweep: b
            environ: dict | None = None, probe_cache: bool = True) -> Facts:
     """Reads every fact; each probe fails soft, so a missing one becomes 'unknown' in its item, not a crash."""
     if source.startswith("s3://"):
-        raise CkptbenchError(f"{source}: S3 sources are not supported yet; check a local or mounted directory")
+        return _gather_s3(source, root, concurrency, quick_sweep, environ)
     if not os.path.isdir(source):
         raise CkptbenchError(f"{source}: no such directory; point at a checkpoint directory")
     paths = _files(source)
@@ -116,6 +116,35 @@ def gather(source: str, *, root: str = "/", concurrency: int = 8, quick_sweep: b
 
         levels = sorted({1, 4, 8, 16, 32, concurrency})
         f.sweep = sweep(source, levels, repeats=1, cache="cold").to_json()
+    return f
+
+
+def _gather_s3(source: str, root: str, concurrency: int, quick_sweep: bool, environ) -> Facts:
+    """An S3 prefix: sizes from the listing, the endpoint from the environment, local limits and memory."""
+    from ckptbench.pipeline import list_checkpoint
+
+    listing = list_checkpoint(source, concurrency)
+    f = Facts(source=source, scheme="s3", concurrency=concurrency)
+    f.sizes = [x.size or 0 for x in listing.files]
+    f.files = len(f.sizes)
+    f.world_size = listing.manifest.world_size if listing.manifest and listing.manifest.world_size else None
+    f.preset = storage.match(storage.load_all(), scheme="s3", fs_type=None)
+    f.ulimit = probes.ulimit_nofile(root)
+    f.fds = probes.fds_in_use(root)
+    f.meminfo = probes.meminfo(root)
+    f.sysctls = {k: probes.sysctl(k, root) for k in ("vm.dirty_ratio", "vm.dirty_background_ratio", "vm.dirty_bytes")}
+    f.openers = []
+    f.gpus = probes.gpus()
+    f.s3 = probes.s3_endpoint(dict(environ if environ is not None else os.environ))
+    f.evict_residency = probes.Unknown("S3 has no local page cache: every read is cold")
+    t0 = probes.tcp_counters(root)
+    time.sleep(SAMPLE_S if root == "/" else 0)
+    t1 = probes.tcp_counters(root)
+    f.retransmit_rate = probes.retransmit_rate(t0, t1) if isinstance(t0, dict) and isinstance(t1, dict) else t0
+    if quick_sweep:
+        from ckptbench.sweep import sweep
+
+        f.sweep = sweep(source, sorted({1, 4, 8, 16, 32, concurrency}), repeats=1).to_json()
     return f
 
 

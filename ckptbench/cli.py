@@ -209,14 +209,14 @@ def _read_options(args):
     )
 
 
-def _run_read_live(files, opts):
+def _run_read_live(files, opts, s3_listing=None):
     from ckptbench.progress import ProgressLine
     from ckptbench.reading import run_read
 
     line = ProgressLine(sys.stderr)
     cancel = threading.Event()
     try:
-        return run_read(files, opts, on_progress=line, cancel=cancel)
+        return run_read(files, opts, on_progress=line, cancel=cancel, s3_listing=s3_listing)
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -244,10 +244,11 @@ def _print_summary(report) -> None:
 
 
 def cmd_read(args) -> int:
-    from ckptbench.reading import list_files
+    from ckptbench.reading import list_files, list_s3
 
-    files = list_files(args.targets)
-    report = _run_read_live(files, _read_options(args))
+    s3_listing = list_s3(args.targets, args.concurrency)
+    files = s3_listing.files if s3_listing is not None else list_files(args.targets)
+    report = _run_read_live(files, _read_options(args), s3_listing)
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

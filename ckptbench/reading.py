@@ -66,6 +66,45 @@ class ReadReport:
         }
 
 
+def _wait(handle, on_progress, cancel):
+    with handle:
+        while (result := handle.wait(PROGRESS_INTERVAL_S)) is None:
+            if cancel is not None and cancel.is_set():
+                handle.cancel()
+            if on_progress:
+                on_progress(handle.snapshot())
+    if on_progress:
+        on_progress(result.final)
+    if cancel is not None and cancel.is_set() and result.cancelled:
+        raise Cancelled("read cancelled")
+    return result
+
+
+def _run_read_s3(listing, opts: ReadOptions, on_progress, cancel, on_start) -> ReadReport:
+    """Read-only from S3: ranged GETs hashed as they stream; memory stays bounded by concurrency × part."""
+    from ckptbench.sources import s3read
+
+    a = listing.s3
+    handle = s3read.start(a.client, a.url, a.objects,
+                          s3read.S3ReadOptions(concurrency=opts.concurrency, part_size=opts.chunk_size,
+                                               hash=opts.hash, into="hash"), a.retry_log)
+    if on_start:
+        on_start(handle)
+    cache = conditions.CacheCondition(opts.cache, 0.0, True, "S3: no local page cache")
+    return ReadReport(_wait(handle, on_progress, cancel), cache)
+
+
+def list_s3(targets: list[str], concurrency: int = 16):
+    """The listing of one s3:// prefix (None when the targets are local)."""
+    if not any(t.startswith("s3://") for t in targets):
+        return None
+    from ckptbench.pipeline import list_checkpoint
+
+    if len(targets) != 1:
+        raise CkptbenchError("read takes one s3:// prefix at a time, without local paths")
+    return list_checkpoint(targets[0], concurrency)
+
+
 def list_files(targets: Iterable[str]) -> list[fastio.FileSpec]:
     """Files named, plus every regular file under directories named, in a stable order."""
     specs: list[fastio.FileSpec] = []
@@ -99,8 +138,11 @@ def run_read(
     on_progress: Callable[[fastio.Snapshot], None] | None = None,
     cancel: threading.Event | None = None,
     on_start: Callable[[fastio.ReadHandle], None] | None = None,
+    s3_listing=None,
 ) -> ReadReport:
     """Prepares the cache condition, reads, reports; cancellable from another thread via `cancel`."""
+    if s3_listing is not None:
+        return _run_read_s3(s3_listing, opts, on_progress, cancel, on_start)
     paths = [f.path for f in files]
     try:
         cache = conditions.prepare(paths, opts.cache, drop_caches=opts.drop_caches)
@@ -119,15 +161,5 @@ def run_read(
         raise CkptbenchError(f"{exc.filename or 'read'}: {exc.strerror}") from None
     if on_start:
         on_start(handle)
-    with handle:
-        while (result := handle.wait(PROGRESS_INTERVAL_S)) is None:
-            if cancel is not None and cancel.is_set():
-                handle.cancel()
-            if on_progress:
-                on_progress(handle.snapshot())
-    if on_progress:
-        on_progress(result.final)
-    cache = cache.with_after(conditions.residency_of(paths))
-    if cancel is not None and cancel.is_set() and result.cancelled:
-        raise Cancelled("read cancelled")
-    return ReadReport(result, cache)
+    result = _wait(handle, on_progress, cancel)
+    return ReadReport(result, cache.with_after(conditions.residency_of(paths)))

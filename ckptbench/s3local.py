@@ -5,15 +5,15 @@ latency of every GET, a per-connection throughput ceiling, and the 503 SlowDown 
 real S3 hands out under load. `ShapingProxy` adds those in front of moto, per request and per connection, so
 throughput grows with concurrency the way it does against S3.
 
-Everything binds to 127.0.0.1; nothing here sets process-wide state (no os.environ writes). Note that moto keeps
-its buckets in process-global backends, so two servers in one process see the same buckets: use distinct names.
+Everything binds to 127.0.0.1; nothing here touches os.environ (only an unconfigured werkzeug logger is quieted).
+moto keeps buckets in process-global backends: servers in one process share buckets, so use distinct names.
 
 Design decisions:
-* Request bodies are streamed upstream as they arrive: with Content-Length as is, or, when the client sends
-  Transfer-Encoding: chunked (botocore does for aws-chunked uploads), re-framed chunk by chunk.
-* Response bodies are streamed in CHUNK pieces. With an upstream Content-Length it is forwarded; an upstream
-  body without one (chunked, or read-until-close) is re-chunked to the client, so nothing is ever buffered
-  whole and the client connection stays keep-alive.
+* Request bodies stream upstream as they arrive: by Content-Length, or re-framed chunk by chunk when the client
+  sends Transfer-Encoding: chunked (botocore may, for aws-chunked uploads over HTTPS).
+* Response bodies stream in CHUNK pieces. An upstream Content-Length is forwarded; a body without one (chunked,
+  or read-until-close; moto sends lengths today) is re-chunked, so nothing is buffered whole and the client
+  connection stays keep-alive.
 * A "reset" fault happens at one of two points, chosen at random per fault: "before" (request body drained,
   nothing forwarded, connection reset) or "mid" (forwarded, headers and part of the body sent, then reset).
   A response with no body can only be reset "before". A mid-body reset reaches a boto3 caller from
@@ -26,12 +26,13 @@ import argparse
 import contextlib
 import http.client
 import logging
+import random
 import secrets
 import socket
 import struct
+import sys
 import threading
 import time
-import random
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -95,6 +96,11 @@ class _ProxyServer(ThreadingHTTPServer):
         self.open_lock = threading.Lock()
         super().__init__((HOST, 0), _Handler)
 
+    def handle_error(self, request, client_address) -> None:
+        # A client hanging up mid-response (a cancelled read) is routine here, not worth a traceback.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so latency is paid per request, not per connection setup
@@ -152,12 +158,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         has_body = self.command != "HEAD" and resp.status not in (204, 304) and resp.getheader("Content-Length") != "0"
         if reset_mid and not has_body:
-            self.proxy._count_reset("before")  # nothing to cut in the middle of: reset before the response
+            self.proxy._count("resets", "before")  # nothing to cut in the middle of: reset before the response
             self._close_upstream()
             self._schedule_reset()
             return
         if reset_mid:
-            self.proxy._count_reset("mid")
+            self.proxy._count("resets", "mid")
         self._relay(resp, t0, has_body, reset_mid)
 
     def _send_upstream(self) -> http.client.HTTPResponse:
@@ -239,12 +245,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _write_paced(self, data: bytes, payload: int) -> None:
         self.bucket.take(payload, self.proxy.bandwidth_bps)
         self.wfile.write(data)
-        self.proxy._count_bytes(payload)
+        self.proxy._count("bytes_out", n=payload)
 
     def _send_slowdown(self, t0: float) -> None:
-        request_id = secrets.token_hex(8).upper().encode()
         resource = self.path.split("?")[0].encode().replace(b"&", b"&amp;").replace(b"<", b"&lt;")
-        self._send_simple(503, SLOWDOWN_BODY % (resource, request_id), "application/xml", t0)
+        self._send_simple(503, SLOWDOWN_BODY % (resource, secrets.token_hex(8).upper().encode()), "application/xml", t0)
 
     def _send_simple(self, status: int, body: bytes, ctype: str, t0: float) -> None:
         self._wait_first_byte(t0)
@@ -304,18 +309,13 @@ class ShapingProxy:
         self.bytes_out = 0  # response body bytes written to clients
         self.faults = {"slowdown": 0, "reset": 0}
         self.resets = {"before": 0, "mid": 0}
+        self.url: str | None = None  # set by start()
         self._server: _ProxyServer | None = None
         self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("ShapingProxy is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
     def start(self) -> str:
         self._server = _ProxyServer(self)
+        self.url = "http://%s:%d" % self._server.server_address[:2]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="s3-shaping-proxy", daemon=True)
         self._thread.start()
@@ -359,13 +359,12 @@ class ShapingProxy:
                 return kind, point
             return kind, None  # "mid" is counted once the response shows whether it has a body to cut
 
-    def _count_reset(self, point: str) -> None:
+    def _count(self, attr: str, key: str | None = None, n: int = 1) -> None:
         with self._lock:
-            self.resets[point] += 1
-
-    def _count_bytes(self, n: int) -> None:
-        with self._lock:
-            self.bytes_out += n
+            if key is None:
+                setattr(self, attr, getattr(self, attr) + n)
+            else:
+                getattr(self, attr)[key] += n
 
 
 class LocalS3:
@@ -429,22 +428,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth-mbps", type=float, default=0.0,
                         help="per-connection cap in megabits/s (0 = unlimited)")
     parser.add_argument("--fault-rate", type=float, default=0.0, help="share of requests given a fault, 0..1")
-    parser.add_argument("--seconds", type=float, default=None, help="stop after this long (default: until Ctrl-C)")
+    parser.add_argument("--seconds", type=float, help="stop after this long (default: until Ctrl-C)")
     args = parser.parse_args(argv)
     bandwidth = args.bandwidth_mbps * 1e6 / 8 if args.bandwidth_mbps > 0 else None
     with local_s3(latency_s=args.latency_ms / 1000, bandwidth_bps=bandwidth, fault_rate=args.fault_rate) as s3:
-        print(f"S3 endpoint (shaped): {s3.endpoint_url}   moto direct: {s3.direct_url}")
-        print("export these in the client's shell:")
-        for key, value in s3.env.items():
-            print(f"export {key}={value}")
-        print("serving; Ctrl-C to stop", flush=True)
-        try:
-            if args.seconds is None:
-                threading.Event().wait()
-            else:
-                time.sleep(args.seconds)
-        except KeyboardInterrupt:
-            pass
+        print(f"S3 endpoint (shaped): {s3.endpoint_url}   moto direct: {s3.direct_url}\nexport in the client's shell:")
+        print("\n".join(f"export {key}={value}" for key, value in s3.env.items()))
+        print("serving; Ctrl-C stops", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait(args.seconds)  # None: until Ctrl-C
         print(f"counters: {s3.proxy.counters()}")
     return 0
 

@@ -52,12 +52,20 @@ def parse_levels(text: str) -> list[int]:
     return levels
 
 
+def _read_s3(listing, level: int, hash: str):
+    from ckptbench.sources import s3read
+
+    a = listing.s3
+    return s3read.start(a.client, a.url, a.objects, s3read.S3ReadOptions(concurrency=level, hash=hash, into="hash"),
+                        a.retry_log).wait()
+
+
 def sweep(source: str, levels: list[int], *, repeats: int = 3, cache: str = "cold", read: str = "pread",
           hash: str = "none", block_size: int = 1 << 20, progress=None,
           cancel: threading.Event | None = None) -> SweepResult:
     if repeats < 1:
         raise CkptbenchError(f"--repeat must be at least 1, got {repeats}")
-    listing = list_checkpoint(source)
+    listing = list_checkpoint(source, max(levels))
     paths = [f.path for f in listing.files]
     results: dict[int, list[float]] = {lv: [] for lv in levels}
     verified = True
@@ -65,10 +73,13 @@ def sweep(source: str, levels: list[int], *, repeats: int = 3, cache: str = "col
         for level in levels:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("sweep cancelled")
-            cond = conditions.prepare(paths, cache)
-            verified &= cond.verified
-            res = fastio.read_files(listing.files, concurrency=level, read=read, hash=hash, block_size=block_size,
-                                    chunk_size=max(64 << 20, block_size))
+            if listing.s3 is not None:
+                res = _read_s3(listing, level, hash)
+            else:
+                cond = conditions.prepare(paths, cache)
+                verified &= cond.verified
+                res = fastio.read_files(listing.files, concurrency=level, read=read, hash=hash,
+                                        block_size=block_size, chunk_size=max(64 << 20, block_size))
             if res.failed:
                 bad = res.failed[0]
                 raise CkptbenchError(f"{bad.path}: {bad.error.message} during the sweep; fix the source first")
@@ -77,4 +88,4 @@ def sweep(source: str, levels: list[int], *, repeats: int = 3, cache: str = "col
                 progress(level, res.read_gbps)
     stats = {lv: spread(v) for lv, v in results.items()}
     k, best = knee({lv: s["median"] for lv, s in stats.items()})
-    return SweepResult(source, levels, stats, k, best, KNEE_MARGIN, cache, verified)
+    return SweepResult(source, levels, stats, k, best, KNEE_MARGIN, "n/a (s3)" if listing.s3 else cache, verified)
