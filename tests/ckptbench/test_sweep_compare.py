@@ -295,7 +295,8 @@ def test_compare_ignores_a_failed_run_with_its_error_counts(recorded, tmp_path):
 
     path = crafted(recorded, tmp_path, failed)
     r = cli("compare", path, "--json")
-    assert r.rc == 0, r.err
+    # the two real runs may differ by machine noise: what matters here is which runs were compared
+    assert r.rc in (0, 1), r.err
     doc = json.loads(r.out)
     assert doc["newest"] == recorded[1][-1] and doc["baseline"] == recorded[1][0]
 
