@@ -14,6 +14,7 @@ from ckptbench.errors import CkptbenchError
 HASHES = ("none", "crc32c", "xxh64", "md5", "sha256")
 READ_MODES = ("pread", "mmap", "direct")
 CACHE_MODES = ("cold", "hot", "as-is")
+S3_CLIENT_DEFAULT = "threads"  # measured faster than crt in bench/s3_bench.py (see README)
 
 
 def _concurrency(text: str) -> int:
@@ -67,6 +68,7 @@ def _add_read_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", choices=CACHE_MODES, default="as-is",
                    help="cold: evict and verify; hot: pre-read and verify; as-is: measure only")
     p.add_argument("--drop-caches", action="store_true", help="with --cache cold, also drop the whole page cache (root)")
+    p.add_argument("--s3-client", choices=("threads", "crt"), default=S3_CLIENT_DEFAULT, help="S3 sources only")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer-step", action="store_true", help="the check also runs one optimizer step")
     p.add_argument("--part-size", type=_size, default=8 << 20, metavar="B", help="S3: bytes per ranged GET (8M)")
     p.add_argument("--stage-dir", metavar="DIR", help="S3: download here (temporary names until whole and verified)")
+    p.add_argument("--s3-client", choices=("threads", "crt"), default=S3_CLIENT_DEFAULT,
+                   help="S3: boto3 with ckptbench's thread pool, or awscrt's native client")
     p.add_argument("--results", default="results.csv", metavar="PATH", help="append-only CSV of every repeat")
     p.add_argument("--price-per-hour", type=float, metavar="USD", help="instance price: turn the RTO into money")
     p.add_argument("--spot-discount", type=float, default=0.0, metavar="F", help="fraction off on spot (0.7)")
@@ -108,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="read throughput per concurrency level and the knee")
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("--levels", default="1,8,16,32,64")
+    p.add_argument("--s3-client", choices=("threads", "crt"), default=S3_CLIENT_DEFAULT, help="S3 sources only")
     p.add_argument("--repeat", type=_positive, default=3, metavar="N")
     p.add_argument("--cache", choices=CACHE_MODES, default="cold")
     p.add_argument("--read", choices=READ_MODES, default="pread")
@@ -206,6 +211,7 @@ def _read_options(args):
     return ReadOptions(
         concurrency=args.concurrency, read=args.read, hash=args.hash, block_size=args.block_size,
         chunk_size=args.chunk_size, multipart=args.multipart, cache=args.cache, drop_caches=args.drop_caches,
+        s3_client=args.s3_client,
     )
 
 

@@ -151,7 +151,7 @@ def cmd_run(args) -> int:
     opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
                                hash=args.hash, block_size=args.block_size, device=args.device,
                                drop_caches=args.drop_caches, optimizer_step=args.optimizer_step,
-                               part_size=args.part_size, stage_dir=args.stage_dir)
+                               part_size=args.part_size, stage_dir=args.stage_dir, s3_client=args.s3_client)
     if args.results:
         results.check_writable(args.results)
     if args.price_per_hour is not None:
@@ -197,7 +197,7 @@ def cmd_sweep(args) -> int:
             print(f"  concurrency {level:4d}: {gbps:.2f} GB/s", file=sys.stderr)
 
     res = sweep(args.source, levels, repeats=args.repeat, cache=args.cache, read=args.read, hash=args.hash,
-                block_size=args.block_size, progress=say)
+                block_size=args.block_size, progress=say, s3_client=args.s3_client)
     if args.json:
         json.dump(res.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

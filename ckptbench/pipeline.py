@@ -38,6 +38,7 @@ class RunOptions:
     optimizer_step: bool = False
     part_size: int = 8 << 20  # S3 ranged GET size
     stage_dir: str | None = None  # S3: download here (temporary names, renamed when whole and verified)
+    s3_client: str = "threads"  # threads (boto3 + our pool) or crt (awscrt)
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,8 @@ class Run:
             into = "stage" if self.stage_dir else "memory"
             return s3read.start(a.client, a.url, a.objects,
                                 s3read.S3ReadOptions(concurrency=o.concurrency, part_size=o.part_size, hash=alg,
-                                                     into=into, stage_dir=self.stage_dir), a.retry_log)
+                                                     into=into, stage_dir=self.stage_dir, backend=o.s3_client),
+                                a.retry_log)
         return fastio.start(self.listing.files, concurrency=o.concurrency, read=o.read, hash=alg,
                             block_size=o.block_size, chunk_size=max(64 << 20, o.block_size), into_memory=True)
 

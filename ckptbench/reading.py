@@ -25,6 +25,7 @@ class ReadOptions:
     multipart: bool = False
     cache: str = "as-is"
     drop_caches: bool = False
+    s3_client: str = "threads"
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _run_read_s3(listing, opts: ReadOptions, on_progress, cancel, on_start) -> R
     a = listing.s3
     handle = s3read.start(a.client, a.url, a.objects,
                           s3read.S3ReadOptions(concurrency=opts.concurrency, part_size=opts.chunk_size,
-                                               hash=opts.hash, into="hash"), a.retry_log)
+                                               hash=opts.hash, into="hash", backend=opts.s3_client), a.retry_log)
     if on_start:
         on_start(handle)
     cache = conditions.CacheCondition(opts.cache, 0.0, True, "S3: no local page cache")

@@ -396,8 +396,10 @@ class LocalS3:
             aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"], config=cfg)
 
-    def make_bucket(self, name: str) -> str:
-        """Create a bucket through moto directly, so set-up neither waits on nor trips over the shaping."""
+    def make_bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a fresh unique name if none is given: moto's buckets are shared process-wide) through
+        moto directly, so set-up neither waits on nor trips over the shaping. Returns the name."""
+        name = name or f"ckptbench-{secrets.token_hex(6)}"
         if self._direct is None:  # boto3 clients are thread-safe and slow to build: make this one once
             self._direct = self.client(direct=True)
         self._direct.create_bucket(Bucket=name)

@@ -52,16 +52,16 @@ def parse_levels(text: str) -> list[int]:
     return levels
 
 
-def _read_s3(listing, level: int, hash: str):
+def _read_s3(listing, level: int, hash: str, backend: str):
     from ckptbench.sources import s3read
 
     a = listing.s3
-    return s3read.start(a.client, a.url, a.objects, s3read.S3ReadOptions(concurrency=level, hash=hash, into="hash"),
-                        a.retry_log).wait()
+    opts = s3read.S3ReadOptions(concurrency=level, hash=hash, into="hash", backend=backend)
+    return s3read.start(a.client, a.url, a.objects, opts, a.retry_log).wait()
 
 
 def sweep(source: str, levels: list[int], *, repeats: int = 3, cache: str = "cold", read: str = "pread",
-          hash: str = "none", block_size: int = 1 << 20, progress=None,
+          hash: str = "none", block_size: int = 1 << 20, progress=None, s3_client: str = "threads",
           cancel: threading.Event | None = None) -> SweepResult:
     if repeats < 1:
         raise CkptbenchError(f"--repeat must be at least 1, got {repeats}")
@@ -74,7 +74,7 @@ def sweep(source: str, levels: list[int], *, repeats: int = 3, cache: str = "col
             if cancel is not None and cancel.is_set():
                 raise Cancelled("sweep cancelled")
             if listing.s3 is not None:
-                res = _read_s3(listing, level, hash)
+                res = _read_s3(listing, level, hash, s3_client)
             else:
                 cond = conditions.prepare(paths, cache)
                 verified &= cond.verified

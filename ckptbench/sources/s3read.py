@@ -34,6 +34,7 @@ class S3ReadOptions:
     into: str = "hash"  # hash | memory | stage
     stage_dir: str | None = None
     part_retries: int = 5
+    backend: str = "threads"  # threads: boto3 + our pool; crt: awscrt's native S3 client
 
 
 def _bucket(us: float) -> int:
@@ -391,10 +392,162 @@ class S3ReadHandle:
         return out
 
 
+class CrtReadHandle(S3ReadHandle):
+    """The same read through awscrt's S3 client: it splits each GET into ranged parts on its own native
+    threads and hands the body back in order; concurrency is fixed for the run (max active connections)."""
+
+    def __init__(self, url: s3mod.S3Url, objects: list[s3mod.S3Object], opts: S3ReadOptions,
+                 retry_log: s3mod.RetryLog):
+        from awscrt.s3 import S3ChecksumConfig, S3RequestType
+
+        self.client, self.url, self.opts, self.retry_log = None, url, opts, retry_log
+        self.objs = [self._prepare(o) for o in objects]
+        for ob in self.objs:
+            ob.crcs = [None]
+            ob.md5s = []  # per-part md5s need upload part boundaries the CRT does not expose
+        self.cv = threading.Condition()
+        self.stat_lock = threading.Lock()
+        self.target = opts.concurrency
+        self.threads, self.state, self.busy, self.tasks = [], [], [], []
+        self.cancelled = False
+        self.gets = self.part_retries = self.bytes = self.done_files = self.failed_files = 0
+        self.hist = [0] * HIST
+        self.t_start = time.perf_counter()
+        self.t_first = self.t_start
+        self.t_last = 0.0
+        self._result = None
+        crt, host = _crt_client(opts)
+        self.requests = []
+        for ob in self.objs:
+            ob.t0 = time.perf_counter()
+            self.requests.append(crt.make_request(
+                type=S3RequestType.GET_OBJECT, request=_crt_get(host, url.bucket, ob.o.key, ob.o.etag),
+                checksum_config=S3ChecksumConfig(validate_response=True),
+                on_body=self._body_cb(ob), on_done=self._done_cb(ob),
+                max_active_connections_override=opts.concurrency))
+            self.gets += 1
+
+    def _body_cb(self, ob: _Obj):
+        crc = fastio.Hasher("crc32c")
+        ob._crc = crc
+        if self.opts.into == "stage":
+            self._open_stage(ob)
+
+        def on_body(chunk, offset, **_kw):
+            n = len(chunk)
+            crc.update(chunk)
+            if ob.ordered is not None:
+                ob.ordered.update(chunk)
+            if ob.buffer is not None:
+                ob.buffer[offset:offset + n] = chunk
+            elif ob.fd is not None:
+                os.pwrite(ob.fd, chunk, offset)
+            with self.stat_lock:
+                self.bytes += n
+            ob.bytes += n
+        return on_body
+
+    def _done_cb(self, ob: _Obj):
+        def on_done(error=None, error_headers=None, error_body=None, status_code=None, **_kw):
+            if error is not None or (status_code and status_code >= 300):
+                cls = {404: s3mod.MISSING, 403: s3mod.ACCESS_DENIED, 412: s3mod.CHANGED,
+                       503: s3mod.THROTTLING}.get(status_code, s3mod.SERVER_ERROR if (status_code or 0) >= 500
+                                                  else s3mod.CONNECTION_RESET)
+                ob.error = (cls, f"{ob.o.key}: {cls} (status {status_code}, {error})")
+            elif ob.bytes != ob.o.size:
+                ob.error = ("size_mismatch", f"{ob.o.key}: {ob.bytes} bytes, listed {ob.o.size}")
+            ob.crcs = [(ob._crc.digest(), ob.bytes)]
+            self._finish(ob)
+        return on_done
+
+    def set_concurrency(self, n: int) -> None:
+        with self.cv:
+            self.target = max(1, min(fastio.MAX_CONCURRENCY, n))  # applies to the next run: CRT fixes it per request
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        for r in self.requests:
+            r.cancel()
+
+    def snapshot(self) -> fastio.Snapshot:
+        done = self.done_files + self.failed_files
+        finished = done == len(self.objs)
+        end = self.t_last if finished and self.t_last else time.perf_counter()
+        return fastio.Snapshot(
+            bytes=self.bytes, bytes_planned=sum(o.o.size for o in self.objs), files_done=self.done_files,
+            files_failed=self.failed_files, files_total=len(self.objs), retries=0, reads=self.gets,
+            active_workers=0 if finished else self.opts.concurrency, parked_workers=0, threads=0,
+            concurrency=self.target, elapsed_s=max(0.0, end - self.t_first), finished=finished,
+            cancelled=self.cancelled, worker_busy_s=(), latency_hist=tuple(self.hist))
+
+    def wait(self, timeout: float | None = None):
+        if self._result is not None:
+            return self._result
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        for r in self.requests:
+            left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            try:
+                r.finished_future.result(left)
+            except TimeoutError:
+                return None
+            except Exception:  # noqa: BLE001 - the failure is already recorded by on_done
+                pass
+        for ob in self.objs:
+            if ob.fd is not None:
+                os.close(ob.fd)
+                ob.fd = None
+        self._result = self._collect()
+        return self._result
+
+
+def _crt_client(opts: S3ReadOptions):
+    """An awscrt S3 client with the credentials, region and endpoint boto3 would use."""
+    import boto3
+    from awscrt.auth import AwsCredentialsProvider
+    from awscrt.io import ClientBootstrap, DefaultHostResolver, EventLoopGroup
+    from awscrt.s3 import S3Client, S3RequestTlsMode
+
+    session = boto3.session.Session()
+    creds = session.get_credentials()
+    if creds is None:
+        raise CkptbenchError("no AWS credentials found for the CRT client; set AWS_PROFILE or the AWS_* variables")
+    frozen = creds.get_frozen_credentials()
+    provider = AwsCredentialsProvider.new_static(frozen.access_key, frozen.secret_key, frozen.token)
+    region = session.region_name or "us-east-1"
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        scheme, _, host = endpoint.partition("://")
+        host = host.split("/", 1)[0]
+        tls = S3RequestTlsMode.DISABLED if scheme == "http" else S3RequestTlsMode.ENABLED
+    else:
+        host, tls = f"s3.{region}.amazonaws.com", S3RequestTlsMode.ENABLED
+    elg = EventLoopGroup()
+    bootstrap = ClientBootstrap(elg, DefaultHostResolver(elg))
+    return S3Client(bootstrap=bootstrap, region=region, tls_mode=tls, credential_provider=provider,
+                    part_size=opts.part_size, max_active_connections_override=opts.concurrency), host
+
+
+def _crt_get(host: str, bucket: str, key: str, etag: str):
+    from urllib.parse import quote
+
+    from awscrt.http import HttpHeaders, HttpRequest
+
+    headers = [("Host", host)]
+    if etag:
+        headers.append(("If-Match", f'"{etag}"'))
+    return HttpRequest("GET", f"/{bucket}/{quote(key)}", HttpHeaders(headers))
+
+
 def start(client, url: s3mod.S3Url, objects: list[s3mod.S3Object], opts: S3ReadOptions,
           retry_log: s3mod.RetryLog) -> S3ReadHandle:
+    """The read with the chosen client: boto3 with our thread pool, or awscrt's native S3 client."""
+    backend = opts.backend
     if opts.into == "stage":
         if not opts.stage_dir:
             raise CkptbenchError("--stage-dir is required to stage S3 objects locally")
         os.makedirs(opts.stage_dir, exist_ok=True)
+    if backend == "crt":
+        return CrtReadHandle(url, objects, opts, retry_log)
+    if backend != "threads":
+        raise CkptbenchError(f"unknown S3 client {backend!r}: choose threads or crt")
     return S3ReadHandle(client, url, objects, opts, retry_log)
