@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXT_SOURCES := $(wildcard fastio/*.pyx fastio/*.pxd fastio/csrc/*.c fastio/csrc/*.h) setup.py
 EXT := fastio/.built
 
-.PHONY: demo test bench build clean
+.PHONY: demo demo-s3 test bench build clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: build
 	$(BIN)/ckptbench demo
 
 # The terminal test drives the TUI inside tmux, from the distribution's packages.
+# The same demo served by a local S3 server (moto on 127.0.0.1 behind a latency-shaping proxy).
+demo-s3: build
+	$(BIN)/ckptbench demo --s3
+
 test: build
 	@command -v tmux >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq tmux; } \
 		|| { echo "make test needs tmux: apt-get install tmux"; exit 2; }
@@ -36,6 +40,7 @@ bench: build
 	@command -v fio >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq fio); } || true
 	$(BIN)/python bench/read_bench.py
 	$(BIN)/python bench/restore_bench.py
+	$(BIN)/python bench/s3_bench.py
 
 clean:
 	rm -rf build $(VENV) fastio/_engine.c fastio/*.so $(EXT) *.egg-info

@@ -196,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", help="where the sample lives (default: the user cache directory)")
     p.add_argument("--headless", action="store_true", help="no TUI: a timed run with a progress line")
     p.add_argument("--scale", type=float, default=1.0, help="resize the sample (default: the small profile)")
+    p.add_argument("--s3", action="store_true",
+                   help="serve the sample from a local S3 server on 127.0.0.1 (moto, with 20 ms first-byte latency)")
     p.set_defaults(handler=cmd_demo)
 
     p = sub.add_parser("sysinfo", help="the dashboard's system figures, headless")
@@ -412,14 +414,31 @@ def cmd_demo(args) -> int:
         print(f"generating the small sample checkpoint in {directory} (once)…", file=sys.stderr)
         generate(_profile("small", args.scale), directory, force=True,
                  progress=(lambda m: print(f"  {m}", file=sys.stderr)))
+    if args.s3:
+        from ckptbench.s3local import local_s3
+        from ckptbench.sources import s3
+
+        with local_s3(latency_s=0.020) as server:
+            os.environ.update(server.env)  # this process only: the clients read the standard AWS variables
+            bucket = server.make_bucket("ckptbench-demo")
+            print(f"local S3 at {server.endpoint_url}; uploading the sample to s3://{bucket}/small", file=sys.stderr)
+            s3.upload(directory, s3.parse(f"s3://{bucket}/small"))
+            return _demo_restore(args, f"s3://{bucket}/small", os.path.dirname(os.path.abspath(directory)))
+    return _demo_restore(args, directory, os.path.dirname(os.path.abspath(directory)))
+
+
+def _demo_restore(args, source: str, results_dir: str) -> int:
+    results = os.path.join(results_dir, "demo-results.csv")
     if args.headless or not sys.stdout.isatty():
         from ckptbench import cli_run
 
-        return cli_run.cmd_run(build_parser().parse_args(["run", directory, "--cache", "cold", "--repeat", "1",
-                                                          "--results", os.path.join(directory, "..", "demo-results.csv")]))
+        argv = ["run", source, "--repeat", "1", "--results", results]
+        if not source.startswith("s3://"):
+            argv += ["--cache", "cold"]
+        return cli_run.cmd_run(build_parser().parse_args(argv))
     from tui.app import CkptbenchApp  # the UI loads only for this command
 
-    CkptbenchApp(directory, autostart=True).run()
+    CkptbenchApp(source, results_path=results, autostart=True).run()
     return 0
 
 
@@ -436,7 +455,7 @@ def cmd_upload(args) -> int:
 
 
 def cmd_tui(args) -> int:
-    if args.source is not None and not os.path.isdir(args.source):
+    if args.source is not None and not args.source.startswith("s3://") and not os.path.isdir(args.source):
         raise CkptbenchError(f"{args.source}: no such directory; point at a checkpoint directory")
     from tui.app import CkptbenchApp  # the UI loads only for this command
 

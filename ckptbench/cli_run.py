@@ -130,8 +130,9 @@ def print_run(doc: dict) -> None:
     print(f"read {g['median']:.2f} GB/s (min {g['min']:.2f}, max {g['max']:.2f}); success {doc['success_rate']:.0%}; "
           f"retries {doc['retries']}; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s")
     c = doc["cache"]
-    flag = "" if c["verified"] else "  NOT VERIFIED: " + "; ".join(c["notes"])
-    print(f"cache {c['requested']}: residency before ≤ {c['residency_before']:.1%}{flag}")
+    flag = "" if c["verified"] else "  NOT VERIFIED"
+    notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
+    print(f"cache {c['requested']}: residency before ≤ {c['residency_before']:.1%}{flag}{notes}")
     for stage, note in doc["notes"].items():
         print(f"  note ({stage}): {note}")
     if "cost" in doc:

@@ -70,6 +70,13 @@ def source_summary(source: str) -> dict:
     """What the dashboard header shows about the source: files, bytes, mount, residency now."""
     import fastio
 
+    if source.startswith("s3://"):
+        from ckptbench.pipeline import list_checkpoint
+
+        listing = list_checkpoint(source)
+        return {"source": source, "files": len(listing.files), "bytes": listing.bytes, "residency": 0.0,
+                "fs_type": "s3", "mount_point": os.environ.get("AWS_ENDPOINT_URL", "AWS")}
+
     paths = []
     for root, dirs, names in os.walk(source):
         dirs.sort()
