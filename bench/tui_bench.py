@@ -1,0 +1,136 @@
+"""The TUI's cost, measured: engine throughput with the dashboard attached against headless, and key-to-redraw latency.
+
+Targets (issue: the Textual TUI):
+- the engine keeps >= 0.97x its headless throughput with the TUI attached (same checkpoint, same settings, hot);
+- key press to redraw under 100 ms during a 2-worker hot read.
+Both are measured in one run, alternating headless and TUI repeats; medians of the repeats.
+
+    python bench/tui_bench.py [--dir CKPT] [--repeat 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from ckptbench.cli_run import _warm_imports  # noqa: E402
+from ckptbench.pipeline import RunOptions, run  # noqa: E402
+
+OUT = os.path.join(ROOT, "bench", "out")
+
+
+def cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ckptbench")
+
+
+def ensure_checkpoint(path: str, profile: str, scale: float) -> str:
+    if not os.path.isfile(os.path.join(path, "ckptbench.json")):
+        print(f"generating {profile} (scale {scale}) in {path}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "ckptbench", "gen", profile, path, "--scale", str(scale), "--force"],
+                       check=True, cwd=ROOT)
+    return path
+
+
+def headless_read_gbps(source: str, opts: RunOptions) -> float:
+    rep = run(source, opts, repeats=1)[0]
+    assert rep.status == "ok", rep.problems
+    return rep.read_gbps
+
+
+async def tui_read_gbps(source: str, opts: RunOptions, results: str, keys: bool) -> tuple[float, list[float]]:
+    """One restore inside the app; with `keys`, presses +/- during the read and times each redraw."""
+    from textual.widgets import Static
+
+    from tui.app import CkptbenchApp
+
+    app = CkptbenchApp(source, opts, results_path=results)
+    latencies: list[float] = []
+    async with app.run_test(size=(140, 45)) as pilot:
+        app.screen.action_run()  # pilot.press waits for the app to go idle, which a running restore delays
+        if keys:
+            for _ in range(2000):
+                if app.session is not None and app.session.stage == "read" and app.session.snapshot() is not None:
+                    break
+                await asyncio.sleep(0.005)
+            settings = app.screen.query_one("#settings", Static)
+            for i in range(10):
+                snap = app.session.snapshot() if app.session else None
+                if snap is None or snap.finished:
+                    break
+                key = "plus" if i % 2 == 0 else "minus"
+                before = str(settings.render())
+                t0 = time.perf_counter()
+                await pilot.press(key)
+                while str(settings.render()) == before and time.perf_counter() - t0 < 1.0:
+                    await asyncio.sleep(0.001)
+                latencies.append((time.perf_counter() - t0) * 1000)
+        await app.workers.wait_for_complete()
+        doc = app.session.doc
+    return doc["read_gbps"], latencies
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", help="checkpoint to restore (default: a medium one in the cache directory)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="small checkpoint, 2 repeats")
+    args = ap.parse_args()
+    profile, scale = ("small", 1.0) if args.quick else ("medium", 1.0)
+    source = args.dir or ensure_checkpoint(os.path.join(cache_dir(), f"bench-tui-{profile}"), profile, scale)
+    repeats = 2 if args.quick else args.repeat
+    _warm_imports()
+    os.makedirs(OUT, exist_ok=True)
+    results = os.path.join(OUT, "tui_bench_results.csv")
+    opts = RunOptions(mode="fused", cache="hot", concurrency=2)
+    load0 = os.getloadavg()[0]
+    headless, attached, latencies = [], [], []
+    headless_read_gbps(source, opts)  # warm-up: first-use costs out of the comparison
+    for _ in range(repeats):
+        headless.append(headless_read_gbps(source, opts))
+        gbps, _ = asyncio.run(tui_read_gbps(source, opts, results, keys=False))
+        attached.append(gbps)
+    # a sha256 read keeps the 2 workers busy long enough to press keys during it
+    slow = RunOptions(mode="fused", cache="hot", concurrency=2, hash="sha256")
+    for _ in range(max(2, repeats // 2)):
+        _, lat = asyncio.run(tui_read_gbps(source, slow, results, keys=True))
+        latencies += lat
+    h, t = statistics.median(headless), statistics.median(attached)
+    ratio = t / h if h else 0.0
+    p50 = statistics.median(latencies) if latencies else None
+    worst = max(latencies) if latencies else None
+    lines = [
+        f"# TUI benchmark — {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load {load0:.2f} → "
+        f"{os.getloadavg()[0]:.2f}",
+        "",
+        f"Checkpoint: `{source}`; fused restore, hot, concurrency 2, {repeats} alternating repeats.",
+        "",
+        "| figure | headless | TUI attached | ratio | target | met? |",
+        "|---|---:|---:|---:|---|---|",
+        f"| read stage GB/s (median) | {h:.2f} ({min(headless):.2f}–{max(headless):.2f}) | {t:.2f} "
+        f"({min(attached):.2f}–{max(attached):.2f}) | {ratio:.3f}× | ≥ 0.97× | {'yes' if ratio >= 0.97 else 'NO'} |",
+        f"| key → redraw ms, during a 2-worker sha256 read (median / worst of {len(latencies)}) | | "
+        f"{p50 if p50 is None else f'{p50:.1f}'} / {worst if worst is None else f'{worst:.1f}'} | | < 100 ms | "
+        f"{'yes' if worst is not None and worst < 100 else 'NO' if worst is not None else 'not measured'} |",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(os.path.join(OUT, "tui_bench.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(OUT, "tui_bench.json"), "w") as f:
+        json.dump({"headless_gbps": headless, "tui_gbps": attached, "ratio": ratio, "key_latency_ms": latencies},
+                  f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
