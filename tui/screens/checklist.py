@@ -91,6 +91,12 @@ class ChecklistScreen(Screen):
     def failed(self, msg: WorkFailed) -> None:
         self.notify(msg.error, severity="error", timeout=10)
 
+    @on(DataTable.RowSelected)
+    def selected(self, event: DataTable.RowSelected) -> None:
+        """enter on a row: the table consumes the key as a selection, so rerun from here."""
+        if self.items:
+            self.judge(event.cursor_row)
+
     @on(DataTable.RowHighlighted)
     def highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.show(event.cursor_row)

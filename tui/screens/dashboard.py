@@ -135,17 +135,16 @@ class Dashboard(Screen):
         self.rates = LiveRates()
         self.running = True
         self.show_settings()
-        self.restore()
+        self.restore(self.app.new_session())  # made here, so a cancel pressed at once reaches this run
 
     def action_cancel(self) -> None:
         if self.running and self.app.session is not None:
             self.app.session.cancel()
 
     @work(thread=True, exclusive=True, group="restore", exit_on_error=False)
-    def restore(self) -> None:
+    def restore(self, session) -> None:
         from ckptbench.errors import Cancelled, CkptbenchError
 
-        session = self.app.new_session()
         try:
             doc = session.run(repeats=1)
         except Cancelled:
@@ -185,8 +184,8 @@ class Dashboard(Screen):
 
     @on(RunFinished)
     def finished(self, msg: RunFinished) -> None:
+        self.poll()  # the final figures, before `running` goes off and poll stops drawing them
         self.running = False
-        self.poll()
         doc = msg.doc
         self.query_one("#stages", StageBar).update_stages(doc["stages"], None)
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "

@@ -20,7 +20,8 @@ class StageBar(Widget):
         self.active: str | None = None
 
     def update_stages(self, stages: dict[str, float], active: str | None) -> None:
-        self.stages, self.active = dict(stages), active
+        # a run that stopped early (failed verify) has no figure for the stages it never reached
+        self.stages, self.active = {k: v for k, v in stages.items() if v is not None}, active
         self.refresh()
 
     def render(self) -> Text:
