@@ -7,7 +7,6 @@ import sys
 import threading
 import uuid
 
-from ckptbench.errors import CkptbenchError
 from ckptbench.results import STAGES
 
 

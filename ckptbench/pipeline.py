@@ -11,6 +11,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 import fastio
@@ -284,9 +285,6 @@ class Run:
                 shutil.rmtree(self.stage_dir, ignore_errors=True)
 
     def _execute(self, cache, proc) -> RepeatResult:
-        from ckptbench import restore
-        from ckptbench.verify import compare
-
         o = self.opts
         s3 = self.listing.s3 is not None
         gc.collect()
@@ -304,81 +302,28 @@ class Run:
             self.notes["verify"] = "hashed during read (fused); this stage only compares digests"
         else:
             res = self._timed("read", lambda: self._read("none"))
-            digests = self._timed("verify", lambda: self._hash_buffers(res, alg))
+            digests = self._timed("verify", partial(self._hash_buffers, res, alg))
         self.stages.setdefault("verify", 0.0)
 
-        def verify():
-            if man is None:
-                self.notes["verify"] = "no manifest: digests computed, no reference to compare with"
-                return [(listing.rel(f.path), f"unreadable: {f.error.message}") for f in res.failed]
-            if alg != man.hash:
-                self.notes["verify"] = f"--hash {alg} is not the manifest's {man.hash}: no reference to compare with"
-                return [(listing.rel(f.path), f"unreadable: {f.error.message}") for f in res.failed]
-            results = {listing.rel(f.path): replace(f, digest=digests.get(f.path)) for f in res.files}
-            return list(compare(man, results))
-
         t_verify = time.perf_counter()
-        problems = verify()
+        problems = self._compare(res, digests, man, alg, listing)
         self.stages["verify"] += time.perf_counter() - t_verify
-        errors: dict[str, int] = {}
-        if s3:
-            errors.update(self.handle.error_classes())
-        else:
-            for f in res.failed:
-                name = errno.errorcode.get(f.error.errno, "error")
-                errors[name] = errors.get(name, 0) + 1
-        mismatched = {p for p, w in problems if "manifest says" in w}
-        if mismatched:
-            errors["digest_mismatch"] = len(mismatched)
-        missing = {p for p, w in problems if "not read" in w}
-        if missing:
-            errors["missing"] = len(missing)
+        expected, errors = self._outcome(res, problems, man, listing)
         bad = {p for p, _ in problems}
-        # files the manifest promises count too: one that vanished is a file not restored
-        expected = {listing.rel(f.path) for f in res.files} | ({e.path for e in man.files} if man else set())
-        restored_files = len(expected - bad)
         read_s = self.stages["read"]
-        base = dict(bytes=res.bytes, files=len(expected), files_restored=restored_files,
+        base = dict(bytes=res.bytes, files=len(expected), files_restored=len(expected - bad),
                     read_gbps=res.bytes / read_s / 1e9 if read_s > 0 else 0.0, retries=res.retries,
                     errors=errors, cache=cache,
                     retry_classes=dict(listing.s3.retry_log.counts) if s3 else {})
         if problems:
-            del res
             return RepeatResult(self.stages, self.notes, time.perf_counter() - t_start,
                                 peak_rss_bytes=self.rss.peak(), cpu_s=_cpu_s(proc) - cpu0, status="failed",
                                 problems=[f"{p}: {w}" for p, w in problems], **base)
-
-        def load():
-            buffers = {f.path: b for f, b in zip(res.files, res.buffers)}
-            if self.stage_dir:
-                tail = restore.load_tail(self.stage_dir, man)
-                state = restore.load_state(self.stage_dir, listing.format)
-                self.notes["load"] = "S3 objects staged to local files, loaded from there"
-            elif o.mode == "fused":
-                shards = None
-                if s3:
-                    ext = restore.SHARD_EXT[listing.format]
-                    shards = [f.path for f in listing.files if f.path.endswith(ext)]
-                tail = restore.load_tail(listing.source, man, reader=_buffer_reader(listing, man, buffers),
-                                         rels=listing.rels)
-                state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards)
-                if listing.format == "dcp":
-                    self.notes["load"] = "dcp loads from files (no in-memory reader): bytes are read twice"
-            else:
-                tail = restore.load_tail(listing.source, man)
-                state = restore.load_state(listing.source, listing.format)
-            dims = restore.dims_of(man, tail)
-            if dims is None:
-                self.notes["check"] = "model shape unknown: structural check only"
-                return None, state
-            dtype = man.weights_dtype if man is not None and man.weights_dtype else restore.main_dtype(state)
-            return restore.restore(state, dims, dtype), state
-
-        if o.mode == "staged":
-            res = _drop_buffers(res)  # the reference scripts load from the files, not from what they read
-        restored, state = self._timed("load", load)
-        self.rss.sample()
+        # staged loads from the files, as the reference scripts do, not from what the read stage left in memory
+        buffers = {f.path: b for f, b in zip(res.files, res.buffers)} if o.mode == "fused" else None
         del res
+        restored, state = self._timed("load", lambda: self._load(listing, man, buffers))
+        self.rss.sample()
         self._timed("device", lambda: _to_device(restored, state, o.device, self.notes))
         report = self._timed("check", lambda: _check(restored, state, man, o.optimizer_step))
         rto = time.perf_counter() - t_start
@@ -388,9 +333,62 @@ class Run:
         return RepeatResult(self.stages, self.notes, rto, peak_rss_bytes=self.rss.peak(),
                             cpu_s=_cpu_s(proc) - cpu0, status=status, problems=list(report.problems), **base)
 
+    def _compare(self, res, digests: dict, man, alg: str, listing: Listing) -> list[tuple[str, str]]:
+        """Problems of this read against the manifest: unreadable, missing, wrong size, wrong digest."""
+        from ckptbench.verify import compare
 
-def _drop_buffers(res: fastio.ReadResult) -> fastio.ReadResult:
-    return replace(res, buffers=())
+        unreadable = [(listing.rel(f.path), f"unreadable: {f.error.message}") for f in res.failed]
+        if man is None:
+            self.notes["verify"] = "no manifest: digests computed, no reference to compare with"
+            return unreadable
+        if alg != man.hash:
+            self.notes["verify"] = f"--hash {alg} is not the manifest's {man.hash}: no reference to compare with"
+            return unreadable
+        results = {listing.rel(f.path): replace(f, digest=digests.get(f.path)) for f in res.files}
+        return list(compare(man, results))
+
+    def _outcome(self, res, problems, man, listing: Listing) -> tuple[set[str], dict[str, int]]:
+        """The files a restore owes (read, or promised by the manifest) and the error classes of what failed."""
+        errors: dict[str, int] = {}
+        if listing.s3 is not None:
+            errors.update(self.handle.error_classes())
+        else:
+            for f in res.failed:
+                name = errno.errorcode.get(f.error.errno, "error")
+                errors[name] = errors.get(name, 0) + 1
+        for cls, marker in (("digest_mismatch", "manifest says"), ("missing", "not read")):
+            n = len({p for p, w in problems if marker in w})
+            if n:
+                errors[cls] = n
+        expected = {listing.rel(f.path) for f in res.files} | ({e.path for e in man.files} if man else set())
+        return expected, errors
+
+    def _load(self, listing: Listing, man, buffers: dict | None):
+        """Shards and the tail into a CheckpointState, then into the model built on the meta device."""
+        from ckptbench import restore
+
+        if self.stage_dir:
+            tail = restore.load_tail(self.stage_dir, man)
+            state = restore.load_state(self.stage_dir, listing.format)
+            self.notes["load"] = "S3 objects staged to local files, loaded from there"
+        elif buffers is not None:
+            shards = None
+            if listing.s3 is not None:
+                shards = [f.path for f in listing.files if f.path.endswith(restore.SHARD_EXT[listing.format])]
+            tail = restore.load_tail(listing.source, man, reader=_buffer_reader(listing, man, buffers),
+                                     rels=listing.rels)
+            state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards)
+            if listing.format == "dcp":
+                self.notes["load"] = "dcp loads from files (no in-memory reader): bytes are read twice"
+        else:
+            tail = restore.load_tail(listing.source, man)
+            state = restore.load_state(listing.source, listing.format)
+        dims = restore.dims_of(man, tail)
+        if dims is None:
+            self.notes["check"] = "model shape unknown: structural check only"
+            return None, state
+        dtype = man.weights_dtype if man is not None and man.weights_dtype else restore.main_dtype(state)
+        return restore.restore(state, dims, dtype), state
 
 
 def _buffer_reader(listing: Listing, man: mf.Manifest | None, buffers: dict):

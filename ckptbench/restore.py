@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,6 +14,9 @@ from ckptbench.errors import CkptbenchError
 from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
 from ckptbench.model import GPT, build_on_meta, master_optimizer, sample_batch
 from ckptbench.packs import read_member
+
+if TYPE_CHECKING:
+    from ckptbench.verify import VerifyReport
 from ckptbench.profiles import ModelDims
 
 
@@ -200,7 +204,7 @@ def main_dtype(state: CheckpointState) -> str:
 @dataclass(frozen=True)
 class RestoreOutcome:
     format: str
-    verify: "VerifyReport | None"
+    verify: VerifyReport | None
     check: CheckReport
     tail_files: int
     tail_bytes: int

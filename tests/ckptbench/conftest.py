@@ -3,15 +3,10 @@ check them without going through the code under test (crc32c/hashlib, safetensor
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
-import subprocess
-import sys
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import crc32c
@@ -22,35 +17,7 @@ MANIFEST = "ckptbench.json"
 FORMATS = ("safetensors", "torch", "dcp")
 
 
-@dataclass
-class Run:
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def err_lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.strip()]
-
-
-def run_cli(*args: str) -> Run:
-    """The CLI in this process (torch is imported once): exit code, stdout, stderr."""
-    from ckptbench import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = cli.main([str(a) for a in args])
-        except SystemExit as exc:  # argparse errors
-            rc = exc.code if isinstance(exc.code, int) else 1
-    return Run(rc, out.getvalue(), err.getvalue())
-
-
-def run_proc(*args: str, timeout: int = 120) -> Run:
-    """The CLI as a user runs it: a fresh interpreter."""
-    proc = subprocess.run([sys.executable, "-m", "ckptbench", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
-    return Run(proc.returncode, proc.stdout, proc.stderr)
+from clirun import run_cli, run_proc  # noqa: E402  (shared with the test modules)
 
 
 def crc32c_hex(data: bytes) -> str:

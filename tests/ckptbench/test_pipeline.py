@@ -4,15 +4,13 @@ Expected values come from the files themselves (os.walk, hand-flipped bytes), ne
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import platform
 import shutil
-from dataclasses import dataclass
 
 import pytest
+from clirun import Run, run_cli
 
 SCALE = "0.02"  # the small profile at this scale: a few MiB per checkpoint
 FORMATS = ("safetensors", "torch", "dcp")
@@ -20,28 +18,8 @@ STAGES = ("list", "read", "verify", "load", "device", "check")
 EPS = 1e-6  # clock rounding between the stage sum and the RTO
 
 
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def err_lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.strip()]
-
-
-def cli(*args) -> Result:
-    """ckptbench in this process (torch is imported once): exit code, stdout, stderr."""
-    from ckptbench import cli as cli_mod
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = cli_mod.main([str(a) for a in args])
-        except SystemExit as exc:  # argparse
-            rc = exc.code if isinstance(exc.code, int) else 1
-    return Result(rc, out.getvalue(), err.getvalue())
+Result = Run
+cli = run_cli
 
 
 def tree_size(root) -> tuple[int, int]:

@@ -3,15 +3,14 @@ refused before any work and left byte-identical. Rows are read back with the csv
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
 import os
 import shutil
-from dataclasses import dataclass
 
 import pytest
+from clirun import Run, run_cli
 
 SCALE = "0.02"
 
@@ -25,27 +24,8 @@ DOCUMENTED_COLUMNS = [
 ]
 
 
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def err_lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.strip()]
-
-
-def cli(*args) -> Result:
-    from ckptbench import cli as cli_mod
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = cli_mod.main([str(a) for a in args])
-        except SystemExit as exc:
-            rc = exc.code if isinstance(exc.code, int) else 1
-    return Result(rc, out.getvalue(), err.getvalue())
+Result = Run
+cli = run_cli
 
 
 def csv_rows(path) -> tuple[list[str], list[dict]]:

@@ -3,15 +3,13 @@ baseline, beyond threshold and beyond noise, loud about environment differences)
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 import shutil
 import statistics
-from dataclasses import dataclass
 
 import pytest
+from clirun import Run, run_cli
 
 from ckptbench.errors import CkptbenchError
 
@@ -19,27 +17,8 @@ SCALE = "0.02"
 STAGE_COLUMNS = ["list_s", "read_s", "verify_s", "load_s", "device_s", "check_s"]
 
 
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def err_lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.strip()]
-
-
-def cli(*args) -> Result:
-    from ckptbench import cli as cli_mod
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = cli_mod.main([str(a) for a in args])
-        except SystemExit as exc:
-            rc = exc.code if isinstance(exc.code, int) else 1
-    return Result(rc, out.getvalue(), err.getvalue())
+Result = Run
+cli = run_cli
 
 
 def assert_one_line_error(r: Result, needle: str = "") -> None:

@@ -1,0 +1,40 @@
+"""The CLI run in this process or as a fresh interpreter, for the tests: exit code, stdout, stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+def run_cli(*args: str) -> Run:
+    """The CLI in this process (torch is imported once): exit code, stdout, stderr."""
+    from ckptbench import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = cli.main([str(a) for a in args])
+        except SystemExit as exc:  # argparse errors
+            rc = exc.code if isinstance(exc.code, int) else 1
+    return Run(rc, out.getvalue(), err.getvalue())
+
+
+def run_proc(*args: str, timeout: int = 120) -> Run:
+    """The CLI as a user runs it: a fresh interpreter."""
+    proc = subprocess.run([sys.executable, "-m", "ckptbench", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+    return Run(proc.returncode, proc.stdout, proc.stderr)
