@@ -23,10 +23,10 @@ def _warm_imports() -> None:
 class StageProgress:
     """The live line while a restore runs: the stage, and during the read the engine's figures."""
 
-    def __init__(self, stream=sys.stderr):
+    def __init__(self, stream=None):
         from ckptbench.progress import ProgressLine
 
-        self.line = ProgressLine(stream)
+        self.line = ProgressLine(stream or sys.stderr)
         self.repeat = 0
 
     def __call__(self, stage, snap) -> None:
@@ -45,18 +45,23 @@ class StageProgress:
 
 def repeat_doc(r) -> dict:
     return {"status": r.status, "stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps,
-            "success_rate": r.success_rate, "retries": r.retries, "errors": r.errors,
+            "success_rate": r.success_rate, "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors,
             "cache": r.cache.to_dict(), "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s,
             "problems": r.problems, "notes": r.notes}
+
+
+def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -> dict:
     from ckptbench.stats import spread
 
-    errors: dict[str, int] = {}
-    for r in reps:
-        for k, v in r.errors.items():
-            errors[k] = errors.get(k, 0) + v
+    errors = _merged([r.errors for r in reps])
     stage_stats = {s: spread([r.stages.get(s) for r in reps]) for s in STAGES}
     rto = spread([r.rto_s for r in reps])
     gbps = spread([r.read_gbps for r in reps])
@@ -79,6 +84,7 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
         "read_gbps_stats": gbps,
         "success_rate": min(r.success_rate for r in reps),
         "retries": sum(r.retries for r in reps),
+        "retry_classes": _merged([r.retry_classes for r in reps]),
         "errors": errors,
         "cache": {"requested": opts.cache, "residency_before": max(r.cache.residency_before for r in reps),
                   "residency_after": max((r.cache.residency_after or 0.0) for r in reps),

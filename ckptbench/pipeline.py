@@ -128,7 +128,7 @@ def _list_s3(source: str, concurrency: int) -> Listing:
     log = s3.RetryLog()
     client = s3.make_client(concurrency, retry_log=log)
     objects = s3.list_objects(client, url)
-    raw = s3.get_bytes(client, url, mf.MANIFEST_NAME) if any(o.rel == mf.MANIFEST_NAME for o in objects) else None
+    raw = s3.get_bytes(client, url, mf.MANIFEST_NAME, log) if any(o.rel == mf.MANIFEST_NAME for o in objects) else None
     man = mf.parse(raw, f"{url}/{mf.MANIFEST_NAME}") if raw is not None else None
     base = str(url).rstrip("/")
     files = [fastio.FileSpec(f"{base}/{o.rel}", o.size) for o in objects]
@@ -345,7 +345,8 @@ class Run:
             self.notes["verify"] = f"--hash {alg} is not the manifest's {man.hash}: no reference to compare with"
             return unreadable
         results = {listing.rel(f.path): replace(f, digest=digests.get(f.path)) for f in res.files}
-        return list(compare(man, results))
+        listed = {e.path for e in man.files}
+        return list(compare(man, results)) + [p for p in unreadable if p[0] not in listed]
 
     def _outcome(self, res, problems, man, listing: Listing) -> tuple[set[str], dict[str, int]]:
         """The files a restore owes (read, or promised by the manifest) and the error classes of what failed."""

@@ -33,8 +33,8 @@ def progress_line(s: fastio.Snapshot) -> str:
 class ProgressLine:
     """Rewrites one line of a terminal in place; silent when the stream is not a terminal."""
 
-    def __init__(self, stream: TextIO = sys.stderr):
-        self.stream = stream
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
         self.live = stream.isatty()
         self.width = 0
 

@@ -56,6 +56,8 @@ def classify(exc: BaseException) -> str:
     from botocore.exceptions import (ClientError, ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError,
                                      ReadTimeoutError, ResponseStreamingError)
 
+    if type(exc).__name__ == "FlexibleChecksumError":  # botocore checked S3's CRC itself and it disagreed
+        return CHECKSUM
     if isinstance(exc, ClientError):
         code = exc.response.get("Error", {}).get("Code", "")
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
@@ -161,18 +163,28 @@ def list_objects(client, url: S3Url) -> list[S3Object]:
     return sorted(out, key=lambda o: o.key)
 
 
-def get_bytes(client, url: S3Url, rel: str) -> bytes | None:
-    """A small object (the manifest), or None when it does not exist."""
+def get_bytes(client, url: S3Url, rel: str, retry_log: RetryLog | None = None, attempts: int = 5) -> bytes | None:
+    """A small object (the manifest), or None when it does not exist; a body cut mid-read is fetched again."""
+    import time
+
     from botocore.exceptions import BotoCoreError, ClientError
 
-    try:
-        return client.get_object(Bucket=url.bucket, Key=url.key(rel))["Body"].read()
-    except ClientError as exc:
-        if classify(exc) == MISSING:
-            return None
-        raise _fail(url, exc) from None
-    except BotoCoreError as exc:
-        raise _fail(url, exc) from None
+    for attempt in range(attempts):
+        try:
+            return client.get_object(Bucket=url.bucket, Key=url.key(rel))["Body"].read()
+        except ClientError as exc:
+            if classify(exc) == MISSING:
+                return None
+            raise _fail(url, exc) from None
+        except BotoCoreError as exc:
+            cls = classify(exc)
+            # botocore retries the request, not a body that breaks after the headers
+            if cls not in (CONNECTION_RESET, TIMEOUT) or attempt == attempts - 1:
+                raise _fail(url, exc) from None
+            if retry_log is not None:
+                retry_log.add(cls)
+            time.sleep(0.05 * 2 ** attempt)
+    return None
 
 
 def upload(directory: str, url: S3Url, *, concurrency: int = 16, part_size: int = DEFAULT_PART,
@@ -202,8 +214,12 @@ def upload(directory: str, url: S3Url, *, concurrency: int = 16, part_size: int 
             progress(rel)
         return rel
 
+    from boto3.exceptions import S3UploadFailedError
+
     try:
         with ThreadPoolExecutor(max_workers=max(1, concurrency // 4)) as pool:
             return list(pool.map(put, rels))
     except (ClientError, BotoCoreError) as exc:
         raise _fail(url, exc) from None
+    except S3UploadFailedError as exc:  # boto3 wraps the client error; the cause says what happened
+        raise _fail(url, exc.__cause__ or exc) from None

@@ -418,12 +418,13 @@ class CrtReadHandle(S3ReadHandle):
         self._result = None
         crt, host = _crt_client(opts)
         self.requests = []
+        self.done_events: list[threading.Event] = []
         for ob in self.objs:
             ob.t0 = time.perf_counter()
             self.requests.append(crt.make_request(
                 type=S3RequestType.GET_OBJECT, request=_crt_get(host, url.bucket, ob.o.key, ob.o.etag),
                 checksum_config=S3ChecksumConfig(validate_response=True),
-                on_body=self._body_cb(ob), on_done=self._done_cb(ob),
+                on_body=self._body_cb(ob), on_done=self._done_cb(ob, self._new_event()),
                 max_active_connections_override=opts.concurrency))
             self.gets += 1
 
@@ -447,18 +448,30 @@ class CrtReadHandle(S3ReadHandle):
             ob.bytes += n
         return on_body
 
-    def _done_cb(self, ob: _Obj):
+    def _new_event(self) -> threading.Event:
+        ev = threading.Event()
+        self.done_events.append(ev)
+        return ev
+
+    def _done_cb(self, ob: _Obj, finished: threading.Event):
+        """awscrt resolves a request's future before it calls on_done: waiters wait for this event instead."""
         def on_done(error=None, error_headers=None, error_body=None, status_code=None, **_kw):
-            if error is not None or (status_code and status_code >= 300):
-                cls = {404: s3mod.MISSING, 403: s3mod.ACCESS_DENIED, 412: s3mod.CHANGED,
-                       503: s3mod.THROTTLING}.get(status_code, s3mod.SERVER_ERROR if (status_code or 0) >= 500
-                                                  else s3mod.CONNECTION_RESET)
-                ob.error = (cls, f"{ob.o.key}: {cls} (status {status_code}, {error})")
-            elif ob.bytes != ob.o.size:
-                ob.error = ("size_mismatch", f"{ob.o.key}: {ob.bytes} bytes, listed {ob.o.size}")
-            ob.crcs = [(ob._crc.digest(), ob.bytes)]
-            self._finish(ob)
+            try:
+                self._on_done(ob, error, status_code)
+            finally:
+                finished.set()
         return on_done
+
+    def _on_done(self, ob: _Obj, error, status_code) -> None:
+        if error is not None or (status_code and status_code >= 300):
+            cls = {404: s3mod.MISSING, 403: s3mod.ACCESS_DENIED, 412: s3mod.CHANGED,
+                   503: s3mod.THROTTLING}.get(status_code, s3mod.SERVER_ERROR if (status_code or 0) >= 500
+                                              else s3mod.CONNECTION_RESET)
+            ob.error = (cls, f"{ob.o.key}: {cls} (status {status_code}, {error})")
+        elif ob.bytes != ob.o.size:
+            ob.error = ("size_mismatch", f"{ob.o.key}: {ob.bytes} bytes, listed {ob.o.size}")
+        ob.crcs = [(ob._crc.digest(), ob.bytes)]
+        self._finish(ob)
 
     def set_concurrency(self, n: int) -> None:
         with self.cv:
@@ -484,18 +497,10 @@ class CrtReadHandle(S3ReadHandle):
         if self._result is not None:
             return self._result
         deadline = None if timeout is None else time.perf_counter() + timeout
-        for r in self.requests:
+        for ev in self.done_events:
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-            try:
-                r.finished_future.result(left)
-            except TimeoutError:
+            if not ev.wait(left):
                 return None
-            except Exception:  # noqa: BLE001 - the failure is already recorded by on_done
-                pass
-        for ob in self.objs:
-            if ob.fd is not None:
-                os.close(ob.fd)
-                ob.fd = None
         self._result = self._collect()
         return self._result
 

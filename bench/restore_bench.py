@@ -1,0 +1,791 @@
+"""Restore benchmark: fused against staged and the stock safetensors path (hot), our read stage against fio (cold).
+
+Prints a Markdown report to stdout (progress goes to stderr) and writes bench/out/restore_bench.{md,json}.
+Exit status 0 even when a target is missed (it is a report); 2 when fio or the built fastio is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)  # fastio is built in place in the repo root
+
+import _peers  # noqa: E402
+
+MiB = 1 << 20
+KiB = 1 << 10
+PAGE = 4096
+BLOCK = 1 * MiB
+HOT_MIN, COLD_MAX = 0.95, 0.05
+FUSED_VS_STAGED = 0.6  # fused RTO <= 0.6 x staged RTO
+FUSED_VS_STOCK = 2.0  # stock RTO >= 2 x fused RTO
+FIO_BAND = (0.95, 1.05)  # our read stage / fio, cold
+OUT_DIR = os.path.join(HERE, "out")
+STAGES = ("list", "read", "verify", "load", "device", "check")
+HOT_ATTEMPTS = 3  # a hot repeat that read from the disk (the cache dropped under it) is run again, this often
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def missing_tools() -> str | None:
+    if not shutil.which("fio"):
+        return "restore_bench: fio not found; install it with `apt-get install fio`"
+    try:
+        import fastio  # noqa: F401
+    except ImportError:
+        return "restore_bench: fastio is not built; run `make build` in the repo root"
+    return None
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+def default_dir(profile: str, scale: float) -> str:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    name = f"bench-{profile}" + ("" if scale == 1.0 else f"-x{scale:g}")
+    return os.path.join(cache, "ckptbench", name)
+
+
+def ensure_checkpoint(directory: str, profile_name: str, scale: float) -> str | None:
+    """Generates the checkpoint once (`ckptbench gen` in a child); reuses it when its manifest is present.
+
+    Returns None when ready, else one line saying why the directory cannot be used.
+    """
+    from ckptbench import manifest as mf
+    from ckptbench import profiles
+
+    prof = profiles.load(profile_name)
+    if scale != 1.0:
+        prof = prof.scaled(scale)
+    man = mf.read(directory) if os.path.isdir(directory) else None
+    if man is not None:
+        if man.dims != vars(prof.dims) or man.format != prof.format:
+            return (f"restore_bench: {directory} holds a {man.profile} checkpoint of another shape or format than "
+                    f"--profile {profile_name} --scale {scale:g}; pass another --dir or remove it")
+        log(f"reusing the checkpoint in {directory}")
+        return None
+    if os.path.isdir(directory) and os.listdir(directory):
+        return f"restore_bench: {directory} is not empty and has no manifest; pass another --dir or remove it"
+    os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+    log(f"generating the {profile_name} checkpoint (scale {scale:g}) into {directory}; once, reused afterwards")
+    cmd = [sys.executable, "-m", "ckptbench", "gen", profile_name, directory]
+    if scale != 1.0:
+        cmd += ["--scale", repr(scale)]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(cmd, env=env, check=False)
+    if out.returncode != 0:
+        return f"restore_bench: `{' '.join(cmd)}` failed with status {out.returncode}"
+    return None
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+@dataclass
+class Series:
+    """One figure over repeats: RTO seconds or GB/s, with the cache state each repeat ran under."""
+
+    key: str
+    condition: str  # hot | cold
+    path: str
+    unit: str  # s | GB/s
+    samples: list[float] = field(default_factory=list)
+    residency: list[float] = field(default_factory=list)
+    disk: list[float] = field(default_factory=list)  # share of the set's bytes read from the device while timed
+    stages: list[dict[str, float]] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def verified(self) -> bool:
+        if self.condition == "hot":
+            return (bool(self.residency) and all(r >= HOT_MIN for r in self.residency)
+                    and all(d <= COLD_MAX for d in self.disk))
+        return bool(self.residency) and all(r <= COLD_MAX for r in self.residency)
+
+    @property
+    def ok(self) -> bool:
+        return all(s == "ok" for s in self.status)
+
+    def stage_median(self, stage: str) -> float | None:
+        vals = [s[stage] for s in self.stages if s.get(stage) is not None]
+        return statistics.median(vals) if vals else None
+
+    def as_dict(self) -> dict:
+        return {"key": self.key, "condition": self.condition, "path": self.path, "unit": self.unit,
+                "samples": self.samples, "median": self.median, "min": min(self.samples),
+                "max": max(self.samples), "residency": self.residency, "disk_read_share": self.disk,
+                "verified": self.verified,
+                "status": self.status, "problems": self.problems[:10],
+                "stages": self.stages, "stage_medians": {s: self.stage_median(s) for s in STAGES},
+                **({"extra": self.extra} if self.extra else {})}
+
+
+def add_pipeline_repeat(s: Series, r, value: float, disk: float) -> None:
+    s.samples.append(value)
+    s.residency.append(r.cache.residency_before)
+    s.disk.append(disk)
+    s.stages.append(dict(r.stages))
+    s.status.append(r.status)
+    s.problems += r.problems
+
+
+def disk_read_bytes(children: bool = False) -> int:
+    """Bytes this process (or its waited-for children) made the kernel read from a block device: getrusage's
+    ru_inblock, in 512-byte units, counted where reads are submitted to the device, so page-cache hits add
+    nothing. A hot repeat that reads from the disk was not hot, whatever residency said before it began."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_inblock * 512
+
+
+def pipeline_once(listing, **opts):
+    """One restore; also the bytes read from the disk from its first timed stage to its end (the cache
+    preparation before the clock starts is left out)."""
+    from ckptbench import pipeline
+
+    start: list[int] = []
+
+    def progress(stage, _snap) -> None:
+        if not start:
+            start.append(disk_read_bytes())
+
+    r = pipeline.run(listing.source, pipeline.RunOptions(**opts), repeats=1, listing=listing, progress=progress)[0]
+    return r, disk_read_bytes() - (start[0] if start else 0)
+
+
+# --------------------------------------------------------------------------- the stock path
+
+
+def stock_restore(listing) -> tuple[dict[str, float], list[str], dict[str, str]]:
+    """What a seed script does, one file after another: md5 of every file (1 MiB reads), then
+    safetensors.torch.load_file per shard into a GPT built normally (load_state_dict copies), optimizer
+    tensors cloned (load_file maps lazily; the clone reads the bytes), the small-file tail, one forward step.
+    """
+    import safetensors.torch
+    import torch
+
+    from ckptbench import restore
+    from ckptbench.model import DTYPES, GPT, master_optimizer, sample_batch
+
+    man = listing.manifest
+    stages: dict[str, float] = {}
+    problems: list[str] = []
+    t0 = time.perf_counter()
+
+    t = time.perf_counter()
+    digests = {f.path: _peers.md5_file(f.path)[1] for f in listing.files}
+    if man is not None and man.hash == "md5":
+        for e in man.files:
+            got = digests.get(os.path.join(listing.source, e.path))
+            if got is not None and got != e.digest:
+                problems.append(f"{e.path}: md5 {got} != manifest {e.digest}")
+    stages["verify"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    dims = restore.dims_of(man, {})
+    model = GPT(dims).to(DTYPES[man.weights_dtype])
+    loaded: set[str] = set()
+    optim: dict[str, torch.Tensor] = {}
+    for path in restore.shard_files(listing.source, "safetensors"):
+        sd = safetensors.torch.load_file(path)
+        if os.path.basename(path).startswith("optimizer"):
+            for k, v in sd.items():
+                optim[k] = v.clone()
+        else:
+            res = model.load_state_dict(sd, strict=False)
+            if res.unexpected_keys:
+                problems.append(f"{os.path.basename(path)}: unexpected keys {res.unexpected_keys[:3]}")
+            loaded.update(sd)
+        del sd
+    missing = set(model.state_dict()) - loaded
+    if missing:
+        problems.append(f"{len(missing)} weight(s) not in any shard, e.g. {sorted(missing)[0]}")
+    # the same optimizer the fused path builds: AdamW over the fp32 masters, with the saved moments
+    master = {n: optim[f"{n}.master"].requires_grad_(True) for n, _ in model.named_parameters()}
+    opt, master, names = master_optimizer(model, master)
+    sd = opt.state_dict()
+    step = torch.tensor(float(man.step))
+    sd["state"] = {i: {"step": step.clone(), "exp_avg": optim[f"{n}.exp_avg"],
+                       "exp_avg_sq": optim[f"{n}.exp_avg_sq"]} for i, n in enumerate(names)}
+    opt.load_state_dict(sd)
+    tail = restore.load_tail(listing.source, man)
+    stages["load"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    count = sum(p.numel() for p in model.parameters())
+    if count != man.param_count:
+        problems.append(f"parameter count {count} != manifest {man.param_count}")
+    with torch.no_grad():
+        out = model(sample_batch(dims))
+    if not bool(torch.isfinite(out).all()):
+        problems.append("forward step gave non-finite output")
+    stages["check"] = time.perf_counter() - t
+    stages["rto"] = time.perf_counter() - t0
+    del model, opt, master, optim, tail
+    return stages, problems, digests
+
+
+# --------------------------------------------------------------------------- fio
+
+
+def fio_bs(size: int, block: int) -> int:
+    """The fio bs that reads a file whole, or nearly: fio never issues a read shorter than bs, so a file's
+    last partial block is skipped. Big files: `block`; smaller ones: their size rounded down to a page
+    (one read each, like fastio; the readahead brings in the rest of the last page); files under a page:
+    one group at the largest power of two that fits the smallest of them."""
+    if size >= block:
+        return block
+    if size >= PAGE:
+        return size // PAGE * PAGE
+    return 0  # decided per set, see fio_groups
+
+
+def fio_groups(files: list[tuple[str, int]], block: int) -> dict[int, list[tuple[str, int]]]:
+    groups: dict[int, list[tuple[str, int]]] = {}
+    tiny = [(p, s) for p, s in files if 0 < s < PAGE]
+    tiny_bs = 1 << (min(s for _, s in tiny).bit_length() - 1) if tiny else 0
+    for path, size in files:
+        if size == 0:
+            continue
+        bs = fio_bs(size, block) or tiny_bs
+        groups.setdefault(bs, []).append((path, size))
+    return dict(sorted(groups.items(), reverse=True))
+
+
+def fio_escape(path: str) -> str:
+    return path.replace(":", "\\:")  # fio splits filename= on ':'
+
+
+def fio_jobfile(files: list[tuple[str, int]], *, jobs: int, block: int, invalidate: bool) -> tuple[str, int]:
+    """psync, rw=read, one stonewalled group per bs, each with `jobs` jobs over disjoint byte-balanced lists."""
+    lines = ["[global]", "ioengine=psync", "rw=read", "direct=0", "iodepth=1", f"invalidate={int(invalidate)}",
+             "file_service_type=sequential", "allow_file_create=0", "openfiles=16", ""]
+    expect = 0
+    for g, (bs, group) in enumerate(fio_groups(files, block).items()):
+        expect += sum(s // bs * bs for _, s in group)
+        for j, part in enumerate(_peers.split_fair(group, jobs)):
+            lines.append(f"[g{g}j{j}]")
+            if g and not j:
+                lines.append("stonewall")
+            lines.append(f"bs={bs}")
+            lines += _peers.filename_lines([fio_escape(p) for p, _ in part])
+            lines.append("")
+    return "\n".join(lines), expect
+
+
+def run_fio(fio: str, files: list[tuple[str, int]], *, jobs: int, block: int, invalidate: bool) -> dict:
+    """bytes fio read and its time: the sum over groups of the slowest job's read runtime (ms resolution)."""
+    text, expect = fio_jobfile(files, jobs=jobs, block=block, invalidate=invalidate)
+    with tempfile.NamedTemporaryFile("w", suffix=".fio", delete=False) as f:
+        f.write(text)
+        jobfile = f.name
+    try:
+        t0 = time.perf_counter()
+        out = subprocess.run([fio, "--output-format=json", jobfile], capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - t0
+    finally:
+        os.unlink(jobfile)
+    if out.returncode != 0:
+        raise RuntimeError(f"fio failed ({out.returncode}): {out.stderr.strip()[-500:]}")
+    report = json.loads(out.stdout[out.stdout.index("{"):])
+    group_ms: dict[int, int] = {}
+    total = 0
+    for job in report["jobs"]:
+        total += job["read"]["io_bytes"]
+        group_ms[job["groupid"]] = max(group_ms.get(job["groupid"], 0), job["read"]["runtime"])
+    if total != expect:
+        raise RuntimeError(f"fio read {total} bytes, its job file covers {expect}")
+    return {"bytes": total, "seconds": sum(group_ms.values()) / 1e3, "wall_s": wall,
+            "jobs": len(report["jobs"]), "groups": len(group_ms)}
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+class Bench:
+    def __init__(self, listing, repeat: int, concurrency: int, fio: str):
+        import fastio
+
+        self.fastio = fastio
+        self.listing = listing
+        self.paths = [f.path for f in listing.files]
+        self.files = [(f.path, f.size) for f in listing.files]
+        self.total = sum(s for _, s in self.files)
+        self.repeat = repeat
+        self.concurrency = concurrency
+        self.fio = fio
+        self.series: dict[str, Series] = {}
+        self.load: list[tuple[str, tuple[float, float, float]]] = []
+        self.md5_agree: bool | None = None
+
+    def note_load(self, when: str) -> None:
+        self.load.append((when, os.getloadavg()))
+
+    def get(self, key: str, condition: str, path: str, unit: str) -> Series:
+        if key not in self.series:
+            self.series[key] = Series(key, condition, path, unit)
+        return self.series[key]
+
+    def residency(self) -> float:
+        return self.fastio.residency(self.paths).fraction
+
+    def make_hot(self) -> float:
+        self.fastio.read_files(self.paths, concurrency=2, read="pread", hash="none")
+        return self.residency()
+
+    def make_cold(self) -> float:
+        self.fastio.evict(self.paths)
+        return self.residency()
+
+    # ---- hot: fused, staged, stock
+
+    def run_hot(self) -> None:
+        c = self.concurrency
+        log(f"hot restores (fused, staged, stock; interleaved; one untimed warm-up each; {self.repeat} repeat(s))")
+        fused = self.get("hot/fused", "hot", f"fused (pipeline, crc32c verified during the read, concurrency {c})", "s")
+        staged = self.get("hot/staged", "hot", f"staged (pipeline, crc32c after the read, concurrency {c})", "s")
+        stock = self.get("hot/stock", "hot", "stock: md5 per file + load_file/load_state_dict per shard, "
+                         "one after another", "s")
+        hot_read = self.get("hot/read/ours", "hot", f"ours: pipeline read stage (staged run: pread, no hash, "
+                            f"concurrency {c}, block 1 MiB)", "GB/s")
+        for i in range(self.repeat + 1):
+            warm = i == 0
+            tag = "warm-up" if warm else f"repeat {i}"
+            for mode, s in (("fused", fused), ("staged", staged)):
+                for attempt in range(1, HOT_ATTEMPTS + 1):
+                    log(f"  hot {mode:6s} {tag}")
+                    r, disk = pipeline_once(self.listing, mode=mode, cache="hot", concurrency=c, read="pread",
+                                            block_size=BLOCK)
+                    if self.hot_held(s, disk, attempt):
+                        break
+                if not warm:
+                    add_pipeline_repeat(s, r, r.rto_s, disk / self.total)
+                    if mode == "staged":
+                        add_pipeline_repeat(hot_read, r, r.read_gbps, disk / self.total)
+                del r
+                gc.collect()
+            for attempt in range(1, HOT_ATTEMPTS + 1):
+                log(f"  hot stock  {tag}")
+                res = self.make_hot()
+                d0 = disk_read_bytes()
+                stages, problems, digests = stock_restore(self.listing)
+                disk = disk_read_bytes() - d0
+                if self.hot_held(stock, disk, attempt):
+                    break
+            if not warm:
+                stock.samples.append(stages["rto"])
+                stock.residency.append(res)
+                stock.disk.append(disk / self.total)
+                stock.stages.append({k: v for k, v in stages.items() if k != "rto"})
+                stock.status.append("failed" if problems else "ok")
+                stock.problems += problems
+            self.check_md5(digests)
+            del digests
+            gc.collect()
+
+    def hot_held(self, s: Series, disk: int, attempt: int) -> bool:
+        """False (run it again) when a hot repeat read more than 5 % of the set from the disk."""
+        if disk <= COLD_MAX * self.total:
+            return True
+        what = "running it again" if attempt < HOT_ATTEMPTS else "keeping it, marked NOT VERIFIED"
+        log(f"    read {disk / MiB:.0f} MiB from the disk while hot (the page cache was dropped under it?); {what}")
+        s.extra["discarded_not_hot"] = s.extra.get("discarded_not_hot", 0) + (attempt < HOT_ATTEMPTS)
+        return attempt == HOT_ATTEMPTS
+
+    def check_md5(self, digests: dict[str, str]) -> None:
+        """The stock path's md5 against fastio's md5 of the same files (once): both read the same bytes."""
+        if self.md5_agree is not None:
+            return
+        r = self.fastio.read_files(self.paths, hash="md5", concurrency=self.concurrency)
+        self.md5_agree = not r.failed and all(digests.get(f.path) == f.digest for f in r.files)
+
+    # ---- read stage against fio
+
+    def run_read(self) -> None:
+        c = self.concurrency
+        log(f"read throughput against fio ({self.repeat} repeat(s))")
+        cold_ours = self.get("cold/read/ours", "cold", f"ours: pipeline read stage (staged: pread, no hash, "
+                             f"concurrency {c}, block 1 MiB)", "GB/s")
+        cold_fused = self.get("cold/read/fused", "cold", f"ours, fused: pipeline read stage (pread + crc32c, "
+                              f"concurrency {c}, block 1 MiB)", "GB/s")
+        cold_fio = self.get("cold/read/fio", "cold", f"fio psync, {c} jobs, bs=1M, cache evicted "
+                            "(fastio.evict), default --invalidate=1", "GB/s")
+        hot_fio = self.get("hot/read/fio", "hot", f"fio psync, {c} jobs, bs=1M, --invalidate=0", "GB/s")
+        for i in range(1, self.repeat + 1):
+            for mode, s in (("staged", cold_ours), ("fused", cold_fused)):
+                log(f"  cold {mode:6s} repeat {i}")
+                r, disk = pipeline_once(self.listing, mode=mode, cache="cold", concurrency=c, read="pread",
+                                        block_size=BLOCK)
+                add_pipeline_repeat(s, r, r.read_gbps, disk / self.total)
+                del r
+                gc.collect()
+            log(f"  cold fio    repeat {i}")
+            cold_fio.residency.append(self.make_cold())
+            d0 = disk_read_bytes(children=True)
+            f = run_fio(self.fio, self.files, jobs=c, block=BLOCK, invalidate=True)
+            cold_fio.disk.append((disk_read_bytes(children=True) - d0) / self.total)
+            cold_fio.samples.append(f["bytes"] / f["seconds"] / 1e9)
+            cold_fio.extra["fio"] = {k: v for k, v in f.items() if k != "seconds"}
+            cold_fio.status.append("ok")
+            log(f"  hot  fio    repeat {i}")
+            for attempt in range(1, HOT_ATTEMPTS + 1):
+                res = self.make_hot()
+                d0 = disk_read_bytes(children=True)
+                f = run_fio(self.fio, self.files, jobs=c, block=BLOCK, invalidate=False)
+                disk = disk_read_bytes(children=True) - d0
+                if self.hot_held(hot_fio, disk, attempt):
+                    break
+            hot_fio.residency.append(res)
+            hot_fio.disk.append(disk / self.total)
+            hot_fio.samples.append(f["bytes"] / f["seconds"] / 1e9)
+            hot_fio.extra["fio"] = {k: v for k, v in f.items() if k != "seconds"}
+            hot_fio.status.append("ok")
+
+
+# --------------------------------------------------------------------------- targets and report
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    subject: str
+    peer: str
+    test: str  # le | ge | band
+    bound: tuple[float, ...]
+    invert: bool = False  # ratio = peer / subject (speed-up) instead of subject / peer
+
+
+def targets() -> list[Target]:
+    return [
+        Target(f"hot: fused RTO ≤ {FUSED_VS_STAGED}× staged RTO", "hot/fused", "hot/staged", "le",
+               (FUSED_VS_STAGED,)),
+        Target(f"hot: fused ≥ {FUSED_VS_STOCK:g}× faster than the stock path (stock RTO / fused RTO)",
+               "hot/fused", "hot/stock", "ge", (FUSED_VS_STOCK,), invert=True),
+        Target(f"cold: our read stage within ±5 % of fio psync (ours / fio in {FIO_BAND[0]}..{FIO_BAND[1]})",
+               "cold/read/ours", "cold/read/fio", "band", FIO_BAND),
+    ]
+
+
+def judge(t: Target, ser: dict[str, Series]) -> dict:
+    s, p = ser.get(t.subject), ser.get(t.peer)
+    base = {"target": t.name, "subject": t.subject, "peer": t.peer}
+    if s is None or p is None or not s.samples or not p.samples:
+        return base | {"status": "not measured", "ratio": None}
+    ratio = p.median / s.median if t.invert else s.median / p.median
+    if not (s.verified and p.verified):
+        return base | {"status": "not verified (cache state)", "ratio": ratio}
+    if not (s.ok and p.ok):
+        return base | {"status": "restore FAILED its check", "ratio": ratio}
+    if t.test == "le":
+        met = ratio <= t.bound[0]
+    elif t.test == "ge":
+        met = ratio >= t.bound[0]
+    else:
+        met = t.bound[0] <= ratio <= t.bound[1]
+    return base | {"status": "met" if met else "MISSED", "ratio": ratio}
+
+
+def fmt(v: float, unit: str) -> str:
+    return f"{v:.2f} s" if unit == "s" else f"{v:.2f} GB/s"
+
+
+def condition_label(s: Series) -> str:
+    if s.verified:
+        return s.condition
+    bad = [r for r in s.residency if (r < HOT_MIN if s.condition == "hot" else r > COLD_MAX)]
+    if bad:
+        return f"{s.condition}? NOT VERIFIED (residency {bad[0]:.2f})"
+    return f"{s.condition}? NOT VERIFIED (read {max(s.disk):.0%} of the set from the disk)"
+
+
+def main_table(b: Bench, verdicts: list[dict]) -> list[str]:
+    by_peer = {(v["subject"], v["peer"]): v for v in verdicts}
+    ratio_text = {
+        "hot/staged": lambda v: f"fused = {v['ratio']:.2f}× staged",
+        "hot/stock": lambda v: f"fused {v['ratio']:.2f}× faster (stock / fused)",
+        "cold/read/fio": lambda v: f"ours = {v['ratio']:.3f}× fio",
+    }
+    bound_text = {"hot/staged": f"≤ {FUSED_VS_STAGED}×", "hot/stock": f"≥ {FUSED_VS_STOCK:g}×",
+                  "cold/read/fio": f"{FIO_BAND[0]}–{FIO_BAND[1]}×"}
+    info = {"cold/read/fused": ("cold/read/fio", "ours fused = {:.3f}× fio (info: includes crc32c)"),
+            "hot/read/ours": ("hot/read/fio", "ours = {:.3f}× fio (info)")}
+    rows = ["| condition | path | RTO or GB/s (median) | min–max | ratio | target met? |",
+            "|---|---|---:|---|---|---|"]
+    order = ("hot/fused", "hot/staged", "hot/stock", "cold/read/ours", "cold/read/fused", "cold/read/fio",
+             "hot/read/ours", "hot/read/fio")
+    for s in sorted(b.series.values(), key=lambda s: order.index(s.key) if s.key in order else len(order)):
+        ratio, met = "—", "—"
+        v = next((v for (subj, peer), v in by_peer.items() if peer == s.key), None)
+        if v is not None and v["ratio"] is not None:
+            ratio = ratio_text[s.key](v)
+            met = f"{v['status']} ({bound_text[s.key]})"
+        elif s.key in info and info[s.key][0] in b.series:
+            ratio = info[s.key][1].format(s.median / b.series[info[s.key][0]].median)
+            met = "—"
+        if not s.ok:
+            met = ("" if met == "—" else met + "; ") + "CHECK FAILED"
+        rows.append(f"| {condition_label(s)} | {s.path} | {fmt(s.median, s.unit)} | "
+                    f"{fmt(min(s.samples), s.unit)}–{fmt(max(s.samples), s.unit)} | {ratio} | {met} |")
+    return rows
+
+
+def stage_table(b: Bench) -> list[str]:
+    cols = [(k, n) for k, n in (("hot/fused", "fused"), ("hot/staged", "staged"), ("hot/stock", "stock"))
+            if k in b.series]
+    head = "| stage | " + " | ".join(f"{n} median s | {n} % of RTO" for _, n in cols) + " |"
+    rows = [head, "|---|" + "---:|---:|" * len(cols)]
+    for stage in STAGES:
+        meds = [b.series[k].stage_median(stage) for k, _ in cols]
+        if all(m is None for m in meds):
+            continue
+        cells = []
+        for (k, _), m in zip(cols, meds):
+            rto = b.series[k].median
+            cells += ["—", "—"] if m is None else [f"{m:.3f}", f"{m / rto:.0%}"]
+        rows.append(f"| {stage} | " + " | ".join(cells) + " |")
+    rows.append("| **RTO** | " + " | ".join(f"**{b.series[k].median:.3f}** | 100%" for k, _ in cols) + " |")
+    return rows
+
+
+def notes(b: Bench) -> list[str]:
+    out = [
+        "Verification differs by path: fused hashes crc32c during the read and compares with the manifest; staged "
+        "hashes crc32c over the read buffers after the read; the stock path computes hashlib md5 over every file "
+        "(1 MiB reads, one file after another), as the seed scripts do"
+        + ("" if b.listing.manifest.hash == "md5" else
+           " — the manifest holds crc32c, so its md5 digests have no reference to compare with")
+        + ".",
+        "Stock path: `GPT(dims).to(bfloat16)` built normally (not on meta), then per shard, one after another, "
+        "`safetensors.torch.load_file` and `model.load_state_dict(strict=False)` (a copy into the model's own "
+        "storage); optimizer shards through `load_file` with every tensor `.clone()`d (load_file maps lazily; the "
+        "clone reads the bytes); the same AdamW-over-fp32-masters optimizer the fused path builds, the small-file "
+        "tail, and the same check (parameter count, one forward step with finite output). Its stages: verify = "
+        "md5, load = build + shards + optimizer + tail, check = forward.",
+        "hot = residency ≥ 0.95 before every repeat (the pipeline's hot condition, or a fastio pre-read for the "
+        "stock path and fio), checked with fastio.residency, and at most 5 % of the set read from the disk while "
+        "timed (getrusage ru_inblock of this process, or of fio as a child): a hot repeat that read from the disk "
+        f"(another process dropped the page cache under it) is run again, up to {HOT_ATTEMPTS} times; cold = "
+        "fastio.evict before every repeat and residency ≤ 0.05. Fused, staged and stock repeats are interleaved in one process after `_warm_imports()`, "
+        "after one untimed warm-up restore each.",
+        "fio: one job file, psync, `rw=read`, 8 jobs per group over disjoint byte-balanced file lists "
+        "(largest first), `file_service_type=sequential`. fio never issues a read shorter than bs, so files ≥ 1 MiB "
+        "are read at bs=1M (their last partial MiB is skipped), smaller files at bs = their size rounded down to "
+        "4 KiB (one read each, as fastio does), in stonewalled groups; files under 4 KiB in one group. GB/s = the "
+        "bytes fio read / the sum over groups of the slowest job's runtime (ms resolution).",
+        "Our read-stage GB/s = all bytes of the checkpoint / the pipeline's read stage (engine start to the last "
+        "buffer filled, into memory). The target is judged on the staged run (no hash, the same work as fio); the "
+        "fused read stage also computes crc32c and is shown for information.",
+    ]
+    f = b.series.get("cold/read/fio")
+    if f is not None and "fio" in f.extra:
+        x = f.extra["fio"]
+        out.append(f"fio read {x['bytes'] / MiB:.1f} MiB of the {b.total / MiB:.1f} MiB set "
+                   f"({x['bytes'] / b.total:.2%}) in {x['groups']} group(s), {x['jobs']} job(s); cold, the page "
+                   "cache's readahead fetches the skipped tails with the rest of each file (see the disk share "
+                   "below).")
+    o, p = b.series.get("cold/read/ours"), b.series.get("cold/read/fio")
+    if o is not None and p is not None and len(o.samples) == len(p.samples):
+        pairs = [x / y for x, y in zip(o.samples, p.samples)]
+        out.append("cold ours / fio per repeat (each pair run back to back): "
+                   + ", ".join(f"{r:.3f}" for r in pairs) + f"; median {statistics.median(pairs):.3f} "
+                   "(the target uses the ratio of the medians).")
+    disk = {k: s.disk for k, s in b.series.items() if s.disk}
+    if disk:
+        out.append("Share of the set's bytes read from the disk while timed, per repeat: " + "; ".join(
+            f"{k} " + "/".join(f"{d:.2f}" for d in v) for k, v in disk.items()) + ".")
+    redo = {k: s.extra["discarded_not_hot"] for k, s in b.series.items() if s.extra.get("discarded_not_hot")}
+    if redo:
+        out.append("Hot attempts discarded because they read from the disk: "
+                   + ", ".join(f"{k} {n}" for k, n in redo.items()) + ".")
+    big = [(p, s) for p, s in b.files if s >= BLOCK]
+    if big:
+        parts = _peers.split_fair(big, b.concurrency)
+        loads = [sum(s for _, s in part) for part in parts]
+        out.append(f"fio splits whole files across its {len(parts)} jobs (largest job {max(loads) / MiB:.0f} MiB, "
+                   f"mean {statistics.mean(loads) / MiB:.0f} MiB); fastio splits files into 64 MiB chunks across "
+                   "its workers.")
+    if b.md5_agree is not None:
+        out.append("md5 of every file by the stock path matches fastio's md5 of the same files." if b.md5_agree
+                   else "md5 of the stock path DIFFERS from fastio's md5 of the same files.")
+    cores = os.cpu_count() or 1
+    if b.load:
+        first, last = b.load[0][1], b.load[-1][1]
+        busy = max(l[0] for _, l in b.load) > cores
+        out.append(f"Load average (1/5/15 min) {first[0]:.2f}/{first[1]:.2f}/{first[2]:.2f} at the start, "
+                   f"{last[0]:.2f}/{last[1]:.2f}/{last[2]:.2f} at the end, on {cores} cores"
+                   + ("; OTHER WORK WAS RUNNING, figures are contended." if busy else "."))
+    for s in b.series.values():
+        for p in s.problems[:3]:
+            out.append(f"problem ({s.key}): {p}")
+    return out
+
+
+def report_markdown(b: Bench, verdicts: list[dict], args, preface: list[str] = ()) -> str:
+    man = b.listing.manifest
+    lines = [
+        "# ckptbench restore benchmark",
+        "",
+        *preface,
+        f"Checkpoint: profile `{man.profile}`" + ("" if args.scale == 1.0 else f" × {args.scale:g}")
+        + f", {man.format}, {man.world_size} rank(s), {man.param_count / 1e6:.1f} M parameters, "
+        f"{b.total / MiB:.1f} MiB in {len(b.files)} files, `{args.dir}`; concurrency {b.concurrency}, block 1 MiB; "
+        f"median of {b.repeat} repeat(s); GB = 10^9 bytes.",
+        "",
+    ]
+    lines += main_table(b, verdicts)
+    lines += ["", "Per-stage breakdown, hot (median seconds and share of the median RTO):", ""]
+    lines += stage_table(b)
+    lines += ["", "## Targets", ""]
+    for v in verdicts:
+        r = "" if v["ratio"] is None else f" ({v['ratio']:.3f}×)"
+        lines.append(f"- {v['status']}: {v['target']}{r}")
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in notes(b)]
+    return "\n".join(lines) + "\n"
+
+
+def filesystem_of(path: str) -> str:
+    real = os.path.realpath(path)
+    best = ("", "unknown", "unknown")
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, mnt, fstype = line.split()[:3]
+            mnt = mnt.replace("\\040", " ")
+            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[0]):
+                best = (mnt, fstype, dev)
+    return f"{best[1]} ({best[2]} on {best[0]})"
+
+
+def machine_info(directory: str, fio: str) -> dict:
+    import fastio
+    import safetensors
+    import torch
+
+    cpu, mem = "unknown", 0
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * KiB
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem / (1 << 30), 1),
+            "kernel": platform.release(), "filesystem": filesystem_of(directory), "fio": _peers.fio_version(fio),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "safetensors": safetensors.__version__, "torch_threads": torch.get_num_threads(),
+            "crc32c_kernel": fastio.crc32c_impl()}
+
+
+def write_outputs(b: Bench, verdicts: list[dict], machine: dict, args, date: str, elapsed: float) -> str:
+    os.makedirs(OUT_DIR, exist_ok=True)
+    preface = [f"Date: {date}", "", "Machine:", ""] + [f"- {k}: {v}" for k, v in machine.items()] + [""]
+    text = report_markdown(b, verdicts, args, preface)
+    with open(os.path.join(OUT_DIR, "restore_bench.md"), "w") as f:
+        f.write(text)
+    man = b.listing.manifest
+    raw = {
+        "date": date,
+        "elapsed_s": elapsed,
+        "machine": machine,
+        "args": vars(args),
+        "checkpoint": {"dir": args.dir, "profile": man.profile, "format": man.format, "ranks": man.world_size,
+                       "params": man.param_count, "bytes": b.total, "files": len(b.files), "hash": man.hash},
+        "measurements": [s.as_dict() for s in b.series.values()],
+        "targets": verdicts,
+        "load_average": [{"when": w, "1min": l[0], "5min": l[1], "15min": l[2]} for w, l in b.load],
+        "md5_agree": b.md5_agree,
+    }
+    with open(os.path.join(OUT_DIR, "restore_bench.json"), "w") as f:
+        json.dump(raw, f, indent=2)
+        f.write("\n")
+    return text
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default=None, help="checkpoint profile (default medium; small with --quick)")
+    ap.add_argument("--scale", type=float, default=1.0, help="resize the profile's model by about this factor")
+    ap.add_argument("--dir", default=None, help="where the checkpoint lives (generated once, reused when its "
+                    "manifest is present); default $XDG_CACHE_HOME or ~/.cache + /ckptbench/bench-PROFILE")
+    ap.add_argument("--repeat", type=int, default=None, help="repeats per figure (default 3; 1 with --quick)")
+    ap.add_argument("--concurrency", type=int, default=8, help="pipeline concurrency and fio jobs (default 8)")
+    ap.add_argument("--quick", action="store_true", help="small profile, 1 repeat")
+    args = ap.parse_args(argv)
+    args.profile = args.profile or ("small" if args.quick else "medium")
+    args.repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    if args.concurrency < 1:
+        ap.error("--concurrency must be at least 1")
+    if args.scale <= 0:
+        ap.error("--scale must be positive")
+    args.dir = args.dir or default_dir(args.profile, args.scale)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    problem = missing_tools()
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    fio = shutil.which("fio")
+    from ckptbench.errors import CkptbenchError
+
+    try:
+        problem = ensure_checkpoint(args.dir, args.profile, args.scale)
+    except CkptbenchError as exc:
+        problem = f"restore_bench: {exc}"
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+
+    from ckptbench import pipeline
+    from ckptbench.cli_run import _warm_imports
+
+    _warm_imports()
+    listing = pipeline.list_checkpoint(args.dir)
+    if listing.manifest is None or listing.format != "safetensors":
+        print(f"restore_bench: {args.dir}: needs a safetensors checkpoint with a manifest (got {listing.format})",
+              file=sys.stderr)
+        return 2
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    b = Bench(listing, args.repeat, args.concurrency, fio)
+    t0 = time.monotonic()
+    b.note_load("start")
+    b.run_hot()
+    b.note_load("after hot restores")
+    b.run_read()
+    b.note_load("end")
+    elapsed = time.monotonic() - t0
+    log(f"done in {elapsed:.0f} s")
+    verdicts = [judge(t, b.series) for t in targets()]
+    print(report_markdown(b, verdicts, args), end="")
+    write_outputs(b, verdicts, machine_info(args.dir, fio), args, date, elapsed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
