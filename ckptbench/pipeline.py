@@ -272,8 +272,8 @@ class Run:
         s3 = self.listing.s3 is not None
         if s3:
             cache = conditions.CacheCondition(o.cache, 0.0, True, "S3: no local page cache, every read goes to the server")
-            # staged S3 downloads then loads files (as `aws s3 cp` + torch.load); DCP can only load from files
-            if o.stage_dir or o.mode == "staged" or self.listing.format == "dcp":
+            # staged S3 downloads then loads files, as `aws s3 cp` + torch.load would
+            if o.stage_dir or o.mode == "staged":
                 self.stage_dir = o.stage_dir or tempfile.mkdtemp(prefix="ckptbench-stage-")
                 self.own_stage = o.stage_dir is None
         else:
@@ -379,8 +379,6 @@ class Run:
             tail = restore.load_tail(listing.source, man, reader=_buffer_reader(listing, man, buffers),
                                      rels=listing.rels)
             state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards)
-            if listing.format == "dcp":
-                self.notes["load"] = "dcp loads from files (no in-memory reader): bytes are read twice"
         else:
             tail = restore.load_tail(listing.source, man)
             state = restore.load_state(listing.source, listing.format)

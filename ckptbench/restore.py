@@ -60,7 +60,8 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
     fmt = fmt or detect(directory)
     mod = module_for(fmt)
     if fmt == "dcp":
-        return mod.load_dir(directory)
+        named = {os.path.basename(p): b for p, b in (buffers or {}).items() if b is not None}
+        return mod.load_dir(directory, buffers=named or None)
     state = CheckpointState({})
     for path in shards if shards is not None else shard_files(directory, fmt):
         if buffers is not None and path in buffers:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import warnings
+from pathlib import PurePath
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystem
 
 from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError
 
@@ -92,9 +95,58 @@ def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -
     return written
 
 
-def load_dir(directory: str, like: CheckpointState | None = None) -> CheckpointState:
-    """Reads into freshly allocated tensors shaped from the metadata (DCP loads in place)."""
+class _MemoryRaw(io.RawIOBase):
+    """A seekable read-only view of bytes already in memory: DCP slices shards without a copy of the whole."""
+
+    def __init__(self, buf):
+        self.buf = memoryview(buf).cast("B")
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: len(self.buf)}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), len(self.buf) - self.pos))
+        b[:n] = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+
+class _MemoryFS(FileSystem):
+    """DCP's file access, answered from the fused read's buffers (by file name); other files from disk."""
+
+    def __init__(self, buffers: dict):
+        super().__init__()
+        self.buffers = buffers
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode):
+        buf = self.buffers.get(PurePath(str(path)).name) if "r" in mode else None
+        if buf is None:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        yield io.BufferedReader(_MemoryRaw(buf))
+
+
+def load_dir(directory: str, buffers: dict | None = None) -> CheckpointState:
+    """Reads into freshly allocated tensors shaped from the metadata (DCP loads in place).
+
+    `buffers` (file name → bytes already read) serves the shards and .metadata from memory."""
     reader = SafeReader(directory)
+    if buffers:
+        reader.fs = _MemoryFS(buffers)
     try:
         meta = reader.read_metadata()
     except FormatError:
