@@ -32,7 +32,6 @@ cdef extern from "csrc/cache.h" nogil:
     int fio_residency(const char *path, int64_t *resident, int64_t *total)
     int fio_evict(const char *path)
     int fio_drop_caches()
-    void fio_populate(void *p, size_t len)
 
 cdef extern from "csrc/engine.h" nogil:
     enum:

@@ -341,10 +341,8 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
                 buf = mmap.mmap(-1, max(4096, (specs[i].size + 4095) & ~4095), flags=_ANON_FLAGS)
                 dest = buf
                 h.specs[i].dest = &dest[0]
-                # faulting the pages in one call is several times cheaper than a fault per page during the read;
-                # done here without the GIL (mmap's MAP_POPULATE would hold it for the whole allocation)
-                with nogil:
-                    fio_populate(h.specs[i].dest, <size_t>dest.shape[0])
+                # lazily faulted: each worker faults in its chunk's pages with one madvise before reading into
+                # them, in parallel and without the GIL (mmap's MAP_POPULATE would hold it for the whole allocation)
                 h._buffers.append(buf)
         fault = faults.get(specs[i].path)
         if fault:

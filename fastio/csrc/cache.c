@@ -75,19 +75,6 @@ int fio_evict(const char *path)
     return rc;
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-void fio_populate(void *p, size_t len)
-{
-    if (len == 0 || madvise(p, len, MADV_POPULATE_WRITE) == 0)
-        return;
-    long page = sysconf(_SC_PAGESIZE);
-    for (size_t i = 0; i < len; i += (size_t)page)
-        ((volatile char *)p)[i] = 0; /* kernels before 5.14: touch each page */
-}
-
 int fio_drop_caches(void)
 {
     sync();

@@ -9,8 +9,6 @@
 int fio_residency(const char *path, int64_t *resident, int64_t *total);
 /* 0 or errno: flushes the file's dirty pages (which DONTNEED cannot drop), then drops its pages. */
 int fio_evict(const char *path);
-/* Faults in [p, p+len) for writing without holding anything: one madvise, or a page walk on old kernels. */
-void fio_populate(void *p, size_t len);
 /* 0 or errno: sync(), then writes 1 to /proc/sys/vm/drop_caches (root only). */
 int fio_drop_caches(void);
 

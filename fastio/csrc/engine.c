@@ -378,7 +378,7 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
                     len = st.st_size - u->off;
                 if (e->opt.mode != FIO_MODE_DIRECT) /* doubles the kernel's read-ahead window for cold reads */
                     posix_fadvise(fd, u->off, len < 0 ? 0 : len, POSIX_FADV_SEQUENTIAL);
-                if (f->dest && len > 0) /* one batched fault-in of the destination beats a fault per page in copy_to_user */
+                if (f->dest && len > 0) /* one batched fault-in of this chunk's destination beats a fault per page */
                     madvise(f->dest + u->off, (size_t)((len + ALIGN - 1) & ~(int64_t)(ALIGN - 1)), MADV_POPULATE_WRITE);
                 int64_t got = e->opt.mode == FIO_MODE_MMAP ? read_unit_mmap(w, f, fd, u->off, len, &d)
                                                             : read_unit_pread(w, f, fd, buf, u->off, len, &d);
