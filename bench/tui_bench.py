@@ -49,6 +49,7 @@ def headless_read_gbps(source: str, opts: RunOptions) -> float:
 
 async def tui_read_gbps(source: str, opts: RunOptions, results: str, keys: bool) -> tuple[float, list[float]]:
     """One restore inside the app; with `keys`, presses +/- during the read and times each redraw."""
+    from textual import events
     from textual.widgets import Static
 
     from tui.app import CkptbenchApp
@@ -67,10 +68,11 @@ async def tui_read_gbps(source: str, opts: RunOptions, results: str, keys: bool)
                 snap = app.session.snapshot() if app.session else None
                 if snap is None or snap.finished:
                     break
-                key = "plus" if i % 2 == 0 else "minus"
+                key, char = ("plus", "+") if i % 2 == 0 else ("minus", "-")
                 before = str(settings.render())
                 t0 = time.perf_counter()
-                await pilot.press(key)
+                # posted as a terminal would deliver it: pilot.press also waits for the app to go idle
+                app.post_message(events.Key(key, char))
                 while str(settings.render()) == before and time.perf_counter() - t0 < 1.0:
                     await asyncio.sleep(0.001)
                 latencies.append((time.perf_counter() - t0) * 1000)

@@ -20,7 +20,7 @@ from ckptbench.sources import s3 as s3mod
 
 CHUNK = 1 << 20
 HIST = 32
-_ANON = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+_ANON = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS  # no MAP_POPULATE: it holds the GIL for the whole allocation
 ERRNO_OF = {s3mod.MISSING: 2, s3mod.ACCESS_DENIED: 13, s3mod.TIMEOUT: 110, s3mod.CONNECTION_RESET: 104,
             s3mod.CHANGED: 116, s3mod.CHECKSUM: 74, s3mod.THROTTLING: 11, s3mod.SERVER_ERROR: 5}
 STAGE_SUFFIX = ".ckptbench-partial"

@@ -50,10 +50,18 @@ class ThroughputChart(Widget):
         for r in range(rows, 0, -1):
             label = f"{top * r / rows:6.2f} " if r in (rows, 1) else " " * 7
             out.append(label, style="dim")
-            for c, v in enumerate(cols):
+            cells = []
+            for v in cols:
                 level = v / top * rows
-                cell = BLOCKS[8] if level >= r else BLOCKS[int((level - (r - 1)) * 8)] if level > r - 1 else " "
-                out.append(cell, style="bold yellow" if c in mark_cols else "green")
+                cells.append(BLOCKS[8] if level >= r else BLOCKS[int((level - (r - 1)) * 8)] if level > r - 1 else " ")
+            # one span per run of columns, not one per cell: the chart redraws four times a second
+            start = 0
+            for c in sorted(mark_cols) + [width]:
+                if c > start:
+                    out.append("".join(cells[start:c]), style="green")
+                if c < width:
+                    out.append(cells[c], style="bold yellow")
+                start = c + 1
             out.append("\n")
         axis = [" "] * width
         for c, label in mark_cols.items():
