@@ -42,10 +42,13 @@ class CkptbenchApp(App):
             self.refresh_source()
 
     def refresh_source(self) -> None:
+        self.source_info = self.measure_source()
+
+    def measure_source(self) -> dict | None:
+        """Files, bytes, mount and residency of the source (reads /proc and mincore: call it from a worker)."""
         from ckptbench.live import source_summary
 
-        if self.source is not None:
-            self.source_info = source_summary(self.source)
+        return source_summary(self.source) if self.source is not None else None
 
     def on_mount(self) -> None:
         self.sub_title = self.source or "no source"

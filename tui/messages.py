@@ -10,6 +10,7 @@ from textual.message import Message
 @dataclass
 class RunFinished(Message):
     doc: dict
+    source_info: dict | None = None
 
 
 @dataclass

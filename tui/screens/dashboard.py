@@ -59,7 +59,7 @@ class Dashboard(Screen):
             with Vertical(id="left"):
                 yield ThroughputChart(id="chart")
                 yield Static(id="figures")
-                yield ProgressBar(id="progress", show_eta=True)
+                yield ProgressBar(id="progress", total=1, show_eta=True)  # no indeterminate animation when idle
             yield SystemPanel(id="system")
         yield StageBar(id="stages")
         yield Static(id="settings")
@@ -69,6 +69,7 @@ class Dashboard(Screen):
         app = self.app
         self.concurrency = app.opts.concurrency
         self.rates = LiveRates()
+        self._texts: dict[str, str] = {}
         self.query_one("#chart", ThroughputChart).border_title = "read throughput, last minute"
         self.set_interval(POLL_S, self.poll)
         self.set_interval(SYSTEM_S, self.poll_system)
@@ -91,7 +92,7 @@ class Dashboard(Screen):
     def show_settings(self) -> None:
         o = self.app.opts
         state = "running" if self.running else "idle"
-        self.query_one("#settings", Static).update(
+        self._set("#settings",
             f"{state} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · read [b]{o.read}[/b] · "
             f"hash [b]{o.hash or 'manifest'}[/b] · concurrency [b]{self.concurrency}[/b]")
 
@@ -154,7 +155,8 @@ class Dashboard(Screen):
             self.post_message(RunFailed(str(exc)))
             return
         if not get_current_worker().is_cancelled:
-            self.post_message(RunFinished(doc))
+            # the source's residency after the run is measured here, off the UI thread
+            self.post_message(RunFinished(doc, self.app.measure_source()))
 
     def poll(self) -> None:
         session = self.app.session
@@ -168,7 +170,7 @@ class Dashboard(Screen):
         live = self.rates.update(snap)
         if session.stage == "read" and not snap.finished:
             self.query_one("#chart", ThroughputChart).add_sample(time.monotonic(), live["now_gbps"])
-        self.query_one("#figures", Static).update(
+        self._set("#figures",
             f"GB/s now [b]{live['now_gbps']:.2f}[/b]  avg [b]{live['avg_gbps']:.2f}[/b]  "
             f"peak [b]{live['peak_gbps']:.2f}[/b]   ·   files {live['files']}/{live['files_total']}   ·   "
             f"latency p50 {live['latency_p50_us'] or 0:.0f} µs  p99 {live['latency_p99_us'] or 0:.0f} µs\n"
@@ -176,6 +178,12 @@ class Dashboard(Screen):
             f"   ·   errors {live['errors']}  retries {live['retries']}")
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=max(1, snap.bytes_planned), progress=snap.bytes)
+
+    def _set(self, selector: str, text: str) -> None:
+        """Updates a Static only when its text changes: every redraw takes CPU from the readers."""
+        if self._texts.get(selector) != text:
+            self._texts[selector] = text
+            self.query_one(selector, Static).update(text)
 
     def poll_system(self) -> None:
         sample = self.app.system_sample()
@@ -191,7 +199,8 @@ class Dashboard(Screen):
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "
                     f"success {doc['success_rate']:.0%} ({doc['status']})")
         self.show_settings()
-        self.app.refresh_source()
+        if msg.source_info is not None:
+            self.app.source_info = msg.source_info
         self.show_source()
 
     @on(RunFailed)

@@ -21,8 +21,10 @@ class StageBar(Widget):
 
     def update_stages(self, stages: dict[str, float], active: str | None) -> None:
         # a run that stopped early (failed verify) has no figure for the stages it never reached
-        self.stages, self.active = {k: v for k, v in stages.items() if v is not None}, active
-        self.refresh()
+        stages = {k: v for k, v in stages.items() if v is not None}
+        if (stages, active) != (self.stages, self.active):  # a redraw costs the readers CPU on a small box
+            self.stages, self.active = stages, active
+            self.refresh()
 
     def render(self) -> Text:
         width = max(20, self.size.width - 2)

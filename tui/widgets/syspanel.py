@@ -26,6 +26,9 @@ class SystemPanel(Static):
     """
 
     def show(self, s: dict) -> None:
+        if s == getattr(self, "_shown", None):
+            return
+        self._shown = s
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold")
         t.add_column()
