@@ -140,7 +140,8 @@ def test_run_s3_with_stage_dir_keeps_verified_files(s3env, remote, ckpts, tmp_pa
     assert not [p for p in staged if p.endswith(PARTIAL)]
 
 
-def test_run_s3_dcp_is_staged_automatically(s3env, remote, ckpts, tmp_path, capsys):
+def test_run_s3_dcp_fused_loads_from_memory(s3env, remote, ckpts, tmp_path, capsys):
+    """DCP from S3 in fused mode: the shards and .metadata are served from the read buffers, nothing is staged."""
     before = stage_temps()
     rc, out, err = run_cli(capsys, "run", remote["dcp"], "--mode", "fused", "--repeat", "1", "--json",
                            "--part-size", "1M", "--results", tmp_path / "r.csv")
@@ -148,7 +149,8 @@ def test_run_s3_dcp_is_staged_automatically(s3env, remote, ckpts, tmp_path, caps
     doc = json.loads(out)
     assert doc["format"] == "dcp"
     assert doc["status"] == "ok" and doc["success_rate"] == 1.0 and doc["errors"] == {}
-    assert doc["repeats"][0]["notes"]["load"] == STAGED_NOTE
+    assert "load" not in doc["repeats"][0]["notes"]  # no staging note: loaded from memory
+    assert doc["repeats"][0]["stages"]["load"] >= 0
     assert stage_temps() == before
 
 
