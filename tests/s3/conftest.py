@@ -38,3 +38,13 @@ def s3faulty():
             return s3
 
         yield make
+
+
+@pytest.fixture
+def s3env(s3server, monkeypatch):
+    """This process's environment pointed at the session server (what the CLI reads credentials from)."""
+    for k, v in s3server.env.items():
+        monkeypatch.setenv(k, v)
+    for k in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_RETRY_MODE"):
+        monkeypatch.delenv(k, raising=False)
+    return s3server.env

@@ -11,22 +11,13 @@ import threading
 import time
 
 import pytest
+from s3help import files_under, put_dir
 
 import ckptbench.cli_run  # noqa: F401  (imported before any per-test stream redirection)
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources import s3read
 
 PARTIAL = s3read.STAGE_SUFFIX
-
-
-def files_under(root) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            full = os.path.join(dirpath, n)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, root).replace(os.sep, "/")] = f.read()
-    return out
 
 
 def run_cli(*args):
@@ -51,15 +42,6 @@ def one_line_error(rc, err: str, *needles: str) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def s3env(s3server, monkeypatch):
-    for k, v in s3server.env.items():
-        monkeypatch.setenv(k, v)
-    for k in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_RETRY_MODE"):
-        monkeypatch.delenv(k, raising=False)
-    return s3server.env
-
-
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> str:
     from ckptbench import profiles
@@ -68,11 +50,6 @@ def ckpt(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("bad") / "ckpt"
     generate(profiles.load("small").scaled(0.02), str(root), force=True)
     return str(root)
-
-
-def put_dir(client, bucket: str, prefix: str, root: str) -> None:
-    for rel, data in files_under(root).items():
-        client.put_object(Bucket=bucket, Key=f"{prefix}/{rel}", Body=data)
 
 
 def command(cmd: str, url: str, tmp_path) -> list:

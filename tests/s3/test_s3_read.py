@@ -15,6 +15,7 @@ import sys
 
 import crc32c
 import pytest
+from s3help import files_under
 import xxhash
 
 from ckptbench.sources import s3 as s3mod
@@ -35,26 +36,6 @@ def ref_digest(alg: str, data: bytes) -> str:
 
 def b64_crc32c(data: bytes) -> str:
     return base64.b64encode(crc32c.crc32c(data).to_bytes(4, "big")).decode()
-
-
-def files_under(root) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            full = os.path.join(dirpath, n)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, root).replace(os.sep, "/")] = f.read()
-    return out
-
-
-@pytest.fixture
-def s3env(s3server, monkeypatch):
-    """This process's environment pointed at the session server (what the CLI reads credentials from)."""
-    for k, v in s3server.env.items():
-        monkeypatch.setenv(k, v)
-    for k in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_RETRY_MODE"):
-        monkeypatch.delenv(k, raising=False)
-    return s3server.env
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import threading
 
 import crc32c
 import pytest
+from s3help import files_under, put_dir
 
 import ckptbench.cli_run  # noqa: F401  (imported outside any per-test capture: see run_cli)
 from ckptbench.sources import s3 as s3mod
@@ -24,22 +25,6 @@ from ckptbench.sources import s3read
 MiB = 1 << 20
 PARTIAL = s3read.STAGE_SUFFIX
 STAGED_NOTE = "S3 objects staged to local files, loaded from there"
-
-
-def files_under(root) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            full = os.path.join(dirpath, n)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, root).replace(os.sep, "/")] = f.read()
-    return out
-
-
-def put_dir(client, bucket: str, prefix: str, root: str) -> None:
-    """Upload with plain boto3 (not ckptbench), single PUTs."""
-    for rel, data in files_under(root).items():
-        client.put_object(Bucket=bucket, Key=f"{prefix}/{rel}", Body=data)
 
 
 def gen(root, fmt: str | None = None, digest: str = "crc32c") -> str:
@@ -65,15 +50,6 @@ def remote(s3server, ckpts) -> dict[str, str]:
     for name, root in ckpts.items():
         put_dir(direct, bucket, f"ckpts/{name}", root)
     return {name: f"s3://{bucket}/ckpts/{name}" for name in ckpts}
-
-
-@pytest.fixture
-def s3env(s3server, monkeypatch):
-    for k, v in s3server.env.items():
-        monkeypatch.setenv(k, v)
-    for k in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_RETRY_MODE"):
-        monkeypatch.delenv(k, raising=False)
-    return s3server.env
 
 
 def set_env(monkeypatch, env: dict) -> None:

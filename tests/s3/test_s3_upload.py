@@ -13,21 +13,12 @@ from urllib.parse import urlsplit
 
 import crc32c
 import pytest
+from s3help import files_under
 
 from ckptbench.sources import s3 as s3mod
 
 MiB = 1 << 20
 LOOPBACK = "127.0.0.1"
-
-
-def files_under(root) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            full = os.path.join(dirpath, n)
-            with open(full, "rb") as f:
-                out[os.path.relpath(full, root).replace(os.sep, "/")] = f.read()
-    return out
 
 
 def b64(crc: int) -> str:
@@ -42,15 +33,6 @@ def bucket_contents(s3server, bucket: str, prefix: str = "") -> dict[str, bytes]
         for o in page.get("Contents", ()):
             out[o["Key"]] = direct.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
     return out
-
-
-@pytest.fixture
-def s3env(s3server, monkeypatch):
-    for k, v in s3server.env.items():
-        monkeypatch.setenv(k, v)
-    for k in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_RETRY_MODE"):
-        monkeypatch.delenv(k, raising=False)
-    return s3server.env
 
 
 @pytest.fixture(scope="module")
