@@ -134,18 +134,30 @@ def run_fio(fio: str, files: list[tuple[str, int]], *, jobs: int, engine: str, b
                              capture_output=True, text=True, check=False)
     finally:
         os.unlink(jobfile)
-    if out.returncode != 0:
-        raise RuntimeError(f"fio failed ({out.returncode}): {out.stderr.strip()[-500:]}")
-    # fio may print warnings before the JSON document.
-    report = json.loads(out.stdout[out.stdout.index("{"):])
-    group_ms: dict[int, int] = {}
-    total = 0
-    for job in report["jobs"]:
-        total += job["read"]["io_bytes"]
-        g = job["groupid"]
-        group_ms[g] = max(group_ms.get(g, 0), job["read"]["runtime"])
+    total, group_ms, njobs = fio_totals(out)
     want = sum(s for _, s in files)
     if total != want:
         raise RuntimeError(f"fio read {total} bytes, the file set has {want}")
     seconds = sum(group_ms.values()) / 1e3
-    return Timed(total, seconds), {"jobs": len(report["jobs"]), "group_ms": group_ms}
+    return Timed(total, seconds), {"jobs": njobs, "group_ms": group_ms}
+
+
+def fio_totals(out: subprocess.CompletedProcess) -> tuple[int, dict[int, int], int]:
+    """Bytes read, the slowest job's runtime (ms) per stonewalled group, and the job count of a fio JSON run."""
+    if out.returncode != 0:
+        raise RuntimeError(f"fio failed ({out.returncode}): {out.stderr.strip()[-500:]}")
+    report = json.loads(out.stdout[out.stdout.index("{"):])  # fio may print warnings before the JSON
+    group_ms: dict[int, int] = {}
+    total = 0
+    for job in report["jobs"]:
+        total += job["read"]["io_bytes"]
+        group_ms[job["groupid"]] = max(group_ms.get(job["groupid"], 0), job["read"]["runtime"])
+    return total, group_ms, len(report["jobs"])
+
+
+def filesystem_of(path: str) -> str:
+    """Type and device of the mount holding `path`, from ckptbench's own mountinfo probe."""
+    from ckptbench import probes
+
+    m = probes.mount_of(path)
+    return f"{m.fs_type} ({m.source} on {m.mount_point})" if isinstance(m, probes.Mount) else str(m)

@@ -520,24 +520,12 @@ def machine_info(directory: str, fio: str) -> dict:
         "cores": os.cpu_count(),
         "memory_gib": round(mem / (1 << 30), 1),
         "kernel": platform.release(),
-        "filesystem": filesystem_of(directory),
+        "filesystem": _peers.filesystem_of(directory),
         "fio": _peers.fio_version(fio),
         "python": platform.python_version(),
         "crc32c_kernel": fastio.crc32c_impl(),
     }
 
-
-def filesystem_of(path: str) -> str:
-    """Type and device of the mount holding `path` (longest matching mount point in /proc/self/mounts)."""
-    real = os.path.realpath(path)
-    best = ("", "unknown", "unknown")
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            dev, mnt, fstype = line.split()[:3]
-            mnt = mnt.replace("\\040", " ")
-            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[0]):
-                best = (mnt, fstype, dev)
-    return f"{best[1]} ({best[2]} on {best[0]})"
 
 
 def write_outputs(b: Bench, verdicts: list[dict], machine: dict, shape: Shape, args) -> None:

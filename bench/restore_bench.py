@@ -306,18 +306,11 @@ def run_fio(fio: str, files: list[tuple[str, int]], *, jobs: int, block: int, in
         wall = time.perf_counter() - t0
     finally:
         os.unlink(jobfile)
-    if out.returncode != 0:
-        raise RuntimeError(f"fio failed ({out.returncode}): {out.stderr.strip()[-500:]}")
-    report = json.loads(out.stdout[out.stdout.index("{"):])
-    group_ms: dict[int, int] = {}
-    total = 0
-    for job in report["jobs"]:
-        total += job["read"]["io_bytes"]
-        group_ms[job["groupid"]] = max(group_ms.get(job["groupid"], 0), job["read"]["runtime"])
+    total, group_ms, njobs = _peers.fio_totals(out)
     if total != expect:
         raise RuntimeError(f"fio read {total} bytes, its job file covers {expect}")
     return {"bytes": total, "seconds": sum(group_ms.values()) / 1e3, "wall_s": wall,
-            "jobs": len(report["jobs"]), "groups": len(group_ms)}
+            "jobs": njobs, "groups": len(group_ms)}
 
 
 # --------------------------------------------------------------------------- the benchmark
@@ -678,17 +671,6 @@ def report_markdown(b: Bench, verdicts: list[dict], args, preface: list[str] = (
     return "\n".join(lines) + "\n"
 
 
-def filesystem_of(path: str) -> str:
-    real = os.path.realpath(path)
-    best = ("", "unknown", "unknown")
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            dev, mnt, fstype = line.split()[:3]
-            mnt = mnt.replace("\\040", " ")
-            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[0]):
-                best = (mnt, fstype, dev)
-    return f"{best[1]} ({best[2]} on {best[0]})"
-
 
 def machine_info(directory: str, fio: str) -> dict:
     import fastio
@@ -706,7 +688,7 @@ def machine_info(directory: str, fio: str) -> dict:
             if line.startswith("MemTotal:"):
                 mem = int(line.split()[1]) * KiB
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem / (1 << 30), 1),
-            "kernel": platform.release(), "filesystem": filesystem_of(directory), "fio": _peers.fio_version(fio),
+            "kernel": platform.release(), "filesystem": _peers.filesystem_of(directory), "fio": _peers.fio_version(fio),
             "python": platform.python_version(), "torch": torch.__version__,
             "safetensors": safetensors.__version__, "torch_threads": torch.get_num_threads(),
             "crc32c_kernel": fastio.crc32c_impl()}

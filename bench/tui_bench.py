@@ -56,7 +56,7 @@ async def tui_read_gbps(source: str, opts: RunOptions, results: str, keys: bool)
 
     app = CkptbenchApp(source, opts, results_path=results)
     latencies: list[float] = []
-    async with app.run_test(size=(140, 45)) as pilot:
+    async with app.run_test(size=(140, 45)):
         app.screen.action_run()  # pilot.press waits for the app to go idle, which a running restore delays
         if keys:
             for _ in range(2000):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import fastio
 
 from ckptbench import manifest as mf
-from ckptbench import probes, storage
+from ckptbench import probes, storage, tree
 from ckptbench.errors import CkptbenchError
 
 SAMPLE_S = 1.0  # the window for rates (disk %util, TCP retransmits)
@@ -48,14 +48,6 @@ class Facts:
         return sum(self.sizes)
 
 
-def _files(source: str) -> list[str]:
-    out = []
-    for root, dirs, names in os.walk(source):
-        dirs.sort()
-        out += [os.path.join(root, n) for n in sorted(names) if os.path.isfile(os.path.join(root, n))]
-    return out
-
-
 def _open_rate(paths: list[str], limit: int = 2000) -> float | None:
     """Files opened, stat'ed and closed per second: the metadata cost each small file adds."""
     sample = paths[:limit]
@@ -80,7 +72,7 @@ def gather(source: str, *, root: str = "/", concurrency: int = 8, quick_sweep: b
         return _gather_s3(source, root, concurrency, quick_sweep, environ)
     if not os.path.isdir(source):
         raise CkptbenchError(f"{source}: no such directory; point at a checkpoint directory")
-    paths = _files(source)
+    paths = tree.files(source)
     if not paths:
         raise CkptbenchError(f"{source}: empty; point at a checkpoint directory")
     f = Facts(source=source, concurrency=concurrency)

@@ -11,7 +11,7 @@ import time
 
 import psutil
 
-from ckptbench import probes
+from ckptbench import probes, tree
 
 
 def _plain(v):
@@ -77,10 +77,7 @@ def source_summary(source: str) -> dict:
         return {"source": source, "files": len(listing.files), "bytes": listing.bytes, "residency": 0.0,
                 "fs_type": "s3", "mount_point": os.environ.get("AWS_ENDPOINT_URL", "AWS")}
 
-    paths = []
-    for root, dirs, names in os.walk(source):
-        dirs.sort()
-        paths += [os.path.join(root, n) for n in sorted(names) if os.path.isfile(os.path.join(root, n))]
+    paths = tree.files(source)
     m = probes.mount_of(source)
     res = fastio.residency(paths) if paths else None
     return {"source": source, "files": len(paths), "bytes": res.total if res else 0,

@@ -10,6 +10,7 @@ from dataclasses import replace
 import fastio
 
 from ckptbench import manifest as mf
+from ckptbench import tree
 from ckptbench.errors import CkptbenchError
 
 PACKED_KINDS = ("small",)  # shards and format metadata stay files: loaders such as DCP's open them by path
@@ -32,18 +33,15 @@ def _entries_for(directory: str, man: mf.Manifest | None) -> list[mf.FileEntry]:
     if man is not None:
         return list(man.files)
     entries = []
-    for root, dirs, names in os.walk(directory):
-        dirs.sort()
-        for n in sorted(names):
-            full = os.path.join(root, n)
-            rel = os.path.relpath(full, directory).replace(os.sep, "/")
-            if n.endswith((".safetensors", ".pt", ".pth", ".bin", ".distcp")):
-                kind = "model"
-            elif n == ".metadata" or n.endswith(".index.json"):
-                kind = "meta"
-            else:
-                kind = "small"
-            entries.append(mf.FileEntry(rel, os.path.getsize(full), "", kind))
+    for rel in tree.rels(directory):
+        n = rel.rsplit("/", 1)[-1]
+        if n.endswith((".safetensors", ".pt", ".pth", ".bin", ".distcp")):
+            kind = "model"
+        elif n == ".metadata" or n.endswith(".index.json"):
+            kind = "meta"
+        else:
+            kind = "small"
+        entries.append(mf.FileEntry(rel, os.path.getsize(os.path.join(directory, rel)), "", kind))
     return entries
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 import fastio
 import psutil
 
-from ckptbench import conditions
+from ckptbench import conditions, tree
 from ckptbench import manifest as mf
 from ckptbench.errors import Cancelled, CkptbenchError
 
@@ -106,13 +106,7 @@ def list_checkpoint(source: str, concurrency: int = 16) -> Listing:
         raise CkptbenchError(f"{source}: no such directory; point at a checkpoint directory")
     if not os.path.isdir(source):
         raise CkptbenchError(f"{source}: not a directory; point at a checkpoint directory")
-    files = []
-    for root, dirs, names in os.walk(source):
-        dirs.sort()
-        for n in sorted(names):
-            path = os.path.join(root, n)
-            if os.path.isfile(path) and not os.path.islink(path):
-                files.append(fastio.FileSpec(path, os.stat(path).st_size))
+    files = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(source)]
     if not files:
         raise CkptbenchError(f"{source}: empty; point at a checkpoint directory")
     man = mf.read(source)

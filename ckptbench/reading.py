@@ -9,7 +9,7 @@ from typing import Callable, Iterable
 
 import fastio
 
-from ckptbench import conditions
+from ckptbench import conditions, tree
 from ckptbench.errors import Cancelled, CkptbenchError
 
 PROGRESS_INTERVAL_S = 0.25  # about four updates a second
@@ -111,13 +111,7 @@ def list_files(targets: Iterable[str]) -> list[fastio.FileSpec]:
     specs: list[fastio.FileSpec] = []
     for target in targets:
         if os.path.isdir(target):
-            found = []
-            for root, dirs, names in os.walk(target):
-                dirs.sort()
-                for name in sorted(names):
-                    path = os.path.join(root, name)
-                    if os.path.isfile(path) and not os.path.islink(path):
-                        found.append(fastio.FileSpec(path, os.path.getsize(path)))
+            found = [fastio.FileSpec(p, os.path.getsize(p)) for p in tree.files(target)]
             if not found:
                 raise CkptbenchError(f"{target}: directory holds no files; point at a checkpoint directory")
             specs.extend(found)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ckptbench import manifest as mf
+from ckptbench import tree
 from ckptbench.errors import CkptbenchError
 from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
 from ckptbench.model import GPT, build_on_meta, master_optimizer, sample_batch
@@ -44,12 +45,7 @@ SHARD_EXT = {"safetensors": (".safetensors",), "torch": (".pt", ".pth", ".bin"),
 
 def shard_files(directory: str, fmt: str) -> list[str]:
     """The files that hold tensors, for this format, in a stable order."""
-    ext = SHARD_EXT[fmt]
-    out = []
-    for root, dirs, names in os.walk(directory):
-        dirs.sort()
-        out += [os.path.join(root, n) for n in sorted(names) if n.endswith(ext)]
-    return out
+    return [p for p in tree.files(directory) if p.endswith(SHARD_EXT[fmt])]
 
 
 def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None,
@@ -78,10 +74,7 @@ def tail_names(directory: str, man: mf.Manifest | None, rels: list[str] | None =
     if man is not None:
         return [e.path for e in man.files if e.kind == "small"] + [r for i in man.packs.values() for r in i]
     if rels is None:
-        rels = []
-        for root, dirs, names in os.walk(directory):
-            dirs.sort()
-            rels += [os.path.relpath(os.path.join(root, n), directory) for n in sorted(names)]
+        rels = tree.rels(directory)
     return [r for r in rels if r.endswith((".json", ".idx", ".txt", ".model")) and not r.endswith(".index.json")
             and os.path.basename(r) != mf.MANIFEST_NAME]
 

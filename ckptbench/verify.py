@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import fastio
 
 from ckptbench import manifest as mf
+from ckptbench import tree
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,7 @@ def compare(man: mf.Manifest, results: dict[str, fastio.FileResult]) -> tuple[tu
 def verify(directory: str, *, concurrency: int = 8, hash: str = "crc32c") -> VerifyReport:
     man = mf.read(directory)
     if man is None:
-        rels = []
-        for root, dirs, names in os.walk(directory):
-            dirs.sort()
-            rels += [os.path.relpath(os.path.join(root, n), directory) for n in sorted(names)]
+        rels = tree.rels(directory)
         alg = hash
     else:
         rels = [e.path for e in man.files]

@@ -6,6 +6,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from ckptbench import tree
 from ckptbench.errors import CkptbenchError
 
 DEFAULT_PART = 8 << 20
@@ -197,10 +198,7 @@ def upload(directory: str, url: S3Url, *, concurrency: int = 16, part_size: int 
 
     if not os.path.isdir(directory):
         raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
-    rels = []
-    for root, dirs, names in os.walk(directory):
-        dirs.sort()
-        rels += [os.path.relpath(os.path.join(root, n), directory).replace(os.sep, "/") for n in sorted(names)]
+    rels = tree.rels(directory)
     if not rels:
         raise CkptbenchError(f"{directory}: empty; nothing to upload")
     client = make_client(concurrency)

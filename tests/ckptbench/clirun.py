@@ -38,3 +38,12 @@ def run_proc(*args: str, timeout: int = 120) -> Run:
     proc = subprocess.run([sys.executable, "-m", "ckptbench", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout)
     return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def assert_one_line_error(r: Run, needle: str = "") -> None:
+    """Bad input: exit 2, nothing on stdout, one "ckptbench: error:" line naming `needle`, no traceback."""
+    assert r.rc == 2
+    assert r.out == ""
+    assert len(r.err_lines) == 1, r.err
+    assert r.err_lines[0].startswith("ckptbench: error: ") and needle in r.err_lines[0]
+    assert "Traceback" not in r.err

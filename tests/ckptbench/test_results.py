@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from clirun import Run, run_cli
+from clirun import Run, assert_one_line_error, run_cli
 
 SCALE = "0.02"
 
@@ -33,14 +33,6 @@ def csv_rows(path) -> tuple[list[str], list[dict]]:
         reader = csv.reader(f)
         header = next(reader)
         return header, [dict(zip(header, values)) for values in reader]
-
-
-def assert_one_line_error(r: Result, needle: str = "") -> None:
-    assert r.rc == 2
-    assert r.out == ""
-    assert len(r.err_lines) == 1, r.err
-    assert r.err_lines[0].startswith("ckptbench: error: ") and needle in r.err_lines[0]
-    assert "Traceback" not in r.err
 
 
 @pytest.fixture(scope="module")

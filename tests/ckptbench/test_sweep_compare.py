@@ -9,7 +9,7 @@ import shutil
 import statistics
 
 import pytest
-from clirun import Run, run_cli
+from clirun import Run, assert_one_line_error, run_cli
 
 from ckptbench.errors import CkptbenchError
 
@@ -19,14 +19,6 @@ STAGE_COLUMNS = ["list_s", "read_s", "verify_s", "load_s", "device_s", "check_s"
 
 Result = Run
 cli = run_cli
-
-
-def assert_one_line_error(r: Result, needle: str = "") -> None:
-    assert r.rc == 2
-    assert r.out == ""
-    assert len(r.err_lines) == 1, r.err
-    assert r.err_lines[0].startswith("ckptbench: error: ") and needle in r.err_lines[0]
-    assert "Traceback" not in r.err
 
 
 @pytest.fixture(scope="module")
