@@ -402,13 +402,42 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
         finalize_file(e, f);
 }
 
+/* The worker's read buffer, on a transparent huge page where the kernel allows it. A block read into
+ * scattered 4 KiB pages needs one DMA segment per page; past the device's max_segments (254 on
+ * virtio-blk) the kernel splits each 1 MiB O_DIRECT read in two, which cost a fifth of cold throughput.
+ * Mapped 2 MiB-aligned by hand: posix_memalign's memory rarely holds a whole aligned huge page. */
+#define HUGE_SZ ((size_t)2 << 20)
+
+static size_t block_buffer_len(size_t len) { return (len + HUGE_SZ - 1) & ~(HUGE_SZ - 1); }
+
+static uint8_t *alloc_block_buffer(size_t len)
+{
+    size_t n = block_buffer_len(len);
+    uint8_t *m = mmap(NULL, n + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)m + HUGE_SZ - 1) & ~(uintptr_t)(HUGE_SZ - 1));
+    if (p > m)
+        munmap(m, (size_t)(p - m));
+    if (p + n < m + n + HUGE_SZ)
+        munmap(p + n, (size_t)(m + n + HUGE_SZ - (p + n)));
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE); /* advice only: without THP the buffer is still aligned and usable */
+#endif
+    return p;
+}
+
+static void free_block_buffer(uint8_t *p, size_t len)
+{
+    if (p)
+        munmap(p, block_buffer_len(len));
+}
+
 static void *worker_main(void *arg)
 {
     worker_t *w = arg;
     struct fio_engine *e = w->e;
-    uint8_t *buf = NULL;
-    if (e->opt.mode != FIO_MODE_MMAP && posix_memalign((void **)&buf, ALIGN, e->opt.block_size + ALIGN) != 0)
-        buf = NULL;
+    uint8_t *buf = e->opt.mode != FIO_MODE_MMAP ? alloc_block_buffer(e->opt.block_size + ALIGN) : NULL;
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (w->id >= e->target && !e->cancel && LOAD(&e->next) < e->nunits) {
@@ -425,7 +454,7 @@ static void *worker_main(void *arg)
             break;
         process_unit(w, &e->units[u], buf);
     }
-    free(buf);
+    free_block_buffer(buf, e->opt.block_size + ALIGN);
     pthread_mutex_lock(&e->mu);
     STORE(&w->state, FIO_W_EXITED);
     e->exited++;
