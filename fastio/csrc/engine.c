@@ -56,6 +56,8 @@ struct fio_engine {
     worker_t *workers;
     int nthreads, exited, target, cancel, joined;
     int64_t t_start, t_first_open, t_last_end;
+    uint8_t *bufs; /* FIO_MAX_THREADS block slots of buf_stride bytes, or NULL: per-worker buffers */
+    size_t buf_stride, bufs_len;
 };
 
 int64_t fio_now_ns(void)
@@ -402,42 +404,62 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
         finalize_file(e, f);
 }
 
-/* The worker's read buffer, on a transparent huge page where the kernel allows it. A block read into
- * scattered 4 KiB pages needs one DMA segment per page; past the device's max_segments (254 on
- * virtio-blk) the kernel splits each 1 MiB O_DIRECT read in two, which cost a fifth of cold throughput.
- * Mapped 2 MiB-aligned by hand: posix_memalign's memory rarely holds a whole aligned huge page. */
+/* Block buffers: one slot per possible worker in a single 2 MiB-aligned mapping on transparent huge pages.
+ * A block read into scattered 4 KiB pages needs one DMA segment per page; past the device's max_segments
+ * (254 on virtio-blk) the kernel splits each 1 MiB O_DIRECT read in two, which cost half of cold direct
+ * throughput. Slots are packed (two 1 MiB buffers share a huge page), so resident memory stays
+ * concurrency x block size; the mapping is reserved, and only the slots workers touch become resident. */
 #define HUGE_SZ ((size_t)2 << 20)
 
-static size_t block_buffer_len(size_t len) { return (len + HUGE_SZ - 1) & ~(HUGE_SZ - 1); }
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
 
-static uint8_t *alloc_block_buffer(size_t len)
+static int alloc_block_buffers(struct fio_engine *e)
 {
-    size_t n = block_buffer_len(len);
-    uint8_t *m = mmap(NULL, n + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    e->buf_stride = round_up(e->opt.block_size, ALIGN);
+    if (e->buf_stride > (SIZE_MAX / 2) / FIO_MAX_THREADS)
+        return 0; /* absurd block size: per-worker buffers */
+    size_t n = round_up(e->buf_stride * FIO_MAX_THREADS, HUGE_SZ);
+    uint8_t *m = mmap(NULL, n + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED)
-        return NULL;
-    uint8_t *p = (uint8_t *)(((uintptr_t)m + HUGE_SZ - 1) & ~(uintptr_t)(HUGE_SZ - 1));
+        return 0; /* strict overcommit refuses the reservation: per-worker buffers */
+    uint8_t *p = (uint8_t *)round_up((uintptr_t)m, HUGE_SZ);
     if (p > m)
         munmap(m, (size_t)(p - m));
-    if (p + n < m + n + HUGE_SZ)
-        munmap(p + n, (size_t)(m + n + HUGE_SZ - (p + n)));
+    munmap(p + n, (size_t)(m + HUGE_SZ - p));
 #ifdef MADV_HUGEPAGE
-    madvise(p, n, MADV_HUGEPAGE); /* advice only: without THP the buffer is still aligned and usable */
+    madvise(p, n, MADV_HUGEPAGE); /* advice only: without THP the slots are still aligned and usable */
 #endif
-    return p;
+    e->bufs = p;
+    e->bufs_len = n;
+    return 0;
 }
 
-static void free_block_buffer(uint8_t *p, size_t len)
+static uint8_t *worker_buffer(worker_t *w)
 {
-    if (p)
-        munmap(p, block_buffer_len(len));
+    struct fio_engine *e = w->e;
+    if (e->opt.mode == FIO_MODE_MMAP)
+        return NULL;
+    if (e->bufs)
+        return e->bufs + (size_t)w->id * e->buf_stride;
+    void *p = NULL;
+    return posix_memalign(&p, ALIGN, e->opt.block_size + ALIGN) == 0 ? p : NULL;
+}
+
+static void release_worker_buffer(worker_t *w, uint8_t *buf)
+{
+    if (!buf)
+        return;
+    if (w->e->bufs) /* give the slot's memory back now; the mapping goes with the engine */
+        madvise(buf, w->e->buf_stride, MADV_DONTNEED);
+    else
+        free(buf);
 }
 
 static void *worker_main(void *arg)
 {
     worker_t *w = arg;
     struct fio_engine *e = w->e;
-    uint8_t *buf = e->opt.mode != FIO_MODE_MMAP ? alloc_block_buffer(e->opt.block_size + ALIGN) : NULL;
+    uint8_t *buf = worker_buffer(w);
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (w->id >= e->target && !e->cancel && LOAD(&e->next) < e->nunits) {
@@ -454,7 +476,7 @@ static void *worker_main(void *arg)
             break;
         process_unit(w, &e->units[u], buf);
     }
-    free_block_buffer(buf, e->opt.block_size + ALIGN);
+    release_worker_buffer(w, buf);
     pthread_mutex_lock(&e->mu);
     STORE(&w->state, FIO_W_EXITED);
     e->exited++;
@@ -559,6 +581,8 @@ fio_engine *fio_engine_start(const fio_file_spec *files, int nfiles, const fio_o
     else
         e->workers = NULL;
     int rc = (!e->files || !e->workers) ? ENOMEM : build_plan(e, files);
+    if (!rc && opt->mode != FIO_MODE_MMAP)
+        rc = alloc_block_buffers(e);
     if (rc) {
         e->joined = 1;
         fio_engine_free(e);
@@ -720,6 +744,8 @@ void fio_engine_free(fio_engine *e)
     free(e->files);
     free(e->units);
     free(e->workers);
+    if (e->bufs)
+        munmap(e->bufs, e->bufs_len);
     if (e->nthreads || e->t_start) {
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);
