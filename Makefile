@@ -26,14 +26,16 @@ build: $(EXT)
 demo: build
 	$(BIN)/ckptbench demo
 
-# The terminal test drives the TUI inside tmux, from the distribution's packages.
 # The same demo served by a local S3 server (moto on 127.0.0.1 behind a latency-shaping proxy).
 demo-s3: build
 	$(BIN)/ckptbench demo --s3
 
+# The terminal test drives the TUI inside tmux, and the benchmark's fio replay is checked against fio;
+# both come from the distribution's packages.
 test: build
-	@command -v tmux >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq tmux; } \
-		|| { echo "make test needs tmux: apt-get install tmux"; exit 2; }
+	@command -v tmux >/dev/null && command -v fio >/dev/null \
+		|| { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq tmux fio; } \
+		|| { echo "make test needs tmux and fio: apt-get install tmux fio"; exit 2; }
 	$(BIN)/python -m pytest -q
 
 bench: build
