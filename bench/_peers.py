@@ -6,12 +6,44 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 
 MD5_BLOCK = 1 << 20
+
+
+class OtherWork:
+    """CPU time other processes took while the benchmark ran: the machine's busy time (/proc/stat: user,
+    nice, system, irq, softirq) minus this process's and its waited-for children's. The load average can't
+    tell: it counts the benchmark's own threads blocked on the disk."""
+
+    def __init__(self) -> None:
+        self.start = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, float, float]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:8]]
+        busy = (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        own = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+        return busy, own, time.monotonic()
+
+    def share(self) -> tuple[float, float]:
+        """Core-seconds other processes used since the start, and that as a share of all cores' time."""
+        b0, o0, t0 = self.start
+        b1, o1, t1 = self._now()
+        other = max(0.0, (b1 - b0) - (o1 - o0))
+        return other, other / max(1e-9, (t1 - t0) * (os.cpu_count() or 1))
+
+    def line(self, busy_share: float = 0.10) -> str:
+        other, share = self.share()
+        verdict = "; OTHER WORK WAS RUNNING, figures are contended." if share > busy_share else "."
+        return (f"Other processes used {other:.1f} core-seconds while it ran ({share:.1%} of the machine's "
+                f"{os.cpu_count()} cores){verdict}")
 
 
 @dataclass(frozen=True)
@@ -209,6 +241,7 @@ def run_fio_replay(fio: str, files: list[tuple[str, int]], *, jobs: int, block: 
     plan = replay_plan(files, jobs=jobs, block=block, chunk=chunk)
     with tempfile.TemporaryDirectory(prefix="ckptbench-fio-") as tmp:
         lines = ["[global]", "ioengine=psync", f"direct={int(direct)}", "invalidate=0",  # the bench owns the cache
+                 "fadvise_hint=sequential",  # what fastio advises for each unit it reads
                  "replay_no_stall=1", "allow_file_create=0", ""]
         for j, units in enumerate(plan):
             log_path = os.path.join(tmp, f"job{j}.iolog")

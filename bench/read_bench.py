@@ -168,7 +168,8 @@ class Bench:
         self.fio = fio
         self.results: dict[str, Measure] = {}
         self.digests: dict[str, dict[str, str]] = {}
-        self.load: list[float] = []  # 1-minute load average at start and end: other work skews the figures
+        self.load: list[float] = []  # 1-minute load average at start and end
+        self.other = _peers.OtherWork()  # CPU other processes take: other work skews the figures
 
     def residency(self) -> float:
         return self.fastio.residency(self.paths).fraction
@@ -489,9 +490,9 @@ def notes(b: Bench) -> list[str]:
     ]
     cores = os.cpu_count() or 1
     if b.load:
-        busy = max(b.load) > cores
-        out.append(f"1-minute load average {b.load[0]:.1f} at the start, {b.load[-1]:.1f} at the end, "
-                   f"on {cores} cores" + ("; OTHER WORK WAS RUNNING, figures are contended." if busy else "."))
+        out.append(f"1-minute load average {b.load[0]:.1f} at the start, {b.load[-1]:.1f} at the end, on {cores} "
+                   "cores (it counts the benchmark's own threads waiting on the disk).")
+    out.append(b.other.line())
     same = dict(b.digests)
     if "reference" in same:
         ref = same.pop("reference")
@@ -542,6 +543,7 @@ def write_outputs(b: Bench, verdicts: list[dict], machine: dict, shape: Shape, a
         "measurements": [m.as_dict() for m in b.results.values()],
         "targets": verdicts,
         "load_average_1min": b.load,
+        "other_work_core_s": b.other.share()[0],
         "md5_digests_agree": all(d == b.digests.get("reference") for d in b.digests.values()),
     }
     with open(os.path.join(OUT_DIR, "read_bench.json"), "w") as f:

@@ -294,6 +294,7 @@ class Bench:
         self.fio = fio
         self.series: dict[str, Series] = {}
         self.load: list[tuple[str, tuple[float, float, float]]] = []
+        self.other = _peers.OtherWork()  # CPU other processes take: other work skews the figures
         self.md5_agree: bool | None = None
         self.fault_in: list[float] = []  # GB/s of fresh memory faulted in, one thread, once per cold repeat
 
@@ -629,10 +630,10 @@ def notes(b: Bench) -> list[str]:
     cores = os.cpu_count() or 1
     if b.load:
         first, last = b.load[0][1], b.load[-1][1]
-        busy = max(l[0] for _, l in b.load) > cores
         out.append(f"Load average (1/5/15 min) {first[0]:.2f}/{first[1]:.2f}/{first[2]:.2f} at the start, "
-                   f"{last[0]:.2f}/{last[1]:.2f}/{last[2]:.2f} at the end, on {cores} cores"
-                   + ("; OTHER WORK WAS RUNNING, figures are contended." if busy else "."))
+                   f"{last[0]:.2f}/{last[1]:.2f}/{last[2]:.2f} at the end, on {cores} cores (it counts the "
+                   "benchmark's own threads waiting on the disk).")
+    out.append(b.other.line())
     for s in b.series.values():
         for p in s.problems[:3]:
             out.append(f"problem ({s.key}): {p}")
@@ -702,6 +703,7 @@ def write_outputs(b: Bench, verdicts: list[dict], machine: dict, args, date: str
         "measurements": [s.as_dict() for s in b.series.values()],
         "targets": verdicts,
         "load_average": [{"when": w, "1min": l[0], "5min": l[1], "15min": l[2]} for w, l in b.load],
+        "other_work_core_s": b.other.share()[0],
         "md5_agree": b.md5_agree,
     }
     with open(os.path.join(OUT_DIR, "restore_bench.json"), "w") as f:
