@@ -487,6 +487,9 @@ def notes(b: Bench) -> list[str]:
         "hot direct rows read with O_DIRECT, which bypasses the page cache, so they measure the device "
         "even when the files are resident.",
         "The disk is whatever backs --dir; on a virtual disk the host's cache can make cold reads fast.",
+        "fastio mmap with hash none maps each block's pages (MADV_POPULATE_READ: from the disk when cold) "
+        "without touching the bytes; fio's mmap engine copies each block out of the mapping. With a hash, "
+        "fastio reads every byte through the mapping.",
     ]
     cores = os.cpu_count() or 1
     if b.load:

@@ -16,6 +16,9 @@
 #include <unistd.h>
 
 #define ALIGN 4096
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -246,71 +249,94 @@ static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *
     return done;
 }
 
+/* The unit is mapped once and walked in block-sized windows: each window is faulted in with one
+ * MADV_POPULATE_READ, consumed, then dropped from the page tables with MADV_DONTNEED, so resident memory
+ * stays one block per worker. Mapping per window instead cost an mmap and a munmap per block, and both take
+ * the process's memory-map lock for writing, which stalls every other worker's page faults. */
 static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t off, int64_t len, fio_digest *d)
 {
     struct fio_engine *e = w->e;
     static long page;
     if (!page)
         page = sysconf(_SC_PAGESIZE);
+    if (len <= 0)
+        return 0;
     size_t win = (e->opt.block_size + (size_t)page - 1) & ~((size_t)page - 1);
+    size_t maplen = ((size_t)len + (size_t)page - 1) & ~((size_t)page - 1);
+    uint8_t *m = MAP_FAILED;
+    for (int attempt = 0;; attempt++) {
+        m = mmap(NULL, maplen, PROT_READ, MAP_SHARED, fd, off);
+        if (m != MAP_FAILED || !transient(errno) || attempt >= MAX_TRANSIENT)
+            break;
+        note_retry(e, f);
+        if (errno == EAGAIN)
+            backoff(attempt);
+    }
+    if (m == MAP_FAILED) {
+        int err = errno;
+        file_fail(f, err, "mmap at offset %lld: %s", (long long)off, strerror(err));
+        return -1;
+    }
     sigjmp_buf jb;
     volatile int64_t done = 0;
-    void *volatile map = NULL;
-    volatile size_t maplen = 0;
     if (sigsetjmp(jb, 1)) {
         bus_jump = NULL;
-        if (map)
-            munmap(map, maplen);
+        munmap(m, maplen);
         file_fail(f, ENODATA, "file shrank while mapped (SIGBUS at offset %lld)", (long long)(off + done));
         return -1;
     }
     while (done < len) {
         if (cancelled(e)) {
+            munmap(m, maplen);
             file_fail(f, ECANCELED, "cancelled");
             return -1;
         }
         size_t n = win;
         if ((int64_t)n > len - done)
             n = (size_t)(len - done);
+        uint8_t *p = m + done;
         int64_t t0 = fio_now_ns();
-        void *m = MAP_FAILED;
+        int populated = 0;
         for (int attempt = 0;; attempt++) {
-            /* MAP_POPULATE faults the window in with one call instead of one fault per page run */
-            m = fault_hit(f, off + done, (int64_t)n) ? MAP_FAILED
-                                                     : mmap(NULL, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, off + done);
-            if (m != MAP_FAILED || !transient(errno) || attempt >= MAX_TRANSIENT)
+            int rc = fault_hit(f, off + done, (int64_t)n) ? -1 : madvise(p, n, MADV_POPULATE_READ);
+            if (rc == 0) {
+                populated = 1;
                 break;
+            }
+            if (errno == EINVAL || errno == ENOSYS)
+                break; /* a kernel before 5.14: the pages fault in as they are touched below */
+            if (errno == EFAULT)
+                break; /* past the end of a file that shrank: touching it raises SIGBUS, reported below */
+            if (!transient(errno) || attempt >= MAX_TRANSIENT) {
+                int err = errno;
+                munmap(m, maplen);
+                file_fail(f, err, "mmap read at offset %lld: %s", (long long)(off + done), strerror(err));
+                return -1;
+            }
             note_retry(e, f);
             if (errno == EAGAIN)
                 backoff(attempt);
         }
-        if (m == MAP_FAILED) {
-            int err = errno;
-            file_fail(f, err, "mmap at offset %lld: %s", (long long)(off + done), strerror(err));
-            return -1;
-        }
-        map = m;
-        maplen = n;
         bus_jump = &jb;
         if (f->dest) {
-            memcpy(f->dest + off + done, m, n);
+            memcpy(f->dest + off + done, p, n);
             fio_digest_update(d, f->dest + off + done, n);
-        } else if (d->alg == FIO_H_NONE) {
+        } else if (d->alg != FIO_H_NONE) {
+            fio_digest_update(d, p, n);
+        } else if (!populated) {
             /* touch every page so "read" means the bytes were brought in */
             volatile uint8_t sink = 0;
             for (size_t i = 0; i < n; i += (size_t)page)
-                sink ^= ((volatile uint8_t *)m)[i];
+                sink ^= ((volatile uint8_t *)p)[i];
             (void)sink;
-        } else {
-            fio_digest_update(d, m, n);
         }
         bus_jump = NULL;
-        munmap(m, n);
-        map = NULL;
+        madvise(p, (n + (size_t)page - 1) & ~((size_t)page - 1), MADV_DONTNEED);
         record_read(w, fio_now_ns() - t0, (int64_t)n);
         ADD(&f->bytes, (int64_t)n);
         done += (int64_t)n;
     }
+    munmap(m, maplen);
     return done;
 }
 
