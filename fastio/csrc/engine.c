@@ -277,6 +277,8 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
         file_fail(f, err, "mmap at offset %lld: %s", (long long)off, strerror(err));
         return -1;
     }
+    /* page faults on a mapping read around the faulting page; sequential advice makes them read ahead */
+    madvise(m, maplen, MADV_SEQUENTIAL);
     sigjmp_buf jb;
     volatile int64_t done = 0;
     if (sigsetjmp(jb, 1)) {
