@@ -44,9 +44,10 @@ def _materialize(state: CheckpointState) -> CheckpointState:
     return state
 
 
-def _safe_load(source, where: str, **kw):
+def _safe_load(load, where: str):
+    """Runs `load()` (a weights_only torch load) and turns its failures into one FormatError line."""
     try:
-        return torch.load(source, weights_only=True, map_location="cpu", **kw)
+        return load()
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "disallowed object"
         raise FormatError(f"{where}: refused — it holds objects beyond tensors and plain data, and "
@@ -58,8 +59,61 @@ def _safe_load(source, where: str, **kw):
 
 
 def load_file(path: str) -> CheckpointState:
-    return _materialize(_from_obj(_safe_load(path, path, mmap=True), path))
+    obj = _safe_load(lambda: torch.load(path, weights_only=True, map_location="cpu", mmap=True), path)
+    return _materialize(_from_obj(obj, path))
+
+
+class _BufferFile(io.RawIOBase):
+    """A read-only, seekable file over a buffer that does not copy it (io.BytesIO copies a memoryview)."""
+
+    def __init__(self, buf) -> None:
+        super().__init__()
+        self._view = memoryview(buf).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), len(self._view) - self._pos))
+        memoryview(b).cast("B")[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+
+def _load_in_place(buf):
+    """torch.load's own mmap path, with the read buffer standing in for the mapped file: every storage is a
+    slice of `buf`, so the tensors are views of the bytes already read (no second copy). Still the
+    weights_only unpickler. Uses torch.serialization's internals, hence the fallback in load_buffer."""
+    from torch import serialization as ts
+
+    storage = torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
+    with ts._open_zipfile_reader(_BufferFile(buf)) as zf:
+        return ts._load(zf, "cpu", ts._weights_only_unpickler, overall_storage=storage)
+
+
+def _has_load_internals() -> bool:
+    from torch import serialization as ts
+
+    return all(hasattr(ts, n) for n in ("_open_zipfile_reader", "_load", "_weights_only_unpickler"))
 
 
 def load_buffer(buf, name: str) -> CheckpointState:
-    return _from_obj(_safe_load(io.BytesIO(memoryview(buf)), name), name)
+    view = memoryview(buf)
+    # a zip archive (torch.save's format since 1.6) in writable memory loads in place; anything else is copied
+    if not view.readonly and view.nbytes >= 4 and bytes(view[:4]) == b"PK\x03\x04" and _has_load_internals():
+        obj = _safe_load(lambda: _load_in_place(buf), name)
+    else:
+        obj = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name)
+    return _from_obj(obj, name)

@@ -206,8 +206,22 @@ def test_torch_buffer_loader_refuses_code_running_pickle(tmp_path):
     marker = tmp_path / "MARKER"
     data = _hostile_bytes(str(marker), tmp_path)
     with pytest.raises(FormatError, match="refused"):
-        load_buffer(data, "shard.pt")
+        load_buffer(data, "shard.pt")  # read-only bytes: the copying path
+    with pytest.raises(FormatError, match="refused"):
+        load_buffer(bytearray(data), "shard.pt")  # a writable read buffer: loaded in place
     assert not marker.exists()
+
+
+def test_torch_buffer_loader_reports_a_truncated_shard(tmp_path):
+    from ckptbench.formats import FormatError
+    from ckptbench.formats.torch_format import load_buffer
+
+    path = tmp_path / "ok.pt"
+    torch.save({"w": torch.arange(1000, dtype=torch.float32)}, str(path))
+    data = path.read_bytes()
+    for buf in (data[: len(data) // 2], bytearray(data[: len(data) // 2])):
+        with pytest.raises(FormatError, match="corrupt or truncated"):
+            load_buffer(buf, "shard.pt")
 
 
 def test_dcp_metadata_with_code_running_pickle_is_refused(h, ckpt, tmp_path):
