@@ -1,11 +1,13 @@
 """Checkpoint formats: one module each (safetensors, torch, dcp) that writes rank shards and reads them back.
 
-Every loader returns a CheckpointState whose tensors own their memory (a lazily mapped tensor is
-materialized before the loader returns, so its cost lands in the load stage, not in a later step).
+Every loader returns a CheckpointState whose tensors sit in memory already filled: their own, or the
+read buffers in fused mode (a lazily mapped tensor is materialized before the loader returns, so its
+cost lands in the load stage, not in a later step).
 """
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass, field
 
@@ -14,6 +16,36 @@ import torch
 from ckptbench.errors import CkptbenchError
 
 OPTIM_KEYS = ("master", "exp_avg", "exp_avg_sq")
+
+
+class MemoryFile(io.RawIOBase):
+    """A seekable, read-only file over bytes already in memory, without copying them (io.BytesIO copies
+    anything but bytes): loaders parse a read buffer through it."""
+
+    def __init__(self, buf) -> None:
+        super().__init__()
+        self.buf = memoryview(buf).cast("B")
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: len(self.buf)}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), len(self.buf) - self.pos))
+        memoryview(b).cast("B")[:n] = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return n
 
 
 @dataclass

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystem
 
-from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError
+from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError, MemoryFile
 
 _DCP_META = "torch.distributed.checkpoint.metadata"
 # What a DCP .metadata pickle legitimately names; anything else could run code when unpickled.
@@ -95,34 +95,6 @@ def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -
     return written
 
 
-class _MemoryRaw(io.RawIOBase):
-    """A seekable read-only view of bytes already in memory: DCP slices shards without a copy of the whole."""
-
-    def __init__(self, buf):
-        self.buf = memoryview(buf).cast("B")
-        self.pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.pos, 2: len(self.buf)}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, b) -> int:
-        n = max(0, min(len(b), len(self.buf) - self.pos))
-        b[:n] = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return n
-
-
 class _MemoryFS(FileSystem):
     """DCP's file access, answered from the fused read's buffers (by file name); other files from disk."""
 
@@ -137,7 +109,7 @@ class _MemoryFS(FileSystem):
             with super().create_stream(path, mode) as stream:
                 yield stream
             return
-        yield io.BufferedReader(_MemoryRaw(buf))
+        yield io.BufferedReader(MemoryFile(buf))
 
 
 def load_dir(directory: str, buffers: dict | None = None) -> CheckpointState:

@@ -8,7 +8,7 @@ import pickle
 
 import torch
 
-from ckptbench.formats import CheckpointState, FormatError
+from ckptbench.formats import CheckpointState, FormatError, MemoryFile
 
 
 def shard_names(rank: int) -> tuple[str, str]:
@@ -63,35 +63,6 @@ def load_file(path: str) -> CheckpointState:
     return _materialize(_from_obj(obj, path))
 
 
-class _BufferFile(io.RawIOBase):
-    """A read-only, seekable file over a buffer that does not copy it (io.BytesIO copies a memoryview)."""
-
-    def __init__(self, buf) -> None:
-        super().__init__()
-        self._view = memoryview(buf).cast("B")
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, b) -> int:
-        n = max(0, min(len(b), len(self._view) - self._pos))
-        memoryview(b).cast("B")[:n] = self._view[self._pos:self._pos + n]
-        self._pos += n
-        return n
-
-
 def _load_in_place(buf):
     """torch.load's own mmap path, with the read buffer standing in for the mapped file: every storage is a
     slice of `buf`, so the tensors are views of the bytes already read (no second copy). Still the
@@ -99,7 +70,7 @@ def _load_in_place(buf):
     from torch import serialization as ts
 
     storage = torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
-    with ts._open_zipfile_reader(_BufferFile(buf)) as zf:
+    with ts._open_zipfile_reader(MemoryFile(buf)) as zf:
         return ts._load(zf, "cpu", ts._weights_only_unpickler, overall_storage=storage)
 
 
