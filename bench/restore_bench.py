@@ -321,29 +321,29 @@ class Bench:
 
     def run_hot(self) -> None:
         c = self.concurrency
-        log(f"hot restores (fused, staged, stock; interleaved; one untimed warm-up each; {self.repeat} repeat(s))")
+        log(f"hot restores (fused, staged, stock; order rotated each repeat; one untimed warm-up each; "
+            f"{self.repeat} repeat(s))")
         fused = self.get("hot/fused", "hot", f"fused (pipeline, crc32c verified during the read, concurrency {c})", "s")
         staged = self.get("hot/staged", "hot", f"staged (pipeline, crc32c after the read, concurrency {c})", "s")
         stock = self.get("hot/stock", "hot", "stock: md5 per file + load_file/load_state_dict per shard, "
                          "one after another", "s")
         hot_read = self.get("hot/read/ours", "hot", f"ours: pipeline read stage (staged run: pread, no hash, "
                             f"concurrency {c}, block 1 MiB)", "GB/s")
-        for i in range(self.repeat + 1):
-            warm = i == 0
-            tag = "warm-up" if warm else f"repeat {i}"
-            for mode, s in (("fused", fused), ("staged", staged)):
-                for attempt in range(1, HOT_ATTEMPTS + 1):
-                    log(f"  hot {mode:6s} {tag}")
-                    r, disk = pipeline_once(self.listing, mode=mode, cache="hot", concurrency=c, read="pread",
-                                            block_size=BLOCK)
-                    if self.hot_held(s, disk, attempt):
-                        break
-                if not warm:
-                    add_pipeline_repeat(s, r, r.rto_s, disk / self.total)
-                    if mode == "staged":
-                        add_pipeline_repeat(hot_read, r, r.read_gbps, disk / self.total)
-                del r
-                gc.collect()
+        def pipeline_path(mode: str, s: Series, warm: bool, tag: str) -> None:
+            for attempt in range(1, HOT_ATTEMPTS + 1):
+                log(f"  hot {mode:6s} {tag}")
+                r, disk = pipeline_once(self.listing, mode=mode, cache="hot", concurrency=c, read="pread",
+                                        block_size=BLOCK)
+                if self.hot_held(s, disk, attempt):
+                    break
+            if not warm:
+                add_pipeline_repeat(s, r, r.rto_s, disk / self.total)
+                if mode == "staged":
+                    add_pipeline_repeat(hot_read, r, r.read_gbps, disk / self.total)
+            del r
+            gc.collect()
+
+        def stock_path(warm: bool, tag: str) -> None:
             for attempt in range(1, HOT_ATTEMPTS + 1):
                 log(f"  hot stock  {tag}")
                 res = self.make_hot()
@@ -362,6 +362,18 @@ class Bench:
             self.check_md5(digests)
             del digests
             gc.collect()
+
+        paths = [lambda w, t: pipeline_path("fused", fused, w, t), lambda w, t: pipeline_path("staged", staged, w, t),
+                 stock_path]
+        for i in range(self.repeat + 1):
+            warm = i == 0
+            tag = "warm-up" if warm else f"repeat {i}"
+            # The order rotates every repeat: a path that always ran right after the stock path's gigabytes were
+            # freed would always meet the same memory state (on a VM with free page reporting, memory handed
+            # back to the host costs a host fault per page when touched again: fused read 1.1-2.1 s vs 0.45 s).
+            k = i % len(paths)
+            for run in paths[k:] + paths[:k]:
+                run(warm, tag)
 
     def hot_held(self, s: Series, disk: int, attempt: int) -> bool:
         """False (run it again) when a hot repeat read more than 5 % of the set from the disk."""
@@ -582,8 +594,9 @@ def notes(b: Bench) -> list[str]:
         "stock path and fio), checked with fastio.residency, and at most 5 % of the set read from the disk while "
         "timed (getrusage ru_inblock of this process, or of fio as a child): a hot repeat that read from the disk "
         f"(another process dropped the page cache under it) is run again, up to {HOT_ATTEMPTS} times; cold = "
-        "fastio.evict before every repeat and residency ≤ 0.05. Fused, staged and stock repeats are interleaved in one process after `_warm_imports()`, "
-        "after one untimed warm-up restore each.",
+        "fastio.evict before every repeat and residency ≤ 0.05. Fused, staged and stock repeats are interleaved "
+        "in one process, their order rotated each repeat, after `_warm_imports()`, after one untimed warm-up "
+        "restore each.",
         "fio: psync, `read_iolog` replay of the read stage's own reads: files cut into 64 MiB units (fastio's "
         "chunk size), each read in 1 MiB reads with the short last read, every byte of every file; units spread "
         f"largest first over {b.concurrency} jobs in one group; `replay_no_stall=1`, `invalidate=0` (the benchmark "
