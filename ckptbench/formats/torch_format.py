@@ -71,7 +71,7 @@ def _load_in_place(buf):
 
     storage = torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
     with ts._open_zipfile_reader(MemoryFile(buf)) as zf:
-        return ts._load(zf, "cpu", ts._weights_only_unpickler, overall_storage=storage)
+        return ts._load(zf, "cpu", ts._weights_only_unpickler, overall_storage=storage, encoding="utf-8")
 
 
 def _has_load_internals() -> bool:

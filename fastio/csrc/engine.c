@@ -441,15 +441,15 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
 
-static int alloc_block_buffers(struct fio_engine *e)
+static void alloc_block_buffers(struct fio_engine *e)
 {
     e->buf_stride = round_up(e->opt.block_size, ALIGN);
     if (e->buf_stride > (SIZE_MAX / 2) / FIO_MAX_THREADS)
-        return 0; /* absurd block size: per-worker buffers */
+        return; /* absurd block size: per-worker buffers */
     size_t n = round_up(e->buf_stride * FIO_MAX_THREADS, HUGE_SZ);
     uint8_t *m = mmap(NULL, n + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED)
-        return 0; /* strict overcommit refuses the reservation: per-worker buffers */
+        return; /* strict overcommit refuses the reservation: per-worker buffers */
     uint8_t *p = (uint8_t *)round_up((uintptr_t)m, HUGE_SZ);
     if (p > m)
         munmap(m, (size_t)(p - m));
@@ -459,7 +459,6 @@ static int alloc_block_buffers(struct fio_engine *e)
 #endif
     e->bufs = p;
     e->bufs_len = n;
-    return 0;
 }
 
 static uint8_t *worker_buffer(worker_t *w)
@@ -610,7 +609,7 @@ fio_engine *fio_engine_start(const fio_file_spec *files, int nfiles, const fio_o
         e->workers = NULL;
     int rc = (!e->files || !e->workers) ? ENOMEM : build_plan(e, files);
     if (!rc && opt->mode != FIO_MODE_MMAP)
-        rc = alloc_block_buffers(e);
+        alloc_block_buffers(e);
     if (rc) {
         e->joined = 1;
         fio_engine_free(e);
