@@ -96,11 +96,6 @@ def thread_pool_md5(paths: list[str], workers: int) -> tuple[Timed, dict[str, st
     return Timed(sum(n for n, _ in results), dt), {p: d for p, (_, d) in zip(paths, results)}
 
 
-def fio_version(fio: str) -> str:
-    out = subprocess.run([fio, "--version"], capture_output=True, text=True, check=False)
-    return out.stdout.strip() or out.stderr.strip()
-
-
 def split_fair(files: list[tuple[str, int]], jobs: int) -> list[list[tuple[str, int]]]:
     """Largest file first onto the job with the fewest bytes, so every job gets about the same share."""
     buckets: list[list[tuple[str, int]]] = [[] for _ in range(jobs)]
@@ -201,14 +196,6 @@ def fio_totals(out: subprocess.CompletedProcess) -> tuple[int, dict[int, int], i
         total += job["read"]["io_bytes"]
         group_ms[job["groupid"]] = max(group_ms.get(job["groupid"], 0), job["read"]["runtime"])
     return total, group_ms, len(report["jobs"])
-
-
-def filesystem_of(path: str) -> str:
-    """Type and device of the mount holding `path`, from ckptbench's own mountinfo probe."""
-    from ckptbench import probes
-
-    m = probes.mount_of(path)
-    return f"{m.fs_type} ({m.source} on {m.mount_point})" if isinstance(m, probes.Mount) else str(m)
 
 
 def replay_plan(files: list[tuple[str, int]], *, jobs: int, block: int, chunk: int) -> list[list[tuple[str, int, int]]]:

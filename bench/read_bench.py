@@ -7,35 +7,28 @@ Exit status 0 even when a target is missed; 2 when a needed tool is missing.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)  # fastio is built in place in the repo root
-
-import _peers  # noqa: E402
+import _peers
+from _harness import (Series, Shape, Target, cache_dir, child_env, fmt, judge, log, machine, missing, preface,
+                      section, series_table, targets_section, utc_now, write_outputs)
 
 MiB = 1 << 20
 KiB = 1 << 10
 BLOCK = 1 * MiB
 HOT_WORKERS = 2
 COLD_CONCURRENCY = 16
-HOT_MIN, COLD_MAX = 0.95, 0.05
 KERNEL_BUF = 256 * MiB
 KERNEL_PIECE = 16 * MiB
 RSS_BASE = 64 * MiB
-OUT_DIR = os.path.join(HERE, "out")
 
 # ru_maxrss is the kernel's high-water mark, which it updates when pages are unmapped or the process exits,
 # not as they are mapped: a sampler thread also reads the resident size while the engine runs (GIL released),
@@ -62,40 +55,6 @@ print(json.dumps({"maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxr
                   "vmhwm_kib": int(hwm), "sampled_kib": peak[0] // 1024, "bytes": r.bytes,
                   "failed": len(r.failed)}))
 """
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def missing_tools() -> str | None:
-    """One line naming what to install, or None when everything is there."""
-    if not shutil.which("fio"):
-        return "read_bench: fio not found; install it with `apt-get install fio`"
-    missing = []
-    for mod in ("fastio", "crc32c", "xxhash"):
-        try:
-            __import__(mod)
-        except ImportError:
-            missing.append(mod)
-    if "fastio" in missing:
-        return "read_bench: fastio is not built; run `pip install -e .` in the repo root"
-    if missing:
-        return f"read_bench: missing Python package(s); install with `pip install {' '.join(missing)}`"
-    return None
-
-
-@dataclass(frozen=True)
-class Shape:
-    big_files: int
-    big_size: int
-    small_files: int
-    small_size: int
-
-
-def default_dir() -> str:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "ckptbench", "bench-read")
 
 
 def fileset_layout(directory: str, shape: Shape) -> list[tuple[str, int]]:
@@ -139,36 +98,15 @@ def ensure_fileset(directory: str, shape: Shape) -> list[tuple[str, int]]:
     return files
 
 
-@dataclass
-class Measure:
-    key: str
-    condition: str  # hot, cold, memory, rss
+@dataclass(kw_only=True)
+class Measure(Series):
+    """A row of the read tables (condition: hot, cold, memory, rss): the tool, its settings, the row it is set
+    against."""
+
     tool: str
     config: str
-    unit: str
-    samples: list[float] = field(default_factory=list)
-    residency: list[float] = field(default_factory=list)
     peer: str | None = None
-    note: str = ""
     short: str = ""  # how the ratio column names this row when it is the peer
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
-
-    @property
-    def verified(self) -> bool:
-        if self.condition == "hot":
-            return all(r >= HOT_MIN for r in self.residency)
-        if self.condition == "cold":
-            return all(r <= COLD_MAX for r in self.residency)
-        return True
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d.update(median=self.median, min=min(self.samples), max=max(self.samples), verified=self.verified)
-        return d
 
 
 class Bench:
@@ -256,18 +194,17 @@ def run_hot(b: Bench) -> None:
         for hash in ("none", "crc32c", "md5"):
             peer = hot_peer(read, hash)
             note = "O_DIRECT bypasses the page cache" if read == "direct" else ""
-            m = Measure(f"hot/fastio/{read}/{hash}", "hot", "fastio",
-                        f"{read}, {hash}, {HOT_WORKERS} workers", "GB/s", peer=peer, note=note)
+            m = Measure(f"hot/fastio/{read}/{hash}", "hot", "GB/s", tool="fastio",
+                        config=f"{read}, {hash}, {HOT_WORKERS} workers", peer=peer, note=note)
             b.measure(m, lambda: b.fastio_run(read, hash, HOT_WORKERS))
     for engine in ("psync", "mmap"):
-        m = Measure(f"hot/fio/{engine}", "hot", "fio", f"{engine}, {HOT_WORKERS} jobs, --invalidate=0",
-                    "GB/s", short=f"fio {engine} {HOT_WORKERS} jobs")
+        m = Measure(f"hot/fio/{engine}", "hot", "GB/s", tool="fio", config=f"{engine}, {HOT_WORKERS} jobs, "
+                    "--invalidate=0", short=f"fio {engine} {HOT_WORKERS} jobs")
         b.measure(m, lambda: b.fio_run(jobs=HOT_WORKERS, engine=engine, direct=False))
-    m = Measure("hot/pool-md5", "hot", "Python thread pool",
-                f"hashlib md5, {HOT_WORKERS} threads, 1 MiB reads", "GB/s", peer="hot/ref-md5",
-                short="thread pool")
+    m = Measure("hot/pool-md5", "hot", "GB/s", tool="Python thread pool",
+                config=f"hashlib md5, {HOT_WORKERS} threads, 1 MiB reads", peer="hot/ref-md5", short="thread pool")
     b.measure(m, b.pool_run)
-    m = Measure("hot/ref-md5", "hot", "reference md5 loop", "one file after another, 1 MiB reads", "GB/s",
+    m = Measure("hot/ref-md5", "hot", "GB/s", tool="reference md5 loop", config="one file after another, 1 MiB reads",
                 short="reference md5 loop")
     b.measure(m, b.loop_run)
 
@@ -277,13 +214,14 @@ def run_cold(b: Bench) -> None:
     c = COLD_CONCURRENCY
     for read in ("direct", "pread", "mmap"):
         for hash in ("none", "crc32c", "md5"):
-            m = Measure(f"cold/fastio/{read}/{hash}", "cold", "fastio", f"{read}, {hash}, concurrency {c}",
-                        "GB/s", peer="cold/fio/libaio" if read == "direct" else "cold/fio/psync")
+            m = Measure(f"cold/fastio/{read}/{hash}", "cold", "GB/s", tool="fastio",
+                        config=f"{read}, {hash}, concurrency {c}",
+                        peer="cold/fio/libaio" if read == "direct" else "cold/fio/psync")
             b.measure(m, lambda: b.fastio_run(read, hash, c))
-    m = Measure("cold/fio/libaio", "cold", "fio", f"libaio --direct=1, 1 job, iodepth {c}", "GB/s",
+    m = Measure("cold/fio/libaio", "cold", "GB/s", tool="fio", config=f"libaio --direct=1, 1 job, iodepth {c}",
                 short=f"fio libaio direct iodepth {c}")
     b.measure(m, lambda: b.fio_run(jobs=1, engine="libaio", direct=True, iodepth=c))
-    m = Measure("cold/fio/psync", "cold", "fio", f"psync, {c} jobs, --invalidate=0", "GB/s",
+    m = Measure("cold/fio/psync", "cold", "GB/s", tool="fio", config=f"psync, {c} jobs, --invalidate=0",
                 short=f"fio psync {c} jobs")
     b.measure(m, lambda: b.fio_run(jobs=c, engine="psync", direct=False))
 
@@ -316,7 +254,7 @@ def run_kernels(b: Bench) -> None:
     }
     digests = {}
     for key, (tool, cfg, peer, make) in cases.items():
-        b.results[key] = Measure(key, "memory", tool, f"{cfg}, {size}", "GB/s", peer=peer, short=tool)
+        b.results[key] = Measure(key, "memory", "GB/s", tool=tool, config=f"{cfg}, {size}", peer=peer, short=tool)
         time_kernel(make().update, buf[:KERNEL_PIECE], KERNEL_PIECE)  # warm-up: page in code and tables
     for _ in range(b.repeat):
         for key, (_, _, _, make) in cases.items():
@@ -355,11 +293,10 @@ def rss_child(listing: str, read: str, concurrency: int) -> dict:
     A direct child inherits this process's peak in ru_maxrss (exec records the mm it replaces, and
     vfork shares ours); under sh the recorded peak is sh's, a few hundred KiB.
     """
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-c", RSS_CHILD, listing, read, str(concurrency), str(BLOCK)]
     # Not the last command, so sh forks python instead of exec'ing it.
     out = subprocess.run(["/bin/sh", "-c", '"$@"; exit $?', "sh", *cmd],
-                         capture_output=True, text=True, env=env, check=False)
+                         capture_output=True, text=True, env=child_env(), check=False)
     if out.returncode != 0:
         raise RuntimeError(f"rss child ({read}) failed: {out.stderr.strip()[-500:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -375,8 +312,8 @@ def run_rss(b: Bench) -> None:
         listing = f.name
     try:
         for read in ("pread", "mmap"):
-            m = Measure(f"rss/fastio/{read}", "rss", "fastio child",
-                        f"{read}, crc32c, concurrency {c}, block 1 MiB", "MiB",
+            m = Measure(f"rss/fastio/{read}", "rss", "MiB", tool="fastio child",
+                        config=f"{read}, crc32c, concurrency {c}, block 1 MiB",
                         note=f"bound {bound // MiB} MiB = 64 MiB + {c} x 1 MiB")
             log(f"  rss   fastio {read}")
             for _ in range(b.repeat):
@@ -392,78 +329,39 @@ def run_rss(b: Bench) -> None:
         os.unlink(listing)
 
 
-@dataclass(frozen=True)
-class Target:
-    name: str
-    subject: str
-    peer: str | None
-    factor: float  # subject >= factor x peer; for RSS a bound in MiB (subject <= factor)
-
-
 def targets() -> list[Target]:
     bound = (RSS_BASE + COLD_CONCURRENCY * BLOCK) / MiB
     out = []
     for read in ("pread", "mmap"):
         for engine in ("psync", "mmap"):
             out.append(Target(f"hot, hash none, 2 workers: fastio {read} >= 0.95x fio {engine} 2 jobs",
-                              f"hot/fastio/{read}/none", f"hot/fio/{engine}", 0.95))
+                              f"hot/fastio/{read}/none", f"hot/fio/{engine}", low=0.95, shown="{:.2f}x"))
     for hash, factor, what in (("crc32c", 15, "hot, crc32c"), ("md5", 1.9, "hot, md5, 2 workers")):
         for read in ("pread", "mmap"):
             out.append(Target(f"{what}: fastio {read} >= {factor}x the reference md5 loop",
-                              f"hot/fastio/{read}/{hash}", "hot/ref-md5", factor))
+                              f"hot/fastio/{read}/{hash}", "hot/ref-md5", low=factor, shown="{:.2f}x"))
     out.append(Target("cold, concurrency 16: fastio direct >= 0.95x fio libaio direct iodepth 16",
-                      "cold/fastio/direct/none", "cold/fio/libaio", 0.95))
+                      "cold/fastio/direct/none", "cold/fio/libaio", low=0.95, shown="{:.2f}x"))
     for alg, pkg in (("crc32c", "crc32c"), ("xxh64", "xxhash")):
         out.append(Target(f"{alg} kernel: fastio >= 0.9x the {pkg} package",
-                          f"memory/fastio/{alg}", f"memory/pkg/{alg}", 0.9))
+                          f"memory/fastio/{alg}", f"memory/pkg/{alg}", low=0.9, shown="{:.2f}x"))
     for read in ("pread", "mmap"):
         out.append(Target(f"peak RSS, {read}: <= {bound:.0f} MiB (64 MiB + 16 x 1 MiB), worst repeat",
-                          f"rss/fastio/{read}", None, bound))
+                          f"rss/fastio/{read}", high=bound, worst=True, shown="{:.1f} MiB"))
     return out
 
 
-def judge(t: Target, res: dict[str, Measure]) -> dict:
-    s = res.get(t.subject)
-    p = res.get(t.peer) if t.peer else None
-    if s is None or (t.peer and p is None):
-        return {"target": t.name, "status": "not measured", "value": None}
-    if not s.verified or (p is not None and not p.verified):
-        return {"target": t.name, "status": "not verified (cache state)", "value": None}
-    if p is None:
-        worst = max(s.samples)
-        return {"target": t.name, "status": "met" if worst <= t.factor else "MISSED",
-                "value": worst, "detail": f"{worst:.1f} MiB"}
-    ratio = s.median / p.median
-    return {"target": t.name, "status": "met" if ratio >= t.factor else "MISSED",
-            "value": ratio, "detail": f"{ratio:.2f}x"}
-
-
-def condition_label(m: Measure) -> str:
-    """Says when the cache state could not be confirmed, instead of calling the run hot or cold."""
-    if m.condition in ("hot", "cold") and not m.verified:
-        bad = [r for r in m.residency if (r < HOT_MIN if m.condition == "hot" else r > COLD_MAX)]
-        return f"{m.condition}? NOT VERIFIED (residency {bad[0]:.2f})"
-    return m.condition
-
-
-def fmt(v: float, unit: str) -> str:
-    return f"{v:.1f}" if unit == "MiB" else f"{v:.2f}"
-
-
 def table_rows(res: dict[str, Measure], unit: str) -> list[str]:
-    head = f"| condition | tool / config | {unit} (median) | min–max | ratio vs peer |"
-    rows = [head, "|---|---|---:|---|---|"]
-    for m in res.values():
-        if m.unit != unit:
-            continue
-        ratio = ""
-        if m.peer and m.peer in res:
-            p = res[m.peer]
-            ratio = f"{m.median / p.median:.2f}× {p.short or p.tool}"
-        note = f" — {m.note}" if m.note else ""
-        rows.append(f"| {condition_label(m)} | {m.tool}: {m.config}{note} | {fmt(m.median, unit)} | "
-                    f"{fmt(min(m.samples), unit)}–{fmt(max(m.samples), unit)} | {ratio} |")
-    return rows
+    def ratio(m: Measure) -> str:
+        if not (m.peer and m.peer in res):
+            return ""
+        p = res[m.peer]
+        return f"{m.median / p.median:.2f}× {p.short or p.tool}"
+
+    return series_table([m for m in res.values() if m.unit == unit],
+                        ("condition", "tool / config", f"{unit} (median)", "min–max", "ratio vs peer"),
+                        lambda m: f"{m.tool}: {m.config}" + (f" — {m.note}" if m.note else ""),
+                        lambda m, v: fmt(v, 1 if m.unit == "MiB" else 2), lambda m: [ratio(m)])
 
 
 def report_markdown(b: Bench, verdicts: list[dict], shape: Shape, args, preface: list[str] = ()) -> str:
@@ -471,9 +369,8 @@ def report_markdown(b: Bench, verdicts: list[dict], shape: Shape, args, preface:
         "# fastio read benchmark",
         "",
         *preface,
-        f"File set: {shape.big_files} × {shape.big_size // MiB} MiB + {shape.small_files} × "
-        f"{shape.small_size // KiB} KiB = {b.total / MiB:.0f} MiB in `{args.dir}`; "
-        f"block 1 MiB; median of {b.repeat} repeat(s); GB = 10^9 bytes.",
+        f"File set: {shape.describe()} in `{args.dir}`; block 1 MiB; median of {b.repeat} repeat(s); "
+        "GB = 10^9 bytes.",
         "",
     ]
     lines += table_rows(b.results, "GB/s")
@@ -481,11 +378,7 @@ def report_markdown(b: Bench, verdicts: list[dict], shape: Shape, args, preface:
               "ru_maxrss and the resident size sampled every 0.5 ms during the read; the whole process, nothing "
               "subtracted):", ""]
     lines += table_rows(b.results, "MiB")
-    lines += ["", "## Targets", ""]
-    for v in verdicts:
-        detail = f" ({v['detail']})" if v.get("detail") else ""
-        lines.append(f"- {v['status']}: {v['target']}{detail}")
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in notes(b)]
+    lines += targets_section(verdicts) + section("Notes", notes(b))
     return "\n".join(lines) + "\n"
 
 
@@ -522,42 +415,11 @@ def notes(b: Bench) -> list[str]:
     return out
 
 
-def machine_info(directory: str, fio: str) -> dict:
-    import fastio
-
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = 0
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * KiB
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(mem / (1 << 30), 1),
-        "kernel": platform.release(),
-        "filesystem": _peers.filesystem_of(directory),
-        "fio": _peers.fio_version(fio),
-        "python": platform.python_version(),
-        "crc32c_kernel": fastio.crc32c_impl(),
-    }
-
-
-
-def write_outputs(b: Bench, verdicts: list[dict], machine: dict, shape: Shape, args) -> None:
-    os.makedirs(OUT_DIR, exist_ok=True)
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    preface = [f"Date: {date}", "", "Machine:", ""] + [f"- {k}: {v}" for k, v in machine.items()] + [""]
-    with open(os.path.join(OUT_DIR, "read_bench.md"), "w") as f:
-        f.write(report_markdown(b, verdicts, shape, args, preface))
+def write_report(b: Bench, verdicts: list[dict], facts: dict, shape: Shape, args) -> None:
+    date = utc_now()
     raw = {
         "date": date,
-        "machine": machine,
+        "machine": facts,
         "args": {k: v for k, v in vars(args).items() if k != "shape"},
         "fileset": {**asdict(shape), "bytes": b.total, "dir": args.dir},
         "measurements": [m.as_dict() for m in b.results.values()],
@@ -566,14 +428,12 @@ def write_outputs(b: Bench, verdicts: list[dict], machine: dict, shape: Shape, a
         "other_work_core_s": b.other.share()[0],
         "md5_digests_agree": all(d == b.digests.get("reference") for d in b.digests.values()),
     }
-    with open(os.path.join(OUT_DIR, "read_bench.json"), "w") as f:
-        json.dump(raw, f, indent=2)
-        f.write("\n")
+    write_outputs("read_bench", report_markdown(b, verdicts, shape, args, preface(date, facts)), raw)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", default=default_dir(), help="where the file set lives (reused when present)")
+    ap.add_argument("--dir", default=cache_dir("bench-read"), help="where the file set lives (reused when present)")
     ap.add_argument("--repeat", type=int, default=None, help="repeats per figure (default 3; 1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="small set (8 × 32 MiB + 100 × 64 KiB), 1 repeat")
     ap.add_argument("--big-files", type=int)
@@ -603,7 +463,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    problem = missing_tools()
+    problem = missing("read_bench", executables=("fio",), modules=("fastio", "crc32c", "xxhash"))
     if problem:
         print(problem, file=sys.stderr)
         return 2
@@ -620,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"done in {time.monotonic() - t0:.0f} s")
     verdicts = [judge(t, b.results) for t in targets()]
     print(report_markdown(b, verdicts, args.shape, args), end="")
-    write_outputs(b, verdicts, machine_info(args.dir, fio), args.shape, args)
+    write_report(b, verdicts, machine(args.dir, fio), args.shape, args)
     return 0
 
 

@@ -7,11 +7,8 @@ Exit status 0 even when a target is missed (it is a report); 2 when fio or the b
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
-import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -20,47 +17,27 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)  # fastio is built in place in the repo root
-
-import _peers  # noqa: E402
+import _peers
+from _harness import (COLD_MAX, Series, Target, cache_dir, child_env, fmt, judge, log, machine, missing, preface,
+                      section, series_table, targets_section, utc_now, write_outputs)
 
 MiB = 1 << 20
 GiB = 1 << 30
 KiB = 1 << 10
 CHUNK = 64 * MiB  # the pipeline's chunk size (fastio units): max(64 MiB, block)
 BLOCK = 1 * MiB
-HOT_MIN, COLD_MAX = 0.95, 0.05
 FUSED_VS_STAGED = 0.6  # fused RTO <= 0.6 x staged RTO
 FUSED_VS_STOCK = 2.0  # stock RTO >= 2 x fused RTO
 FIO_BAND = (0.95, 1.05)  # our read stage / fio, cold
-OUT_DIR = os.path.join(HERE, "out")
 STAGES = ("list", "read", "verify", "load", "device", "check")
 HOT_ATTEMPTS = 3  # a hot repeat that read from the disk (the cache dropped under it) is run again, this often
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def missing_tools() -> str | None:
-    if not shutil.which("fio"):
-        return "restore_bench: fio not found; install it with `apt-get install fio`"
-    try:
-        import fastio  # noqa: F401
-    except ImportError:
-        return "restore_bench: fastio is not built; run `make build` in the repo root"
-    return None
 
 
 # --------------------------------------------------------------------------- checkpoint
 
 
 def default_dir(profile: str, scale: float) -> str:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    name = f"bench-{profile}" + ("" if scale == 1.0 else f"-x{scale:g}")
-    return os.path.join(cache, "ckptbench", name)
+    return cache_dir(f"bench-{profile}" + ("" if scale == 1.0 else f"-x{scale:g}"))
 
 
 def ensure_checkpoint(directory: str, profile_name: str, scale: float) -> str | None:
@@ -88,8 +65,7 @@ def ensure_checkpoint(directory: str, profile_name: str, scale: float) -> str | 
     cmd = [sys.executable, "-m", "ckptbench", "gen", profile_name, directory]
     if scale != 1.0:
         cmd += ["--scale", repr(scale)]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run(cmd, env=env, check=False)
+    out = subprocess.run(cmd, env=child_env(), check=False)
     if out.returncode != 0:
         return f"restore_bench: `{' '.join(cmd)}` failed with status {out.returncode}"
     return None
@@ -98,32 +74,25 @@ def ensure_checkpoint(directory: str, profile_name: str, scale: float) -> str | 
 # --------------------------------------------------------------------------- measurements
 
 
-@dataclass
-class Series:
-    """One figure over repeats: RTO seconds or GB/s, with the cache state each repeat ran under."""
+@dataclass(kw_only=True)
+class RestoreSeries(Series):
+    """RTO seconds or GB/s over hot or cold repeats, with each repeat's disk reads, stage times and check."""
 
-    key: str
-    condition: str  # hot | cold
     path: str
-    unit: str  # s | GB/s
-    samples: list[float] = field(default_factory=list)
-    residency: list[float] = field(default_factory=list)
     disk: list[float] = field(default_factory=list)  # share of the set's bytes read from the device while timed
     stages: list[dict[str, float]] = field(default_factory=list)
     status: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
 
     @property
     def verified(self) -> bool:
-        if self.condition == "hot":
-            return (bool(self.residency) and all(r >= HOT_MIN for r in self.residency)
-                    and all(d <= COLD_MAX for d in self.disk))
-        return bool(self.residency) and all(r <= COLD_MAX for r in self.residency)
+        # a hot repeat that read from the disk was not hot, whatever residency said before it began
+        return super().verified and (self.condition != "hot" or all(d <= COLD_MAX for d in self.disk))
+
+    def unverified_because(self) -> str:
+        if self.disk and all(self._held(r) for r in self.residency):
+            return f"read {max(self.disk):.0%} of the set from the disk"
+        return super().unverified_because()
 
     @property
     def ok(self) -> bool:
@@ -135,15 +104,15 @@ class Series:
 
     def as_dict(self) -> dict:
         return {"key": self.key, "condition": self.condition, "path": self.path, "unit": self.unit,
-                "samples": self.samples, "median": self.median, "min": min(self.samples),
-                "max": max(self.samples), "residency": self.residency, "disk_read_share": self.disk,
+                "samples": self.samples, "median": self.median, "min": self.min,
+                "max": self.max, "residency": self.residency, "disk_read_share": self.disk,
                 "verified": self.verified,
                 "status": self.status, "problems": self.problems[:10],
                 "stages": self.stages, "stage_medians": {s: self.stage_median(s) for s in STAGES},
                 **({"extra": self.extra} if self.extra else {})}
 
 
-def add_pipeline_repeat(s: Series, r, value: float, disk: float) -> None:
+def add_pipeline_repeat(s: RestoreSeries, r, value: float, disk: float) -> None:
     s.samples.append(value)
     s.residency.append(r.cache.residency_before)
     s.disk.append(disk)
@@ -292,7 +261,7 @@ class Bench:
         self.repeat = repeat
         self.concurrency = concurrency
         self.fio = fio
-        self.series: dict[str, Series] = {}
+        self.series: dict[str, RestoreSeries] = {}
         self.load: list[tuple[str, tuple[float, float, float]]] = []
         self.other = _peers.OtherWork()  # CPU other processes take: other work skews the figures
         self.md5_agree: bool | None = None
@@ -301,9 +270,9 @@ class Bench:
     def note_load(self, when: str) -> None:
         self.load.append((when, os.getloadavg()))
 
-    def get(self, key: str, condition: str, path: str, unit: str) -> Series:
+    def get(self, key: str, condition: str, path: str, unit: str) -> RestoreSeries:
         if key not in self.series:
-            self.series[key] = Series(key, condition, path, unit)
+            self.series[key] = RestoreSeries(key, condition, unit, path=path)
         return self.series[key]
 
     def residency(self) -> float:
@@ -329,7 +298,7 @@ class Bench:
                          "one after another", "s")
         hot_read = self.get("hot/read/ours", "hot", f"ours: pipeline read stage (staged run: pread, no hash, "
                             f"concurrency {c}, block 1 MiB)", "GB/s")
-        def pipeline_path(mode: str, s: Series, warm: bool, tag: str) -> None:
+        def pipeline_path(mode: str, s: RestoreSeries, warm: bool, tag: str) -> None:
             for attempt in range(1, HOT_ATTEMPTS + 1):
                 log(f"  hot {mode:6s} {tag}")
                 r, disk = pipeline_once(self.listing, mode=mode, cache="hot", concurrency=c, read="pread",
@@ -375,7 +344,7 @@ class Bench:
             for run in paths[k:] + paths[:k]:
                 run(warm, tag)
 
-    def hot_held(self, s: Series, disk: int, attempt: int) -> bool:
+    def hot_held(self, s: RestoreSeries, disk: int, attempt: int) -> bool:
         """False (run it again) when a hot repeat read more than 5 % of the set from the disk."""
         if disk <= COLD_MAX * self.total:
             return True
@@ -417,7 +386,7 @@ class Bench:
             cold_engine.samples.append(r.read_gbps)
             cold_engine.status.append("ok" if not r.failed else "failed")
 
-        def ours(mode: str, s: Series) -> None:
+        def ours(mode: str, s: RestoreSeries) -> None:
             log(f"  cold {mode:6s} repeat {i}")
             r, disk = pipeline_once(self.listing, mode=mode, cache="cold", concurrency=c, read="pread",
                                     block_size=BLOCK)
@@ -466,86 +435,41 @@ class Bench:
 # --------------------------------------------------------------------------- targets and report
 
 
-@dataclass(frozen=True)
-class Target:
-    name: str
-    subject: str
-    peer: str
-    test: str  # le | ge | band
-    bound: tuple[float, ...]
-    invert: bool = False  # ratio = peer / subject (speed-up) instead of subject / peer
-
-
 def targets() -> list[Target]:
     return [
-        Target(f"hot: fused RTO ≤ {FUSED_VS_STAGED}× staged RTO", "hot/fused", "hot/staged", "le",
-               (FUSED_VS_STAGED,)),
+        Target(f"hot: fused RTO ≤ {FUSED_VS_STAGED}× staged RTO", "hot/fused", "hot/staged", high=FUSED_VS_STAGED,
+               shown="{:.3f}×"),
         Target(f"hot: fused ≥ {FUSED_VS_STOCK:g}× faster than the stock path (stock RTO / fused RTO)",
-               "hot/fused", "hot/stock", "ge", (FUSED_VS_STOCK,), invert=True),
+               "hot/fused", "hot/stock", low=FUSED_VS_STOCK, invert=True, shown="{:.3f}×"),
+        # paired: the median of back-to-back pairs, as the repeats alternate which tool reads first
         Target(f"cold: our read stage within ±5 % of fio psync (ours / fio in {FIO_BAND[0]}..{FIO_BAND[1]})",
-               "cold/read/ours", "cold/read/fio", "band", FIO_BAND),
+               "cold/read/ours", "cold/read/fio", low=FIO_BAND[0], high=FIO_BAND[1], paired=True, shown="{:.3f}×"),
         Target(f"cold, agreement check: the engine's reads alone within ±5 % of fio psync (in {FIO_BAND[0]}.."
-               f"{FIO_BAND[1]})", "cold/read/engine", "cold/read/fio", "band", FIO_BAND),
+               f"{FIO_BAND[1]})", "cold/read/engine", "cold/read/fio", low=FIO_BAND[0], high=FIO_BAND[1], paired=True,
+               shown="{:.3f}×"),
     ]
-
-
-def judge(t: Target, ser: dict[str, Series]) -> dict:
-    s, p = ser.get(t.subject), ser.get(t.peer)
-    base = {"target": t.name, "subject": t.subject, "peer": t.peer}
-    if s is None or p is None or not s.samples or not p.samples:
-        return base | {"status": "not measured", "ratio": None}
-    ratio = p.median / s.median if t.invert else s.median / p.median
-    if t.test == "band" and len(s.samples) == len(p.samples):
-        ratio = statistics.median(a / b for a, b in zip(s.samples, p.samples))  # pairs run back to back
-    if not (s.verified and p.verified):
-        return base | {"status": "not verified (cache state)", "ratio": ratio}
-    if not (s.ok and p.ok):
-        return base | {"status": "restore FAILED its check", "ratio": ratio}
-    if t.test == "le":
-        met = ratio <= t.bound[0]
-    elif t.test == "ge":
-        met = ratio >= t.bound[0]
-    else:
-        met = t.bound[0] <= ratio <= t.bound[1]
-    return base | {"status": "met" if met else "MISSED", "ratio": ratio}
-
-
-def fmt(v: float, unit: str) -> str:
-    return f"{v:.2f} s" if unit == "s" else f"{v:.2f} GB/s"
-
-
-def condition_label(s: Series) -> str:
-    if s.verified:
-        return s.condition
-    bad = [r for r in s.residency if (r < HOT_MIN if s.condition == "hot" else r > COLD_MAX)]
-    if bad:
-        return f"{s.condition}? NOT VERIFIED (residency {bad[0]:.2f})"
-    return f"{s.condition}? NOT VERIFIED (read {max(s.disk):.0%} of the set from the disk)"
 
 
 def main_table(b: Bench, verdicts: list[dict]) -> list[str]:
     by_peer = {(v["subject"], v["peer"]): v for v in verdicts}
     ratio_text = {
-        "hot/staged": lambda v: f"fused = {v['ratio']:.2f}× staged",
-        "hot/stock": lambda v: f"fused {v['ratio']:.2f}× faster (stock / fused)",
-        "cold/read/fio": lambda v: f"ours = {v['ratio']:.3f}× fio",
-        "cold/read/engine": lambda v: f"engine = {v['ratio']:.3f}× fio",
+        "hot/staged": lambda v: f"fused = {v['value']:.2f}× staged",
+        "hot/stock": lambda v: f"fused {v['value']:.2f}× faster (stock / fused)",
+        "cold/read/fio": lambda v: f"ours = {v['value']:.3f}× fio",
+        "cold/read/engine": lambda v: f"engine = {v['value']:.3f}× fio",
     }
     bound_text = {"hot/staged": f"≤ {FUSED_VS_STAGED}×", "hot/stock": f"≥ {FUSED_VS_STOCK:g}×",
                   "cold/read/fio": f"{FIO_BAND[0]}–{FIO_BAND[1]}×",
                   "cold/read/engine": f"{FIO_BAND[0]}–{FIO_BAND[1]}×"}
     info = {"cold/read/fused": ("cold/read/fio", "ours fused = {:.3f}× fio (info: includes crc32c)"),
             "hot/read/ours": ("hot/read/fio", "ours = {:.3f}× fio (info)")}
-    rows = ["| condition | path | RTO or GB/s (median) | min–max | ratio | target met? |",
-            "|---|---|---:|---|---|---|"]
-    order = ("hot/fused", "hot/staged", "hot/stock", "cold/read/ours", "cold/read/fused", "cold/read/engine",
-             "cold/read/fio", "hot/read/ours", "hot/read/fio")
-    for s in sorted(b.series.values(), key=lambda s: order.index(s.key) if s.key in order else len(order)):
+
+    def cells(s: RestoreSeries) -> list[str]:
         ratio, met = "—", "—"
         # a verdict shows on its peer's row, except the agreement check, which shares fio's row as peer
         v = (by_peer.get(("cold/read/engine", "cold/read/fio")) if s.key == "cold/read/engine" else
              next((v for (subj, peer), v in by_peer.items() if peer == s.key and subj != "cold/read/engine"), None))
-        if v is not None and v["ratio"] is not None:
+        if v is not None and v["value"] is not None:
             ratio = ratio_text[s.key](v)
             met = f"{v['status']} ({bound_text[s.key]})"
         elif s.key in info and info[s.key][0] in b.series:
@@ -553,9 +477,13 @@ def main_table(b: Bench, verdicts: list[dict]) -> list[str]:
             met = "—"
         if not s.ok:
             met = ("" if met == "—" else met + "; ") + "CHECK FAILED"
-        rows.append(f"| {condition_label(s)} | {s.path} | {fmt(s.median, s.unit)} | "
-                    f"{fmt(min(s.samples), s.unit)}–{fmt(max(s.samples), s.unit)} | {ratio} | {met} |")
-    return rows
+        return [ratio, met]
+
+    order = ("hot/fused", "hot/staged", "hot/stock", "cold/read/ours", "cold/read/fused", "cold/read/engine",
+             "cold/read/fio", "hot/read/ours", "hot/read/fio")
+    rows = sorted(b.series.values(), key=lambda s: order.index(s.key) if s.key in order else len(order))
+    return series_table(rows, ("condition", "path", "RTO or GB/s (median)", "min–max", "ratio", "target met?"),
+                        lambda s: s.path, lambda s, v: fmt(v, 2, s.unit), cells)
 
 
 def stage_table(b: Bench) -> list[str]:
@@ -595,7 +523,7 @@ def notes(b: Bench) -> list[str]:
         "timed (getrusage ru_inblock of this process, or of fio as a child): a hot repeat that read from the disk "
         f"(another process dropped the page cache under it) is run again, up to {HOT_ATTEMPTS} times; cold = "
         "fastio.evict before every repeat and residency ≤ 0.05. Fused, staged and stock repeats are interleaved "
-        "in one process, their order rotated each repeat, after `_warm_imports()`, after one untimed warm-up "
+        "in one process, their order rotated each repeat, after `warmup.warm_up()`, after one untimed warm-up "
         "restore each.",
         "fio: psync, `read_iolog` replay of the read stage's own reads: files cut into 64 MiB units (fastio's "
         "chunk size), each read in 1 MiB reads with the short last read, every byte of every file; units spread "
@@ -668,48 +596,17 @@ def report_markdown(b: Bench, verdicts: list[dict], args, preface: list[str] = (
     lines += main_table(b, verdicts)
     lines += ["", "Per-stage breakdown, hot (median seconds and share of the median RTO):", ""]
     lines += stage_table(b)
-    lines += ["", "## Targets", ""]
-    for v in verdicts:
-        r = "" if v["ratio"] is None else f" ({v['ratio']:.3f}×)"
-        lines.append(f"- {v['status']}: {v['target']}{r}")
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in notes(b)]
+    lines += targets_section(verdicts) + section("Notes", notes(b))
     return "\n".join(lines) + "\n"
 
 
 
-def machine_info(directory: str, fio: str) -> dict:
-    import fastio
-    import safetensors
-    import torch
-
-    cpu, mem = "unknown", 0
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * KiB
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem / (1 << 30), 1),
-            "kernel": platform.release(), "filesystem": _peers.filesystem_of(directory), "fio": _peers.fio_version(fio),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "safetensors": safetensors.__version__, "torch_threads": torch.get_num_threads(),
-            "crc32c_kernel": fastio.crc32c_impl()}
-
-
-def write_outputs(b: Bench, verdicts: list[dict], machine: dict, args, date: str, elapsed: float) -> str:
-    os.makedirs(OUT_DIR, exist_ok=True)
-    preface = [f"Date: {date}", "", "Machine:", ""] + [f"- {k}: {v}" for k, v in machine.items()] + [""]
-    text = report_markdown(b, verdicts, args, preface)
-    with open(os.path.join(OUT_DIR, "restore_bench.md"), "w") as f:
-        f.write(text)
+def write_report(b: Bench, verdicts: list[dict], facts: dict, args, date: str, elapsed: float) -> None:
     man = b.listing.manifest
     raw = {
         "date": date,
         "elapsed_s": elapsed,
-        "machine": machine,
+        "machine": facts,
         "args": vars(args),
         "checkpoint": {"dir": args.dir, "profile": man.profile, "format": man.format, "ranks": man.world_size,
                        "params": man.param_count, "bytes": b.total, "files": len(b.files), "hash": man.hash},
@@ -719,10 +616,7 @@ def write_outputs(b: Bench, verdicts: list[dict], machine: dict, args, date: str
         "other_work_core_s": b.other.share()[0],
         "md5_agree": b.md5_agree,
     }
-    with open(os.path.join(OUT_DIR, "restore_bench.json"), "w") as f:
-        json.dump(raw, f, indent=2)
-        f.write("\n")
-    return text
+    write_outputs("restore_bench", report_markdown(b, verdicts, args, preface(date, facts)), raw)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -749,7 +643,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    problem = missing_tools()
+    problem = missing("restore_bench", executables=("fio",), modules=("fastio",))
     if problem:
         print(problem, file=sys.stderr)
         return 2
@@ -764,16 +658,16 @@ def main(argv: list[str] | None = None) -> int:
         print(problem, file=sys.stderr)
         return 2
 
-    from ckptbench import pipeline
-    from ckptbench.cli_run import _warm_imports
+    from ckptbench.sources import open_source
+    from ckptbench.warmup import warm_up
 
-    _warm_imports()
-    listing = pipeline.list_checkpoint(args.dir)
+    warm_up()
+    listing = open_source(args.dir).list()
     if listing.manifest is None or listing.format != "safetensors":
         print(f"restore_bench: {args.dir}: needs a safetensors checkpoint with a manifest (got {listing.format})",
               file=sys.stderr)
         return 2
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    date = utc_now()
     b = Bench(listing, args.repeat, args.concurrency, fio)
     t0 = time.monotonic()
     b.note_load("start")
@@ -785,7 +679,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"done in {elapsed:.0f} s")
     verdicts = [judge(t, b.series) for t in targets()]
     print(report_markdown(b, verdicts, args), end="")
-    write_outputs(b, verdicts, machine_info(args.dir, fio), args, date, elapsed)
+    import torch
+
+    write_report(b, verdicts, machine(args.dir, fio) | {"torch_threads": torch.get_num_threads()}, args, date, elapsed)
     return 0
 
 

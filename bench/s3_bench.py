@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
 import json
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,11 +24,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)  # fastio is built in place in the repo root
-
-import _peers  # noqa: E402  (bench/ is this script's directory, first on sys.path)
+import _peers  # bench/ is this script's directory, first on sys.path
+from _harness import (OUT_DIR, ROOT, Series, Shape, Target, child_env, fmt, judge, log, missing, section,
+                      series_table, targets_section, utc_now, write_outputs)
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -43,14 +39,9 @@ FAULT_SEED = 7
 CAP_DIVISOR = 24  # cap per connection = unshaped ceiling / this: 16 connections use two thirds of the ceiling
 SPEEDUP_MIN = 6.0
 PEER_MIN = 1.0
-OUT_DIR = os.path.join(HERE, "out")
 PEER_VENV = os.path.join(tempfile.gettempdir(), "ckptbench-s3peers")
 BUCKET = "ckptbench-s3bench"
 PREFIX = "ckpt"
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -114,10 +105,9 @@ class Server:
     """The parent's handle on the server child."""
 
     def __init__(self, backlog: int = 128) -> None:
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", "--proxy-backlog",
                                       str(backlog)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                                     stdout=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
         hello = json.loads(self.proc.stdout.readline())
         self.env, self.endpoint, self.bucket = hello["env"], hello["endpoint"], hello["bucket"]
 
@@ -141,19 +131,6 @@ class Server:
 
 # --------------------------------------------------------------------------------------------------------------
 # The data set.
-
-@dataclass(frozen=True)
-class Shape:
-    big_files: int
-    big_size: int
-    small_files: int
-    small_size: int
-
-    def describe(self) -> str:
-        total = self.big_files * self.big_size + self.small_files * self.small_size
-        return (f"{self.big_files} × {self.big_size // MiB} MiB + {self.small_files} × {self.small_size // KiB} KiB "
-                f"= {total / MiB:.0f} MiB in {self.big_files + self.small_files} objects")
-
 
 def make_dataset(directory: str, shape: Shape) -> tuple[dict[str, tuple[int, str]], dict[str, str]]:
     """Seeded random bytes written under directory; returns rel -> (size, crc32c) and rel -> md5 of those bytes."""
@@ -218,35 +195,27 @@ class Run:
         return self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
 
 
-@dataclass
-class Measure:
-    key: str
-    condition: str
+@dataclass(kw_only=True)
+class Measure(Series):
+    """A tool's runs under one condition; its samples are the GB/s of the runs that succeeded."""
+
     tool: str
     config: str
     runs: list[Run] = field(default_factory=list)
-    note: str = ""
     skipped: str = ""  # a reason when the tool could not run
 
-    @property
-    def samples(self) -> list[float]:
-        return [r.gbps for r in self.runs if r.ok]
+    def add(self, run: Run) -> None:
+        self.runs.append(run)
+        if run.ok:
+            self.samples.append(run.gbps)
 
     @property
-    def median(self) -> float | None:
-        s = self.samples
-        return statistics.median(s) if s else None
-
-    @property
-    def valid(self) -> bool:
+    def ok(self) -> bool:
         return bool(self.runs) and all(r.ok for r in self.runs)
 
     def as_dict(self) -> dict:
-        d = asdict(self)
-        s = self.samples
-        d.update(median_gbps=self.median, min_gbps=min(s) if s else None, max_gbps=max(s) if s else None,
-                 valid=self.valid)
-        return d
+        return asdict(self) | {"median_gbps": self.median, "min_gbps": self.min, "max_gbps": self.max,
+                               "valid": self.ok}
 
 
 class Bench:
@@ -268,18 +237,17 @@ class Bench:
 
     # ---- ckptbench -------------------------------------------------------------------------------------------
     def ours(self, backend: str, concurrency: int, into: str, retry_log=None) -> Run:
-        from ckptbench.sources import s3read
+        from ckptbench.sources import ReadOptions, s3read
 
         s3mod = self.s3mod
         log_ = retry_log if retry_log is not None else s3mod.RetryLog()
         stage = tempfile.mkdtemp(prefix="stage-", dir=self.workdir) if into == "stage" else None
         client = s3mod.make_client(concurrency, retry_log=log_) if backend == "threads" else None
-        opts = s3read.S3ReadOptions(concurrency=concurrency, part_size=PART, hash="crc32c", into=into,
-                                    stage_dir=stage, backend=backend)
+        opts = ReadOptions(concurrency=concurrency, part_size=PART, hash="crc32c", s3_client=backend)
         self.server.ask(op="peak")
         try:
             t0 = time.perf_counter()
-            result = s3read.start(client, self.url, self.objects, opts, log_).wait()
+            result = s3read.start(client, self.url, self.objects, opts, log_, into=into, stage_dir=stage).wait()
             dt = time.perf_counter() - t0
             peak = self.server.ask(op="peak")["peak"]
             problem = self._check_result(result)
@@ -409,7 +377,7 @@ class Bench:
             run = fn()
         except Exception as exc:  # noqa: BLE001 - a tool that breaks is reported, not fatal
             run = Run(1.0, 0, False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
-        m.runs.append(run)
+        m.add(run)
         status = f"{run.gbps:.3f} GB/s" if run.ok else f"FAILED: {run.problem}"
         log(f"    {m.key:34} {status}  (peak {run.peak_conns} in flight, {run.seconds:.2f} s)")
 
@@ -544,8 +512,8 @@ def measure_ceiling(b: Bench, repeat: int) -> tuple[float, dict]:
     b.server.shape(0.0, None)
     seen = {}
     for backend in ("threads", "crt"):
-        m = Measure(f"ceiling/{backend}", "unshaped (ceiling probe)", f"ckptbench {backend}",
-                    f"concurrency {CONC}, crc32c, into=hash, no latency, no cap")
+        m = Measure(f"ceiling/{backend}", "unshaped (ceiling probe)", "GB/s", tool=f"ckptbench {backend}",
+                    config=f"concurrency {CONC}, crc32c, into=hash, no latency, no cap")
         for _ in range(repeat):
             b.measure(m, lambda: b.ours(backend, CONC, "hash"))
         if m.median:
@@ -559,19 +527,19 @@ def main_runs(b: Bench, aws: str | None, aws_why: str, torch_py: str | None, tor
     plan = []  # (Measure, fn); every repeat runs each once, the order rotated per repeat
     for backend in ("threads", "crt"):
         for c, cond in ((LOW, cond1), (CONC, cond16)):
-            plan.append((Measure(f"{backend}/c{c}/hash", cond, f"ckptbench {backend}",
-                                 f"concurrency {c}, crc32c, into=hash"),
+            plan.append((Measure(f"{backend}/c{c}/hash", cond, "GB/s", tool=f"ckptbench {backend}",
+                                 config=f"concurrency {c}, crc32c, into=hash"),
                          lambda backend=backend, c=c: b.ours(backend, c, "hash")))
         for into in ("stage", "memory"):
-            plan.append((Measure(f"{backend}/c{CONC}/{into}", cond16, f"ckptbench {backend}",
-                                 f"concurrency {CONC}, crc32c, into={into}"),
+            plan.append((Measure(f"{backend}/c{CONC}/{into}", cond16, "GB/s", tool=f"ckptbench {backend}",
+                                 config=f"concurrency {CONC}, crc32c, into={into}"),
                          lambda backend=backend, into=into: b.ours(backend, CONC, into)))
-    plan.append((Measure("peer/boto3", cond16, "boto3 download_file",
-                         f"TransferConfig(max_concurrency={CONC}, multipart_chunksize=8 MiB), objects in a "
+    plan.append((Measure("peer/boto3", cond16, "GB/s", tool="boto3 download_file",
+                         config=f"TransferConfig(max_concurrency={CONC}, multipart_chunksize=8 MiB), objects in a "
                          f"{CONC}-thread pool sharing {CONC} connection tokens, to files"),
                  b.boto3_download))
-    m_aws = Measure("peer/awscli", cond16, "aws s3 cp --recursive",
-                    f"max_concurrent_requests={CONC}, multipart_chunksize=8MB, to files; start-up subtracted",
+    m_aws = Measure("peer/awscli", cond16, "GB/s", tool="aws s3 cp --recursive",
+                    config=f"max_concurrent_requests={CONC}, multipart_chunksize=8MB, to files; start-up subtracted",
                     note=aws_why)
     if aws:
         startup = b.aws_startup(aws)
@@ -580,8 +548,9 @@ def main_runs(b: Bench, aws: str | None, aws_why: str, torch_py: str | None, tor
     else:
         m_aws.skipped = aws_why
         b.results[m_aws.key] = m_aws
-    m_torch = Measure("peer/s3torchconnector", cond16, "s3torchconnector",
-                      f"S3Client.get_object(...).read() per object, {CONC}-thread pool, to memory", note=torch_why)
+    m_torch = Measure("peer/s3torchconnector", cond16, "GB/s", tool="s3torchconnector",
+                      config=f"S3Client.get_object(...).read() per object, {CONC}-thread pool, to memory",
+                      note=torch_why)
     if torch_py:
         plan.append((m_torch, lambda: b.s3torch(torch_py)))
     else:
@@ -602,8 +571,8 @@ def fault_runs(b: Bench, latency_s: float, cap_bps: float) -> None:
         b.server.shape(latency_s, cap_bps, FAULT_RATE, fault_kinds=("slowdown", "reset"), seed=FAULT_SEED)
         c0 = b.server.ask(op="counters")
         retry_log = b.s3mod.RetryLog()
-        m = Measure(f"faults/{backend}", f"c={CONC}, {FAULT_RATE:.0%} faults",
-                    f"ckptbench {backend}", f"concurrency {CONC}, crc32c, into=hash, slowdown+reset, seed {FAULT_SEED}")
+        m = Measure(f"faults/{backend}", f"c={CONC}, {FAULT_RATE:.0%} faults", "GB/s", tool=f"ckptbench {backend}",
+                    config=f"concurrency {CONC}, crc32c, into=hash, slowdown+reset, seed {FAULT_SEED}")
         b.measure(m, lambda: b.ours(backend, CONC, "hash", retry_log))
         c1 = b.server.ask(op="counters")
         run = m.runs[-1]
@@ -626,48 +595,35 @@ def best_peer(res: dict[str, Measure]) -> Measure | None:
     return max(peers, key=lambda m: m.median) if peers else None
 
 
-def judge(res: dict[str, Measure]) -> tuple[dict[str, tuple[str, str]], list[dict]]:
-    """Per-row (ratio text, verdict text) and the list of targets with their status."""
+def judge_rows(res: dict[str, Measure]) -> tuple[dict[str, tuple[str, str]], list[dict]]:
+    """Per-row (ratio text, verdict text) and the list of targets with their status. Targets are judged on the
+    threads backend; crt's rows carry the same comparison for information."""
     rows: dict[str, tuple[str, str]] = {}
     verdicts = []
 
-    def status(ok: bool | None) -> str:
-        return "not measured" if ok is None else ("met" if ok else "MISSED")
+    def record(backend: str, v: dict, ratio: str, info: str) -> None:
+        if v["status"] not in ("met", "MISSED"):
+            ratio, info = "", ""
+        if backend == "threads":
+            verdicts.append(v)
+            info = v["status"]
+        rows[v["subject"]] = (ratio, info)
 
     for backend in ("threads", "crt"):
-        lo, hi = res.get(f"{backend}/c{LOW}/hash"), res.get(f"{backend}/c{CONC}/hash")
-        ok, ratio = None, None
-        if lo and hi and lo.median and hi.median and lo.valid and hi.valid:
-            ratio = hi.median / lo.median
-            ok = ratio >= SPEEDUP_MIN
-        text = f"{ratio:.2f}× c={LOW}" if ratio else ""
-        if backend == "threads":
-            verdicts.append({"target": f"1: ckptbench threads c={CONC} >= {SPEEDUP_MIN:g}× c={LOW} "
-                                       "(crc32c, into=hash)",
-                             "status": status(ok), "value": ratio})
-            rows[f"{backend}/c{CONC}/hash"] = (text, status(ok))
-        else:
-            info = f"(info: {status(ok)} ≥ {SPEEDUP_MIN:g}×)" if ok is not None else ""
-            rows[f"{backend}/c{CONC}/hash"] = (text, info)
+        v = judge(Target(f"1: ckptbench {backend} c={CONC} >= {SPEEDUP_MIN:g}× c={LOW} (crc32c, into=hash)",
+                         f"{backend}/c{CONC}/hash", f"{backend}/c{LOW}/hash", low=SPEEDUP_MIN), res)
+        record(backend, v, f"{v.get('detail')} c={LOW}", f"(info: {v['status']} ≥ {SPEEDUP_MIN:g}×)")
     peer = best_peer(res)
     for k, m in res.items():
         if k.startswith("peer/") and m.median and peer:
             rows[k] = (f"{m.median / peer.median:.2f}× best peer", "best peer" if m is peer else "")
     for backend in ("threads", "crt"):
         for into in ("stage", "memory"):
-            k = f"{backend}/c{CONC}/{into}"
-            m = res.get(k)
-            ok, ratio = None, None
-            if m and m.median and m.valid and peer:
-                ratio = m.median / peer.median
-                ok = ratio >= PEER_MIN
-            text = f"{ratio:.2f}× {peer.tool}" if ratio else ""
-            if backend == "threads":
-                verdicts.append({"target": f"2: ckptbench threads into={into} >= {PEER_MIN:g}× best peer at c={CONC}"
-                                           f" ({peer.tool if peer else 'none'})", "status": status(ok), "value": ratio})
-                rows[k] = (text, status(ok))
-            else:
-                rows[k] = (text, f"(info: {'≥' if ok else '<'} {PEER_MIN:g}×)" if ok is not None else "")
+            v = judge(Target(f"2: ckptbench {backend} into={into} >= {PEER_MIN:g}× best peer at c={CONC}"
+                             f" ({peer.tool if peer else 'none'})", f"{backend}/c{CONC}/{into}",
+                             peer.key if peer else "peer/none", low=PEER_MIN), res)
+            record(backend, v, f"{v.get('detail')} {peer.tool if peer else ''}",
+                   f"(info: {'≥' if v['status'] == 'met' else '<'} {PEER_MIN:g}×)")
     for backend in ("threads", "crt"):
         m = res.get(f"faults/{backend}")
         if not m or not m.runs:
@@ -680,10 +636,10 @@ def judge(res: dict[str, Measure]) -> tuple[dict[str, tuple[str, str]], list[dic
         if backend == "threads":
             ok = run.ok and retries > 0 and faults > 0
             verdicts.append({"target": f"3: {FAULT_RATE:.0%} faults: 100 % success, every digest right, retries > 0 "
-                                       "and classified", "status": status(ok),
+                                       "and classified", "status": "met" if ok else "MISSED",
                              "value": {"ok": run.ok, "problem": run.problem, "retries": run.extra.get("retries"),
                                        "proxy": run.extra.get("proxy")}})
-            rows[m.key] = (ratio, status(ok))
+            rows[m.key] = (ratio, "met" if ok else "MISSED")
         else:
             rows[m.key] = (ratio, "(info: all ok)" if run.ok else f"(info: FAILED: {run.problem[:80]})")
     return rows, verdicts
@@ -700,8 +656,8 @@ def recommend(res: dict[str, Measure]) -> tuple[str, list[str]]:
             crt_wins += r >= 1.05
             why.append(f"{cond}: crt {c.median:.3f} vs threads {t.median:.3f} GB/s ({r:.2f}×)")
     ft, fc = res.get("faults/threads"), res.get("faults/crt")
-    crt_robust = bool(fc and fc.valid)
-    thr_robust = bool(ft and ft.valid)
+    crt_robust = bool(fc and fc.ok)
+    thr_robust = bool(ft and ft.ok)
     why.append(f"fault run: threads {'all ok' if thr_robust else 'FAILED'}, crt {'all ok' if crt_robust else 'FAILED'}"
                " (crt's retries happen inside awscrt and are not counted in RetryLog)")
     pick = "crt" if compared and crt_wins > compared / 2 and crt_robust else "threads"
@@ -709,26 +665,22 @@ def recommend(res: dict[str, Measure]) -> tuple[str, list[str]]:
     return pick, why
 
 
-def fmt(v: float | None) -> str:
-    return "—" if v is None else f"{v:.3f}"
-
-
 def table(res: dict[str, Measure], rows: dict[str, tuple[str, str]]) -> list[str]:
-    out = ["| condition | tool | GB/s median | min–max | ratio | target met? |", "|---|---|---:|---|---|---|"]
-    for k, m in res.items():
-        ratio, verdict = rows.get(k, ("", ""))
-        s = m.samples
+    def label(m: Measure) -> str:
+        peak = max((r.peak_conns for r in m.runs), default=0)
+        return m.tool if m.skipped else f"{m.tool}: {m.config}; peak {peak} in flight"
+
+    def cells(m: Measure) -> list[str]:
         if m.skipped:
-            out.append(f"| {m.condition} | {m.tool} | — | — | — | {m.skipped} |")
-            continue
-        spread = f"{min(s):.3f}–{max(s):.3f}" if s else "—"
+            return ["—", m.skipped]
+        ratio, verdict = rows.get(m.key, ("", ""))
         failed = [r.problem for r in m.runs if not r.ok]
         if failed:
             verdict = (verdict + " " if verdict else "") + f"{len(failed)} run(s) FAILED: {failed[0][:100]}"
-        peak = max((r.peak_conns for r in m.runs), default=0)
-        out.append(f"| {m.condition} | {m.tool}: {m.config}; peak {peak} in flight | {fmt(m.median)} | {spread} | "
-                   f"{ratio} | {verdict} |")
-    return out
+        return [ratio, verdict]
+
+    return series_table(res.values(), ("condition", "tool", "GB/s median", "min–max", "ratio", "target met?"),
+                        label, lambda m, v: fmt(v, 3), cells)
 
 
 def report(b: Bench, rows, verdicts, pick, why, args) -> str:
@@ -736,7 +688,7 @@ def report(b: Bench, rows, verdicts, pick, why, args) -> str:
     lines = ["# S3 read benchmark", ""]
     lines += [f"- server: moto {f.get('moto')} behind ckptbench.s3local's ShapingProxy, in a child process, "
               f"on {b.server.endpoint}",
-              f"- data set: {b.shape.describe()}, seeded random bytes, uploaded once (ckptbench upload: CRC32C, "
+              f"- data set: {b.shape.describe()} in {b.shape.files} objects, seeded random bytes, uploaded once (ckptbench upload: CRC32C, "
               f"multipart above 8 MiB); expected crc32c computed locally from the bytes",
               f"- first-byte latency: {f['latency_ms']:g} ms per request",
               f"- per-connection cap: {f['cap_bps'] / 1e6:.2f} MB/s ({f['cap_bps'] * 8 / 1e6:.1f} Mbit/s) — "
@@ -751,11 +703,7 @@ def report(b: Bench, rows, verdicts, pick, why, args) -> str:
               f"- {f['other_work']}",
               ""]
     lines += table(b.results, rows)
-    lines += ["", "## Targets", ""]
-    for v in verdicts:
-        val = v["value"]
-        detail = f" ({val:.2f}×)" if isinstance(val, float) else ""
-        lines.append(f"- {v['status']}: {v['target']}{detail}")
+    lines += targets_section(verdicts)
     ft = b.results.get("faults/threads")
     if ft and ft.runs:
         r = ft.runs[-1]
@@ -769,26 +717,27 @@ def report(b: Bench, rows, verdicts, pick, why, args) -> str:
         lines += [f"- crt under the same faults: {'all ok' if r.ok else 'FAILED: ' + r.problem}; proxy "
                   f"{r.extra.get('proxy')}"]
     lines += ["", "## Default backend", "", f"Recommendation: **{pick}**", ""] + [f"- {w}" for w in why]
-    lines += ["", "## Notes", "",
-              "- boto3: one download_file per object, with TransferConfig(max_concurrency=16, "
-              "multipart_chunksize=8 MiB, multipart_threshold=8 MiB); the objects run in a 16-thread pool that "
-              "shares 16 connection tokens — each object takes min(16, its 8 MiB parts) tokens (2 for 16 MiB, 1 "
-              "for 256 KiB) — so at most 16 GETs are in flight.",
-              f"- aws: {f.get('aws')}; AWS_CONFIG_FILE with s3 max_concurrent_requests = 16, "
-              "multipart_chunksize = 8MB, "
-              f"addressing_style = path; the CLI's start-up (`aws s3 ls` on an empty prefix, "
-              f"{f.get('aws_startup_s', 0):.2f} s) is subtracted from its wall time.",
-              f"- s3torchconnector: {f.get('s3torch')}; it has no connection-count setting (its CRT client sizes "
-              "its pool from throughput_target_gbps, left at its default of 10 Gbit/s: at 1–4 it kept only 10 "
-              "requests in flight); 16 objects are read at a time by a thread pool; the peak-in-flight figure "
-              "shows what it used.",
-              "- peak in flight: the most requests the proxy had in progress at once during the tool's runs "
-              "(counted in the server process), i.e. the concurrency the tool really used.",
-              f"- the proxy listens with backlog {args.proxy_backlog} here (socketserver's default is 5: 16 "
-              "clients connecting at once overflow it and the dropped SYNs cost a 1 s retransmit; see "
-              "--proxy-backlog).",
-              "- ckptbench stage fsyncs each file before renaming it; boto3 and aws write without fsync.",
-              "- the crt backend's time includes creating its CRT client; aws's includes its own listing."]
+    lines += section("Notes", [
+        "boto3: one download_file per object, with TransferConfig(max_concurrency=16, "
+        "multipart_chunksize=8 MiB, multipart_threshold=8 MiB); the objects run in a 16-thread pool that "
+        "shares 16 connection tokens — each object takes min(16, its 8 MiB parts) tokens (2 for 16 MiB, 1 "
+        "for 256 KiB) — so at most 16 GETs are in flight.",
+        f"aws: {f.get('aws')}; AWS_CONFIG_FILE with s3 max_concurrent_requests = 16, "
+        "multipart_chunksize = 8MB, "
+        f"addressing_style = path; the CLI's start-up (`aws s3 ls` on an empty prefix, "
+        f"{f.get('aws_startup_s', 0):.2f} s) is subtracted from its wall time.",
+        f"s3torchconnector: {f.get('s3torch')}; it has no connection-count setting (its CRT client sizes "
+        "its pool from throughput_target_gbps, left at its default of 10 Gbit/s: at 1–4 it kept only 10 "
+        "requests in flight); 16 objects are read at a time by a thread pool; the peak-in-flight figure "
+        "shows what it used.",
+        "peak in flight: the most requests the proxy had in progress at once during the tool's runs "
+        "(counted in the server process), i.e. the concurrency the tool really used.",
+        f"the proxy listens with backlog {args.proxy_backlog} here (socketserver's default is 5: 16 "
+        "clients connecting at once overflow it and the dropped SYNs cost a 1 s retransmit; see "
+        "--proxy-backlog).",
+        "ckptbench stage fsyncs each file before renaming it; boto3 and aws write without fsync.",
+        "the crt backend's time includes creating its CRT client; aws's includes its own listing.",
+    ])
     return "\n".join(lines) + "\n"
 
 
@@ -815,20 +764,11 @@ def parse_args(argv):
     return args
 
 
-def missing() -> str | None:
-    for mod in ("fastio", "boto3", "moto", "awscrt"):
-        try:
-            __import__(mod)
-        except ImportError:
-            return f"s3_bench: {mod} is missing; install the project (`pip install -e .[s3]`)"
-    return None
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.serve:
         return serve(args.proxy_backlog)
-    problem = missing()
+    problem = missing("s3_bench", modules=("fastio", "boto3", "moto", "awscrt"), install="pip install -e .[s3]")
     if problem:
         print(problem, file=sys.stderr)
         return 2
@@ -850,7 +790,7 @@ def main(argv=None) -> int:
                     "  multipart_chunksize = 8MB\n  addressing_style = path\n")
         peer_env = dict(os.environ, AWS_CONFIG_FILE=cfg, AWS_SHARED_CREDENTIALS_FILE=os.path.join(workdir, "none"))
         src = os.path.join(workdir, "src")
-        log(f"data set: {args.shape.describe()}")
+        log(f"data set: {args.shape.describe()} in {args.shape.files} objects")
         expected, md5s = make_dataset(src, args.shape)
         from ckptbench.sources import s3 as s3mod
 
@@ -894,23 +834,18 @@ def main(argv=None) -> int:
         fault_runs(b, latency_s, cap)
         load.append(os.getloadavg()[0])
         b.facts["other_work"] = other.line()
-        rows, verdicts = judge(b.results)
+        rows, verdicts = judge_rows(b.results)
         pick, why = recommend(b.results)
         text = report(b, rows, verdicts, pick, why, args)
         print(text, end="")
-        os.makedirs(OUT_DIR, exist_ok=True)
-        date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        with open(os.path.join(OUT_DIR, "s3_bench.md"), "w") as f:
-            f.write(f"Date: {date}\n\n" + text)
+        date = utc_now()
         raw = {"date": date, "args": {k: v for k, v in vars(args).items() if k != "shape"},
                "dataset": {**asdict(args.shape), "bytes": b.total},
                "facts": {k: v for k, v in b.facts.items()}, "endpoint": server.endpoint,
                "measurements": [m.as_dict() for m in b.results.values()], "targets": verdicts,
                "recommended_backend": pick, "recommendation_reasons": why,
                "cores": os.cpu_count(), "seconds": time.monotonic() - t_start}
-        with open(os.path.join(OUT_DIR, "s3_bench.json"), "w") as f:
-            json.dump(raw, f, indent=2, default=str)
-            f.write("\n")
+        write_outputs("s3_bench", f"Date: {date}\n\n" + text, raw)
         log(f"done in {time.monotonic() - t_start:.0f} s; wrote {OUT_DIR}/s3_bench.md and .json")
     finally:
         server.close()

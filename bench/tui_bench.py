@@ -12,30 +12,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from _harness import OUT_DIR, ROOT, Series, Target, cache_dir, fmt, judge, log, write_outputs
 
-from ckptbench.cli_run import _warm_imports  # noqa: E402
 from ckptbench.pipeline import RunOptions, run  # noqa: E402
-
-OUT = os.path.join(ROOT, "bench", "out")
-
-
-def cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ckptbench")
+from ckptbench.warmup import warm_up  # noqa: E402
 
 
 def ensure_checkpoint(path: str, profile: str, scale: float) -> str:
     if not os.path.isfile(os.path.join(path, "ckptbench.json")):
-        print(f"generating {profile} (scale {scale}) in {path}", file=sys.stderr)
+        log(f"generating {profile} (scale {scale}) in {path}")
         subprocess.run([sys.executable, "-m", "ckptbench", "gen", profile, path, "--scale", str(scale), "--force"],
                        check=True, cwd=ROOT)
     return path
@@ -88,28 +78,30 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small checkpoint, 2 repeats")
     args = ap.parse_args()
     profile, scale = ("small", 1.0) if args.quick else ("medium", 1.0)
-    source = args.dir or ensure_checkpoint(os.path.join(cache_dir(), f"bench-tui-{profile}"), profile, scale)
+    source = args.dir or ensure_checkpoint(cache_dir(f"bench-tui-{profile}"), profile, scale)
     repeats = 2 if args.quick else args.repeat
-    _warm_imports()
-    os.makedirs(OUT, exist_ok=True)
-    results = os.path.join(OUT, "tui_bench_results.csv")
+    warm_up()
+    os.makedirs(OUT_DIR, exist_ok=True)
+    results = os.path.join(OUT_DIR, "tui_bench_results.csv")
     opts = RunOptions(mode="fused", cache="hot", concurrency=2)
     load0 = os.getloadavg()[0]
-    headless, attached, latencies = [], [], []
+    headless, attached = Series("headless", "headless", "GB/s"), Series("attached", "TUI attached", "GB/s")
+    keys = Series("keys", "TUI attached", "ms")
     headless_read_gbps(source, opts)  # warm-up: first-use costs out of the comparison
     for _ in range(repeats):
-        headless.append(headless_read_gbps(source, opts))
+        headless.samples.append(headless_read_gbps(source, opts))
         gbps, _ = asyncio.run(tui_read_gbps(source, opts, results, keys=False))
-        attached.append(gbps)
+        attached.samples.append(gbps)
     # a sha256 read keeps the 2 workers busy long enough to press keys during it
     slow = RunOptions(mode="fused", cache="hot", concurrency=2, hash="sha256")
     for _ in range(max(2, repeats // 2)):
         _, lat = asyncio.run(tui_read_gbps(source, slow, results, keys=True))
-        latencies += lat
-    h, t = statistics.median(headless), statistics.median(attached)
-    ratio = t / h if h else 0.0
-    p50 = statistics.median(latencies) if latencies else None
-    worst = max(latencies) if latencies else None
+        keys.samples += lat
+    series = {s.key: s for s in (headless, attached, keys)}
+    kept = judge(Target("engine throughput with the TUI attached >= 0.97x headless", "attached", "headless",
+                        low=0.97, shown="{:.3f}×"), series)
+    redraw = judge(Target("key press to redraw under 100 ms, worst press", "keys", high=100, worst=True), series)
+    said = {"met": "yes", "MISSED": "NO"}
     lines = [
         f"# TUI benchmark — {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load {load0:.2f} → "
         f"{os.getloadavg()[0]:.2f}",
@@ -118,19 +110,16 @@ def main() -> int:
         "",
         "| figure | headless | TUI attached | ratio | target | met? |",
         "|---|---:|---:|---:|---|---|",
-        f"| read stage GB/s (median) | {h:.2f} ({min(headless):.2f}–{max(headless):.2f}) | {t:.2f} "
-        f"({min(attached):.2f}–{max(attached):.2f}) | {ratio:.3f}× | ≥ 0.97× | {'yes' if ratio >= 0.97 else 'NO'} |",
-        f"| key → redraw ms, during a 2-worker sha256 read (median / worst of {len(latencies)}) | | "
-        f"{p50 if p50 is None else f'{p50:.1f}'} / {worst if worst is None else f'{worst:.1f}'} | | < 100 ms | "
-        f"{'yes' if worst is not None and worst < 100 else 'NO' if worst is not None else 'not measured'} |",
+        f"| read stage GB/s (median) | {fmt(headless.median)} ({fmt(headless.min)}–{fmt(headless.max)}) | "
+        f"{fmt(attached.median)} ({fmt(attached.min)}–{fmt(attached.max)}) | {kept.get('detail', '—')} | ≥ 0.97× | "
+        f"{said.get(kept['status'], kept['status'])} |",
+        f"| key → redraw ms, during a 2-worker sha256 read (median / worst of {len(keys.samples)}) | | "
+        f"{fmt(keys.median, 1)} / {fmt(keys.max, 1)} | | < 100 ms | {said.get(redraw['status'], redraw['status'])} |",
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(OUT, "tui_bench.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(OUT, "tui_bench.json"), "w") as f:
-        json.dump({"headless_gbps": headless, "tui_gbps": attached, "ratio": ratio, "key_latency_ms": latencies},
-                  f, indent=1)
+    write_outputs("tui_bench", text, {"headless_gbps": headless.samples, "tui_gbps": attached.samples,
+                                      "ratio": kept["value"], "key_latency_ms": keys.samples})
     return 0
 
 
