@@ -8,7 +8,14 @@ from dataclasses import dataclass, replace
 
 from ckptbench.errors import CkptbenchError
 
-PROFILES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles")
+def _profiles_dir() -> str:
+    """Installed: ckptbench/profile_data inside the package (setup.py maps it); in a checkout: profiles/."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    installed = os.path.join(here, "profile_data")
+    return installed if os.path.isdir(installed) else os.path.join(os.path.dirname(here), "profiles")
+
+
+PROFILES_DIR = _profiles_dir()
 FORMATS = ("safetensors", "torch", "dcp")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
