@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import fastio
 
-from ckptbench import manifest as mf
-from ckptbench import probes, storage, tree
-from ckptbench.errors import CkptbenchError
+from ckptbench import concurrency as conc
+from ckptbench import probes, storage
+from ckptbench.sources import open_source
 
 SAMPLE_S = 1.0  # the window for rates (disk %util, TCP retransmits)
 
@@ -39,7 +39,7 @@ class Facts:
     evict_residency: float | probes.Unknown | None = None
     stripe: dict | probes.Unknown | None = None
     s3: dict | None = None
-    concurrency: int = 8
+    concurrency: int = conc.DEFAULT
     sweep: dict | None = None  # SweepResult.to_json()
     thp: str | probes.Unknown | None = None
 
@@ -65,29 +65,29 @@ def _open_rate(paths: list[str], limit: int = 2000) -> float | None:
     return len(sample) / dt if dt > 0 else None
 
 
-def gather(source: str, *, root: str = "/", concurrency: int = 8, quick_sweep: bool = False,
+def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, quick_sweep: bool = False,
            environ: dict | None = None, probe_cache: bool = True) -> Facts:
-    """Reads every fact; each probe fails soft, so a missing one becomes 'unknown' in its item, not a crash."""
-    if source.startswith("s3://"):
-        return _gather_s3(source, root, concurrency, quick_sweep, environ)
-    if not os.path.isdir(source):
-        raise CkptbenchError(f"{source}: no such directory; point at a checkpoint directory")
-    paths = tree.files(source)
-    if not paths:
-        raise CkptbenchError(f"{source}: empty; point at a checkpoint directory")
-    f = Facts(source=source, concurrency=concurrency)
-    f.files = len(paths)
-    f.sizes = [os.path.getsize(p) for p in paths]
+    """Reads every fact; each probe fails soft, so a missing one becomes 'unknown' in its item, not a crash.
+
+    What differs between storage kinds comes from the source (its scheme, mount, page cache), never from a
+    branch on the URL here."""
+    src = open_source(source)
+    listing = src.list()
+    man = listing.manifest
+    paths = [f.path for f in listing.files] if src.files_on_disk else []
+    f = Facts(source=source, scheme=src.scheme, concurrency=concurrency)
+    f.sizes = [x.size or 0 for x in listing.files]
+    f.files = len(f.sizes)
     f.open_rate = _open_rate(paths)
-    man = mf.read(source)
     f.world_size = man.world_size if man is not None and man.world_size else None
-    f.mount = probes.mount_of(source, root)
-    presets = storage.load_all()
-    if isinstance(f.mount, probes.Mount):
-        f.preset = storage.match(presets, scheme=None, fs_type=f.mount.fs_type, source=f.mount.source)
-        f.read_ahead_kb = probes.read_ahead_kb(f.mount.device, root)
-        f.scheduler = probes.scheduler(f.mount.device, root)
-        if f.mount.fs_type == "lustre":
+    f.mount = src.mount(root) if src.files_on_disk else None
+    mount = f.mount if isinstance(f.mount, probes.Mount) else None
+    f.preset = storage.match(storage.load_all(), scheme=src.scheme, fs_type=mount.fs_type if mount else None,
+                             source=mount.source if mount else "")
+    if mount is not None:
+        f.read_ahead_kb = probes.read_ahead_kb(mount.device, root)
+        f.scheduler = probes.scheduler(mount.device, root)
+        if mount.fs_type == "lustre":
             f.stripe = probes.lustre_stripe(max(paths, key=os.path.getsize))
     f.ulimit = probes.ulimit_nofile(root)
     f.fds = probes.fds_in_use(root)
@@ -96,47 +96,21 @@ def gather(source: str, *, root: str = "/", concurrency: int = 8, quick_sweep: b
     f.sysctls = {k: probes.sysctl(k, root) for k in (
         "vm.dirty_ratio", "vm.dirty_background_ratio", "vm.dirty_bytes", "vm.dirty_background_bytes",
         "vm.dirty_expire_centisecs", "net.core.somaxconn")}
-    f.openers = probes.openers(os.path.realpath(source) if root == "/" else source, root, exclude_pid=os.getpid())
+    f.openers = (probes.openers(os.path.realpath(source) if root == "/" else source, root, exclude_pid=os.getpid())
+                 if paths else [])
     f.gpus = probes.gpus()
     f.s3 = probes.s3_endpoint(dict(environ if environ is not None else os.environ))
     _sample_rates(f, root)
-    if probe_cache:
+    if not src.has_page_cache:
+        f.evict_residency = probes.Unknown(f"{src.scheme or 'this source'} has no local page cache: every read is cold")
+    elif probe_cache:
         f.residency_now = fastio.residency(paths).fraction
         f.evict_residency = _evict_probe(paths)
     if quick_sweep:
         from ckptbench.sweep import sweep
 
         levels = sorted({1, 4, 8, 16, 32, concurrency})
-        f.sweep = sweep(source, levels, repeats=1, cache="cold").to_json()
-    return f
-
-
-def _gather_s3(source: str, root: str, concurrency: int, quick_sweep: bool, environ) -> Facts:
-    """An S3 prefix: sizes from the listing, the endpoint from the environment, local limits and memory."""
-    from ckptbench.pipeline import list_checkpoint
-
-    listing = list_checkpoint(source, concurrency)
-    f = Facts(source=source, scheme="s3", concurrency=concurrency)
-    f.sizes = [x.size or 0 for x in listing.files]
-    f.files = len(f.sizes)
-    f.world_size = listing.manifest.world_size if listing.manifest and listing.manifest.world_size else None
-    f.preset = storage.match(storage.load_all(), scheme="s3", fs_type=None)
-    f.ulimit = probes.ulimit_nofile(root)
-    f.fds = probes.fds_in_use(root)
-    f.meminfo = probes.meminfo(root)
-    f.sysctls = {k: probes.sysctl(k, root) for k in ("vm.dirty_ratio", "vm.dirty_background_ratio", "vm.dirty_bytes")}
-    f.openers = []
-    f.gpus = probes.gpus()
-    f.s3 = probes.s3_endpoint(dict(environ if environ is not None else os.environ))
-    f.evict_residency = probes.Unknown("S3 has no local page cache: every read is cold")
-    t0 = probes.tcp_counters(root)
-    time.sleep(SAMPLE_S if root == "/" else 0)
-    t1 = probes.tcp_counters(root)
-    f.retransmit_rate = probes.retransmit_rate(t0, t1) if isinstance(t0, dict) and isinstance(t1, dict) else t0
-    if quick_sweep:
-        from ckptbench.sweep import sweep
-
-        f.sweep = sweep(source, sorted({1, 4, 8, 16, 32, concurrency}), repeats=1).to_json()
+        f.sweep = sweep(src, levels, repeats=1, cache="cold").to_json()
     return f
 
 

@@ -9,7 +9,8 @@ import sys
 import threading
 
 from ckptbench import __version__
-from ckptbench.errors import CkptbenchError
+from ckptbench import concurrency as conc
+from ckptbench.errors import CkptbenchError, translate
 
 HASHES = ("none", "crc32c", "xxh64", "md5", "sha256")
 READ_MODES = ("pread", "mmap", "direct")
@@ -22,9 +23,31 @@ def _concurrency(text: str) -> int:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not conc.MIN <= n <= conc.MAX:
+        raise argparse.ArgumentTypeError(f"must be {conc.MIN}..{conc.MAX}, got {n}")
+    return n
+
+
+def _ranks(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if not 1 <= n <= 1024:
         raise argparse.ArgumentTypeError(f"must be 1..1024, got {n}")
     return n
+
+
+def _finite(text: str) -> float:
+    import math
+
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return x
 
 
 def _size(text: str) -> int:
@@ -57,12 +80,14 @@ def _lazy(name: str):
 
 
 def _add_read_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--concurrency", "-c", type=_concurrency, default=8, help="worker threads (1..1024)")
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT,
+                   help=f"worker threads ({conc.MIN}..{conc.MAX})")
     p.add_argument("--read", choices=READ_MODES, default="pread", help="read mode")
     p.add_argument("--hash", choices=HASHES, default="crc32c", help="digest computed while reading")
     p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B", help="bytes per read call (1M)")
-    p.add_argument("--chunk-size", type=_size, default=64 << 20, metavar="B",
-                   help="big files are split into chunks of this size across workers (64M)")
+    p.add_argument("--chunk-size", type=_size, metavar="B",
+                   help="big files are split into chunks of this size across workers (about 64M)")
+    p.add_argument("--part-size", type=_size, default=8 << 20, metavar="B", help="S3: bytes per ranged GET (8M)")
     p.add_argument("--multipart", action="store_true",
                    help="also give per-chunk digests and their digest, as an S3 multipart ETag")
     p.add_argument("--cache", choices=CACHE_MODES, default="as-is",
@@ -91,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="staged: read all, then verify, then load (the reference scripts); fused: one pass")
     p.add_argument("--cache", choices=CACHE_MODES, default="as-is")
     p.add_argument("--drop-caches", action="store_true", help="with --cache cold, also drop the page cache (root)")
-    p.add_argument("--concurrency", "-c", type=_concurrency, default=8)
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT)
     p.add_argument("--read", choices=READ_MODES, default="pread")
     p.add_argument("--hash", choices=HASHES, help="default: the manifest's digest (crc32c without one)")
     p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B")
@@ -103,9 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--s3-client", choices=("threads", "crt"), default=S3_CLIENT_DEFAULT,
                    help="S3: boto3 with ckptbench's thread pool, or awscrt's native client")
     p.add_argument("--results", default="results.csv", metavar="PATH", help="append-only CSV of every repeat")
-    p.add_argument("--price-per-hour", type=float, metavar="USD", help="instance price: turn the RTO into money")
-    p.add_argument("--spot-discount", type=float, default=0.0, metavar="F", help="fraction off on spot (0.7)")
-    p.add_argument("--restores-per-day", type=float, default=1.0, metavar="N")
+    p.add_argument("--price-per-hour", type=_finite, metavar="USD", help="instance price: turn the RTO into money")
+    p.add_argument("--spot-discount", type=_finite, default=0.0, metavar="F", help="fraction off on spot (0.7)")
+    p.add_argument("--restores-per-day", type=_finite, default=1.0, metavar="N")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_lazy("cmd_run"))
 
@@ -118,19 +143,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--read", choices=READ_MODES, default="pread")
     p.add_argument("--hash", choices=HASHES, default="none")
     p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B")
+    p.add_argument("--part-size", type=_size, default=8 << 20, metavar="B", help="S3: bytes per ranged GET (8M)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_lazy("cmd_sweep"))
 
     p = sub.add_parser("compare", help="newest run against a baseline; exit 1 on a regression beyond the noise")
     p.add_argument("results", metavar="RESULTS", help="a results.csv written by run")
     p.add_argument("--baseline", metavar="RUN", help="run id to compare against (default: the previous run)")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT")
+    p.add_argument("--threshold", type=_finite, default=5.0, metavar="PCT")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_lazy("cmd_compare"))
 
     p = sub.add_parser("check", help="the troubleshooting checklist: verdict, evidence and fix for every item")
     p.add_argument("source", metavar="SOURCE")
-    p.add_argument("--concurrency", "-c", type=_concurrency, default=8, help="the concurrency the restore uses")
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT,
+                   help="the concurrency the restore uses")
     p.add_argument("--quick-sweep", action="store_true", help="measure read throughput per concurrency (cold)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true")
@@ -139,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="sizes, files, save bandwidth and restore memory of a checkpoint profile")
     p.add_argument("profile", metavar="PROFILE", help="small, medium, large, 7b, 30b, 70b, or a .toml path")
-    p.add_argument("--interval", type=float, metavar="S", help="checkpoint interval in seconds: the bandwidth it needs")
-    p.add_argument("--scale", type=float, default=1.0, help="resize the model by about this factor in bytes")
+    p.add_argument("--interval", type=_finite, metavar="S", help="checkpoint interval in seconds: the bandwidth it needs")
+    p.add_argument("--scale", type=_finite, default=1.0, help="resize the model by about this factor in bytes")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_plan)
 
@@ -148,16 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile", metavar="PROFILE")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--format", choices=("safetensors", "torch", "dcp"), help="default: the profile's")
-    p.add_argument("--ranks", type=_concurrency, help="ranks the state is sharded over (default: the profile's)")
+    p.add_argument("--ranks", type=_ranks, help="ranks the state is sharded over (default: the profile's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--scale", type=_finite, default=1.0)
     p.add_argument("--digest", choices=("crc32c", "md5"), default="crc32c", help="manifest digest")
     p.add_argument("--force", action="store_true", help="replace a non-empty DIR")
     p.set_defaults(handler=cmd_gen)
 
     p = sub.add_parser("verify", help="check every file against the checkpoint's manifest")
     p.add_argument("directory", metavar="DIR")
-    p.add_argument("--concurrency", "-c", type=_concurrency, default=8)
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_verify)
 
@@ -182,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("upload", help="put a checkpoint directory under s3://bucket/prefix (multipart, CRC32C)")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("url", metavar="s3://BUCKET/PREFIX")
-    p.add_argument("--concurrency", "-c", type=_concurrency, default=16)
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT)
     p.add_argument("--part-size", type=_size, default=8 << 20, metavar="B")
     p.set_defaults(handler=cmd_upload)
 
@@ -195,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="generate the small sample checkpoint (once) and restore it live in the TUI")
     p.add_argument("--dir", help="where the sample lives (default: the user cache directory)")
     p.add_argument("--headless", action="store_true", help="no TUI: a timed run with a progress line")
-    p.add_argument("--scale", type=float, default=1.0, help="resize the sample (default: the small profile)")
+    p.add_argument("--scale", type=_finite, default=1.0, help="resize the sample (default: the small profile)")
     p.add_argument("--s3", action="store_true",
                    help="serve the sample from a local S3 server on 127.0.0.1 (moto, with 20 ms first-byte latency)")
     p.set_defaults(handler=cmd_demo)
@@ -208,28 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read_options(args):
-    from ckptbench.reading import ReadOptions
+    from ckptbench.sources import ReadOptions
 
-    return ReadOptions(
-        concurrency=args.concurrency, read=args.read, hash=args.hash, block_size=args.block_size,
-        chunk_size=args.chunk_size, multipart=args.multipart, cache=args.cache, drop_caches=args.drop_caches,
-        s3_client=args.s3_client,
-    )
-
-
-def _run_read_live(files, opts, s3_listing=None):
-    from ckptbench.progress import ProgressLine
-    from ckptbench.reading import run_read
-
-    line = ProgressLine(sys.stderr)
-    cancel = threading.Event()
-    try:
-        return run_read(files, opts, on_progress=line, cancel=cancel, s3_listing=s3_listing)
-    except KeyboardInterrupt:
-        cancel.set()
-        raise
-    finally:
-        line.close()
+    return ReadOptions(concurrency=args.concurrency, read=args.read, hash=args.hash, block_size=args.block_size,
+                       chunk_size=args.chunk_size, multipart=args.multipart, part_size=args.part_size,
+                       s3_client=args.s3_client)
 
 
 def _print_summary(report) -> None:
@@ -238,8 +248,10 @@ def _print_summary(report) -> None:
 
     r = report.result
     c = report.cache
-    print(f"read {human_bytes(r.bytes)} in {len(r.files)} files: {r.seconds:.3f} s, {r.read_gbps:.2f} GB/s "
-          f"({r.read}, {r.hash}, concurrency {r.concurrency}, block {human_bytes(r.block_size)})")
+    d = report.driven
+    print(f"read {human_bytes(r.bytes)} in {len(r.files)} files: {d.wall_s:.3f} s, {d.read_gbps:.2f} GB/s "
+          f"({r.read}, {r.hash}, concurrency {r.concurrency}, block {human_bytes(r.block_size)}); the reader alone "
+          f"{d.engine_gbps:.2f} GB/s from first open to last byte")
     print(f"cache {c.requested}: residency before {c.residency_before:.1%}"
           f"{'' if c.residency_after is None else f', after {c.residency_after:.1%}'}"
           f"{'' if c.verified else '  [' + c.note + ']'}")
@@ -252,14 +264,25 @@ def _print_summary(report) -> None:
 
 
 def cmd_read(args) -> int:
-    from ckptbench.reading import list_files, list_s3
+    from ckptbench.progress import ProgressLine
+    from ckptbench.reading import read_source
+    from ckptbench.sources import open_targets
 
-    s3_listing = list_s3(args.targets, args.concurrency)
-    files = s3_listing.files if s3_listing is not None else list_files(args.targets)
-    report = _run_read_live(files, _read_options(args), s3_listing)
+    opts = _read_options(args)
+    source = open_targets(args.targets)
+    listing = source.list()
+    line = ProgressLine(sys.stderr)
+    cancel = threading.Event()
+    try:
+        report = read_source(source, listing, opts, cache=args.cache, drop_caches=args.drop_caches, on_progress=line,
+                             cancel=cancel)
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    finally:
+        line.close()
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _emit(report.to_json())
     else:
         _print_summary(report)
     return 1 if report.result.failed else 0
@@ -406,11 +429,27 @@ def _cache_dir() -> str:
     return os.path.join(base, "ckptbench")
 
 
+def _ensure_dir(path: str, what: str) -> None:
+    """Creates a directory ckptbench owns (the cache), with its parents; one line when it cannot."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise CkptbenchError(f"{path}: cannot create the {what} ({exc.strerror}); set XDG_CACHE_HOME or "
+                             "pass --dir to a writable place") from None
+
+
 def cmd_demo(args) -> int:
     from ckptbench.generate import generate
 
+    if args.s3:
+        try:
+            import moto  # noqa: F401
+        except ImportError:
+            raise CkptbenchError("demo --s3 needs the local S3 server, which is an extra: "
+                                 "pip install 'ckptbench[s3-demo]'") from None
     directory = args.dir or os.path.join(_cache_dir(), "demo-small")
     if not os.path.isfile(os.path.join(directory, "ckptbench.json")):
+        _ensure_dir(os.path.dirname(os.path.abspath(directory)), "cache directory")
         print(f"generating the small sample checkpoint in {directory} (once)…", file=sys.stderr)
         generate(_profile("small", args.scale), directory, force=True,
                  progress=(lambda m: print(f"  {m}", file=sys.stderr)))
@@ -432,9 +471,7 @@ def _demo_restore(args, source: str, results_dir: str) -> int:
     if args.headless or not sys.stdout.isatty():
         from ckptbench import cli_run
 
-        argv = ["run", source, "--repeat", "1", "--results", results]
-        if not source.startswith("s3://"):
-            argv += ["--cache", "cold"]
+        argv = ["run", source, "--repeat", "1", "--results", results, "--cache", "cold"]
         return cli_run.cmd_run(build_parser().parse_args(argv))
     from tui.app import CkptbenchApp  # the UI loads only for this command
 
@@ -455,8 +492,10 @@ def cmd_upload(args) -> int:
 
 
 def cmd_tui(args) -> int:
-    if args.source is not None and not args.source.startswith("s3://") and not os.path.isdir(args.source):
-        raise CkptbenchError(f"{args.source}: no such directory; point at a checkpoint directory")
+    if args.source is not None:
+        from ckptbench.sources import open_source
+
+        open_source(args.source)  # a bad path is one line here, not an error inside the UI
     from tui.app import CkptbenchApp  # the UI loads only for this command
 
     CkptbenchApp(args.source, results_path=args.results, autostart=args.run).run()
@@ -466,8 +505,9 @@ def cmd_tui(args) -> int:
 def cmd_sysinfo(args) -> int:
     from ckptbench.live import SystemSampler, source_summary
 
-    if not os.path.isdir(args.source):
-        raise CkptbenchError(f"{args.source}: no such directory; point at a checkpoint directory")
+    from ckptbench.sources import open_source
+
+    open_source(args.source)
     sampler = SystemSampler(args.source)
     sampler.sample()
     import time
@@ -490,14 +530,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except CkptbenchError as exc:
-        print(f"ckptbench: error: {exc}", file=sys.stderr)
-        return exc.exit_code
     except KeyboardInterrupt:
         print("ckptbench: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1
+    except Exception as exc:
+        err = translate(exc)  # fastio, OS, botocore and torch failures a user can cause: one line
+        if err is None:
+            raise
+        print(f"ckptbench: error: {err}", file=sys.stderr)
+        return err.exit_code
 
 
 if __name__ == "__main__":

@@ -7,17 +7,7 @@ import sys
 import threading
 import uuid
 
-from ckptbench.results import STAGES
-
-
-def _warm_imports() -> None:
-    """Import cost is paid once per process, not per restore: keep it out of every repeat's clock."""
-    import safetensors.torch  # noqa: F401
-    import torch  # noqa: F401
-    import torch.distributed.checkpoint  # noqa: F401
-
-    from ckptbench import restore  # noqa: F401
-    from ckptbench.formats import dcp_format, safetensors_format, torch_format  # noqa: F401
+from ckptbench.stages import STAGES
 
 
 class StageProgress:
@@ -43,79 +33,6 @@ class StageProgress:
         self.line.close()
 
 
-def repeat_doc(r) -> dict:
-    return {"status": r.status, "stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps,
-            "success_rate": r.success_rate, "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors,
-            "cache": r.cache.to_dict(), "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s,
-            "problems": r.problems, "notes": r.notes}
-
-
-def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in counts:
-        for k, v in c.items():
-            out[k] = out.get(k, 0) + v
-    return out
-
-
-def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -> dict:
-    from ckptbench.stats import spread
-
-    errors = _merged([r.errors for r in reps])
-    stage_stats = {s: spread([r.stages.get(s) for r in reps]) for s in STAGES}
-    rto = spread([r.rto_s for r in reps])
-    gbps = spread([r.read_gbps for r in reps])
-    notes: dict[str, str] = {}
-    for r in reps:
-        notes.update(r.notes)
-    return {
-        "run_id": run_id,
-        "source": source,
-        "format": fmt,
-        "options": vars(opts),
-        "status": "ok" if all(r.status == "ok" for r in reps) else "failed",
-        "stages": {s: st["median"] for s, st in stage_stats.items()},
-        "stages_stats": stage_stats,
-        "rto_s": rto["median"],
-        "rto_stats": rto,
-        "bytes": reps[0].bytes,
-        "files": reps[0].files,
-        "read_gbps": gbps["median"],
-        "read_gbps_stats": gbps,
-        "success_rate": min(r.success_rate for r in reps),
-        "retries": sum(r.retries for r in reps),
-        "retry_classes": _merged([r.retry_classes for r in reps]),
-        "errors": errors,
-        "cache": {"requested": opts.cache, "residency_before": max(r.cache.residency_before for r in reps),
-                  "residency_after": max((r.cache.residency_after or 0.0) for r in reps),
-                  "verified": all(r.cache.verified for r in reps),
-                  "notes": sorted({r.cache.note for r in reps if r.cache.note})},
-        "peak_rss_bytes": max(r.peak_rss_bytes for r in reps),
-        "cpu_s": spread([r.cpu_s for r in reps])["median"],
-        "notes": notes,
-        "repeats": [repeat_doc(r) for r in reps],
-        "env": env,
-    }
-
-
-def rows_of(doc: dict, reps: list) -> list[dict]:
-    o = doc["options"]
-    rows = []
-    for i, r in enumerate(reps, start=1):
-        row = {"schema": 1, "run_id": doc["run_id"], "repeat": i, "timestamp": doc["env"]["date"],
-               "source": doc["source"], "format": doc["format"], "mode": o["mode"], "status": r.status,
-               "cache": o["cache"], "cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
-               "residency_after": r.cache.residency_after, "concurrency": o["concurrency"], "read": o["read"],
-               "hash": o["hash"] or "", "block_size": o["block_size"], "device": o["device"],
-               "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files, "files_restored": r.files_restored,
-               "read_gbps": r.read_gbps, "success_rate": r.success_rate, "retries": r.retries,
-               "errors": ";".join(f"{k}={v}" for k, v in sorted(r.errors.items())),
-               "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "env": doc["env"]}
-        row.update({f"{s}_s": r.stages.get(s) for s in STAGES})
-        rows.append(row)
-    return rows
-
-
 def print_run(doc: dict) -> None:
     from ckptbench.units import human_bytes
 
@@ -132,8 +49,12 @@ def print_run(doc: dict) -> None:
         print(f"  {s:8s} {st['median']:9.3f} {st['min']:8.3f} {st['max']:8.3f} {share:6.0%}")
     print(f"  {'RTO':8s} {rto['median']:9.3f} {rto['min']:8.3f} {rto['max']:8.3f}")
     g = doc["read_gbps_stats"]
-    print(f"read {g['median']:.2f} GB/s (min {g['min']:.2f}, max {g['max']:.2f}); success {doc['success_rate']:.0%}; "
-          f"retries {doc['retries']}; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s")
+    print(f"read {g['median']:.2f} GB/s over the read stage (min {g['min']:.2f}, max {g['max']:.2f}; the reader "
+          f"alone {doc['engine_gbps']:.2f}); success {doc['success_rate']:.0%}; retries {doc['retries']}; "
+          f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s")
+    if doc.get("warmup_s"):
+        print(f"one-time warm-up before the first clock (imports, torch's first operations): "
+              f"{doc['warmup_s']:.2f} s, not in the RTO")
     c = doc["cache"]
     flag = "" if c["verified"] else "  NOT VERIFIED"
     notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
@@ -153,6 +74,7 @@ def cmd_run(args) -> int:
     from ckptbench import env as envmod
     from ckptbench import pipeline, results
     from ckptbench.cost import restore_cost
+    from ckptbench.sources import open_source
 
     opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
                                hash=args.hash, block_size=args.block_size, device=args.device,
@@ -162,29 +84,31 @@ def cmd_run(args) -> int:
         results.check_writable(args.results)
     if args.price_per_hour is not None:
         restore_cost(0, args.price_per_hour, args.spot_discount, args.restores_per_day)  # validate before running
-    _warm_imports()
     progress = StageProgress()
     cancel = threading.Event()
-    listing = pipeline.list_checkpoint(args.source, args.concurrency)
+    source = open_source(args.source)
+    listing = source.list()
+    recorder = results.Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
+                                envmod.snapshot(args.source))
 
     def on_run(_run) -> None:
         progress.repeat += 1
 
     try:
-        reps = pipeline.run(args.source, opts, repeats=args.repeat, progress=progress, cancel=cancel, on_run=on_run,
-                            listing=listing)
+        reps = pipeline.run(source, opts, repeats=args.repeat, progress=progress, cancel=cancel, on_run=on_run,
+                            on_repeat=recorder.repeat, listing=listing)
     except KeyboardInterrupt:
         cancel.set()
         raise
     finally:
         progress.close()
-    doc = summarize(uuid.uuid4().hex[:12], args.source, listing.format, opts, reps, envmod.snapshot(args.source))
+    extra = {}
     if args.price_per_hour is not None:
-        doc["cost"] = restore_cost(doc["rto_s"], args.price_per_hour, args.spot_discount, args.restores_per_day)
-    if args.results:
-        results.append(args.results, rows_of(doc, reps))
-        with open(args.results + ".jsonl", "a") as f:
-            f.write(json.dumps(doc, default=str) + "\n")
+        from ckptbench.stats import spread
+
+        rto = spread([r.rto_s for r in reps])["median"]
+        extra["cost"] = restore_cost(rto, args.price_per_hour, args.spot_discount, args.restores_per_day)
+    doc = recorder.finish(reps, extra)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -194,16 +118,18 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    from ckptbench.sources import ReadOptions
     from ckptbench.sweep import parse_levels, sweep
 
     levels = parse_levels(args.levels)
+    opts = ReadOptions(read=args.read, hash=args.hash, block_size=args.block_size, part_size=args.part_size,
+                       s3_client=args.s3_client)
 
     def say(level, gbps):
         if sys.stderr.isatty():
             print(f"  concurrency {level:4d}: {gbps:.2f} GB/s", file=sys.stderr)
 
-    res = sweep(args.source, levels, repeats=args.repeat, cache=args.cache, read=args.read, hash=args.hash,
-                block_size=args.block_size, progress=say, s3_client=args.s3_client)
+    res = sweep(args.source, levels, repeats=args.repeat, cache=args.cache, opts=opts, progress=say)
     if args.json:
         json.dump(res.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -6,12 +6,11 @@ A SystemSampler keeps the previous counters so rates come from deltas between tw
 
 from __future__ import annotations
 
-import os
 import time
 
 import psutil
 
-from ckptbench import probes, tree
+from ckptbench import probes
 
 
 def _plain(v):
@@ -67,38 +66,33 @@ class SystemSampler:
 
 
 def source_summary(source: str) -> dict:
-    """What the dashboard header shows about the source: files, bytes, mount, residency now."""
-    import fastio
+    """What the dashboard header shows about the source: files, bytes, where it lives, residency now."""
+    from ckptbench.sources import open_source
 
-    if source.startswith("s3://"):
-        from ckptbench.pipeline import list_checkpoint
-
-        listing = list_checkpoint(source)
-        return {"source": source, "files": len(listing.files), "bytes": listing.bytes, "residency": 0.0,
-                "fs_type": "s3", "mount_point": os.environ.get("AWS_ENDPOINT_URL", "AWS")}
-
-    paths = tree.files(source)
-    m = probes.mount_of(source)
-    res = fastio.residency(paths) if paths else None
-    return {"source": source, "files": len(paths), "bytes": res.total if res else 0,
-            "residency": res.fraction if res else 0.0,
-            "fs_type": m.fs_type if isinstance(m, probes.Mount) else None,
-            "mount_point": m.mount_point if isinstance(m, probes.Mount) else None}
+    src = open_source(source)
+    listing = src.list()
+    residency = src.residency(listing)
+    return {"source": source, "files": len(listing.files), "bytes": listing.bytes,
+            "residency": residency if residency is not None else 0.0,
+            "has_page_cache": src.has_page_cache, **src.describe()}
 
 
 class LiveRates:
-    """Now / average / peak GB/s and worker busy % from successive engine snapshots (the progress line's figures)."""
+    """Now / average / peak GB/s and worker busy % from successive read snapshots (the progress line's figures).
+
+    Rates are taken on the reader's own clock (`elapsed_s`, first byte to now), the clock the average uses:
+    the intervals then tile the average's span exactly, so the peak can never read below the average."""
 
     def __init__(self) -> None:
-        self.prev: tuple[float, int] | None = None
+        self.prev: tuple[float, int] = (0.0, 0)
         self.peak = 0.0
 
-    def update(self, snap, t: float | None = None) -> dict:
-        t = time.monotonic() if t is None else t
+    def update(self, snap) -> dict:
         now = 0.0
-        if self.prev is not None and t > self.prev[0]:
-            now = max(0.0, (snap.bytes - self.prev[1]) / (t - self.prev[0]) / 1e9)
-        self.prev = (t, snap.bytes)
+        t_prev, b_prev = self.prev
+        if snap.elapsed_s > t_prev:
+            now = max(0.0, (snap.bytes - b_prev) / (snap.elapsed_s - t_prev) / 1e9)
+            self.prev = (snap.elapsed_s, snap.bytes)
         self.peak = max(self.peak, now)
         busy = snap.worker_busy_s
         busy_pct = sum(busy) / (len(busy) * snap.elapsed_s) * 100 if busy and snap.elapsed_s else 0.0

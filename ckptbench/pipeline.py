@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import errno
 import gc
 import os
+import pickle
 import shutil
 import tempfile
 import threading
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -17,20 +18,27 @@ from typing import Callable
 import fastio
 import psutil
 
-from ckptbench import conditions, tree
+from ckptbench import concurrency as conc
+from ckptbench import conditions
 from ckptbench import manifest as mf
+from ckptbench.device import check_device, to_device
 from ckptbench.errors import Cancelled, CkptbenchError
+from ckptbench.resources import PeakRSS, cpu_s, oom_precheck
+from ckptbench.sources import Listing, ReadOptions, Source, drive, open_source
+from ckptbench.stages import CHECK, DEVICE, LIST, LOAD, READ, VERIFY
+from ckptbench.warmup import warm_up
 
 MODES = ("staged", "fused")
-PROGRESS_INTERVAL_S = 0.25
 Progress = Callable[[str, "fastio.Snapshot | None"], None]
 
 
 @dataclass(frozen=True)
 class RunOptions:
+    """A restore's settings; the read settings are checked by ReadOptions when the options are made."""
+
     mode: str = "fused"
     cache: str = "as-is"
-    concurrency: int = 8
+    concurrency: int = conc.DEFAULT
     read: str = "pread"
     hash: str | None = None  # None: the manifest's hash, else crc32c
     block_size: int = 1 << 20
@@ -41,35 +49,16 @@ class RunOptions:
     stage_dir: str | None = None  # S3: download here (temporary names, renamed when whole and verified)
     s3_client: str = "threads"  # threads (boto3 + our pool) or crt (awscrt)
 
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise CkptbenchError(f"unknown mode {self.mode!r}: choose staged or fused")
+        if self.cache not in conditions.CACHE_MODES:
+            raise CkptbenchError(f"--cache {self.cache!r}: choose cold, hot or as-is")
+        self.read_options(self.hash or "crc32c")
 
-@dataclass(frozen=True)
-class Listing:
-    source: str
-    files: list[fastio.FileSpec]
-    manifest: mf.Manifest | None
-    format: str
-    s3: "S3Access | None" = None
-
-    @property
-    def bytes(self) -> int:
-        return sum(f.size or 0 for f in self.files)
-
-    def rel(self, path: str) -> str:
-        if self.s3 is not None:
-            return path[len(self.source.rstrip("/")) + 1:]
-        return os.path.relpath(path, self.source).replace(os.sep, "/")
-
-    @property
-    def rels(self) -> list[str]:
-        return [self.rel(f.path) for f in self.files]
-
-
-@dataclass(frozen=True)
-class S3Access:
-    client: object
-    url: object  # sources.s3.S3Url
-    objects: list
-    retry_log: object
+    def read_options(self, alg: str) -> ReadOptions:
+        return ReadOptions(concurrency=self.concurrency, read=self.read, hash=alg, block_size=self.block_size,
+                           part_size=self.part_size, s3_client=self.s3_client)
 
 
 @dataclass
@@ -80,7 +69,8 @@ class RepeatResult:
     bytes: int
     files: int
     files_restored: int
-    read_gbps: float
+    read_gbps: float  # bytes over the read stage's wall time
+    engine_gbps: float  # the reader's own rate, first open to last byte
     retries: int
     errors: dict[str, int]
     cache: conditions.CacheCondition
@@ -89,113 +79,34 @@ class RepeatResult:
     status: str = "ok"
     problems: list[str] = field(default_factory=list)
     retry_classes: dict[str, int] = field(default_factory=dict)
+    warmup_s: float = 0.0  # one-time process costs paid before this repeat's clock started (not in the RTO)
 
     @property
     def success_rate(self) -> float:
         return self.files_restored / self.files if self.files else 0.0
 
 
-def list_checkpoint(source: str, concurrency: int = 16) -> Listing:
-    """Enumerate and stat every file (or list every object); the manifest when there is one; the format."""
-    from ckptbench.formats import detect
-    from ckptbench.sources import s3
-
-    if s3.is_s3(source):
-        return _list_s3(source, concurrency)
-    if not os.path.exists(source):
-        raise CkptbenchError(f"{source}: no such directory; point at a checkpoint directory")
-    if not os.path.isdir(source):
-        raise CkptbenchError(f"{source}: not a directory; point at a checkpoint directory")
-    files = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(source)]
-    if not files:
-        raise CkptbenchError(f"{source}: empty; point at a checkpoint directory")
-    man = mf.read(source)
-    fmt = man.format if man is not None and man.format != "unknown" else detect(source)
-    return Listing(source, files, man, fmt)
-
-
-def _list_s3(source: str, concurrency: int) -> Listing:
-    from ckptbench.formats import detect_names
-    from ckptbench.sources import s3
-
-    url = s3.parse(source)
-    log = s3.RetryLog()
-    client = s3.make_client(concurrency, retry_log=log)
-    objects = s3.list_objects(client, url)
-    raw = s3.get_bytes(client, url, mf.MANIFEST_NAME, log) if any(o.rel == mf.MANIFEST_NAME for o in objects) else None
-    man = mf.parse(raw, f"{url}/{mf.MANIFEST_NAME}") if raw is not None else None
-    base = str(url).rstrip("/")
-    files = [fastio.FileSpec(f"{base}/{o.rel}", o.size) for o in objects]
-    fmt = man.format if man is not None and man.format != "unknown" else detect_names([o.rel for o in objects], base)
-    return Listing(base, files, man, fmt, S3Access(client, url, objects, log))
-
-
-def memory_needed(listing: Listing, mode: str) -> int:
-    """What the loader will hold at its peak: the checkpoint's bytes, plus one shard's copy while staged loads it."""
-    total = listing.bytes
-    if mode == "staged":
-        return total + max((f.size or 0) for f in listing.files)
-    return total
-
-
-def oom_precheck(listing: Listing, mode: str) -> None:
-    need = memory_needed(listing, mode)
-    avail = psutil.virtual_memory().available
-    if need > avail * 0.9:
-        raise CkptbenchError(
-            f"{listing.source}: a {mode} restore holds about {need / 2**30:.1f} GiB, {avail / 2**30:.1f} GiB is "
-            "available; stop before reading. Fix: --mode fused (tensors over the read buffers, no second copy), "
-            "safetensors shards, or restore per rank under torchrun")
-
-
-class _PeakRSS:
-    """Peak RSS of this repeat: resets the kernel's high-water mark when it may, else samples."""
-
-    def __init__(self) -> None:
-        self.proc = psutil.Process()
-        self.sampled = 0
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            self.reset = True
-        except OSError:
-            self.reset = False
-
-    def sample(self) -> None:
-        self.sampled = max(self.sampled, self.proc.memory_info().rss)
-
-    def peak(self) -> int:
-        self.sample()
-        if self.reset:
-            try:
-                with open("/proc/self/status") as f:
-                    for line in f:
-                        if line.startswith("VmHWM:"):
-                            return max(self.sampled, int(line.split()[1]) * 1024)
-            except OSError:
-                pass
-        return self.sampled
-
-
-def _cpu_s(proc: psutil.Process) -> float:
-    t = proc.cpu_times()
-    return t.user + t.system
+# What a loader raises on bytes it cannot parse: reported as the load stage's failure, in one line.
+LOAD_ERRORS = (RuntimeError, ValueError, EOFError, KeyError, TypeError, pickle.UnpicklingError, zipfile.BadZipFile)
 
 
 class Run:
-    """One repeat of the restore; `handle` is the live engine while the read stage runs (for the UI)."""
+    """One repeat of the restore; `handle` is the live read while the read stage runs (for the UI)."""
 
-    def __init__(self, listing: Listing, opts: RunOptions, progress: Progress | None, cancel: threading.Event | None):
+    def __init__(self, source: Source, listing: Listing, opts: RunOptions, progress: Progress | None,
+                 cancel: threading.Event | None):
+        self.source = source
         self.listing = listing
         self.opts = opts
         self.progress = progress
         self.cancel = cancel or threading.Event()
-        self.handle: fastio.ReadHandle | None = None
-        self.stage = "list"
+        self.handle = None
+        self.stage = LIST
         self.stage_dir: str | None = None
         self.own_stage = False
         self.stages: dict[str, float] = {}
         self.notes: dict[str, str] = {}
+        self.error_classes: dict[str, int] = {}
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():
@@ -211,34 +122,17 @@ class Run:
         self.stages[name] = time.perf_counter() - t0
         return out
 
-    def _start(self, alg: str):
-        o = self.opts
-        if self.listing.s3 is not None:
-            from ckptbench.sources import s3read
-
-            a = self.listing.s3
-            into = "stage" if self.stage_dir else "memory"
-            return s3read.start(a.client, a.url, a.objects,
-                                s3read.S3ReadOptions(concurrency=o.concurrency, part_size=o.part_size, hash=alg,
-                                                     into=into, stage_dir=self.stage_dir, backend=o.s3_client),
-                                a.retry_log)
-        return fastio.start(self.listing.files, concurrency=o.concurrency, read=o.read, hash=alg,
-                            block_size=o.block_size, chunk_size=max(64 << 20, o.block_size), into_memory=True)
+    def _set_handle(self, handle) -> None:
+        self.handle = handle
 
     def _read(self, alg: str) -> fastio.ReadResult:
-        self.handle = self._start(alg)
-        with self.handle as h:
-            while (res := h.wait(PROGRESS_INTERVAL_S)) is None:
-                if self.cancel.is_set():
-                    h.cancel()
-                self.rss.sample()
-                if self.progress:
-                    self.progress("read", h.snapshot())
-        if self.progress:
-            self.progress("read", res.final)
-        if res.cancelled and self.cancel.is_set():
-            raise Cancelled("restore cancelled")
-        return res
+        into = "stage" if self.stage_dir else "memory"
+        driven = drive(lambda: self.source.start_read(self.listing, self.opts.read_options(alg), into=into,
+                                                      stage_dir=self.stage_dir),
+                       on_start=self._set_handle, on_tick=self.rss.sample, cancel=self.cancel,
+                       on_progress=(lambda snap: self.progress(READ, snap)) if self.progress else None)
+        self.error_classes = driven.error_classes
+        return driven.result
 
     def _hash_buffers(self, res: fastio.ReadResult, alg: str) -> dict[str, str]:
         """Staged verify: hash what the read stage left in memory (or in the staging directory)."""
@@ -262,70 +156,63 @@ class Run:
 
     def execute(self) -> RepeatResult:
         o = self.opts
-        proc = psutil.Process()
-        s3 = self.listing.s3 is not None
-        if s3:
-            cache = conditions.CacheCondition(o.cache, 0.0, True, "S3: no local page cache, every read goes to the server")
-            # staged S3 downloads then loads files, as `aws s3 cp` + torch.load would
-            if o.stage_dir or o.mode == "staged":
-                self.stage_dir = o.stage_dir or tempfile.mkdtemp(prefix="ckptbench-stage-")
-                self.own_stage = o.stage_dir is None
-        else:
-            cache = conditions.prepare([f.path for f in self.listing.files], o.cache, drop_caches=o.drop_caches)
+        # a staged restore loads from files: a source whose bytes are not on a filesystem is staged first,
+        # as `aws s3 cp` + torch.load would
+        if not self.source.files_on_disk and (o.stage_dir or o.mode == "staged"):
+            self.stage_dir = o.stage_dir or tempfile.mkdtemp(prefix="ckptbench-stage-")
+            self.own_stage = o.stage_dir is None
+        cache = self.source.prepare_cache(self.listing, o.cache, drop_caches=o.drop_caches)
         try:
-            return self._execute(cache, proc)
+            return self._execute(cache, psutil.Process())
         finally:
             if self.own_stage:
                 shutil.rmtree(self.stage_dir, ignore_errors=True)
 
     def _execute(self, cache, proc) -> RepeatResult:
         o = self.opts
-        s3 = self.listing.s3 is not None
         gc.collect()
-        self.rss = _PeakRSS()
-        cpu0 = _cpu_s(proc)
+        self.rss = PeakRSS()
+        cpu0 = cpu_s(proc)
         t_start = time.perf_counter()
-        listing = self._timed("list", lambda: list_checkpoint(self.listing.source, o.concurrency))
-        if s3:
-            self.listing = listing  # the reader uses this listing's client, objects and retry counters
+        self.listing = listing = self._timed(LIST, self.source.list)
         man = listing.manifest
         alg = o.hash or (man.hash if man is not None else "crc32c")
         if o.mode == "fused":
-            res = self._timed("read", lambda: self._read(alg))
+            res = self._timed(READ, lambda: self._read(alg))
             digests = {f.path: f.digest for f in res.files}
-            self.notes["verify"] = "hashed during read (fused); this stage only compares digests"
+            self.notes[VERIFY] = "hashed during read (fused); this stage only compares digests"
         else:
-            res = self._timed("read", lambda: self._read("none"))
-            digests = self._timed("verify", partial(self._hash_buffers, res, alg))
-        self.stages.setdefault("verify", 0.0)
+            res = self._timed(READ, lambda: self._read("none"))
+            digests = self._timed(VERIFY, partial(self._hash_buffers, res, alg))
+        self.stages.setdefault(VERIFY, 0.0)
 
         t_verify = time.perf_counter()
         problems = self._compare(res, digests, man, alg, listing)
-        self.stages["verify"] += time.perf_counter() - t_verify
+        self.stages[VERIFY] += time.perf_counter() - t_verify
         expected, errors = self._outcome(res, problems, man, listing)
         bad = {p for p, _ in problems}
-        read_s = self.stages["read"]
+        read_s = self.stages[READ]
         base = dict(bytes=res.bytes, files=len(expected), files_restored=len(expected - bad),
-                    read_gbps=res.bytes / read_s / 1e9 if read_s > 0 else 0.0, retries=res.retries,
-                    errors=errors, cache=cache,
-                    retry_classes=dict(listing.s3.retry_log.counts) if s3 else {})
+                    read_gbps=res.bytes / read_s / 1e9 if read_s > 0 else 0.0, engine_gbps=res.read_gbps,
+                    retries=res.retries, errors=errors, cache=cache, retry_classes=self.source.retry_classes())
         if problems:
             return RepeatResult(self.stages, self.notes, time.perf_counter() - t_start,
-                                peak_rss_bytes=self.rss.peak(), cpu_s=_cpu_s(proc) - cpu0, status="failed",
+                                peak_rss_bytes=self.rss.peak(), cpu_s=cpu_s(proc) - cpu0, status="failed",
                                 problems=[f"{p}: {w}" for p, w in problems], **base)
         # staged loads from the files, as the reference scripts do, not from what the read stage left in memory
         buffers = {f.path: b for f, b in zip(res.files, res.buffers)} if o.mode == "fused" else None
         del res
-        restored, state = self._timed("load", lambda: self._load(listing, man, buffers))
+        restored, state = self._timed(LOAD, lambda: self._load(listing, man, buffers))
         self.rss.sample()
-        self._timed("device", lambda: _to_device(restored, state, o.device, self.notes))
-        report = self._timed("check", lambda: _check(restored, state, man, o.optimizer_step))
+        self._timed(DEVICE, lambda: to_device(restored, o.device, self.notes))
+        report = self._timed(CHECK, lambda: _check(restored, state, man, o.optimizer_step))
         rto = time.perf_counter() - t_start
         status = "ok" if report.ok else "failed"
-        if not s3:
-            base["cache"] = cache.with_after(conditions.residency_of([f.path for f in listing.files]))
+        after = self.source.residency(listing)
+        if after is not None:
+            base["cache"] = cache.with_after(after)
         return RepeatResult(self.stages, self.notes, rto, peak_rss_bytes=self.rss.peak(),
-                            cpu_s=_cpu_s(proc) - cpu0, status=status, problems=list(report.problems), **base)
+                            cpu_s=cpu_s(proc) - cpu0, status=status, problems=list(report.problems), **base)
 
     def _compare(self, res, digests: dict, man, alg: str, listing: Listing) -> list[tuple[str, str]]:
         """Problems of this read against the manifest: unreadable, missing, wrong size, wrong digest."""
@@ -333,10 +220,10 @@ class Run:
 
         unreadable = [(listing.rel(f.path), f"unreadable: {f.error.message}") for f in res.failed]
         if man is None:
-            self.notes["verify"] = "no manifest: digests computed, no reference to compare with"
+            self.notes[VERIFY] = "no manifest: digests computed, no reference to compare with"
             return unreadable
         if alg != man.hash:
-            self.notes["verify"] = f"--hash {alg} is not the manifest's {man.hash}: no reference to compare with"
+            self.notes[VERIFY] = f"--hash {alg} is not the manifest's {man.hash}: no reference to compare with"
             return unreadable
         results = {listing.rel(f.path): replace(f, digest=digests.get(f.path)) for f in res.files}
         listed = {e.path for e in man.files}
@@ -344,13 +231,7 @@ class Run:
 
     def _outcome(self, res, problems, man, listing: Listing) -> tuple[set[str], dict[str, int]]:
         """The files a restore owes (read, or promised by the manifest) and the error classes of what failed."""
-        errors: dict[str, int] = {}
-        if listing.s3 is not None:
-            errors.update(self.handle.error_classes())
-        else:
-            for f in res.failed:
-                name = errno.errorcode.get(f.error.errno, "error")
-                errors[name] = errors.get(name, 0) + 1
+        errors = dict(self.error_classes)
         for cls, marker in (("digest_mismatch", "manifest says"), ("missing", "not read")):
             n = len({p for p, w in problems if marker in w})
             if n:
@@ -359,26 +240,33 @@ class Run:
         return expected, errors
 
     def _load(self, listing: Listing, man, buffers: dict | None):
+        try:
+            return self._load_state(listing, man, buffers)
+        except LOAD_ERRORS as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise CkptbenchError(f"{listing.source}: the {listing.format} checkpoint could not be loaded "
+                                 f"({type(exc).__name__}: {first}); check that its files are whole "
+                                 "(ckptbench verify)", exit_code=1) from None
+
+    def _load_state(self, listing: Listing, man, buffers: dict | None):
         """Shards and the tail into a CheckpointState, then into the model built on the meta device."""
         from ckptbench import restore
 
         if self.stage_dir:
             tail = restore.load_tail(self.stage_dir, man)
             state = restore.load_state(self.stage_dir, listing.format)
-            self.notes["load"] = "S3 objects staged to local files, loaded from there"
-        elif buffers is not None:
-            shards = None
-            if listing.s3 is not None:
-                shards = [f.path for f in listing.files if f.path.endswith(restore.SHARD_EXT[listing.format])]
-            tail = restore.load_tail(listing.source, man, reader=_buffer_reader(listing, man, buffers),
-                                     rels=listing.rels)
-            state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards)
+            self.notes[LOAD] = "staged to local files first, loaded from there"
         else:
-            tail = restore.load_tail(listing.source, man)
-            state = restore.load_state(listing.source, listing.format)
+            shards = [f.path for f in listing.files if f.path.endswith(restore.SHARD_EXT[listing.format])]
+            if buffers is not None:
+                tail = restore.load_tail(listing.source, man, reader=_buffer_reader(listing, man, buffers),
+                                         rels=listing.rels)
+            else:
+                tail = restore.load_tail(listing.source, man)
+            state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards)
         dims = restore.dims_of(man, tail)
         if dims is None:
-            self.notes["check"] = "model shape unknown: structural check only"
+            self.notes[CHECK] = "model shape unknown: structural check only"
             return None, state
         dtype = man.weights_dtype if man is not None and man.weights_dtype else restore.main_dtype(state)
         return restore.restore(state, dims, dtype), state
@@ -402,42 +290,6 @@ def _buffer_reader(listing: Listing, man: mf.Manifest | None, buffers: dict):
     return read
 
 
-def check_device(device: str) -> None:
-    """Before any work: cpu, or cuda[:N] on a box that has it."""
-    if device == "cpu":
-        return
-    name, _, index = device.partition(":")
-    if name != "cuda" or (index and not index.isdigit()):
-        raise CkptbenchError(f"--device {device!r}: use cpu or cuda[:N]")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise CkptbenchError(f"--device {device}: no CUDA device here; use --device cpu")
-    if index and int(index) >= torch.cuda.device_count():
-        raise CkptbenchError(f"--device {device}: this box has {torch.cuda.device_count()} GPU(s)")
-
-
-def _to_device(restored, state, device: str, notes: dict) -> None:
-    import torch
-
-    if device == "cpu" or restored is None:
-        notes["device"] = "cpu: nothing to move"
-        return
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise CkptbenchError(f"--device {device}: no CUDA device here; use --device cpu")
-    r = restored
-    # pinned host memory makes the copy a DMA the GPU can overlap
-    for module_tensor in list(r.model.parameters()):
-        module_tensor.data = module_tensor.data.pin_memory().to(device, non_blocking=True)
-    for st in r.optimizer.state.values() if r.optimizer else ():
-        for k, v in st.items():
-            if isinstance(v, torch.Tensor) and v.dim() > 0:
-                st[k] = v.pin_memory().to(device, non_blocking=True)
-    for name, m in r.master.items():
-        m.data = m.data.pin_memory().to(device, non_blocking=True)
-    torch.cuda.synchronize()
-
-
 def _check(restored, state, man, optimizer_step: bool):
     from ckptbench import restore
 
@@ -449,24 +301,32 @@ def _check(restored, state, man, optimizer_step: bool):
     return restore.check(restored, man, optimizer_step=optimizer_step)
 
 
-def run(source: str, opts: RunOptions, *, repeats: int = 3, progress: Progress | None = None,
+def run(source: str | Source, opts: RunOptions, *, repeats: int = 3, progress: Progress | None = None,
         cancel: threading.Event | None = None, on_run: Callable[[Run], None] | None = None,
-        listing: Listing | None = None) -> list[RepeatResult]:
-    """`repeats` independent restores, each under its own cache condition."""
-    if opts.mode not in MODES:
-        raise CkptbenchError(f"unknown mode {opts.mode!r}: choose staged or fused")
+        on_repeat: Callable[[RepeatResult], None] | None = None, listing: Listing | None = None,
+        ) -> list[RepeatResult]:
+    """`repeats` independent restores, each under its own cache condition; one-time process costs are paid
+    before the first clock starts and reported on the first repeat as `warmup_s`."""
     if repeats < 1:
         raise CkptbenchError(f"--repeat must be at least 1, got {repeats}")
     check_device(opts.device)
-    listing = listing or list_checkpoint(source, opts.concurrency)
+    src = open_source(source) if isinstance(source, str) else source
+    listing = listing or src.list()
+    if listing.format == "unknown":
+        raise CkptbenchError(f"{listing.source}: no safetensors, torch or torch.distributed.checkpoint files "
+                             "found; point at a checkpoint directory")
     oom_precheck(listing, opts.mode)
+    warm = warm_up()
     out = []
     for _ in range(repeats):
-        r = Run(listing, opts, progress, cancel)
+        r = Run(src, listing, opts, progress, cancel)
         if on_run:
             on_run(r)
-        out.append(r.execute())
+        rep = r.execute()
+        rep.warmup_s, warm = warm, 0.0
+        out.append(rep)
+        if on_repeat:
+            on_repeat(rep)  # recorded now: a run killed later keeps every finished repeat
         del r
         gc.collect()
     return out
-

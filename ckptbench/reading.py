@@ -1,48 +1,43 @@
-"""A plain parallel read+hash of files: listing, cache condition, the engine, the report."""
+"""A plain parallel read+hash of a source (no deserialization): cache condition, the read, the report."""
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
 import fastio
 
-from ckptbench import conditions, tree
-from ckptbench.errors import Cancelled, CkptbenchError
-
-PROGRESS_INTERVAL_S = 0.25  # about four updates a second
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    concurrency: int = 8
-    read: str = "pread"
-    hash: str = "crc32c"
-    block_size: int = 1 << 20
-    chunk_size: int = 64 << 20
-    multipart: bool = False
-    cache: str = "as-is"
-    drop_caches: bool = False
-    s3_client: str = "threads"
+from ckptbench import conditions
+from ckptbench.sources import Driven, Listing, ReadHandle, ReadOptions, Source, drive
 
 
 @dataclass(frozen=True)
 class ReadReport:
-    result: fastio.ReadResult
+    driven: Driven
     cache: conditions.CacheCondition
+
+    @property
+    def result(self) -> fastio.ReadResult:
+        return self.driven.result
+
+    @property
+    def read_gbps(self) -> float:
+        return self.driven.read_gbps
 
     def to_json(self) -> dict:
         r = self.result
         snap = r.final
         return {
             "bytes": r.bytes,
-            "seconds": r.seconds,
-            "read_gbps": r.read_gbps,
+            "seconds": self.driven.wall_s,
+            "read_gbps": self.driven.read_gbps,
+            "engine_seconds": r.seconds,
+            "engine_gbps": self.driven.engine_gbps,
             "files_ok": len(r.files) - len(r.failed),
             "files_failed": len(r.failed),
             "retries": r.retries,
+            "errors": self.driven.error_classes,
             "cancelled": r.cancelled,
             "concurrency": r.concurrency,
             "read": r.read,
@@ -67,94 +62,13 @@ class ReadReport:
         }
 
 
-def _wait(handle, on_progress, cancel):
-    with handle:
-        while (result := handle.wait(PROGRESS_INTERVAL_S)) is None:
-            if cancel is not None and cancel.is_set():
-                handle.cancel()
-            if on_progress:
-                on_progress(handle.snapshot())
-    if on_progress:
-        on_progress(result.final)
-    if cancel is not None and cancel.is_set() and result.cancelled:
-        raise Cancelled("read cancelled")
-    return result
-
-
-def _run_read_s3(listing, opts: ReadOptions, on_progress, cancel, on_start) -> ReadReport:
-    """Read-only from S3: ranged GETs hashed as they stream; memory stays bounded by concurrency × part."""
-    from ckptbench.sources import s3read
-
-    a = listing.s3
-    handle = s3read.start(a.client, a.url, a.objects,
-                          s3read.S3ReadOptions(concurrency=opts.concurrency, part_size=opts.chunk_size,
-                                               hash=opts.hash, into="hash", backend=opts.s3_client), a.retry_log)
-    if on_start:
-        on_start(handle)
-    cache = conditions.CacheCondition(opts.cache, 0.0, True, "S3: no local page cache")
-    return ReadReport(_wait(handle, on_progress, cancel), cache)
-
-
-def list_s3(targets: list[str], concurrency: int = 16):
-    """The listing of one s3:// prefix (None when the targets are local)."""
-    if not any(t.startswith("s3://") for t in targets):
-        return None
-    from ckptbench.pipeline import list_checkpoint
-
-    if len(targets) != 1:
-        raise CkptbenchError("read takes one s3:// prefix at a time, without local paths")
-    return list_checkpoint(targets[0], concurrency)
-
-
-def list_files(targets: Iterable[str]) -> list[fastio.FileSpec]:
-    """Files named, plus every regular file under directories named, in a stable order."""
-    specs: list[fastio.FileSpec] = []
-    for target in targets:
-        if os.path.isdir(target):
-            found = [fastio.FileSpec(p, os.path.getsize(p)) for p in tree.files(target)]
-            if not found:
-                raise CkptbenchError(f"{target}: directory holds no files; point at a checkpoint directory")
-            specs.extend(found)
-        elif os.path.isfile(target):
-            specs.append(fastio.FileSpec(target, os.path.getsize(target)))
-        elif os.path.exists(target):
-            raise CkptbenchError(f"{target}: not a regular file or directory")
-        else:
-            raise CkptbenchError(f"{target}: no such file or directory")
-    if not specs:
-        raise CkptbenchError("nothing to read: name a directory or files")
-    return specs
-
-
-def run_read(
-    files: list[fastio.FileSpec],
-    opts: ReadOptions,
-    *,
-    on_progress: Callable[[fastio.Snapshot], None] | None = None,
-    cancel: threading.Event | None = None,
-    on_start: Callable[[fastio.ReadHandle], None] | None = None,
-    s3_listing=None,
-) -> ReadReport:
-    """Prepares the cache condition, reads, reports; cancellable from another thread via `cancel`."""
-    if s3_listing is not None:
-        return _run_read_s3(s3_listing, opts, on_progress, cancel, on_start)
-    paths = [f.path for f in files]
-    try:
-        cache = conditions.prepare(paths, opts.cache, drop_caches=opts.drop_caches)
-        handle = fastio.start(
-            files,
-            concurrency=opts.concurrency,
-            read=opts.read,
-            hash=opts.hash,
-            block_size=opts.block_size,
-            chunk_size=opts.chunk_size,
-            multipart=opts.multipart,
-        )
-    except fastio.OptionError as exc:
-        raise CkptbenchError(exc.strerror) from None
-    except fastio.FastIOError as exc:
-        raise CkptbenchError(f"{exc.filename or 'read'}: {exc.strerror}") from None
-    if on_start:
-        on_start(handle)
-    result = _wait(handle, on_progress, cancel)
-    return ReadReport(result, cache.with_after(conditions.residency_of(paths)))
+def read_source(source: Source, listing: Listing, opts: ReadOptions, *, cache: str = "as-is",
+                drop_caches: bool = False, on_progress: Callable[[fastio.Snapshot], None] | None = None,
+                cancel: threading.Event | None = None,
+                on_start: Callable[[ReadHandle], None] | None = None) -> ReadReport:
+    """Prepares the cache condition, reads every file once, reports; cancellable from another thread."""
+    condition = source.prepare_cache(listing, cache, drop_caches=drop_caches)
+    driven = drive(lambda: source.start_read(listing, opts), on_start=on_start, on_progress=on_progress,
+                   cancel=cancel)
+    after = source.residency(listing)
+    return ReadReport(driven, condition if after is None else condition.with_after(after))

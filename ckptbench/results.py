@@ -8,9 +8,10 @@ import json
 import os
 
 from ckptbench.errors import CkptbenchError
+from ckptbench.stages import STAGES
+from ckptbench.stats import spread
 
 SCHEMA = 1
-STAGES = ("list", "read", "verify", "load", "device", "check")
 COLUMNS = tuple(
     ["schema", "run_id", "repeat", "timestamp", "source", "format", "mode", "status", "cache", "cache_verified",
      "residency_before", "residency_after", "concurrency", "read", "hash", "block_size", "device"]
@@ -98,3 +99,112 @@ def _parse(row: dict, path: str, lineno: int) -> dict:
     except ValueError:
         raise CkptbenchError(f"{path}:{lineno}: malformed value; repair or move the file") from None
     return out
+
+
+def repeat_doc(r) -> dict:
+    return {"status": r.status, "stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps,
+            "engine_gbps": r.engine_gbps, "warmup_s": r.warmup_s, "success_rate": r.success_rate,
+            "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors, "cache": r.cache.to_dict(),
+            "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "problems": r.problems, "notes": r.notes}
+
+
+def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -> dict:
+    """The run document: medians with min/max over the repeats, every repeat, the environment."""
+    stage_stats = {s: spread([r.stages.get(s) for r in reps]) for s in STAGES}
+    rto = spread([r.rto_s for r in reps])
+    gbps = spread([r.read_gbps for r in reps])
+    notes: dict[str, str] = {}
+    for r in reps:
+        notes.update(r.notes)
+    return {
+        "run_id": run_id,
+        "source": source,
+        "format": fmt,
+        "options": vars(opts),
+        "status": "ok" if all(r.status == "ok" for r in reps) else "failed",
+        "stages": {s: st["median"] for s, st in stage_stats.items()},
+        "stages_stats": stage_stats,
+        "rto_s": rto["median"],
+        "rto_stats": rto,
+        "warmup_s": sum(r.warmup_s for r in reps),
+        "bytes": reps[0].bytes,
+        "files": reps[0].files,
+        "read_gbps": gbps["median"],
+        "read_gbps_stats": gbps,
+        "engine_gbps": spread([r.engine_gbps for r in reps])["median"],
+        "success_rate": min(r.success_rate for r in reps),
+        "retries": sum(r.retries for r in reps),
+        "retry_classes": _merged([r.retry_classes for r in reps]),
+        "errors": _merged([r.errors for r in reps]),
+        "cache": {"requested": opts.cache, "residency_before": max(r.cache.residency_before for r in reps),
+                  "residency_after": max((r.cache.residency_after or 0.0) for r in reps),
+                  "verified": all(r.cache.verified for r in reps),
+                  "notes": sorted({r.cache.note for r in reps if r.cache.note})},
+        "peak_rss_bytes": max(r.peak_rss_bytes for r in reps),
+        "cpu_s": spread([r.cpu_s for r in reps])["median"],
+        "notes": notes,
+        "repeats": [repeat_doc(r) for r in reps],
+        "env": env,
+    }
+
+
+def _row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, status: str) -> dict:
+    row = {"schema": SCHEMA, "run_id": run_id, "repeat": i, "timestamp": env["date"], "source": source,
+           "format": fmt, "mode": opts.mode, "status": status, "cache": opts.cache, "cache_verified": "",
+           "concurrency": opts.concurrency, "read": opts.read, "hash": opts.hash or "",
+           "block_size": opts.block_size, "device": opts.device, "env": env}
+    return row
+
+
+def repeat_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, r) -> dict:
+    """One finished repeat as a results.csv row."""
+    row = _row(run_id, i, source, fmt, opts, env, r.status)
+    row.update({"cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
+                "residency_after": r.cache.residency_after, "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files,
+                "files_restored": r.files_restored, "read_gbps": r.read_gbps, "success_rate": r.success_rate,
+                "retries": r.retries, "errors": ";".join(f"{k}={v}" for k, v in sorted(r.errors.items())),
+                "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s})
+    row.update({f"{s}_s": r.stages.get(s) for s in STAGES})
+    return row
+
+
+def cancelled_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, stages: dict) -> dict:
+    """A repeat stopped by the user: recorded, with the stages it finished, so the history shows it."""
+    row = _row(run_id, i, source, fmt, opts, env, "cancelled")
+    row.update({f"{s}_s": stages.get(s, "") for s in STAGES})
+    return row
+
+
+class Recorder:
+    """Records one run as it goes: each repeat's row lands when that repeat ends; the document at the end."""
+
+    def __init__(self, path: str | None, run_id: str, source: str, fmt: str, opts, env: dict):
+        self.path, self.run_id, self.source, self.fmt, self.opts, self.env = path, run_id, source, fmt, opts, env
+        self.done = 0
+
+    def repeat(self, rep) -> None:
+        self.done += 1
+        if self.path:
+            append(self.path, [repeat_row(self.run_id, self.done, self.source, self.fmt, self.opts, self.env, rep)])
+
+    def cancelled(self, stages: dict) -> None:
+        if self.path:
+            append(self.path, [cancelled_row(self.run_id, self.done + 1, self.source, self.fmt, self.opts, self.env,
+                                             stages)])
+
+    def finish(self, reps: list, extra: dict | None = None) -> dict:
+        doc = summarize(self.run_id, self.source, self.fmt, self.opts, reps, self.env) | (extra or {})
+        if self.path:
+            with open(self.path + ".jsonl", "a") as f:
+                f.write(json.dumps(doc, default=str) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        return doc

@@ -36,8 +36,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from moto.server import ThreadedMotoServer
-
 HOST = "127.0.0.1"
 CHUNK = 64 * 1024
 # Headers that describe one hop, not the message; the proxy frames each hop itself. Expect is answered by the
@@ -49,8 +47,12 @@ SLOWDOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown
                  b"<RequestId>%s</RequestId></Error>")
 
 
-def start_moto() -> tuple[ThreadedMotoServer, str]:
-    """Start moto's threaded server on 127.0.0.1 and a kernel-chosen free port; stop it with server.stop()."""
+def start_moto():
+    """Start moto's threaded server on 127.0.0.1 and a kernel-chosen free port; stop it with server.stop().
+
+    moto is the `s3-demo` extra (and a test dependency), imported only here."""
+    from moto.server import ThreadedMotoServer
+
     # werkzeug logs every request at INFO through its own handler unless told otherwise; quiet it only when
     # nobody has configured that logger, so benchmark and demo output stay readable.
     wz = logging.getLogger("werkzeug")

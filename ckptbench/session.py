@@ -1,6 +1,6 @@
 """A restore session for an interactive front end: runs the pipeline, exposes the live run, records the result.
 
-Runs in the caller's thread (a UI worker); the UI reads `current`, `stages` and the engine snapshot,
+Runs in the caller's thread (a UI worker); the UI reads `current`, `stages` and the read handle's snapshot,
 and calls set_concurrency/cancel from its own thread.
 """
 
@@ -13,9 +13,11 @@ from dataclasses import replace
 
 import fastio
 
+from ckptbench import concurrency as conc
 from ckptbench import env as envmod
 from ckptbench import pipeline, results
 from ckptbench.errors import Cancelled
+from ckptbench.sources import open_source
 
 
 class RestoreSession:
@@ -38,61 +40,63 @@ class RestoreSession:
         with self._lock:
             self.current = run
 
-    def snapshot(self) -> fastio.Snapshot | None:
+    def _handle(self):
         run = self.current
-        handle = run.handle if run is not None else None
+        return run.handle if run is not None else None
+
+    def snapshot(self) -> fastio.Snapshot | None:
+        handle = self._handle()
         return handle.snapshot() if handle is not None else None
+
+    def live_concurrency(self) -> bool | None:
+        """Whether the running read can change concurrency now; None while no read runs."""
+        handle = self._handle()
+        return None if handle is None else handle.live_concurrency
 
     def stages(self) -> dict[str, float]:
         run = self.current
         return dict(run.stages) if run is not None else {}
 
-    def set_concurrency(self, n: int) -> None:
-        """Changes the live engine's concurrency and the one later repeats start with."""
-        n = max(1, min(fastio.MAX_CONCURRENCY, n))
+    def set_concurrency(self, n: int) -> int | None:
+        """The concurrency later repeats start with; and the live read's, which is returned (None: no read
+        runs, or it cannot change live)."""
+        n = conc.clamp(n)
         with self._lock:
             self.opts = replace(self.opts, concurrency=n)
             run = self.current
             if run is not None:
                 run.opts = self.opts
-                if run.handle is not None:
-                    run.handle.set_concurrency(n)
+                if run.handle is not None and run.handle.live_concurrency:
+                    return run.handle.set_concurrency(n)
+        return None
 
     def cancel(self) -> None:
         self.cancel_event.set()
-        run = self.current
-        if run is not None and run.handle is not None:
-            run.handle.cancel()
+        handle = self._handle()
+        if handle is not None:
+            handle.cancel()
 
     def run(self, repeats: int = 1) -> dict:
-        """Blocking: the timed restore; records every finished repeat, or one cancelled row."""
-        from ckptbench.cli_run import rows_of, summarize
-
+        """Blocking: the timed restore; records each repeat as it ends, or one cancelled row."""
         self.status = "running"
         self.started_at = time.perf_counter()
-        listing = pipeline.list_checkpoint(self.source)
-        run_id = uuid.uuid4().hex[:12]
-        environment = envmod.snapshot(self.source)
+        recorder = None
         try:
-            reps = pipeline.run(self.source, self.opts, repeats=repeats, progress=self._progress,
-                                cancel=self.cancel_event, on_run=self._on_run, listing=listing)
+            src = open_source(self.source)
+            listing = src.list()
+            recorder = results.Recorder(self.results_path, uuid.uuid4().hex[:12], self.source, listing.format,
+                                        self.opts, envmod.snapshot(self.source))
+            reps = pipeline.run(src, self.opts, repeats=repeats, progress=self._progress, cancel=self.cancel_event,
+                                on_run=self._on_run, on_repeat=recorder.repeat, listing=listing)
         except Cancelled:
             self.status = "cancelled"
-            if self.results_path:
-                results.append(self.results_path, [cancelled_row(run_id, self.source, listing.format, self.opts,
-                                                                  self.stages(), environment)])
+            if recorder is not None:
+                recorder.cancelled(self.stages())
             raise
-        self.doc = summarize(run_id, self.source, listing.format, self.opts, reps, environment)
-        if self.results_path:
-            results.append(self.results_path, rows_of(self.doc, reps))
+        except BaseException:
+            self.status = "failed"
+            raise
+        recorder.opts = self.opts  # a concurrency changed during the run is what the run ended with
+        self.doc = recorder.finish(reps)
         self.status = self.doc["status"]
         return self.doc
-
-
-def cancelled_row(run_id: str, source: str, fmt: str, opts: pipeline.RunOptions, stages: dict, environment: dict) -> dict:
-    row = {"schema": 1, "run_id": run_id, "repeat": 1, "timestamp": environment["date"], "source": source,
-           "format": fmt, "mode": opts.mode, "status": "cancelled", "cache": opts.cache, "cache_verified": "",
-           "concurrency": opts.concurrency, "read": opts.read, "hash": opts.hash or "", "block_size": opts.block_size,
-           "device": opts.device, "env": environment}
-    row.update({f"{s}_s": stages.get(s, "") for s in results.STAGES})
-    return row

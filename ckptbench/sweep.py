@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-import fastio
 
-from ckptbench import conditions
+from ckptbench import concurrency as conc
 from ckptbench.errors import Cancelled, CkptbenchError
-from ckptbench.pipeline import list_checkpoint
+from ckptbench.reading import read_source
+from ckptbench.sources import ReadOptions, Source, open_source
 from ckptbench.stats import spread
 
 KNEE_MARGIN = 0.10  # the knee: the smallest level within 10 % of the best median
@@ -47,45 +47,37 @@ def parse_levels(text: str) -> list[int]:
         levels = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
         raise CkptbenchError(f"--levels {text!r}: give whole numbers separated by commas, e.g. 1,8,16,32,64") from None
-    if not levels or levels[0] < 1 or levels[-1] > fastio.MAX_CONCURRENCY:
-        raise CkptbenchError(f"--levels {text!r}: each level must be 1..{fastio.MAX_CONCURRENCY}")
+    if not levels or levels[0] < conc.MIN or levels[-1] > conc.MAX:
+        raise CkptbenchError(f"--levels {text!r}: each level must be {conc.MIN}..{conc.MAX}")
     return levels
 
 
-def _read_s3(listing, level: int, hash: str, backend: str):
-    from ckptbench.sources import s3read
-
-    a = listing.s3
-    opts = s3read.S3ReadOptions(concurrency=level, hash=hash, into="hash", backend=backend)
-    return s3read.start(a.client, a.url, a.objects, opts, a.retry_log).wait()
-
-
-def sweep(source: str, levels: list[int], *, repeats: int = 3, cache: str = "cold", read: str = "pread",
-          hash: str = "none", block_size: int = 1 << 20, progress=None, s3_client: str = "threads",
-          cancel: threading.Event | None = None) -> SweepResult:
+def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: str = "cold",
+          opts: ReadOptions | None = None, progress=None, cancel: threading.Event | None = None) -> SweepResult:
+    """Reads the whole source once per level and repeat; `opts` gives everything but the concurrency."""
     if repeats < 1:
         raise CkptbenchError(f"--repeat must be at least 1, got {repeats}")
-    listing = list_checkpoint(source, max(levels))
-    paths = [f.path for f in listing.files]
+    for level in levels:
+        conc.check(level, "--levels")
+    src = open_source(source) if isinstance(source, str) else source
+    base = opts or ReadOptions(hash="none")
+    listing = src.list()
     results: dict[int, list[float]] = {lv: [] for lv in levels}
     verified = True
     for _ in range(repeats):
         for level in levels:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("sweep cancelled")
-            if listing.s3 is not None:
-                res = _read_s3(listing, level, hash, s3_client)
-            else:
-                cond = conditions.prepare(paths, cache)
-                verified &= cond.verified
-                res = fastio.read_files(listing.files, concurrency=level, read=read, hash=hash,
-                                        block_size=block_size, chunk_size=max(64 << 20, block_size))
-            if res.failed:
-                bad = res.failed[0]
-                raise CkptbenchError(f"{bad.path}: {bad.error.message} during the sweep; fix the source first")
-            results[level].append(res.read_gbps)
+            rep = read_source(src, listing, replace(base, concurrency=level), cache=cache, cancel=cancel)
+            verified &= rep.cache.verified
+            if rep.result.failed:
+                bad = rep.result.failed[0]
+                raise CkptbenchError(f"{bad.path}: {bad.error.message} during the sweep; fix the source first",
+                                     exit_code=1)
+            results[level].append(rep.read_gbps)
             if progress:
-                progress(level, res.read_gbps)
+                progress(level, rep.read_gbps)
     stats = {lv: spread(v) for lv, v in results.items()}
     k, best = knee({lv: s["median"] for lv, s in stats.items()})
-    return SweepResult(source, levels, stats, k, best, KNEE_MARGIN, "n/a (s3)" if listing.s3 else cache, verified)
+    label = cache if src.has_page_cache else f"n/a ({src.scheme})"
+    return SweepResult(src.url, levels, stats, k, best, KNEE_MARGIN, label, verified)

@@ -60,13 +60,15 @@ class CkptbenchApp(App):
         self.session = RestoreSession(self.source, self.opts, results_path=self.results_path)
         return self.session
 
-    def set_concurrency(self, n: int) -> None:
+    def set_concurrency(self, n: int) -> int | None:
+        """The concurrency the next run starts with; returns what the running read now reports, or None
+        (no read runs, or it cannot change concurrency live)."""
         self.opts = replace(self.opts, concurrency=n)
-        if self.session is not None:
-            self.session.set_concurrency(n)
+        live = self.session.set_concurrency(n) if self.session is not None else None
         for screen in self.screen_stack:
             if isinstance(screen, Dashboard) and screen.concurrency != n:
                 screen.concurrency = n
+        return live
 
     def update_opts(self, **changes) -> None:
         self.opts = replace(self.opts, **changes)

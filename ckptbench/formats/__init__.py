@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ckptbench.detect import detect, detect_names  # noqa: F401  (re-exported: the formats' own entry point)
 from ckptbench.errors import CkptbenchError
 
 OPTIM_KEYS = ("master", "exp_avg", "exp_avg_sq")
@@ -65,27 +66,6 @@ class CheckpointState:
 
 class FormatError(CkptbenchError):
     """A checkpoint file that cannot be read as its format says."""
-
-
-def detect(directory: str) -> str:
-    """The format of a checkpoint directory, whoever wrote it."""
-    names = []
-    for root, _, files in os.walk(directory):
-        names.extend(files)
-    return detect_names(names, directory)
-
-
-def detect_names(names: list[str], where: str) -> str:
-    """The format from file names alone (a directory's, or an S3 prefix's)."""
-    names = [n.rsplit("/", 1)[-1] for n in names]
-    if ".metadata" in names:
-        return "dcp"
-    if any(n.endswith(".safetensors") for n in names):
-        return "safetensors"
-    if any(n.endswith((".pt", ".pth", ".bin")) for n in names):
-        return "torch"
-    raise CkptbenchError(f"{where}: no safetensors, torch or torch.distributed.checkpoint files found; "
-                         "point at a checkpoint directory")
 
 
 def module_for(fmt: str):

@@ -1,1 +1,40 @@
-"""Where a checkpoint is read from: a local path (any mount) or s3://bucket/prefix."""
+"""Where a checkpoint's bytes come from: the one seam between the domain and storage.
+
+`open_source(url)` gives a Source (a local path on any mount, or s3://bucket/prefix); a Source lists (a
+Listing) and starts reads (a ReadHandle); `drive` runs any handle to its end with progress, cancel and
+error translation. Nothing outside this package asks which kind of source it has.
+"""
+
+from __future__ import annotations
+
+from ckptbench.sources.base import Listing, ReadHandle, ReadOptions, Source
+from ckptbench.sources.drive import PROGRESS_INTERVAL_S, Driven, drive
+
+
+def open_source(url: str) -> Source:
+    """A Source for a checkpoint directory (any mount) or an s3:// prefix."""
+    if url.startswith("s3://"):
+        from ckptbench.sources.s3source import S3Source
+
+        return S3Source(url)
+    from ckptbench.sources.local import LocalSource
+
+    return LocalSource(url, checkpoint=True)
+
+
+def open_targets(targets: list[str]) -> Source:
+    """What a plain read names: one s3:// prefix, or local files and directories together."""
+    from ckptbench.errors import CkptbenchError
+
+    remote = [t for t in targets if t.startswith("s3://")]
+    if remote:
+        if len(targets) != 1:
+            raise CkptbenchError("read takes one s3:// prefix at a time, without local paths")
+        return open_source(remote[0])
+    from ckptbench.sources.local import LocalSource
+
+    return LocalSource(targets)
+
+
+__all__ = ["PROGRESS_INTERVAL_S", "Driven", "Listing", "ReadHandle", "ReadOptions", "Source", "drive",
+           "open_source", "open_targets"]

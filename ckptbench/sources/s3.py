@@ -6,8 +6,9 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from ckptbench import concurrency as conc
 from ckptbench import tree
-from ckptbench.errors import CkptbenchError
+from ckptbench.errors import CkptbenchError, redact
 
 DEFAULT_PART = 8 << 20
 MAX_ATTEMPTS = 10  # botocore's own retries per request, before ours per part
@@ -15,6 +16,17 @@ MAX_ATTEMPTS = 10  # botocore's own retries per request, before ours per part
 
 def is_s3(source: str) -> bool:
     return source.startswith("s3://")
+
+
+def endpoint_url() -> str | None:
+    """The endpoint the standard AWS variables name, if any (it may carry user-info: never print it raw)."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def endpoint_label() -> str:
+    """The endpoint as it may be printed: without user-info."""
+    url = endpoint_url()
+    return redact(url) if url else "the S3 endpoint"
 
 
 @dataclass(frozen=True)
@@ -113,12 +125,12 @@ class RetryLog:
         return None
 
 
-def make_client(concurrency: int = 16, *, retry_log: RetryLog | None = None, max_attempts: int = MAX_ATTEMPTS):
+def make_client(concurrency: int = conc.DEFAULT, *, retry_log: RetryLog | None = None, max_attempts: int = MAX_ATTEMPTS):
     """boto3 client from the standard chain (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL, config files)."""
     import boto3
     from botocore.config import Config
 
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = endpoint_url()
     cfg = Config(
         retries={"max_attempts": max_attempts, "mode": os.environ.get("AWS_RETRY_MODE", "standard")},
         max_pool_connections=concurrency + 4,
@@ -135,7 +147,7 @@ def make_client(concurrency: int = 16, *, retry_log: RetryLog | None = None, max
 
 def _fail(url: S3Url, exc: BaseException) -> CkptbenchError:
     cls = classify(exc)
-    host = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the S3 endpoint"
+    host = endpoint_label()
     text = {
         MISSING: f"{url}: bucket {url.bucket!r} does not exist; check the name and the region",
         ACCESS_DENIED: f"{url}: access denied; check the credentials in use and the bucket policy",
@@ -188,7 +200,7 @@ def get_bytes(client, url: S3Url, rel: str, retry_log: RetryLog | None = None, a
     return None
 
 
-def upload(directory: str, url: S3Url, *, concurrency: int = 16, part_size: int = DEFAULT_PART,
+def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_size: int = DEFAULT_PART,
            progress=None) -> list[str]:
     """Puts every file of a checkpoint under the prefix: multipart above part_size, CRC32C checksums on all."""
     from concurrent.futures import ThreadPoolExecutor

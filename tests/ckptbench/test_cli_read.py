@@ -105,22 +105,23 @@ def test_special_file_is_refused_up_front(tmp_path):
 
 def test_file_failing_mid_run_is_reported_with_errno_and_exit_1(tmp_path, monkeypatch, capsys):
     import fastio
-    from ckptbench import cli, reading
+    from ckptbench import cli
+    from ckptbench.sources import local
 
     good = tmp_path / "good.bin"
     good.write_bytes(os.urandom(70000))
     gone = tmp_path / "gone.bin"
     gone.write_bytes(b"y" * 100)
-    listed = reading.list_files([str(tmp_path)])
+    listed = local.LocalSource([str(tmp_path)]).list()
     gone.unlink()  # vanishes between the list and the read
-    monkeypatch.setattr(reading, "list_files", lambda targets: listed)
+    monkeypatch.setattr(local.LocalSource, "list", lambda self: listed)
     assert cli.main(["read", str(tmp_path), "--hash", "md5", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     by_path = {f["path"]: f for f in doc["files"]}
     assert by_path[str(gone)]["error"]["errno"] == 2 and by_path[str(gone)]["digest"] is None
     assert by_path[str(good)]["digest"] == hashlib.md5(good.read_bytes()).hexdigest()
     assert doc["files_failed"] == 1 and doc["files_ok"] == 1
-    assert isinstance(listed[0], fastio.FileSpec)
+    assert isinstance(listed.files[0], fastio.FileSpec)
 
 
 def test_headless_start_imports_no_torch_boto3_or_textual(fileset):

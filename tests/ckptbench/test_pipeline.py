@@ -322,17 +322,18 @@ def test_pipeline_run_rejects_bad_options(ckpts, kwargs, needle):
     from ckptbench import pipeline
     from ckptbench.errors import CkptbenchError
 
-    opts = pipeline.RunOptions(mode=kwargs.get("mode", "fused"))
     with pytest.raises(CkptbenchError, match=needle):
+        opts = pipeline.RunOptions(mode=kwargs.get("mode", "fused"))  # options are checked when they are made
         pipeline.run(ckpts["safetensors"], opts, repeats=kwargs.get("repeats", 1))
 
 
 def test_memory_needed_staged_holds_one_more_shard(ckpts):
-    from ckptbench import pipeline
+    from ckptbench import resources
+    from ckptbench.sources import open_source
 
-    listing = pipeline.list_checkpoint(ckpts["safetensors"])
+    listing = open_source(ckpts["safetensors"]).list()
     total, count = tree_size(ckpts["safetensors"])
     biggest = os.path.getsize(_biggest_file(ckpts["safetensors"]))
     assert len(listing.files) == count
-    assert pipeline.memory_needed(listing, "fused") == total
-    assert pipeline.memory_needed(listing, "staged") == total + biggest
+    assert resources.memory_needed(listing, "fused") == total
+    assert resources.memory_needed(listing, "staged") == total + biggest

@@ -19,7 +19,7 @@ from s3help import files_under
 import xxhash
 
 from ckptbench.sources import s3 as s3mod
-from ckptbench.sources import s3read
+from ckptbench.sources import ReadOptions, s3read
 
 MiB = 1 << 20
 PREFIX = "ckpt/step-1"
@@ -56,13 +56,13 @@ def objects(s3server) -> tuple[str, dict[str, bytes]]:
     return bucket, data
 
 
-def read(url: str, **opts):
+def read(url: str, *, into: str = "hash", stage_dir: str | None = None, backend: str = "threads", **opts):
     """List and read through the code under test; returns (result, handle, objects listed)."""
     u = s3mod.parse(url)
     log = s3mod.RetryLog()
     client = s3mod.make_client(8, retry_log=log)
     listed = s3mod.list_objects(client, u)
-    h = s3read.start(client, u, listed, s3read.S3ReadOptions(**opts), log)
+    h = s3read.start(client, u, listed, ReadOptions(s3_client=backend, **opts), log, into=into, stage_dir=stage_dir)
     res = h.wait(120)
     assert res is not None, "read did not finish in 120 s"
     return res, h, listed
@@ -118,7 +118,7 @@ def test_read_cli_json_digests(s3env, objects, capsys):
     from ckptbench import cli
 
     bucket, data = objects
-    rc = cli.main(["read", f"s3://{bucket}/{PREFIX}", "--hash", "sha256", "--chunk-size", "512K", "-c", "4",
+    rc = cli.main(["read", f"s3://{bucket}/{PREFIX}", "--hash", "sha256", "--part-size", "512K", "-c", "4",
                    "--json"])
     out, err = capsys.readouterr()
     assert rc == 0, err
@@ -133,7 +133,7 @@ def test_read_cli_json_digests(s3env, objects, capsys):
 _MEMORY_PROBE = r"""
 import json, sys, threading, time
 import psutil
-from ckptbench.sources import s3, s3read
+from ckptbench.sources import ReadOptions, s3, s3read
 
 
 def status_kib(field):
@@ -167,8 +167,7 @@ for alg in ("crc32c", "sha256"):
     base = proc.memory_info().rss
     t = threading.Thread(target=sample, daemon=True)
     t.start()
-    h = s3read.start(client, url, objs, s3read.S3ReadOptions(concurrency=4, part_size=1 << 20, hash=alg,
-                                                             into="hash"), log)
+    h = s3read.start(client, url, objs, ReadOptions(concurrency=4, part_size=1 << 20, hash=alg), log, into="hash")
     res = h.wait()
     stop.set()
     t.join()

@@ -20,11 +20,11 @@ from s3help import files_under, put_dir
 
 import ckptbench.cli_run  # noqa: F401  (imported outside any per-test capture: see run_cli)
 from ckptbench.sources import s3 as s3mod
-from ckptbench.sources import s3read
+from ckptbench.sources import ReadOptions, s3read
 
 MiB = 1 << 20
 PARTIAL = s3read.STAGE_SUFFIX
-STAGED_NOTE = "S3 objects staged to local files, loaded from there"
+STAGED_NOTE = "staged to local files first, loaded from there"
 
 
 def gen(root, fmt: str | None = None, digest: str = "crc32c") -> str:
@@ -229,8 +229,8 @@ def test_read_retries_classified_per_fault_kind(s3faulty, upload_to, ckpts, monk
         client = s3mod.make_client(4, retry_log=log)
         objs = s3mod.list_objects(client, url)
         server.proxy.fault_rate = 0.2
-        res = s3read.start(client, url, objs, s3read.S3ReadOptions(concurrency=4, part_size=256 * 1024,
-                                                                   into="memory"), log).wait(120)
+        res = s3read.start(client, url, objs, ReadOptions(concurrency=4, part_size=256 * 1024), log,
+                           into="memory").wait(120)
         assert res is not None and not res.failed, [f.error for f in res.failed]
         for f, buf in zip(res.files, res.buffers):
             assert bytes(buf) == local[f.path.split("/ck/", 1)[1]]
@@ -243,7 +243,7 @@ def test_read_retries_classified_per_fault_kind(s3faulty, upload_to, ckpts, monk
 def test_manifest_read_survives_a_mid_body_reset(s3faulty, upload_to, monkeypatch):
     """A reset in the middle of the manifest's body (S3 does this under load) is as transient as one in a shard's:
     listing the checkpoint must retry it, not give up with 'cannot reach'."""
-    from ckptbench import pipeline
+    from ckptbench.sources import open_source
 
     server = s3faulty(fault_rate=0.0, fault_kinds=("reset",), reset_points=("mid",))
     url = upload_to(server)
@@ -262,10 +262,11 @@ def test_manifest_read_survives_a_mid_body_reset(s3faulty, upload_to, monkeypatc
             return None, None
 
     monkeypatch.setattr(proxy, "_draw_fault", draw)
-    listing = pipeline.list_checkpoint(url, 4)
+    source = open_source(url)
+    listing = source.list()
     assert proxy.counters()["resets"]["mid"] == 1  # the cut happened
     assert listing.manifest is not None and listing.format == "safetensors"
-    assert listing.s3.retry_log.counts == {s3mod.CONNECTION_RESET: 1}
+    assert source.retry_classes() == {s3mod.CONNECTION_RESET: 1}
 
 
 def test_files_count_only_when_every_byte_arrived(s3faulty, upload_to, monkeypatch, tmp_path):
@@ -281,7 +282,8 @@ def test_files_count_only_when_every_byte_arrived(s3faulty, upload_to, monkeypat
     monkeypatch.setattr(s3mod, "make_client",
                         lambda concurrency=16, **kw: real_make_client(concurrency, **{**kw, "max_attempts": 0}))
     monkeypatch.setattr(s3read, "start",
-                        lambda c, u, o, opts, log: real_start(c, u, o, dataclasses.replace(opts, part_retries=1), log))
+                        lambda c, u, o, opts, log, **kw: real_start(c, u, o, dataclasses.replace(opts, part_retries=1),
+                                                                    log, **kw))
 
     def progress(stage, snap):
         if stage == "read":

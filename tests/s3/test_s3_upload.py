@@ -83,15 +83,15 @@ def test_upload_puts_every_file_multipart_with_crc32c(s3server, s3bucket, ckpt_d
 
 def test_uploaded_checkpoint_reads_back_identically(s3server, s3env, s3bucket, ckpt_dir, tmp_path):
     """upload → stage-read into a directory: the same files, byte for byte (no prefix: keys are the rels)."""
-    from ckptbench.sources import s3read
+    from ckptbench.sources import ReadOptions, s3read
 
     url = s3mod.parse(f"s3://{s3bucket}")
     assert sorted(s3mod.upload(ckpt_dir, url, concurrency=4, part_size=5 * MiB)) == sorted(files_under(ckpt_dir))
     log = s3mod.RetryLog()
     client = s3mod.make_client(4, retry_log=log)
     objs = s3mod.list_objects(client, url)
-    res = s3read.start(client, url, objs, s3read.S3ReadOptions(concurrency=4, part_size=2 * MiB, into="stage",
-                                                               stage_dir=str(tmp_path / "back")), log).wait(60)
+    res = s3read.start(client, url, objs, ReadOptions(concurrency=4, part_size=2 * MiB), log, into="stage",
+                       stage_dir=str(tmp_path / "back")).wait(60)
     assert res is not None and not res.failed
     assert files_under(tmp_path / "back") == files_under(ckpt_dir)
 
@@ -141,11 +141,11 @@ def test_local_s3_endpoints_are_loopback_and_metadata_is_off(s3server, s3faulty)
 
 
 def test_ckptbench_clients_resolve_to_the_loopback_endpoint(s3env):
-    from ckptbench.sources import s3read
+    from ckptbench.sources import ReadOptions, s3crt
 
     client = s3mod.make_client(4)
     assert urlsplit(client.meta.endpoint_url).hostname == LOOPBACK
-    _crt, host = s3read._crt_client(s3read.S3ReadOptions(backend="crt"))
+    _crt, host = s3crt._crt_client(ReadOptions(s3_client="crt"))
     assert host.split(":")[0] == LOOPBACK
 
 
@@ -163,6 +163,6 @@ def test_upload_and_read_connect_only_to_loopback(s3server, s3env, s3bucket, ckp
     monkeypatch.setattr(socket.socket, "connect", guarded)
     rc, _, err = run_cli(capsys, "upload", ckpt_dir, f"s3://{s3bucket}/g", "--part-size", "5M")
     assert rc == 0, err
-    rc, _, err = run_cli(capsys, "read", f"s3://{s3bucket}/g", "--chunk-size", "1M")
+    rc, _, err = run_cli(capsys, "read", f"s3://{s3bucket}/g", "--part-size", "1M")
     assert rc == 0, err
     assert seen and all(a[0] == LOOPBACK for a in seen if isinstance(a, tuple))

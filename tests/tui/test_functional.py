@@ -14,6 +14,8 @@ from textual import events
 from textual.widgets import DataTable, Input, Static
 from textual.worker import WorkerState
 
+from ckptbench import concurrency as conc
+
 from tui.screens.checklist import ChecklistScreen
 from tui.screens.dashboard import Dashboard
 from tui.screens.help import HelpScreen
@@ -264,7 +266,7 @@ async def test_number_prompt_sets_concurrency_and_rejects_zero(make_app, small_c
         assert field.value == "8"
         await pilot.press("backspace", "0", "enter")
         assert isinstance(app.screen, NumberPrompt), "0 was accepted"
-        assert ("concurrency must be 1..256", "error") in app.notes
+        assert (f"concurrency must be 1..{conc.MAX}", "error") in app.notes
         assert dash.concurrency == 8 and app.opts.concurrency == 8
         await pilot.press("backspace", "1", "2", "enter")
         await pilot.pause()

@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
+from ckptbench import concurrency as conc
 from ckptbench.live import LiveRates
 from tui.messages import RunCancelled, RunFailed, RunFinished
 from tui.widgets.chart import ThroughputChart
@@ -43,14 +44,26 @@ class Dashboard(Screen):
         ("a", "cycle('hash')", "Hash"),
     ]
 
-    concurrency: reactive[int] = reactive(8)
+    concurrency: reactive[int] = reactive(conc.DEFAULT)
     running: reactive[bool] = reactive(False)
+    fixed: reactive[bool] = reactive(False)  # the running read cannot change concurrency live
 
     def validate_concurrency(self, n: int) -> int:
-        return max(1, min(256, n))
+        return conc.clamp(n)
 
     def watch_running(self, running: bool) -> None:
         self.set_class(running, "-running")
+        if not running:
+            self.fixed = False
+
+    def watch_fixed(self, _fixed: bool) -> None:
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """+, - and c are shown disabled while a read that cannot change concurrency live runs."""
+        if action in ("more", "less", "ask_concurrency") and self.fixed:
+            return None
+        return True
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -89,26 +102,29 @@ class Dashboard(Screen):
             f"[b]{s['source']}[/b]  {s['fs_type']} on {s['mount_point']}  ·  {s['files']} files, {_gb(s['bytes'])}"
             f"  ·  page-cache residency {s['residency']:.0%}")
 
-    def show_settings(self) -> None:
+    def show_settings(self, live: int | None = None) -> None:
+        """The settings line; while a read runs, the concurrency is the one the read itself reports."""
         o = self.app.opts
         state = "running" if self.running else "idle"
+        shown = live if live is not None else self.concurrency
+        fixed = " (fixed for this read)" if self.fixed else ""
         self._set("#settings",
             f"{state} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · read [b]{o.read}[/b] · "
-            f"hash [b]{o.hash or 'manifest'}[/b] · concurrency [b]{self.concurrency}[/b]")
+            f"hash [b]{o.hash or 'manifest'}[/b] · concurrency [b]{shown}[/b]{fixed}")
 
     def watch_concurrency(self, n: int) -> None:
         if not self.is_mounted:
             return
-        self.app.set_concurrency(n)
-        if self.running:
-            self.query_one("#chart", ThroughputChart).add_mark(time.monotonic(), f"c={n}")
-        self.show_settings()
+        live = self.app.set_concurrency(n)
+        if live is not None:  # only a change the read took is marked on the chart
+            self.query_one("#chart", ThroughputChart).add_mark(time.monotonic(), f"c={live}")
+        self.show_settings(live)
 
     def action_more(self) -> None:
-        self.concurrency = self.concurrency * 2 if self.concurrency >= 4 else self.concurrency + 1
+        self.concurrency = conc.step_up(self.concurrency)
 
     def action_less(self) -> None:
-        self.concurrency = self.concurrency // 2 if self.concurrency > 4 else self.concurrency - 1
+        self.concurrency = conc.step_down(self.concurrency)
 
     def action_ask_concurrency(self) -> None:
         from tui.screens.prompt import NumberPrompt
@@ -117,7 +133,7 @@ class Dashboard(Screen):
             if value:
                 self.concurrency = value
 
-        self.app.push_screen(NumberPrompt("Concurrency (1..256)", self.concurrency), done)
+        self.app.push_screen(NumberPrompt(f"Concurrency ({conc.MIN}..{conc.MAX})", self.concurrency), done)
 
     def action_cycle(self, what: str) -> None:
         if self.running:
@@ -144,15 +160,17 @@ class Dashboard(Screen):
 
     @work(thread=True, exclusive=True, group="restore", exit_on_error=False)
     def restore(self, session) -> None:
-        from ckptbench.errors import Cancelled, CkptbenchError
+        from ckptbench.errors import Cancelled, translate
 
         try:
             doc = session.run(repeats=1)
         except Cancelled:
             self.post_message(RunCancelled())
             return
-        except CkptbenchError as exc:
-            self.post_message(RunFailed(str(exc)))
+        except Exception as exc:  # any failure ends the run on screen: marked failed, back to idle
+            err = translate(exc)
+            self.post_message(RunFailed(str(err) if err is not None else f"restore failed: {type(exc).__name__}: "
+                                        f"{str(exc).splitlines()[0] if str(exc) else 'no message'}"))
             return
         if not get_current_worker().is_cancelled:
             # the source's residency after the run is measured here, off the UI thread
@@ -167,6 +185,8 @@ class Dashboard(Screen):
         snap = session.snapshot()
         if snap is None or not self.running:
             return
+        self.fixed = session.live_concurrency() is False
+        self.show_settings(snap.concurrency)
         live = self.rates.update(snap)
         if session.stage == "read" and not snap.finished:
             self.query_one("#chart", ThroughputChart).add_sample(time.monotonic(), live["now_gbps"])
@@ -195,7 +215,9 @@ class Dashboard(Screen):
         self.poll()  # the final figures, before `running` goes off and poll stops drawing them
         self.running = False
         doc = msg.doc
-        self.query_one("#stages", StageBar).update_stages(doc["stages"], None)
+        warm = doc.get("warmup_s") or 0.0
+        self.query_one("#stages", StageBar).update_stages(
+            doc["stages"], None, f"one-time warm-up {warm:.2f} s before the clock, not counted" if warm else "")
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "
                     f"success {doc['success_rate']:.0%} ({doc['status']})")
         self.show_settings()
@@ -207,6 +229,8 @@ class Dashboard(Screen):
     def failed(self, msg: RunFailed) -> None:
         self.running = False
         self.notify(msg.error, severity="error", timeout=10)
+        self.query_one("#stages", StageBar).update_stages(self.app.session.stages() if self.app.session else {}, None)
+        self._set("#figures", f"[b red]restore failed[/]: {msg.error}")
         self.show_settings()
 
     @on(RunCancelled)

@@ -7,6 +7,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
+from ckptbench import concurrency as conc
+
 
 class NumberPrompt(ModalScreen[int | None]):
     BINDINGS = [("escape", "dismiss_none", "Cancel")]
@@ -27,8 +29,8 @@ class NumberPrompt(ModalScreen[int | None]):
         except ValueError:
             self.notify("a whole number, please", severity="error")
             return
-        if not 1 <= n <= 256:
-            self.notify("concurrency must be 1..256", severity="error")
+        if not conc.MIN <= n <= conc.MAX:
+            self.notify(f"concurrency must be {conc.MIN}..{conc.MAX}", severity="error")
             return
         self.dismiss(n)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-STAGES = ("list", "read", "verify", "load", "device", "check")
-COLORS = {"list": "magenta", "read": "green", "verify": "cyan", "load": "blue", "device": "yellow", "check": "red"}
+from ckptbench.stages import STAGES
+
+COLORS = dict(zip(STAGES, ("magenta", "green", "cyan", "blue", "yellow", "red")))
 
 
 class StageBar(Widget):
@@ -18,12 +19,14 @@ class StageBar(Widget):
         super().__init__(**kw)
         self.stages: dict[str, float] = {}
         self.active: str | None = None
+        self.note = ""
 
-    def update_stages(self, stages: dict[str, float], active: str | None) -> None:
+    def update_stages(self, stages: dict[str, float], active: str | None, note: str = "") -> None:
+        """`note` follows the RTO (e.g. the one-time warm-up that was kept out of it)."""
         # a run that stopped early (failed verify) has no figure for the stages it never reached
         stages = {k: v for k, v in stages.items() if v is not None}
-        if (stages, active) != (self.stages, self.active):  # a redraw costs the readers CPU on a small box
-            self.stages, self.active = stages, active
+        if (stages, active, note) != (self.stages, self.active, self.note):  # a redraw costs the readers CPU
+            self.stages, self.active, self.note = stages, active, note
             self.refresh()
 
     def render(self) -> Text:
@@ -51,4 +54,6 @@ class StageBar(Widget):
                 out.append(f" {s} ", style=f"bold {COLORS[s]}")
                 out.append(f"{v:.3f}s {share:.0%}  ")
         out.append(f"\n RTO {total:.3f}s" if total else "\n RTO —")
+        if self.note:
+            out.append(f"   ({self.note})", style="dim")
         return out

@@ -1,0 +1,28 @@
+"""A checkpoint's format from its file names alone: cheap, and free of torch (headless commands stay light)."""
+
+from __future__ import annotations
+
+import os
+
+from ckptbench.errors import CkptbenchError
+
+
+def detect(directory: str) -> str:
+    """The format of a checkpoint directory, whoever wrote it."""
+    names = []
+    for _root, _, files in os.walk(directory):
+        names.extend(files)
+    return detect_names(names, directory)
+
+
+def detect_names(names: list[str], where: str) -> str:
+    """The format from file names alone (a directory's, or an S3 prefix's)."""
+    names = [n.rsplit("/", 1)[-1] for n in names]
+    if ".metadata" in names:
+        return "dcp"
+    if any(n.endswith(".safetensors") for n in names):
+        return "safetensors"
+    if any(n.endswith((".pt", ".pth", ".bin")) for n in names):
+        return "torch"
+    raise CkptbenchError(f"{where}: no safetensors, torch or torch.distributed.checkpoint files found; "
+                         "point at a checkpoint directory")

@@ -1,0 +1,137 @@
+"""What every source gives the domain: a Listing, read options validated once, and a live read handle."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import fastio
+
+from ckptbench import concurrency as conc
+from ckptbench import manifest as mf
+from ckptbench.conditions import CacheCondition
+from ckptbench.errors import CkptbenchError
+from ckptbench.units import human_bytes
+
+S3_CLIENTS = ("threads", "crt")  # threads: boto3 + ckptbench's pool (measured faster here); crt: awscrt
+INTO = ("hash", "memory", "stage")  # where read bytes go: hashed and dropped, page-aligned buffers, local files
+MIN_BLOCK, MAX_BLOCK = 4096, 1 << 30
+MIN_PART = 64 << 10
+DEFAULT_CHUNK = 64 << 20
+
+
+def _whole(value, what: str, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CkptbenchError(f"{what} {value!r}: give a whole number of bytes")
+    if value < low or (high is not None and value > high):
+        span = f"{human_bytes(low)}..{human_bytes(high)}" if high else f"at least {human_bytes(low)}"
+        raise CkptbenchError(f"{what} {human_bytes(value) if value >= 0 else value}: must be {span}")
+    return value
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How bytes are read, for any source; every field is checked here, once, before anything starts."""
+
+    concurrency: int = conc.DEFAULT
+    read: str = "pread"  # local files: pread | mmap | direct
+    hash: str = "crc32c"
+    block_size: int = 1 << 20  # bytes per read call
+    chunk_size: int | None = None  # local: big files split into chunks of this size (None: about 64 MiB)
+    multipart: bool = False  # also per-chunk digests and their digest (an S3 multipart ETag)
+    part_size: int = 8 << 20  # S3: bytes per ranged GET
+    s3_client: str = "threads"
+    part_retries: int = 5  # S3: our retries of a body cut after the headers, per part
+
+    def __post_init__(self) -> None:
+        conc.check(self.concurrency)
+        if self.read not in fastio.READ_MODES:
+            raise CkptbenchError(f"--read {self.read!r}: choose one of {', '.join(fastio.READ_MODES)}")
+        if self.hash not in fastio.HASHES:
+            raise CkptbenchError(f"--hash {self.hash!r}: choose one of {', '.join(fastio.HASHES)}")
+        _whole(self.block_size, "--block-size", MIN_BLOCK, MAX_BLOCK)
+        if self.read == "direct" and self.block_size % 4096:
+            raise CkptbenchError(f"--block-size {self.block_size}: direct reads need a multiple of 4096 (4K, 1M)")
+        if self.chunk_size is None:  # the nearest multiple of the block size to 64 MiB, and at least one block
+            object.__setattr__(self, "chunk_size", self.block_size * max(1, DEFAULT_CHUNK // self.block_size))
+        _whole(self.chunk_size, "--chunk-size", self.block_size, 1 << 40)
+        if self.chunk_size % self.block_size:
+            raise CkptbenchError(f"--chunk-size {self.chunk_size}: must be a multiple of --block-size "
+                                 f"{self.block_size}")
+        if self.multipart and self.hash == "none":
+            raise CkptbenchError("--multipart needs a hash: choose --hash crc32c, md5 or another")
+        _whole(self.part_size, "--part-size", MIN_PART, 5 << 30)
+        if self.s3_client not in S3_CLIENTS:
+            raise CkptbenchError(f"--s3-client {self.s3_client!r}: choose threads or crt")
+        _whole(self.part_retries, "part retries", 0, 100)
+
+
+def finite(value: float, what: str, *, low: float | None = None, high: float | None = None) -> float:
+    """A finite number in range, or one clear error: no NaN or infinity ever reaches a document."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise CkptbenchError(f"{what} {value!r}: give a finite number")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise CkptbenchError(f"{what} {value:g}: must be within {low:g}..{high:g}" if high is not None
+                             else f"{what} {value:g}: must be at least {low:g}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every file of a checkpoint as the source sees it, with its manifest and format."""
+
+    source: str  # the URL or directory, as given (an S3 URL without a trailing slash)
+    files: list[fastio.FileSpec]
+    manifest: mf.Manifest | None
+    format: str
+    skipped: tuple[str, ...] = field(default=())  # what the listing could not enter, with the reason
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size or 0 for f in self.files)
+
+    def rel(self, path: str) -> str:
+        """A file's "/"-separated path inside the checkpoint."""
+        base = self.source.rstrip("/")
+        if path.startswith(base + "/"):
+            return path[len(base) + 1:]
+        return os.path.relpath(path, self.source).replace(os.sep, "/")
+
+    @property
+    def rels(self) -> list[str]:
+        return [self.rel(f.path) for f in self.files]
+
+
+@runtime_checkable
+class ReadHandle(Protocol):
+    """A read under way: its live counters, live concurrency where the reader allows it, cancel, wait."""
+
+    live_concurrency: bool  # False: concurrency is fixed for this read, set_concurrency changes nothing
+
+    def snapshot(self) -> fastio.Snapshot: ...
+    def set_concurrency(self, n: int) -> int: ...  # the concurrency now in force
+    def cancel(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> fastio.ReadResult | None: ...
+    def error_classes(self, result: fastio.ReadResult) -> dict[str, int]: ...
+    def __enter__(self) -> "ReadHandle": ...
+    def __exit__(self, *exc) -> bool: ...
+
+
+@runtime_checkable
+class Source(Protocol):
+    """Where a checkpoint's bytes come from. Nothing outside `sources/` asks which kind it is."""
+
+    url: str
+    scheme: str | None  # None for a local path, "s3" for an object store
+    has_page_cache: bool  # cold/hot can be prepared and verified
+    files_on_disk: bool  # loaders can open the files in place (else a staged restore stages them first)
+
+    def list(self) -> Listing: ...
+    def prepare_cache(self, listing: Listing, cache: str, *, drop_caches: bool = False) -> CacheCondition: ...
+    def residency(self, listing: Listing) -> float | None: ...
+    def start_read(self, listing: Listing, opts: ReadOptions, *, into: str = "hash",
+                   stage_dir: str | None = None) -> ReadHandle: ...
+    def retry_classes(self) -> dict[str, int]: ...
+    def describe(self, root: str = "/") -> dict: ...

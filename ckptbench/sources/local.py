@@ -1,0 +1,126 @@
+"""A checkpoint on any mounted filesystem (local disk, NFS, Lustre, FUSE), read by fastio's native engine."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import fastio
+
+from ckptbench import conditions, probes, tree
+from ckptbench import manifest as mf
+from ckptbench.detect import detect_names
+from ckptbench.errors import CkptbenchError
+from ckptbench.sources.base import Listing, ReadOptions
+
+
+class LocalReadHandle:
+    """fastio's handle, with the answers every source's handle gives (live concurrency, error classes)."""
+
+    live_concurrency = True
+
+    def __init__(self, handle: fastio.ReadHandle):
+        self._h = handle
+
+    def snapshot(self) -> fastio.Snapshot:
+        return self._h.snapshot()
+
+    def set_concurrency(self, n: int) -> int:
+        self._h.set_concurrency(n)
+        return n
+
+    def cancel(self) -> None:
+        self._h.cancel()
+
+    def wait(self, timeout: float | None = None) -> fastio.ReadResult | None:
+        return self._h.wait(timeout)
+
+    def error_classes(self, result: fastio.ReadResult) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for f in result.failed:
+            name = errno.errorcode.get(f.error.errno, "error")
+            out[name] = out.get(name, 0) + 1
+        return out
+
+    def __enter__(self) -> "LocalReadHandle":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return self._h.__exit__(*exc)
+
+
+def _target_files(target: str) -> list[fastio.FileSpec]:
+    if os.path.isdir(target):
+        found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target)]
+        if not found:
+            raise CkptbenchError(f"{target}: empty: the directory holds no files; point at a checkpoint directory")
+        return found
+    if os.path.isfile(target):
+        return [fastio.FileSpec(target, os.stat(target).st_size)]
+    if os.path.exists(target):
+        raise CkptbenchError(f"{target}: not a regular file or directory")
+    raise CkptbenchError(f"{target}: no such file or directory; point at a checkpoint directory")
+
+
+class LocalSource:
+    """One checkpoint directory, or (for a plain read) any files and directories named together."""
+
+    scheme = None
+    has_page_cache = True
+    files_on_disk = True
+
+    def __init__(self, targets: str | list[str], *, checkpoint: bool = False):
+        self.targets = [targets] if isinstance(targets, str) else list(targets)
+        if not self.targets:
+            raise CkptbenchError("nothing to read: name a directory or files")
+        if checkpoint:  # a restore needs one directory; say so before anything is read
+            where = self.targets[0]
+            if not os.path.exists(where):
+                raise CkptbenchError(f"{where}: no such directory; point at a checkpoint directory")
+            if not os.path.isdir(where):
+                raise CkptbenchError(f"{where}: not a directory; point at a checkpoint directory")
+        self.url = self.targets[0] if len(self.targets) == 1 else ", ".join(self.targets)
+        self.directory = self.targets[0] if len(self.targets) == 1 and os.path.isdir(self.targets[0]) else None
+
+    def list(self) -> Listing:
+        """Every regular file (stat'ed), the manifest when there is one, and the format ("unknown" if none)."""
+        files = [spec for t in self.targets for spec in _target_files(t)]
+        if self.directory is None:
+            return Listing(self.url, files, None, "unknown")
+        man = mf.read(self.directory)
+        fmt = man.format if man is not None and man.format != "unknown" else None
+        if fmt is None:
+            try:
+                fmt = detect_names([f.path for f in files], self.directory)
+            except CkptbenchError:
+                fmt = "unknown"
+        return Listing(self.directory, files, man, fmt)
+
+    def _paths(self, listing: Listing) -> list[str]:
+        return [f.path for f in listing.files]
+
+    def prepare_cache(self, listing: Listing, cache: str, *, drop_caches: bool = False) -> conditions.CacheCondition:
+        return conditions.prepare(self._paths(listing), cache, drop_caches=drop_caches)
+
+    def residency(self, listing: Listing) -> float | None:
+        return conditions.residency_of(self._paths(listing))
+
+    def start_read(self, listing: Listing, opts: ReadOptions, *, into: str = "hash",
+                   stage_dir: str | None = None) -> LocalReadHandle:
+        if into == "stage":
+            raise CkptbenchError(f"{self.url}: the files are already on a filesystem; nothing to stage")
+        return LocalReadHandle(fastio.start(
+            listing.files, concurrency=opts.concurrency, read=opts.read, hash=opts.hash,
+            block_size=opts.block_size, chunk_size=opts.chunk_size, multipart=opts.multipart,
+            into_memory=into == "memory"))
+
+    def retry_classes(self) -> dict[str, int]:
+        return {}
+
+    def mount(self, root: str = "/") -> probes.Mount | probes.Unknown:
+        return probes.mount_of(self.directory or self.targets[0], root)
+
+    def describe(self, root: str = "/") -> dict:
+        m = self.mount(root)
+        return {"fs_type": m.fs_type if isinstance(m, probes.Mount) else None,
+                "mount_point": m.mount_point if isinstance(m, probes.Mount) else None}
