@@ -473,9 +473,11 @@ def _demo_restore(args, source: str, results_dir: str) -> int:
 
         argv = ["run", source, "--repeat", "1", "--results", results, "--cache", "cold"]
         return cli_run.cmd_run(build_parser().parse_args(argv))
+    from ckptbench.pipeline import RunOptions
     from tui.app import CkptbenchApp  # the UI loads only for this command
 
-    CkptbenchApp(source, results_path=results, autostart=True).run()
+    # cold, as after a reclaim: the sample was just written, so a restore "as-is" would read the page cache
+    CkptbenchApp(source, RunOptions(cache="cold"), results_path=results, autostart=True).run()
     return 0
 
 

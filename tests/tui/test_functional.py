@@ -253,6 +253,39 @@ async def test_a_failed_verification_shows_on_the_dashboard(make_app, corrupt_ck
     assert [r["status"] for r in h.read_results(app.results_path)] == ["failed"]
 
 
+async def test_a_bug_in_the_restore_ends_the_run_on_screen_and_r_runs_again(make_app, small_ckpt, h, monkeypatch):
+    """An exception outside ckptbench's family, raised deep in the load stage, must end the run on screen (error
+    notification naming it, idle settings, 'restore failed' in the figures), not leave it 'running' forever; and
+    r must then start a run that finishes."""
+    from ckptbench import pipeline
+
+    def boom(*_args, **_kw):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(pipeline.Run, "_load_state", boom)
+    app = make_app(small_ckpt)
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = dashboard(app)
+        await pilot.press("r")
+        await app.workers.wait_for_complete()
+        await h.wait_until(pilot, lambda: not dash.running, "the dashboard to handle the failure", 10)
+        await pilot.pause()
+        assert app.is_running and app.return_code is None
+        errors = [m for m, severity in app.notes if severity == "error"]
+        assert len(errors) == 1 and "ZeroDivisionError" in errors[0] and "boom" in errors[0], app.notes
+        assert app.session.status == "failed"
+        assert h.text_of(dash.query_one("#settings", Static)).startswith("idle"), \
+            h.text_of(dash.query_one("#settings", Static))
+        assert "restore failed" in h.text_of(dash.query_one("#figures", Static))
+        failed_session = app.session
+        monkeypatch.undo()
+        await run_to_end(app, pilot, h)
+        assert app.session is not failed_session and app.session.status == "ok"
+        assert any(m.startswith("restored: RTO") for m, _ in app.notes), app.notes
+        assert "restore failed" not in h.text_of(dash.query_one("#figures", Static))
+    assert [r["status"] for r in h.read_results(app.results_path)] == ["ok"]
+
+
 # -- the number prompt ---------------------------------------------------------------------------------------
 
 

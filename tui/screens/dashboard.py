@@ -148,7 +148,7 @@ class Dashboard(Screen):
         if self.app.source is None or self.running:
             return
         self.query_one("#chart", ThroughputChart).clear()
-        self.query_one("#stages", StageBar).update_stages({}, None)
+        self.query_one("#stages", StageBar).update_stages({}, None, "")
         self.rates = LiveRates()
         self.running = True
         self.show_settings()

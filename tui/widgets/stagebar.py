@@ -21,10 +21,11 @@ class StageBar(Widget):
         self.active: str | None = None
         self.note = ""
 
-    def update_stages(self, stages: dict[str, float], active: str | None, note: str = "") -> None:
-        """`note` follows the RTO (e.g. the one-time warm-up that was kept out of it)."""
+    def update_stages(self, stages: dict[str, float], active: str | None, note: str | None = None) -> None:
+        """`note` follows the RTO (e.g. the one-time warm-up that was kept out of it); None keeps the current one."""
         # a run that stopped early (failed verify) has no figure for the stages it never reached
         stages = {k: v for k, v in stages.items() if v is not None}
+        note = self.note if note is None else note
         if (stages, active, note) != (self.stages, self.active, self.note):  # a redraw costs the readers CPU
             self.stages, self.active, self.note = stages, active, note
             self.refresh()
