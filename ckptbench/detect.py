@@ -26,3 +26,13 @@ def detect_names(names: list[str], where: str) -> str:
         return "torch"
     raise CkptbenchError(f"{where}: no safetensors, torch or torch.distributed.checkpoint files found; "
                          "point at a checkpoint directory")
+
+
+def format_of(manifest, names: list[str], where: str) -> str:
+    """The manifest's format when it names one, else the names'; "unknown" when neither tells."""
+    if manifest is not None and manifest.format != "unknown":
+        return manifest.format
+    try:
+        return detect_names(names, where)
+    except CkptbenchError:
+        return "unknown"

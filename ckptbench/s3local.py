@@ -373,7 +373,7 @@ class ShapingProxy:
 class LocalS3:
     """A running moto + proxy pair; made by local_s3()."""
 
-    def __init__(self, moto_server: ThreadedMotoServer, direct_url: str, proxy: ShapingProxy) -> None:
+    def __init__(self, moto_server, direct_url: str, proxy: ShapingProxy) -> None:  # moto.server.ThreadedMotoServer
         self.moto_server = moto_server
         self.direct_url = direct_url
         self.proxy = proxy

@@ -8,7 +8,6 @@ cost lands in the load stage, not in a later step).
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import dataclass, field
 
 import torch

@@ -9,7 +9,7 @@ import fastio
 
 from ckptbench import conditions, probes, tree
 from ckptbench import manifest as mf
-from ckptbench.detect import detect_names
+from ckptbench.detect import format_of
 from ckptbench.errors import CkptbenchError
 from ckptbench.sources.base import Listing, ReadOptions
 
@@ -88,13 +88,7 @@ class LocalSource:
         if self.directory is None:
             return Listing(self.url, files, None, "unknown")
         man = mf.read(self.directory)
-        fmt = man.format if man is not None and man.format != "unknown" else None
-        if fmt is None:
-            try:
-                fmt = detect_names([f.path for f in files], self.directory)
-            except CkptbenchError:
-                fmt = "unknown"
-        return Listing(self.directory, files, man, fmt)
+        return Listing(self.directory, files, man, format_of(man, [f.path for f in files], self.directory))
 
     def _paths(self, listing: Listing) -> list[str]:
         return [f.path for f in listing.files]

@@ -6,7 +6,7 @@ import fastio
 
 from ckptbench import concurrency as conc
 from ckptbench import manifest as mf
-from ckptbench.detect import detect_names
+from ckptbench.detect import format_of
 from ckptbench import probes
 from ckptbench.conditions import CacheCondition
 from ckptbench.errors import CkptbenchError
@@ -39,13 +39,7 @@ class S3Source:
                if mf.MANIFEST_NAME in self._objects else None)
         man = mf.parse(raw, f"{self.url}/{mf.MANIFEST_NAME}") if raw is not None else None
         files = [fastio.FileSpec(f"{self.url}/{o.rel}", o.size) for o in objects]
-        fmt = man.format if man is not None and man.format != "unknown" else None
-        if fmt is None:
-            try:
-                fmt = detect_names([o.rel for o in objects], self.url)
-            except CkptbenchError:
-                fmt = "unknown"
-        return Listing(self.url, files, man, fmt)
+        return Listing(self.url, files, man, format_of(man, [o.rel for o in objects], self.url))
 
     def prepare_cache(self, listing: Listing, cache: str, *, drop_caches: bool = False) -> CacheCondition:
         return CacheCondition(cache, 0.0, True, NO_CACHE)
