@@ -74,6 +74,7 @@ def cmd_run(args) -> int:
     from ckptbench import env as envmod
     from ckptbench import pipeline, results
     from ckptbench.cost import restore_cost
+    from ckptbench.errors import Cancelled
     from ckptbench.sources import open_source
 
     opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
@@ -91,14 +92,20 @@ def cmd_run(args) -> int:
     recorder = results.Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
                                 envmod.snapshot(args.source))
 
-    def on_run(_run) -> None:
+    current = []
+
+    def on_run(run) -> None:
         progress.repeat += 1
+        current[:] = [run]
 
     try:
         reps = pipeline.run(source, opts, repeats=args.repeat, progress=progress, cancel=cancel, on_run=on_run,
                             on_repeat=recorder.repeat, listing=listing)
-    except KeyboardInterrupt:
+    except BaseException as exc:
         cancel.set()
+        if current:  # the repeat under way is recorded as stopped; finished ones are already in the file
+            stopped = isinstance(exc, (KeyboardInterrupt, Cancelled))
+            recorder.stopped(current[0].stages, "cancelled" if stopped else "failed")
         raise
     finally:
         progress.close()

@@ -7,6 +7,7 @@ A SystemSampler keeps the previous counters so rates come from deltas between tw
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import psutil
 
@@ -80,19 +81,27 @@ def source_summary(source: str) -> dict:
 class LiveRates:
     """Now / average / peak GB/s and worker busy % from successive read snapshots (the progress line's figures).
 
-    Rates are taken on the reader's own clock (`elapsed_s`, first byte to now), the clock the average uses:
-    the intervals then tile the average's span exactly, so the peak can never read below the average."""
+    Rates are taken on the reader's own clock (`elapsed_s`, first byte to now), the clock the average uses, so
+    the intervals tile the average's span and the peak cannot read below the average. A finished read's clock
+    stops at its last byte, which can fall before the previous poll: the points after it are dropped and the
+    rate is taken from the last point before it, so the intervals still tile."""
+
+    KEEP = 16  # points kept for that step back; a longer one falls back to the start of the read
 
     def __init__(self) -> None:
-        self.prev: tuple[float, int] = (0.0, 0)
+        self.points: deque[tuple[float, int]] = deque(maxlen=self.KEEP)
         self.peak = 0.0
 
     def update(self, snap) -> dict:
+        while self.points and self.points[-1][0] >= snap.elapsed_s and self.points[-1][1] <= snap.bytes:
+            if self.points[-1][0] == snap.elapsed_s and self.points[-1][1] == snap.bytes:
+                break  # the same point again: nothing new
+            self.points.pop()
+        t_prev, b_prev = self.points[-1] if self.points else (0.0, 0)
         now = 0.0
-        t_prev, b_prev = self.prev
         if snap.elapsed_s > t_prev:
             now = max(0.0, (snap.bytes - b_prev) / (snap.elapsed_s - t_prev) / 1e9)
-            self.prev = (snap.elapsed_s, snap.bytes)
+            self.points.append((snap.elapsed_s, snap.bytes))
         self.peak = max(self.peak, now)
         busy = snap.worker_busy_s
         busy_pct = sum(busy) / (len(busy) * snap.elapsed_s) * 100 if busy and snap.elapsed_s else 0.0

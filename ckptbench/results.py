@@ -176,9 +176,9 @@ def repeat_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, r) -
     return row
 
 
-def cancelled_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, stages: dict) -> dict:
-    """A repeat stopped by the user: recorded, with the stages it finished, so the history shows it."""
-    row = _row(run_id, i, source, fmt, opts, env, "cancelled")
+def stopped_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, stages: dict, status: str) -> dict:
+    """A repeat that did not end (cancelled, or failed with an error): recorded with the stages it finished."""
+    row = _row(run_id, i, source, fmt, opts, env, status)
     row.update({f"{s}_s": stages.get(s, "") for s in STAGES})
     return row
 
@@ -195,10 +195,11 @@ class Recorder:
         if self.path:
             append(self.path, [repeat_row(self.run_id, self.done, self.source, self.fmt, self.opts, self.env, rep)])
 
-    def cancelled(self, stages: dict) -> None:
+    def stopped(self, stages: dict, status: str) -> None:
+        """The repeat under way did not end: `status` is "cancelled" or "failed"."""
         if self.path:
-            append(self.path, [cancelled_row(self.run_id, self.done + 1, self.source, self.fmt, self.opts, self.env,
-                                             stages)])
+            append(self.path, [stopped_row(self.run_id, self.done + 1, self.source, self.fmt, self.opts, self.env,
+                                           stages, status)])
 
     def finish(self, reps: list, extra: dict | None = None) -> dict:
         doc = summarize(self.run_id, self.source, self.fmt, self.opts, reps, self.env) | (extra or {})

@@ -31,6 +31,7 @@ class RestoreSession:
         self.doc: dict | None = None
         self.status = "idle"
         self.started_at: float | None = None
+        self.live_changes: list[int] = []  # concurrency changes the running read took
         self._lock = threading.Lock()
 
     def _progress(self, stage: str, _snap) -> None:
@@ -67,7 +68,9 @@ class RestoreSession:
             if run is not None:
                 run.opts = self.opts
                 if run.handle is not None and run.handle.live_concurrency:
-                    return run.handle.set_concurrency(n)
+                    live = run.handle.set_concurrency(n)
+                    self.live_changes.append(live)
+                    return live
         return None
 
     def cancel(self) -> None:
@@ -88,15 +91,12 @@ class RestoreSession:
                                         self.opts, envmod.snapshot(self.source))
             reps = pipeline.run(src, self.opts, repeats=repeats, progress=self._progress, cancel=self.cancel_event,
                                 on_run=self._on_run, on_repeat=recorder.repeat, listing=listing)
-        except Cancelled:
-            self.status = "cancelled"
+        except BaseException as exc:
+            self.status = "cancelled" if isinstance(exc, Cancelled) else "failed"
             if recorder is not None:
-                recorder.cancelled(self.stages())
+                recorder.stopped(self.stages(), self.status)
             raise
-        except BaseException:
-            self.status = "failed"
-            raise
-        recorder.opts = self.opts  # a concurrency changed during the run is what the run ended with
-        self.doc = recorder.finish(reps)
+        # the row and the document both carry the settings the run started with; live changes are listed
+        self.doc = recorder.finish(reps, {"concurrency_changes": list(self.live_changes)})
         self.status = self.doc["status"]
         return self.doc

@@ -5,6 +5,7 @@ keeps the concurrency it started with; with the threads client, + reaches the ru
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from textual.widgets import Static
 
 from ckptbench.pipeline import RunOptions
 from tui.app import CkptbenchApp
+from tui.screens.dashboard import POLL_S
 from tui.widgets.chart import ThroughputChart
 
 SIZE = (120, 40)
@@ -98,23 +100,24 @@ async def _crt_then_threads(url: str, results: str) -> None:
             assert dash.check_action(action, ()) is None, action
         assert settings_of(dash).endswith("concurrency 1 (fixed for this read)"), settings_of(dash)
         app.post_message(events.Key("plus", "+"))
-        await pilot.pause(0.3)  # more than a poll tick
+        await pilot.pause(POLL_S + 0.05)  # more than a poll tick
         assert still_reading(session), "the CRT read ended before + could be checked"
         assert session.snapshot().concurrency == 1 and dash.concurrency == 1 and app.opts.concurrency == 1
         assert chart.marks == []
-        app.set_concurrency(2)
-        await pilot.pause(0.3)
-        print("EXPLORE", still_reading(session), session.snapshot().concurrency, chart.marks, settings_of(dash), dash.concurrency)
+        app.set_concurrency(2)  # what the sweep screen's "apply the knee" calls, which no binding check stops
+        await pilot.pause(POLL_S + 0.05)
+        assert still_reading(session), "the CRT read ended before the set could be checked"
+        assert session.snapshot().concurrency == 1 and chart.marks == []
+        assert settings_of(dash).endswith("concurrency 1 (fixed for this read)"), settings_of(dash)
         await finish(app, pilot, dash)
-        import csv; print("EXPLORE ROW", [(r['status'], r['concurrency']) for r in csv.DictReader(open(app.results_path))])
-        return
         assert session.status == "ok" and not dash.fixed
         assert "(fixed for this read)" not in settings_of(dash)
         assert dash.check_action("more", ()) is True
 
+        app.set_concurrency(1)
         app.update_opts(s3_client="threads")
         dash, session = await start_read(app, pilot)
-        await pilot.pause(0.3)  # a poll tick: the threads read must not be marked fixed
+        await pilot.pause(POLL_S + 0.05)  # a poll tick: the threads read must not be marked fixed
         assert not dash.fixed and dash.check_action("more", ()) is True
         assert "(fixed for this read)" not in settings_of(dash)
         assert session.snapshot().concurrency == 1 and chart.marks == []
@@ -123,3 +126,8 @@ async def _crt_then_threads(url: str, results: str) -> None:
         assert [label for _, label in chart.marks] == ["c=2"]
         await finish(app, pilot, dash)
         assert session.status == "ok"
+        # the row and the document agree on the settings the run started with; the live change is listed
+        assert session.doc["options"]["concurrency"] == 1 and session.doc["concurrency_changes"] == [2]
+        with open(results + ".jsonl") as f:
+            crt_doc = json.loads(f.readline())
+        assert crt_doc["options"]["concurrency"] == 1 and crt_doc["concurrency_changes"] == []

@@ -283,7 +283,10 @@ async def test_a_bug_in_the_restore_ends_the_run_on_screen_and_r_runs_again(make
         assert app.session is not failed_session and app.session.status == "ok"
         assert any(m.startswith("restored: RTO") for m, _ in app.notes), app.notes
         assert "restore failed" not in h.text_of(dash.query_one("#figures", Static))
-    assert [r["status"] for r in h.read_results(app.results_path)] == ["ok"]
+    # the failed repeat is on record with the stages it finished, then the run that worked
+    rows = h.read_results(app.results_path)
+    assert [r["status"] for r in rows][-2:] == ["failed", "ok"]
+    assert rows[-2]["read_s"] not in ("", None) and rows[-2]["load_s"] in ("", None)
 
 
 # -- the number prompt ---------------------------------------------------------------------------------------

@@ -54,8 +54,6 @@ def test_everything_in_the_last_interval_before_the_finish():
     assert live["avg_gbps"] == pytest.approx(PLANNED / 0.9 / 1e9)
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: a finished snapshot's clock stops at the last byte, which can "
-                   "be before the previous poll; LiveRates then skips it and the peak reads below the average")
 def test_finished_snapshot_clocked_at_the_last_byte_keeps_peak_at_least_average():
     """fastio and the S3 readers clock a finished snapshot at the last byte (t_last), not at the poll: a poll
     after the last byte but before the workers exited reports a longer elapsed_s than the final snapshot."""

@@ -14,12 +14,13 @@ from textual.worker import get_current_worker
 
 from ckptbench import concurrency as conc
 from ckptbench.live import LiveRates
+from ckptbench.sources import PROGRESS_INTERVAL_S
 from tui.messages import RunCancelled, RunFailed, RunFinished
 from tui.widgets.chart import ThroughputChart
 from tui.widgets.stagebar import StageBar
 from tui.widgets.syspanel import SystemPanel
 
-POLL_S = 0.25
+POLL_S = PROGRESS_INTERVAL_S  # the live figures are polled as often as the read reports progress
 SYSTEM_S = 1.0
 MODES = ("fused", "staged")
 CACHES = ("as-is", "cold", "hot")
