@@ -18,24 +18,24 @@ CACHE_MODES = ("cold", "hot", "as-is")
 S3_CLIENT_DEFAULT = "threads"  # measured faster than crt in bench/s3_bench.py (see README)
 
 
-def _concurrency(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not conc.MIN <= n <= conc.MAX:
-        raise argparse.ArgumentTypeError(f"must be {conc.MIN}..{conc.MAX}, got {n}")
-    return n
+def _whole(low: int, high: int | None = None):
+    """An argparse type: a whole number in low..high (no upper bound when high is None)."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if n < low or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(f"must be {low}..{high}, got {n}" if high is not None
+                                             else f"must be at least {low}, got {n}")
+        return n
+
+    return parse
 
 
-def _ranks(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= n <= 1024:
-        raise argparse.ArgumentTypeError(f"must be 1..1024, got {n}")
-    return n
+_concurrency = _whole(conc.MIN, conc.MAX)
+_ranks = _whole(1, 1024)
+_positive = _whole(1)
 
 
 def _finite(text: str) -> float:
@@ -57,16 +57,6 @@ def _size(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
 
 
 def _lazy(name: str):

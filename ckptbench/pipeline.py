@@ -87,7 +87,7 @@ class RepeatResult:
 
 
 # What a loader raises on bytes it cannot parse: reported as the load stage's failure, in one line.
-LOAD_ERRORS = (RuntimeError, ValueError, EOFError, KeyError, TypeError, pickle.UnpicklingError, zipfile.BadZipFile)
+LOAD_ERRORS = (RuntimeError, ValueError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile)
 
 
 class Run:
