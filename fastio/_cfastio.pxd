@@ -92,6 +92,7 @@ cdef extern from "csrc/engine.h" nogil:
     fio_engine *fio_engine_start(const fio_file_spec *files, int nfiles, const fio_options *opt, int *err)
     void fio_engine_set_concurrency(fio_engine *e, int n)
     void fio_engine_cancel(fio_engine *e)
+    void fio_engine_release(fio_engine *e)
     int fio_engine_wait(fio_engine *e, int timeout_ms)
     void fio_engine_snapshot(fio_engine *e, fio_snapshot *s)
     int fio_engine_worker_stats(fio_engine *e, uint64_t *busy_ns, uint64_t *bytes, int *state, int n)

@@ -202,6 +202,10 @@ cdef class ReadHandle:
     def cancel(self):
         fio_engine_cancel(self.e)
 
+    def _release(self):
+        """Tests: workers held before a file started with `_faults={path: "hold"}` go on."""
+        fio_engine_release(self.e)
+
     def done(self):
         cdef fio_snapshot s
         fio_engine_snapshot(self.e, &s)
@@ -301,7 +305,8 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
     of a whole file need its bytes in order, so without `multipart` each such file is one unit.
     With `into_memory` each file's bytes land in a page-aligned anonymous mapping of its own, read
     straight into it (no bounce copy), returned as `ReadResult.buffers` (memoryviews, in file order).
-    `_faults` maps a path to (errno, after_byte, count) for tests of the failure paths.
+    `_faults` maps a path to (errno, after_byte, count) for tests of the failure paths, or to "hold": the
+    worker stops before opening that file until `handle._release()`.
     """
     if read not in _MODE:
         raise OptionError(f"unknown read mode {read!r}: choose one of {', '.join(READ_MODES)}")
@@ -348,7 +353,9 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
                 # them, in parallel and without the GIL (mmap's MAP_POPULATE would hold it for the whole allocation)
                 h._buffers.append(buf)
         fault = faults.get(specs[i].path)
-        if fault:
+        if fault == "hold":
+            h.specs[i].fault_errno, h.specs[i].fault_after, h.specs[i].fault_count = -1, 0, 1
+        elif fault:
             h.specs[i].fault_errno, h.specs[i].fault_after, h.specs[i].fault_count = fault
     cdef fio_options opt
     memset(&opt, 0, sizeof(opt))

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,7 +100,7 @@ static void file_fail(fio_file_state *f, int err, const char *fmt, ...)
 
 static int fault_hit(fio_file_state *f, int64_t pos, int64_t len)
 {
-    if (!f->fault_errno || pos + len <= f->fault_after)
+    if (f->fault_errno <= 0 || pos + len <= f->fault_after)
         return 0;
     if (__atomic_sub_fetch(&f->fault_count, 1, __ATOMIC_RELAXED) < 0)
         return 0;
@@ -144,10 +145,32 @@ static ssize_t pread_retry(struct fio_engine *e, fio_file_state *f, int fd, void
     }
 }
 
+/* Files of procfs, sysfs and their kin report a size of 0 or 4096 whatever they hold. */
+static int pseudo_fs(int fd)
+{
+    struct statfs sf;
+    if (fstatfs(fd, &sf) != 0)
+        return 0;
+    switch ((unsigned long)sf.f_type) {
+    case 0x9fa0UL:     /* proc */
+    case 0x62656572UL: /* sysfs */
+    case 0x64626720UL: /* debugfs */
+    case 0x74726163UL: /* tracefs */
+    case 0x63677270UL: /* cgroup2 */
+    case 0x27e0ebUL:   /* cgroup */
+    case 0x73636673UL: /* securityfs */
+    case 0x62656570UL: /* configfs */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static int open_retry(struct fio_engine *e, fio_file_state *f, int flags)
 {
     for (int attempt = 0;; attempt++) {
-        int fd = open(f->path, flags | O_RDONLY | O_CLOEXEC);
+        /* O_NONBLOCK: a FIFO or a device named in a listing must fail its type check, not hang the open */
+        int fd = open(f->path, flags | O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd >= 0)
             return fd;
         int retryable = transient(errno) || errno == EMFILE || errno == ENFILE;
@@ -377,6 +400,10 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
     if (!__atomic_load_n(&f->err, __ATOMIC_ACQUIRE)) {
         atomic_min64(&f->t_open_ns, t0);
         atomic_min64(&e->t_first_open, t0);
+        while (f->fault_errno == FIO_HOLD && LOAD(&f->fault_count) > 0 && !cancelled(e)) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
         int fd = open_retry(e, f, e->opt.mode == FIO_MODE_DIRECT ? O_DIRECT : 0);
         struct stat st;
         if (fd < 0) {
@@ -394,6 +421,8 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
             file_fail(f, EISDIR, "is a directory, not a file");
         } else if (!S_ISREG(st.st_mode)) {
             file_fail(f, EINVAL, "not a regular file");
+        } else if (pseudo_fs(fd)) {
+            file_fail(f, EINVAL, "a pseudo-file (procfs, sysfs, ...): its size is not real, nothing to measure");
         } else if (f->size >= 0 && st.st_size != f->size) {
             file_fail(f, ENODATA, "file is %lld bytes, expected %lld (changed since it was listed)",
                       (long long)st.st_size, (long long)f->size);
@@ -645,6 +674,13 @@ void fio_engine_set_concurrency(fio_engine *e, int n)
         spawn_upto(e, n);
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
+}
+
+void fio_engine_release(fio_engine *e)
+{
+    for (int i = 0; i < e->nfiles; i++)
+        if (e->files[i].fault_errno == FIO_HOLD)
+            STORE(&e->files[i].fault_count, 0);
 }
 
 void fio_engine_cancel(fio_engine *e)

@@ -11,11 +11,13 @@ enum { FIO_W_IDLE = 0, FIO_W_ACTIVE = 1, FIO_W_PARKED = 2, FIO_W_EXITED = 3 };
 #define FIO_HIST_BUCKETS 32
 #define FIO_MAX_THREADS 1024
 #define FIO_MSG_LEN 200
+#define FIO_HOLD (-1)
 
 typedef struct {
     const char *path;
     int64_t size; /* -1: unknown, read to EOF */
-    /* Fault injection for tests: `fault_count` reads touching bytes past `fault_after` fail with `fault_errno`. */
+    /* Fault injection for tests: `fault_count` reads touching bytes past `fault_after` fail with `fault_errno`.
+     * FIO_HOLD as fault_errno instead holds the worker before it opens the file, until fio_engine_release. */
     int fault_errno;
     int64_t fault_after;
     int fault_count;
@@ -69,6 +71,7 @@ typedef struct fio_engine fio_engine;
 fio_engine *fio_engine_start(const fio_file_spec *files, int nfiles, const fio_options *opt, int *err);
 void fio_engine_set_concurrency(fio_engine *e, int n);
 void fio_engine_cancel(fio_engine *e);
+void fio_engine_release(fio_engine *e); /* tests: lets workers held before a FIO_HOLD file go on */
 /* 1 when every worker has exited (and then joins them), 0 on timeout. */
 int fio_engine_wait(fio_engine *e, int timeout_ms);
 void fio_engine_snapshot(fio_engine *e, fio_snapshot *s);

@@ -105,40 +105,24 @@ def pyrun():
     return run_python
 
 
-class FifoGate:
-    """A FIFO listed first in a run with concurrency 1: the only worker blocks in open() on it
-    until release(), which gives the test a race-free window between start() (which stats and
-    plans every file) and the moment the later files are opened."""
+class Gate:
+    """A small file listed first in a run with concurrency 1, started with `_faults={path: "hold"}`: the only
+    worker waits before opening it until release(handle), which gives the test a race-free window between
+    start() (which stats and plans every file) and the moment the later files are opened."""
 
     def __init__(self, path: str):
         self.path = path
-        os.mkfifo(path)
-        self.released = False
+        with open(path, "wb") as f:
+            f.write(b"gate")
+        self.faults = {path: "hold"}
 
-    def release(self, timeout: float = 10.0) -> None:
-        end = time.monotonic() + timeout
-        while True:
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError as e:  # ENXIO: the reader is not in open() yet
-                if time.monotonic() > end:
-                    raise AssertionError(f"engine never opened the fifo: {e}") from e
-                time.sleep(0.001)
-                continue
-            os.close(fd)
-            self.released = True
-            return
+    def release(self, handle) -> None:
+        handle._release()
 
 
 @pytest.fixture
-def fifo_gate(tmp_path):
-    gate = FifoGate(str(tmp_path / "gate.fifo"))
-    yield gate
-    if not gate.released:  # never leave a worker blocked in open()
-        try:
-            gate.release(timeout=2)
-        except AssertionError:
-            pass
+def gate(tmp_path):
+    return Gate(str(tmp_path / "gate.bin"))
 
 
 @pytest.fixture

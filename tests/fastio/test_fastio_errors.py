@@ -89,22 +89,24 @@ def test_planned_then_deleted_enoent(files):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_vanishes_and_shrinks_between_stat_and_read(files, fifo_gate, mode):
+def test_vanishes_and_shrinks_between_stat_and_read(files, gate, tmp_path, mode):
     """start() stats every path; the files change before the (only) worker gets to them."""
     good = _good_set(files)
     vanish = files.make(50_000)
     shrink = files.make(5 * 16384)
-    h = fastio.start([fifo_gate.path, vanish, good[0], shrink, *good[1:]], concurrency=1, read=mode,
-                     hash="sha256", **SMALL)
+    fifo = str(tmp_path / "named.fifo")
+    os.mkfifo(fifo)
+    h = fastio.start([gate.path, fifo, vanish, good[0], shrink, *good[1:]], concurrency=1, read=mode,
+                     hash="sha256", _faults=gate.faults, **SMALL)
     try:
         os.unlink(vanish)
         os.truncate(shrink, 16384 + 100)
     finally:
-        fifo_gate.release()
+        gate.release(h)
     res = h.wait(timeout=30)
     assert res is not None
-    # the fifo is not a regular file: a failure of its own, not a hang
-    assert _the(res, fifo_gate.path).error is not None
+    # the fifo is not a regular file: a failure of its own, not a hang (no writer ever opens it)
+    assert _the(res, fifo).error is not None
     assert _the(res, vanish).error.errno == errno.ENOENT
     assert _the(res, shrink).error.errno == errno.ENODATA
     _check_good(files, res, good, "sha256")
@@ -296,3 +298,19 @@ def test_permission_denied_eacces(ref):
                 assert e == 0 and dg == ref("sha256", blobs[p])
     finally:
         shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fifo_device_and_pseudo_file_fail_at_once(tmp_path, mode):
+    """Nothing that is not a real regular file is read: a FIFO nobody writes (the open must not block), a
+    character device (no end), a procfs file (its size is not real)."""
+    fifo = str(tmp_path / "f.fifo")
+    os.mkfifo(fifo)
+    paths = [fifo, "/dev/zero", "/proc/self/status"]
+    res = fastio.start(paths, concurrency=2, read=mode, hash="crc32c").wait(timeout=10)
+    assert res is not None, "a worker hung on a special file"
+    for p in paths:
+        f = _the(res, p)
+        assert f.error is not None and f.error.errno == errno.EINVAL and f.bytes == 0, (p, f)
+    if mode != "direct":  # procfs refuses O_DIRECT at open already
+        assert "pseudo-file" in _the(res, "/proc/self/status").error.message

@@ -95,15 +95,15 @@ def test_empty_run_finishes(poll):
     assert res.final.finished
 
 
-def test_wait_timeout_returns_none_while_running_then_result(files, fifo_gate):
+def test_wait_timeout_returns_none_while_running_then_result(files, gate):
     p = files.make(5000)
-    h = fastio.start([fifo_gate.path, p], concurrency=1, hash="md5")
+    h = fastio.start([gate.path, p], concurrency=1, hash="md5", _faults=gate.faults)
     try:
-        assert h.wait(timeout=0.05) is None  # the only worker is blocked on the fifo
+        assert h.wait(timeout=0.05) is None  # the only worker is held before the gate file
         assert not h.done()
         assert not h.snapshot().finished
     finally:
-        fifo_gate.release()
+        gate.release(h)
     res = h.wait(timeout=30)
     assert res is not None
     assert res.files[1].digest == files.expect(p, "md5")
