@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
+import socket
 import threading
 from typing import Callable
 
@@ -136,10 +138,11 @@ def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks:
         if cancel is not None and cancel.is_set():
             raise Cancelled("generation cancelled; nothing was written")
 
-    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    reap_stale_staging(target)
+    tmp = staging_name(target)
     try:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours only if a dead process had our pid; a symlink there fails mkdir
+        os.mkdir(tmp)
         say(f"building the model ({profile.dims.param_count / 1e6:.1f} M parameters) and taking one AdamW step")
         state = train_one_step(profile, seed)
         check_cancel()
@@ -170,6 +173,52 @@ def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks:
         raise
 
 
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "localhost"
+
+
+def staging_name(target: str, pid: int | None = None) -> str:
+    """The temporary sibling `gen` writes into: `.NAME.tmp-HOST-PID`. The host keeps two nodes on one shared file
+    system from judging each other's pids; the pid tells a dead writer's leftovers from a live one's."""
+    pid = os.getpid() if pid is None else pid
+    return os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp-{_host()}-{pid}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def reap_stale_staging(target: str) -> list[str]:
+    """Removes the temporary siblings of `target` left by dead `gen`s on this host (a kill -9, a power cut);
+    a live process's, another host's, and the set-aside old checkpoint of a swap that never finished stay."""
+    parent, base = os.path.split(target)
+    pattern = re.compile(rf"\.{re.escape(base)}\.tmp-(?:(?P<host>.+)-)?(?P<pid>\d+)(?P<old>\.old)?")
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for n in names:
+        m = pattern.fullmatch(n)
+        if not m or (m["host"] is not None and m["host"] != _host()) or _alive(int(m["pid"])):
+            continue
+        if m["old"] and not os.path.isdir(target):
+            continue  # the swap died between its renames: this is the only copy of the old checkpoint
+        path = os.path.join(parent, n)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def _fsync_tree(root: str) -> None:
     for dirpath, _, names in os.walk(root):
         for n in names:
@@ -186,6 +235,11 @@ def _swap_in(tmp: str, target: str) -> None:
     if os.path.isdir(target):
         old = f"{tmp}.old"
         os.rename(target, old)
-    os.rename(tmp, target)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        if old:
+            os.rename(old, target)
+        raise
     if old:
         shutil.rmtree(old, ignore_errors=True)

@@ -267,7 +267,7 @@ def test_parent_not_writable_for_an_unprivileged_user(h):
 
 
 def test_not_enough_disk(h, tmp_path):
-    r = h.run_cli("gen", "small", tmp_path / "ck", "--scale", "1e6")
+    r = h.run_cli("gen", "70b", tmp_path / "ck", "--scale", "1000")  # about 900 TiB: no disk here has that
     _assert_one_error_line(r, "GiB free", "needs")
     assert r.rc == 2
     assert h.listing(tmp_path) == []
@@ -308,7 +308,76 @@ def test_force_that_fails_keeps_the_old_checkpoint(h, ckpt, tmp_path):
     target = tmp_path / "ck"
     h.copy_ckpt(ckpt("torch", 1), target)
     before = h.snapshot(target)
-    r = h.run_cli("gen", "small", target, "--scale", "1e6", "--force")
+    r = h.run_cli("gen", "70b", target, "--scale", "1000", "--force")
     _assert_one_error_line(r, "needs")
     assert h.snapshot(target) == before
     assert os.listdir(tmp_path) == ["ck"]
+
+
+# ---- interrupted and killed gens: no temporary sibling left behind ----------------------------------------
+
+
+def _host() -> str:
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_gen_interrupted_mid_write_leaves_no_temporary_sibling(h, tmp_path, monkeypatch, exc):
+    """The shards are written, then the small files fail: ^C (the CLI's exit 130) or a bug (the exception escapes)."""
+    from ckptbench import generate
+
+    real = generate.write_small_files
+    seen = []
+
+    def half_then_fail(directory, *args):
+        real(directory, *args)
+        seen.append(sorted(os.listdir(tmp_path)))
+        seen.append(sorted(os.listdir(directory)))
+        raise exc("stopped mid-write")
+
+    monkeypatch.setattr(generate, "write_small_files", half_then_fail)
+    target = tmp_path / "ck"
+    if exc is KeyboardInterrupt:
+        r = h.run_cli("gen", "small", target, "--scale", h.SCALE, "--format", "torch")
+        assert r.rc == 130 and "interrupted" in r.err and "Traceback" not in r.err
+    else:
+        with pytest.raises(RuntimeError, match="stopped mid-write"):
+            h.run_cli("gen", "small", target, "--scale", h.SCALE, "--format", "torch")
+    assert seen[0] == [f".ck.tmp-{_host()}-{os.getpid()}"]  # it wrote into a temporary sibling named by host and pid
+    assert "model_rank000.pt" in seen[1] and "config.json" in seen[1]
+    assert h.listing(tmp_path) == []
+
+
+def test_gen_removes_stale_siblings_of_dead_processes_only(h, tmp_path):
+    import subprocess
+
+    done = subprocess.Popen([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE, text=True)
+    dead = int(done.communicate()[0])
+    live = subprocess.Popen([sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(300)"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        alive = int(live.stdout.readline())
+        host = _host()
+        stale = [f".ck.tmp-{host}-{dead}", f".ck.tmp-{dead}"]  # the second as the gen before this fix named it
+        kept = [f".ck.tmp-{host}-{alive}",  # a gen still writing
+                f".ck.tmp-otherhost-{dead}",  # another node's, on a shared file system: its pids are not ours
+                f".other.tmp-{host}-{dead}",  # another target's
+                f".ck.tmp-{host}-{dead}.old"]  # a swap that died between renames: the only copy of the old checkpoint
+        for n in stale + kept:
+            os.makedirs(tmp_path / n / "dataloader")
+            (tmp_path / n / "dataloader" / "part.idx").write_bytes(b"half")
+        r = h.run_cli("gen", "small", tmp_path / "ck", "--scale", h.SCALE, "--format", "torch")
+        assert r.rc == 0, r.err
+        assert sorted(os.listdir(tmp_path)) == sorted(["ck"] + kept)
+        for n in kept:
+            assert (tmp_path / n / "dataloader" / "part.idx").read_bytes() == b"half", n
+        assert live.poll() is None  # the live one really was alive throughout
+        # once the target exists, the set-aside old checkpoint of that dead swap is stale too
+        r = h.run_cli("gen", "small", tmp_path / "ck", "--scale", h.SCALE, "--format", "torch", "--force")
+        assert r.rc == 0, r.err
+        assert sorted(os.listdir(tmp_path)) == sorted(["ck"] + kept[:3])
+    finally:
+        live.kill()
+        live.wait()
