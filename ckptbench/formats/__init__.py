@@ -8,6 +8,7 @@ cost lands in the load stage, not in a later step).
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -63,8 +64,17 @@ class CheckpointState:
         self.hparams = self.hparams or other.hparams
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 class FormatError(CkptbenchError):
-    """A checkpoint file that cannot be read as its format says."""
+    """A checkpoint file that cannot be read as its format says.
+
+    The message stays one line whatever a crafted file puts in it: control characters (a tensor name with a
+    newline, say) are written as escapes."""
+
+    def __init__(self, message: str, *, exit_code: int | None = None):
+        super().__init__(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", message), exit_code=exit_code)
 
 
 def module_for(fmt: str):
