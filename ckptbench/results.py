@@ -1,11 +1,18 @@
-"""results.csv: one row per repeat, append-only, each row carrying its environment; and reading it back."""
+"""results.csv: one row per repeat, append-only, each row carrying its environment; and reading it back.
+
+Beside it, results.csv.jsonl: one JSON document per line, {"record": "repeat"} as each repeat ends and
+{"record": "run"} (the summary) when the run ends; both files only ever grow.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 import os
+import stat
+import tempfile
 
 from ckptbench.errors import CkptbenchError
 from ckptbench.stages import STAGES
@@ -27,14 +34,111 @@ def _line(values: list) -> str:
     return buf.getvalue()
 
 
+def jsonl_path(path: str) -> str:
+    """The run documents' file beside a results file."""
+    return path + ".jsonl"
+
+
+def recorded_text(text: str) -> str:
+    """`text` as valid UTF-8: bytes that are not (a path's surrogate escapes) become backslash escapes, e.g. \\xff."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # lone surrogates that are not escaped bytes
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def plain(value):
+    """`value` as JSON allows it: non-finite floats become null, text valid UTF-8, anything else its str."""
+    if isinstance(value, str):
+        return recorded_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, dict):
+        return {recorded_text(str(k)): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return recorded_text(str(value))
+
+
+def _cannot(path: str, what: str, exc: OSError) -> CkptbenchError:
+    return CkptbenchError(f"{recorded_text(path)}: cannot {what} ({exc.strerror}); choose a writable --results path")
+
+
+def _check_appendable(path: str) -> None:
+    """Opens `path` for append without creating or changing it; a missing file: its folder must take a new one."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        _check_creatable(path)
+        return
+    except OSError as exc:
+        raise _cannot(path, "append to it", exc) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CkptbenchError(f"{recorded_text(path)}: not a regular file; choose another --results path")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO swapped in refuses
+    except OSError as exc:
+        raise _cannot(path, "append to it", exc) from None
+    os.close(fd)
+
+
+def _check_creatable(path: str) -> None:
+    """Creates and removes a temporary file beside `path`, as append() does: no empty results file is left."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{name}.probe-", dir=folder)
+    except OSError as exc:
+        raise _cannot(path, "create the results file there", exc) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def check_writable(path: str) -> None:
-    """Before a run: an existing file must be ours (same header), so nothing is appended to a foreign file."""
+    """Before a run: both the results file and its .jsonl can be appended to (or created), and an existing
+    results file is ours (same header), so that nothing fails after the restore and nothing lands in a foreign
+    file."""
+    _check_appendable(path)
+    _check_appendable(jsonl_path(path))
     if os.path.exists(path):
         read_rows(path)
-    else:
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise CkptbenchError(f"{path}: cannot create the results file there; choose a writable --results path")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fsync_dir(path: str) -> None:
+    """A new file's name is durable only once its folder is synced; best effort, as some filesystems refuse."""
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _ends_a_line(path: str, size: int) -> bool:
+    """Whether the file's last byte ends a line (an unreadable file is taken on trust)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            return f.read(1) == b"\n"
+    except OSError:
+        return True
 
 
 def append(path: str, rows: list[dict]) -> None:
@@ -52,15 +156,57 @@ def append(path: str, rows: list[dict]) -> None:
             pass
         finally:
             os.unlink(tmp)
+        _fsync_dir(path)
     read_rows(path)  # refuses a foreign or damaged file before touching it
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
         for row in rows:
-            values = [json.dumps(row[c], sort_keys=True) if c == "env" else row.get(c, "") for c in COLUMNS]
-            os.write(fd, _line(values).encode())
+            values = [json.dumps(plain(row[c]), sort_keys=True, allow_nan=False) if c == "env"
+                      else plain(row.get(c, "")) for c in COLUMNS]
+            _write_all(fd, _line(values).encode("utf-8"))
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def append_document(path: str, doc: dict) -> None:
+    """Appends one JSON document as one line of the results file's .jsonl, fsync'd before returning."""
+    target = jsonl_path(path)
+    line = json.dumps(plain(doc), allow_nan=False) + "\n"
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        if size and not _ends_a_line(target, size):
+            line = "\n" + line  # a line torn by a crash stays apart from this one
+        _write_all(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if size == 0:
+        _fsync_dir(target)
+
+
+def read_documents(path: str, record: str | None = None) -> list[dict]:
+    """The documents in a results file's .jsonl, oldest first; only `record` ("repeat" or "run") when given.
+
+    Documents written before records were tagged are runs; a line torn by a crash is skipped."""
+    docs = []
+    try:
+        with open(jsonl_path(path), encoding="utf-8") as f:
+            for line in f:
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(doc, dict) and (record is None or doc.get("record", "run") == record):
+                    docs.append(doc)
+    except FileNotFoundError:
+        return []
+    except UnicodeDecodeError:
+        raise CkptbenchError(f"{jsonl_path(path)}: not a text file; not a ckptbench results file") from None
+    except OSError as exc:
+        raise CkptbenchError(f"{jsonl_path(path)}: cannot read ({exc.strerror})") from None
+    return docs
 
 
 def read_rows(path: str) -> list[dict]:
@@ -105,7 +251,8 @@ def repeat_doc(r) -> dict:
     return {"status": r.status, "stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps,
             "engine_gbps": r.engine_gbps, "warmup_s": r.warmup_s, "success_rate": r.success_rate,
             "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors, "cache": r.cache.to_dict(),
-            "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "problems": r.problems, "notes": r.notes}
+            "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "problems": r.problems, "notes": r.notes,
+            "verified": r.verified}
 
 
 def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
@@ -125,11 +272,13 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
     for r in reps:
         notes.update(r.notes)
     return {
+        "record": "run",
         "run_id": run_id,
         "source": source,
         "format": fmt,
         "options": vars(opts),
         "status": "ok" if all(r.status == "ok" for r in reps) else "failed",
+        "verified": all(r.verified for r in reps),
         "stages": {s: st["median"] for s, st in stage_stats.items()},
         "stages_stats": stage_stats,
         "rto_s": rto["median"],
@@ -166,7 +315,8 @@ def _row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, status: st
 
 def repeat_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, r) -> dict:
     """One finished repeat as a results.csv row."""
-    row = _row(run_id, i, source, fmt, opts, env, r.status)
+    # a restore whose digests had no reference is never on record as a verified success
+    row = _row(run_id, i, source, fmt, opts, env, "unverified" if r.status == "ok" and not r.verified else r.status)
     row.update({"cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
                 "residency_after": r.cache.residency_after, "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files,
                 "files_restored": r.files_restored, "read_gbps": r.read_gbps, "success_rate": r.success_rate,
@@ -184,28 +334,36 @@ def stopped_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, sta
 
 
 class Recorder:
-    """Records one run as it goes: each repeat's row lands when that repeat ends; the document at the end."""
+    """Records one run as it goes: as each repeat ends, its document then its row (a row always has its
+    document); the summary document when the run ends."""
 
     def __init__(self, path: str | None, run_id: str, source: str, fmt: str, opts, env: dict):
-        self.path, self.run_id, self.source, self.fmt, self.opts, self.env = path, run_id, source, fmt, opts, env
+        self.path, self.run_id, self.fmt, self.opts, self.env = path, run_id, fmt, opts, env
+        self.source = recorded_text(source)
         self.done = 0
+
+    def _repeat_record(self, i: int, fields: dict) -> dict:
+        return {"record": "repeat", "schema": SCHEMA, "run_id": self.run_id, "repeat": i, "source": self.source,
+                "format": self.fmt, "options": vars(self.opts)} | fields | {"env": self.env}
 
     def repeat(self, rep) -> None:
         self.done += 1
         if self.path:
+            append_document(self.path, self._repeat_record(self.done, repeat_doc(rep) | {
+                "bytes": rep.bytes, "files": rep.files, "files_restored": rep.files_restored}))
             append(self.path, [repeat_row(self.run_id, self.done, self.source, self.fmt, self.opts, self.env, rep)])
 
     def stopped(self, stages: dict, status: str) -> None:
         """The repeat under way did not end: `status` is "cancelled" or "failed"."""
         if self.path:
-            append(self.path, [stopped_row(self.run_id, self.done + 1, self.source, self.fmt, self.opts, self.env,
-                                           stages, status)])
+            i = self.done + 1
+            append_document(self.path, self._repeat_record(i, {"status": status, "stages": dict(stages)}))
+            append(self.path, [stopped_row(self.run_id, i, self.source, self.fmt, self.opts, self.env, stages,
+                                           status)])
 
     def finish(self, reps: list, extra: dict | None = None) -> dict:
-        doc = summarize(self.run_id, self.source, self.fmt, self.opts, reps, self.env) | (extra or {})
+        """The summary document, as recorded: text valid UTF-8 and non-finite figures null."""
+        doc = plain(summarize(self.run_id, self.source, self.fmt, self.opts, reps, self.env) | (extra or {}))
         if self.path:
-            with open(self.path + ".jsonl", "a") as f:
-                f.write(json.dumps(doc, default=str) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+            append_document(self.path, doc)
         return doc
