@@ -270,8 +270,18 @@ def write_side(f: Facts) -> Item:
     return Item("write_side", title, "ok", ev, why, "none")
 
 
+def readable(f: Facts) -> Item:
+    why = "a file the restoring user cannot read fails the restore; a directory it cannot enter hides files"
+    title = "Readable by this user"
+    ev = {"unreadable": [f"{p}: {why_}" for p, why_ in f.unreadable[:20]], "count": len(f.unreadable)}
+    if f.unreadable:
+        return Item("readable", title, "fail", ev, why,
+                    "give the job's user read access (chmod -R u+rX, or chown to that user), or run as that user")
+    return Item("readable", title, "ok", ev, why, "none")
+
+
 RULES = (concurrency, small_files, network_path, mount_options, limits_and_interference, oom, device_mapping,
-         cold_cache, write_side)
+         cold_cache, write_side, readable)
 
 
 def evaluate(f: Facts) -> list[Item]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import fastio
 
 from ckptbench import concurrency as conc
-from ckptbench import probes, storage
+from ckptbench import conditions, probes, storage
 from ckptbench.sources import open_source
 
 SAMPLE_S = 1.0  # the window for rates (disk %util, TCP retransmits)
@@ -42,27 +42,32 @@ class Facts:
     concurrency: int = conc.DEFAULT
     sweep: dict | None = None  # SweepResult.to_json()
     thp: str | probes.Unknown | None = None
+    unreadable: list = field(default_factory=list)  # (path, why): files and directories this user cannot read
 
     @property
     def bytes(self) -> int:
         return sum(self.sizes)
 
 
-def _open_rate(paths: list[str], limit: int = 2000) -> float | None:
-    """Files opened, stat'ed and closed per second: the metadata cost each small file adds."""
-    sample = paths[:limit]
-    if not sample:
-        return None
+def _open_probe(paths: list[str], limit: int = 2000) -> tuple[float | None, list[tuple[str, str]]]:
+    """Every file opened, stat'ed and closed once: the rate over the first `limit` (the metadata cost each
+    small file adds) and the files this user cannot open, with the reason."""
+    failed: list[tuple[str, str]] = []
+    rate = None
     t0 = time.perf_counter()
-    for p in sample:
+    for i, p in enumerate(paths):
+        if i == limit:
+            rate = limit / (time.perf_counter() - t0)
         try:
-            fd = os.open(p, os.O_RDONLY)
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
             os.fstat(fd)
             os.close(fd)
-        except OSError:
-            pass
-    dt = time.perf_counter() - t0
-    return len(sample) / dt if dt > 0 else None
+        except OSError as exc:
+            failed.append((p, exc.strerror or str(exc)))
+    if paths and rate is None:
+        dt = time.perf_counter() - t0
+        rate = len(paths) / dt if dt > 0 else None
+    return rate, failed
 
 
 def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, quick_sweep: bool = False,
@@ -78,7 +83,8 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     f = Facts(source=source, scheme=src.scheme, concurrency=concurrency)
     f.sizes = [x.size or 0 for x in listing.files]
     f.files = len(f.sizes)
-    f.open_rate = _open_rate(paths)
+    f.open_rate, unopened = _open_probe(paths)
+    f.unreadable = list(listing.skipped) + unopened
     f.world_size = man.world_size if man is not None and man.world_size else None
     f.mount = src.mount(root) if src.files_on_disk else None
     mount = f.mount if isinstance(f.mount, probes.Mount) else None
@@ -104,7 +110,7 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     if not src.has_page_cache:
         f.evict_residency = probes.Unknown(f"{src.scheme or 'this source'} has no local page cache: every read is cold")
     elif probe_cache:
-        f.residency_now = fastio.residency(paths).fraction
+        f.residency_now = conditions.residency_of(paths)
         f.evict_residency = _evict_probe(paths)
     if quick_sweep:
         from ckptbench.sweep import sweep

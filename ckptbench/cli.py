@@ -10,7 +10,7 @@ import threading
 
 from ckptbench import __version__
 from ckptbench import concurrency as conc
-from ckptbench.errors import CkptbenchError, translate
+from ckptbench.errors import CkptbenchError, redact, translate
 
 HASHES = ("none", "crc32c", "xxh64", "md5", "sha256")
 READ_MODES = ("pread", "mmap", "direct")
@@ -38,16 +38,28 @@ _ranks = _whole(1, 1024)
 _positive = _whole(1)
 
 
-def _finite(text: str) -> float:
+def _number(above: float | None = None, high: float | None = None):
+    """An argparse type: a finite number, greater than `above` and at most `high` where given."""
     import math
 
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(x):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return x
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        if (above is not None and x <= above) or (high is not None and x > high):
+            span = f"above {above:g}" + (f" and at most {high:g}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"must be {span}, got {text}")
+        return x
+
+    return parse
+
+
+_finite = _number()
+_scale = _number(0.0, 1000.0)  # beyond ~1000x the 70B profile the arithmetic means nothing
+_seconds = _number(0.0)
 
 
 def _size(text: str) -> int:
@@ -86,8 +98,15 @@ def _add_read_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-client", choices=("threads", "crt"), default=S3_CLIENT_DEFAULT, help="S3 sources only")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line, like every other bad input: what, where, and where to read more."""
+
+    def error(self, message: str):
+        self.exit(2, f"ckptbench: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ckptbench",
         description="Checkpoint-restore benchmark and live diagnosis for large-model training.",
     )
@@ -156,8 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="sizes, files, save bandwidth and restore memory of a checkpoint profile")
     p.add_argument("profile", metavar="PROFILE", help="small, medium, large, 7b, 30b, 70b, or a .toml path")
-    p.add_argument("--interval", type=_finite, metavar="S", help="checkpoint interval in seconds: the bandwidth it needs")
-    p.add_argument("--scale", type=_finite, default=1.0, help="resize the model by about this factor in bytes")
+    p.add_argument("--interval", type=_seconds, metavar="S",
+                   help="checkpoint interval in seconds: the bandwidth it needs")
+    p.add_argument("--scale", type=_scale, default=1.0, help="resize the model by about this factor in bytes")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_plan)
 
@@ -167,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("safetensors", "torch", "dcp"), help="default: the profile's")
     p.add_argument("--ranks", type=_ranks, help="ranks the state is sharded over (default: the profile's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scale", type=_finite, default=1.0)
+    p.add_argument("--scale", type=_scale, default=1.0)
     p.add_argument("--digest", choices=("crc32c", "md5"), default="crc32c", help="manifest digest")
     p.add_argument("--force", action="store_true", help="replace a non-empty DIR")
     p.set_defaults(handler=cmd_gen)
@@ -212,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="generate the small sample checkpoint (once) and restore it live in the TUI")
     p.add_argument("--dir", help="where the sample lives (default: the user cache directory)")
     p.add_argument("--headless", action="store_true", help="no TUI: a timed run with a progress line")
-    p.add_argument("--scale", type=_finite, default=1.0, help="resize the sample (default: the small profile)")
+    p.add_argument("--scale", type=_scale, default=1.0, help="resize the sample (default: the small profile)")
     p.add_argument("--s3", action="store_true",
                    help="serve the sample from a local S3 server on 127.0.0.1 (moto, with 20 ms first-byte latency)")
     p.set_defaults(handler=cmd_demo)
@@ -251,6 +271,8 @@ def _print_summary(report) -> None:
         print(f"  failed: {f.path}: {f.error.message} (errno {f.error.errno})", file=sys.stderr)
     if len(r.failed) > 20:
         print(f"  ... and {len(r.failed) - 20} more failed files", file=sys.stderr)
+    for d, why in report.skipped:
+        print(f"  failed: {d}: directory not readable ({why}); its files were not read", file=sys.stderr)
 
 
 def cmd_read(args) -> int:
@@ -275,7 +297,7 @@ def cmd_read(args) -> int:
         _emit(report.to_json())
     else:
         _print_summary(report)
-    return 1 if report.result.failed else 0
+    return 0 if report.ok else 1
 
 
 def _emit(doc: dict) -> None:
@@ -531,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         err = translate(exc)  # fastio, OS, botocore and torch failures a user can cause: one line
         if err is None:
             raise
-        print(f"ckptbench: error: {err}", file=sys.stderr)
+        print(f"ckptbench: error: {redact(str(err))}", file=sys.stderr)
         return err.exit_code
 
 

@@ -55,6 +55,8 @@ def print_run(doc: dict) -> None:
     if doc.get("warmup_s"):
         print(f"one-time warm-up before the first clock (imports, torch's first operations): "
               f"{doc['warmup_s']:.2f} s, not in the RTO")
+    print("digests: verified against the manifest" if doc["verified"] else
+          "digests: NOT VERIFIED (no reference to compare with; see the verify note)")
     c = doc["cache"]
     flag = "" if c["verified"] else "  NOT VERIFIED"
     notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
@@ -137,10 +139,13 @@ def cmd_sweep(args) -> int:
             print(f"  concurrency {level:4d}: {gbps:.2f} GB/s", file=sys.stderr)
 
     res = sweep(args.source, levels, repeats=args.repeat, cache=args.cache, opts=opts, progress=say)
+    for path, why in res.failed:
+        print(f"  failed: {path}: {why} (measured without it)", file=sys.stderr)
+    rc = 1 if res.failed else 0
     if args.json:
         json.dump(res.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return rc
     best = res.gbps[res.best]["median"]
     print(f"{res.source}: read throughput by concurrency ({res.cache} cache"
           f"{'' if res.cache_verified else ', NOT verified'}; median of {args.repeat})")
@@ -151,7 +156,7 @@ def cmd_sweep(args) -> int:
         print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best:6.0%}{mark}")
     print(f"knee: {res.knee} (smallest level within {res.margin:.0%} of the best, {res.best}); "
           f"recommendation: --concurrency {res.knee}")
-    return 0
+    return rc
 
 
 def cmd_compare(args) -> int:

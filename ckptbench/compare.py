@@ -40,10 +40,14 @@ class Comparison:
         return [f for f in self.figures if f.regression]
 
 
+# restores that ran to the end: "unverified" ones (no reference digest to compare with) are timed all the same
+COMPLETED = ("ok", "unverified")
+
+
 def _runs(rows: list[dict]) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
     for r in rows:
-        if r["status"] == "ok":
+        if r["status"] in COMPLETED:
             runs.setdefault(r["run_id"], []).append(r)
     return runs
 

@@ -37,25 +37,49 @@ def prepare(paths: list[str], requested: str, *, drop_caches: bool = False) -> C
                 fastio.drop_caches()
             except fastio.FastIOError as exc:
                 note = f"drop_caches refused ({exc.strerror}); evicted file by file instead. "
-        fastio.evict(paths)
-        frac = fastio.residency(paths).fraction
+        _evict(paths)
+        frac = _residency(paths).fraction
         if frac > COLD_MAX:
             return CacheCondition("cold", frac, False, note + f"not cold: {frac:.0%} still resident after eviction "
                                   "(tmpfs, or pages mapped by another process)")
         return CacheCondition("cold", frac, True, note.strip())
     if requested == "hot":
         fastio.read_files(paths, concurrency=2, read="pread", hash="none")
-        frac = fastio.residency(paths).fraction
+        frac = _residency(paths).fraction
         if frac < HOT_MIN:
             return CacheCondition("hot", frac, False, f"not hot: only {frac:.0%} resident after a pre-read "
                                   "(the page cache is smaller than the data)")
         return CacheCondition("hot", frac, True)
-    frac = fastio.residency(paths).fraction
+    frac = _residency(paths).fraction
     return CacheCondition("as-is", frac, True)
 
 
 def residency_of(paths: list[str]) -> float:
-    return fastio.residency(_present(paths)).fraction
+    return _residency(_present(paths)).fraction
+
+
+def _residency(paths: list[str]) -> fastio.Residency:
+    """Residency of the files that can be opened: an unreadable one is its read's error to report, and must
+    not sink the measurement of the others."""
+    try:
+        return fastio.residency(paths)
+    except fastio.FastIOError:
+        parts = []
+        for p in paths:
+            try:
+                parts.append(fastio.residency([p]))
+            except fastio.FastIOError:
+                pass
+        return fastio.Residency(sum(r.resident for r in parts), sum(r.total for r in parts),
+                                tuple(x for r in parts for x in r.per_file))
+
+
+def _evict(paths: list[str]) -> None:
+    """Evicts every file it can; the ones it cannot open fail in the read that follows, naming themselves."""
+    try:
+        fastio.evict(paths)
+    except fastio.FastIOError:
+        pass
 
 
 def _present(paths: list[str]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from ckptbench.compare import COMPLETED
 from ckptbench.results import read_rows
 from ckptbench.stats import spread
 
@@ -16,7 +17,7 @@ def runs(path: str) -> list[dict]:
         grouped.setdefault(row["run_id"], []).append(row)
     out = []
     for run_id, rows in grouped.items():
-        ok = [r for r in rows if r["status"] == "ok"]
+        ok = [r for r in rows if r["status"] in COMPLETED]
         statuses = {r["status"] for r in rows}
         out.append({
             "run_id": run_id, "date": rows[0]["timestamp"], "source": rows[0]["source"], "mode": rows[0]["mode"],

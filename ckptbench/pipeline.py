@@ -80,6 +80,7 @@ class RepeatResult:
     problems: list[str] = field(default_factory=list)
     retry_classes: dict[str, int] = field(default_factory=dict)
     warmup_s: float = 0.0  # one-time process costs paid before this repeat's clock started (not in the RTO)
+    verified: bool = False  # every file's digest matched a reference (the manifest's, in its own hash)
 
     @property
     def success_rate(self) -> float:
@@ -107,6 +108,7 @@ class Run:
         self.stages: dict[str, float] = {}
         self.notes: dict[str, str] = {}
         self.error_classes: dict[str, int] = {}
+        self.verified = False
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():
@@ -194,7 +196,8 @@ class Run:
         read_s = self.stages[READ]
         base = dict(bytes=res.bytes, files=len(expected), files_restored=len(expected - bad),
                     read_gbps=res.bytes / read_s / 1e9 if read_s > 0 else 0.0, engine_gbps=res.read_gbps,
-                    retries=res.retries, errors=errors, cache=cache, retry_classes=self.source.retry_classes())
+                    retries=res.retries, errors=errors, cache=cache, retry_classes=self.source.retry_classes(),
+                    verified=self.verified)
         if problems:
             return RepeatResult(self.stages, self.notes, time.perf_counter() - t_start,
                                 peak_rss_bytes=self.rss.peak(), cpu_s=cpu_s(proc) - cpu0, status="failed",
@@ -219,15 +222,20 @@ class Run:
         from ckptbench.verify import compare
 
         unreadable = [(listing.rel(f.path), f"unreadable: {f.error.message}") for f in res.failed]
+        unreadable += [(listing.rel(d), f"unreadable directory ({why}): its files were not listed")
+                       for d, why in listing.skipped]
         if man is None:
-            self.notes[VERIFY] = "no manifest: digests computed, no reference to compare with"
+            self.notes[VERIFY] = "NOT VERIFIED: no manifest, so digests were computed with no reference"
             return unreadable
         if alg != man.hash:
-            self.notes[VERIFY] = f"--hash {alg} is not the manifest's {man.hash}: no reference to compare with"
+            self.notes[VERIFY] = (f"NOT VERIFIED: --hash {alg} is not the manifest's {man.hash}, so there is no "
+                                  f"reference; leave --hash out or use --hash {man.hash}")
             return unreadable
         results = {listing.rel(f.path): replace(f, digest=digests.get(f.path)) for f in res.files}
         listed = {e.path for e in man.files}
-        return list(compare(man, results)) + [p for p in unreadable if p[0] not in listed]
+        problems = list(compare(man, results)) + [p for p in unreadable if p[0] not in listed]
+        self.verified = not problems
+        return problems
 
     def _outcome(self, res, problems, man, listing: Listing) -> tuple[set[str], dict[str, int]]:
         """The files a restore owes (read, or promised by the manifest) and the error classes of what failed."""

@@ -16,6 +16,11 @@ from ckptbench.sources import Driven, Listing, ReadHandle, ReadOptions, Source, 
 class ReadReport:
     driven: Driven
     cache: conditions.CacheCondition
+    skipped: tuple[tuple[str, str], ...] = ()  # directories the listing could not enter
+
+    @property
+    def ok(self) -> bool:
+        return not self.result.failed and not self.skipped
 
     @property
     def result(self) -> fastio.ReadResult:
@@ -47,6 +52,7 @@ class ReadReport:
             "latency_us": {"p50": snap.latency_us(0.5), "p99": snap.latency_us(0.99)},
             "worker_busy_s": list(snap.worker_busy_s),
             "cache": self.cache.to_dict(),
+            "unreadable_dirs": [{"path": d, "error": why} for d, why in self.skipped],
             "files": [
                 {
                     "path": f.path,
@@ -71,4 +77,4 @@ def read_source(source: Source, listing: Listing, opts: ReadOptions, *, cache: s
     driven = drive(lambda: source.start_read(listing, opts), on_start=on_start, on_progress=on_progress,
                    cancel=cancel)
     after = source.residency(listing)
-    return ReadReport(driven, condition if after is None else condition.with_after(after))
+    return ReadReport(driven, condition if after is None else condition.with_after(after), listing.skipped)

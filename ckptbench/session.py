@@ -85,6 +85,8 @@ class RestoreSession:
         self.started_at = time.perf_counter()
         recorder = None
         try:
+            if self.results_path:
+                results.check_writable(self.results_path)  # before the restore, not after it
             src = open_source(self.source)
             listing = src.list()
             recorder = results.Recorder(self.results_path, uuid.uuid4().hex[:12], self.source, listing.format,

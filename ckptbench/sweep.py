@@ -25,11 +25,13 @@ class SweepResult:
     margin: float
     cache: str
     cache_verified: bool
+    failed: tuple[tuple[str, str], ...] = ()  # (path, why) of what could not be read; the rest was measured
 
     def to_json(self) -> dict:
         return {"source": self.source, "levels": self.levels, "gbps": {str(k): v for k, v in self.gbps.items()},
                 "knee": self.knee, "best": self.best, "margin": self.margin, "cache": self.cache,
                 "cache_verified": self.cache_verified,
+                "failed": [{"path": p, "error": why} for p, why in self.failed],
                 "recommendation": f"--concurrency {self.knee}"}
 
 
@@ -63,6 +65,7 @@ def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: s
     base = opts or ReadOptions(hash="none")
     listing = src.list()
     results: dict[int, list[float]] = {lv: [] for lv in levels}
+    failed = {d: f"directory not readable ({why})" for d, why in listing.skipped}
     verified = True
     for _ in range(repeats):
         for level in levels:
@@ -70,14 +73,11 @@ def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: s
                 raise Cancelled("sweep cancelled")
             rep = read_source(src, listing, replace(base, concurrency=level), cache=cache, cancel=cancel)
             verified &= rep.cache.verified
-            if rep.result.failed:
-                bad = rep.result.failed[0]
-                raise CkptbenchError(f"{bad.path}: {bad.error.message} during the sweep; fix the source first",
-                                     exit_code=1)
+            failed.update({f.path: f.error.message for f in rep.result.failed})
             results[level].append(rep.read_gbps)
             if progress:
                 progress(level, rep.read_gbps)
     stats = {lv: spread(v) for lv, v in results.items()}
     k, best = knee({lv: s["median"] for lv, s in stats.items()})
     label = cache if src.has_page_cache else f"n/a ({src.scheme})"
-    return SweepResult(src.url, levels, stats, k, best, KNEE_MARGIN, label, verified)
+    return SweepResult(src.url, levels, stats, k, best, KNEE_MARGIN, label, verified, tuple(sorted(failed.items())))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 import fastio
 
+from ckptbench import confine, tree
 from ckptbench import manifest as mf
-from ckptbench import tree
+from ckptbench.errors import CkptbenchError
 
 
 @dataclass(frozen=True)
@@ -40,19 +42,51 @@ def compare(man: mf.Manifest, results: dict[str, fastio.FileResult]) -> tuple[tu
     return tuple(problems)
 
 
+def _member(directory: str, e: mf.FileEntry) -> tuple[str | None, str | None]:
+    """(real path, None) for a manifest entry that is a regular file of its declared size inside the
+    checkpoint, else (None, the problem): a crafted entry is refused before anything opens it."""
+    try:
+        path = confine.resolve(directory, e.path)
+    except CkptbenchError as exc:
+        return None, f"refused: {exc}"
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return None, "refused: not a regular file"
+    if st.st_size != e.bytes:
+        return None, f"{st.st_size} bytes, manifest says {e.bytes}"
+    return path, None
+
+
 def verify(directory: str, *, concurrency: int = 8, hash: str = "crc32c") -> VerifyReport:
+    """Every file against the manifest; files the manifest names are confined to the directory and read no
+    further than their declared size. A file or directory that cannot be read is a problem of its own."""
     man = mf.read(directory)
+    skipped: list[tuple[str, str]] = []
+    problems: list[tuple[str, str]] = []
     if man is None:
-        rels = tree.rels(directory)
         alg = hash
+        rels = tree.rels(directory, skipped)
+        specs = [fastio.FileSpec(os.path.join(directory, r)) for r in rels]
     else:
-        rels = [e.path for e in man.files]
         alg = man.hash
-    res = fastio.read_files([os.path.join(directory, r) for r in rels], hash=alg, concurrency=concurrency)
+        rels, specs = [], []
+        for e in man.files:
+            path, problem = _member(directory, e)
+            if problem:
+                problems.append((e.path, problem))
+            else:
+                rels.append(e.path)
+                specs.append(fastio.FileSpec(path, e.bytes))
+    res = fastio.read_files(specs, hash=alg, concurrency=concurrency)
     by_rel = dict(zip(rels, res.files))
     if man is None:
-        problems = tuple((r, f"unreadable: {f.error.message}") for r, f in by_rel.items() if f.error)
+        problems += [(r, f"unreadable: {f.error.message}") for r, f in by_rel.items() if f.error]
     else:
-        problems = compare(man, by_rel)
-    return VerifyReport(man is not None, len(rels), res.bytes, problems,
+        refused = {p for p, _ in problems}
+        problems += [p for p in compare(man, by_rel) if p[0] not in refused]
+    problems += [(os.path.relpath(d, directory), f"unreadable directory ({why})") for d, why in skipped]
+    return VerifyReport(man is not None, len(man.files) if man is not None else len(rels), res.bytes, tuple(problems),
                         {r: f.digest for r, f in by_rel.items() if f.digest})

@@ -77,7 +77,7 @@ class Listing:
     files: list[fastio.FileSpec]
     manifest: mf.Manifest | None
     format: str
-    skipped: tuple[str, ...] = field(default=())  # what the listing could not enter, with the reason
+    skipped: tuple[tuple[str, str], ...] = field(default=())  # (directory, reason) the listing could not enter
 
     @property
     def bytes(self) -> int:

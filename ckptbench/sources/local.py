@@ -49,10 +49,10 @@ class LocalReadHandle:
         return self._h.__exit__(*exc)
 
 
-def _target_files(target: str) -> list[fastio.FileSpec]:
+def _target_files(target: str, skipped: list[tuple[str, str]]) -> list[fastio.FileSpec]:
     if os.path.isdir(target):
-        found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target)]
-        if not found:
+        found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target, skipped)]
+        if not found and not skipped:
             raise CkptbenchError(f"{target}: empty: the directory holds no files; point at a checkpoint directory")
         return found
     if os.path.isfile(target):
@@ -84,11 +84,13 @@ class LocalSource:
 
     def list(self) -> Listing:
         """Every regular file (stat'ed), the manifest when there is one, and the format ("unknown" if none)."""
-        files = [spec for t in self.targets for spec in _target_files(t)]
+        skipped: list[tuple[str, str]] = []
+        files = [spec for t in self.targets for spec in _target_files(t, skipped)]
         if self.directory is None:
-            return Listing(self.url, files, None, "unknown")
+            return Listing(self.url, files, None, "unknown", tuple(skipped))
         man = mf.read(self.directory)
-        return Listing(self.directory, files, man, format_of(man, [f.path for f in files], self.directory))
+        return Listing(self.directory, files, man, format_of(man, [f.path for f in files], self.directory),
+                       tuple(skipped))
 
     def _paths(self, listing: Listing) -> list[str]:
         return [f.path for f in listing.files]

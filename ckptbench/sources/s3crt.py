@@ -9,7 +9,7 @@ import time
 
 import fastio
 
-from ckptbench.errors import CkptbenchError
+from ckptbench.errors import CkptbenchError, redact
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources.base import ReadOptions
 from ckptbench.sources.s3read import ObjectRead, _Obj
@@ -75,7 +75,7 @@ class CrtRead(ObjectRead):
             cls = {404: s3mod.MISSING, 403: s3mod.ACCESS_DENIED, 412: s3mod.CHANGED,
                    503: s3mod.THROTTLING}.get(status_code, s3mod.SERVER_ERROR if (status_code or 0) >= 500
                                               else s3mod.CONNECTION_RESET)
-            ob.error = (cls, f"{ob.o.key}: {cls} (status {status_code}, {error})")
+            ob.error = (cls, f"{ob.o.key}: {cls} (status {status_code}, {redact(str(error))})")
         elif ob.bytes != ob.o.size:
             ob.error = ("size_mismatch", f"{ob.o.key}: {ob.bytes} bytes, listed {ob.o.size}")
         ob.crcs = [(ob._crc.digest(), ob.bytes)]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import fastio
 
 from ckptbench import concurrency as conc
-from ckptbench.errors import CkptbenchError
+from ckptbench.errors import CkptbenchError, redact
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources.base import ReadOptions
 
@@ -340,7 +340,8 @@ class ThreadPoolRead(ObjectRead):
                     self.bytes -= got
                 if cls in (s3mod.MISSING, s3mod.ACCESS_DENIED, s3mod.CHANGED, "size_mismatch") \
                         or attempt == self.opts.part_retries:
-                    self._fail(ob, cls, f"{ob.o.key} bytes {start}-{end}: {cls} ({str(exc).splitlines()[0][:120]})")
+                    first = redact((str(exc).splitlines() or [type(exc).__name__])[0][:200])
+                    self._fail(ob, cls, f"{ob.o.key} bytes {start}-{end}: {cls} ({first})")
                     return
                 self.retry_log.add(cls)
                 with self.stat_lock:

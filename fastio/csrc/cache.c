@@ -13,7 +13,7 @@
 int fio_residency(const char *path, int64_t *resident, int64_t *total)
 {
     *resident = *total = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not hang a residency probe */
     if (fd < 0)
         return errno;
     struct stat st;
@@ -59,7 +59,7 @@ int fio_residency(const char *path, int64_t *resident, int64_t *total)
 
 int fio_evict(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not hang a residency probe */
     if (fd < 0)
         return errno;
     int rc = 0;

@@ -27,7 +27,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 RULE_IDS = ["concurrency", "small_files", "network_path", "mount_options", "limits", "oom", "device_mapping",
-            "cold_cache", "write_side"]
+            "cold_cache", "write_side", "readable"]
 ITEM_KEYS = {"id", "title", "verdict", "evidence", "why", "fix"}
 EIGHT_GPUS = {"count": 8, "memory_bytes": [80 * GIB] * 8}
 
@@ -628,7 +628,7 @@ def test_everything_missing_is_unknown_not_a_crash(env):
     assert {k: v.verdict for k, v in items.items()} == {
         "concurrency": "unknown", "small_files": "ok",  # the file listing comes from the source itself
         "network_path": "unknown", "mount_options": "unknown", "limits": "unknown", "oom": "unknown",
-        "device_mapping": "unknown", "cold_cache": "unknown", "write_side": "unknown"}
+        "device_mapping": "unknown", "cold_cache": "unknown", "write_side": "unknown", "readable": "ok"}
     for it in items.values():
         if it.verdict == "unknown":
             assert it.fix != "none", it.id
@@ -677,8 +677,8 @@ def test_report_shape_is_stable(env):
     verdicts = {i["id"]: i["verdict"] for i in doc["items"]}
     assert verdicts == {"concurrency": "warn", "small_files": "ok", "network_path": "ok", "mount_options": "fail",
                         "limits": "fail", "oom": "fail", "device_mapping": "unknown", "cold_cache": "unknown",
-                        "write_side": "warn"}
-    assert doc["summary"] == {"ok": 2, "warn": 2, "fail": 3, "unknown": 2}
+                        "write_side": "warn", "readable": "ok"}
+    assert doc["summary"] == {"ok": 3, "warn": 2, "fail": 3, "unknown": 2}
     assert doc["ok"] is False
     json.loads(json.dumps(doc, allow_nan=False))  # plain JSON: no Unknown or Mount objects inside
 
@@ -687,7 +687,7 @@ def test_report_ok_when_nothing_fails(env):
     src = env.source("local/ckpt", FOUR_GIB)
     doc = report(src, evaluate(env.gather("proc_ok", src)))
     assert doc["summary"]["fail"] == 0 and doc["ok"] is True
-    assert sum(doc["summary"].values()) == 9
+    assert sum(doc["summary"].values()) == 10
 
 
 def test_markdown_has_a_row_per_item(env):
@@ -695,12 +695,12 @@ def test_markdown_has_a_row_per_item(env):
     md = markdown(report(src, evaluate(env.gather("proc_fail", src))))
     assert md.startswith(f"# ckptbench check: {src}\n")
     rows = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith("| item ")]
-    assert len(rows) == 9
+    assert len(rows) == 10
     assert all(l.count(" | ") == 3 and l.endswith(" |") for l in rows)  # nothing broke a row apart
     assert "| Out of memory at restore | **fail** |" in md
     assert "| Mount options | **fail** |" in md
     assert "rsize=65536" in md
-    assert md.count("\n- **") == 9  # one "why" line per item
+    assert md.count("\n- **") == 10  # one "why" line per item
 
 
 # ================================================================ the command line
@@ -769,7 +769,7 @@ def test_cli_check_markdown_and_text(env, monkeypatch):
     rc, out, _ = run_cli("check", src, "--markdown")
     assert rc == 1
     rows = [l for l in out.splitlines() if l.startswith("| ") and not l.startswith("| item ")]
-    assert len(rows) == 9 and "| System limits and scanning agents | **fail** |" in out
+    assert len(rows) == 10 and "| System limits and scanning agents | **fail** |" in out
     rc, out, _ = run_cli("check", src)
     assert rc == 1
     assert "[FAIL] Out of memory at restore" in out and "[WARN] Write side: dirty pages" in out

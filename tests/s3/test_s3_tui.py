@@ -5,7 +5,6 @@ keeps the concurrency it started with; with the threads client, + reaches the ru
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import pytest
@@ -128,6 +127,7 @@ async def _crt_then_threads(url: str, results: str) -> None:
         assert session.status == "ok"
         # the row and the document agree on the settings the run started with; the live change is listed
         assert session.doc["options"]["concurrency"] == 1 and session.doc["concurrency_changes"] == [2]
-        with open(results + ".jsonl") as f:
-            crt_doc = json.loads(f.readline())
+        from ckptbench.results import read_documents
+
+        crt_doc = read_documents(results, "run")[0]
         assert crt_doc["options"]["concurrency"] == 1 and crt_doc["concurrency_changes"] == []

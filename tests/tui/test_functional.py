@@ -348,12 +348,12 @@ async def test_checklist_lists_every_item_exports_markdown_and_enter_reruns_one(
         await app.workers.wait_for_complete()
         await h.wait_until(pilot, lambda: screen.doc is not None, "the checklist to finish")
         table = screen.query_one("#items", DataTable)
-        assert len(screen.items) == len(RULES) == 9 and table.row_count == 9
+        assert len(screen.items) == len(RULES) == 10 and table.row_count == 10
         for i, (rule, item) in enumerate(zip(RULES, screen.items)):
             assert rule.__name__.startswith(item["id"]), (rule.__name__, item["id"])
             assert item["verdict"] in VERDICTS
             assert str(table.get_row_at(i)[1]) == item["title"]
-        assert screen.doc["summary"] and sum(screen.doc["summary"].values()) == 9
+        assert screen.doc["summary"] and sum(screen.doc["summary"].values()) == 10
         assert any(m.startswith("checklist:") for m, _ in app.notes)
 
         await pilot.press("w")
@@ -371,8 +371,8 @@ async def test_checklist_lists_every_item_exports_markdown_and_enter_reruns_one(
         await pilot.press("enter")
         await app.workers.wait_for_complete()
         await h.wait_until(pilot, lambda: screen.items[2] is not before[2], "the rerun item to come back", 5)
-        assert [a is b for a, b in zip(screen.items, before)] == [True, True, False] + [True] * 6
-        assert screen.items[2]["id"] == before[2]["id"] and table.row_count == 9
+        assert [a is b for a, b in zip(screen.items, before)] == [True, True, False] + [True] * 7
+        assert screen.items[2]["id"] == before[2]["id"] and table.row_count == 10
         assert h.text_of(screen.query_one("#detail", Static)).startswith(screen.items[2]["title"])
 
         await pilot.press("escape")

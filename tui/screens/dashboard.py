@@ -219,8 +219,10 @@ class Dashboard(Screen):
         warm = doc.get("warmup_s") or 0.0
         self.query_one("#stages", StageBar).update_stages(
             doc["stages"], None, f"one-time warm-up {warm:.2f} s before the clock, not counted" if warm else "")
+        unverified = "" if doc["verified"] or doc["status"] != "ok" else ", NOT VERIFIED"
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "
-                    f"success {doc['success_rate']:.0%} ({doc['status']})")
+                    f"success {doc['success_rate']:.0%} ({doc['status']}{unverified})",
+                    severity="warning" if unverified else "information")
         self.show_settings()
         if msg.source_info is not None:
             self.app.source_info = msg.source_info
