@@ -21,12 +21,18 @@ def _bad(root: str, rel, why: str) -> CkptbenchError:
                           "be crafted: check where it came from)", exit_code=1)
 
 
+def is_plain(rel) -> bool:
+    """A relative, canonical "/"-separated name ("a/b": no empty, "." or ".." part), no NUL, backslash or
+    drive: joined to any directory, it names something below it."""
+    return (isinstance(rel, str) and 0 < len(rel) <= MAX_MEMBER_PATH and "\0" not in rel and "\\" not in rel
+            and not rel.startswith("/") and ":" not in rel.split("/")[0]
+            and not any(part in ("", ".", "..") for part in rel.split("/")))
+
+
 def resolve(root: str, rel) -> str:
     """The real path of member `rel` of `root`; one clear error when it is not a plain path inside root."""
-    if not isinstance(rel, str) or not rel or len(rel) > MAX_MEMBER_PATH or "\0" in rel:
-        raise _bad(root, rel, "is not a file name")
-    if os.path.isabs(rel) or rel.startswith("\\") or ".." in rel.replace("\\", "/").split("/"):
-        raise _bad(root, rel, "points outside the checkpoint directory")
+    if not is_plain(rel):
+        raise _bad(root, rel, "is not a plain relative path and could point outside the checkpoint directory")
     base = os.path.realpath(root)
     real = os.path.realpath(os.path.join(base, rel))
     if os.path.commonpath([base, real]) != base or real == base:

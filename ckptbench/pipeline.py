@@ -282,12 +282,14 @@ class Run:
 
 def _buffer_reader(listing: Listing, man: mf.Manifest | None, buffers: dict):
     """Tail members out of the read buffers: a packed member is a slice of its pack's buffer."""
+    from ckptbench.packs import pack_tables
+
     by_rel = {listing.rel(p): b for p, b in buffers.items()}
     members = {}
-    if man is not None:
-        for pack_file, index in man.packs.items():
-            for rel, (off, size, *_rest) in index.items():
-                members[rel] = (pack_file, off, size)
+    if man is not None:  # every record checked (inside its pack, no overlap) before a byte is sliced
+        for table in pack_tables(listing.source, man):
+            for m in table.members:
+                members[m.rel] = (table.name, m.offset, m.size)
 
     def read(rel: str):
         if rel in members:

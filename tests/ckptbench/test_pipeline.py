@@ -337,3 +337,26 @@ def test_memory_needed_staged_holds_one_more_shard(ckpts):
     assert len(listing.files) == count
     assert resources.memory_needed(listing, "fused") == total
     assert resources.memory_needed(listing, "staged") == total + biggest
+
+
+def test_a_hash_the_manifest_cannot_check_is_recorded_unverified(ckpts, tmp_path):
+    """--hash md5 on a crc32c manifest: no reference, so a flipped byte cannot be caught; the run must say so
+    everywhere rather than be recorded as a verified success."""
+    from ckptbench import results
+
+    src = tmp_path / "ck"
+    shutil.copytree(ckpts["safetensors"], src)
+    victim = max((p for p in src.rglob("*.safetensors")), key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF  # a flipped byte in tensor data: the load still succeeds
+    victim.write_bytes(bytes(data))
+    out = tmp_path / "r.csv"
+    r = run_cli("run", src, "--repeat", "1", "--hash", "md5", "--json", "--results", out)
+    doc = json.loads(r.out)
+    assert doc["verified"] is False and doc["repeats"][0]["verified"] is False
+    assert "NOT VERIFIED" in doc["notes"]["verify"]
+    assert [row["status"] for row in results.read_rows(str(out))] == ["unverified"]
+    text = run_cli("run", src, "--repeat", "1", "--hash", "md5", "--results", out).out
+    assert "digests: NOT VERIFIED" in text
+    ok = run_cli("run", ckpts["safetensors"], "--repeat", "1", "--json", "--results", out)
+    assert json.loads(ok.out)["verified"] is True and results.read_rows(str(out))[-1]["status"] == "ok"

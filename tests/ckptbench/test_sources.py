@@ -220,3 +220,15 @@ def test_a_handle_follows_the_protocol(small):
         assert h.set_concurrency(3) == 3
         res = h.wait(60)
     assert res is not None and h.error_classes(res) == {}
+
+
+def test_an_endpoint_password_never_reaches_the_output(small, tmp_path):
+    """AWS_ENDPOINT_URL with user-info (127.0.0.1:1 refuses at once): the error line names the endpoint without it."""
+    env = dict(os.environ, AWS_ENDPOINT_URL="http://key:s3cretpw@127.0.0.1:1", AWS_ACCESS_KEY_ID="a",
+               AWS_SECRET_ACCESS_KEY="b", AWS_REGION="us-east-1", AWS_MAX_ATTEMPTS="1")
+    proc = subprocess.run([sys.executable, "-m", "ckptbench", "run", "s3://bucket/ckpt", "--repeat", "1",
+                           "--results", str(tmp_path / "r.csv"), "--json"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "s3cretpw" not in proc.stderr + proc.stdout and "key:" not in proc.stderr
+    assert "127.0.0.1:1" in proc.stderr and "Traceback" not in proc.stderr
