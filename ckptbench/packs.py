@@ -292,12 +292,7 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
             finally:
                 os.close(dst)
             packs[name] = index
-        for e in keep:
-            src = confine.open_member(directory, e.path, e.bytes)
-            try:
-                _copy_out(src, 0, e.bytes, tmp, e.path, modes[e.path], os.path.join(directory, e.path))
-            finally:
-                os.close(src)
+        _copy_whole(directory, keep, tmp, modes)
         alg = man.hash if man is not None else "crc32c"
         rels = list(packs) + [e.path for e in keep]
         kinds = {e.path: e for e in keep}
@@ -312,6 +307,16 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
         packed = replace(man, files=files, packs=packs)
         packed.write(tmp)
     return packed
+
+
+def _copy_whole(directory: str, entries: list[mf.FileEntry], tmp: str, modes: dict) -> None:
+    """Files that stay files, each opened through confine at its declared size and copied into `tmp`."""
+    for e in entries:
+        src = confine.open_member(directory, e.path, e.bytes)
+        try:
+            _copy_out(src, 0, e.bytes, tmp, e.path, modes[e.path], os.path.join(directory, e.path))
+        finally:
+            os.close(src)
 
 
 def read_member(directory: str, man: mf.Manifest | None, rel: str) -> bytes:
@@ -347,12 +352,7 @@ def unpack(directory: str, out: str) -> mf.Manifest:
                     _copy_out(src, m.offset, m.size, tmp, m.rel, modes[t.name], os.path.join(directory, t.name))
             finally:
                 os.close(src)
-        for e in kept:
-            src = confine.open_member(directory, e.path, e.bytes)
-            try:
-                _copy_out(src, 0, e.bytes, tmp, e.path, kept_modes[e.path], os.path.join(directory, e.path))
-            finally:
-                os.close(src)
+        _copy_whole(directory, kept, tmp, kept_modes)
         rels = [m.rel for t in tables for m in t.members] + [e.path for e in kept]
         meta = {m.rel: (m.kind, m.rank) for t in tables for m in t.members} | {e.path: (e.kind, e.rank) for e in kept}
         files = tuple(mf.FileEntry(r, f.bytes, f.digest, *meta[r]) for r, f in zip(rels, _hashed(tmp, rels, man.hash)))
