@@ -13,7 +13,6 @@ import sys
 
 import pytest
 
-from conftest import copy_ckpt, read_manifest, write_manifest
 
 NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
 
@@ -26,9 +25,9 @@ def cli_without_dac(*args, timeout=300):
 
 
 @pytest.fixture
-def locked(ckpt, tmp_path):
+def locked(ckpt, tmp_path, h):
     """A checkpoint with one file mode 000 and one extra sub-directory mode 000."""
-    root = copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
     os.chmod(os.path.join(root, "config.json"), 0)
     os.mkdir(os.path.join(root, "hidden"))
     with open(os.path.join(root, "hidden", "f.bin"), "wb") as f:
@@ -67,12 +66,12 @@ def test_run_is_a_failed_restore_naming_both_not_a_crash(locked, tmp_path):
     assert results.read_text().count("\n") == 2  # the repeat is on record
 
 
-def test_verify_check_and_sweep_report_it_and_go_on(locked):
+def test_verify_check_and_sweep_report_it_and_go_on(locked, h):
     r = cli_without_dac("verify", locked, "--json")
     assert r.returncode == 1
     doc = json.loads(r.stdout)
     assert [p["path"] for p in doc["problems"]] == ["config.json"]
-    assert len(doc["digests"]) == len(read_manifest(locked)["files"]) - 1
+    assert len(doc["digests"]) == len(h.read_manifest(locked)["files"]) - 1
     r = cli_without_dac("check", locked, "--json")
     assert r.returncode == 1
     item = next(i for i in json.loads(r.stdout)["items"] if i["id"] == "readable")
@@ -85,18 +84,18 @@ def test_verify_check_and_sweep_report_it_and_go_on(locked):
 
 
 @pytest.fixture
-def crafted(ckpt, tmp_path):
-    root = copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+def crafted(ckpt, tmp_path, h):
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
     secret = tmp_path / "secret.bin"
     secret.write_bytes(os.urandom(1000))
     os.chmod(secret, 0o600)
-    return root, str(secret)
+    return root, str(secret), h
 
 
-def _point_first_entry(root, path, size):
-    doc = read_manifest(root)
+def _point_first_entry(h, root, path, size):
+    doc = h.read_manifest(root)
     doc["files"][0]["path"], doc["files"][0]["bytes"] = path, size
-    write_manifest(root, doc)
+    h.write_manifest(root, doc)
     return doc["files"][0]
 
 
@@ -104,7 +103,7 @@ def _point_first_entry(root, path, size):
 def test_verify_refuses_entries_outside_the_checkpoint(crafted, how):
     from clirun import run_cli
 
-    root, secret = crafted
+    root, secret, h = crafted
     size = os.path.getsize(secret)
     if how == "dotdot":
         path = "../secret.bin"
@@ -113,7 +112,7 @@ def test_verify_refuses_entries_outside_the_checkpoint(crafted, how):
     else:
         os.symlink(secret, os.path.join(root, "link.bin"))
         path = "link.bin"
-    _point_first_entry(root, path, size)
+    _point_first_entry(h, root, path, size)
     r = run_cli("verify", root, "--json")
     assert r.rc == 1
     doc = json.loads(r.out)
@@ -126,13 +125,13 @@ def test_verify_refuses_entries_outside_the_checkpoint(crafted, how):
 def test_verify_refuses_a_fifo_or_a_device_without_hanging(crafted, kind):
     from clirun import run_cli
 
-    root, _ = crafted
+    root, _, h = crafted
     special = os.path.join(root, "special")
     if kind == "fifo":
         os.mkfifo(special)
     else:
         os.mknod(special, 0o600 | 0o020000, os.makedev(1, 5))  # a character device: /dev/zero's numbers
-    _point_first_entry(root, "special", 4096)
+    _point_first_entry(h, root, "special", 4096)
     r = run_cli("verify", root, "--json")
     assert r.rc == 1
     problems = {p["path"]: p["problem"] for p in json.loads(r.out)["problems"]}
