@@ -49,19 +49,76 @@ class MemoryFile(io.RawIOBase):
         return n
 
 
+GROUPS = ("model", "optimizer", "other")
+_OPTIM_PREFIXES = ("optim", "optimizer", "optimizer_state_dict", "optim_state", "base_optimizer_state")
+_MODEL_PREFIXES = ("model", "module", "state_dict", "model_state_dict")
+_OTHER_PREFIXES = ("lr_scheduler", "scheduler", "dataloader", "train_state", "rng", "rng_state", "extra_state",
+                   "args", "config", "ds_config", "trainer_state")
+
+
+def group_of(fqn: str) -> str:
+    """model, optimizer or other, for a flat key a foreign checkpoint uses (its first component says: torchtitan's
+    `optimizer.state.…`, DeepSpeed's `module.…`); a key with no known group prefix is a weight (a flat state dict)."""
+    head = fqn.split(".", 1)[0].lower()
+    if head in _OPTIM_PREFIXES or head.startswith("optim"):
+        return "optimizer"
+    if head in _OTHER_PREFIXES:
+        return "other"
+    return "model"
+
+
 @dataclass
 class CheckpointState:
+    """A loaded checkpoint. `model` and `optim` are the layout ckptbench writes and restores into its GPT;
+    `extra` holds everything else a foreign checkpoint carries, by flat key (`optimizer.state.w.exp_avg`,
+    `lr_scheduler.last_epoch`): tensors, raw bytes (byte entries never unpickled) and plain values."""
+
     model: dict[str, torch.Tensor]
     optim: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # name -> master/exp_avg/exp_avg_sq
     step: int = 0
     hparams: dict = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
     def merge(self, other: "CheckpointState") -> None:
         self.model.update(other.model)
         for name, parts in other.optim.items():
             self.optim.setdefault(name, {}).update(parts)
+        self.extra.update(other.extra)
         self.step = max(self.step, other.step)
         self.hparams = self.hparams or other.hparams
+
+    def tensors(self):
+        """(group, flat name, tensor) of every tensor the state holds."""
+        for name, t in self.model.items():
+            yield "model", name, t
+        for name, parts in self.optim.items():
+            for k, t in parts.items():
+                yield "optimizer", f"{name}.{k}", t
+        for name, v in self.extra.items():
+            if isinstance(v, torch.Tensor):
+                yield group_of(name), name, v
+
+
+MAX_DEPTH = 32  # nesting a trainer's state dict never reaches; a deeper pickle is crafted
+
+
+def flatten(obj, prefix: str = "", depth: int = 0):
+    """(flat key, leaf) of a nested state dict: dict keys and list/tuple indices joined with dots, as DCP names
+    them. Raises FormatError past MAX_DEPTH or on a key that is neither a str nor an int."""
+    if depth > MAX_DEPTH:
+        raise FormatError(f"{prefix[:80]!r}: nested deeper than {MAX_DEPTH} levels; the file is corrupt or crafted")
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        items = enumerate(obj)
+    else:
+        yield prefix, obj
+        return
+    for k, v in items:
+        if not isinstance(k, (str, int)) or isinstance(k, bool):
+            raise FormatError(f"{prefix[:80]!r}: has a key of type {type(k).__name__}, not a name or an index; "
+                              "the file is corrupt or crafted")
+        yield from flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
