@@ -10,7 +10,8 @@ from ckptbench import concurrency as conc
 from ckptbench.errors import redact, translate
 
 HASHES = ("none", "crc32c", "xxh64", "md5", "sha256")
-READ_MODES = ("pread", "mmap", "direct")
+READ_MODES = ("auto", "pread", "mmap", "direct")  # readmode.MODES, kept here so the CLI starts without fastio
+READ_HELP = "auto (default): direct for a cold read where the filesystem takes O_DIRECT, pread when cached"
 CACHE_MODES = ("cold", "hot", "as-is")
 S3_CLIENT_DEFAULT = "threads"  # measured faster than crt in bench/s3_bench.py (see README)
 
@@ -81,7 +82,7 @@ def _lazy(name: str, module: str = "cli_cmds"):
 def _add_read_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT,
                    help=f"worker threads ({conc.MIN}..{conc.MAX})")
-    p.add_argument("--read", choices=READ_MODES, default="pread", help="read mode")
+    p.add_argument("--read", choices=READ_MODES, default="auto", help=READ_HELP)
     p.add_argument("--hash", choices=HASHES, default="crc32c", help="digest computed while reading")
     p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B", help="bytes per read call (1M)")
     p.add_argument("--chunk-size", type=_size, metavar="B",
@@ -123,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", choices=CACHE_MODES, default="as-is")
     p.add_argument("--drop-caches", action="store_true", help="with --cache cold, also drop the page cache (root)")
     p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT)
-    p.add_argument("--read", choices=READ_MODES, default="pread")
+    p.add_argument("--read", choices=READ_MODES, default="auto", help=READ_HELP)
     p.add_argument("--hash", choices=HASHES, help="default: the manifest's digest (crc32c without one)")
     p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B")
     p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] to move the state to a GPU")
@@ -140,13 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_lazy("cmd_run", "cli_run"))
 
+    p = sub.add_parser("inspect", help="what a checkpoint holds and what restoring it will do (headers only)")
+    p.add_argument("source", metavar="SOURCE", help="a checkpoint directory")
+    p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT, help="the restore's concurrency")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_lazy("cmd_inspect"))
+
     p = sub.add_parser("sweep", help="read throughput per concurrency level and the knee")
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("--levels", default="1,8,16,32,64")
     p.add_argument("--s3-client", choices=("threads", "crt"), default=S3_CLIENT_DEFAULT, help="S3 sources only")
     p.add_argument("--repeat", type=_positive, default=3, metavar="N")
     p.add_argument("--cache", choices=CACHE_MODES, default="cold")
-    p.add_argument("--read", choices=READ_MODES, default="pread")
+    p.add_argument("--read", choices=READ_MODES, default="auto", help=READ_HELP)
     p.add_argument("--hash", choices=HASHES, default="none")
     p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B")
     p.add_argument("--part-size", type=_size, default=8 << 20, metavar="B", help="S3: bytes per ranged GET (8M)")

@@ -1,4 +1,4 @@
-"""Handlers of the plain commands (read, plan, check, gen, verify, load, pack, unpack, upload, demo, tui,
+"""Handlers of the plain commands (read, inspect, plan, check, gen, verify, load, pack, unpack, upload, demo, tui,
 sysinfo), called by cli.py; the timed ones (run, sweep, compare) are in cli_run.py."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def _print_summary(report) -> None:
     print(f"read {human_bytes(r.bytes)} in {len(r.files)} files: {d.wall_s:.3f} s, {d.read_gbps:.2f} GB/s "
           f"({r.read}, {r.hash}, concurrency {r.concurrency}, block {human_bytes(r.block_size)}); the reader alone "
           f"{d.engine_gbps:.2f} GB/s from first open to last byte")
+    print(f"read path: {r.read} ({report.read_why})")
     print(f"cache {c.requested}: residency before {c.residency_before:.1%}"
           f"{'' if c.residency_after is None else f', after {c.residency_after:.1%}'}"
           f"{'' if c.verified else '  [' + c.note + ']'}")
@@ -40,6 +41,33 @@ def _print_summary(report) -> None:
         print(f"  ... and {len(r.failed) - 20} more failed files", file=sys.stderr)
     for d, why in report.skipped:
         print(f"  failed: {d}: directory not readable ({why}); its files were not read", file=sys.stderr)
+
+
+def cmd_inspect(args) -> int:
+    from ckptbench.inspection import inspect
+    from ckptbench.sources import open_source
+    from ckptbench.units import human_bytes
+
+    doc = inspect(open_source(args.source), concurrency=args.concurrency)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    lay, plan = doc["layout"], doc["read_plan"]
+    ranks = f"{lay['ranks']} rank(s), " if lay["ranks"] else ""
+    print(f"{doc['source']}: {doc['format']}, {ranks}{lay['shards']} shard file(s), tail of {lay['tail_files']} "
+          f"small file(s) ({human_bytes(lay['tail_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")
+    print(f"  {'group':10s} {'tensors':>8s} {'bytes':>11s}  dtypes")
+    for name, g in doc["groups"].items():
+        dts = ", ".join(f"{d} {human_bytes(b)}" for d, b in g["dtypes"].items())
+        print(f"  {name:10s} {g['tensors']:8d} {human_bytes(g['bytes']):>11s}  {dts}")
+    if lay["other_entries"]:
+        print(f"  and {lay['other_entries']} non-tensor entries (scalars, configs, byte entries)")
+    amp = f"{plan['amplification']:.3f}×" if plan["amplification"] else "n/a"
+    print(f"read plan: {plan['files']} files, {human_bytes(plan['bytes'])}, largest {plan['largest_file']['path']} "
+          f"({human_bytes(plan['largest_file']['bytes'])}); read amplification {amp} (file bytes per tensor byte)")
+    print(f"read path: {plan['read']} ({plan['read_why']})")
+    print(f"check: {doc['check']}")
+    return 0
 
 
 def cmd_read(args) -> int:

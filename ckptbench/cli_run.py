@@ -55,6 +55,7 @@ def print_run(doc: dict) -> None:
     if doc.get("warmup_s"):
         print(f"one-time warm-up before the first clock (imports, torch's first operations): "
               f"{doc['warmup_s']:.2f} s, not in the RTO")
+    print(f"read path: {', '.join(doc['read']['modes'])} ({doc['read']['why']})")
     print("digests: verified against the manifest" if doc["verified"] else
           "digests: NOT VERIFIED (no reference to compare with; see the verify note)")
     c = doc["cache"]

@@ -39,7 +39,7 @@ class RunOptions:
     mode: str = "fused"
     cache: str = "as-is"
     concurrency: int = conc.DEFAULT
-    read: str = "pread"
+    read: str = "auto"  # pread | mmap | direct, or auto: chosen per repeat from the cache and the filesystem
     hash: str | None = None  # None: the manifest's hash, else crc32c
     block_size: int = 1 << 20
     device: str = "cpu"
@@ -81,6 +81,9 @@ class RepeatResult:
     retry_classes: dict[str, int] = field(default_factory=dict)
     warmup_s: float = 0.0  # one-time process costs paid before this repeat's clock started (not in the RTO)
     verified: bool = False  # every file's digest matched a reference (the manifest's, in its own hash)
+    read_mode: str = ""  # the read path this repeat used (what `auto` picked)
+    read_why: str = ""
+    check_kind: str = ""  # "model step" (a forward pass of the restored model) or "structural" (no model to run)
 
     @property
     def success_rate(self) -> float:
@@ -164,6 +167,9 @@ class Run:
             self.stage_dir = o.stage_dir or tempfile.mkdtemp(prefix="ckptbench-stage-")
             self.own_stage = o.stage_dir is None
         cache = self.source.prepare_cache(self.listing, o.cache, drop_caches=o.drop_caches)
+        # chosen after the cache is prepared: `auto` goes by what is resident now
+        chosen, self.read_why = self.source.choose_read(self.listing, o.read_options("none"))
+        self.opts = replace(o, read=chosen.read)
         try:
             return self._execute(cache, psutil.Process())
         finally:
@@ -197,7 +203,7 @@ class Run:
         base = dict(bytes=res.bytes, files=len(expected), files_restored=len(expected - bad),
                     read_gbps=res.bytes / read_s / 1e9 if read_s > 0 else 0.0, engine_gbps=res.read_gbps,
                     retries=res.retries, errors=errors, cache=cache, retry_classes=self.source.retry_classes(),
-                    verified=self.verified)
+                    verified=self.verified, read_mode=o.read, read_why=self.read_why)
         if problems:
             return RepeatResult(self.stages, self.notes, time.perf_counter() - t_start,
                                 peak_rss_bytes=self.rss.peak(), cpu_s=cpu_s(proc) - cpu0, status="failed",
@@ -208,7 +214,10 @@ class Run:
         restored, state = self._timed(LOAD, lambda: self._load(listing, man, buffers))
         self.rss.sample()
         self._timed(DEVICE, lambda: to_device(restored, o.device, self.notes))
-        report = self._timed(CHECK, lambda: _check(restored, state, man, o.optimizer_step))
+        report = self._timed(CHECK, lambda: _check(restored, state, man, o.optimizer_step, o.concurrency))
+        base["check_kind"] = "structural" if report.structural_only else "model step"
+        if report.structural_only:
+            self.notes[CHECK] = report.summary
         rto = time.perf_counter() - t_start
         status = "ok" if report.ok else "failed"
         after = self.source.residency(listing)
@@ -274,7 +283,6 @@ class Run:
             state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards)
         dims = restore.dims_of(man, tail)
         if dims is None:
-            self.notes[CHECK] = "model shape unknown: structural check only"
             return None, state
         dtype = man.weights_dtype if man is not None and man.weights_dtype else restore.main_dtype(state)
         return restore.restore(state, dims, dtype), state
@@ -300,14 +308,11 @@ def _buffer_reader(listing: Listing, man: mf.Manifest | None, buffers: dict):
     return read
 
 
-def _check(restored, state, man, optimizer_step: bool):
+def _check(restored, state, man, optimizer_step: bool, concurrency: int):
     from ckptbench import restore
 
     if restored is None:
-        problems = restore.structural_check(state)
-        count = sum(t.numel() for t in state.model.values())
-        return restore.CheckReport(not problems, count, {"weights": restore.main_dtype(state)}, None, None,
-                                   problems, True)
+        return restore.structural_check(state, concurrency)
     return restore.check(restored, man, optimizer_step=optimizer_step)
 
 

@@ -17,6 +17,7 @@ class ReadReport:
     driven: Driven
     cache: conditions.CacheCondition
     skipped: tuple[tuple[str, str], ...] = ()  # directories the listing could not enter
+    read_why: str = ""  # why this read path (what `--read auto` saw)
 
     @property
     def ok(self) -> bool:
@@ -46,6 +47,7 @@ class ReadReport:
             "cancelled": r.cancelled,
             "concurrency": r.concurrency,
             "read": r.read,
+            "read_why": self.read_why,
             "hash": r.hash,
             "block_size": r.block_size,
             "chunk_size": r.chunk_size,
@@ -74,7 +76,8 @@ def read_source(source: Source, listing: Listing, opts: ReadOptions, *, cache: s
                 on_start: Callable[[ReadHandle], None] | None = None) -> ReadReport:
     """Prepares the cache condition, reads every file once, reports; cancellable from another thread."""
     condition = source.prepare_cache(listing, cache, drop_caches=drop_caches)
+    opts, why = source.choose_read(listing, opts)  # after the cache is prepared: `auto` goes by what is resident
     driven = drive(lambda: source.start_read(listing, opts), on_start=on_start, on_progress=on_progress,
                    cancel=cancel)
     after = source.residency(listing)
-    return ReadReport(driven, condition if after is None else condition.with_after(after), listing.skipped)
+    return ReadReport(driven, condition if after is None else condition.with_after(after), listing.skipped, why)

@@ -252,7 +252,7 @@ def repeat_doc(r) -> dict:
             "engine_gbps": r.engine_gbps, "warmup_s": r.warmup_s, "success_rate": r.success_rate,
             "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors, "cache": r.cache.to_dict(),
             "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "problems": r.problems, "notes": r.notes,
-            "verified": r.verified}
+            "verified": r.verified, "read": {"mode": r.read_mode, "why": r.read_why}, "check": r.check_kind}
 
 
 def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
@@ -279,6 +279,9 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
         "options": vars(opts),
         "status": "ok" if all(r.status == "ok" for r in reps) else "failed",
         "verified": all(r.verified for r in reps),
+        # what `--read auto` picked, per repeat (a cold and a warm repeat can differ), and why
+        "read": {"modes": sorted({r.read_mode for r in reps}), "why": reps[0].read_why},
+        "check": reps[0].check_kind,
         "stages": {s: st["median"] for s, st in stage_stats.items()},
         "stages_stats": stage_stats,
         "rto_s": rto["median"],
@@ -318,7 +321,7 @@ def repeat_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, r) -
     # a restore whose digests had no reference is never on record as a verified success
     row = _row(run_id, i, source, fmt, opts, env, "unverified" if r.status == "ok" and not r.verified else r.status)
     row.update({"cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
-                "residency_after": r.cache.residency_after, "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files,
+                "residency_after": r.cache.residency_after, "read": r.read_mode or opts.read, "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files,
                 "files_restored": r.files_restored, "read_gbps": r.read_gbps, "success_rate": r.success_rate,
                 "retries": r.retries, "errors": ";".join(f"{k}={v}" for k, v in sorted(r.errors.items())),
                 "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s})

@@ -78,6 +78,7 @@ class CheckpointState:
     step: int = 0
     hparams: dict = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
+    tree: dict | None = None  # the nesting a foreign checkpoint was saved with, where its format records it
 
     def merge(self, other: "CheckpointState") -> None:
         self.model.update(other.model)
@@ -97,6 +98,10 @@ class CheckpointState:
         for name, v in self.extra.items():
             if isinstance(v, torch.Tensor):
                 yield group_of(name), name, v
+
+
+class RawBytes(bytes):
+    """A byte entry kept as it was saved: its pickle names something beyond plain data, so it is not run."""
 
 
 MAX_DEPTH = 32  # nesting a trainer's state dict never reaches; a deeper pickle is crafted

@@ -19,7 +19,6 @@ from pathlib import PurePath
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystem, _StorageInfo
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
                                                    MetadataIndex, StorageMeta, TensorProperties,
@@ -27,7 +26,7 @@ from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkSt
 
 from ckptbench import confine
 from ckptbench.errors import CkptbenchError
-from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError, MemoryFile
+from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError, MemoryFile, RawBytes, group_of
 
 _DCP_META = "torch.distributed.checkpoint.metadata"
 # What a DCP .metadata pickle legitimately names; anything else could run code when unpickled.
@@ -136,6 +135,19 @@ def _storage_files(meta: Metadata, where: str, fs: _ConfinedFS) -> dict[str, int
     return files
 
 
+def _no_overlap(chunks: list, what: str) -> None:
+    """No two chunks share an element: with the coverage count equal to the size, chunks that overlapped would
+    leave a region no chunk writes (memory handed back as it was allocated). Swept in order of the first
+    offset, so a tensor sharded along one dimension costs a sort, not a comparison of every pair."""
+    boxes = sorted((tuple(c.offsets), tuple(c.sizes)) for c in chunks if all(c.sizes))
+    for i, (off, sz) in enumerate(boxes):
+        for off2, sz2 in boxes[i + 1:]:
+            if off2[0] >= off[0] + sz[0] if off else True:
+                break
+            if all(o2 < o + n and o < o2 + n2 for o, n, o2, n2 in zip(off, sz, off2, sz2)):
+                raise FormatError(f"{what} has chunks at {off[:8]} and {off2[:8]} that overlap; {_CRAFTED}")
+
+
 def _tensor_bytes(fqn: str, md, storage: dict, where: str) -> int:
     """The bytes one tensor entry will allocate, its chunks checked to lie inside it, cover it, and be stored."""
     what = f"{where}: entry {fqn[:80]!r}"
@@ -156,6 +168,7 @@ def _tensor_bytes(fqn: str, md, storage: dict, where: str) -> int:
             raise FormatError(f"{what} has a chunk at {tuple(offsets)} that no shard stores; {_CRAFTED}")
         covered += math.prod(sizes)
     numel = math.prod(size)
+    _no_overlap(chunks, what)
     if covered != numel:
         raise FormatError(f"{what} has chunks covering {covered} of its {numel} elements; {_CRAFTED}")
     return numel * dtype.itemsize
@@ -243,39 +256,159 @@ def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -
     return written
 
 
-def load_dir(directory: str, buffers: dict | None = None) -> CheckpointState:
-    """Reads into freshly allocated tensors shaped from the metadata (DCP loads in place).
+_OWN_PARTS = set(OPTIM_KEYS)
 
-    `buffers` (file name → bytes already read) serves the shards and .metadata from memory."""
+
+def _is_own(fqns) -> bool:
+    """ckptbench's own layout (model.*, optim.<name>.<part>, step), which restores into its GPT."""
+    return all(f == "step" or f.startswith("model.") or (f.startswith("optim.") and f.rsplit(".", 1)[-1] in _OWN_PARTS)
+               for f in fqns)
+
+
+def _allocate(meta: Metadata, where: str) -> dict[str, torch.Tensor]:
+    """An empty tensor, shaped by the (already checked) metadata, for every tensor entry."""
+    out = {}
+    for fqn, md in meta.state_dict_metadata.items():
+        if isinstance(md, TensorStorageMetadata):
+            try:
+                out[fqn] = torch.empty(tuple(md.size), dtype=md.properties.dtype)
+            except (RuntimeError, TypeError) as exc:
+                raise FormatError(f"{where}: entry {fqn[:80]!r} cannot be allocated as {md.properties.dtype} "
+                                  f"({str(exc).splitlines()[0][:100] if str(exc) else ''}); {_CRAFTED}") from None
+    return out
+
+
+def _why(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0][:120]}" if lines else type(exc).__name__
+
+
+def _byte_entry(data: bytes):
+    """A byte entry's value, unpickled only by torch's weights_only unpickler (DCP's own loader runs any pickle),
+    which here also admits io.BytesIO (trainers save buffers; rebuilding one runs no code): plain data, tensors
+    and buffers come back as values; anything else stays the bytes it was saved as, marked RawBytes."""
+    try:
+        with torch.serialization.safe_globals([io.BytesIO]):
+            value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception:  # refused (a global beyond plain data) or not a torch.save stream: keep the bytes
+        return RawBytes(data)
+    return value.getvalue() if isinstance(value, io.BytesIO) else value
+
+
+def _chunk(stream, fqn: str, rel: str, info, sizes) -> torch.Tensor:
+    """One stored chunk (a torch.save of the chunk tensor), loaded weights_only and checked against its extent."""
+    stream.seek(info.offset)
+    raw = stream.read(info.length)
+    where = f"{rel}: entry {fqn[:80]!r} at {info.offset}+{info.length}"
+    if len(raw) != info.length:
+        raise FormatError(f"{where}: the shard ends after {len(raw)} of those bytes; the shard is truncated")
+    try:
+        t = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch's reader fails on bad bytes with whatever they provoke
+        raise FormatError(f"{where}: not a readable tensor ({_why(exc)}); the shard is corrupt") from None
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(sizes):
+        got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise FormatError(f"{where}: holds {got}, the metadata says a chunk of {tuple(sizes)}; {_CRAFTED}")
+    return t
+
+
+def _fill(reader: "SafeReader", meta: Metadata, tensors: dict[str, torch.Tensor], directory: str) -> dict[str, object]:
+    """Every stored chunk copied into its place in the full tensor (chunks from any number of ranks reassembled),
+    and every byte entry loaded safely; file by file, in offset order. Returns the byte entries' values."""
+    chunks = {}
+    for fqn, md in meta.state_dict_metadata.items():
+        if isinstance(md, TensorStorageMetadata):
+            for c in md.chunks:
+                chunks[(fqn, tuple(c.offsets))] = c.sizes
+    per_file: dict[str, list] = {}
+    for key, info in meta.storage_data.items():
+        per_file.setdefault(str(info.relative_path), []).append((info.offset, key, info))
+    values: dict[str, object] = {}
+    for rel, items in sorted(per_file.items()):
+        with reader.fs.create_stream(os.path.join(str(reader.path), rel), "rb") as stream:
+            for _, key, info in sorted(items, key=lambda i: i[0]):
+                md = meta.state_dict_metadata.get(key.fqn)
+                if isinstance(md, BytesStorageMetadata):
+                    stream.seek(info.offset)
+                    values[key.fqn] = _byte_entry(stream.read(info.length))
+                    continue
+                sizes = chunks.get((key.fqn, tuple(key.offset or ())))
+                if md is None or sizes is None:
+                    continue  # stored but not declared: nothing to restore it into (checked: declared ones are stored)
+                t = _chunk(stream, key.fqn, rel, info, sizes)
+                view = tensors[key.fqn]
+                for dim, (off, n) in enumerate(zip(key.offset, sizes)):
+                    view = view.narrow(dim, off, n)
+                if t.dtype != view.dtype:
+                    raise FormatError(f"{rel}: entry {key.fqn[:80]!r} holds {t.dtype}, the metadata says "
+                                      f"{view.dtype}; {_CRAFTED}")
+                view.copy_(t)
+    return values
+
+
+def _tree(meta: Metadata, flat: dict[str, object]) -> dict | None:
+    """The checkpoint's own nesting, from the paths DCP records per key (planner_data); None when it records
+    none or records something that is not a path (a crafted metadata is not trusted to nest)."""
+    paths = getattr(meta, "planner_data", None)
+    if not isinstance(paths, dict) or not paths:
+        return None
+    root: dict = {}
+    for fqn, value in flat.items():
+        path = paths.get(fqn)
+        if not isinstance(path, tuple) or not path or len(path) > MAX_DIMS \
+                or not all(isinstance(k, str) or (_whole(k) and k < 1 << 20) for k in path):
+            return None
+        node = root
+        for k, nxt in zip(path, path[1:]):
+            child = node[k] if (isinstance(node, dict) and k in node) or (isinstance(node, list) and k < len(node)) \
+                else None
+            if child is None:
+                child = [] if isinstance(nxt, int) else {}
+                if isinstance(node, list):
+                    node.extend([None] * (k + 1 - len(node)))
+                node[k] = child
+            if not isinstance(child, (dict, list)) or isinstance(child, list) != isinstance(nxt, int):
+                return None
+            node = child
+        if isinstance(node, list):
+            node.extend([None] * (path[-1] + 1 - len(node)))
+        node[path[-1]] = value
+    return root
+
+
+def load_dir(directory: str, buffers: dict | None = None) -> CheckpointState:
+    """Any DCP checkpoint, built from its own metadata: every tensor at its key, allocated whole, its chunks
+    (from however many ranks saved it) copied in place; byte entries loaded without running code.
+
+    ckptbench's own layout fills `model`/`optim`/`step`; any other puts model tensors (a `model.` prefix
+    dropped) in `model` and everything else in `extra` by key, with the nesting in `tree`. `buffers` (file name →
+    bytes already read) serves the shards and .metadata from memory."""
     reader = SafeReader(directory, buffers)
     try:
         meta = reader.read_metadata()
+        tensors = _allocate(meta, f"{directory}/.metadata")
+        with _quiet():
+            values = _fill(reader, meta, tensors, directory)
     except CkptbenchError:
         raise
     except OSError as exc:
-        raise FormatError(f"{directory}/.metadata: unreadable ({exc.strerror}); not a DCP checkpoint") from None
-    sd: dict = {"model": {}, "optim": {}, "step": torch.tensor(0)}
-    for fqn, md in meta.state_dict_metadata.items():
-        if not isinstance(md, TensorStorageMetadata):
-            continue
-        parts = fqn.split(".")
-        try:
-            tensor = torch.empty(tuple(md.size), dtype=md.properties.dtype)
-        except (RuntimeError, TypeError) as exc:
-            raise FormatError(f"{directory}/.metadata: entry {fqn[:80]!r} cannot be allocated as "
-                              f"{md.properties.dtype} ({str(exc).splitlines()[0][:100] if str(exc) else ''}); "
-                              f"{_CRAFTED}") from None
-        if parts[0] == "model":
-            sd["model"][".".join(parts[1:])] = tensor
-        elif parts[0] == "optim" and parts[-1] in OPTIM_KEYS:
-            sd["optim"].setdefault(".".join(parts[1:-1]), {})[parts[-1]] = tensor
-    try:
-        with _quiet():
-            dcp.load(sd, storage_reader=reader, no_dist=True)
-    except CkptbenchError:
-        raise
-    except (Exception, CheckpointException) as exc:  # CheckpointException derives from BaseException
-        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
-        raise FormatError(f"{directory}: DCP load failed ({type(exc).__name__}: {first}); "
-                          "a shard is missing or truncated") from None
-    return CheckpointState(sd["model"], sd["optim"], int(sd["step"]), {})
+        raise FormatError(f"{directory}: unreadable ({exc.strerror}); check that its files are whole") from None
+    flat = {**tensors, **values}
+    if _is_own(flat):
+        state = CheckpointState({})
+        for fqn, t in tensors.items():
+            parts = fqn.split(".")
+            if parts[0] == "model":
+                state.model[".".join(parts[1:])] = t
+            elif parts[0] == "optim":
+                state.optim.setdefault(".".join(parts[1:-1]), {})[parts[-1]] = t
+        step = flat.get("step")
+        state.step = int(step) if isinstance(step, torch.Tensor) and step.numel() == 1 else 0
+        return state
+    state = CheckpointState({}, tree=_tree(meta, flat))
+    for fqn, v in flat.items():
+        if isinstance(v, torch.Tensor) and group_of(fqn) == "model":
+            state.model[fqn.removeprefix("model.")] = v
+        else:
+            state.extra[fqn] = v
+    return state

@@ -178,9 +178,9 @@ def load_buffer(buf, name: str) -> CheckpointState:
     return state
 
 
-def _check_file(path: str) -> None:
-    """The shard's header checked as load_buffer checks it, before safetensors maps the file: the same one-line
-    errors in both load paths, and a FIFO or device refused instead of opened."""
+def header_entries(path: str) -> dict[str, tuple[torch.dtype, list[int], int, int]]:
+    """Every tensor of a shard file, (dtype, shape, start, end), from its header alone, checked as load_buffer
+    checks it: the same one-line errors in every path, and a FIFO or device refused instead of opened."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
@@ -192,13 +192,13 @@ def _check_file(path: str) -> None:
         head = f.read(8)
         _check_length(head, st.st_size, path)  # before reading: a crafted length must not size the read
         header, base = parse_header(head + f.read(struct.unpack("<Q", head)[0]), path)
-    _layout(header, st.st_size - base, path)
+    return _layout(header, st.st_size - base, path)
 
 
 def load_file(path: str) -> CheckpointState:
     """Reads one shard into owned memory: get_tensor returns a lazy view of safetensors' file mapping, so a load
     without the clone would look free and push the real read into the first forward step."""
-    _check_file(path)
+    header_entries(path)  # checked before safetensors maps the file
     is_optim = os.path.basename(path).startswith("optimizer")
     state = CheckpointState({})
     try:

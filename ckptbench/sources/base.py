@@ -10,6 +10,7 @@ import fastio
 
 from ckptbench import concurrency as conc
 from ckptbench import manifest as mf
+from ckptbench import readmode
 from ckptbench.conditions import CacheCondition
 from ckptbench.errors import CkptbenchError
 from ckptbench.units import human_bytes
@@ -35,7 +36,7 @@ class ReadOptions:
     """How bytes are read, for any source; every field is checked here, once, before anything starts."""
 
     concurrency: int = conc.DEFAULT
-    read: str = "pread"  # local files: pread | mmap | direct
+    read: str = "pread"  # local files: pread | mmap | direct | auto (chosen per read by the source)
     hash: str = "crc32c"
     block_size: int = 1 << 20  # bytes per read call
     chunk_size: int | None = None  # local: big files split into chunks of this size (None: about 64 MiB)
@@ -46,8 +47,8 @@ class ReadOptions:
 
     def __post_init__(self) -> None:
         conc.check(self.concurrency)
-        if self.read not in fastio.READ_MODES:
-            raise CkptbenchError(f"--read {self.read!r}: choose one of {', '.join(fastio.READ_MODES)}")
+        if self.read not in readmode.MODES:
+            raise CkptbenchError(f"--read {self.read!r}: choose one of {', '.join(readmode.MODES)}")
         if self.hash not in fastio.HASHES:
             raise CkptbenchError(f"--hash {self.hash!r}: choose one of {', '.join(fastio.HASHES)}")
         _whole(self.block_size, "--block-size", MIN_BLOCK, MAX_BLOCK)
@@ -125,4 +126,5 @@ class Source(Protocol):
     def start_read(self, listing: Listing, opts: ReadOptions, *, into: str = "hash",
                    stage_dir: str | None = None) -> ReadHandle: ...
     def retry_classes(self) -> dict[str, int]: ...
+    def choose_read(self, listing: Listing, opts: ReadOptions) -> tuple[ReadOptions, str]: ...  # `auto` resolved
     def describe(self, root: str = "/") -> dict: ...

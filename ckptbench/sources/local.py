@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import replace
 
 import fastio
 
-from ckptbench import conditions, probes, tree
+from ckptbench import conditions, probes, readmode, tree
 from ckptbench import manifest as mf
 from ckptbench.detect import format_of
 from ckptbench.errors import CkptbenchError
@@ -101,10 +102,19 @@ class LocalSource:
     def residency(self, listing: Listing) -> float | None:
         return conditions.residency_of(self._paths(listing))
 
+    def choose_read(self, listing: Listing, opts: ReadOptions) -> tuple[ReadOptions, str]:
+        """`--read auto` resolved from the files' residency now and what their filesystem accepts."""
+        if opts.read != readmode.AUTO:
+            return opts, f"{opts.read}: as asked"
+        choice = readmode.choose([(f.path, f.size or 0) for f in listing.files], self.residency(listing),
+                                 opts.block_size)
+        return replace(opts, read=choice.mode), choice.why
+
     def start_read(self, listing: Listing, opts: ReadOptions, *, into: str = "hash",
                    stage_dir: str | None = None) -> LocalReadHandle:
         if into == "stage":
             raise CkptbenchError(f"{self.url}: the files are already on a filesystem; nothing to stage")
+        opts, _ = self.choose_read(listing, opts)
         return LocalReadHandle(fastio.start(
             listing.files, concurrency=opts.concurrency, read=opts.read, hash=opts.hash,
             block_size=opts.block_size, chunk_size=opts.chunk_size, multipart=opts.multipart,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import fastio
 
 from ckptbench import concurrency as conc
 from ckptbench import manifest as mf
 from ckptbench.detect import format_of
-from ckptbench import probes
+from ckptbench import probes, readmode
 from ckptbench.conditions import CacheCondition
 from ckptbench.errors import CkptbenchError
 from ckptbench.sources import s3, s3read
@@ -46,6 +48,11 @@ class S3Source:
 
     def residency(self, listing: Listing) -> float | None:
         return None
+
+    def choose_read(self, listing: Listing, opts: ReadOptions) -> tuple[ReadOptions, str]:
+        """The local read modes do not apply to ranged GETs: `auto` stands as pread, which nothing reads."""
+        why = "S3: ranged GETs over HTTP; --read applies to local files only"
+        return (replace(opts, read="pread") if opts.read == readmode.AUTO else opts), why
 
     def start_read(self, listing: Listing, opts: ReadOptions, *, into: str = "hash",
                    stage_dir: str | None = None) -> s3read.ObjectRead:

@@ -83,6 +83,7 @@ class Dashboard(Screen):
         app = self.app
         self.concurrency = app.opts.concurrency
         self.rates = LiveRates()
+        self.read_picked = ""  # what `--read auto` chose in the last run
         self._texts: dict[str, str] = {}
         self.query_one("#chart", ThroughputChart).border_title = "read throughput, last minute"
         self.set_interval(POLL_S, self.poll)
@@ -109,8 +110,9 @@ class Dashboard(Screen):
         state = "running" if self.running else "idle"
         shown = live if live is not None else self.concurrency
         fixed = " (fixed for this read)" if self.fixed else ""
+        read = f"{o.read} → {self.read_picked}" if o.read == "auto" and self.read_picked else o.read
         self._set("#settings",
-            f"{state} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · read [b]{o.read}[/b] · "
+            f"{state} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · read [b]{read}[/b] · "
             f"hash [b]{o.hash or 'manifest'}[/b] · concurrency [b]{shown}[/b]{fixed}")
 
     def watch_concurrency(self, n: int) -> None:
@@ -217,11 +219,15 @@ class Dashboard(Screen):
         self.running = False
         doc = msg.doc
         warm = doc.get("warmup_s") or 0.0
-        self.query_one("#stages", StageBar).update_stages(
-            doc["stages"], None, f"one-time warm-up {warm:.2f} s before the clock, not counted" if warm else "")
+        self.read_picked = ", ".join(doc["read"]["modes"])
+        notes = [f"one-time warm-up {warm:.2f} s before the clock, not counted"] if warm else []
+        if doc.get("check") == "structural":
+            notes.append("check: structural, no model step")
+        self.query_one("#stages", StageBar).update_stages(doc["stages"], None, "; ".join(notes))
         unverified = "" if doc["verified"] or doc["status"] != "ok" else ", NOT VERIFIED"
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "
-                    f"success {doc['success_rate']:.0%} ({doc['status']}{unverified})",
+                    f"success {doc['success_rate']:.0%} ({doc['status']}{unverified}); "
+                    f"read path {self.read_picked} ({doc['read']['why']})",
                     severity="warning" if unverified else "information")
         self.show_settings()
         if msg.source_info is not None:

@@ -1,0 +1,158 @@
+"""`ckptbench inspect`: what a checkpoint holds and what restoring it will do, from headers and metadata only.
+
+Nothing here reads tensor data: safetensors headers, DCP's .metadata, torch.save pickles mapped lazily (the
+data pages are never touched). Every header is parsed by the same checked parsers the restore uses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ckptbench import manifest as mf
+from ckptbench.errors import CkptbenchError
+from ckptbench.sources import Listing, Source
+
+_RANK_PATTERNS = (  # how trainers name per-rank files; the first group is the rank
+    re.compile(r"^__(\d+)_\d+\.distcp$"),  # DCP
+    re.compile(r"(?:^|_)rank_?(\d+)\.(?:pt|pth|bin)$"),  # ckptbench's own torch shards
+    re.compile(r"^zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$"),  # DeepSpeed ZeRO partitions
+    re.compile(r"^mp_rank_(\d+)_model_states\.pt$"),  # DeepSpeed model-parallel ranks
+    re.compile(r"-(\d+)-of-\d+\.(?:safetensors|bin)$"),  # Hugging Face shards (numbered from 1)
+)
+
+
+@dataclass
+class Group:
+    tensors: int = 0
+    bytes: int = 0
+    dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> bytes
+
+    def add(self, dtype: str, nbytes: int) -> None:
+        self.tensors += 1
+        self.bytes += nbytes
+        self.dtypes[dtype] = self.dtypes.get(dtype, 0) + nbytes
+
+
+def _ranks(names: list[str]) -> int | None:
+    found = set()
+    for n in names:
+        for pat in _RANK_PATTERNS:
+            m = pat.search(os.path.basename(n))
+            if m:
+                found.add(int(m.group(1)))
+                break
+    return len(found) or None
+
+
+def _entries(directory: str, listing: Listing):
+    """(group, dtype name, bytes) of every tensor, and the count of non-tensor entries, from headers only."""
+    from ckptbench.formats import group_of
+
+    fmt = listing.format
+    out, others = [], 0
+    if fmt == "dcp":
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+        from ckptbench.formats.dcp_format import SafeReader
+
+        meta = SafeReader(directory).read_metadata()
+        for fqn, md in meta.state_dict_metadata.items():
+            if isinstance(md, TensorStorageMetadata):
+                n = 1
+                for d in md.size:
+                    n *= d
+                out.append((group_of(fqn), str(md.properties.dtype).removeprefix("torch."), n * md.properties.dtype.itemsize))
+            else:
+                others += 1
+        return out, others
+    if fmt == "safetensors":
+        from ckptbench.formats import safetensors_format as st
+
+        for f in listing.files:
+            if not f.path.endswith(".safetensors"):
+                continue
+            optim = os.path.basename(f.path).startswith("optimizer")
+            for key, (dtype, _shape, start, end) in st.header_entries(f.path).items():
+                out.append(("optimizer" if optim else group_of(key), str(dtype).removeprefix("torch."), end - start))
+        return out, others
+    if fmt == "torch":
+        from ckptbench.formats import torch_format as tf
+
+        for f in listing.files:
+            if not f.path.endswith((".pt", ".pth", ".bin")):
+                continue
+            state = tf.peek_file(f.path)
+            for group, _name, t in state.tensors():
+                out.append((group, str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()))
+            others += sum(1 for v in state.extra.values() if not hasattr(v, "dtype"))
+        return out, others
+    raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
+                         "point at a checkpoint directory")
+
+
+def inspect(source: Source, *, concurrency: int = 8) -> dict:
+    """The inspect document: layout, tensors by group, the read plan, and what the check stage will do."""
+    from ckptbench import restore
+    from ckptbench.sources.base import ReadOptions
+
+    listing = source.list()
+    if listing.format == "unknown":
+        raise CkptbenchError(f"{listing.source}: no safetensors, torch or torch.distributed.checkpoint files "
+                             "found; point at a checkpoint directory")
+    if not source.files_on_disk:
+        raise CkptbenchError(f"{listing.source}: inspect reads headers from local files; for an object store, "
+                             "copy the checkpoint's headers down or run `ckptbench run` against it")
+    directory = listing.source
+    man = listing.manifest
+    rels = listing.rels
+    shard_ext = restore.SHARD_EXT[listing.format]
+    shards = [r for r in rels if r.endswith(shard_ext)]
+    tail = restore.tail_names(directory, man, rels)
+    entries, others = _entries(directory, listing)
+    groups: dict[str, Group] = defaultdict(Group)
+    for group, dtype, nbytes in entries:
+        groups[group].add(dtype, nbytes)
+    sizes = {listing.rel(f.path): f.size or 0 for f in listing.files}
+    total = sum(sizes.values())
+    payload = sum(g.bytes for g in groups.values())
+    largest = max(sizes.items(), key=lambda kv: kv[1]) if sizes else ("", 0)
+    opts, why = source.choose_read(listing, ReadOptions(concurrency=concurrency, read="auto", hash="none"))
+    tail_bytes = sum(sizes.get(r, 0) for r in tail)
+    has_model = man is not None and bool(man.dims) or "config.json" in rels
+    floating = sum(b for g in groups.values() for d, b in g.dtypes.items()
+                   if d.startswith(("float", "bfloat", "complex")))
+    check = ("model step: the manifest (or config.json) gives the model's shape, so the restored model runs one "
+             "forward step and its output must be finite" if has_model else
+             f"structural, no model step: no model shape is known, so every floating value "
+             f"({floating} bytes) is scanned natively for NaN/Inf and optimizer parts are checked against "
+             "their weights")
+    return {
+        "source": listing.source,
+        "format": listing.format,
+        "layout": {
+            "manifest": man is not None,
+            "ranks": _ranks(shards),
+            "shards": len(shards),
+            "tail_files": len(tail),
+            "tail_bytes": tail_bytes,
+            "other_entries": others,
+        },
+        "groups": {name: {"tensors": g.tensors, "bytes": g.bytes, "dtypes": dict(sorted(g.dtypes.items()))}
+                   for name, g in sorted(groups.items())},
+        "read_plan": {
+            "files": len(sizes),
+            "bytes": total,
+            "largest_file": {"path": largest[0], "bytes": largest[1]},
+            "payload_bytes": payload,
+            # bytes read per byte of tensors: headers, pickles, per-chunk framing, and files nothing loads
+            "amplification": total / payload if payload else None,
+            "read": opts.read,
+            "read_why": why,
+            "unreadable_dirs": [{"path": d, "error": w} for d, w in listing.skipped],
+        },
+        "check": check,
+        "manifest_hash": man.hash if isinstance(man, mf.Manifest) else None,
+    }
