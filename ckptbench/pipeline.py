@@ -140,7 +140,10 @@ class Run:
         return driven.result
 
     def _hash_buffers(self, res: fastio.ReadResult, alg: str) -> dict[str, str]:
-        """Staged verify: hash what the read stage left in memory (or in the staging directory)."""
+        """Staged verify: hash what the read stage left in memory (or in the staging directory); with no hash
+        (no manifest to check against, none asked for) there is nothing to compute."""
+        if alg == "none":
+            return {f.path: None for f in res.files}
         if self.stage_dir:
             local = [os.path.join(self.stage_dir, self.listing.rel(f.path)) for f in res.files]
             again = fastio.read_files([p for p, f in zip(local, res.files) if f.error is None],
@@ -184,7 +187,8 @@ class Run:
         t_start = time.perf_counter()
         self.listing = listing = self._timed(LIST, self.source.list)
         man = listing.manifest
-        alg = o.hash or (man.hash if man is not None else "crc32c")
+        # no manifest, no reference: hashing would cost CPU for a digest nothing checks, unless asked for
+        alg = o.hash or (man.hash if man is not None else "none")
         if o.mode == "fused":
             res = self._timed(READ, lambda: self._read(alg))
             digests = {f.path: f.digest for f in res.files}
@@ -234,7 +238,9 @@ class Run:
         unreadable += [(listing.rel(d), f"unreadable directory ({why}): its files were not listed")
                        for d, why in listing.skipped]
         if man is None:
-            self.notes[VERIFY] = "NOT VERIFIED: no manifest, so digests were computed with no reference"
+            self.notes[VERIFY] = ("NOT VERIFIED: no manifest, so there is no reference; digests were "
+                                  + (f"computed ({alg}) for the record only" if alg != "none" else
+                                     "not computed (--hash crc32c computes them)"))
             return unreadable
         if alg != man.hash:
             self.notes[VERIFY] = (f"NOT VERIFIED: --hash {alg} is not the manifest's {man.hash}, so there is no "

@@ -59,13 +59,48 @@ def test_read_json_digests_match_hashlib(fileset, alg):
 
 
 def test_cold_is_verified_cold_and_hot_is_verified_hot(fileset):
-    cold = json.loads(ckptbench("read", root_of(fileset), "--cache", "cold", "--json", check=True).stdout)["cache"]
+    cold = json.loads(ckptbench("read", root_of(fileset), "--cache", "cold", "--read", "pread", "--json",
+                                check=True).stdout)["cache"]
     assert cold["requested"] == "cold" and cold["verified"] is True
     assert cold["residency_before"] <= 0.05
     assert cold["residency_after"] >= 0.95  # the read itself brought the pages in
     hot = json.loads(ckptbench("read", root_of(fileset), "--cache", "hot", "--json", check=True).stdout)["cache"]
     assert hot["requested"] == "hot" and hot["verified"] is True
     assert hot["residency_before"] >= 0.95
+
+
+def test_auto_reads_cold_files_direct_and_cached_files_with_pread(fileset):
+    """The default picks O_DIRECT for a cold read (the page cache stays cold) and pread for a hot one, and says why."""
+    cold = json.loads(ckptbench("read", root_of(fileset), "--cache", "cold", "--json", check=True).stdout)
+    assert cold["read"] == "direct" and "O_DIRECT works" in cold["read_why"]
+    assert cold["cache"]["residency_after"] <= 0.05  # direct reads bypass the page cache
+    hot = json.loads(ckptbench("read", root_of(fileset), "--cache", "hot", "--json", check=True).stdout)
+    assert hot["read"] == "pread" and "page cache" in hot["read_why"]
+
+
+def test_auto_falls_back_to_pread_where_o_direct_is_refused(tmp_path, monkeypatch):
+    """A filesystem that refuses O_DIRECT (older tmpfs, some FUSE mounts) gets pread, and the reason says so;
+    so does a block size O_DIRECT cannot use. The refusal is the kernel's EINVAL, injected at os.open."""
+    import errno
+
+    from ckptbench import readmode
+
+    disk = tmp_path / "f.bin"
+    disk.write_bytes(b"x" * 10000)
+    assert readmode.choose([(str(disk), 10000)], 0.0, 1 << 20).mode == "direct"
+    assert readmode.choose([(str(disk), 10000)], 0.9, 1 << 20).mode == "pread"  # mostly cached
+    unaligned = readmode.choose([(str(disk), 10000)], 0.0, 1000)
+    assert unaligned.mode == "pread" and "block size 1000" in unaligned.why
+    real_open = os.open
+
+    def refusing_open(path, flags, *args):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    choice = readmode.choose([(str(disk), 10000)], 0.0, 1 << 20)
+    assert choice.mode == "pread" and "refuses O_DIRECT (Invalid argument)" in choice.why
 
 
 def test_files_named_one_by_one_in_direct_mode(fileset):
