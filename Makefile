@@ -38,11 +38,14 @@ test: build
 		|| { echo "make test needs tmux and fio: apt-get install tmux fio"; exit 2; }
 	$(BIN)/python -m pytest -q
 
+# The peers (Run:ai Model Streamer, fastsafetensors) come with the bench-only extra, installed here.
 bench: build
+	$(BIN)/python -m pip install --quiet -c constraints.txt --no-build-isolation -e '.[test,bench]'
 	@command -v fio >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq fio); } || true
 	$(BIN)/python bench/read_bench.py
 	$(BIN)/python bench/restore_bench.py
 	$(BIN)/python bench/s3_bench.py
+	$(BIN)/python bench/peers_bench.py
 
 clean:
 	rm -rf build $(VENV) fastio/_engine.c fastio/*.so $(EXT) *.egg-info
