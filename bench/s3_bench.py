@@ -1,4 +1,5 @@
-"""S3 benchmark: ckptbench's S3 reads (threads and crt backends) against boto3, the AWS CLI and s3torchconnector.
+"""S3 benchmark: ckptbench's S3 reads (threads and crt backends) against boto3, the AWS CLI, s3torchconnector and
+the Run:ai Model Streamer's S3 backend.
 
 Everything talks to one local S3 (moto behind ckptbench.s3local's shaping proxy) on 127.0.0.1, run in a child
 process so the server's threads do not share a GIL with the clients being measured. One run: the server starts
@@ -370,6 +371,25 @@ class Bench:
             problem = problem or f"read {r['bytes']} bytes, the data set has {self.total}"
         return Run(r["seconds"], r["bytes"], not problem, problem, peak)
 
+    # ---- Run:ai Model Streamer (runai-model-streamer-s3) ---------------------------------------------------------
+    def runai(self) -> Run:
+        spec = {"bucket": self.url.bucket, "objects": [[o.key, o.rel, o.size] for o in
+                                                       sorted(self.objects, key=lambda o: -o.size)]}
+        self.server.ask(op="peak")
+        out = subprocess.run([sys.executable, "-c", RUNAI_CHILD, json.dumps(spec)], env=self.peer_env | RUNAI_ENV,
+                             capture_output=True, text=True, check=False)
+        peak = self.server.ask(op="peak")["peak"]
+        if out.returncode != 0:
+            return Run(1.0, 0, False, f"child exited {out.returncode}: {out.stderr.strip()[-300:]}", peak)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        bad = [rel for rel, md5 in r["md5s"].items() if self.md5s[rel] != md5]
+        if len(r["md5s"]) != len(self.expected):
+            bad.append(f"{len(self.expected) - len(r['md5s'])} objects missing")
+        problem = f"{len(bad)} objects with a wrong md5, e.g. {bad[0]}" if bad else ""
+        if r["bytes"] != self.total:
+            problem = problem or f"read {r['bytes']} bytes, the data set has {self.total}"
+        return Run(r["seconds"], r["bytes"], not problem, problem, peak)
+
     def measure(self, m: Measure, fn) -> None:
         self.results.setdefault(m.key, m)
         m = self.results[m.key]
@@ -403,6 +423,34 @@ with concurrent.futures.ThreadPoolExecutor(spec["concurrency"]) as pool:
 dt = time.perf_counter() - t0
 print(json.dumps({"seconds": dt, "bytes": sum(len(d) for _, d in got),
                   "md5s": {r: hashlib.md5(d).hexdigest() for r, d in got}}))
+"""
+
+
+# Run:ai reads the endpoint from AWS_ENDPOINT_URL (the server's env) and needs path-style addressing for a server
+# on 127.0.0.1; IMDS stays off so nothing leaves the machine; concurrency and range size as every other peer here.
+RUNAI_ENV = {"RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0", "AWS_EC2_METADATA_DISABLED": "true",
+             "RUNAI_STREAMER_CONCURRENCY": str(CONC), "RUNAI_STREAMER_CHUNK_BYTESIZE": str(PART),
+             "RUNAI_STREAMER_LOG_LEVEL": "WARNING"}
+
+RUNAI_CHILD = r"""
+import hashlib, json, sys, time
+spec = json.loads(sys.argv[1])
+from runai_model_streamer import FileChunks, FileStreamer
+
+def chunks(objects):
+    return [FileChunks(i, f"s3://{spec['bucket']}/{key}", [0], [size]) for i, (key, _, size) in enumerate(objects)]
+
+with FileStreamer() as fs:
+    fs.stream_files(chunks(spec["objects"][-1:]))  # connect and sign once, outside the timing
+    for _ in fs.get_chunks():
+        pass
+    t0 = time.perf_counter()
+    fs.stream_files(chunks(spec["objects"]))
+    got = {i: buf for i, _, buf in fs.get_chunks()}  # owned buffers (the default): kept, not copied
+    dt = time.perf_counter() - t0
+data = {spec["objects"][i][1]: bytes(buf.numpy()) for i, buf in got.items()}
+print(json.dumps({"seconds": dt, "bytes": sum(len(d) for d in data.values()),
+                  "md5s": {r: hashlib.md5(d).hexdigest() for r, d in data.items()}}))
 """
 
 
@@ -453,6 +501,21 @@ def pip_plan(pkgs: list[str]) -> tuple[list[tuple[str, str]] | None, str]:
         return [(i["metadata"]["name"], i["metadata"]["version"]) for i in r.get("install", [])], ""
     finally:
         os.unlink(report)
+
+
+def find_runai() -> tuple[bool, str]:
+    """runai-model-streamer-s3 in this venv (the `bench` extra); (usable, its version or why not)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        import runai_model_streamer  # noqa: F401
+        import runai_model_streamer_s3  # noqa: F401
+    except ImportError as exc:
+        return False, f"not installed ({exc.name}): pip install -c constraints.txt -e '.[bench]'"
+    try:
+        return True, f"runai-model-streamer-s3 {version('runai-model-streamer-s3')} in {sys.prefix}"
+    except PackageNotFoundError:
+        return True, "runai-model-streamer-s3 (version unknown)"
 
 
 def find_s3torch() -> tuple[str | None, str]:
@@ -521,7 +584,8 @@ def measure_ceiling(b: Bench, repeat: int) -> tuple[float, dict]:
     return max(seen.values()) if seen else 0.0, seen
 
 
-def main_runs(b: Bench, aws: str | None, aws_why: str, torch_py: str | None, torch_why: str) -> None:
+def main_runs(b: Bench, aws: str | None, aws_why: str, torch_py: str | None, torch_why: str, runai: bool,
+              runai_why: str) -> None:
     cond1 = f"c={LOW}"
     cond16 = f"c={CONC}"
     plan = []  # (Measure, fn); every repeat runs each once, the order rotated per repeat
@@ -556,6 +620,14 @@ def main_runs(b: Bench, aws: str | None, aws_why: str, torch_py: str | None, tor
     else:
         m_torch.skipped = torch_why
         b.results[m_torch.key] = m_torch
+    m_runai = Measure("peer/runai-s3", cond16, "GB/s", tool="runai-model-streamer-s3",
+                      config=f"FileStreamer, one range per object, RUNAI_STREAMER_CONCURRENCY={CONC}, "
+                      "RUNAI_STREAMER_CHUNK_BYTESIZE=8 MiB, to memory", note=runai_why)
+    if runai:
+        plan.append((m_runai, b.runai))
+    else:
+        m_runai.skipped = runai_why
+        b.results[m_runai.key] = m_runai
     for m, _ in plan:
         b.results[m.key] = m
     for r in range(b.repeat):
@@ -730,6 +802,12 @@ def report(b: Bench, rows, verdicts, pick, why, args) -> str:
         "its pool from throughput_target_gbps, left at its default of 10 Gbit/s: at 1–4 it kept only 10 "
         "requests in flight); 16 objects are read at a time by a thread pool; the peak-in-flight figure "
         "shows what it used.",
+        f"runai-model-streamer-s3: {f.get('runai')}; a FileStreamer in a child process (this venv), one range "
+        "per object, owned buffers kept without a copy; RUNAI_STREAMER_CONCURRENCY=16 and "
+        "RUNAI_STREAMER_CHUNK_BYTESIZE=8 MiB; the endpoint from AWS_ENDPOINT_URL, "
+        "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING=0 (path-style, as a local server needs), "
+        "AWS_EC2_METADATA_DISABLED=true; one stream of the smallest object first connects and signs, outside "
+        "the timing, as the s3torchconnector child's head_object does; md5 of every object checked.",
         "peak in flight: the most requests the proxy had in progress at once during the tool's runs "
         "(counted in the server process), i.e. the concurrency the tool really used.",
         f"the proxy listens with backlog {args.proxy_backlog} here (socketserver's default is 5: 16 "
@@ -820,16 +898,18 @@ def main(argv=None) -> int:
         log(f"cap: {cap / 1e6:.2f} MB/s per connection ({reason})")
 
         aws, aws_why, torch_py, torch_why = None, "skipped (--skip-peers)", None, "skipped (--skip-peers)"
+        runai, runai_why = False, "skipped (--skip-peers)"
         if not args.skip_peers:
             aws, aws_why = find_aws(peer_env)
             torch_py, torch_why = find_s3torch()
-            log(f"aws: {aws_why}\ns3torchconnector: {torch_why}")
-        b.facts.update(aws=aws_why, s3torch=torch_why)
+            runai, runai_why = find_runai()
+            log(f"aws: {aws_why}\ns3torchconnector: {torch_why}\nrunai-model-streamer-s3: {runai_why}")
+        b.facts.update(aws=aws_why, s3torch=torch_why, runai=runai_why)
 
         latency_s = args.latency_ms / 1000
         server.shape(latency_s, cap)
         log(f"shaped: {args.latency_ms:g} ms, {cap / 1e6:.2f} MB/s per connection")
-        main_runs(b, aws, aws_why, torch_py, torch_why)
+        main_runs(b, aws, aws_why, torch_py, torch_why, runai, runai_why)
         log(f"faults: {FAULT_RATE:.0%}, slowdown+reset, seed {FAULT_SEED}")
         fault_runs(b, latency_s, cap)
         load.append(os.getloadavg()[0])
