@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -59,12 +60,12 @@ def run_summary(doc: dict) -> dict:
     opts = doc.get("options", {})
     stages = doc.get("stages", {})
     read_mode, why = resolved_read(doc)
-    hash_ = opts.get("hash") or "crc32c"  # fused hashes during the read: the manifest's, or crc32c without one
+    hash_, hash_how = resolved_hash(doc)
     return {"rto": doc.get("rto_s"), "read": stages.get("read"), "check": stages.get("check"), "stages": stages,
             "residency": doc.get("cache", {}).get("residency_before"), "status": doc.get("status"),
             "bytes": doc.get("bytes"), "mode": opts.get("mode"), "read_option": opts.get("read"),
             "read_mode": read_mode, "read_why": why,
-            "hash": "none" if opts.get("mode") == "staged" else hash_, "concurrency": opts.get("concurrency"),
+            "hash": hash_, "hash_how": hash_how, "concurrency": opts.get("concurrency"),
             "block_size": opts.get("block_size"), "verified": doc.get("verified"), "warmup_s": doc.get("warmup_s")}
 
 
@@ -81,6 +82,24 @@ def resolved_read(doc: dict) -> tuple[str | None, str]:
     modes = read.get("modes") or []
     mode = modes[0] if len(modes) == 1 else first.get("mode")
     return (mode, read.get("why") or first.get("why") or "") if mode in READ_MODES else (None, "not reported")
+
+
+def resolved_hash(doc: dict) -> tuple[str, str]:
+    """The digest the run's read stage computed, and how that is known: none when staged (it hashes in verify);
+    else the --hash option; else what the verify note says a run without a manifest did ("not computed", or
+    "computed (ALG)"); else crc32c, the default before the run said which."""
+    opts = doc.get("options", {})
+    if opts.get("mode") == "staged":
+        return "none", "staged: the read stage does not hash"
+    if opts.get("hash"):
+        return opts["hash"], "set"
+    note = str((doc.get("notes") or {}).get("verify", ""))
+    if "not computed" in note:
+        return "none", "its verify note: not computed"
+    named = re.search(r"computed \((\w+)\)", note)
+    if named:
+        return named.group(1), "its verify note"
+    return "crc32c", "assumed (the run does not say)"
 
 
 def read_command(summary: dict, directory: str) -> list[str]:
@@ -260,7 +279,8 @@ class Bench:
             res = doc.get("cache", {}).get("residency_before")
             if not held("cold", res):
                 continue
-            wrong = check_read(doc, self.meta["ckptbench_peers"]["crc32c"]) + ([problem] if problem else [])
+            wrong = check_read(doc, self.meta["ckptbench_peers"]["crc32c"], self.total)
+            wrong += [problem] if problem else []
             s.problems += wrong
             s.add(doc["seconds"], res, disk, "failed" if wrong else "ok")
             return
@@ -296,10 +316,12 @@ def check_peer(doc: dict, ref: dict, total_size: int) -> list[str]:
     return out
 
 
-def check_read(doc: dict, crc: dict[str, str]) -> list[str]:
-    """`ckptbench read`'s per-file crc32c against the generator's, for every shard (when it hashed crc32c); no
-    failed file."""
+def check_read(doc: dict, crc: dict[str, str], total: int) -> list[str]:
+    """What is wrong with a `ckptbench read`: a failed file, fewer bytes than the directory holds, a shard whose
+    crc32c is not the generator's (when it hashed crc32c)."""
     out = [f"{doc['files_failed']} file(s) failed"] if doc.get("files_failed") else []
+    if doc.get("bytes") != total:
+        out.append(f"read {doc.get('bytes')} bytes, the directory holds {total}")
     if doc.get("hash") != "crc32c":
         return out
     got = {os.path.basename(f["path"]): f.get("digest") for f in doc.get("files", [])}
@@ -393,7 +415,8 @@ def notes(b: Bench) -> list[str]:
     read = "; ".join(f"{c}: {r['read_mode']} ({r['read_why']})" for c, r in chosen.items() if r)
     out = [
         "Every measurement is a fresh process. ckptbench: `ckptbench run DIR --json --repeat 1 --cache cold|hot` with "
-        f"its defaults: mode {first.get('mode')}, hash {first.get('hash')}, concurrency {first.get('concurrency')}, "
+        f"its defaults: mode {first.get('mode')}, read-stage hash {first.get('hash')} ({first.get('hash_how')}), "
+        f"concurrency {first.get('concurrency')}, "
         f"block {first.get('block_size')} B, read {first.get('read_option')}, which it resolved as {read}. Its RTO "
         "(list + read + verify + load + device + check) is taken from the JSON; its warm-up (imports, torch's first "
         "operations) is outside the RTO.",
@@ -403,7 +426,8 @@ def notes(b: Bench) -> list[str]:
                                                  for n in b.peers),
         "Same tensors: each peer's checksum (sha256 over every tensor's name, dtype, shape and "
         f"{_loaders.SAMPLES} sampled values) is compared with the generator's, with the tensor count and bytes; "
-        "`ckptbench read`'s per-file crc32c with the generator's. A mismatch marks the row CHECK FAILED.",
+        "`ckptbench read`'s bytes with the directory's and, when it hashes crc32c, its per-file digests with the "
+        "generator's. A mismatch marks the row CHECK FAILED.",
         f"`ckptbench read` command (the cold run's read path): `{' '.join(b.read_cmd[2:]) if b.read_cmd else '—'}`; "
         "its time is the read's own wall time. It reads into reused buffers, the run's read stage into the memory "
         "the state dict is built over; the cold run and the read run back to back, the order alternating per round.",

@@ -243,6 +243,16 @@ def test_staged_reads_without_a_hash_and_an_explicit_hash_is_kept():
     assert pb.run_summary(run_doc(options=run_doc()["options"] | {"hash": "xxh64"}))["hash"] == "xxh64"
 
 
+@pytest.mark.parametrize("note, want", [
+    ("NOT VERIFIED: no manifest, so there is no reference; digests were not computed (--hash crc32c computes them)",
+     "none"),
+    ("NOT VERIFIED: no manifest, so there is no reference; digests were computed (xxh64) for the record only",
+     "xxh64"),
+    ("NOT VERIFIED: no manifest, so digests were computed with no reference", "crc32c")])
+def test_without_a_hash_option_the_verify_note_says_what_the_read_hashed(note, want):
+    assert pb.resolved_hash(run_doc(notes={"verify": note}))[0] == want
+
+
 def test_the_read_command_repeats_the_runs_read_path_cold():
     cmd = pb.read_command(pb.run_summary(run_doc()), "/ckpt")
     assert cmd[1:6] == ["-m", "ckptbench", "read", "/ckpt", "--json"]
@@ -295,22 +305,23 @@ def test_a_peer_with_other_tensors_is_told_what_differs():
 
 
 def read_doc(digests: dict[str, str], hash_: str = "crc32c", failed: int = 0) -> dict:
-    return {"hash": hash_, "files_failed": failed,
+    return {"hash": hash_, "files_failed": failed, "bytes": 10,
             "files": [{"path": f"/ckpt/{n}", "digest": d} for n, d in digests.items()]}
 
 
 def test_a_read_is_checked_against_the_shards_crc32c_and_may_carry_the_index():
     crc = {"a.safetensors": "1", "b.safetensors": "2"}
-    assert pb.check_read(read_doc(crc | {_loaders.INDEX: "9"}), crc) == []
-    assert pb.check_read(read_doc({"a.safetensors": "1", "b.safetensors": "3"}), crc) == [
+    assert pb.check_read(read_doc(crc | {_loaders.INDEX: "9"}), crc, 10) == []
+    assert pb.check_read(read_doc({"a.safetensors": "1", "b.safetensors": "3"}), crc, 10) == [
         "b.safetensors: crc32c 3 != 2"]
-    assert pb.check_read(read_doc({"a.safetensors": "1"}), crc) == ["b.safetensors: crc32c None != 2"]
+    assert pb.check_read(read_doc({"a.safetensors": "1"}), crc, 10) == ["b.safetensors: crc32c None != 2"]
 
 
-def test_a_read_with_another_hash_is_not_compared_but_failures_count():
+def test_a_read_with_another_hash_is_not_compared_but_failures_and_bytes_count():
     crc = {"a.safetensors": "1"}
-    assert pb.check_read(read_doc({"a.safetensors": "ff"}, hash_="xxh64"), crc) == []
-    assert pb.check_read(read_doc({"a.safetensors": "1"}, failed=2), crc) == ["2 file(s) failed"]
+    assert pb.check_read(read_doc({"a.safetensors": "ff"}, hash_="none"), crc, 10) == []
+    assert pb.check_read(read_doc({"a.safetensors": "1"}, failed=2), crc, 10) == ["2 file(s) failed"]
+    assert pb.check_read(read_doc({"a.safetensors": "1"}), crc, 11) == ["read 10 bytes, the directory holds 11"]
 
 
 # ---------------------------------------------------------------------------- targets and ratios
