@@ -4,11 +4,12 @@ from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
 CSRC = "fastio/csrc/"
-HEADERS = [CSRC + h for h in ("hashes.h", "digest.h", "engine.h", "cache.h")]
+HEADERS = [CSRC + h for h in ("hashes.h", "digest.h", "engine.h", "cache.h", "finite.h")]
+SOURCES = [CSRC + c for c in ("engine.c", "digest.c", "cache.c", "crc32c.c", "xxh64.c", "finite.c")]
 
 engine = Extension(
     "fastio._engine",
-    sources=["fastio/_engine.pyx"] + [CSRC + c for c in ("engine.c", "digest.c", "cache.c", "crc32c.c", "xxh64.c")],
+    sources=["fastio/_engine.pyx"] + SOURCES,
     depends=HEADERS + ["fastio/_cfastio.pxd"],
     include_dirs=["fastio"],
     extra_compile_args=["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"],

@@ -1,4 +1,4 @@
-"""fastio: parallel file reads and hashing in native threads, with the GIL released.
+"""fastio: parallel file reads, hashing and finite-value scans in native threads, with the GIL released.
 
 Digests are lowercase hex. A file's `digest` is always the plain whole-file digest (what hashlib,
 the crc32c and xxhash packages give; crc32c and xxh64 big-endian). `multipart_digest` is opt-in: the
@@ -10,6 +10,7 @@ from fastio._engine import (
     crc32c_combine,
     Hasher,
     ReadHandle,
+    count_nonfinite,
     crc32c_hw_available,
     crc32c_impl,
     drop_caches,
@@ -20,6 +21,7 @@ from fastio._engine import (
 )
 from fastio.errors import FastIOError, OptionError
 from fastio.types import (
+    FINITE_KINDS,
     HASHES,
     READ_MODES,
     FileError,
@@ -32,6 +34,7 @@ from fastio.types import (
 )
 
 __all__ = [
+    "FINITE_KINDS",
     "HASHES",
     "MAX_CONCURRENCY",
     "READ_MODES",
@@ -45,6 +48,7 @@ __all__ = [
     "ReadResult",
     "Residency",
     "Snapshot",
+    "count_nonfinite",
     "crc32c_combine",
     "crc32c_hw_available",
     "crc32c_impl",

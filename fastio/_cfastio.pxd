@@ -33,6 +33,31 @@ cdef extern from "csrc/cache.h" nogil:
     int fio_evict(const char *path)
     int fio_drop_caches()
 
+cdef extern from "csrc/finite.h" nogil:
+    enum:
+        FIO_FK_F16
+        FIO_FK_BF16
+        FIO_FK_F32
+        FIO_FK_F64
+        FIO_FK_C64
+        FIO_FK_C128
+        FIO_FK_F8_E4M3FN
+        FIO_FK_F8_E5M2
+        FIO_FK_F8_E4M3FNUZ
+        FIO_FK_F8_E5M2FNUZ
+        FIO_FK_F8_E8M0
+        FIO_FINITE_CHUNK
+
+    ctypedef struct fio_finite_item:
+        const void *buf
+        size_t len
+        int kind
+        uint64_t nonfinite
+
+    size_t fio_finite_elem_size(int kind)
+    int fio_count_nonfinite(fio_finite_item *items, size_t n, int concurrency)
+    const char *fio_finite_impl()
+
 cdef extern from "csrc/engine.h" nogil:
     enum:
         FIO_MODE_PREAD

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Python face of the native read+hash engine, the Hasher and the page-cache calls."""
+"""Python face of the native read+hash engine, the Hasher, the page-cache calls and the finite-value scan."""
 
 import mmap
 import os
@@ -13,16 +13,21 @@ from libc.string cimport memset
 from fastio._cfastio cimport *
 from fastio.errors import FastIOError, OptionError, raise_errno
 from fastio.types import (
-    HASHES, READ_MODES, FileError, FileResult, FileSpec, ReadResult, Residency, Snapshot,
+    FINITE_KINDS, HASHES, READ_MODES, FileError, FileResult, FileSpec, ReadResult, Residency, Snapshot,
 )
 
 _ALG = {"none": FIO_H_NONE, "crc32c": FIO_H_CRC32C, "xxh64": FIO_H_XXH64,
         "md5": FIO_H_MD5, "sha256": FIO_H_SHA256}
 _MODE = {"pread": FIO_MODE_PREAD, "mmap": FIO_MODE_MMAP, "direct": FIO_MODE_DIRECT}
+_FINITE_KIND = {"f16": FIO_FK_F16, "bf16": FIO_FK_BF16, "f32": FIO_FK_F32, "f64": FIO_FK_F64,
+                "c64": FIO_FK_C64, "c128": FIO_FK_C128, "f8_e4m3fn": FIO_FK_F8_E4M3FN,
+                "f8_e5m2": FIO_FK_F8_E5M2, "f8_e4m3fnuz": FIO_FK_F8_E4M3FNUZ,
+                "f8_e5m2fnuz": FIO_FK_F8_E5M2FNUZ, "f8_e8m0": FIO_FK_F8_E8M0}
 # Hashing a small buffer costs less than dropping and retaking the GIL.
 cdef enum:
     NOGIL_MIN = 64 * 1024
 MAX_CONCURRENCY = FIO_MAX_THREADS
+_FINITE_CHUNK = FIO_FINITE_CHUNK
 _ANON_FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
 
 
@@ -422,3 +427,64 @@ def drop_caches():
     with nogil:
         rc = fio_drop_caches()
     raise_errno(rc, "/proc/sys/vm/drop_caches", "drop_caches (needs root and a writable /proc/sys)")
+
+
+def _finite_impl():
+    """"avx2" or "sw": the count_nonfinite kernel in use (FASTIO_FINITE=sw forces the portable one)."""
+    return fio_finite_impl().decode()
+
+
+def _finite_kind(item, Py_ssize_t i):
+    """The (buffer, kind) of item `i`, or the one-line OptionError that says what is wrong with it."""
+    try:
+        buf, kind = item
+    except (TypeError, ValueError):
+        raise OptionError(f"item {i}: expected a (buffer, kind) pair, got {type(item).__name__}") from None
+    if not isinstance(kind, str) or kind not in _FINITE_KIND:
+        raise OptionError(f"item {i}: unknown kind {kind!r}: choose one of {', '.join(FINITE_KINDS)}")
+    return buf, kind
+
+
+def count_nonfinite(items, *, concurrency=None):
+    """Per item, how many elements (components, for complex kinds) are NaN or ±Inf, judged on the bit pattern.
+
+    `items` holds (buffer, kind) pairs: any contiguous buffer, read-only ones too, taken as raw bytes in native byte
+    order, and a kind from FINITE_KINDS. Every item is checked before the scan starts. The scan runs with the GIL
+    released throughout, in chunks over `concurrency` native threads (default: one per CPU).
+    """
+    if concurrency is None:
+        concurrency = min(os.cpu_count() or 1, FIO_MAX_THREADS)
+    if not 1 <= concurrency <= FIO_MAX_THREADS:
+        raise OptionError(f"concurrency must be 1..{FIO_MAX_THREADS}, got {concurrency}")
+    items = list(items)
+    cdef Py_ssize_t n = len(items), i, held = 0
+    if n == 0:
+        return []
+    cdef int threads = concurrency, rc
+    cdef fio_finite_item *c = <fio_finite_item *>calloc(n, sizeof(fio_finite_item))
+    cdef Py_buffer *views = <Py_buffer *>calloc(n, sizeof(Py_buffer))
+    try:
+        if c == NULL or views == NULL:
+            raise MemoryError()
+        for i in range(n):
+            buf, kind = _finite_kind(items[i], i)
+            c[i].kind = _FINITE_KIND[kind]
+            try:
+                PyObject_GetBuffer(buf, &views[i], PyBUF_SIMPLE)
+            except (BufferError, TypeError, ValueError) as e:
+                raise OptionError(f"item {i}: not a contiguous buffer ({e})") from None
+            held += 1
+            c[i].buf, c[i].len = views[i].buf, <size_t>views[i].len
+            size = fio_finite_elem_size(c[i].kind)
+            if c[i].len % size:
+                raise OptionError(f"item {i}: {c[i].len} bytes is not a whole number of "
+                                  f"{kind} elements ({size} bytes each)")
+        with nogil:
+            rc = fio_count_nonfinite(c, <size_t>n, threads)
+        raise_errno(rc, what="count_nonfinite")
+        return [c[i].nonfinite for i in range(n)]
+    finally:
+        for i in range(held):
+            PyBuffer_Release(&views[i])
+        free(views)
+        free(c)

@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 
 HASHES = ("none", "crc32c", "xxh64", "md5", "sha256")
 READ_MODES = ("pread", "mmap", "direct")
+# Element kinds count_nonfinite reads; c64 and c128 are pairs of f32 and f64, counted per component.
+FINITE_KINDS = (
+    "f16", "bf16", "f32", "f64", "c64", "c128",
+    "f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz", "f8_e8m0",
+)
 
 # Read-latency histogram: bucket 0 counts calls under 1 µs, bucket b calls in [2**(b-1), 2**b) µs.
 HIST_BUCKETS = 32
