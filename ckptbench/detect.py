@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ckptbench.errors import CkptbenchError
+from ckptbench.layouts import DS_MODEL, DS_OPTIM
 
 
 def detect(directory: str) -> str:
@@ -20,6 +21,8 @@ def detect_names(names: list[str], where: str) -> str:
     names = [n.rsplit("/", 1)[-1] for n in names]
     if ".metadata" in names:
         return "dcp"
+    if any(DS_MODEL.match(n) or DS_OPTIM.match(n) for n in names):  # DeepSpeed resumes from these, whatever is beside
+        return "torch"
     if any(n.endswith(".safetensors") for n in names):
         return "safetensors"
     if any(n.endswith((".pt", ".pth", ".bin")) for n in names):

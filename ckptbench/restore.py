@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import fastio
 import torch
 
+from ckptbench import layouts, tree
 from ckptbench import manifest as mf
-from ckptbench import tree
 from ckptbench.errors import CkptbenchError
 from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
 from ckptbench.model import GPT, build_on_meta, master_optimizer, sample_batch
@@ -47,8 +47,12 @@ SHARD_EXT = {"safetensors": (".safetensors",), "torch": (".pt", ".pth", ".bin"),
 
 
 def shard_files(directory: str, fmt: str) -> list[str]:
-    """The files that hold tensors, for this format, in a stable order."""
-    return [p for p in tree.files(directory) if p.endswith(SHARD_EXT[fmt])]
+    """The files that hold tensors, for this format, in a stable order; only those of the checkpoint its layout
+    names (DeepSpeed's `latest` step, the shards a Hugging Face index names)."""
+    paths = tree.files(directory)
+    rels = [os.path.relpath(p, directory).replace(os.sep, "/") for p in paths]
+    keep = set(layouts.select(directory, rels).files)
+    return [p for p, r in zip(paths, rels) if p.endswith(SHARD_EXT[fmt]) and r in keep]
 
 
 def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None,
@@ -61,13 +65,17 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
     if fmt == "dcp":
         named = {os.path.basename(p): b for p, b in (buffers or {}).items() if b is not None}
         return mod.load_dir(directory, buffers=named or None)
-    state = CheckpointState({})
-    for path in shards if shards is not None else shard_files(directory, fmt):
-        if buffers is not None and path in buffers:
-            state.merge(mod.load_buffer(buffers[path], path))
-        else:
-            state.merge(mod.load_file(path))
-    if not state.model and not state.optim:
+    paths = shards if shards is not None else shard_files(directory, fmt)
+    if fmt == "torch":  # checked across files: keys two files disagree on, a Hugging Face index's weight map
+        state = mod.load_shards(paths, buffers)
+    else:
+        state = CheckpointState({})
+        for path in paths:
+            if buffers is not None and path in buffers:
+                state.merge(mod.load_buffer(buffers[path], path))
+            else:
+                state.merge(mod.load_file(path))
+    if not any(True for _ in state.tensors()):
         raise FormatError(f"{directory}: no tensors found in its {fmt} files")
     return state
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import fastio
 
-from ckptbench import confine, tree
+from ckptbench import confine, layouts, tree
 from ckptbench import manifest as mf
 from ckptbench.errors import CkptbenchError
 
@@ -68,7 +68,7 @@ def verify(directory: str, *, concurrency: int = 8, hash: str = "crc32c") -> Ver
     problems: list[tuple[str, str]] = []
     if man is None:
         alg = hash
-        rels = tree.rels(directory, skipped)
+        rels = list(layouts.select(directory, tree.rels(directory, skipped)).files)  # DeepSpeed: `latest`'s step
         specs = [fastio.FileSpec(os.path.join(directory, r)) for r in rels]
     else:
         alg = man.hash

@@ -54,12 +54,17 @@ _OPTIM_PREFIXES = ("optim", "optimizer", "optimizer_state_dict", "optim_state", 
 _MODEL_PREFIXES = ("model", "module", "state_dict", "model_state_dict")
 _OTHER_PREFIXES = ("lr_scheduler", "scheduler", "dataloader", "train_state", "rng", "rng_state", "extra_state",
                    "args", "config", "ds_config", "trainer_state")
+_RANK_TAG = re.compile(r"zero_pp_rank_\d+(?:_mp_rank_\d+)?")  # DeepSpeed partitions' keys, kept apart by rank
 
 
 def group_of(fqn: str) -> str:
     """model, optimizer or other, for a flat key a foreign checkpoint uses (its first component says: torchtitan's
-    `optimizer.state.…`, DeepSpeed's `module.…`); a key with no known group prefix is a weight (a flat state dict)."""
-    head = fqn.split(".", 1)[0].lower()
+    `optimizer.state.…`, DeepSpeed's `module.…`, after a partition's rank tag); a key with no known group prefix is
+    a weight (a flat state dict)."""
+    head, _, rest = fqn.partition(".")
+    if rest and _RANK_TAG.fullmatch(head):
+        head = rest.partition(".")[0]
+    head = head.lower()
     if head in _OPTIM_PREFIXES or head.startswith("optim"):
         return "optimizer"
     if head in _OTHER_PREFIXES:

@@ -1,4 +1,5 @@
-"""torch.save per-rank shards: model and optimizer state of each rank, loaded with weights_only=True.
+"""torch.save files, loaded with weights_only=True: ckptbench's per-rank model and optimizer shards, and any
+other trainer's nesting of tensors and plain values (DeepSpeed, Hugging Face .bin, a training loop's dict).
 
 A shard is checked before torch parses it: a zip archive (torch.save since 1.6) must hold stored, uncompressed
 members that lie whole inside the file and do not overlap; anything else must open with torch's legacy magic
@@ -10,13 +11,15 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import stat
 import struct
 import zipfile
 
 import torch
 
-from ckptbench.formats import CheckpointState, FormatError, MemoryFile
+from ckptbench import layouts
+from ckptbench.formats import CheckpointState, FormatError, MemoryFile, flatten, group_of
 
 
 def shard_names(rank: int) -> tuple[str, str]:
@@ -54,32 +57,89 @@ def _parts(name, parts, where: str) -> dict:
     return parts
 
 
+_OWN_OPTIM = {"state", "step", "hparams"}
+_WRAPPERS = ("module", "state_dict", "model", "model_state_dict")  # DeepSpeed, Lightning/HF, training loops
+_ZERO_FILE = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_(?:optim|model)_states\.pt$")
+
+
+def _own_optimizer(obj: dict) -> bool:
+    """ckptbench's optimizer shard: nothing but state/step/hparams, the state a map of maps (a torch optimizer's
+    own state_dict has param_groups too, and is a foreign file)."""
+    return ("state" in obj and set(obj) <= _OWN_OPTIM and isinstance(obj["state"], dict)
+            and all(isinstance(v, dict) for v in obj["state"].values()))
+
+
+def _own_optimizer_state(obj: dict, where: str) -> CheckpointState:
+    optim = {name: _parts(name, parts, where) for name, parts in obj["state"].items()}
+    step, hparams = obj.get("step", 0), obj.get("hparams", {})
+    if isinstance(step, torch.Tensor) and step.numel() == 1:
+        step = step.item()
+    if isinstance(step, float) and step.is_integer():
+        step = int(step)
+    if not _whole(step) or not isinstance(hparams, dict):
+        raise FormatError(f"{where}: optimizer step {str(step)[:40]} or hparams is not what a trainer writes; "
+                          f"{_CRAFTED}")
+    return CheckpointState({}, optim=optim, step=step, hparams=hparams)
+
+
+def _rank_tag(where: str) -> str | None:
+    """DeepSpeed's per-rank ZeRO partitions hold the same names with different values, so their keys are kept
+    apart under the file's rank: zero_pp_rank_1 (zero_pp_rank_1_mp_rank_01 under tensor parallelism)."""
+    m = _ZERO_FILE.match(os.path.basename(where))
+    if m is None:
+        return None
+    return f"zero_pp_rank_{int(m.group(1))}" + (f"_mp_rank_{m.group(2)}" if int(m.group(2)) else "")
+
+
+def _wrapper(obj: dict) -> str | None:
+    """The top-level key whose dict holds the weights (DeepSpeed's `module`, `state_dict`, `model`), if any."""
+    for key in _WRAPPERS:
+        v = obj.get(key)
+        if isinstance(v, dict) and any(isinstance(leaf, torch.Tensor) for _, leaf in flatten(v, key)):
+            return key
+    return None
+
+
+def _foreign(obj: dict, where: str) -> CheckpointState:
+    """Any other nesting, by flat key: the weights in `model` (a wrapper's prefix dropped), everything else
+    (optimizer state, scheduler, config, steps, bytes) in `extra`."""
+    tag = _rank_tag(where)
+    optimizer_only = tag is not None or "param_groups" in obj  # a partition, or a torch optimizer's state_dict
+    wrapper = None if optimizer_only else _wrapper(obj)
+    state = CheckpointState({})
+    for key, leaf in flatten(obj):
+        is_tensor = isinstance(leaf, torch.Tensor)
+        if wrapper is not None and is_tensor and key.startswith(wrapper + "."):
+            dest, name = state.model, key[len(wrapper) + 1:]
+        elif wrapper is None and not optimizer_only and is_tensor and group_of(key) == "model":
+            dest, name = state.model, key
+        else:
+            dest, name = state.extra, f"{tag}.{key}" if tag else key
+        if name in dest:
+            raise FormatError(f"{where}: key {name[:80]!r} appears twice once the nesting is flattened; {_CRAFTED}")
+        dest[name] = leaf
+    return state
+
+
 def _from_obj(obj, where: str) -> CheckpointState:
-    """The state an unpickled shard holds: an optimizer file ({"state": {name: {part: tensor}}, "step", "hparams"})
-    or a model state dict; every field's type checked, since the pickle is the file's, not ours."""
+    """The state an unpickled file holds: ckptbench's optimizer shard ({"state": {name: {part: tensor}}, "step",
+    "hparams"}) or model shard (names to tensors) as they are, any other dict by flat key; every field's type
+    checked, since the pickle is the file's, not ours."""
     if not isinstance(obj, dict):
         raise FormatError(f"{where}: holds a {type(obj).__name__}, not a state dict")
-    if "state" in obj and isinstance(obj["state"], dict) and all(isinstance(v, dict) for v in obj["state"].values()):
-        optim = {name: _parts(name, parts, where) for name, parts in obj["state"].items()}
-        step, hparams = obj.get("step", 0), obj.get("hparams", {})
-        if isinstance(step, torch.Tensor) and step.numel() == 1:
-            step = step.item()
-        if isinstance(step, float) and step.is_integer():
-            step = int(step)
-        if not _whole(step) or not isinstance(hparams, dict):
-            raise FormatError(f"{where}: optimizer step {str(step)[:40]} or hparams is not what a trainer writes; "
-                              f"{_CRAFTED}")
-        return CheckpointState({}, optim=optim, step=step, hparams=hparams)
-    model = {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
-    if not model:
-        raise FormatError(f"{where}: holds no tensors")
-    return CheckpointState(model)
+    if _own_optimizer(obj):
+        return _own_optimizer_state(obj, where)
+    if obj and _rank_tag(where) is None and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
+        return CheckpointState(dict(obj))
+    return _foreign(obj, where)
 
 
 def _materialize(state: CheckpointState) -> CheckpointState:
     """mmap=True loads are lazy: copy into owned memory now so the cost is counted in the load."""
     state.model = {k: v.clone() for k, v in state.model.items()}
     state.optim = {n: {k: v.clone() for k, v in parts.items()} for n, parts in state.optim.items()}
+    state.extra = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.extra.items()}
     return state
 
 
@@ -169,7 +229,9 @@ def _open_regular(path: str):
     return os.fdopen(fd, "rb")
 
 
-def load_file(path: str) -> CheckpointState:
+def peek_file(path: str) -> CheckpointState:
+    """The state a file holds with its tensors still mapped (mmap), not copied: names, dtypes and sizes cost a
+    read of the pickle, not of the data (what inspect needs)."""
     with _open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         is_zip = _check_start(f.read(32), path)
@@ -177,7 +239,11 @@ def load_file(path: str) -> CheckpointState:
             _zip_records(f, size, path)
     # mmap needs the zip layout; the legacy format is read whole, as torch.load does
     obj = _safe_load(lambda: torch.load(path, weights_only=True, map_location="cpu", mmap=is_zip), path)
-    return _materialize(_from_obj(obj, path))
+    return _from_obj(obj, path)
+
+
+def load_file(path: str) -> CheckpointState:
+    return _materialize(peek_file(path))
 
 
 def _load_in_place(buf):
@@ -202,9 +268,7 @@ def _check_in_place(state: CheckpointState, buf, records: dict[str, tuple[int, i
     its member would otherwise alias the bytes after it (the next member, or the zip directory)."""
     base = torch.frombuffer(buf, dtype=torch.uint8).data_ptr() if memoryview(buf).nbytes else 0
     room = {start: length for start, length in records.values()}
-    tensors = list(state.model.items())
-    tensors += [(f"{n}.{k}", t) for n, parts in state.optim.items() for k, t in parts.items()]
-    for name, t in tensors:
+    for _, name, t in state.tensors():
         s = t.untyped_storage()
         if s.nbytes() == 0:
             continue
@@ -228,4 +292,95 @@ def load_buffer(buf, name: str) -> CheckpointState:
     target = bytearray(view) if view.readonly else buf
     state = _from_obj(_safe_load(lambda: _load_in_place(target), name), name)
     _check_in_place(state, target, records, name)
+    return state
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().reshape(-1).contiguous().view(torch.uint8)
+
+
+def _same(a, b) -> bool:
+    """Equal in type, shape and every bit (a NaN equals itself: the same bytes saved twice agree)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        both = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+        if not both or (a.dtype, a.shape) != (b.dtype, b.shape):
+            return False
+        try:
+            return torch.equal(_bits(a), _bits(b))
+        except RuntimeError:  # a layout with no flat bytes (sparse): compare the values
+            return bool(torch.equal(a, b))
+    try:
+        return type(a) is type(b) and (bool(a == b) or repr(a) == repr(b))
+    except Exception:  # an odd leaf whose == raises or is not a truth value: compare what it prints as
+        return repr(a) == repr(b)
+
+
+def _entries(state: CheckpointState):
+    for name, t in state.model.items():
+        yield "model", name, t
+    for name, parts in state.optim.items():
+        for k, t in parts.items():
+            yield "optimizer state", f"{name}.{k}", t
+    for name, v in state.extra.items():
+        yield "entry", name, v
+
+
+def _check_agree(seen: dict, one: CheckpointState, path: str) -> None:
+    """A key another file already gave must carry the same value: two files that disagree are not one checkpoint."""
+    for kind, name, v in _entries(one):
+        first = seen.setdefault((kind, name), (path, v))
+        if first[0] != path and not _same(first[1], v):
+            raise FormatError(f"{path}: {kind} {name[:80]!r} is also in {first[0]}, with a different value; the two "
+                              "files are not one checkpoint: point at one checkpoint's files")
+
+
+def _hf_index_of(directory: str, buffers: dict | None) -> tuple[str, dict[str, str]] | None:
+    """The Hugging Face index beside the shards: from the bytes already read where there are some, else the file."""
+    where = os.path.join(directory, layouts.HF_INDEX)
+    raw = buffers.get(where) if buffers is not None else None
+    if raw is not None:
+        return where, layouts.parse_hf_index(bytes(raw), where)
+    if os.path.isfile(where) and not os.path.islink(where):
+        return where, layouts.read_hf_index(directory)
+    return None
+
+
+def _check_index(where: str, weight_map: dict[str, str], held: dict[str, set[str]]) -> None:
+    """The index and its shards agree: each weight in the shard the index names, each named shard loaded and
+    holding no weight the index places elsewhere."""
+    directory = os.path.dirname(where)
+    named = {os.path.normpath(os.path.join(directory, s)) for s in set(weight_map.values())}
+    missing = sorted(named - set(held))
+    if missing:
+        raise FormatError(f"{where}: names shard {os.path.basename(missing[0])[:80]!r}, which was not loaded "
+                          "(missing from the checkpoint); re-copy it with all its shards")
+    for name, shard in weight_map.items():
+        path = os.path.normpath(os.path.join(directory, shard))
+        if name not in held[path]:
+            found = [p for p, names in held.items() if name in names]
+            where_else = f"only {os.path.basename(found[0])} holds it" if found else "no shard holds it"
+            raise FormatError(f"{where}: maps {name[:80]!r} to {shard[:80]!r}, but {where_else}; the index and its "
+                              "shards disagree: re-copy the checkpoint")
+    for path in sorted(named):
+        stray = sorted(n for n in held[path] if n not in weight_map)
+        if stray:
+            raise FormatError(f"{path}: holds {stray[0][:80]!r}, which {os.path.basename(where)} does not name; "
+                              "the index and its shards disagree: re-copy the checkpoint")
+
+
+def load_shards(paths: list[str], buffers: dict | None = None) -> CheckpointState:
+    """Every file merged into one state, from `buffers` (path -> bytes already read) where given, checked across
+    files: a key two files give different values is refused naming both, and a Hugging Face index's weight map
+    must say which shard holds each weight."""
+    state, seen, held = CheckpointState({}), {}, {}
+    for path in paths:
+        one = load_buffer(buffers[path], path) if buffers is not None and path in buffers else load_file(path)
+        _check_agree(seen, one, path)
+        held[os.path.normpath(path)] = set(one.model)
+        state.merge(one)
+    read = {os.path.normpath(p): b for p, b in buffers.items()} if buffers is not None else None
+    for directory in sorted({os.path.dirname(p) for p in held}):
+        index = _hf_index_of(directory, read)
+        if index is not None:
+            _check_index(*index, held)
     return state

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import fastio
 
-from ckptbench import conditions, probes, readmode, tree
+from ckptbench import conditions, layouts, probes, readmode, tree
 from ckptbench import manifest as mf
 from ckptbench.detect import format_of
 from ckptbench.errors import CkptbenchError
@@ -50,6 +50,14 @@ class LocalReadHandle:
         return self._h.__exit__(*exc)
 
 
+def _selected(directory: str, files: list[fastio.FileSpec]) -> list[fastio.FileSpec]:
+    """The files of the one checkpoint a trainer restores from the directory (DeepSpeed's `latest` step, the
+    shards a Hugging Face index names), per layouts."""
+    rels = [os.path.relpath(f.path, directory).replace(os.sep, "/") for f in files]
+    keep = set(layouts.select(directory, rels).files)
+    return [f for f, r in zip(files, rels) if r in keep]
+
+
 def _target_files(target: str, skipped: list[tuple[str, str]]) -> list[fastio.FileSpec]:
     if os.path.isdir(target):
         found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target, skipped)]
@@ -84,12 +92,14 @@ class LocalSource:
         self.directory = self.targets[0] if len(self.targets) == 1 and os.path.isdir(self.targets[0]) else None
 
     def list(self) -> Listing:
-        """Every regular file (stat'ed), the manifest when there is one, and the format ("unknown" if none)."""
+        """Every regular file (stat'ed) of the checkpoint its layout names, the manifest when there is one, and the
+        format ("unknown" if none)."""
         skipped: list[tuple[str, str]] = []
         files = [spec for t in self.targets for spec in _target_files(t, skipped)]
         if self.directory is None:
             return Listing(self.url, files, None, "unknown", tuple(skipped))
         man = mf.read(self.directory)
+        files = _selected(self.directory, files)
         return Listing(self.directory, files, man, format_of(man, [f.path for f in files], self.directory),
                        tuple(skipped))
 
