@@ -23,7 +23,12 @@ HOT_SHARE = 0.5  # at least this share of the bytes resident: the read is served
 @dataclass(frozen=True)
 class Choice:
     mode: str
-    why: str
+    why: str  # "<short reason>: <the evidence>", the short part fit for a status line
+
+
+def short(why: str) -> str:
+    """The short reason of a `why` (what a status line shows)."""
+    return why.split(": ", 1)[0]
 
 
 def direct_refusal(path: str) -> str | None:
@@ -46,16 +51,18 @@ def direct_refusal(path: str) -> str | None:
 def choose(paths_sizes: list[tuple[str, int]], resident: float | None, block_size: int) -> Choice:
     """The read path for these local files, `resident` being the share of their bytes in the page cache now."""
     if not paths_sizes:
-        return Choice("pread", "auto: nothing to read")
+        return Choice("pread", "nothing to read: no files")
     if resident is not None and resident >= HOT_SHARE:
-        return Choice("pread", f"auto: {resident:.0%} of the bytes are in the page cache, and pread copies them "
-                               "out fastest; O_DIRECT would go back to the device")
+        return Choice("pread", f"cached: {resident:.0%} of the bytes are in the page cache, and pread copies "
+                               "them out fastest; O_DIRECT would go back to the device")
     if block_size % ALIGN:
-        return Choice("pread", f"auto: the block size {block_size} is not a multiple of {ALIGN}, which O_DIRECT needs")
+        return Choice("pread", f"unaligned: the block size {block_size} is not a multiple of {ALIGN}, which "
+                               "O_DIRECT needs")
     largest = max(paths_sizes, key=lambda ps: ps[1])[0]
     refusal = direct_refusal(largest)
     if refusal:
-        return Choice("pread", f"auto: {refusal}")
+        return Choice("pread", f"no O_DIRECT: {refusal}")
     cached = "unknown" if resident is None else f"{resident:.0%}"
-    return Choice("direct", f"auto: {cached} of the bytes in the page cache, so they come from the device, and "
-                            "O_DIRECT works here: large aligned reads straight into the buffers, no page-cache copy")
+    return Choice("direct", f"cold: {cached} of the bytes in the page cache, so they come from the device, "
+                            "and O_DIRECT works here (large aligned reads straight into the buffers, no page-cache "
+                            "copy)")

@@ -157,7 +157,7 @@ async def test_concurrency_keys_between_runs_change_the_options(make_app, small_
         assert dash.concurrency == 1 and app.opts.concurrency == 1
         assert dash.query_one("#chart", ThroughputChart).marks == []  # marks only while running
         assert "concurrency 1" in h.text_of(dash.query_one("#settings", Static))
-        await pilot.press("m", "o", "e", "a")
+        await pilot.press("m", "o", "e", "e", "a")  # read: auto (the default) -> pread -> mmap
         assert (app.opts.mode, app.opts.cache, app.opts.read, app.opts.hash) == ("staged", "cold", "mmap", "crc32c")
         await pilot.press("o", "o", "a", "a", "a", "a", "a")
         assert (app.opts.cache, app.opts.hash) == ("as-is", None)

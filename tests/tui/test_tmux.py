@@ -53,7 +53,7 @@ def test_tui_in_tmux_runs_restores_and_quits(small_ckpt, tmp_path, request, h):
     done = wait_for(sock, lambda t: "restored: RTO" in t and "GB/s" in t and "idle ·" in t, "the run to finish")
     for stage in h.STAGES:
         assert f" {stage} " in done and f" {stage} …" not in done, f"{stage}:\n{done}"
-    assert "RTO" in done and "concurrency 8" in done
+    assert "RTO" in done and "concurrency 8" in done, done
 
     # + raises the concurrency shown in the settings line; k opens the checklist, escape comes back
     tmux(sock, "send-keys", "-t", SESSION, "+")

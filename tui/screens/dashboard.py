@@ -13,6 +13,7 @@ from textual.widgets import Footer, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from ckptbench import concurrency as conc
+from ckptbench import readmode
 from ckptbench.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
 from tui.messages import RunCancelled, RunFailed, RunFinished
@@ -24,7 +25,7 @@ POLL_S = PROGRESS_INTERVAL_S  # the live figures are polled as often as the read
 SYSTEM_S = 1.0
 MODES = ("fused", "staged")
 CACHES = ("as-is", "cold", "hot")
-READS = ("pread", "mmap", "direct")
+READS = ("auto", "pread", "mmap", "direct")
 HASHES = (None, "crc32c", "xxh64", "md5", "sha256", "none")
 
 
@@ -110,10 +111,10 @@ class Dashboard(Screen):
         state = "running" if self.running else "idle"
         shown = live if live is not None else self.concurrency
         fixed = " (fixed for this read)" if self.fixed else ""
-        read = f"{o.read} → {self.read_picked}" if o.read == "auto" and self.read_picked else o.read
+        read = f"auto→{self.read_picked}" if o.read == "auto" and self.read_picked else o.read
         self._set("#settings",
-            f"{state} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · read [b]{read}[/b] · "
-            f"hash [b]{o.hash or 'manifest'}[/b] · concurrency [b]{shown}[/b]{fixed}")
+            f"{state} · concurrency [b]{shown}[/b]{fixed} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · "
+            f"read [b]{read}[/b] · hash [b]{o.hash or 'manifest'}[/b]")
 
     def watch_concurrency(self, n: int) -> None:
         if not self.is_mounted:
@@ -220,14 +221,15 @@ class Dashboard(Screen):
         doc = msg.doc
         warm = doc.get("warmup_s") or 0.0
         self.read_picked = ", ".join(doc["read"]["modes"])
-        notes = [f"one-time warm-up {warm:.2f} s before the clock, not counted"] if warm else []
+        notes = [f"read {self.read_picked}: {readmode.short(doc['read']['why'])}"]
+        if warm:
+            notes.append(f"one-time warm-up {warm:.2f} s before the clock, not counted")
         if doc.get("check") == "structural":
             notes.append("check: structural, no model step")
         self.query_one("#stages", StageBar).update_stages(doc["stages"], None, "; ".join(notes))
         unverified = "" if doc["verified"] or doc["status"] != "ok" else ", NOT VERIFIED"
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "
-                    f"success {doc['success_rate']:.0%} ({doc['status']}{unverified}); "
-                    f"read path {self.read_picked} ({doc['read']['why']})",
+                    f"success {doc['success_rate']:.0%} ({doc['status']}{unverified})",
                     severity="warning" if unverified else "information")
         self.show_settings()
         if msg.source_info is not None:
