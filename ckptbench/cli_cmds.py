@@ -54,7 +54,8 @@ def cmd_inspect(args) -> int:
         return 0
     lay, plan = doc["layout"], doc["read_plan"]
     ranks = f"{lay['ranks']} rank(s), " if lay["ranks"] else ""
-    print(f"{doc['source']}: {doc['format']}, {ranks}{lay['shards']} shard file(s), tail of {lay['tail_files']} "
+    layout = f" ({lay['name']}{', step ' + lay['tag'] if lay['tag'] else ''})" if lay["name"] != "files" else ""
+    print(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s), tail of {lay['tail_files']} "
           f"small file(s) ({human_bytes(lay['tail_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")
     print(f"  {'group':10s} {'tensors':>8s} {'bytes':>11s}  dtypes")
     for name, g in doc["groups"].items():

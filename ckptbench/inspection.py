@@ -11,6 +11,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ckptbench import layouts, tree
 from ckptbench import manifest as mf
 from ckptbench.errors import CkptbenchError
 from ckptbench.sources import Listing, Source
@@ -111,6 +112,7 @@ def inspect(source: Source, *, concurrency: int = 8) -> dict:
     shard_ext = restore.SHARD_EXT[listing.format]
     shards = [r for r in rels if r.endswith(shard_ext)]
     tail = restore.tail_names(directory, man, rels)
+    lay = layouts.select(directory, tree.rels(directory))  # the whole directory: which step `latest` names
     entries, others = _entries(directory, listing)
     groups: dict[str, Group] = defaultdict(Group)
     for group, dtype, nbytes in entries:
@@ -133,8 +135,10 @@ def inspect(source: Source, *, concurrency: int = 8) -> dict:
         "source": listing.source,
         "format": listing.format,
         "layout": {
+            "name": lay.name,
+            "tag": lay.tag,
             "manifest": man is not None,
-            "ranks": _ranks(shards),
+            "ranks": len(lay.ranks) if lay.ranks else _ranks(shards),
             "shards": len(shards),
             "tail_files": len(tail),
             "tail_bytes": tail_bytes,
