@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import fastio
 
 from ckptbench import concurrency as conc
+from ckptbench import layouts
 from ckptbench import manifest as mf
 from ckptbench.detect import format_of
-from ckptbench import probes, readmode
+from ckptbench import probes
 from ckptbench.conditions import CacheCondition
 from ckptbench.errors import CkptbenchError
 from ckptbench.sources import s3, s3read
@@ -31,7 +30,9 @@ class S3Source:
         self._objects: dict[str, s3.S3Object] = {}
 
     def list(self) -> Listing:
-        """Each listing starts a fresh client and retry count, as a restarted job would."""
+        """The objects of the checkpoint its layout names (DeepSpeed's `latest` step, the shards an index names),
+        the manifest when there is one, and the format. Each listing starts a fresh client and retry count, as a
+        restarted job would."""
         self.retry_log = s3.RetryLog()
         # the pool holds as many connections as the most workers a live change can ask for
         self._client = s3.make_client(conc.MAX, retry_log=self.retry_log)
@@ -40,8 +41,50 @@ class S3Source:
         raw = (s3.get_bytes(self._client, self.s3url, mf.MANIFEST_NAME, self.retry_log)
                if mf.MANIFEST_NAME in self._objects else None)
         man = mf.parse(raw, f"{self.url}/{mf.MANIFEST_NAME}") if raw is not None else None
+        keep = set(layouts.select(self.url, [o.rel for o in objects], self._fetch_small).files)
+        objects = [o for o in objects if o.rel in keep]
         files = [fastio.FileSpec(f"{self.url}/{o.rel}", o.size) for o in objects]
         return Listing(self.url, files, man, format_of(man, [o.rel for o in objects], self.url))
+
+    def _fetch_small(self, rel: str, limit: int, what: str) -> bytes:
+        """A small member the layout names (`latest`, an index): refused by its listed size before any byte is
+        fetched, then one ranged GET of at most limit + 1 bytes of the version listed (a larger one is refused)."""
+        where = f"{self.url}/{rel}"
+        obj = self._objects.get(rel)
+        if obj is None:
+            raise CkptbenchError(f"{where}: not in the listing of {self.url}; re-copy the checkpoint")
+        if obj.size > limit:
+            raise layouts.too_large(where, obj.size, limit, what)
+        if obj.size == 0:  # a range of an empty object is not satisfiable: there is nothing to fetch
+            return b""
+        body = self._ranged_get(obj, where, limit)
+        if len(body) > limit:
+            raise layouts.too_large(where, None, limit, what)
+        return body
+
+    def _ranged_get(self, obj: s3.S3Object, where: str, limit: int, attempts: int = 5) -> bytes:
+        """Bytes 0..limit of the object as listed (If-Match its ETag); a body cut mid-read is fetched again."""
+        import time
+
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        extra = {"IfMatch": f'"{obj.etag}"'} if obj.etag else {}
+        attempt = 0
+        while True:
+            try:
+                return self._client.get_object(Bucket=self.s3url.bucket, Key=obj.key, Range=f"bytes=0-{limit}",
+                                               **extra)["Body"].read(limit + 1)
+            except (ClientError, BotoCoreError) as exc:
+                cls = s3.classify(exc)
+                # botocore retries the request, not a body that breaks after the headers
+                if isinstance(exc, ClientError) or cls not in (s3.CONNECTION_RESET, s3.TIMEOUT) \
+                        or attempt == attempts - 1:
+                    todo = ("it changed or vanished since it was listed: run again once the upload is whole"
+                            if cls in (s3.CHANGED, s3.MISSING) else "retry, or check the endpoint")
+                    raise CkptbenchError(f"{where}: cannot fetch ({cls}); {todo}", exit_code=1) from None
+                self.retry_log.add(cls)
+                time.sleep(0.05 * 2 ** attempt)
+                attempt += 1
 
     def prepare_cache(self, listing: Listing, cache: str, *, drop_caches: bool = False) -> CacheCondition:
         return CacheCondition(cache, 0.0, True, NO_CACHE)
@@ -50,9 +93,8 @@ class S3Source:
         return None
 
     def choose_read(self, listing: Listing, opts: ReadOptions) -> tuple[ReadOptions, str]:
-        """The local read modes do not apply to ranged GETs: `auto` stands as pread, which nothing reads."""
-        why = "S3: ranged GETs over HTTP; --read applies to local files only"
-        return (replace(opts, read="pread") if opts.read == readmode.AUTO else opts), why
+        """The local read modes do not apply to ranged GETs: nothing is picked, and the reason says so."""
+        return opts, "S3: ranged GETs over HTTP; --read applies to local files only"
 
     def start_read(self, listing: Listing, opts: ReadOptions, *, into: str = "hash",
                    stage_dir: str | None = None) -> s3read.ObjectRead:

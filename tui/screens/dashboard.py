@@ -111,7 +111,8 @@ class Dashboard(Screen):
         state = "running" if self.running else "idle"
         shown = live if live is not None else self.concurrency
         fixed = " (fixed for this read)" if self.fixed else ""
-        read = f"auto→{self.read_picked}" if o.read == "auto" and self.read_picked else o.read
+        picked = o.read == "auto" and self.read_picked not in ("", "auto")
+        read = f"auto→{self.read_picked}" if picked else o.read
         self._set("#settings",
             f"{state} · concurrency [b]{shown}[/b]{fixed} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · "
             f"read [b]{read}[/b] · hash [b]{o.hash or 'manifest'}[/b]")
