@@ -1,8 +1,11 @@
 """Which files of a checkpoint directory one restore reads, from the layout a trainer saved it in: DeepSpeed's
-step directories with `latest`, Hugging Face's .bin shards with their index, ckptbench's own rank shards.
+step directories with `latest`, Hugging Face's .bin shards with their index, a Hugging Face Trainer's
+checkpoint-N directory, ckptbench's own rank shards.
 
 `latest` and the index are the checkpoint's content, hence hostile: read no further than a small bound, and every
-name in them confined to the directory (confine) before it selects anything. Free of torch: the listing uses it.
+name in them confined to the checkpoint before it selects anything. The selection works from the member names and
+a bounded fetch of a small member, so a directory (read through confine) and an S3 prefix (a ranged GET) share it.
+Free of torch: the listing uses it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from ckptbench import confine
 from ckptbench.errors import CkptbenchError
@@ -19,33 +23,57 @@ LATEST = "latest"
 MAX_LATEST = 4096  # `latest` holds one directory name
 HF_INDEX = "pytorch_model.bin.index.json"
 HF_SINGLE = "pytorch_model.bin"
+ST_INDEX = "model.safetensors.index.json"
 MAX_INDEX = 64 << 20  # a 70B model's index is about 100 KiB
 TORCH_EXT = (".pt", ".pth", ".bin")
 DS_MODEL = re.compile(r"^(?:bf16_)?(?:zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$")
 DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
 _STEP_DIR = re.compile(r"^global_step\d+$")
 _HF_SHARD = re.compile(r"^pytorch_model(?:-\d+-of-\d+)?\.bin$")
+_ST_SHARD = re.compile(r"^model(?:-\d+-of-\d+)?\.safetensors$")
+_HF_WEIGHTS = re.compile(r"^(?:(?:pytorch_model|adapter_model)(?:-\d+-of-\d+)?\.bin|"
+                         r"(?:model|adapter_model)(?:-\d+-of-\d+)?\.safetensors|"
+                         r"(?:pytorch_model\.bin|model\.safetensors)\.index\.json)$")
 _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
+# what transformers' Trainer saves beside the weights; torch.save files among them hold state, keyed by their stem
+TRAINER_STATE = re.compile(r"^(optimizer|scheduler|scaler)\.pt$|^(rng_state(?:_\d+)?)\.pth$")
+TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin")
+TRAINING_ARGS = "training_args.bin"
+SKIP_WHY = {TRAINING_ARGS: "a pickled TrainingArguments object: not state, and unpickling it could run code"}
+
+# fetch(rel, limit, what): a small member's bytes, refused in one line (naming it as `what`) without reading it
+# when it holds more than `limit` bytes
+Fetch = Callable[[str, int, str], bytes]
 
 
 @dataclass(frozen=True)
 class Layout:
     """The files one restore reads (`files`, relative "/"-separated paths) and what they are."""
 
-    name: str  # deepspeed, hf-bin, torch-shards or files (no layout: every file)
+    name: str  # deepspeed, hf-trainer, hf-bin, torch-shards or files (no layout: every file)
     files: tuple[str, ...]
     tag: str | None = None  # DeepSpeed: the step directory restored (None when pointed at it directly)
     ranks: tuple[int, ...] = ()
     model_files: tuple[str, ...] = ()
     optimizer_files: tuple[str, ...] = ()
+    state_files: tuple[str, ...] = ()  # torch.save files loaded whole under their stem (optimizer.state.0.exp_avg)
+    skipped: tuple[tuple[str, str], ...] = ()  # (file, why) of files present but deliberately not read
 
     def describe(self) -> dict:
         return {"layout": self.name, "tag": self.tag, "ranks": list(self.ranks), "model_files": list(self.model_files),
-                "optimizer_files": list(self.optimizer_files)}
+                "optimizer_files": list(self.optimizer_files), "state_files": list(self.state_files),
+                "skipped": [{"path": p, "why": why} for p, why in self.skipped]}
 
 
 def _refuse(where: str, what: str, todo: str) -> CkptbenchError:
     return CkptbenchError(f"{where}: {what}; {todo}")
+
+
+def too_large(where: str, size: int | None, limit: int, what: str) -> CkptbenchError:
+    """The one line for a member larger than its kind holds (`size` None: it grew past the bound while read)."""
+    held = f"{size} bytes, more" if size is not None else f"more than {limit} bytes, more"
+    return _refuse(where, f"{held} than {what} holds (at most {limit})", "the file is corrupt or crafted: fix or "
+                   "remove it")
 
 
 def _read_small(directory: str, rel: str, limit: int, what: str) -> bytes:
@@ -54,8 +82,7 @@ def _read_small(directory: str, rel: str, limit: int, what: str) -> bytes:
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise _refuse(os.path.join(directory, rel), f"{size} bytes, more than {what} holds (at most {limit})",
-                          "the file is corrupt or crafted: fix or remove it")
+            raise too_large(os.path.join(directory, rel), size, limit, what)
         out = bytearray()
         while len(out) <= limit:  # a file that grows while read is cut at the bound, not followed
             chunk = os.pread(fd, limit + 1 - len(out), len(out))
@@ -65,25 +92,45 @@ def _read_small(directory: str, rel: str, limit: int, what: str) -> bytes:
     finally:
         os.close(fd)
     if len(out) > limit:
-        raise _refuse(os.path.join(directory, rel), f"more than {limit} bytes, more than {what} holds",
-                      "the file is corrupt or crafted: fix or remove it")
+        raise too_large(os.path.join(directory, rel), None, limit, what)
     return bytes(out)
 
 
-def read_latest(directory: str) -> str:
-    """The step directory DeepSpeed's `latest` names: one plain name of a directory inside the checkpoint."""
-    where = os.path.join(directory, LATEST)
+def local_fetch(directory: str) -> Fetch:
+    return lambda rel, limit, what: _read_small(directory, rel, limit, what)
+
+
+def _confine(where: str, rel, on_disk: bool) -> None:
+    """A name the checkpoint's content gives must be a plain path below it; on a filesystem, also after following
+    symlinks (confine); in an object store there are none, and the listing says what exists."""
+    if on_disk:
+        confine.resolve(where, rel)
+    elif not confine.is_plain(rel):
+        raise CkptbenchError(f"{where}: the checkpoint names {str(rel)[:80]!r}, which is not a plain relative path "
+                             "and could point outside the checkpoint directory; refusing it (the checkpoint may be "
+                             "crafted: check where it came from)", exit_code=1)
+
+
+def read_latest(where: str, rels: list[str] | None = None, fetch: Fetch | None = None) -> str:
+    """The step directory DeepSpeed's `latest` names: one plain name of a directory inside the checkpoint.
+    Without `fetch`, `where` is a directory on disk; with it, `rels` (the listing) says which directories exist."""
+    on_disk = fetch is None
+    path = os.path.join(where, LATEST)
     todo = ("write the name of one step directory (e.g. global_step100) into it, or point at a step "
             "directory instead")
-    raw = _read_small(directory, LATEST, MAX_LATEST, "a DeepSpeed `latest` file")
+    raw = (fetch or local_fetch(where))(LATEST, MAX_LATEST, "a DeepSpeed `latest` file")
     try:
         tag = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise _refuse(where, "is not text, so it names no step directory", todo) from None
+        raise _refuse(path, "is not text, so it names no step directory", todo) from None
     if not tag or "/" in tag or not confine.is_plain(tag):
-        raise _refuse(where, f"names {tag[:80]!r}, not one directory name inside the checkpoint", todo)
-    if not os.path.isdir(confine.resolve(directory, tag)):
-        raise _refuse(where, f"names {tag[:80]!r}, which is not a directory in {directory}", todo)
+        raise _refuse(path, f"names {tag[:80]!r}, not one directory name inside the checkpoint", todo)
+    if on_disk:
+        is_dir = os.path.isdir(confine.resolve(where, tag))
+    else:
+        is_dir = any(r.startswith(tag + "/") for r in rels or ())
+    if not is_dir:
+        raise _refuse(path, f"names {tag[:80]!r}, which is not a directory in {where}", todo)
     return tag
 
 
@@ -105,8 +152,9 @@ def parse_hf_index(raw: bytes, where: str) -> dict[str, str]:
     return weight_map
 
 
-def read_hf_index(directory: str, rel: str = HF_INDEX) -> dict[str, str]:
-    return parse_hf_index(_read_small(directory, rel, MAX_INDEX, "a weight index"), os.path.join(directory, rel))
+def read_hf_index(directory: str, rel: str = HF_INDEX, fetch: Fetch | None = None) -> dict[str, str]:
+    raw = (fetch or local_fetch(directory))(rel, MAX_INDEX, "a weight index")
+    return parse_hf_index(raw, os.path.join(directory, rel))
 
 
 def _step_dirs(rels: list[str]) -> set[str]:
@@ -121,57 +169,103 @@ def _step_dirs(rels: list[str]) -> set[str]:
     return out
 
 
-def _deepspeed(directory: str, rels: list[str], top: set[str], steps: set[str]) -> Layout:
+def _deepspeed(where: str, rels: list[str], top: set[str], steps: set[str], fetch: Fetch | None) -> Layout:
     if any(DS_MODEL.match(r) or DS_OPTIM.match(r) for r in top):  # pointed at one step directory
         tag, files, prefix = None, tuple(rels), ""
     else:
         if LATEST in top:
-            tag = read_latest(directory)
+            tag = read_latest(where, rels, fetch)
         elif len(steps) == 1:
             (tag,) = steps
         else:
             named = ", ".join(sorted(steps)[:3]) + (", ..." if len(steps) > 3 else "")
-            raise _refuse(directory, f"{len(steps)} DeepSpeed step directories ({named}) and no `latest` file "
+            raise _refuse(where, f"{len(steps)} DeepSpeed step directories ({named}) and no `latest` file "
                           "saying which to restore", "point at one step directory, or write its name into "
-                          f"{os.path.join(directory, LATEST)}")
+                          f"{os.path.join(where, LATEST)}")
         prefix = tag + "/"
         if not any(r.startswith(prefix) and r.endswith(TORCH_EXT) for r in rels):
-            raise _refuse(os.path.join(directory, LATEST) if LATEST in top else directory,
+            raise _refuse(os.path.join(where, LATEST) if LATEST in top else where,
                           f"the step directory {tag!r} holds no torch files",
                           "point at a step directory that holds DeepSpeed's model and optimizer states")
         files = tuple(r for r in rels if r.startswith(prefix) or r.split("/")[0] not in steps)  # other steps: not read
     names = [(r, r[len(prefix):]) for r in files if r.startswith(prefix) and "/" not in r[len(prefix):]]
     ranks = sorted({int(m.group(1)) for _, n in names if (m := DS_OPTIM.match(n))})
     return Layout("deepspeed", files, tag, tuple(ranks), tuple(r for r, n in names if DS_MODEL.match(n)),
-                  tuple(r for r, n in names if DS_OPTIM.match(n)))
+                  tuple(r for r, n in names if DS_OPTIM.match(n)), trainer_state_files(files))
 
 
-def _hf_bin(directory: str, rels: list[str], top: set[str]) -> Layout:
-    if HF_INDEX not in top:
-        return Layout("hf-bin", tuple(rels), model_files=(HF_SINGLE,))
-    where = os.path.join(directory, HF_INDEX)
-    shards = sorted(set(read_hf_index(directory).values()))
+def _indexed(where: str, rels: list[str], index: str, shard: re.Pattern, fetch: Fetch | None) -> tuple[tuple, tuple]:
+    """(files, weight files) per a Hugging Face index: every shard it names confined and listed; a stale shard the
+    index drops is not read."""
+    path = os.path.join(where, index)
+    shards = sorted(set(read_hf_index(where, index, fetch).values()))
     listed = set(rels)
-    for shard in shards:
-        confine.resolve(directory, shard)  # refuses a name that is not plain or leads outside
-        if shard not in listed:
-            raise _refuse(where, f"names shard {shard[:80]!r}, which is missing from {directory} (or not a "
+    for name in shards:
+        _confine(where, name, fetch is None)  # refuses a name that is not plain or leads outside
+        if name not in listed:
+            raise _refuse(path, f"names shard {name[:80]!r}, which is missing from {where} (or not a "
                           "regular file)", "re-copy the checkpoint with all its shards")
     named = set(shards)
-    files = tuple(r for r in rels if r in named or not _HF_SHARD.match(r))  # a stale shard the index drops is not read
-    return Layout("hf-bin", files, model_files=tuple(shards))
+    return tuple(r for r in rels if r in named or not shard.match(r)), tuple(shards)
 
 
-def select(directory: str, rels: list[str]) -> Layout:
-    """The layout of the checkpoint in `directory`, whose files (relative paths) are `rels`, and the files of it a
-    restore reads. One line (CkptbenchError) when the layout's own files say something impossible or ambiguous."""
+def _hf_bin(where: str, rels: list[str], top: set[str], fetch: Fetch | None) -> Layout:
+    if HF_INDEX not in top:
+        return Layout("hf-bin", tuple(rels), model_files=(HF_SINGLE,))
+    files, shards = _indexed(where, rels, HF_INDEX, _HF_SHARD, fetch)
+    return Layout("hf-bin", files, model_files=shards)
+
+
+def trainer_state_files(rels) -> tuple[str, ...]:
+    """The torch.save files a Hugging Face Trainer keeps its state in, at the top of the checkpoint: optimizer.pt,
+    scheduler.pt, scaler.pt, rng_state*.pth."""
+    return tuple(r for r in rels if TRAINER_STATE.match(r))
+
+
+def is_trainer(top: set[str]) -> bool:
+    """A Hugging Face Trainer's checkpoint-N directory: its state files beside model weights."""
+    return any(m in top for m in TRAINER_MARKERS) and any(_HF_WEIGHTS.match(r) for r in top)
+
+
+def _hf_trainer(where: str, rels: list[str], top: set[str], fetch: Fetch | None) -> Layout:
+    files, weights = tuple(rels), tuple(sorted(r for r in top if _HF_WEIGHTS.match(r) and not r.endswith(".json")))
+    for index, shard in ((ST_INDEX, _ST_SHARD), (HF_INDEX, _HF_SHARD)):
+        if index in top:
+            files, named = _indexed(where, list(files), index, shard, fetch)
+            weights = tuple(r for r in weights if not shard.match(r)) + named
+    return Layout("hf-trainer", files, model_files=tuple(sorted(weights)),
+                  optimizer_files=tuple(r for r in ("optimizer.pt",) if r in top),
+                  state_files=trainer_state_files(top))
+
+
+def _skip(lay: Layout) -> Layout:
+    """A Trainer's training_args.bin is never read, wherever it lies: it is a pickled object, not state."""
+    skipped = tuple((r, SKIP_WHY[os.path.basename(r)]) for r in lay.files if os.path.basename(r) in SKIP_WHY)
+    if not skipped:
+        return lay
+    gone = {r for r, _ in skipped}
+    return Layout(lay.name, tuple(r for r in lay.files if r not in gone), lay.tag, lay.ranks, lay.model_files,
+                  lay.optimizer_files, lay.state_files, lay.skipped + skipped)
+
+
+def select(where: str, rels: list[str], fetch: Fetch | None = None) -> Layout:
+    """The layout of the checkpoint at `where`, whose members (relative paths) are `rels`, and the members of it a
+    restore reads. `fetch` reads a small member (`latest`, an index) within its bound; without it, `where` is a
+    directory on disk, read through confine. One line (CkptbenchError) when the layout's own files say something
+    impossible or ambiguous."""
+    return _skip(_select(where, rels, fetch))
+
+
+def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
     top = {r for r in rels if "/" not in r}
     steps = _step_dirs(rels)
     if steps or any(DS_MODEL.match(r) or DS_OPTIM.match(r) for r in top) or (
             LATEST in top and any("/" in r and r.endswith(TORCH_EXT) for r in rels)):
-        return _deepspeed(directory, rels, top, steps)
+        return _deepspeed(where, rels, top, steps, fetch)
+    if is_trainer(top):
+        return _hf_trainer(where, rels, top, fetch)
     if HF_INDEX in top or HF_SINGLE in top:
-        return _hf_bin(directory, rels, top)
+        return _hf_bin(where, rels, top, fetch)
     own = [(m.group(1), int(m.group(2)), r) for r in sorted(top) if (m := _OWN.match(r))]
     if own:
         return Layout("torch-shards", tuple(rels), ranks=tuple(sorted({k for _, k, _ in own})),

@@ -48,18 +48,35 @@ SHARD_EXT = {"safetensors": (".safetensors",), "torch": (".pt", ".pth", ".bin"),
 
 def shard_files(directory: str, fmt: str) -> list[str]:
     """The files that hold tensors, for this format, in a stable order; only those of the checkpoint its layout
-    names (DeepSpeed's `latest` step, the shards a Hugging Face index names)."""
+    names (DeepSpeed's `latest` step, the shards a Hugging Face index names, never a Trainer's training_args.bin)."""
     paths = tree.files(directory)
     rels = [os.path.relpath(p, directory).replace(os.sep, "/") for p in paths]
     keep = set(layouts.select(directory, rels).files)
     return [p for p, r in zip(paths, rels) if p.endswith(SHARD_EXT[fmt]) and r in keep]
 
 
+def _trainer_files(directory: str, buffers: dict | None) -> list[str]:
+    """A Hugging Face Trainer's torch.save state files (optimizer.pt, scheduler.pt, rng_state*.pth, scaler.pt)
+    beside safetensors weights: from the bytes already read where there are some, else the directory's files."""
+    base = directory.rstrip("/") + "/"
+    if buffers is not None:
+        paths = [p for p in buffers if p.startswith(base)]
+        rels = [p[len(base):] for p in paths]
+    else:
+        paths = tree.files(directory)
+        rels = [os.path.relpath(p, directory).replace(os.sep, "/") for p in paths]
+    if not layouts.is_trainer({r for r in rels if "/" not in r}):
+        return []
+    state = set(layouts.trainer_state_files(rels))
+    return [p for p, r in zip(paths, rels) if r in state]
+
+
 def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None,
                shards: list[str] | None = None) -> CheckpointState:
     """All shards merged into one state; from `buffers` (path → bytes already read) when given.
 
-    `shards` names the shard paths when there is no directory to walk (an S3 prefix read into memory)."""
+    `shards` names the shard paths when there is no directory to walk (an S3 prefix read into memory). A Trainer's
+    torch.save state beside safetensors weights is loaded too (into `extra`, under each file's stem)."""
     fmt = fmt or detect(directory)
     mod = module_for(fmt)
     if fmt == "dcp":
@@ -75,6 +92,11 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
                 state.merge(mod.load_buffer(buffers[path], path))
             else:
                 state.merge(mod.load_file(path))
+        trainer = _trainer_files(directory, buffers)
+        if trainer:
+            from ckptbench.formats import torch_format
+
+            state.merge(torch_format.load_shards(trainer, buffers))
     if not any(True for _ in state.tensors()):
         raise FormatError(f"{directory}: no tensors found in its {fmt} files")
     return state

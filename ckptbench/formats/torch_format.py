@@ -1,5 +1,7 @@
 """torch.save files, loaded with weights_only=True: ckptbench's per-rank model and optimizer shards, and any
-other trainer's nesting of tensors and plain values (DeepSpeed, Hugging Face .bin, a training loop's dict).
+other trainer's nesting of tensors and plain values (DeepSpeed, Hugging Face .bin, a training loop's dict, a
+Trainer's optimizer.pt/scheduler.pt/rng_state.pth, whose numpy RNG state is the one thing beyond torch's own
+allowlist that is unpickled: numeric numpy arrays, through their reconstruction globals only).
 
 A shard is checked before torch parses it: a zip archive (torch.save since 1.6) must hold stored, uncompressed
 members that lie whole inside the file and do not overlap; anything else must open with torch's legacy magic
@@ -8,12 +10,14 @@ number. Tensors loaded in place must each lie inside their own member's bytes.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
 import re
 import stat
 import struct
+import threading
 import zipfile
 
 import torch
@@ -108,6 +112,7 @@ def _foreign(obj: dict, where: str) -> CheckpointState:
     wrapper = None if optimizer_only else _wrapper(obj)
     state = CheckpointState({})
     for key, leaf in flatten(obj):
+        _check_leaf(key, leaf, where)
         is_tensor = isinstance(leaf, torch.Tensor)
         if wrapper is not None and is_tensor and key.startswith(wrapper + "."):
             dest, name = state.model, key[len(wrapper) + 1:]
@@ -121,12 +126,25 @@ def _foreign(obj: dict, where: str) -> CheckpointState:
     return state
 
 
+def _trainer_state(obj: dict, stem: str, where: str) -> CheckpointState:
+    """A Trainer's optimizer.pt, scheduler.pt, scaler.pt or rng_state*.pth: everything in `extra` under the file's
+    stem (optimizer.state.0.exp_avg, scheduler.last_epoch, rng_state.cpu), none of it a weight."""
+    state = CheckpointState({})
+    for key, leaf in flatten(obj, stem):
+        _check_leaf(key, leaf, where)
+        state.extra[key] = leaf
+    return state
+
+
 def _from_obj(obj, where: str) -> CheckpointState:
     """The state an unpickled file holds: ckptbench's optimizer shard ({"state": {name: {part: tensor}}, "step",
-    "hparams"}) or model shard (names to tensors) as they are, any other dict by flat key; every field's type
-    checked, since the pickle is the file's, not ours."""
+    "hparams"}) or model shard (names to tensors) as they are, a Trainer's state file under its stem, any other
+    dict by flat key; every field's type checked, since the pickle is the file's, not ours."""
     if not isinstance(obj, dict):
         raise FormatError(f"{where}: holds a {type(obj).__name__}, not a state dict")
+    trainer = layouts.TRAINER_STATE.match(os.path.basename(where))
+    if trainer is not None:
+        return _trainer_state(obj, trainer.group(1) or trainer.group(2), where)
     if _own_optimizer(obj):
         return _own_optimizer_state(obj, where)
     if obj and _rank_tag(where) is None and all(
@@ -147,17 +165,75 @@ def _why(exc: BaseException) -> str:
     """The informative line of a torch load failure (weights_only errors bury it under a paragraph of advice)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     for ln in lines:
-        if "GLOBAL" in ln or ln.startswith(("Unsupported", "Trying to load")):
+        if "GLOBAL" in ln or ln.startswith(("Unsupported", "Trying to", "Can only build")):
             return ln[:160]
     return lines[0][:160] if lines else type(exc).__name__
 
 
-def _safe_load(load, where: str):
-    """Runs `load()` (a weights_only torch load) and turns its failures into one FormatError line."""
+def _numpy_globals() -> list:
+    """What a numeric numpy array (numpy's RNG state) pickles as, and nothing more: the reconstruction function
+    (under numpy 2's name and numpy 1's), ndarray, dtype, and the classes of numeric dtypes (a dtype's BUILD needs
+    its class allowed). No object, string or structured dtype: those could hold arbitrary Python objects."""
     try:
-        return load()
+        import numpy as np
+    except ImportError:  # without numpy no checkpoint of it can be unpickled anyway
+        return []
+    reconstruct = np.ndarray((0,)).__reduce__()[0]
+    found = [reconstruct, np.ndarray, np.dtype]
+    found += [(reconstruct, f"numpy.{core}.multiarray._reconstruct") for core in ("core", "_core")
+              if f"{reconstruct.__module__}.{reconstruct.__qualname__}" != f"numpy.{core}.multiarray._reconstruct"]
+    found += [type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"]
+    return found
+
+
+_NUMPY_LOCK = threading.Lock()
+_numpy_users = 0
+_numpy_scope = None
+
+
+@contextlib.contextmanager
+def _numpy_allowed():
+    """torch's weights_only unpickler with numeric numpy arrays allowed, for as long as any load in this process
+    needs it (torch keeps its allowlist process-wide: entered and left once, not per thread)."""
+    global _numpy_users, _numpy_scope
+    with _NUMPY_LOCK:
+        if _numpy_users == 0:
+            from torch import serialization as ts
+
+            already = set(map(repr, ts.get_safe_globals()))  # a caller's own entries are not ours to remove
+            _numpy_scope = ts.safe_globals([g for g in _numpy_globals() if repr(g) not in already])
+            _numpy_scope.__enter__()
+        _numpy_users += 1
+    try:
+        yield
+    finally:
+        with _NUMPY_LOCK:
+            _numpy_users -= 1
+            if _numpy_users == 0:
+                _numpy_scope.__exit__(None, None, None)
+                _numpy_scope = None
+
+
+def _check_leaf(key: str, leaf, where: str) -> None:
+    """A numpy array unpickled must hold numbers (bool, int, float, complex), whatever its pickle claims."""
+    kind = getattr(getattr(leaf, "dtype", None), "kind", None)
+    if type(leaf).__module__ == "numpy" and kind not in ("b", "i", "u", "f", "c"):
+        raise FormatError(f"{where}: {key[:80]!r} is a numpy {type(leaf).__name__} of kind {kind!r}, not numbers; "
+                          f"{_CRAFTED}")
+
+
+# what torch's weights_only unpickler says when it refuses an object (a global, a build, a call) it does not allow
+_REFUSALS = ("GLOBAL", "Can only build", "Trying to call reduce")
+
+
+def _safe_load(load, where: str):
+    """Runs `load()` (a weights_only torch load, numeric numpy arrays allowed) and turns its failures into one
+    FormatError line."""
+    try:
+        with _numpy_allowed():
+            return load()
     except pickle.UnpicklingError as exc:
-        if "GLOBAL" not in str(exc):
+        if not any(r in str(exc) for r in _REFUSALS):
             raise FormatError(f"{where}: not a readable torch file ({_why(exc)}); {_DAMAGED}") from None
         raise FormatError(f"{where}: refused — it holds objects beyond tensors and plain data, and "
                           f"unpickling them could run code ({_why(exc)}); re-save it as a plain state dict "
