@@ -48,6 +48,25 @@ def _ranks(names: list[str]) -> int | None:
     return len(found) or None
 
 
+def _torch_entries(directory: str, paths: list[str]):
+    """(group, dtype name, bytes) of the tensors in torch.save files, mapped lazily (no data read), and the count of
+    other entries; a Trainer's state file is grouped under its stem (optimizer.pt → optimizer)."""
+    from ckptbench.formats import group_of
+    from ckptbench.formats import torch_format as tf
+
+    out, others = [], 0
+    for path in paths:
+        state = tf.peek_file(path)
+        stem = os.path.splitext(os.path.basename(path))[0]
+        trainer = bool(layouts.TRAINER_STATE.match(os.path.basename(path)))
+        for group, name, t in state.tensors():
+            if trainer:
+                group = group_of(f"{stem}.{name}")
+            out.append((group, str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()))
+        others += sum(1 for v in state.extra.values() if not hasattr(v, "dtype"))
+    return out, others
+
+
 def _entries(directory: str, listing: Listing):
     """(group, dtype name, bytes) of every tensor, and the count of non-tensor entries, from headers only."""
     from ckptbench.formats import group_of
@@ -78,18 +97,14 @@ def _entries(directory: str, listing: Listing):
             optim = os.path.basename(f.path).startswith("optimizer")
             for key, (dtype, _shape, start, end) in st.header_entries(f.path).items():
                 out.append(("optimizer" if optim else group_of(key), str(dtype).removeprefix("torch."), end - start))
+        top = {r for r in listing.rels if "/" not in r}
+        if layouts.is_trainer(top):  # a Trainer's optimizer.pt, scheduler.pt, rng_state*.pth beside the weights
+            torch_out, others = _torch_entries(directory, [os.path.join(directory, r)
+                                                           for r in layouts.trainer_state_files(sorted(top))])
+            out += torch_out
         return out, others
     if fmt == "torch":
-        from ckptbench.formats import torch_format as tf
-
-        for f in listing.files:
-            if not f.path.endswith((".pt", ".pth", ".bin")):
-                continue
-            state = tf.peek_file(f.path)
-            for group, _name, t in state.tensors():
-                out.append((group, str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()))
-            others += sum(1 for v in state.extra.values() if not hasattr(v, "dtype"))
-        return out, others
+        return _torch_entries(directory, [f.path for f in listing.files if f.path.endswith(layouts.TORCH_EXT)])
     raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
                          "point at a checkpoint directory")
 

@@ -112,6 +112,7 @@ class Run:
         self.notes: dict[str, str] = {}
         self.error_classes: dict[str, int] = {}
         self.verified = False
+        self.early = None  # the scan of files the fused read finished early (structural check only)
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():
@@ -129,13 +130,25 @@ class Run:
 
     def _set_handle(self, handle) -> None:
         self.handle = handle
+        if self.early is not None:
+            self.early.start(handle)
 
     def _read(self, alg: str) -> fastio.ReadResult:
         into = "stage" if self.stage_dir else "memory"
-        driven = drive(lambda: self.source.start_read(self.listing, self.opts.read_options(alg), into=into,
-                                                      stage_dir=self.stage_dir),
-                       on_start=self._set_handle, on_tick=self.rss.sample, cancel=self.cancel,
-                       on_progress=(lambda snap: self.progress(READ, snap)) if self.progress else None)
+        man = self.listing.manifest
+        if into == "memory" and self.opts.mode == "fused" and self.listing.format == "safetensors" \
+                and (man is None or not man.dims):  # a structural check is coming: start it on finished files
+            from ckptbench.scan import EarlyScan
+
+            self.early = EarlyScan([f.path for f in self.listing.files])
+        try:
+            driven = drive(lambda: self.source.start_read(self.listing, self.opts.read_options(alg), into=into,
+                                                          stage_dir=self.stage_dir),
+                           on_start=self._set_handle, on_tick=self.rss.sample, cancel=self.cancel,
+                           on_progress=(lambda snap: self.progress(READ, snap)) if self.progress else None)
+        finally:
+            if self.early is not None:
+                self.early.stop()
         self.error_classes = driven.error_classes
         return driven.result
 
@@ -218,7 +231,8 @@ class Run:
         restored, state = self._timed(LOAD, lambda: self._load(listing, man, buffers))
         self.rss.sample()
         self._timed(DEVICE, lambda: to_device(restored, o.device, self.notes))
-        report = self._timed(CHECK, lambda: _check(restored, state, man, o.optimizer_step, o.concurrency))
+        known = self.early.counts if self.early is not None else None
+        report = self._timed(CHECK, lambda: _check(restored, state, man, o.optimizer_step, o.concurrency, known))
         base["check_kind"] = "structural" if report.structural_only else "model step"
         if report.structural_only:
             self.notes[CHECK] = report.summary
@@ -314,11 +328,11 @@ def _buffer_reader(listing: Listing, man: mf.Manifest | None, buffers: dict):
     return read
 
 
-def _check(restored, state, man, optimizer_step: bool, concurrency: int):
+def _check(restored, state, man, optimizer_step: bool, concurrency: int, known: dict | None = None):
     from ckptbench import restore
 
     if restored is None:
-        return restore.structural_check(state, concurrency)
+        return restore.structural_check(state, concurrency, known)
     return restore.check(restored, man, optimizer_step=optimizer_step)
 
 

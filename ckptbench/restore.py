@@ -7,7 +7,6 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import fastio
 import torch
 
 from ckptbench import layouts, tree
@@ -202,41 +201,14 @@ def _optimizer_step(r: Restored) -> bool:
     return moved and finite
 
 
-_SCAN_KINDS = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64", "complex64": "c64",
-               "complex128": "c128", "float8_e4m3fn": "f8_e4m3fn", "float8_e5m2": "f8_e5m2",
-               "float8_e4m3fnuz": "f8_e4m3fnuz", "float8_e5m2fnuz": "f8_e5m2fnuz", "float8_e8m0fnu": "f8_e8m0"}
-
-
-def _raw(t: torch.Tensor):
-    """The tensor's bytes as a buffer, without a copy when it is contiguous (a fused load's views are)."""
-    flat = t.detach().reshape(-1)
-    return flat.view(torch.uint8).numpy() if flat.numel() else b""
-
-
-def nonfinite(state: CheckpointState, concurrency: int) -> tuple[int, int, dict[str, int]]:
-    """(floating tensors, their bytes, name -> count of NaN/Inf values) over every tensor the state holds;
-    scanned in native code with the GIL released, on `concurrency` threads, at memory speed."""
-    items, names, slow = [], [], []
-    for _, name, t in state.tensors():
-        if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
-            continue
-        kind = _SCAN_KINDS.get(str(t.dtype).removeprefix("torch."))
-        if kind is None:
-            slow.append((name, t))  # a dtype the scan has no kernel for (complex32): torch checks it
-        else:
-            items.append((_raw(t), kind))
-            names.append(name)
-    counts = fastio.count_nonfinite(items, concurrency=max(1, min(concurrency, os.cpu_count() or 1)))
-    bad = {n: c for n, c in zip(names, counts) if c}
-    bad.update({n: int((~torch.isfinite(t)).sum()) for n, t in slow if not bool(torch.isfinite(t).all())})
-    nbytes = sum(memoryview(b).nbytes for b, _ in items) + sum(t.numel() * t.element_size() for _, t in slow)
-    return len(items) + len(slow), nbytes, bad
-
-
-def structural_check(state: CheckpointState, concurrency: int = 8) -> CheckReport:
+def structural_check(state: CheckpointState, concurrency: int = 8,
+                     known: dict[tuple[int, int], int] | None = None) -> CheckReport:
     """For a checkpoint with no model to run (no manifest or known config): every floating value finite,
-    optimizer parts shaped like their weights. Says so in its summary: no model step was run."""
-    floating, nbytes, bad = nonfinite(state, concurrency)
+    optimizer parts shaped like their weights. Says so in its summary: no model step was run. `known`: what an
+    EarlyScan already counted during the read."""
+    from ckptbench.scan import nonfinite
+
+    floating, nbytes, bad, early = nonfinite(((n, t) for _, n, t in state.tensors()), concurrency, known)
     problems = [f"{name}: {n} non-finite value(s)" for name, n in sorted(bad.items())[:20]]
     if len(bad) > 20:
         problems.append(f"... and {len(bad) - 20} more tensor(s) with non-finite values")
@@ -246,8 +218,9 @@ def structural_check(state: CheckpointState, concurrency: int = 8) -> CheckRepor
             if w is not None and t.shape != w.shape:
                 problems.append(f"{name}.{k}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")
     count = sum(t.numel() for t in state.model.values())
+    during = f" ({early} of them during the read, as their files completed)" if early else ""
     summary = (f"structural check, no model step: {floating} floating tensors ({human_bytes(nbytes)}) scanned "
-               f"natively for NaN/Inf, {'none found' if not bad else f'{len(bad)} with non-finite values'}")
+               f"natively for NaN/Inf{during}, {'none found' if not bad else f'{len(bad)} with non-finite values'}")
     return CheckReport(not problems, count, {"weights": main_dtype(state)}, None, None, tuple(problems), True,
                        summary)
 

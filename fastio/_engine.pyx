@@ -216,6 +216,20 @@ cdef class ReadHandle:
         fio_engine_snapshot(self.e, &s)
         return bool(s.finished)
 
+    def completed(self, start=0):
+        """Indices (from `start`) of the files whose every byte has been read into memory without error, while the
+        run goes on: their buffers (`buffer(i)`) can be used before the whole read ends."""
+        cdef int i
+        cdef int n = len(self._paths)
+        return [i for i in range(max(0, start), n) if fio_engine_file_done(self.e, i) == 1]
+
+    def buffer(self, int i):
+        """File i's bytes as a read-only memoryview once `completed` lists it (None before, or without memory)."""
+        if self._buffers is None or not 0 <= i < len(self._paths) or self._buffers[i] is None \
+                or fio_engine_file_done(self.e, i) != 1:
+            return None
+        return memoryview(self._buffers[i])[:fio_engine_file(self.e, i).bytes].toreadonly()
+
     def wait(self, timeout=None):
         """Blocks (GIL released) until the run ends; returns the ReadResult, or None on timeout."""
         if self._result is not None:

@@ -67,7 +67,7 @@ def group_of(fqn: str) -> str:
     head = head.lower()
     if head in _OPTIM_PREFIXES or head.startswith("optim"):
         return "optimizer"
-    if head in _OTHER_PREFIXES:
+    if head in _OTHER_PREFIXES or head.startswith(("rng_state", "scaler")):  # rng_state_3: one per process
         return "other"
     return "model"
 

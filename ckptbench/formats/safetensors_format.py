@@ -121,7 +121,7 @@ def _entry(name: str, key: str, info) -> tuple[torch.dtype, list[int], int, int]
     return dtype, shape, start, end
 
 
-def _layout(header: dict, data_len: int, name: str) -> dict[str, tuple[torch.dtype, list[int], int, int]]:
+def tensor_entries(header: dict, data_len: int, name: str) -> dict[str, tuple[torch.dtype, list[int], int, int]]:
     """Every tensor of a parsed header, checked as safetensors checks a file: each entry well-formed, and the
     tensors, in offset order, tiling the data section exactly (no overlap, no gap, nothing past its end)."""
     _meta_types(header.get("__metadata__"), name)
@@ -167,7 +167,7 @@ def load_buffer(buf, name: str) -> CheckpointState:
     is checked whole before any tensor is built, so every tensor lies inside the buffer and no two share bytes."""
     header, base = parse_header(buf, name)
     mv = memoryview(buf).cast("B")
-    entries = _layout(header, mv.nbytes - base, name)
+    entries = tensor_entries(header, mv.nbytes - base, name)
     state = CheckpointState({})
     is_optim = os.path.basename(name).startswith("optimizer")
     for key, (dtype, shape, start, end) in entries.items():
@@ -192,7 +192,7 @@ def header_entries(path: str) -> dict[str, tuple[torch.dtype, list[int], int, in
         head = f.read(8)
         _check_length(head, st.st_size, path)  # before reading: a crafted length must not size the read
         header, base = parse_header(head + f.read(struct.unpack("<Q", head)[0]), path)
-    return _layout(header, st.st_size - base, path)
+    return tensor_entries(header, st.st_size - base, path)
 
 
 def load_file(path: str) -> CheckpointState:

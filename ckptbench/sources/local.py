@@ -36,6 +36,12 @@ class LocalReadHandle:
     def wait(self, timeout: float | None = None) -> fastio.ReadResult | None:
         return self._h.wait(timeout)
 
+    def completed(self, start: int = 0) -> list[int]:
+        return self._h.completed(start)
+
+    def buffer(self, i: int):
+        return self._h.buffer(i)
+
     def error_classes(self, result: fastio.ReadResult) -> dict[str, int]:
         out: dict[str, int] = {}
         for f in result.failed:

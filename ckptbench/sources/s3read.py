@@ -197,6 +197,13 @@ class ObjectRead:
                                  chunk_size=self.opts.part_size, cancelled=self.cancelled, final=final,
                                  buffers=buffers)
 
+    def completed(self, start: int = 0) -> list[int]:
+        """Objects are handed over when the whole read ends: none early."""
+        return []
+
+    def buffer(self, i: int):
+        return None
+
     def error_classes(self, _result=None) -> dict[str, int]:
         out: dict[str, int] = {}
         for ob in self.objs:

@@ -784,6 +784,14 @@ int fio_engine_worker_stats(fio_engine *e, uint64_t *busy_ns, uint64_t *bytes, i
     return k;
 }
 
+int fio_engine_file_done(fio_engine *e, int i)
+{
+    fio_file_state *f = &e->files[i];
+    if (__atomic_load_n(&f->remaining, __ATOMIC_ACQUIRE) > 0)
+        return 0;
+    return __atomic_load_n(&f->err, __ATOMIC_RELAXED) ? -1 : 1;
+}
+
 const fio_file_state *fio_engine_file(fio_engine *e, int i)
 {
     return (i >= 0 && i < e->nfiles) ? &e->files[i] : NULL;

@@ -79,6 +79,9 @@ int fio_engine_nworkers(fio_engine *e);
 /* Per-worker busy nanoseconds, bytes and state, for up to `n` workers; returns how many. */
 int fio_engine_worker_stats(fio_engine *e, uint64_t *busy_ns, uint64_t *bytes, int *state, int n);
 const fio_file_state *fio_engine_file(fio_engine *e, int i);
+/* While the run goes on: 1 when every unit of file i was read without error (its destination bytes are then
+ * visible to the caller: the load pairs with the workers' release), -1 when it failed, 0 while units remain. */
+int fio_engine_file_done(fio_engine *e, int i);
 void fio_engine_free(fio_engine *e); /* cancels and waits if still running */
 int64_t fio_now_ns(void);
 

@@ -275,10 +275,14 @@ def test_inspect_shows_the_layout_and_the_optimizer_group(trainer, h):
     assert doc["groups"]["optimizer"]["bytes"] == sum(t.numel() * t.element_size() for t in moments)
     assert doc["groups"]["model"]["bytes"] == sum(t.numel() * t.element_size() for t in saved["weights"].values())
     assert doc["read_plan"]["bytes"] == _sizes(root, _selected(root))
-    root, _ = trainer("safetensors")
+    root, saved = trainer("safetensors")
     r = h.run_cli("inspect", root, "--json")
     assert r.rc == 0, r.err
-    assert json.loads(r.out)["layout"]["name"] == "hf-trainer"
+    doc = json.loads(r.out)
+    assert doc["layout"]["name"] == "hf-trainer"
+    moments = [t for part in saved["optimizer.pt"]["state"].values() for t in part.values()]
+    assert doc["groups"]["optimizer"]["bytes"] == sum(t.numel() * t.element_size() for t in moments)
+    assert "other" in doc["groups"]  # the scheduler's and RNG's tensors
 
 
 # ---- the numpy allowance: numeric arrays and nothing else -------------------------------------------------------

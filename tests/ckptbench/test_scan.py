@@ -1,0 +1,86 @@
+"""The structural check's scan: native counts per tensor, and the part done during a fused read on files the
+read had already finished, recognised in the loaded state by where the bytes are."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+from safetensors.torch import save_file
+
+import fastio
+from ckptbench import scan
+from ckptbench.formats import CheckpointState, safetensors_format
+from ckptbench.restore import structural_check
+
+
+def _shards(d, bad: str | None = None) -> dict[str, torch.Tensor]:
+    """Two foreign shards (no manifest) of bf16 and f32 tensors; `bad` gets a NaN and an Inf."""
+    g = torch.Generator().manual_seed(5)
+    tensors = {"a.w": torch.randn(256, 64, generator=g).bfloat16(), "a.b": torch.randn(64, generator=g),
+               "b.w": torch.randn(128, 128, generator=g).half(), "b.i": torch.arange(10)}
+    if bad:
+        tensors[bad].view(-1)[3] = float("nan")
+        tensors[bad].view(-1)[-1] = float("inf")
+    save_file({k: tensors[k] for k in ("a.w", "a.b")}, os.path.join(d, "model-00001-of-00002.safetensors"))
+    save_file({k: tensors[k] for k in ("b.w", "b.i")}, os.path.join(d, "model-00002-of-00002.safetensors"))
+    return tensors
+
+
+def test_counts_match_torch_and_name_the_tensor(tmp_path):
+    tensors = _shards(str(tmp_path), bad="b.w")
+    floating, nbytes, bad, early = scan.nonfinite(tensors.items(), concurrency=2)
+    assert floating == 3 and early == 0
+    assert nbytes == sum(t.numel() * t.element_size() for k, t in tensors.items() if k != "b.i")
+    assert bad == {"b.w": int((~torch.isfinite(tensors["b.w"])).sum())} == {"b.w": 2}
+
+
+def test_regions_scanned_during_the_read_are_not_scanned_again(tmp_path):
+    """A file the read finished while another was still held is scanned early; the check then finds its tensors
+    by address in the state loaded over the same buffers, and counts a NaN in them (the early count, not a
+    rescan: the scan's record is altered here to prove which one is used)."""
+    _shards(str(tmp_path), bad="a.w")
+    paths = sorted(str(p) for p in tmp_path.iterdir())
+    h = fastio.start(paths, concurrency=1, read="pread", hash="none", into_memory=True,
+                     _faults={paths[1]: "hold"})
+    early = scan.EarlyScan(paths)
+    try:
+        deadline = time.monotonic() + 30
+        while h.completed() != [0] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert h.completed() == [0]
+        early.poll(h)
+    finally:
+        h._release()
+    res = h.wait()
+    early.poll(h)  # the second file too, now that it is complete
+    assert early.files == 2 and len(early.counts) == 3  # a.w, a.b, b.w; the int tensor is not scanned
+    state = CheckpointState({})
+    for p, buf in zip(paths, res.buffers):
+        state.merge(safetensors_format.load_buffer(buf, p))
+    report = structural_check(state, 2, early.counts)
+    assert not report.ok and report.problems == ("a.w: 2 non-finite value(s)",)
+    assert "3 of them during the read" in report.summary
+    key = (state.model["a.w"].data_ptr(), state.model["a.w"].numel() * 2)
+    early.counts[key] = 0  # the check trusts what the early scan recorded for that region
+    assert structural_check(state, 2, early.counts).ok
+    assert not structural_check(state, 2, None).ok  # and without it, scans the bytes itself
+
+
+def test_a_foreign_checkpoint_run_reports_the_scan_and_a_nan_fails_it(h, tmp_path):
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    _shards(str(good))
+    _shards(str(bad), bad="b.w")
+    for mode in ("fused", "staged"):
+        r = h.run_cli("run", good, "--repeat", "1", "--json", "--mode", mode, "--results", tmp_path / "r.csv")
+        doc = json.loads(r.out)
+        assert r.rc == 0 and doc["status"] == "ok" and doc["check"] == "structural", r.err
+        assert "3 floating tensors" in doc["notes"]["check"] and "none found" in doc["notes"]["check"]
+        r = h.run_cli("run", bad, "--repeat", "1", "--json", "--mode", mode, "--results", tmp_path / "r.csv")
+        doc = json.loads(r.out)
+        assert r.rc != 0 and doc["status"] == "failed"
+        assert doc["repeats"][0]["problems"] == ["b.w: 2 non-finite value(s)"]
