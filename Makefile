@@ -30,12 +30,12 @@ demo: build
 demo-s3: build
 	$(BIN)/ckptbench demo --s3
 
-# The terminal test drives the TUI inside tmux, and the benchmark's fio replay is checked against fio;
-# both come from the distribution's packages.
+# The terminal test drives the TUI inside tmux, the benchmark's fio replay is checked against fio, and the FUSE
+# tests mount the local S3 with s3fs; all come from the distribution's packages.
 test: build
-	@command -v tmux >/dev/null && command -v fio >/dev/null \
-		|| { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq tmux fio; } \
-		|| { echo "make test needs tmux and fio: apt-get install tmux fio"; exit 2; }
+	@command -v tmux >/dev/null && command -v fio >/dev/null && command -v s3fs >/dev/null \
+		|| { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq tmux fio s3fs; } \
+		|| { echo "make test needs tmux, fio and s3fs: apt-get install tmux fio s3fs"; exit 2; }
 	$(BIN)/python -m pytest -q
 
 # The peers (Run:ai Model Streamer, fastsafetensors) come with the bench-only extra, installed here.

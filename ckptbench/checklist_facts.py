@@ -43,6 +43,7 @@ class Facts:
     sweep: dict | None = None  # SweepResult.to_json()
     thp: str | probes.Unknown | None = None
     unreadable: list = field(default_factory=list)  # (path, why): files and directories this user cannot read
+    fuse: dict | probes.Unknown | None = None  # probes.fuse_daemon of a FUSE mount: kind, pid, its options
 
     @property
     def bytes(self) -> int:
@@ -93,6 +94,8 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     if mount is not None:
         f.read_ahead_kb = probes.read_ahead_kb(mount.device, root)
         f.scheduler = probes.scheduler(mount.device, root)
+        if mount.fs_type.startswith("fuse"):
+            f.fuse = probes.fuse_daemon(mount, root)
         if mount.fs_type == "lustre":
             f.stripe = probes.lustre_stripe(max(paths, key=os.path.getsize))
     f.ulimit = probes.ulimit_nofile(root)

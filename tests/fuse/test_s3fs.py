@@ -1,0 +1,86 @@
+"""ckptbench against a real FUSE mount: s3fs over the local S3 (fixtures in conftest.py). A checkpoint written
+through the mount restores from it, and `check` names the daemon, its options and what a FUSE object store does
+to a checkpoint. Nothing here asserts a time: only that the stages were timed and the bytes are right."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from fusehelp import ckptbench, s3fs_mount
+
+STAGES = ("list", "read", "verify", "load", "device", "check")
+
+
+def _items(doc: dict) -> dict:
+    return {i["id"]: i for i in doc["items"]}
+
+
+def test_the_mount_is_fuse_s3fs_and_backed_by_the_bucket(s3fs_ckpt):
+    from ckptbench import probes
+
+    m = probes.mount_of(os.path.join(s3fs_ckpt.path, "ckpt"))
+    assert isinstance(m, probes.Mount) and m.fs_type == "fuse.s3fs" and m.mount_point == s3fs_ckpt.path
+    keys = {o["Key"] for o in s3fs_ckpt.s3.client(direct=True).list_objects_v2(
+        Bucket=s3fs_ckpt.bucket, Prefix="ckpt/")["Contents"]}
+    assert "ckpt/model.safetensors.index.json" in keys or any(k.endswith(".safetensors") for k in keys)
+
+
+def test_run_restores_from_the_mount_and_times_every_stage(s3fs_ckpt):
+    src = os.path.join(s3fs_ckpt.path, "ckpt")
+    r = ckptbench("run", src, "--repeat", "1", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "ok" and doc["verified"] is True and doc["source"] == src
+    assert set(STAGES) <= set(doc["stages"]) and all(doc["stages"][s] >= 0 for s in STAGES)
+    assert doc["stages"]["read"] > 0
+
+
+def test_check_has_the_fuse_item_with_the_daemon_and_its_fixes(s3fs_ckpt):
+    src = os.path.join(s3fs_ckpt.path, "ckpt")
+    r = ckptbench("check", src, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    items = _items(json.loads(r.stdout))
+    fuse = items["fuse"]
+    assert fuse["verdict"] == "warn"
+    ev = fuse["evidence"]
+    assert ev["fs_type"] == "fuse.s3fs" and ev["daemon"] == "s3fs" and ev["daemon_pid"] > 0
+    assert ev["daemon_options"]["url"] == s3fs_ckpt.s3.direct_url and ev["daemon_options"]["use_path_request_style"]
+    assert ev["rename"] == "copy + delete (not atomic)" and ev["cache"] is None
+    assert "save to local disk and upload" in fuse["fix"] and "-o use_cache=" in fuse["fix"]
+    assert f"ckptbench pack {src} PACKED" in fuse["fix"]
+    assert s3fs_ckpt.s3.direct_url in items["network_path"]["fix"]
+    opts = items["mount_options"]
+    assert opts["verdict"] == "warn" and opts["evidence"]["preset"] == "fuse-s3fs"
+    assert "parallel_count not set (s3fs's default)" in opts["evidence"]["problems"]
+    assert "-o parallel_count=16,multipart_size=64,max_stat_cache_size=100000" in opts["fix"]
+    assert items["concurrency"]["evidence"]["preset"] == "fuse-s3fs"
+
+
+def test_check_passes_the_mount_options_of_a_tuned_mount(fuse_s3, tmp_path):
+    bucket = fuse_s3.make_bucket()
+    with s3fs_mount(fuse_s3, bucket, str(tmp_path), "parallel_count=16", "multipart_size=64",
+                    "max_stat_cache_size=100000", f"use_cache={tmp_path / 'cache'}") as mnt:
+        os.mkdir(tmp_path / "cache")
+        src = os.path.join(mnt, "ckpt")
+        gen = ckptbench("gen", "small", src, "--scale", "0.02")
+        assert gen.returncode == 0, gen.stderr[-2000:]
+        items = _items(json.loads(ckptbench("check", src, "--json").stdout))
+        assert items["mount_options"]["verdict"] == "ok", items["mount_options"]
+        assert items["fuse"]["evidence"]["cache"] == str(tmp_path / "cache")
+        assert "use_cache" not in items["fuse"]["fix"]
+
+
+def test_rename_on_the_mount_is_a_copy_and_a_delete(s3fs_mounted):
+    """What the FUSE item tells the user, shown on the object store: a rename leaves a new object (a server-side
+    copy) and deletes the old one; there is no atomic move underneath."""
+    path = s3fs_mounted.path
+    os.makedirs(os.path.join(path, "tmp-step"))
+    data = os.urandom(3 << 20)
+    with open(os.path.join(path, "tmp-step", "shard.bin"), "wb") as f:
+        f.write(data)
+    os.rename(os.path.join(path, "tmp-step", "shard.bin"), os.path.join(path, "tmp-step", "final.bin"))
+    client = s3fs_mounted.s3.client(direct=True)
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=s3fs_mounted.bucket)["Contents"]}
+    assert "tmp-step/final.bin" in keys and "tmp-step/shard.bin" not in keys
+    assert client.get_object(Bucket=s3fs_mounted.bucket, Key="tmp-step/final.bin")["Body"].read() == data
