@@ -70,7 +70,7 @@ def _size(text: str) -> int:
 
 
 def _lazy(name: str, module: str = "cli_cmds"):
-    """A handler from cli_cmds (plain commands) or cli_run (timed ones), imported only when its command runs."""
+    """A handler from cli_cmds (plain commands), cli_run (timed ones) or cli_save, imported only when it runs."""
     def handler(args):
         import importlib
 
@@ -141,6 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_lazy("cmd_run", "cli_run"))
 
+    p = sub.add_parser("watch", help="watch a restore ckptbench did not start: live figures, phases, a verdict",
+                       description="ckptbench watch PID | --match PATTERN | -- COMMAND ...")
+    p.add_argument("target", nargs="*", metavar="PID | -- COMMAND", help="a PID, or the job to start after --")
+    p.add_argument("--match", metavar="PATTERN", help="the one running process whose command line contains this")
+    p.add_argument("--interval", type=_finite, default=0.25, metavar="S", help="seconds between samples (0.25)")
+    p.add_argument("--no-verdict", action="store_true", help="skip reading the files afterwards to compare")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_lazy("cmd_watch", "cli_watch"))
+
     p = sub.add_parser("inspect", help="what a checkpoint holds and what restoring it will do (headers only)")
     p.add_argument("source", metavar="SOURCE", help="a checkpoint directory")
     p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT, help="the restore's concurrency")
@@ -182,8 +191,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_seconds, metavar="S",
                    help="checkpoint interval in seconds: the bandwidth it needs")
     p.add_argument("--scale", type=_scale, default=1.0, help="resize the model by about this factor in bytes")
+    p.add_argument("--results", default="results.csv", metavar="PATH",
+                   help="with --interval: the newest save measured there sets the verdict")
+    p.add_argument("--target", metavar="DIR", help="with --interval: only saves measured to this target")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_lazy("cmd_plan"))
+
+    p = sub.add_parser("save", help="save a checkpoint N times into a target, timed (blocking, written, durable), "
+                                    "with the page cache and the device sampled; against the interval")
+    p.add_argument("what", metavar="PROFILE|SOURCE", help="a profile (its state generated once) or a checkpoint dir")
+    p.add_argument("target", metavar="TARGET", help="the directory the saves go into (step-NNNNNN, newest kept)")
+    p.add_argument("--format", choices=("safetensors", "torch", "dcp"), default="safetensors")
+    p.add_argument("--scale", type=_scale, default=1.0, help="resize a profile's model by about this factor in bytes")
+    p.add_argument("--interval", type=_seconds, metavar="S", help="checkpoint interval: saves start every S seconds")
+    p.add_argument("--count", type=_positive, default=3, metavar="N", help="saves to write (3)")
+    p.add_argument("--keep", type=_positive, default=2, metavar="K", help="newest saves kept, older ones removed (2)")
+    p.add_argument("--ranks", type=_ranks, default=1, metavar="N", help="threads, each writing its rank's shards")
+    p.add_argument("--stagger", type=_finite, default=0.0, metavar="S", help="rank r starts r × S seconds late")
+    p.add_argument("--async", dest="async_save", action="store_true",
+                   help="DCP's async_save (with --format dcp): blocking ends once the state is staged")
+    p.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
+                   help="fsync files and directory before a save counts as durable (default)")
+    p.add_argument("--force", action="store_true", help="save even when an essential preflight check fails")
+    p.add_argument("--results", default="results.csv", metavar="PATH", help="append-only CSV; '' records nothing")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_lazy("cmd_save", "cli_save"))
 
     p = sub.add_parser("gen", help="write a real sample checkpoint of a profile (not timed)")
     p.add_argument("profile", metavar="PROFILE")

@@ -1,0 +1,250 @@
+"""Watching a restore ckptbench did not start: samples of the user's job every interval, the phases they show,
+and (verdict.py) why it is slow. Runs in the caller's thread, cancellable; the UI or CLI only renders.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+from ckptbench import mark, probes, procstat
+from ckptbench.errors import CkptbenchError
+
+PHASES = ("reading", "faulting", "deserializing", "waiting")
+IO_MIN_BPS = 20e6  # below this an interval is not "reading": a job's logging and imports read a little
+FAULT_MIN_PER_S = 2000  # major faults per second that make an interval "faulting" (an mmap load from disk)
+CPU_BUSY = 0.5  # cores: a thread or process above this is doing work, not waiting
+SATURATED = 0.9  # a thread this busy is the bottleneck, whatever it reads meanwhile
+FAULT_BYTES = 32 << 10  # what one major fault brings in, roughly (read-around of a mapped file)
+
+
+@dataclass(frozen=True)
+class Interval:
+    t0: float  # seconds since the watch started
+    t1: float
+    bytes: int  # returned to the job by read calls in this interval (rchar: page-cache hits included)
+    disk_bytes: int  # fetched by the block layer for it (read_bytes: mmap faults and read-ahead included)
+    cpu_cores: float  # all the job's threads
+    top_thread_cores: float  # its busiest thread
+    busy_threads: int  # threads above CPU_BUSY cores
+    majflt_per_s: float
+    rss_bytes: int
+    phase: str
+    ckpt_files: int = 0  # checkpoint files open at the interval's end
+
+    @property
+    def gbps(self) -> float:
+        return max(self.bytes, self.disk_bytes) / (self.t1 - self.t0) / 1e9 if self.t1 > self.t0 else 0.0
+
+
+@dataclass
+class WatchReport:
+    pid: int
+    command: str
+    wall_s: float
+    bytes: int
+    disk_bytes: int
+    files: dict[str, int]  # checkpoint-looking files the job had open -> size
+    intervals: list[Interval]
+    phases: list[dict]  # merged runs: {"phase", "t0", "t1"}
+    marks: list[dict] = field(default_factory=list)  # {"stage", "t"} from the job's CKPTBENCH_MARK file
+    peak_rss_bytes: int = 0
+    cpu_s: float = 0.0
+    majflt: int = 0
+    exit_code: int | None = None
+    tcp_retransmit_rate: float | None = None
+    ended: str = "exited"  # exited | cancelled
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """The restore, in seconds since the watch started: between the job's first and last marks when it
+        marks; else while checkpoint files were open; else from the first to the last interval that read."""
+        if len(self.marks) >= 2:
+            return self.marks[0]["t"], self.marks[-1]["t"]
+        for test in (lambda i: i.ckpt_files > 0, lambda i: i.phase in ("reading", "faulting")):
+            hit = [i for i in self.intervals if test(i)]
+            if hit:
+                return hit[0].t0, hit[-1].t1
+        return 0.0, 0.0
+
+    @property
+    def io_span_s(self) -> float:
+        t0, t1 = self.window
+        return max(0.0, t1 - t0)
+
+    @property
+    def loader_gbps(self) -> float:
+        span = self.io_span_s
+        return self.bytes / span / 1e9 if span > 0 else 0.0
+
+    def to_json(self) -> dict:
+        doc = asdict(self)
+        doc["intervals"] = [{**asdict(i), "gbps": i.gbps} for i in self.intervals]
+        doc["loader_gbps"] = self.loader_gbps
+        doc["io_span_s"] = self.io_span_s
+        return doc
+
+
+CHECKPOINT_EXT = (".safetensors", ".pt", ".pth", ".bin", ".distcp", ".ckpt", ".metadata", ".gguf", ".npz")
+_LIBRARY = ("/usr/", "/lib", "/proc/", "/sys/", "/dev/")
+
+
+def is_checkpoint_file(path: str, size: int) -> bool:
+    """A file the job has open that may be checkpoint data: a checkpoint's extension, or a large file outside
+    the system and library trees (a Python job also has its modules and logs open)."""
+    if path.endswith(CHECKPOINT_EXT):
+        return True
+    return size >= 1 << 20 and not path.startswith(_LIBRARY) and "site-packages" not in path
+
+
+def phase_of(bytes_per_s: float, majflt_per_s: float, cpu_cores: float, top_thread: float = 0.0) -> str:
+    """What an interval was doing, from its signals alone (without the job's marks): faulting an mapping in,
+    reading (I/O in flight, threads mostly waiting on it), deserializing (CPU-bound: little I/O, or a thread
+    saturated between its reads), or waiting."""
+    if majflt_per_s >= FAULT_MIN_PER_S:
+        return "faulting"
+    if cpu_cores >= CPU_BUSY and (bytes_per_s < IO_MIN_BPS or top_thread >= SATURATED):
+        return "deserializing"
+    if bytes_per_s >= IO_MIN_BPS:
+        return "reading"
+    return "waiting"
+
+
+def _interval(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float) -> Interval:
+    dt = max(1e-6, b.t - a.t)
+    nbytes = max(0, b.rchar - a.rchar)
+    disk = max(0, b.read_bytes - a.read_bytes)
+    per_thread = [min(1.0, (b.threads[t] - a.threads.get(t, 0.0)) / dt) for t in b.threads]  # tick-grained
+    cpu = max(0.0, b.cpu_s - a.cpu_s) / dt
+    majflt = max(0, b.majflt - a.majflt) / dt
+    return Interval(a.t - t_start, b.t - t_start, nbytes, disk, cpu,
+                    max(per_thread, default=0.0), sum(1 for c in per_thread if c >= CPU_BUSY), majflt, b.rss_bytes,
+                    phase_of(max(nbytes, disk) / dt, majflt, cpu, max(per_thread, default=0.0)))
+
+
+def merge_phases(intervals: list[Interval]) -> list[dict]:
+    out: list[dict] = []
+    for i in intervals:
+        if out and out[-1]["phase"] == i.phase:
+            out[-1]["t1"] = i.t1
+        else:
+            out.append({"phase": i.phase, "t0": i.t0, "t1": i.t1})
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+class Watch:
+    """Samples process `pid` (and its children) every `interval` until it exits or `cancel` is set.
+
+    With `proc` (a job ckptbench started) the final counters are read from the exited process before it is
+    reaped, so nothing it read after the last sample is lost; a job started elsewhere keeps its last sample."""
+
+    def __init__(self, pid: int, *, interval: float = 0.25, cancel: threading.Event | None = None,
+                 on_interval: Callable[[Interval, procstat.ProcSample], None] | None = None,
+                 proc: subprocess.Popen | None = None, marks_path: str | None = None):
+        if not 0.01 <= interval <= 60:
+            raise CkptbenchError(f"--interval {interval}: give 0.01..60 seconds")
+        self.pid = pid
+        self.interval = interval
+        self.cancel = cancel or threading.Event()
+        self.on_interval = on_interval
+        self.proc = proc
+        self.marks_path = marks_path
+
+    def _exited(self) -> bool:
+        """The started job has exited (a zombie until reaped: its counters are still readable)."""
+        if self.proc is None:
+            return False
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def run(self) -> WatchReport:
+        command = " ".join(self.proc.args) if self.proc is not None else _cmdline(self.pid)
+        prev = procstat.sample(self.pid)
+        t_start = prev.t
+        tcp0 = probes.tcp_counters()
+        intervals: list[Interval] = []
+        files: dict[str, int] = {}
+        peak = prev.rss_bytes
+        ended = "exited"
+        last = prev
+        while True:
+            if self.cancel.wait(self.interval):
+                ended = "cancelled"
+                break
+            done = self._exited()
+            try:
+                cur = procstat.sample(self.pid)
+            except procstat.ProcessGone:
+                break
+            intervals.append(replace(_interval(prev, cur, t_start),
+                                     ckpt_files=sum(1 for f in cur.files if is_checkpoint_file(f.path, f.size))))
+            for f in cur.files:
+                if is_checkpoint_file(f.path, f.size):
+                    files[f.path] = f.size
+            peak = max(peak, cur.rss_bytes)
+            if self.on_interval:
+                self.on_interval(intervals[-1], cur)
+            prev = last = cur
+            if done or cur.state in ("Z", "X"):  # exited: a zombie's counters are its final ones
+                break
+        exit_code = self.proc.wait() if self.proc is not None and ended == "exited" else None
+        tcp1 = probes.tcp_counters()
+        retrans = (probes.retransmit_rate(tcp0, tcp1)
+                   if not isinstance(tcp0, probes.Unknown) and not isinstance(tcp1, probes.Unknown) else None)
+        marks = [{"stage": name, "t": t - t_start} for t, name in mark.read_marks(self.marks_path)] \
+            if self.marks_path else []
+        report = WatchReport(
+            pid=self.pid, command=command, wall_s=last.t - t_start, bytes=0,
+            disk_bytes=sum(i.disk_bytes for i in intervals), files=files, intervals=intervals,
+            phases=merge_phases(intervals), marks=marks, peak_rss_bytes=peak,
+            cpu_s=sum(i.cpu_cores * (i.t1 - i.t0) for i in intervals),
+            majflt=sum(round(i.majflt_per_s * (i.t1 - i.t0)) for i in intervals),
+            exit_code=exit_code, tcp_retransmit_rate=retrans, ended=ended)
+        report.bytes = window_bytes(intervals, *report.window)
+        return report
+
+
+def window_bytes(intervals: list[Interval], t0: float, t1: float) -> int:
+    """Bytes read inside [t0, t1], an interval counted by the share of it that overlaps: what the job read
+    before the restore (a Python job's imports) or after it is not the checkpoint's. The larger of what read
+    calls returned and what the disk delivered: a read() loader shows in the first, an mmap loader only in the
+    second; summed per interval they would count read-ahead twice."""
+    calls = disk = 0.0
+    for i in intervals:
+        overlap = min(i.t1, t1) - max(i.t0, t0)
+        if overlap > 0 and i.t1 > i.t0:
+            calls += i.bytes * overlap / (i.t1 - i.t0)
+            disk += i.disk_bytes * overlap / (i.t1 - i.t0)
+    return round(max(calls, disk))
+
+
+def start_job(command: list[str], *, stdout_to_stderr: bool = False) -> tuple[subprocess.Popen, str]:
+    """The user's command, started with CKPTBENCH_MARK pointing at a fresh marks file; (process, marks path).
+    `stdout_to_stderr` keeps ckptbench's own stdout one document (--json) whatever the job prints."""
+    if not command:
+        raise CkptbenchError("watch: give a PID, --match PATTERN, or -- COMMAND ...")
+    fd, marks = tempfile.mkstemp(prefix="ckptbench-marks-")
+    os.close(fd)
+    try:
+        proc = subprocess.Popen(command, env={**os.environ, mark.ENV: marks},
+                                stdout=sys.stderr.fileno() if stdout_to_stderr else None)
+    except OSError as exc:
+        os.unlink(marks)
+        raise CkptbenchError(f"{command[0]}: cannot start ({exc.strerror}); check the command") from None
+    return proc, marks

@@ -1,0 +1,216 @@
+"""`ckptbench watch` on real loaders started by the tests: bytes seen against the files' sizes, phases, marks, and
+the verdict that tells a single-threaded loader from a healthy parallel one; bad targets are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import fastio
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _script(tmp_path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def _watch(*args, timeout: int = 240) -> tuple[int, dict | None, str]:
+    proc = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--json", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    doc = json.loads(proc.stdout) if proc.returncode in (0, 1) and proc.stdout.strip() else None
+    return proc.returncode, doc, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def blob(tmp_path_factory):
+    d = tmp_path_factory.mktemp("watch")
+    path = d / "shard.bin"
+    path.write_bytes(os.urandom(48 << 20))
+    return str(path)
+
+
+SLOW = """
+    import sys
+    from ckptbench.mark import stage
+    import time
+    time.sleep(0.3)  # imports done: the interval the mark falls in reads nothing else
+    stage("load")
+    total = 0
+    with open(sys.argv[1], "rb") as f:
+        while chunk := f.read(1 << 20):
+            for b in chunk[::4]:  # per-byte Python work: a loader that is its own bottleneck
+                total += b
+    stage("done")
+    print(total)
+"""
+
+PARALLEL = """
+    import sys
+    import fastio
+    from ckptbench.mark import stage
+    import time
+    time.sleep(0.3)  # imports done: the interval the mark falls in reads nothing else
+    stage("load")
+    res = fastio.read_files([sys.argv[1]], concurrency=8, read="direct", hash="none", chunk_size=16 << 20)
+    stage("done")
+    print(res.bytes)
+"""
+
+
+def test_a_single_threaded_loader_is_judged_loader_bound(tmp_path, blob):
+    fastio.evict([blob])
+    rc, doc, err = _watch("--interval", "0.05", "--", sys.executable, _script(tmp_path, "slow.py", SLOW), blob)
+    assert rc == 0, err
+    size = os.path.getsize(blob)
+    assert abs(doc["bytes"] - size) <= 0.05 * size, (doc["bytes"], size)
+    assert [m["stage"] for m in doc["marks"]] == ["load", "done"]
+    assert doc["files"] == {blob: size}
+    assert "deserializing" in {p["phase"] for p in doc["phases"]}  # CPU-bound, little I/O
+    v = doc["verdict"]
+    assert v["kind"] == "loader-cpu-bound", v
+    assert v["evidence"]["busy_threads_median"] <= 1 and v["evidence"]["storage_gbps"] > v["evidence"]["loader_gbps"]
+    assert doc["storage"]["cache"] == "cold (verified)"
+
+
+def test_a_parallel_reader_is_judged_storage_bound(tmp_path):
+    """fastio's parallel O_DIRECT reads in the job: it gets what the storage gives (a Python thread pool of
+    O_DIRECT preads does not on this VM: its 4 MiB buffers of scattered pages are split by virtio-blk)."""
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as f:
+        for _ in range(16):
+            f.write(os.urandom(32 << 20))
+    fastio.evict([str(big)])
+    rc, doc, err = _watch("--interval", "0.02", "--", sys.executable, _script(tmp_path, "par.py", PARALLEL), big)
+    assert rc == 0, err
+    assert doc["verdict"]["kind"] == "storage-bound", doc["verdict"]
+    assert doc["phases"][0]["phase"] in ("reading", "deserializing", "waiting")
+
+
+def test_torch_load_is_followed_with_its_marks_in_order(tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save({f"w{i}": torch.randn(1 << 20) for i in range(40)}, path)  # 160 MiB
+    job = _script(tmp_path, "tl.py", """
+        import sys, torch
+        from ckptbench.mark import stage
+        import time
+        time.sleep(0.3)  # imports done: the interval the mark falls in reads nothing else
+        stage("load")
+        sd = torch.load(sys.argv[1], weights_only=True)
+        stage("first_step")
+        print(len(sd))
+    """)
+    fastio.evict([str(path)])
+    rc, doc, err = _watch("--interval", "0.02", "--no-verdict", "--", sys.executable, job, path)
+    assert rc == 0, err
+    marks = doc["marks"]
+    assert [m["stage"] for m in marks] == ["load", "first_step"] and marks[0]["t"] < marks[1]["t"]
+    size = path.stat().st_size
+    assert abs(doc["bytes"] - size) <= 0.05 * size, (doc["bytes"], size)
+    assert "reading" in [p["phase"] for p in doc["phases"]]
+    assert str(path) in doc["files"] and "verdict" not in doc
+
+
+def test_safetensors_load_through_mmap_counts_the_disk_reads(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "model.safetensors"
+    save_file({f"w{i}": torch.randn(1 << 20) for i in range(40)}, str(path))
+    job = _script(tmp_path, "st.py", """
+        import sys
+        from safetensors.torch import load_file
+        from ckptbench.mark import stage
+        import time
+        time.sleep(0.3)  # imports done: the interval the mark falls in reads nothing else
+        stage("load")
+        sd = {k: v.clone() for k, v in load_file(sys.argv[1]).items()}  # every byte touched
+        stage("done")
+        print(len(sd))
+    """)
+    fastio.evict([str(path)])
+    rc, doc, err = _watch("--interval", "0.02", "--no-verdict", "--", sys.executable, job, path)
+    assert rc == 0, err
+    size = path.stat().st_size
+    assert abs(doc["disk_bytes"] - size) <= 0.05 * size, (doc["disk_bytes"], size)
+
+
+def test_a_dcp_load_is_watched_to_the_end(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    ckpt = tmp_path / "dcp"
+    dcp.save({f"w{i}": torch.randn(1 << 20) for i in range(24)}, checkpoint_id=str(ckpt), no_dist=True)
+    job = _script(tmp_path, "dl.py", """
+        import sys, torch, torch.distributed.checkpoint as dcp
+        from ckptbench.mark import stage
+        import time
+        sd = {f"w{i}": torch.empty(1 << 20) for i in range(24)}
+        time.sleep(0.3)  # imports done: the interval the mark falls in reads nothing else
+        stage("load")
+        dcp.load(sd, checkpoint_id=sys.argv[1], no_dist=True)
+        stage("done")
+    """)
+    shards = [str(p) for p in ckpt.iterdir()]
+    fastio.evict(shards)
+    rc, doc, err = _watch("--interval", "0.02", "--no-verdict", "--", sys.executable, job, ckpt)
+    assert rc == 0, err
+    size = sum(os.path.getsize(p) for p in shards if p.endswith(".distcp"))
+    assert doc["bytes"] >= 0.95 * size, (doc["bytes"], size)
+    assert doc["ended"] == "exited" and doc["exit_code"] == 0
+
+
+def test_a_failing_job_exits_non_zero_with_its_report(tmp_path):
+    rc, doc, err = _watch("--no-verdict", "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert rc == 1 and doc["exit_code"] == 3
+
+
+def test_a_pid_that_is_not_running_is_one_line():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    rc, doc, err = _watch(p.pid)
+    assert rc != 0 and doc is None
+    assert err.strip() == f"ckptbench: error: process {p.pid} is not running (it exited, or the PID is wrong)"
+
+
+def test_a_process_the_kernel_will_not_show_is_one_line():
+    """Another user's process, watched without CAP_SYS_PTRACE: /proc/PID/io is refused by the kernel."""
+    target = subprocess.Popen(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "sleep", "30"])
+    try:
+        time.sleep(0.3)
+        proc = subprocess.run(["setpriv", "--bounding-set", "-sys_ptrace", sys.executable, "-m", "ckptbench", "watch",
+                               str(target.pid), "--no-verdict"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    finally:
+        target.kill()
+        target.wait()
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "not readable (permission denied)" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_match_finds_one_process_or_says_why_not():
+    rc, _, err = _watch("--match", "no-such-job-zq81")
+    assert rc == 2 and "no running process has it in its command line" in err
+    tag = f"watch-match-{os.getpid()}"
+    a = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(3)", tag])
+    b = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(30)", tag])
+    try:
+        time.sleep(0.3)
+        rc, _, err = _watch("--match", tag)
+        assert rc == 2 and "2 processes match" in err
+        b.kill()
+        b.wait()
+        rc, doc, err = _watch("--match", tag, "--interval", "0.1", "--no-verdict", timeout=60)
+        assert rc == 0 and doc["pid"] == a.pid and doc["ended"] == "exited", err
+        assert {p["phase"] for p in doc["phases"]} == {"waiting"}  # a sleeping job reads nothing, uses no CPU
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
