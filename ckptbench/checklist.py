@@ -4,34 +4,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ckptbench import probes
+from ckptbench import checklist_fuse, probes
 from ckptbench.checklist_facts import Facts
 from ckptbench.units import human_bytes
 
 VERDICTS = ("ok", "warn", "fail", "unknown")
 SMALL_FILE_DEFAULT = 256 << 10
 NFS_MIN_RW = 1 << 20
-
-
-@dataclass(frozen=True)
-class FuseTraits:
-    """What a FUSE daemon over an object store does to a checkpoint, and the options that tune it."""
-    tuning: dict  # option → recommended value when no storage preset names one (numbers: at least this)
-    cache: str  # the option that keeps fetched data on local disk between restores
-    endpoint: str | None  # the option naming the object store's endpoint
-    flag_style: str  # how the daemon takes options: "-o" (key=value list) or "--" (flags)
-
-
-FUSE_DAEMONS = {
-    "s3fs": FuseTraits({"parallel_count": 16, "multipart_size": 64, "max_stat_cache_size": 100000}, "use_cache",
-                       "url", "-o"),
-    "mountpoint-s3": FuseTraits({"max-threads": 64, "read-part-size": 16 << 20}, "cache", "endpoint-url", "--"),
-    "goofys": FuseTraits({"stat-cache-ttl": "1h", "type-cache-ttl": "1h"}, "cache", "endpoint", "--"),
-    "gcsfuse": FuseTraits({"max-conns-per-host": 100, "file-cache-max-size-mb": -1}, "cache-dir", "custom-endpoint",
-                          "--"),
-    "rclone": FuseTraits({"vfs-read-chunk-size": "64M", "buffer-size": "64M", "transfers": 16}, "vfs-cache-mode",
-                         None, "--"),
-}
 
 
 @dataclass(frozen=True)
@@ -117,8 +96,7 @@ def network_path(f: Facts) -> Item:
     m = f.mount
     ev = {"fs_type": m.fs_type, "mount_source": m.source}
     if m.fs_type.startswith("fuse"):
-        kind, traits, opts = _fuse(f)
-        endpoint = opts.get(traits.endpoint) if traits and traits.endpoint else None
+        kind, endpoint = checklist_fuse.endpoint(f)
         ev |= {"daemon": kind, "endpoint": endpoint}
         where = f"{kind} reads from {endpoint}" if endpoint else f"the {kind or 'FUSE'} daemon hides its backend"
         return Item("network_path", title, "unknown", ev, why,
@@ -152,9 +130,9 @@ def mount_options(f: Facts) -> Item:
     problems, fixes = [], []
     severe = False
     if m.fs_type.startswith("fuse"):
-        verdict_unknown = _fuse_options(f, ev, problems, fixes)
-        if verdict_unknown:
-            return Item("mount_options", title, "unknown", ev, why, verdict_unknown)
+        unjudged = checklist_fuse.option_problems(f, ev, problems, fixes)
+        if unjudged:
+            return Item("mount_options", title, "unknown", ev, why, unjudged)
     if m.fs_type.startswith("nfs"):
         for key in ("rsize", "wsize"):
             v = int(opts.get(key, 0) or 0)
@@ -193,92 +171,10 @@ def mount_options(f: Facts) -> Item:
     return Item("mount_options", title, "fail" if severe else "warn", ev, why, "; ".join(fixes))
 
 
-def _fuse(f: Facts) -> tuple[str | None, FuseTraits | None, dict]:
-    """The FUSE daemon's kind, what is known of it, and its command-line options ({} when not found)."""
-    kind = probes.fuse_kind(f.mount) if isinstance(f.mount, probes.Mount) else None
-    kind = kind if isinstance(kind, str) else None
-    opts = f.fuse["options"] if isinstance(f.fuse, dict) else {}
-    return kind, FUSE_DAEMONS.get(kind or ""), opts
-
-
-def _option_line(traits: FuseTraits, want: dict) -> str:
-    if traits.flag_style == "-o":
-        return "-o " + ",".join(k if v is True else f"{k}={v}" for k, v in want.items())
-    return " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in want.items())
-
-
-def _short_of(have, want) -> bool:
-    """Whether a daemon's option value falls short of the recommended one (numbers: at least; others: set)."""
-    if have is None:
-        return True
-    if isinstance(want, bool) or not isinstance(want, int):
-        return False
-    try:
-        value = int(have)
-    except (TypeError, ValueError):
-        return False  # "64M", a path: set by hand, trusted
-    return want >= 0 and 0 <= value < want
-
-
-def _fuse_options(f: Facts, ev: dict, problems: list, fixes: list) -> str | None:
-    """Adds a FUSE daemon's option problems (against the preset, else the daemon's known tuning); returns the fix
-    when nothing can be judged (unknown daemon, or its command line unreadable)."""
-    kind, traits, opts = _fuse(f)
-    ev["daemon"] = kind
-    if traits is None:
-        return (f"{f.mount.fs_type} is served by a daemon ckptbench does not know: check its read-ahead, parallel "
-                "requests and part size (`ps -o args -C DAEMON`)")
-    if not isinstance(f.fuse, dict):
-        ev["reason"] = _reason(f.fuse)
-        return f"{kind}'s options are on its command line, not in /proc/mounts: read them with `ps -o args -C {kind}`"
-    want = dict(f.preset.mount_options) if f.preset and f.preset.mount_options else dict(traits.tuning)
-    ev["daemon_options"] = opts
-    ev["recommended"] = want
-    short = [k for k, v in want.items() if _short_of(opts.get(k), v)]
-    for k in short:
-        problems.append(f"{k}={opts[k]} is below {want[k]}" if k in opts else f"{k} not set ({kind}'s default)")
-    if short:
-        fixes.append(f"remount {kind} with {_option_line(traits, want)}")
-    return None
-
-
 def fuse_mount(f: Facts) -> Item:
-    """What a FUSE mount of an object store does to a checkpoint, from its fstype and the daemon's options; judged
-    only for a source on a FUSE mount (see evaluate)."""
-    why = ("a FUSE mount of an object store is not a filesystem underneath: rename is a copy and a delete, every "
-           "file is at least one request, O_DIRECT does not reach the storage, and caching is the daemon's choice")
-    title = "FUSE object-store mount"
-    kind, traits, opts = _fuse(f)
-    ev = {"fs_type": f.mount.fs_type, "mount_source": f.mount.source, "daemon": kind}
-    if isinstance(f.fuse, dict):
-        ev |= {"daemon_pid": f.fuse["pid"], "daemon_options": opts}
-    else:
-        ev["daemon_options"] = _reason(f.fuse)
-    if traits is None:
-        return Item("fuse", title, "unknown", ev, why,
-                    "find the daemon (`findmnt -T SOURCE`, `ps -ef`); if it fronts an object store, do not commit saves "
-                    "by rename and pack small files")
-    limit = f.preset.small_file_bytes if f.preset else SMALL_FILE_DEFAULT
-    small = sum(1 for s in f.sizes if s < limit)
-    cache = opts.get(traits.cache) if isinstance(f.fuse, dict) else None
-    ev |= {"rename": "copy + delete (not atomic)", "o_direct": "handled by the daemon's buffers, not the storage",
-           "requests_per_small_file": "at least one (HEAD + GET)", "small_files": small, "small_limit_bytes": limit,
-           "cache": cache if cache is not None else (None if isinstance(f.fuse, dict) else "unknown")}
-    fixes = ["rename here copies every byte and then deletes: a save that commits by renaming a temporary directory "
-             "is neither atomic nor cheap, so save to local disk and upload, or write through the S3 API",
-             "read with --read pread: --read direct measures the daemon's buffers, not a cold read of the store"]
-    if small:
-        fixes.append(f"{small} files under {human_bytes(limit)} cost a request each: "
-                     f"ckptbench pack {f.source} PACKED --target-files 4")
-    if isinstance(f.fuse, dict) and cache is None:
-        fixes.append(f"no {traits.cache}: every restore fetches from the object store again; a node that restores "
-                     f"more than once can keep a local copy ({kind}: {_cache_hint(kind, traits)})")
-    return Item("fuse", title, "warn", ev, why, "; ".join(fixes))
-
-
-def _cache_hint(kind: str, traits: FuseTraits) -> str:
-    value = "full" if kind == "rclone" else "/local/nvme/" + kind + "-cache"
-    return f"-o {traits.cache}={value}" if traits.flag_style == "-o" else f"--{traits.cache} {value}"
+    """What a FUSE mount of an object store does to a checkpoint (judged only for a source on one: see evaluate)."""
+    verdict, ev, fix = checklist_fuse.judge(f, f.preset.small_file_bytes if f.preset else SMALL_FILE_DEFAULT)
+    return Item("fuse", "FUSE object-store mount", verdict, ev, checklist_fuse.WHY, fix)
 
 
 def limits_and_interference(f: Facts) -> Item:
@@ -402,8 +298,7 @@ RULES = (concurrency, small_files, network_path, mount_options, limits_and_inter
          cold_cache, write_side, readable)
 
 
-def on_fuse(f: Facts) -> bool:
-    return f.scheme != "s3" and isinstance(f.mount, probes.Mount) and f.mount.fs_type.startswith("fuse")
+on_fuse = checklist_fuse.on_fuse
 
 
 def evaluate(f: Facts) -> list[Item]:
