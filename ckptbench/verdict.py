@@ -66,11 +66,14 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
     cores = sorted(i.cpu_cores for i in io)[len(io) // 2] if io else 0.0
     fault_share = min(1.0, w.majflt * FAULT_BYTES / w.bytes) if w.bytes else 0.0
     ratio = storage.gbps / loader if storage.gbps and loader > 0 else None
+    utils = sorted(i.device_util_pct for i in io if i.device_util_pct is not None)
+    util = utils[len(utils) // 2] if utils else None
     evidence = {"loader_gbps": round(loader, 3), "storage_gbps": round(storage.gbps, 3) if storage.gbps else None,
                 "storage_read": storage.cache, "bytes": w.bytes, "io_span_s": round(w.io_span_s, 3),
                 "busiest_thread_cores": round(top, 2), "busy_threads_median": busy, "cpu_cores_median": round(cores, 2),
                 "cpus": cpus, "major_faults": w.majflt, "peak_rss_bytes": w.peak_rss_bytes,
-                "tcp_retransmit_rate": w.tcp_retransmit_rate}
+                "tcp_retransmit_rate": w.tcp_retransmit_rate,
+                "device_util_pct_median": round(util, 1) if util is not None else None}
     got = f"the loader got {loader:.2f} GB/s"
     gives = f"this storage gives {storage.gbps:.2f} GB/s to ckptbench ({storage.cache})" if storage.gbps else \
         f"the storage could not be measured ({storage.cache})"
@@ -108,6 +111,7 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
                        "the concurrency where this storage stops gaining")
     if ratio is None:
         return Verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check` on the checkpoint directory")
+    busy_dev = f"; the device was {util:.0f} % busy" if util is not None else ""
     return Verdict("storage-bound", f"{got}; {gives}: the loader is within {HEADROOM:g}× of what the storage "
-                   "delivers", evidence, "the storage is the limit: faster or striped storage, a local cache of "
+                   f"delivers{busy_dev}", evidence, "the storage is the limit: faster or striped storage, a local cache of "
                    "the checkpoint, or fewer bytes (compare formats); `ckptbench check` lists its settings")

@@ -36,6 +36,7 @@ class Interval:
     rss_bytes: int
     phase: str
     ckpt_files: int = 0  # checkpoint files open at the interval's end
+    device_util_pct: float | None = None  # the checkpoint's block device, as iostat -x (None: no device known)
 
     @property
     def gbps(self) -> float:
@@ -53,6 +54,7 @@ class WatchReport:
     intervals: list[Interval]
     phases: list[dict]  # merged runs: {"phase", "t0", "t1"}
     marks: list[dict] = field(default_factory=list)  # {"stage", "t"} from the job's CKPTBENCH_MARK file
+    positions: dict[str, int] = field(default_factory=dict)  # furthest offset seen per file (0: pread or mmap)
     peak_rss_bytes: int = 0
     cpu_s: float = 0.0
     majflt: int = 0
@@ -180,6 +182,8 @@ class Watch:
         tcp0 = probes.tcp_counters()
         intervals: list[Interval] = []
         files: dict[str, int] = {}
+        positions: dict[str, int] = {}  # the furthest offset seen per file (read() loaders move it)
+        device, disk_prev = None, None
         peak = prev.rss_bytes
         ended = "exited"
         last = prev
@@ -192,11 +196,20 @@ class Watch:
                 cur = procstat.sample(self.pid)
             except procstat.ProcessGone:
                 break
-            intervals.append(replace(_interval(prev, cur, t_start),
-                                     ckpt_files=sum(1 for f in cur.files if is_checkpoint_file(f.path, f.size))))
-            for f in cur.files:
-                if is_checkpoint_file(f.path, f.size):
-                    files[f.path] = f.size
+            ckpt = [f for f in cur.files if is_checkpoint_file(f.path, f.size)]
+            for f in ckpt:
+                files[f.path] = f.size
+                positions[f.path] = max(positions.get(f.path, 0), f.pos)
+            if device is None and ckpt:
+                m = probes.mount_of(ckpt[0].path)
+                device = m.device if isinstance(m, probes.Mount) else ""
+            util = None
+            disk = probes.diskstats(device) if device else None
+            if isinstance(disk, probes.DiskStats):
+                if isinstance(disk_prev, probes.DiskStats):
+                    util = probes.disk_util(disk_prev, disk, cur.t - prev.t)["util_pct"]
+                disk_prev = disk
+            intervals.append(replace(_interval(prev, cur, t_start), ckpt_files=len(ckpt), device_util_pct=util))
             peak = max(peak, cur.rss_bytes)
             if self.on_interval:
                 self.on_interval(intervals[-1], cur)
@@ -212,7 +225,7 @@ class Watch:
         report = WatchReport(
             pid=self.pid, command=command, wall_s=last.t - t_start, bytes=0,
             disk_bytes=sum(i.disk_bytes for i in intervals), files=files, intervals=intervals,
-            phases=merge_phases(intervals), marks=marks, peak_rss_bytes=peak,
+            phases=merge_phases(intervals), marks=marks, peak_rss_bytes=peak, positions=positions,
             cpu_s=sum(i.cpu_cores * (i.t1 - i.t0) for i in intervals),
             majflt=sum(round(i.majflt_per_s * (i.t1 - i.t0)) for i in intervals),
             exit_code=exit_code, tcp_retransmit_rate=retrans, ended=ended)

@@ -93,6 +93,7 @@ def test_a_parallel_reader_is_judged_storage_bound(tmp_path):
     rc, doc, err = _watch("--interval", "0.02", "--", sys.executable, _script(tmp_path, "par.py", PARALLEL), big)
     assert rc == 0, err
     assert doc["verdict"]["kind"] == "storage-bound", doc["verdict"]
+    assert doc["verdict"]["evidence"]["device_util_pct_median"] is not None  # the file's block device was found
     assert doc["phases"][0]["phase"] in ("reading", "deserializing", "waiting")
 
 
@@ -118,6 +119,7 @@ def test_torch_load_is_followed_with_its_marks_in_order(tmp_path):
     assert abs(doc["bytes"] - size) <= 0.05 * size, (doc["bytes"], size)
     assert "reading" in [p["phase"] for p in doc["phases"]]
     assert str(path) in doc["files"] and "verdict" not in doc
+    assert 0 < doc["positions"][str(path)] <= size  # torch.load reads through the descriptor: its offset moves
 
 
 def test_safetensors_load_through_mmap_counts_the_disk_reads(tmp_path):
