@@ -51,3 +51,25 @@ class SweepDone(Message):
 @dataclass
 class WorkFailed(Message):
     error: str
+
+
+@dataclass
+class LoopEnded(Message):
+    passes: int
+    error: str | None = None
+
+
+@dataclass
+class TuneLevel(Message):
+    concurrency: int
+    label: str  # "c=8 1.9 GB/s"
+
+    def can_replace(self, message: Message) -> bool:
+        return False
+
+
+@dataclass
+class TuneDone(Message):
+    concurrency: int
+    gbps: float
+

@@ -1,4 +1,7 @@
-"""The live restore dashboard: throughput, progress, latency, workers, the stage bar and the system panel."""
+"""The live restore dashboard: throughput, progress, latency, workers, the stage bar and the system panel.
+
+Loop mode (`l`) reads the source pass after pass (ckptbench.loop) so each concurrency level has time to show;
+auto-tune (`t`) walks concurrency up on that loop to the knee (ckptbench.autotune). The screen only displays."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import time
 
 from textual import on, work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.screen import Screen
@@ -16,7 +20,7 @@ from ckptbench import concurrency as conc
 from ckptbench import readmode
 from ckptbench.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
-from tui.messages import RunCancelled, RunFailed, RunFinished
+from tui.messages import LoopEnded, RunCancelled, RunFailed, RunFinished, TuneDone, TuneLevel
 from tui.widgets.chart import ThroughputChart
 from tui.widgets.stagebar import StageBar
 from tui.widgets.syspanel import SystemPanel
@@ -44,11 +48,14 @@ class Dashboard(Screen):
         ("o", "cycle('cache')", "Cache"),
         ("e", "cycle('read')", "Read"),
         ("a", "cycle('hash')", "Hash"),
+        Binding("l", "loop", "Loop", show=False),  # in the help: the footer is full
+        Binding("t", "tune", "Auto-tune", show=False),
     ]
 
     concurrency: reactive[int] = reactive(conc.DEFAULT)
     running: reactive[bool] = reactive(False)
     fixed: reactive[bool] = reactive(False)  # the running read cannot change concurrency live
+    tuning: reactive[bool] = reactive(False)  # auto-tune owns the concurrency until it reaches the knee
 
     def validate_concurrency(self, n: int) -> int:
         return conc.clamp(n)
@@ -61,9 +68,12 @@ class Dashboard(Screen):
     def watch_fixed(self, _fixed: bool) -> None:
         self.refresh_bindings()
 
+    def watch_tuning(self, _tuning: bool) -> None:
+        self.refresh_bindings()
+
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """+, - and c are shown disabled while a read that cannot change concurrency live runs."""
-        if action in ("more", "less", "ask_concurrency") and self.fixed:
+        """+, - and c are shown disabled while a read that cannot change concurrency live runs, or auto-tune runs."""
+        if action in ("more", "less", "ask_concurrency") and (self.fixed or self.tuning):
             return None
         return True
 
@@ -85,6 +95,10 @@ class Dashboard(Screen):
         self.concurrency = app.opts.concurrency
         self.rates = LiveRates()
         self.read_picked = ""  # what `--read auto` chose in the last run
+        self.loop = None  # the ReadLoop while loop mode runs
+        self.tuner = None  # the AutoTune of the last `t`
+        self._rates_pass = 0  # the loop pass self.rates follows
+        self._applying_knee = False
         self._texts: dict[str, str] = {}
         self.query_one("#chart", ThroughputChart).border_title = "read throughput, last minute"
         self.set_interval(POLL_S, self.poll)
@@ -109,6 +123,8 @@ class Dashboard(Screen):
         """The settings line; while a read runs, the concurrency is the one the read itself reports."""
         o = self.app.opts
         state = "running" if self.running else "idle"
+        if self.loop is not None:
+            state = f"looping, pass {self.loop.pass_no}" + (", auto-tuning" if self.tuning else "")
         shown = live if live is not None else self.concurrency
         fixed = " (fixed for this read)" if self.fixed else ""
         picked = o.read == "auto" and self.read_picked not in ("", "auto")
@@ -121,7 +137,9 @@ class Dashboard(Screen):
         if not self.is_mounted:
             return
         live = self.app.set_concurrency(n)
-        if live is not None:  # only a change the read took is marked on the chart
+        if self.loop is not None:
+            live = self.loop.set_concurrency(n)
+        if live is not None and not self._applying_knee:  # only a change the read took is marked on the chart
             self.query_one("#chart", ThroughputChart).add_mark(time.monotonic(), f"c={live}")
         self.show_settings(live)
 
@@ -160,8 +178,66 @@ class Dashboard(Screen):
         self.restore(self.app.new_session())  # made here, so a cancel pressed at once reaches this run
 
     def action_cancel(self) -> None:
-        if self.running and self.app.session is not None:
+        if self.loop is not None:
+            self.loop.cancel()
+        elif self.running and self.app.session is not None:
             self.app.session.cancel()
+
+    def action_loop(self) -> None:
+        if self.loop is not None:
+            self.loop.cancel()
+        else:
+            self.start_loop()
+
+    def start_loop(self) -> bool:
+        from ckptbench.loop import ReadLoop
+
+        if self.app.source is None:
+            return False
+        if self.running:
+            self.notify("a restore is running: loop once it ends", severity="warning")
+            return False
+        self.loop = ReadLoop.for_run(self.app.source, self.app.opts)
+        self.query_one("#chart", ThroughputChart).clear()
+        self.rates = LiveRates()
+        self._rates_pass = 0
+        self.running = True
+        self.show_settings()
+        self.read_loop(self.loop)
+        return True
+
+    def action_tune(self) -> None:
+        from ckptbench.autotune import AutoTune, attach
+
+        if self.tuning:
+            return
+        if self.loop is None and not self.start_loop():
+            return
+        self.tuner = AutoTune()
+        self.tuning = True
+        chart = self.query_one("#chart", ThroughputChart)
+        chart.border_subtitle = "auto-tune: walking up from c=1"
+        # the tuner runs on the loop's thread; it speaks to the screen only through messages
+        attach(self.loop, self.tuner, on_level=lambda lv: self.post_message(TuneLevel(lv.concurrency, lv.label)),
+               on_done=lambda lv: self.post_message(TuneDone(lv.concurrency, lv.gbps)))
+        self.show_settings()
+
+    def on_unmount(self) -> None:
+        if self.loop is not None:
+            self.loop.cancel()
+
+    @work(thread=True, exclusive=True, group="loop", exit_on_error=False)
+    def read_loop(self, loop) -> None:
+        from ckptbench.errors import translate
+
+        try:
+            passes = loop.run()
+        except Exception as exc:  # any failure ends the loop on screen, back to idle
+            err = translate(exc)
+            self.post_message(LoopEnded(loop.passes, str(err) if err is not None else
+                                        f"loop failed: {type(exc).__name__}: {exc}"))
+            return
+        self.post_message(LoopEnded(passes))
 
     @work(thread=True, exclusive=True, group="restore", exit_on_error=False)
     def restore(self, session) -> None:
@@ -182,6 +258,9 @@ class Dashboard(Screen):
             self.post_message(RunFinished(doc, self.app.measure_source()))
 
     def poll(self) -> None:
+        if self.loop is not None:
+            self.poll_loop()
+            return
         session = self.app.session
         if session is None:
             return
@@ -195,6 +274,29 @@ class Dashboard(Screen):
         live = self.rates.update(snap)
         if session.stage == "read" and not snap.finished:
             self.query_one("#chart", ThroughputChart).add_sample(time.monotonic(), live["now_gbps"])
+        self.show_figures(live, snap)
+
+    def poll_loop(self) -> None:
+        loop = self.loop
+        pass_no = loop.pass_no
+        snap = loop.snapshot()
+        if snap is None:
+            self.show_settings()
+            return
+        last = self.rates.points[-1] if self.rates.points else None
+        if pass_no != self._rates_pass or (last is not None and snap.bytes < last[1]):  # a new pass: a new clock
+            peak = self.rates.peak
+            self.rates = LiveRates()
+            self.rates.peak = peak
+            self._rates_pass = pass_no
+        self.fixed = loop.live_concurrency() is False
+        self.show_settings(snap.concurrency)
+        live = self.rates.update(snap)
+        if not snap.finished:
+            self.query_one("#chart", ThroughputChart).add_sample(time.monotonic(), live["now_gbps"])
+        self.show_figures(live, snap)
+
+    def show_figures(self, live: dict, snap) -> None:
         self._set("#figures",
             f"GB/s now [b]{live['now_gbps']:.2f}[/b]  avg [b]{live['avg_gbps']:.2f}[/b]  "
             f"peak [b]{live['peak_gbps']:.2f}[/b]   ·   files {live['files']}/{live['files_total']}   ·   "
@@ -243,6 +345,43 @@ class Dashboard(Screen):
         self.notify(msg.error, severity="error", timeout=10)
         self.query_one("#stages", StageBar).update_stages(self.app.session.stages() if self.app.session else {}, None)
         self._set("#figures", f"[b red]restore failed[/]: {msg.error}")
+        self.show_settings()
+
+    @on(LoopEnded)
+    def loop_ended(self, msg: LoopEnded) -> None:
+        self.loop = None
+        self.running = False
+        if self.tuning:
+            self.tuning = False
+            self.query_one("#chart", ThroughputChart).border_subtitle = "auto-tune stopped before the knee"
+            self.notify("auto-tune stopped before it found the knee", severity="warning")
+        if msg.error is not None:
+            self.notify(msg.error, severity="error", timeout=10)
+            self._set("#figures", f"[b red]loop failed[/]: {msg.error}")
+        else:
+            self.notify(f"loop stopped after {msg.passes} passes")
+        self.show_settings()
+
+    @on(TuneLevel)
+    def tune_level(self, msg: TuneLevel) -> None:
+        chart = self.query_one("#chart", ThroughputChart)
+        chart.add_mark(time.monotonic(), msg.label)
+        if self.tuner is not None:
+            chart.border_subtitle = "auto-tune: " + " · ".join(m.label for m in self.tuner.measured)
+
+    @on(TuneDone)
+    def tune_done(self, msg: TuneDone) -> None:
+        self.tuning = False
+        self._applying_knee = True  # the loop is at the knee already: no second mark
+        try:
+            self.concurrency = msg.concurrency
+        finally:
+            self._applying_knee = False
+        note = f"knee at c={msg.concurrency} ({msg.gbps:.2f} GB/s)"
+        chart = self.query_one("#chart", ThroughputChart)
+        if self.tuner is not None:
+            chart.border_subtitle = "auto-tune: " + " · ".join(m.label for m in self.tuner.measured) + f" → {note}"
+        self.notify(note)
         self.show_settings()
 
     @on(RunCancelled)

@@ -13,6 +13,8 @@ Dashboard
   +  / -  concurrency up / down while it runs (the chart marks each change)
   c  type a concurrency     m  mode (fused/staged)   o  cache (as-is/cold/hot)
   e  read mode              a  hash (manifest's, crc32c, xxh64, md5, sha256, none)
+  l  loop mode: pass after pass, so each level shows; l or x stops it
+  t  auto-tune on the loop: c=1, 2, 4, … each held steady, up to the knee
 Screens
   k  checklist: enter reruns the highlighted item, w exports Markdown
   s  sweep: throughput per concurrency, the knee marked, a applies it

@@ -1,0 +1,152 @@
+"""Loop mode and auto-tune on the dashboard, driven with Pilot on a real generated checkpoint: `l` starts the loop
+(the settings line says so and the pass count grows), `x` and `l` stop it, + reaches the loop's live read, and `t`
+ends with the dashboard's concurrency at the knee the tuner reported, each level marked on the chart.
+
+Expected values come from the domain objects the screen drives (the ReadLoop's pass counter, the AutoTune's
+measured levels, sweep.knee on those rates), never from the widgets alone."""
+
+from __future__ import annotations
+
+import threading
+
+from textual import events
+from textual.widgets import Static
+
+from ckptbench.sweep import knee
+from tui.screens.dashboard import Dashboard
+from tui.widgets.chart import ThroughputChart
+
+
+def tap(app, key: str, char: str | None = None) -> None:
+    """A key delivered without Pilot.press's wait for idle (the loop keeps the CPU busy)."""
+    app.post_message(events.Key(key, char))
+
+
+def settings(dash, h) -> str:
+    return h.text_of(dash.query_one("#settings", Static))
+
+
+async def stop_loop(app, pilot, dash, h, key: str = "x", char: str = "x") -> int:
+    """Stops the loop with `key`; returns the passes counted when the key reached the loop's cancel."""
+    loop = dash.loop
+    at_cancel = []
+    cancel = loop.cancel
+
+    def counted_cancel() -> None:
+        at_cancel.append(loop.passes)
+        cancel()
+
+    loop.cancel = counted_cancel
+    tap(app, key, char)
+    await h.wait_until(pilot, lambda: dash.loop is None, "the loop to end", 30)
+    await app.workers.wait_for_complete()
+    assert at_cancel, "the key never cancelled the loop"
+    at_press = at_cancel[0]
+    assert loop.status == "stopped" and at_press <= loop.passes <= at_press + 1  # the pass in hand, no more
+    assert not dash.running and settings(dash, h).startswith("idle"), settings(dash, h)
+    return at_press
+
+
+async def test_l_loops_pass_after_pass_and_x_stops_it(make_app, small_ckpt, h):
+    app = make_app(small_ckpt, concurrency=2, cache="hot")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        assert isinstance(dash, Dashboard)
+        await pilot.press("l")
+        loop = dash.loop
+        assert loop is not None and dash.running
+        await h.wait_until(pilot, lambda: loop.passes >= 3, "three passes", 30)
+
+        def shown() -> int:
+            text = settings(dash, h)
+            return int(text.split("looping, pass ")[1].split(" ")[0]) if "looping, pass " in text else 0
+
+        first = await h.wait_until(pilot, shown, "the settings line to say looping")
+        assert 1 <= first <= loop.pass_no
+        await h.wait_until(pilot, lambda: shown() > first, "the pass shown to grow", 30)
+        await h.wait_until(pilot, lambda: dash.query_one("#chart", ThroughputChart).samples, "a chart sample", 10)
+        await stop_loop(app, pilot, dash, h)
+        assert any(m == f"loop stopped after {loop.passes} passes" for m, _ in app.notes), app.notes
+        assert loop.last is not None and loop.last.bytes == app.source_info["bytes"]
+    assert app.session is None and h.read_results(app.results_path) == []  # a loop is a diagnosis, not a record
+
+
+async def test_l_again_stops_the_loop_and_plus_reaches_its_live_read(make_app, big_ckpt, h):
+    app = make_app(big_ckpt, concurrency=1, read="direct", block_size=4096)  # slow passes: + lands mid-pass
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        tap(app, "l", "l")  # pilot.press would wait for idle, which a loop never is
+        loop = await h.wait_until(pilot, lambda: dash.loop, "the loop to start")
+        samples = []
+        loop.watch(samples.append)
+        in_hand, snap = await h.wait_until(
+            pilot, lambda: (s := loop.snapshot()) is not None and 0 < s.bytes < s.bytes_planned / 2 and (loop.pass_no, s),
+            "a pass in its first half", 30, step=0.005)
+        assert snap.concurrency == 1
+        tap(app, "plus", "+")
+        await h.wait_until(pilot, lambda: dash.concurrency == 2, "+ to be handled", 10)
+        assert loop.opts.concurrency == 2 and app.opts.concurrency == 2
+        assert [label for _, label in dash.query_one("#chart", ThroughputChart).marks] == ["c=2"]
+        # the pass that was at c=1 when + was pressed reports c=2 before it ends: the change was live
+        await h.wait_until(pilot, lambda: loop.passes >= in_hand, "that pass to end", 30)
+        assert any(s.pass_no == in_hand and s.concurrency == 2 for s in samples), samples
+        await stop_loop(app, pilot, dash, h, "l", "l")
+        assert all(s.concurrency == 2 for s in samples if s.pass_no > in_hand)  # later passes start with it
+
+
+async def test_t_tunes_to_the_knee_and_marks_each_level(make_app, small_ckpt, h):
+    app = make_app(small_ckpt, concurrency=16, cache="hot")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        chart = dash.query_one("#chart", ThroughputChart)
+        await pilot.press("t")  # not looping yet: t starts the loop
+        loop, tuner = dash.loop, dash.tuner
+        assert loop is not None and tuner is not None and dash.tuning
+        await h.wait_until(pilot, lambda: "auto-tuning" in settings(dash, h), "the settings line to say tuning")
+        await h.wait_until(pilot, lambda: not dash.tuning, "auto-tune to reach the knee", 60)
+        assert tuner.done and tuner.knee == knee(tuner.rates)[0]
+        assert dash.concurrency == tuner.knee and app.opts.concurrency == tuner.knee
+        assert loop.opts.concurrency == tuner.knee
+        k = tuner.knee_level()
+        assert (f"knee at c={k.concurrency} ({k.gbps:.2f} GB/s)", "information") in app.notes, app.notes
+        labels = [label for _, label in chart.marks]
+        assert labels == [m.label for m in tuner.measured] and len(labels) >= 2, labels
+        assert [m.concurrency for m in tuner.measured] == tuner.levels[:len(tuner.measured)]
+        assert chart.border_subtitle.endswith(f"→ knee at c={k.concurrency} ({k.gbps:.2f} GB/s)")
+        assert "looping" in settings(dash, h)  # the loop goes on at the knee
+        await h.wait_until(pilot, lambda: f"concurrency {tuner.knee} " in settings(dash, h), "the knee on screen")
+        await stop_loop(app, pilot, dash, h)
+
+
+async def test_x_during_auto_tune_stops_both(make_app, small_ckpt, h):
+    app = make_app(small_ckpt, concurrency=4, cache="hot")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        await pilot.press("l")
+        await h.wait_until(pilot, lambda: dash.loop.passes >= 1, "a first pass", 30)
+        await pilot.press("t")
+        tuner = dash.tuner
+        assert dash.tuning and dash.loop.opts.concurrency == 1  # the walk starts at c=1 on the loop in hand
+        await stop_loop(app, pilot, dash, h)
+        assert not dash.tuning and not tuner.done and dash.concurrency == 4
+        assert ("auto-tune stopped before it found the knee", "warning") in app.notes
+
+
+async def test_quit_while_looping_ends_the_loop_thread(make_app, small_ckpt, h):
+    app = make_app(small_ckpt, cache="hot")
+    py_threads = threading.active_count()
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        await pilot.press("l")
+        loop = dash.loop
+        await h.wait_until(pilot, lambda: loop.passes >= 1, "a first pass", 30)
+        await pilot.press("q")
+        await pilot.pause()
+    assert loop.cancel_event.is_set()
+    await_deadline = threading.Event()
+    for _ in range(100):
+        if loop.status == "stopped":
+            break
+        await_deadline.wait(0.1)
+    assert loop.status == "stopped"
+    assert threading.active_count() <= py_threads + 1  # the executor's pooled thread may stay
