@@ -79,9 +79,12 @@ async def test_l_again_stops_the_loop_and_plus_reaches_its_live_read(make_app, b
         loop = await h.wait_until(pilot, lambda: dash.loop, "the loop to start")
         samples = []
         loop.watch(samples.append)
-        in_hand, snap = await h.wait_until(
-            pilot, lambda: (s := loop.snapshot()) is not None and 0 < s.bytes < s.bytes_planned / 2 and (loop.pass_no, s),
-            "a pass in its first half", 30, step=0.005)
+
+        def first_half():
+            s = loop.snapshot()
+            return (loop.pass_no, s) if s is not None and 0 < s.bytes < s.bytes_planned / 2 else None
+
+        in_hand, snap = await h.wait_until(pilot, first_half, "a pass in its first half", 30, step=0.005)
         assert snap.concurrency == 1
         tap(app, "plus", "+")
         await h.wait_until(pilot, lambda: dash.concurrency == 2, "+ to be handled", 10)
