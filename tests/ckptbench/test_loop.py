@@ -171,7 +171,7 @@ def rate_by_hand(samples: list[Sample], level: int, settle_s: float, hold_s: flo
 
 def test_the_tuner_stops_at_the_sweeps_knee_on_a_recorded_real_read(file_set):
     levels = [1, 2, 4, 8]
-    samples = record(file_set, levels, per_level_s=0.6)
+    samples = record(file_set, levels, per_level_s=1.0)  # more than settle + hold + one interval
     tuner = AutoTune(levels, settle_s=0.1, hold_s=0.4)
     finished = [lv for s in samples if (lv := tuner.feed(s)) is not None]
     assert tuner.done and finished == tuner.measured
