@@ -112,7 +112,12 @@ def cmd_plan(args) -> int:
     from ckptbench.plan import plan
     from ckptbench.units import human_bytes
 
-    doc = plan(_profile(args.profile, args.scale), args.interval)
+    measured = None
+    if args.interval:
+        from ckptbench.plan import measured_save
+
+        measured = measured_save(args.results, args.target)
+    doc = plan(_profile(args.profile, args.scale), args.interval, measured)
     if args.json:
         _emit(doc)
         return 0
@@ -132,6 +137,14 @@ def cmd_plan(args) -> int:
         s = doc["save"]
         print(f"saving every {s['interval_s']:g} s needs {s['required_gbps']:.2f} GB/s sustained "
               f"({s['per_rank_gbps']:.3f} GB/s per rank)")
+        m = s.get("measured")
+        if m:
+            print(f"measured: {m['sustained_gbps']:.3f} GB/s sustained to {m['target']} (save run {m['run_id']}, "
+                  f"{m['date']}): a save takes about {m['durable_s_estimate']:.1f} s, so the shortest safe interval "
+                  f"is {m['shortest_safe_interval_s']:.1f} s: {'met' if m['meets_interval'] else 'NOT met'}")
+        else:
+            print(f"no save measured{' to ' + args.target if args.target else ''} in {args.results}: "
+                  "run `ckptbench save` to the target for a measured verdict")
     return 0
 
 

@@ -9,12 +9,14 @@ from ckptbench.errors import CkptbenchError
 from ckptbench.results import STAGES, read_rows
 from ckptbench.stats import spread
 
-# figure -> True when higher is better
+# figure -> True when higher is better, by kind of run
 FIGURES = {"rto_s": False, **{f"{s}_s": False for s in STAGES}, "read_gbps": True, "peak_rss_bytes": False,
            "cpu_s": False}
+SAVE_FIGURES = {"write_gbps": True, "durable_s": False, "written_s": False, "blocking_s": False}
 
 # runs that differ in these measured different things
 SETTINGS = ("source", "format", "mode", "cache", "concurrency", "read", "hash", "block_size", "device")
+SAVE_SETTINGS = ("source", "format", "mode", "target", "ranks", "stagger_s")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,13 @@ def _runs(rows: list[dict]) -> dict[str, list[dict]]:
     return runs
 
 
+def _steady(rows: list[dict]) -> list[dict]:
+    """A save run's rows after its first save (cold files and page cache), as its sustained figures are taken."""
+    if rows[0]["kind"] == "save" and len(rows) > 1:
+        return [r for r in rows if r["repeat"] != 1] or rows
+    return rows
+
+
 def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, newest: str | None = None) -> Comparison:
     if threshold_pct < 0:
         raise CkptbenchError(f"--threshold must be ≥ 0, got {threshold_pct}")
@@ -63,15 +72,23 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
         newest = ids[-1]
     elif newest not in runs:
         raise CkptbenchError(f"{path}: no successful run {newest!r}; known runs: {', '.join(ids[-5:])}")
+    kind = runs[newest][0]["kind"]
     if baseline is None:
-        baseline = ids[-2]
+        same = [i for i in ids[:ids.index(newest)] if runs[i][0]["kind"] == kind]
+        if not same:
+            raise CkptbenchError(f"{path}: the newest run {newest} is a {kind} and no earlier {kind} run is recorded; "
+                                 "compare needs two of one kind")
+        baseline = same[-1]
     elif baseline not in runs:
         raise CkptbenchError(f"{path}: no successful run {baseline!r}; known runs: {', '.join(ids[-5:])}")
     if baseline == newest:
         raise CkptbenchError(f"--baseline {baseline} is the newest run; pick an earlier one")
-    base_rows, new_rows = runs[baseline], runs[newest]
+    if runs[baseline][0]["kind"] != kind:
+        raise CkptbenchError(f"--baseline {baseline} is a {runs[baseline][0]['kind']} run and {newest} a {kind} run; "
+                             "compare runs of one kind")
+    base_rows, new_rows = _steady(runs[baseline]), _steady(runs[newest])
     figures = []
-    for fig, higher_better in FIGURES.items():
+    for fig, higher_better in (SAVE_FIGURES if kind == "save" else FIGURES).items():
         b = spread([r[fig] for r in base_rows])
         n = spread([r[fig] for r in new_rows])
         if b["median"] is None or n["median"] is None:
@@ -83,7 +100,7 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
         figures.append(FigureDelta(fig, b, n, change, bool(worse and beyond), beyond))
     env_b, env_n = base_rows[-1]["env"], new_rows[-1]["env"]
     diff = {k: (env_b.get(k), env_n.get(k)) for k in KEY_FIELDS if env_b.get(k) != env_n.get(k)}
-    for k in SETTINGS:
+    for k in SAVE_SETTINGS if kind == "save" else SETTINGS:
         if base_rows[-1][k] != new_rows[-1][k]:
             diff[k] = (base_rows[-1][k], new_rows[-1][k])
     return Comparison(baseline, newest, figures, diff, threshold_pct)

@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+import os
+
 from ckptbench.profiles import DTYPE_BYTES, Profile
+from ckptbench.save import HEADROOM
 
 SMALL_FILE_AVG = 56 << 10  # the generator's data-loader files average 56 KiB
 
 
-def plan(profile: Profile, interval_s: float | None = None) -> dict:
+def measured_save(results_path: str, target: str | None = None) -> dict | None:
+    """The newest recorded save run (to `target` when given, compared by real path): its sustained durable
+    throughput, the median over its saves after the first, as `save` reports it; None when there is none."""
+    from ckptbench.results import read_rows
+    from ckptbench.stats import spread
+
+    if not os.path.exists(results_path):
+        return None
+    runs: dict[str, list[dict]] = {}
+    for r in read_rows(results_path):
+        if r["kind"] == "save" and r["status"] == "ok" and r["write_gbps"] is not None and (
+                target is None or os.path.realpath(r["target"]) == os.path.realpath(target)):
+            runs.setdefault(r["run_id"], []).append(r)
+    if not runs:
+        return None
+    rows = list(runs.values())[-1]
+    steady = [r for r in rows if r["repeat"] != 1] or rows
+    return {"run_id": rows[0]["run_id"], "date": rows[0]["timestamp"], "target": rows[0]["target"],
+            "format": rows[0]["format"], "saves": len(rows),
+            "sustained_gbps": spread([r["write_gbps"] for r in steady])["median"]}
+
+
+def _against(total: int, interval_s: float, measured: dict) -> dict:
+    durable = total / (measured["sustained_gbps"] * 1e9)
+    return measured | {"durable_s_estimate": durable, "shortest_safe_interval_s": durable * HEADROOM,
+                       "meets_interval": durable * HEADROOM <= interval_s}
+
+
+def plan(profile: Profile, interval_s: float | None = None, measured: dict | None = None) -> dict:
     p = profile.dims.param_count
     obytes = DTYPE_BYTES[profile.optimizer_dtype]
     parts = {
@@ -42,4 +73,6 @@ def plan(profile: Profile, interval_s: float | None = None) -> dict:
     if interval_s:
         out["save"] = {"interval_s": interval_s, "required_gbps": total / interval_s / 1e9,
                        "per_rank_gbps": total / interval_s / 1e9 / world}
+        if measured is not None and measured.get("sustained_gbps"):
+            out["save"]["measured"] = _against(total, interval_s, measured)
     return out

@@ -18,14 +18,21 @@ from ckptbench.errors import CkptbenchError
 from ckptbench.stages import STAGES
 from ckptbench.stats import spread
 
-SCHEMA = 1
-COLUMNS = tuple(
+SCHEMA = 2
+# schema 1 (restores only) is still read and appended to; schema 2 adds `kind` (restore | save) and the save figures
+COLUMNS_V1 = tuple(
     ["schema", "run_id", "repeat", "timestamp", "source", "format", "mode", "status", "cache", "cache_verified",
      "residency_before", "residency_after", "concurrency", "read", "hash", "block_size", "device"]
     + [f"{s}_s" for s in STAGES]
     + ["rto_s", "bytes", "files", "files_restored", "read_gbps", "success_rate", "retries", "errors",
        "peak_rss_bytes", "cpu_s", "env"]
 )
+SAVE_COLUMNS = ("target", "ranks", "stagger_s", "interval_s", "blocking_s", "written_s", "durable_s", "write_gbps",
+                "overran", "dirty_peak_fraction", "throttled", "write_amplification")
+COLUMNS = ("schema", "kind") + COLUMNS_V1[1:-1] + SAVE_COLUMNS + ("env",)
+KINDS = ("restore", "save")
+_TEXT = {"env", "run_id", "timestamp", "source", "format", "mode", "status", "cache", "read", "hash", "device",
+         "cache_verified", "errors", "kind", "target", "overran", "throttled"}
 
 
 def _line(values: list) -> str:
@@ -101,14 +108,17 @@ def _check_creatable(path: str) -> None:
     os.unlink(probe)
 
 
-def check_writable(path: str) -> None:
+def check_writable(path: str, kind: str = "restore") -> None:
     """Before a run: both the results file and its .jsonl can be appended to (or created), and an existing
-    results file is ours (same header), so that nothing fails after the restore and nothing lands in a foreign
-    file."""
+    results file is ours (same header) and takes this kind of row, so that nothing fails after the run and
+    nothing lands in a foreign file."""
     _check_appendable(path)
     _check_appendable(jsonl_path(path))
     if os.path.exists(path):
         read_rows(path)
+        if kind != "restore" and header_of(path) == COLUMNS_V1:
+            raise CkptbenchError(f"{recorded_text(path)}: a schema-1 results file holds restores only; record "
+                                 f"{kind}s in a new --results path")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -129,6 +139,15 @@ def _fsync_dir(path: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def header_of(path: str) -> tuple[str, ...]:
+    """The columns an existing results file was started with (schema 1 or 2)."""
+    try:
+        with open(path, newline="") as f:
+            return tuple(next(csv.reader(f), ()))
+    except OSError as exc:
+        raise CkptbenchError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def _ends_a_line(path: str, size: int) -> bool:
@@ -158,11 +177,18 @@ def append(path: str, rows: list[dict]) -> None:
             os.unlink(tmp)
         _fsync_dir(path)
     read_rows(path)  # refuses a foreign or damaged file before touching it
+    columns = header_of(path)
+    if columns == COLUMNS_V1 and any(row.get("kind", "restore") != "restore" for row in rows):
+        raise CkptbenchError(f"{recorded_text(path)}: a schema-1 results file holds restores only; record saves in "
+                             "a new --results path")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
         for row in rows:
+            row = {"kind": "restore"} | row
+            if columns == COLUMNS_V1:
+                row["schema"] = 1  # an old file keeps its schema: its rows stay readable by older versions
             values = [json.dumps(plain(row[c]), sort_keys=True, allow_nan=False) if c == "env"
-                      else plain(row.get(c, "")) for c in COLUMNS]
+                      else plain(row.get(c, "")) for c in columns]
             _write_all(fd, _line(values).encode("utf-8"))
         os.fsync(fd)
     finally:
@@ -217,15 +243,17 @@ def read_rows(path: str) -> list[dict]:
             header = next(reader, None)
             if header is None:
                 raise CkptbenchError(f"{path}: empty; not a ckptbench results file")
-            if tuple(header) != COLUMNS:
-                raise CkptbenchError(f"{path}: not a ckptbench results file of schema {SCHEMA} (its header differs); "
-                                     "use another --results path")
+            columns = tuple(header)
+            if columns not in (COLUMNS, COLUMNS_V1):
+                raise CkptbenchError(f"{path}: not a ckptbench results file of schema 1 or {SCHEMA} (its header "
+                                     "differs); use another --results path")
             rows = []
             for lineno, values in enumerate(reader, start=2):
-                if len(values) != len(COLUMNS):
+                if len(values) != len(columns):
                     raise CkptbenchError(f"{path}:{lineno}: malformed row ({len(values)} fields, expected "
-                                         f"{len(COLUMNS)}); repair or move the file")
-                rows.append(_parse(dict(zip(COLUMNS, values)), path, lineno))
+                                         f"{len(columns)}); repair or move the file")
+                row = dict.fromkeys(COLUMNS, "") | {"kind": "restore"} | dict(zip(columns, values))
+                rows.append(_parse(row, path, lineno))
             return rows
     except UnicodeDecodeError:
         raise CkptbenchError(f"{path}: not a text file; not a ckptbench results file") from None
@@ -238,8 +266,7 @@ def _parse(row: dict, path: str, lineno: int) -> dict:
     try:
         out["env"] = json.loads(row["env"]) if row["env"] else {}
         for k, v in row.items():
-            if k in ("env", "run_id", "timestamp", "source", "format", "mode", "status", "cache", "read", "hash",
-                     "device", "cache_verified", "errors"):
+            if k in _TEXT:
                 continue
             out[k] = float(v) if v not in ("", "None") else None
     except ValueError:
@@ -309,7 +336,7 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
 
 
 def _row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, status: str) -> dict:
-    row = {"schema": SCHEMA, "run_id": run_id, "repeat": i, "timestamp": env["date"], "source": source,
+    row = {"schema": SCHEMA, "kind": "restore", "run_id": run_id, "repeat": i, "timestamp": env["date"], "source": source,
            "format": fmt, "mode": opts.mode, "status": status, "cache": opts.cache, "cache_verified": "",
            "concurrency": opts.concurrency, "read": opts.read, "hash": opts.hash or "",
            "block_size": opts.block_size, "device": opts.device, "env": env}

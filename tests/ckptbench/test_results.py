@@ -14,13 +14,15 @@ from clirun import Run, assert_one_line_error, run_cli
 
 SCALE = "0.02"
 
-# the documented schema-1 header, written out by hand
+# the documented schema-2 header, written out by hand (schema 1 lacked kind and the save columns)
 DOCUMENTED_COLUMNS = [
-    "schema", "run_id", "repeat", "timestamp", "source", "format", "mode", "status", "cache", "cache_verified",
+    "schema", "kind", "run_id", "repeat", "timestamp", "source", "format", "mode", "status", "cache", "cache_verified",
     "residency_before", "residency_after", "concurrency", "read", "hash", "block_size", "device",
     "list_s", "read_s", "verify_s", "load_s", "device_s", "check_s",
     "rto_s", "bytes", "files", "files_restored", "read_gbps", "success_rate", "retries", "errors",
-    "peak_rss_bytes", "cpu_s", "env",
+    "peak_rss_bytes", "cpu_s",
+    "target", "ranks", "stagger_s", "interval_s", "blocking_s", "written_s", "durable_s", "write_gbps",
+    "overran", "dirty_peak_fraction", "throttled", "write_amplification", "env",
 ]
 
 
@@ -63,7 +65,7 @@ def test_header_is_the_documented_columns(two_runs):
     header, _ = csv_rows(two_runs["path"])
     assert header == DOCUMENTED_COLUMNS
     assert list(COLUMNS) == DOCUMENTED_COLUMNS
-    assert two_runs["path"].read_text().count("schema,run_id,") == 1  # the header is written once
+    assert two_runs["path"].read_text().count("schema,kind,run_id,") == 1  # the header is written once
 
 
 def test_one_row_per_repeat_in_order(two_runs):
@@ -73,7 +75,7 @@ def test_one_row_per_repeat_in_order(two_runs):
     assert [(r["run_id"], r["repeat"]) for r in rows] == [
         (first["run_id"], "1"), (first["run_id"], "2"), (second["run_id"], "1")]
     assert first["run_id"] != second["run_id"]
-    assert all(r["schema"] == "1" and r["status"] == "ok" for r in rows)
+    assert all(r["schema"] == "2" and r["kind"] == "restore" and r["status"] == "ok" for r in rows)
 
 
 def test_rows_carry_each_repeats_own_figures(two_runs):
@@ -251,3 +253,25 @@ def test_run_appends_after_a_failed_run(ckpt, after_failed_run):
     assert path.read_bytes().startswith(before)
     _, rows = csv_rows(path)
     assert [row["status"] for row in rows] == ["failed", "ok"]
+
+
+def test_schema_1_file_stays_readable_and_takes_restores_in_its_own_schema(ckpt, tmp_path):
+    from ckptbench.results import read_rows
+
+    v1 = [c for c in DOCUMENTED_COLUMNS if c != "kind" and c not in (
+        "target", "ranks", "stagger_s", "interval_s", "blocking_s", "written_s", "durable_s", "write_gbps",
+        "overran", "dirty_peak_fraction", "throttled", "write_amplification")]
+    path = tmp_path / "old.csv"
+    old_row = {c: "" for c in v1} | {"schema": "1", "run_id": "old", "repeat": "1", "status": "ok", "rto_s": "1.5",
+                                     "env": "{}"}
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(v1)
+        w.writerow([old_row[c] for c in v1])
+    r = cli("run", ckpt, "--repeat", "1", "--json", "--results", path)
+    assert r.rc == 0, r.err
+    header, rows = csv_rows(path)
+    assert header == v1 and [x["schema"] for x in rows] == ["1", "1"]  # the old file keeps its schema
+    back = read_rows(str(path))
+    assert [x["kind"] for x in back] == ["restore", "restore"] and back[0]["rto_s"] == 1.5
+    assert back[1]["run_id"] == json.loads(r.out)["run_id"]
