@@ -147,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--match", metavar="PATTERN", help="the one running process whose command line contains this")
     p.add_argument("--interval", type=_finite, default=0.25, metavar="S", help="seconds between samples (0.25)")
     p.add_argument("--no-verdict", action="store_true", help="skip reading the files afterwards to compare")
-    p.add_argument("--json", action="store_true")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--tui", action="store_true", help="the live watch screen: rate, phases, then the verdict")
     p.set_defaults(handler=_lazy("cmd_watch", "cli_watch"))
 
     p = sub.add_parser("inspect", help="what a checkpoint holds and what restoring it will do (headers only)")

@@ -57,6 +57,15 @@ def cmd_watch(args) -> int:
     from ckptbench import verdict, watch
 
     pid, proc, marks = _target(args)
+    if args.tui:
+        from tui.watch_app import WatchApp  # the UI loads only here
+
+        try:
+            WatchApp(pid, proc=proc, marks=marks, interval=args.interval).run()
+        finally:
+            if marks:
+                os.unlink(marks)
+        return 0
     cancel = threading.Event()
     w = watch.Watch(pid, interval=args.interval, cancel=cancel, proc=proc, marks_path=marks,
                     on_interval=None if args.json else _live)

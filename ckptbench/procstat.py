@@ -35,6 +35,7 @@ class ProcSample:
     rchar: int  # bytes returned by read-like calls (page cache included)
     read_bytes: int  # bytes the block layer fetched for them (0 on NFS/FUSE/tmpfs, where nothing is "read" from a disk)
     threads: dict[int, float] = field(default_factory=dict)  # tid -> CPU seconds so far
+    waits: dict[int, float] = field(default_factory=dict)  # tid -> seconds runnable but waiting for a CPU (schedstat)
     rss_bytes: int = 0
     majflt: int = 0
     minflt: int = 0
@@ -124,6 +125,7 @@ def sample(pid: int, under: tuple[str, ...] = ()) -> ProcSample:
     pids = tree(pid)
     rchar = read_bytes = rss = majflt = minflt = 0
     threads: dict[int, float] = {}
+    waits: dict[int, float] = {}
     files: list[OpenFile] = []
     state = "R"
     for i, p in enumerate(pids):
@@ -154,8 +156,12 @@ def sample(pid: int, under: tuple[str, ...] = ()) -> ProcSample:
                 threads[int(tid)] = (int(tf[11]) + int(tf[12])) / _TICK
             except (OSError, ValueError, IndexError):
                 continue
+            try:  # a thread that wants the CPU but shares it with other work shows here, not in its CPU time
+                waits[int(tid)] = int(_read(f"/proc/{p}/task/{tid}/schedstat").split()[1]) / 1e9
+            except (OSError, ValueError, IndexError):
+                pass
         files += _open_files(p, under)
-    return ProcSample(now, tuple(pids), rchar, read_bytes, threads, rss, majflt, minflt, tuple(files), state)
+    return ProcSample(now, tuple(pids), rchar, read_bytes, threads, waits, rss, majflt, minflt, tuple(files), state)
 
 
 def find(pattern: str, *, exclude: int | None = None) -> int:

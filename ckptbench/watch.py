@@ -30,7 +30,7 @@ class Interval:
     bytes: int  # returned to the job by read calls in this interval (rchar: page-cache hits included)
     disk_bytes: int  # fetched by the block layer for it (read_bytes: mmap faults and read-ahead included)
     cpu_cores: float  # all the job's threads
-    top_thread_cores: float  # its busiest thread
+    top_thread_cores: float  # its busiest thread's demand: CPU got plus runnable time spent waiting for a CPU
     busy_threads: int  # threads above CPU_BUSY cores
     majflt_per_s: float
     rss_bytes: int
@@ -121,7 +121,10 @@ def _interval(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float) ->
     dt = max(1e-6, b.t - a.t)
     nbytes = max(0, b.rchar - a.rchar)
     disk = max(0, b.read_bytes - a.read_bytes)
-    per_thread = [min(1.0, (b.threads[t] - a.threads.get(t, 0.0)) / dt) for t in b.threads]  # tick-grained
+    # a thread's demand: the CPU it got plus the time it was runnable but waited for one (other work on the box),
+    # so a loader that is its own bottleneck reads as saturated even on a busy machine; tick-grained, capped
+    per_thread = [min(1.0, (b.threads[t] - a.threads.get(t, 0.0) + b.waits.get(t, 0.0) - a.waits.get(t, 0.0)) / dt)
+                  for t in b.threads]
     cpu = max(0.0, b.cpu_s - a.cpu_s) / dt
     majflt = max(0, b.majflt - a.majflt) / dt
     return Interval(a.t - t_start, b.t - t_start, nbytes, disk, cpu,

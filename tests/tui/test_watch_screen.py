@@ -1,0 +1,83 @@
+"""The watch screen on a real job: a single-threaded loader started by the test is sampled live (the chart fills,
+the figures name a phase) and, when it exits, judged: the verdict and its fix are on screen. `v` stops
+watching a job that would run on, and the verdict comes from what was seen."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import textwrap
+
+from textual.widgets import Static
+
+import fastio
+from ckptbench import watch
+from tui.watch_app import WatchApp
+from tui.widgets.chart import ThroughputChart
+
+SLOW = textwrap.dedent("""
+    import sys, time
+    time.sleep(0.3)
+    total = 0
+    with open(sys.argv[1], "rb") as f:
+        while chunk := f.read(1 << 20):
+            for b in chunk[::4]:
+                total += b
+    time.sleep(float(sys.argv[2]))
+""")
+
+
+async def _until(pilot, pred, what: str, timeout: float = 90) -> None:
+    for _ in range(int(timeout / 0.1)):
+        if pred():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _job(tmp_path, linger: float):
+    data = tmp_path / "shard.bin"
+    data.write_bytes(os.urandom(24 << 20))
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    fastio.evict([str(data)])
+    return watch.start_job([sys.executable, str(script), str(data), str(linger)], stdout_to_stderr=True)
+
+
+async def test_a_watched_job_is_drawn_live_and_judged_when_it_exits(tmp_path, h):
+    proc, marks = _job(tmp_path, 0.0)
+    app = WatchApp(proc.pid, proc=proc, marks=marks, interval=0.1)
+    try:
+        async with app.run_test(size=h.SIZE) as pilot:
+            screen = app.screen
+            verdict = screen.query_one("#watch-verdict", Static)
+            await _until(pilot, lambda: "verdict:" in h.text_of(verdict), "the verdict")
+            assert screen.query_one("#watch-chart", ThroughputChart).samples  # drawn while it ran
+            text = h.text_of(verdict)
+            assert "verdict: loader-cpu-bound" in text and "fix:" in text
+            assert "exited after" in h.text_of(screen.query_one("#watch-target", Static))
+            assert "deserializing" in h.text_of(screen.query_one("#watch-phases", Static))
+    finally:
+        os.unlink(marks)
+        proc.kill()
+        proc.wait()
+
+
+async def test_v_stops_watching_and_judges_what_was_seen(tmp_path, h):
+    proc, marks = _job(tmp_path, 60.0)  # reads, then lingers: only `v` ends the watch
+    app = WatchApp(proc.pid, proc=proc, marks=marks, interval=0.1)
+    try:
+        async with app.run_test(size=h.SIZE) as pilot:
+            screen = app.screen
+            figures = screen.query_one("#watch-figures", Static)
+            await _until(pilot, lambda: "waiting" in h.text_of(figures), "the job to finish reading")
+            await pilot.press("v")
+            verdict = screen.query_one("#watch-verdict", Static)
+            await _until(pilot, lambda: "verdict:" in h.text_of(verdict), "the verdict")
+            assert "cancelled after" in h.text_of(screen.query_one("#watch-target", Static))
+            assert proc.poll() is None  # stopping the watch leaves the job alone
+    finally:
+        os.unlink(marks)
+        proc.kill()
+        proc.wait()

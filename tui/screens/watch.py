@@ -1,0 +1,119 @@
+"""Watching the user's own restore live: its read rate, CPU, phase and files, then the verdict.
+
+The sampling and the verdict are ckptbench.watch and ckptbench.verdict, run in a worker thread; this screen
+only draws what the worker posts."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from ckptbench.units import human_bytes
+from tui.widgets.chart import ThroughputChart
+
+
+@dataclass
+class WatchSample(Message):
+    t: float
+    gbps: float
+    phase: str
+    cpu_cores: float
+    top_thread: float
+    rss_bytes: int
+    files_open: int
+
+
+@dataclass
+class WatchDone(Message):
+    doc: dict
+
+
+@dataclass
+class WatchFailed(Message):
+    error: str
+
+
+class WatchScreen(Screen):
+    BINDINGS = [
+        ("v", "verdict", "Stop and judge"),
+        ("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, pid: int, *, proc=None, marks: str | None = None, interval: float = 0.25):
+        super().__init__()
+        self.pid, self.proc, self.marks, self.interval = pid, proc, marks, interval
+        self.cancel = threading.Event()
+        self.phases: dict[str, float] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"watching process {self.pid}", id="watch-target")
+        yield ThroughputChart(id="watch-chart", waiting="waiting for the job to read…")
+        yield Static(id="watch-figures")
+        yield Static(id="watch-phases")
+        yield Static(id="watch-verdict")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#watch-chart", ThroughputChart).border_title = "the job's read rate, last minute"
+        self._run()
+
+    def on_unmount(self) -> None:
+        self.cancel.set()
+
+    @work(thread=True, exclusive=True)
+    def _run(self) -> None:
+        from ckptbench import verdict, watch
+        from ckptbench.errors import CkptbenchError
+
+        def sampled(i, s) -> None:
+            self.post_message(WatchSample(i.t1, i.gbps, i.phase, i.cpu_cores, i.top_thread_cores, s.rss_bytes,
+                                          sum(1 for f in s.files if watch.is_checkpoint_file(f.path, f.size))))
+
+        try:
+            report = watch.Watch(self.pid, interval=self.interval, cancel=self.cancel, on_interval=sampled,
+                                 proc=self.proc, marks_path=self.marks).run()
+            doc = report.to_json()
+            probe = verdict.probe_storage(sorted(report.files))
+            doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache}
+            doc["verdict"] = verdict.judge(report, probe).to_json()
+        except CkptbenchError as exc:
+            self.post_message(WatchFailed(str(exc)))
+            return
+        self.post_message(WatchDone(doc))
+
+    @on(WatchSample)
+    def sample(self, m: WatchSample) -> None:
+        self.query_one("#watch-chart", ThroughputChart).add_sample(m.t, m.gbps)
+        self.phases[m.phase] = self.phases.get(m.phase, 0.0) + self.interval
+        self.query_one("#watch-figures", Static).update(
+            f"[b]{m.phase}[/b]   {m.gbps:.2f} GB/s   CPU {m.cpu_cores:.1f} cores (busiest thread {m.top_thread:.0%})"
+            f"   RSS {human_bytes(m.rss_bytes)}   checkpoint files open {m.files_open}")
+        self.query_one("#watch-phases", Static).update(
+            "phases: " + "  ".join(f"{k} {v:.1f} s" for k, v in self.phases.items()))
+
+    @on(WatchDone)
+    def done(self, m: WatchDone) -> None:
+        d = m.doc
+        v = d["verdict"]
+        self.query_one("#watch-target", Static).update(
+            f"watched process {d['pid']}: {d['ended']} after {d['wall_s']:.1f} s; read {human_bytes(d['bytes'])} "
+            f"at {d['loader_gbps']:.2f} GB/s")
+        self.query_one("#watch-verdict", Static).update(
+            f"[b]verdict: {v['kind']}[/b]\n{v['summary']}\n[b]fix:[/b] {v['fix']}")
+        self.notify(f"verdict: {v['kind']}", severity="warning" if v["kind"] != "storage-bound" else "information")
+
+    @on(WatchFailed)
+    def failed(self, m: WatchFailed) -> None:
+        self.query_one("#watch-verdict", Static).update(f"[b red]watch failed[/]: {m.error}")
+        self.notify(m.error, severity="error", timeout=10)
+
+    def action_verdict(self) -> None:
+        """Stops sampling now; the worker then reads the files seen so far and judges."""
+        self.cancel.set()
