@@ -5,13 +5,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from textual.app import App
+from textual.binding import Binding
 
 from ckptbench.pipeline import RunOptions
 from tui.screens.checklist import ChecklistScreen
 from tui.screens.dashboard import Dashboard
 from tui.screens.help import HelpScreen
 from tui.screens.history import HistoryScreen
+from tui.screens.prompt import TextPrompt
+from tui.screens.save import SaveScreen
 from tui.screens.sweep import SweepScreen
+
+SAVE_PROFILE = "small"  # what the save screen writes when the source is not a local checkpoint directory
 
 
 class CkptbenchApp(App):
@@ -21,6 +26,7 @@ class CkptbenchApp(App):
         ("k", "open('checklist')", "Checklist"),
         ("s", "open('sweep')", "Sweep"),
         ("h", "open('history')", "History"),
+        Binding("w", "save", "Save", show=False),  # in the help; the dashboard's footer is full
         ("question_mark", "open('help')", "Help"),
         ("q", "quit", "Quit"),
     ]
@@ -81,6 +87,24 @@ class CkptbenchApp(App):
         if type(self.screen) is screens[name]:
             return
         self.push_screen(screens[name]())
+
+    def save_what(self) -> str:
+        """The source when it is a local checkpoint directory (saved as it is), else the small profile."""
+        import os
+
+        return self.source if self.source is not None and os.path.isdir(self.source) else SAVE_PROFILE
+
+    def action_save(self) -> None:
+        if isinstance(self.screen, (SaveScreen, TextPrompt)):
+            return
+        what = self.save_what()
+
+        def start(target: str | None) -> None:
+            if target:
+                self.push_screen(SaveScreen(what, target))
+
+        self.push_screen(TextPrompt(f"Save {what} into (a directory; step-NNNNNN saves go inside):",
+                                    "ckptbench-saves"), start)
 
     async def action_quit(self) -> None:
         if self.session is not None:

@@ -73,3 +73,22 @@ class TuneDone(Message):
     concurrency: int
     gbps: float
 
+
+@dataclass
+class SaveTimed(Message):
+    timing: object  # ckptbench.save.SaveTiming: one save's blocking, written and durable times
+
+
+@dataclass
+class SaveFinished(Message):
+    report: dict  # SaveReport.to_json()
+
+
+@dataclass
+class SaveFailed(Message):
+    error: str
+
+
+@dataclass
+class SaveCancelled(Message):
+    reason: str

@@ -19,6 +19,7 @@ Screens
   k  checklist: enter reruns the highlighted item, w exports Markdown
   s  sweep: throughput per concurrency, the knee marked, a applies it
   h  history: runs from results.csv; space marks two, c compares
+  w  save: checkpoints written to a directory, Dirty/Writeback against the limits
   ?  this help              q  quit
 
 Every figure here is also available headless: ckptbench run/check/sweep --json, ckptbench sysinfo --json.

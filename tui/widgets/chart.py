@@ -1,4 +1,4 @@
-"""Throughput over the last minute, with a mark where concurrency changed."""
+"""Throughput over the last minute, with a mark where concurrency changed (reads) or a save ended (writes)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ class ThroughputChart(Widget):
     ThroughputChart { height: 10; }
     """
 
-    def __init__(self, **kw):
+    def __init__(self, *, unit: str = "GB/s", waiting: str = "waiting for the read stage…", **kw):
         super().__init__(**kw)
+        self.unit, self.waiting = unit, waiting
         self.samples: list[tuple[float, float]] = []  # (t, GB/s)
         self.marks: list[tuple[float, str]] = []
 
@@ -37,7 +38,7 @@ class ThroughputChart(Widget):
         width = max(10, self.size.width - 8)
         rows = max(2, self.size.height - 1)
         if not self.samples:
-            return Text("waiting for the read stage…", style="dim")
+            return Text(self.waiting, style="dim")
         t_end = self.samples[-1][0]
         t0 = t_end - WINDOW_S
         cols = [0.0] * width
@@ -67,6 +68,6 @@ class ThroughputChart(Widget):
         for c, label in mark_cols.items():
             for i, ch in enumerate(("▲" + label)[: width - c]):
                 axis[c + i] = ch
-        out.append("  GB/s ", style="dim")
+        out.append(f"{self.unit:>6} ", style="dim")
         out.append("".join(axis), style="yellow")
         return out
