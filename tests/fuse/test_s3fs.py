@@ -84,3 +84,22 @@ def test_rename_on_the_mount_is_a_copy_and_a_delete(s3fs_mounted):
     keys = {o["Key"] for o in client.list_objects_v2(Bucket=s3fs_mounted.bucket)["Contents"]}
     assert "tmp-step/final.bin" in keys and "tmp-step/shard.bin" not in keys
     assert client.get_object(Bucket=s3fs_mounted.bucket, Key="tmp-step/final.bin")["Body"].read() == data
+
+
+def test_save_onto_the_mount_lands_in_the_bucket(s3fs_mounted):
+    """The mount as a save target: each save is committed by renaming its temporary directory, which s3fs turns
+    into object copies and deletes; what is left in the bucket is the newest save, whole, and no temporary."""
+    target = os.path.join(s3fs_mounted.path, "saves")
+    r = ckptbench("save", "small", target, "--count", "2", "--keep", "1", "--scale", "0.02", "--json",
+                  "--results", "")
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    names = [s["name"] for s in doc["saves"]]
+    assert len(names) == 2 and all(s["durable_s"] >= s["written_s"] > 0 for s in doc["saves"])
+    assert any("no block device" in n for n in doc["notes"])  # FUSE: the write side has no device to sample
+    keys = {o["Key"] for o in s3fs_mounted.s3.client(direct=True).list_objects_v2(
+        Bucket=s3fs_mounted.bucket, Prefix="saves/")["Contents"]}
+    tops = {k.split("/")[1] for k in keys if k.count("/") >= 2}
+    assert tops == {names[-1]}, sorted(keys)  # keep=1, and no temporary directory left behind
+    on_disk = {os.path.relpath(os.path.join(d, n), target) for d, _, ns in os.walk(target) for n in ns}
+    assert {f"saves/{p}" for p in on_disk} <= keys

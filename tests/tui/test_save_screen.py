@@ -131,3 +131,15 @@ def test_save_screen_snapshot(snap_compare, h):
                                                                            4 * GIB, 2 * GIB)
 
     assert snap_compare(app, terminal_size=h.SIZE, run_before=feed)
+
+
+async def test_a_target_without_a_block_device_says_so_on_the_write_chart(make_app, h):
+    app = make_app(None)
+    async with app.run_test(size=h.SIZE) as pilot:
+        screen = SaveScreen("small", "/data/saves", autostart=False)
+        await app.push_screen(screen)
+        screen.add_sample(WritebackSample(0.25, 10 * MIB, 0, 4 * GIB, 2 * GIB, None, None, None))
+        await pilot.pause()
+        chart = screen.query_one("#save-write", ThroughputChart)
+        assert not chart.samples and "no block device under the target" in h.text_of(chart)
+        assert screen.query_one("#save-dirty", DirtyChart).samples  # Dirty is the kernel's, known on any target

@@ -24,6 +24,8 @@ from tui.widgets.chart import ThroughputChart
 from tui.widgets.dirtychart import DirtyChart
 
 POLL_S = 0.25  # the sampler's own period: drawing faster shows nothing new
+NO_DEVICE = "no block device under the target (tmpfs, FUSE, network): its write throughput is not measured"
+WAITING = "waiting for the first write sample…"
 COLUMNS = ("#", "save", "size", "blocking s", "written s", "durable s", "")
 
 
@@ -45,7 +47,7 @@ class SaveScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="save-what")
-        yield ThroughputChart(id="save-write", unit="GB/s", waiting="waiting for the first write sample…")
+        yield ThroughputChart(id="save-write", unit="GB/s", waiting=WAITING)
         yield DirtyChart(id="save-dirty")
         yield DataTable(id="save-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="save-summary")
@@ -77,7 +79,9 @@ class SaveScreen(Screen):
         self._cancel = threading.Event()
         self._pending.clear()
         self.timings, self.report = [], None
-        self.query_one("#save-write", ThroughputChart).clear()
+        write = self.query_one("#save-write", ThroughputChart)
+        write.waiting = WAITING
+        write.clear()
         self.query_one("#save-dirty", DirtyChart).clear()
         self.query_one("#save-table", DataTable).clear()
         self.query_one("#save-summary", Static).update("saving…")
@@ -110,8 +114,12 @@ class SaveScreen(Screen):
             self.post_message(SaveFailed(f"the save stopped on an internal error: {event.worker.error!r}"))
 
     def add_sample(self, s: WritebackSample) -> None:
+        chart = self.query_one("#save-write", ThroughputChart)
         if s.write_mbps is not None:
-            self.query_one("#save-write", ThroughputChart).add_sample(s.t, s.write_mbps / 1000)
+            chart.add_sample(s.t, s.write_mbps / 1000)
+        elif not chart.samples and chart.waiting != NO_DEVICE:
+            chart.waiting = NO_DEVICE
+            chart.refresh()
         self.query_one("#save-dirty", DirtyChart).add_sample(s.t, s.dirty_bytes, s.writeback_bytes,
                                                               s.dirty_limit_bytes, s.dirty_background_bytes)
 
