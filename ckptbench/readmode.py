@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import fastio
 
+from ckptbench import probes
+
 AUTO = "auto"
 MODES = (AUTO, *fastio.READ_MODES)
 ALIGN = 4096  # fastio's O_DIRECT unit (buffers, offsets, request sizes)
@@ -59,6 +61,10 @@ def choose(paths_sizes: list[tuple[str, int]], resident: float | None, block_siz
         return Choice("pread", f"unaligned: the block size {block_size} is not a multiple of {ALIGN}, which "
                                "O_DIRECT needs")
     largest = max(paths_sizes, key=lambda ps: ps[1])[0]
+    mount = probes.mount_of(largest)
+    if isinstance(mount, probes.Mount) and mount.fs_type.startswith("fuse"):
+        return Choice("pread", f"FUSE: {mount.fs_type} takes O_DIRECT, but it stops at the daemon (which reads the "
+                               "backend its own way), so it only skips the kernel's read-ahead")
     refusal = direct_refusal(largest)
     if refusal:
         return Choice("pread", f"no O_DIRECT: {refusal}")

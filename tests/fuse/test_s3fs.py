@@ -34,6 +34,8 @@ def test_run_restores_from_the_mount_and_times_every_stage(s3fs_ckpt):
     assert doc["status"] == "ok" and doc["verified"] is True and doc["source"] == src
     assert set(STAGES) <= set(doc["stages"]) and all(doc["stages"][s] >= 0 for s in STAGES)
     assert doc["stages"]["read"] > 0
+    # --read auto: O_DIRECT opens on the mount but stops at the daemon, so the read path is pread, and says why
+    assert doc["read"]["modes"] == ["pread"] and doc["read"]["why"].startswith("FUSE: fuse.s3fs")
 
 
 def test_check_has_the_fuse_item_with_the_daemon_and_its_fixes(s3fs_ckpt):
