@@ -57,6 +57,10 @@ def cmd_watch(args) -> int:
     from ckptbench import verdict, watch
 
     pid, proc, marks = _target(args)
+    if args.results:
+        from ckptbench.results import check_writable
+
+        check_writable(args.results, kind="watch")  # before the job is watched: nothing fails after it
     if args.tui:
         from tui.watch_app import WatchApp  # the UI loads only here
 
@@ -84,6 +88,14 @@ def cmd_watch(args) -> int:
         probe = verdict.probe_storage(sorted(report.files))
         doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
         doc["verdict"] = verdict.judge(report, probe).to_json()
+    if args.results:
+        import uuid
+
+        from ckptbench import env as envmod
+        from ckptbench import watch_results
+
+        watch_results.record(args.results, uuid.uuid4().hex[:12], doc,
+                             envmod.snapshot(watch_results.source_of(sorted(report.files)) or None))
     if args.json:
         print(json.dumps(doc, indent=1))
     else:

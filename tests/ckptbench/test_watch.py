@@ -24,8 +24,9 @@ def _script(tmp_path, name: str, body: str) -> str:
     return str(path)
 
 
-def _watch(*args, timeout: int = 240) -> tuple[int, dict | None, str]:
-    proc = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--json", *map(str, args)],
+def _watch(*args, timeout: int = 240, results: str = "") -> tuple[int, dict | None, str]:
+    proc = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--json", "--results", results,
+                           *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
     doc = json.loads(proc.stdout) if proc.returncode in (0, 1) and proc.stdout.strip() else None
     return proc.returncode, doc, proc.stderr
@@ -80,6 +81,27 @@ def test_a_single_threaded_loader_is_judged_loader_bound(tmp_path, blob):
     assert v["kind"] == "loader-cpu-bound", v
     assert v["evidence"]["busy_threads_median"] <= 1 and v["evidence"]["storage_gbps"] > v["evidence"]["loader_gbps"]
     assert doc["storage"]["cache"] == "cold (verified)"
+
+
+def test_a_watched_restore_is_on_record_and_compares_with_the_next(tmp_path, blob):
+    from ckptbench.results import read_documents, read_rows
+
+    results = str(tmp_path / "results.csv")
+    job = _script(tmp_path, "slow.py", SLOW)
+    docs = []
+    for _ in range(2):
+        rc, doc, err = _watch("--interval", "0.05", "--", sys.executable, job, blob, results=results)
+        assert rc == 0, err
+        docs.append(doc)
+    rows = read_rows(results)
+    assert [r["kind"] for r in rows] == ["watch", "watch"]
+    assert rows[0]["source"] == os.path.dirname(blob) and rows[0]["status"] == "ok"
+    assert rows[1]["read_gbps"] == pytest.approx(docs[1]["loader_gbps"], rel=1e-6)
+    assert rows[1]["bytes"] == docs[1]["bytes"]
+    assert [d["kind"] for d in read_documents(results, "run")] == ["watch", "watch"]
+    r = subprocess.run([sys.executable, "-m", "ckptbench", "compare", results, "--json"], capture_output=True,
+                       text=True, cwd=REPO)
+    assert r.returncode in (0, 1) and "read_gbps" in r.stdout, r.stderr
 
 
 def test_a_parallel_reader_is_judged_storage_bound(tmp_path):
