@@ -76,7 +76,7 @@ def _entries(directory: str, listing: Listing):
     if fmt == "dcp":
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-        from ckptbench.formats.dcp_format import SafeReader
+        from ckptbench.formats.dcp_metadata import SafeReader
 
         meta = SafeReader(directory).read_metadata()
         for fqn, md in meta.state_dict_metadata.items():

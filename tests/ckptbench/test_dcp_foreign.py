@@ -19,7 +19,7 @@ import torch.distributed.checkpoint as dcp
 
 from ckptbench.formats import FormatError, RawBytes
 from ckptbench.formats import dcp_format
-from ckptbench.formats.dcp_format import _MetadataUnpickler
+from ckptbench.formats.dcp_metadata import _MetadataUnpickler
 
 
 class Planted:
