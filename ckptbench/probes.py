@@ -163,8 +163,9 @@ class DiskStats:
     wait_ms: int  # sum of time reads and writes waited
 
 
-def diskstats(device: str, root: str = "/") -> DiskStats | Unknown:
-    """The /proc/diskstats line of major:minor (a partition's numbers count toward its disk)."""
+def diskstats_line(device: str, root: str = "/") -> list[int] | Unknown:
+    """The counters of the /proc/diskstats line of major:minor, from field 3 on (reads completed, merged, sectors
+    read, ms reading, writes completed, merged, sectors written, ms writing, in flight, ms busy, weighted ms...)."""
     text = _read(root, "proc/diskstats")
     if isinstance(text, Unknown):
         return text
@@ -173,10 +174,16 @@ def diskstats(device: str, root: str = "/") -> DiskStats | Unknown:
         f = line.split()
         if len(f) >= 14 and f[0] == major and f[1] == minor:
             try:
-                return DiskStats(int(f[3]) + int(f[7]), int(f[12]), int(f[6]) + int(f[10]))
+                return [int(x) for x in f[3:]]
             except ValueError:
                 break
     return Unknown(f"no diskstats line for {device}")
+
+
+def diskstats(device: str, root: str = "/") -> DiskStats | Unknown:
+    """Reads, writes, busy and wait time of major:minor (a partition's numbers count toward its disk)."""
+    c = diskstats_line(device, root)
+    return c if isinstance(c, Unknown) else DiskStats(c[0] + c[4], c[9], c[3] + c[7])
 
 
 def disk_util(before: DiskStats, after: DiskStats, seconds: float) -> dict[str, float]:

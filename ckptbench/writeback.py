@@ -37,18 +37,10 @@ class WriteCounters:
 
 def write_counters(device: str, root: str = "/") -> WriteCounters | probes.Unknown:
     """The write counters of block device major:minor (a partition has its own line)."""
-    text = probes._read(root, "proc/diskstats")
-    if isinstance(text, probes.Unknown):
-        return text
-    major, _, minor = device.partition(":")
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) >= 14 and f[0] == major and f[1] == minor:
-            try:
-                return WriteCounters(int(f[7]), int(f[9]), int(f[10]), int(f[12]))
-            except ValueError:
-                break
-    return probes.Unknown(f"no diskstats line for {device} (no block device: tmpfs, FUSE, network)")
+    c = probes.diskstats_line(device, root)
+    if isinstance(c, probes.Unknown):
+        return probes.Unknown(f"no diskstats line for {device} (no block device: tmpfs, FUSE, network)")
+    return WriteCounters(c[4], c[6], c[7], c[9])
 
 
 def dirty_limits(mem: dict[str, int], root: str = "/") -> tuple[int, int]:
