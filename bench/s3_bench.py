@@ -352,13 +352,11 @@ class Bench:
         return min(times)
 
     # ---- s3torchconnector ------------------------------------------------------------------------------------
-    def s3torch(self, python: str) -> Run:
-        spec = {"endpoint": self.server.endpoint, "bucket": self.url.bucket, "region": self.server.env["AWS_REGION"],
-                "keys": [[o.key, o.rel] for o in sorted(self.objects, key=lambda o: -o.size)],
-                "concurrency": CONC, "part_size": PART}
+    def _child(self, python: str, code: str, spec: dict, env: dict) -> Run:
+        """A peer run in its own interpreter: its time, bytes and per-object md5s checked against the data set."""
         self.server.ask(op="peak")
-        out = subprocess.run([python, "-c", S3TORCH_CHILD, json.dumps(spec)], env=self.peer_env,
-                             capture_output=True, text=True, check=False)
+        out = subprocess.run([python, "-c", code, json.dumps(spec)], env=env, capture_output=True, text=True,
+                             check=False)
         peak = self.server.ask(op="peak")["peak"]
         if out.returncode != 0:
             return Run(1.0, 0, False, f"child exited {out.returncode}: {out.stderr.strip()[-300:]}", peak)
@@ -371,24 +369,17 @@ class Bench:
             problem = problem or f"read {r['bytes']} bytes, the data set has {self.total}"
         return Run(r["seconds"], r["bytes"], not problem, problem, peak)
 
+    def s3torch(self, python: str) -> Run:
+        spec = {"endpoint": self.server.endpoint, "bucket": self.url.bucket, "region": self.server.env["AWS_REGION"],
+                "keys": [[o.key, o.rel] for o in sorted(self.objects, key=lambda o: -o.size)],
+                "concurrency": CONC, "part_size": PART}
+        return self._child(python, S3TORCH_CHILD, spec, self.peer_env)
+
     # ---- Run:ai Model Streamer (runai-model-streamer-s3) ---------------------------------------------------------
     def runai(self) -> Run:
         spec = {"bucket": self.url.bucket, "objects": [[o.key, o.rel, o.size] for o in
                                                        sorted(self.objects, key=lambda o: -o.size)]}
-        self.server.ask(op="peak")
-        out = subprocess.run([sys.executable, "-c", RUNAI_CHILD, json.dumps(spec)], env=self.peer_env | RUNAI_ENV,
-                             capture_output=True, text=True, check=False)
-        peak = self.server.ask(op="peak")["peak"]
-        if out.returncode != 0:
-            return Run(1.0, 0, False, f"child exited {out.returncode}: {out.stderr.strip()[-300:]}", peak)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        bad = [rel for rel, md5 in r["md5s"].items() if self.md5s[rel] != md5]
-        if len(r["md5s"]) != len(self.expected):
-            bad.append(f"{len(self.expected) - len(r['md5s'])} objects missing")
-        problem = f"{len(bad)} objects with a wrong md5, e.g. {bad[0]}" if bad else ""
-        if r["bytes"] != self.total:
-            problem = problem or f"read {r['bytes']} bytes, the data set has {self.total}"
-        return Run(r["seconds"], r["bytes"], not problem, problem, peak)
+        return self._child(sys.executable, RUNAI_CHILD, spec, self.peer_env | RUNAI_ENV)
 
     def measure(self, m: Measure, fn) -> None:
         self.results.setdefault(m.key, m)
