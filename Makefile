@@ -46,6 +46,7 @@ bench: build
 	$(BIN)/python bench/restore_bench.py
 	$(BIN)/python bench/s3_bench.py
 	$(BIN)/python bench/peers_bench.py
+	$(BIN)/python bench/save_bench.py
 
 clean:
 	rm -rf build $(VENV) fastio/_engine.c fastio/*.so $(EXT) *.egg-info
