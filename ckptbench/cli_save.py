@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import uuid
@@ -81,8 +82,8 @@ def cmd_save(args) -> int:
         cancel.set()
         if args.results and done:  # the saves before the failure were measured: on record, then the one that stopped
             status = "cancelled" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "failed"
-            save_results.record_stopped(args.results, run_id, args.what, args.target, opts, len(done) + 1, status,
-                                        envmod.snapshot(args.target))
+            save_results.record_stopped(args.results, run_id, args.what, os.path.abspath(args.target), opts, done,
+                                        status, envmod.snapshot(args.target))
         raise
     doc = report.to_json()
     if args.results:

@@ -9,36 +9,45 @@ from dataclasses import asdict
 from ckptbench.results import SCHEMA, append, append_document, plain, recorded_text
 
 
-def _row(run_id: str, what: str, report, t, env: dict) -> dict:
-    o = report.options
-    return {"schema": SCHEMA, "kind": "save", "run_id": run_id, "repeat": t.index, "timestamp": env["date"],
-            "source": recorded_text(what), "format": report.format, "mode": "async" if o.async_save else "sync",
-            "status": "ok", "bytes": t.bytes, "files": "", "target": recorded_text(report.target), "ranks": o.ranks,
-            "stagger_s": o.stagger_s, "interval_s": o.interval_s if o.interval_s is not None else "",
-            "blocking_s": t.blocking_s, "written_s": t.written_s, "durable_s": t.durable_s,
-            "write_gbps": t.bytes / t.durable_s / 1e9 if t.durable_s > 0 else "", "overran": t.overran,
-            "dirty_peak_fraction": report.dirty_peak_fraction, "throttled": report.throttled,
-            "write_amplification": report.write_amplification,
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "env": env}
+def _base(run_id: str, what: str, target: str, opts, index: int, status: str, env: dict) -> dict:
+    return {"schema": SCHEMA, "kind": "save", "run_id": run_id, "repeat": index, "timestamp": env["date"],
+            "source": recorded_text(what), "format": opts.format, "mode": "async" if opts.async_save else "sync",
+            "status": status, "target": recorded_text(target), "ranks": opts.ranks, "stagger_s": opts.stagger_s,
+            "interval_s": opts.interval_s if opts.interval_s is not None else "", "env": env}
+
+
+def _row(run_id: str, what: str, target: str, opts, t, env: dict, report=None) -> dict:
+    """One finished save; the run's page-cache figures when the run ended (`report`), else none."""
+    row = _base(run_id, what, target, opts, t.index, "ok", env) | {
+        "bytes": t.bytes, "blocking_s": t.blocking_s, "written_s": t.written_s, "durable_s": t.durable_s,
+        "write_gbps": t.bytes / t.durable_s / 1e9 if t.durable_s > 0 else "", "overran": t.overran,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if report is not None:
+        row |= {"dirty_peak_fraction": report.dirty_peak_fraction, "throttled": report.throttled,
+                "write_amplification": report.write_amplification}
+    return row
+
+
+def _save_doc(run_id: str, what: str, target: str, opts, t, env: dict) -> dict:
+    return {"record": "repeat", "kind": "save", "schema": SCHEMA, "run_id": run_id, "repeat": t.index,
+            "source": recorded_text(what), "target": target, "options": asdict(opts), "save": asdict(t), "env": env}
 
 
 def record(path: str, run_id: str, what: str, report, env: dict) -> dict:
     """Appends every save's document and row, then the run document; returns the run document."""
     for t in report.saves:
-        append_document(path, {"record": "repeat", "kind": "save", "schema": SCHEMA, "run_id": run_id,
-                               "repeat": t.index, "source": recorded_text(what), "target": report.target,
-                               "options": asdict(report.options), "save": asdict(t), "env": env})
-        append(path, [_row(run_id, what, report, t, env)])
+        append_document(path, _save_doc(run_id, what, report.target, report.options, t, env))
+        append(path, [_row(run_id, what, report.target, report.options, t, env, report)])
     doc = plain({"record": "run", "kind": "save", "schema": SCHEMA, "run_id": run_id, "source": what,
                  "status": "ok"} | report.to_json() | {"env": env})
     append_document(path, doc)
     return doc
 
 
-def record_stopped(path: str, run_id: str, what: str, target: str, opts, index: int, status: str, env: dict) -> None:
-    """The save under way did not end (`status` failed or cancelled): a row saying so, with no figures."""
-    append(path, [{"schema": SCHEMA, "kind": "save", "run_id": run_id, "repeat": index, "timestamp": env["date"],
-                   "source": recorded_text(what), "format": opts.format,
-                   "mode": "async" if opts.async_save else "sync", "status": status,
-                   "target": recorded_text(target), "ranks": opts.ranks, "stagger_s": opts.stagger_s,
-                   "interval_s": opts.interval_s if opts.interval_s is not None else "", "env": env}])
+def record_stopped(path: str, run_id: str, what: str, target: str, opts, done: list, status: str, env: dict) -> None:
+    """A run that did not end (`status` failed or cancelled): the saves it finished, then a row for the one under
+    way, with no figures."""
+    for t in done:
+        append_document(path, _save_doc(run_id, what, target, opts, t, env))
+        append(path, [_row(run_id, what, target, opts, t, env)])
+    append(path, [_base(run_id, what, target, opts, len(done) + 1, status, env)])

@@ -3,6 +3,7 @@ intact. A full filesystem and a read-only one are real: small tmpfs mounts made 
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 
@@ -30,15 +31,45 @@ def one_line_failure(r, needle: str, rc: int = 1) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "torch", "dcp"])
-def test_enospc_mid_save_removes_the_partial_save_and_keeps_the_previous(tmpfs, fmt):
-    target = tmpfs / "t"
+def test_enospc_mid_save_removes_the_partial_save_and_keeps_the_previous(tmpfs, tmp_path, fmt):
+    target, results = tmpfs / "t", tmp_path / "R.csv"
     r = run_cli("save", "small", target, "--scale", SCALE, "--format", fmt, "--keep", "1", "--count", "3",
-                "--results", "", "--force")  # --force: past the free-space preflight, into a real ENOSPC
+                "--results", results, "--force")  # --force: past the free-space preflight, into a real ENOSPC
     one_line_failure(r, "no space left on the device while writing step-000002")
     assert "step-000001 is intact" in r.err
     assert os.listdir(target) == ["step-000001"]  # no temporary directory left
     v = run_cli("verify", target / "step-000001")
     assert v.rc == 0 and "OK:" in v.out, v.out + v.err
+    with open(results, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(x["kind"], x["repeat"], x["status"]) for x in rows] == [("save", "1", "ok"), ("save", "2", "failed")]
+
+
+def test_cancel_between_saves_from_another_thread(tmp_path):
+    import threading
+
+    from ckptbench.errors import Cancelled
+    from ckptbench.save import SaveOptions, run_save
+
+    cancel = threading.Event()
+    seen, failure = [], []
+
+    def on_save(t):
+        seen.append(t.name)
+        cancel.set()  # as a UI's stop key would, while the run goes on in its worker
+
+    def work():
+        try:
+            run_save("small", str(tmp_path / "t"), SaveOptions(count=3), scale=float(SCALE), on_save=on_save,
+                     cancel=cancel)
+        except Cancelled as exc:
+            failure.append(exc)
+
+    th = threading.Thread(target=work)
+    th.start()
+    th.join(120)
+    assert not th.is_alive() and len(failure) == 1 and seen == ["step-000001"]
+    assert os.listdir(tmp_path / "t") == ["step-000001"]
 
 
 def test_not_enough_space_stops_at_preflight_before_writing(tmpfs):
