@@ -47,15 +47,14 @@ def ckptbench_save(target: str, scale: float) -> dict:
 def fio_durable_s(fio: str, directory: str, size: int) -> float:
     """Seconds from fio's first write to its return, the end fsync included: fio's own runtime leaves the end
     fsync out, so the start is stamped by exec_prerun and the end is when fio exits."""
-    os.makedirs(directory, exist_ok=True)
-    for n in os.listdir(directory):
-        os.unlink(os.path.join(directory, n))
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
     stamp = tempfile.NamedTemporaryFile(delete=False)
     stamp.close()
     cmd = [fio, "--name=save", f"--directory={directory}", "--rw=write", "--bs=1M", f"--size={size}",
            "--ioengine=psync", "--end_fsync=1", "--fallocate=none", "--output-format=json",
            f"--exec_prerun=python3 -c \"import time; open('{stamp.name}', 'w').write(repr(time.time()))\""]
-    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=directory)  # exec_prerun leaves a .txt here
     end = time.time()
     with open(stamp.name) as f:
         start = float(f.read())
