@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_finite, default=0.25, metavar="S", help="seconds between samples (0.25)")
     p.add_argument("--no-verdict", action="store_true", help="skip reading the files afterwards to compare")
     p.add_argument("--results", default="results.csv", metavar="PATH", help="where the watch is recorded (kind watch)")
+    p.add_argument("--source", metavar="DIR", help="the checkpoint the job restores: progress, ETA, and what the "
+                   "verdict reads (default: the files the job was seen to open)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true")
     out.add_argument("--tui", action="store_true", help="the live watch screen: rate, phases, then the verdict")

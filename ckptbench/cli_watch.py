@@ -26,13 +26,38 @@ def _target(args):
     return proc.pid, proc, marks
 
 
-def _live(interval, sample) -> None:
-    from ckptbench.units import human_bytes
+class _LiveLine:
+    """The live line on a terminal: phase, rate, CPU, RSS; with --source, progress through it and the ETA."""
 
-    if sys.stderr.isatty():
-        print(f"\r{interval.t1:6.1f} s  {interval.phase:13s} {interval.gbps:6.2f} GB/s  CPU {interval.cpu_cores:4.1f} "
-              f"cores (busiest thread {interval.top_thread_cores:.0%})  RSS {human_bytes(sample.rss_bytes):>10s}  "
-              f"files open {len(sample.files)}", end="", file=sys.stderr, flush=True)
+    def __init__(self, total: int | None):
+        self.total = total
+        self.seen = 0  # bytes since the job started reading
+
+    def __call__(self, interval, sample) -> None:
+        from ckptbench.units import human_bytes
+
+        if interval.phase in ("reading", "faulting") or self.seen:
+            self.seen += max(interval.bytes, interval.disk_bytes)
+        eta = ""
+        if self.total:
+            rate = interval.gbps * 1e9
+            left = max(0, self.total - self.seen)
+            eta = f"  {min(1.0, self.seen / self.total):4.0%}" + (f" ETA {left / rate:5.1f} s" if rate > 0 else "")
+        if sys.stderr.isatty():
+            print(f"\r{interval.t1:6.1f} s  {interval.phase:13s} {interval.gbps:6.2f} GB/s{eta}  CPU "
+                  f"{interval.cpu_cores:4.1f} cores (busiest thread {interval.top_thread_cores:.0%})  RSS "
+                  f"{human_bytes(sample.rss_bytes):>10s}  files open {len(sample.files)}", end="", file=sys.stderr,
+                  flush=True)
+
+
+def _source_files(source: str | None) -> tuple[list[str], int | None]:
+    """The checkpoint the job restores, when named: its files (what the verdict reads) and its size (the ETA)."""
+    if not source:
+        return [], None
+    from ckptbench.sources import open_source
+
+    listing = open_source(source).list()
+    return [f.path for f in listing.files], listing.bytes
 
 
 def _print(doc: dict) -> None:
@@ -56,6 +81,7 @@ def _print(doc: dict) -> None:
 def cmd_watch(args) -> int:
     from ckptbench import verdict, watch
 
+    files, total = _source_files(args.source)  # a bad --source is one line before anything starts
     pid, proc, marks = _target(args)
     if args.results:
         from ckptbench.results import check_writable
@@ -72,7 +98,7 @@ def cmd_watch(args) -> int:
         return 0
     cancel = threading.Event()
     w = watch.Watch(pid, interval=args.interval, cancel=cancel, proc=proc, marks_path=marks,
-                    on_interval=None if args.json else _live)
+                    on_interval=None if args.json else _LiveLine(total))
     try:
         report = w.run()
     except KeyboardInterrupt:
@@ -84,8 +110,10 @@ def cmd_watch(args) -> int:
         if not args.json and sys.stderr.isatty():
             print(file=sys.stderr)
     doc = report.to_json()
+    if total is not None:
+        doc["checkpoint"] = {"path": args.source, "bytes": total, "files": len(files)}
     if not args.no_verdict:
-        probe = verdict.probe_storage(sorted(report.files))
+        probe = verdict.probe_storage(files or sorted(report.files))
         doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
         doc["verdict"] = verdict.judge(report, probe).to_json()
     if args.results:

@@ -104,6 +104,16 @@ def test_a_watched_restore_is_on_record_and_compares_with_the_next(tmp_path, blo
     assert r.returncode in (0, 1) and "read_gbps" in r.stdout, r.stderr
 
 
+def test_a_named_source_sizes_the_restore_and_is_what_the_verdict_reads(tmp_path, blob):
+    rc, doc, err = _watch("--interval", "0.05", "--source", os.path.dirname(blob), "--", sys.executable,
+                          _script(tmp_path, "slow.py", SLOW), blob)
+    assert rc == 0, err
+    assert doc["checkpoint"] == {"path": os.path.dirname(blob), "bytes": os.path.getsize(blob), "files": 1}
+    assert doc["storage"]["bytes"] == os.path.getsize(blob)
+    rc, _, err = _watch("--source", str(tmp_path / "nowhere"), "--", sys.executable, "-c", "pass")
+    assert rc == 2 and "nowhere" in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_parallel_reader_is_judged_storage_bound(tmp_path):
     """fastio's parallel O_DIRECT reads in the job: it gets what the storage gives (a Python thread pool of
     O_DIRECT preads does not on this VM: its 4 MiB buffers of scattered pages are split by virtio-blk)."""
