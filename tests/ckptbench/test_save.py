@@ -169,3 +169,15 @@ def test_text_output_shows_preflight_then_saves_then_verdict(tmp_path):
     assert any(line.startswith("  step-000002:") for line in lines)
     assert any("sustained durable throughput" in line for line in lines)
     assert any(line.startswith("every 1 s needs") for line in lines)
+
+
+def test_run_save_hands_each_sample_and_save_to_its_callbacks(tmp_path):
+    from ckptbench.save import SaveOptions, run_save
+    from ckptbench.writeback import WritebackSample
+
+    samples, saves = [], []
+    report = run_save("small", str(tmp_path / "t"), SaveOptions(count=2, interval_s=0.6), scale=float(SCALE),
+                      on_sample=samples.append, on_save=saves.append)
+    assert samples and all(isinstance(s, WritebackSample) for s in samples)
+    assert samples == report.samples  # every sample the report holds reached the callback, in order
+    assert [s.name for s in saves] == [s.name for s in report.saves] == ["step-000001", "step-000002"]
