@@ -274,6 +274,20 @@ def write_side(f: Facts) -> Item:
           "dirty_limit_bytes": limit, "checkpoint_bytes": f.bytes, "dirty_now_bytes": f.meminfo.get("Dirty"),
           "writeback_now_bytes": f.meminfo.get("Writeback")}
     total = f.meminfo.get("MemTotal", 0)
+    m = f.measured_save
+    if m is not None:  # a save was measured: its figures decide, not the arithmetic
+        ev |= {"measured_run": m["run_id"], "measured_target": m["target"], "measured_gbps": m["sustained_gbps"],
+               "measured_dirty_peak_fraction": m["dirty_peak_fraction"], "measured_throttled": m["throttled"],
+               "measured_overruns": m["overran"]}
+        if m["throttled"]:
+            return Item("write_side", title, "warn", ev, why,
+                        f"the last measured save (run {m['run_id']}) was throttled at the dirty limit: writeback "
+                        "could not keep up; sysctl -w vm.dirty_background_ratio=5 so it starts early, fsync per "
+                        "shard, or save to faster local storage and drain asynchronously")
+        if m["overran"]:
+            return Item("write_side", title, "warn", ev, why,
+                        f"{m['overran']} save(s) of run {m['run_id']} ran into the next interval: lengthen the "
+                        "interval, save asynchronously (DCP async_save), or write to faster storage")
     if total and dirty_now > 0.1 * total:
         return Item("write_side", title, "warn", ev, why,
                     f"{human_bytes(dirty_now)} waiting for writeback now: stagger saves, or lower vm.dirty_background_ratio")

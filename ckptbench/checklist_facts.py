@@ -44,6 +44,7 @@ class Facts:
     thp: str | probes.Unknown | None = None
     unreadable: list = field(default_factory=list)  # (path, why): files and directories this user cannot read
     fuse: dict | probes.Unknown | None = None  # probes.fuse_daemon of a FUSE mount: kind, pid, its options
+    measured_save: dict | None = None  # plan.measured_save: the newest save recorded in the results file
 
     @property
     def bytes(self) -> int:
@@ -72,7 +73,7 @@ def _open_probe(paths: list[str], limit: int = 2000) -> tuple[float | None, list
 
 
 def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, quick_sweep: bool = False,
-           environ: dict | None = None, probe_cache: bool = True) -> Facts:
+           environ: dict | None = None, probe_cache: bool = True, results: str | None = None) -> Facts:
     """Reads every fact; each probe fails soft, so a missing one becomes 'unknown' in its item, not a crash.
 
     What differs between storage kinds comes from the source (its scheme, mount, page cache), never from a
@@ -82,6 +83,10 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     man = listing.manifest
     paths = [f.path for f in listing.files] if src.files_on_disk else []
     f = Facts(source=source, scheme=src.scheme, concurrency=concurrency)
+    if results:
+        from ckptbench.plan import measured_save
+
+        f.measured_save = measured_save(results)
     f.sizes = [x.size or 0 for x in listing.files]
     f.files = len(f.sizes)
     f.open_rate, unopened = _open_probe(paths)

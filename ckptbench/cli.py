@@ -186,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT,
                    help="the concurrency the restore uses")
     p.add_argument("--quick-sweep", action="store_true", help="measure read throughput per concurrency (cold)")
+    p.add_argument("--results", default="results.csv", metavar="PATH",
+                   help="where recorded saves are read from (the write-side item uses the newest)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true")
     out.add_argument("--markdown", action="store_true")

@@ -152,7 +152,7 @@ def cmd_check(args) -> int:
     from ckptbench.checklist import evaluate, markdown, report
     from ckptbench.checklist_facts import gather
 
-    facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep)
+    facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results)
     doc = report(args.source, evaluate(facts))
     if args.json:
         _emit(doc)

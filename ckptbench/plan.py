@@ -29,7 +29,11 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
     steady = [r for r in rows if r["repeat"] != 1] or rows
     return {"run_id": rows[0]["run_id"], "date": rows[0]["timestamp"], "target": rows[0]["target"],
             "format": rows[0]["format"], "saves": len(rows),
-            "sustained_gbps": spread([r["write_gbps"] for r in steady])["median"]}
+            "sustained_gbps": spread([r["write_gbps"] for r in steady])["median"],
+            "dirty_peak_fraction": max((r["dirty_peak_fraction"] for r in rows
+                                        if isinstance(r.get("dirty_peak_fraction"), float)), default=None),
+            "throttled": any(str(r.get("throttled")) == "True" for r in rows),
+            "overran": sum(1 for r in rows if str(r.get("overran")) == "True")}
 
 
 def _against(total: int, interval_s: float, measured: dict) -> dict:

@@ -801,3 +801,33 @@ def test_readme_documents_check_and_its_json():
     assert ("`{source, items: [{id, title, verdict, evidence, why, fix}], summary: {ok, warn, fail, unknown}, ok}`"
             in text)
     assert "exit status is 1 when an item fails" in text
+
+
+def test_write_side_uses_a_measured_save_when_one_is_recorded(env):
+    """A throttled or overrunning save on record decides the item, with its figures as evidence."""
+    from dataclasses import replace
+
+    facts = env.gather("proc_ok", env.source("local/ckpt", FOUR_GIB))
+    measured = {"run_id": "abc123", "target": "/mnt/ckpt", "sustained_gbps": 0.4, "dirty_peak_fraction": 0.97,
+                "throttled": True, "overran": 0}
+    it = judge(replace(facts, measured_save=measured))["write_side"]
+    assert it.verdict == "warn" and "run abc123" in it.fix and "throttled" in it.fix
+    assert it.evidence["measured_gbps"] == 0.4 and it.evidence["measured_throttled"] is True
+    it = judge(replace(facts, measured_save=measured | {"throttled": False, "overran": 2}))["write_side"]
+    assert it.verdict == "warn" and "2 save(s) of run abc123 ran into the next interval" in it.fix
+    it = judge(replace(facts, measured_save=measured | {"throttled": False}))["write_side"]
+    assert it.verdict == "ok" and it.evidence["measured_dirty_peak_fraction"] == 0.97
+
+
+def test_check_reads_the_newest_recorded_save(tmp_path, h):
+    src = tmp_path / "src"
+    r = h.run_cli("gen", "small", src, "--scale", "0.02")
+    assert r.rc == 0, r.err
+    results = tmp_path / "results.csv"
+    r = h.run_cli("save", src, tmp_path / "saves", "--count", "2", "--keep", "1", "--results", results)
+    assert r.rc == 0, r.err
+    r = h.run_cli("check", src, "--json", "--results", results)
+    assert r.rc in (0, 1), r.err
+    item = {i["id"]: i for i in json.loads(r.out)["items"]}["write_side"]
+    assert item["evidence"]["measured_target"] == str(tmp_path / "saves")
+    assert item["evidence"]["measured_gbps"] > 0
