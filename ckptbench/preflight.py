@@ -10,6 +10,8 @@ import shutil
 import uuid
 from dataclasses import dataclass
 
+from ckptbench import probes
+
 ESSENTIAL = ("rename", "free space")  # without these a save cannot be atomic, or cannot finish
 
 
@@ -48,7 +50,22 @@ def _probe_rename(target_dir: str, scratch: str) -> tuple[Check, str | None]:
     except OSError as exc:
         return Check("rename", False, f"rename in {target_dir} failed: {_why(exc)}", consequence,
                      "save to a filesystem with atomic rename (local disk, NFS, Lustre) and copy from there"), scratch
+    daemon = _object_store_fuse(target_dir)
+    if daemon:
+        return Check("rename", False, f"a file renamed, but {target_dir} is a {daemon} FUSE mount over an object "
+                     "store: renaming the save's directory copies every object and deletes the old ones",
+                     consequence, "save to local disk and upload, or write through the S3 API; --force saves "
+                     "here anyway"), renamed
     return Check("rename", True, "a file renamed within the target", "", ""), renamed
+
+
+def _object_store_fuse(target_dir: str) -> str | None:
+    """The daemon's name when `target_dir` is on a FUSE mount of an object store (s3fs, goofys, ...), else None."""
+    m = probes.mount_of(target_dir)
+    if not isinstance(m, probes.Mount):
+        return None
+    kind = probes.fuse_kind(m)
+    return kind if isinstance(kind, str) and kind in probes.FUSE_DAEMONS else None
 
 
 def _probe_fsync_file(path: str) -> Check:
