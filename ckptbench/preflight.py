@@ -54,8 +54,7 @@ def _probe_rename(target_dir: str, scratch: str) -> tuple[Check, str | None]:
     if daemon:
         return Check("rename", False, f"a file renamed, but {target_dir} is a {daemon} FUSE mount over an object "
                      "store: renaming the save's directory copies every object and deletes the old ones",
-                     consequence, "save to local disk and upload, or write through the S3 API; --force saves "
-                     "here anyway"), renamed
+                     consequence, "save to local disk and upload, or write through the S3 API"), renamed
     return Check("rename", True, "a file renamed within the target", "", ""), renamed
 
 
