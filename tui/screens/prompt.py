@@ -10,52 +10,60 @@ from textual.widgets import Input, Label
 from ckptbench import concurrency as conc
 
 
-class NumberPrompt(ModalScreen[int | None]):
+class _Prompt(ModalScreen):
+    """One labelled input; `parse` turns what was typed into the value dismissed with, or None to ask again."""
+
     BINDINGS = [("escape", "dismiss_none", "Cancel")]
+    INPUT: dict = {}
+
+    def __init__(self, title: str, value):
+        super().__init__()
+        self.title_text = title
+        self.value = value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="prompt"):
+            yield Label(self.title_text)
+            yield Input(str(self.value), **self.INPUT)
+
+    def parse(self, text: str):
+        raise NotImplementedError
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        value = self.parse(event.value)
+        if value is not None:
+            self.dismiss(value)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
+
+
+class NumberPrompt(_Prompt):
+    INPUT = {"type": "integer", "id": "number"}
 
     def __init__(self, title: str, value: int):
-        super().__init__()
-        self.title_text = title
-        self.value = value
+        super().__init__(title, value)
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="prompt"):
-            yield Label(self.title_text)
-            yield Input(str(self.value), type="integer", id="number")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def parse(self, text: str) -> int | None:
         try:
-            n = int(event.value)
+            n = int(text)
         except ValueError:
             self.notify("a whole number, please", severity="error")
-            return
+            return None
         if not conc.MIN <= n <= conc.MAX:
             self.notify(f"concurrency must be {conc.MIN}..{conc.MAX}", severity="error")
-            return
-        self.dismiss(n)
-
-    def action_dismiss_none(self) -> None:
-        self.dismiss(None)
+            return None
+        return n
 
 
-class TextPrompt(ModalScreen[str | None]):
-    BINDINGS = [("escape", "dismiss_none", "Cancel")]
+class TextPrompt(_Prompt):
+    INPUT = {"id": "text"}
 
     def __init__(self, title: str, value: str = ""):
-        super().__init__()
-        self.title_text = title
-        self.value = value
+        super().__init__(title, value)
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="prompt"):
-            yield Label(self.title_text)
-            yield Input(self.value, id="text")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if not event.value.strip():
+    def parse(self, text: str) -> str | None:
+        if not text.strip():
             self.notify("type a value, or escape to cancel", severity="error")
-            return
-        self.dismiss(event.value.strip())
-
-    def action_dismiss_none(self) -> None:
-        self.dismiss(None)
+            return None
+        return text.strip()
