@@ -269,7 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tui", help="the live dashboard: restore, concurrency by eye, checklist, sweep, history")
     p.add_argument("source", metavar="SOURCE", nargs="?")
     p.add_argument("--results", default="results.csv", metavar="PATH")
-    p.add_argument("--run", action="store_true", help="start a restore at once")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--run", action="store_true", help="start a restore at once")
+    start.add_argument("--loop", action="store_true", help="start loop mode at once (read pass after pass)")
+    start.add_argument("--watch", type=_whole(1), metavar="PID", help="watch that process (as `watch PID --tui`)")
     p.set_defaults(handler=_lazy("cmd_tui"))
 
     p = sub.add_parser("demo", help="generate the small sample checkpoint (once) and restore it live in the TUI")

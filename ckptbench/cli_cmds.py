@@ -317,13 +317,21 @@ def cmd_upload(args) -> int:
 
 
 def cmd_tui(args) -> int:
+    if args.watch is not None:
+        from ckptbench import procstat
+
+        procstat.sample(args.watch)  # gone or unreadable: one line now, not inside the UI
+        from tui.watch_app import WatchApp
+
+        WatchApp(args.watch).run()
+        return 0
     if args.source is not None:
         from ckptbench.sources import open_source
 
         open_source(args.source)  # a bad path is one line here, not an error inside the UI
     from tui.app import CkptbenchApp  # the UI loads only for this command
 
-    CkptbenchApp(args.source, results_path=args.results, autostart=args.run).run()
+    CkptbenchApp(args.source, results_path=args.results, autostart="loop" if args.loop else args.run).run()
     return 0
 
 

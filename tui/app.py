@@ -32,7 +32,7 @@ class CkptbenchApp(App):
     ]
 
     def __init__(self, source: str | None, opts: RunOptions | None = None, *, results_path: str = "results.csv",
-                 autostart: bool = False):
+                 autostart: bool | str = False):  # True: a restore at once; "loop": loop mode at once
         super().__init__()
         self.source = source
         self.opts = opts or RunOptions()

@@ -214,6 +214,15 @@ def test_a_pid_that_is_not_running_is_one_line():
     assert err.strip() == f"ckptbench: error: process {p.pid} is not running (it exited, or the PID is wrong)"
 
 
+def test_tui_watch_of_a_pid_that_is_not_running_is_one_line():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    r = subprocess.run([sys.executable, "-m", "ckptbench", "tui", "--watch", str(p.pid)], capture_output=True,
+                       text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        f"ckptbench: error: process {p.pid} is not running (it exited, or the PID is wrong)"]
+
+
 def test_a_process_the_kernel_will_not_show_is_one_line():
     """Another user's process, watched without CAP_SYS_PTRACE: /proc/PID/io is refused by the kernel."""
     target = subprocess.Popen(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "sleep", "30"])

@@ -153,3 +153,15 @@ async def test_quit_while_looping_ends_the_loop_thread(make_app, small_ckpt, h):
         await_deadline.wait(0.1)
     assert loop.status == "stopped"
     assert threading.active_count() <= py_threads + 1  # the executor's pooled thread may stay
+
+
+async def test_the_app_can_start_in_loop_mode(make_app, small_ckpt, h):
+    """`ckptbench tui SOURCE --loop`: the dashboard starts looping on mount, as `l` would."""
+    app = make_app(small_ckpt, concurrency=2, cache="hot")
+    app.autostart = "loop"
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        loop = await h.wait_until(pilot, lambda: dash.loop, "the loop to start on its own")
+        await h.wait_until(pilot, lambda: loop.passes >= 2, "two passes", 30)
+        assert app.session is None  # a loop, not a restore
+        await stop_loop(app, pilot, dash, h)

@@ -107,6 +107,8 @@ class Dashboard(Screen):
         self.show_source()
         if app.source is None:
             self.query_one("#figures", Static).update("no source: start with `ckptbench tui DIR`")
+        elif app.autostart == "loop":
+            self.action_loop()
         elif app.autostart:
             self.action_run()
 
