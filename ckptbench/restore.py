@@ -83,7 +83,9 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
         return mod.load_dir(directory, buffers=named or None)
     paths = shards if shards is not None else shard_files(directory, fmt)
     if fmt == "torch":  # checked across files: keys two files disagree on, a Hugging Face index's weight map
-        state = mod.load_shards(paths, buffers)
+        from ckptbench.formats.torch_shards import load_shards
+
+        state = load_shards(paths, buffers)
     else:
         state = CheckpointState({})
         for path in paths:
@@ -93,9 +95,9 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
                 state.merge(mod.load_file(path))
         trainer = _trainer_files(directory, buffers)
         if trainer:
-            from ckptbench.formats import torch_format
+            from ckptbench.formats.torch_shards import load_shards
 
-            state.merge(torch_format.load_shards(trainer, buffers))
+            state.merge(load_shards(trainer, buffers))
     if not any(True for _ in state.tensors()):
         raise FormatError(f"{directory}: no tensors found in its {fmt} files")
     return state
