@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import fastio
 
 from ckptbench import concurrency as conc
-from ckptbench import conditions, probes, storage
+from ckptbench import conditions, fuse_probes, probes, storage
 from ckptbench.sources import open_source
 
 SAMPLE_S = 1.0  # the window for rates (disk %util, TCP retransmits)
@@ -43,7 +43,7 @@ class Facts:
     sweep: dict | None = None  # SweepResult.to_json()
     thp: str | probes.Unknown | None = None
     unreadable: list = field(default_factory=list)  # (path, why): files and directories this user cannot read
-    fuse: dict | probes.Unknown | None = None  # probes.fuse_daemon of a FUSE mount: kind, pid, its options
+    fuse: dict | probes.Unknown | None = None  # fuse_probes.fuse_daemon of a FUSE mount: kind, pid, its options
     measured_save: dict | None = None  # plan.measured_save: the newest save recorded in the results file
 
     @property
@@ -100,7 +100,7 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
         f.read_ahead_kb = probes.read_ahead_kb(mount.device, root)
         f.scheduler = probes.scheduler(mount.device, root)
         if mount.fs_type.startswith("fuse"):
-            f.fuse = probes.fuse_daemon(mount, root)
+            f.fuse = fuse_probes.fuse_daemon(mount, root)
         if mount.fs_type == "lustre":
             f.stripe = probes.lustre_stripe(max(paths, key=os.path.getsize))
     f.ulimit = probes.ulimit_nofile(root)

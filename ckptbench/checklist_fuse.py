@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckptbench import probes
+from ckptbench import fuse_probes, probes
 from ckptbench.checklist_facts import Facts
 from ckptbench.units import human_bytes
 
@@ -41,7 +41,7 @@ def on_fuse(f: Facts) -> bool:
 
 def daemon(f: Facts) -> tuple[str | None, FuseTraits | None, dict]:
     """The FUSE daemon's kind, what is known of it, and its command-line options ({} when not found)."""
-    kind = probes.fuse_kind(f.mount) if isinstance(f.mount, probes.Mount) else None
+    kind = fuse_probes.fuse_kind(f.mount) if isinstance(f.mount, probes.Mount) else None
     kind = kind if isinstance(kind, str) else None
     opts = f.fuse["options"] if isinstance(f.fuse, dict) else {}
     return kind, DAEMONS.get(kind or ""), opts

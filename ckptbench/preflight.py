@@ -10,7 +10,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 
-from ckptbench import probes
+from ckptbench import fuse_probes, probes
 
 ESSENTIAL = ("rename", "free space")  # without these a save cannot be atomic, or cannot finish
 
@@ -63,8 +63,8 @@ def _object_store_fuse(target_dir: str) -> str | None:
     m = probes.mount_of(target_dir)
     if not isinstance(m, probes.Mount):
         return None
-    kind = probes.fuse_kind(m)
-    return kind if isinstance(kind, str) and kind in probes.FUSE_DAEMONS else None
+    kind = fuse_probes.fuse_kind(m)
+    return kind if isinstance(kind, str) and kind in fuse_probes.FUSE_DAEMONS else None
 
 
 def _probe_fsync_file(path: str) -> Check:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ckptbench import checklist, probes, storage
+from ckptbench import checklist, fuse_probes, probes, storage
 from ckptbench.checklist_facts import Facts
 
 MIB = 1 << 20
@@ -34,22 +34,22 @@ MOUNTPOINT_S3 = probes.Mount("/mnt/ms3", "fuse", "mountpoint-s3", "rw,nosuid,nod
 
 
 def test_fuse_kind_from_the_fstype_subtype_or_the_source():
-    assert probes.fuse_kind(S3FS) == "s3fs"
-    assert probes.fuse_kind(MOUNTPOINT_S3) == "mountpoint-s3"
-    assert probes.fuse_kind(probes.Mount("/m", "fuse.rclone", "r:bucket", "rw", "0:1")) == "rclone"
-    assert isinstance(probes.fuse_kind(probes.Mount("/m", "fuse", "sshfs-thing", "rw", "0:1")), probes.Unknown)
-    assert isinstance(probes.fuse_kind(probes.Mount("/m", "ext4", "/dev/sda", "rw", "8:1")), probes.Unknown)
+    assert fuse_probes.fuse_kind(S3FS) == "s3fs"
+    assert fuse_probes.fuse_kind(MOUNTPOINT_S3) == "mountpoint-s3"
+    assert fuse_probes.fuse_kind(probes.Mount("/m", "fuse.rclone", "r:bucket", "rw", "0:1")) == "rclone"
+    assert isinstance(fuse_probes.fuse_kind(probes.Mount("/m", "fuse", "sshfs-thing", "rw", "0:1")), probes.Unknown)
+    assert isinstance(fuse_probes.fuse_kind(probes.Mount("/m", "ext4", "/dev/sda", "rw", "8:1")), probes.Unknown)
 
 
 def test_daemon_options_parse_o_lists_and_flags_and_hide_secrets():
-    opts = probes.daemon_options(["s3fs", "bkt", "/mnt/ckpt", "-o", "url=http://h:9000,use_path_request_style",
+    opts = fuse_probes.daemon_options(["s3fs", "bkt", "/mnt/ckpt", "-o", "url=http://h:9000,use_path_request_style",
                                   "-oparallel_count=16", "-o", "passwd_file=/etc/p"])
     assert opts == {"url": "http://h:9000", "use_path_request_style": True, "parallel_count": "16",
                     "passwd_file": "/etc/p"}
-    opts = probes.daemon_options(["mount-s3", "bkt", "/mnt/ms3", "--max-threads", "64", "--read-part-size=8388608",
+    opts = fuse_probes.daemon_options(["mount-s3", "bkt", "/mnt/ms3", "--max-threads", "64", "--read-part-size=8388608",
                                   "--foreground", "/mnt/ms3"], ("/mnt/ms3",))
     assert opts == {"max-threads": "64", "read-part-size": "8388608", "foreground": True}
-    opts = probes.daemon_options(["rclone", "mount", "r:b", "/m", "--s3-secret-access-key", "SEKRIT"])
+    opts = fuse_probes.daemon_options(["rclone", "mount", "r:b", "/m", "--s3-secret-access-key", "SEKRIT"])
     assert opts == {"s3-secret-access-key": "(hidden)"}
 
 
@@ -57,17 +57,17 @@ def test_fuse_daemon_is_the_process_naming_the_mount_point(tmp_path):
     root = _proc(tmp_path, {10: ["/usr/bin/s3fs", "other", "/mnt/other", "-o", "parallel_count=2"],
                             11: ["/usr/bin/s3fs", "bkt", "/mnt/ckpt/", "-o", "parallel_count=16"],
                             12: ["bash"]})
-    d = probes.fuse_daemon(S3FS, root)
+    d = fuse_probes.fuse_daemon(S3FS, root)
     assert d == {"kind": "s3fs", "pid": 11, "command": "s3fs", "options": {"parallel_count": "16"}}
     root2 = _proc(tmp_path / "b", {20: ["mount-s3", "bkt", "/mnt/ms3", "--max-threads", "16"]})
-    assert probes.fuse_daemon(MOUNTPOINT_S3, root2)["options"] == {"max-threads": "16"}
+    assert fuse_probes.fuse_daemon(MOUNTPOINT_S3, root2)["options"] == {"max-threads": "16"}
 
 
 def test_fuse_daemon_not_found_is_unknown_with_the_reason(tmp_path):
     root = _proc(tmp_path, {12: ["bash"]})
-    d = probes.fuse_daemon(S3FS, root)
+    d = fuse_probes.fuse_daemon(S3FS, root)
     assert isinstance(d, probes.Unknown) and "no s3fs process names /mnt/ckpt" in d.reason
-    assert isinstance(probes.fuse_daemon(S3FS, str(tmp_path / "nowhere")), probes.Unknown)
+    assert isinstance(fuse_probes.fuse_daemon(S3FS, str(tmp_path / "nowhere")), probes.Unknown)
 
 
 def test_the_s3fs_preset_matches_fuse_s3fs_mounts():
