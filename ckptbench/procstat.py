@@ -41,6 +41,7 @@ class ProcSample:
     minflt: int = 0
     files: tuple[OpenFile, ...] = ()
     state: str = "R"  # the watched process's state letter: "Z" once it has exited and awaits its parent
+    sockets: int = 0  # sockets the tree has open
 
     @property
     def cpu_s(self) -> float:
@@ -92,16 +93,20 @@ def _io(pid: int) -> dict[str, int]:
     return out
 
 
-def _open_files(pid: int, under: tuple[str, ...]) -> list[OpenFile]:
-    """Regular files open by `pid`, with their offsets; only those under `under` when it is given."""
-    out = []
+def _open_files(pid: int, under: tuple[str, ...]) -> tuple[list[OpenFile], int]:
+    """Regular files open by `pid`, with their offsets (only those under `under` when it is given), and how many
+    sockets it has open (a loader reading over the network has some; a local one may have none)."""
+    out, sockets = [], 0
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return out
+        return out, sockets
     for fd in fds:
         try:
             path = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if path.startswith("socket:"):
+                sockets += 1
+                continue
             if not path.startswith("/") or (under and not path.startswith(under)):
                 continue
             st = os.stat(f"/proc/{pid}/fd/{fd}")
@@ -115,7 +120,7 @@ def _open_files(pid: int, under: tuple[str, ...]) -> list[OpenFile]:
             out.append(OpenFile(path, pos, st.st_size))
         except (OSError, ValueError):
             continue  # closed between listing and reading: it is simply not open any more
-    return out
+    return out, sockets
 
 
 def sample(pid: int, under: tuple[str, ...] = ()) -> ProcSample:
@@ -127,6 +132,7 @@ def sample(pid: int, under: tuple[str, ...] = ()) -> ProcSample:
     threads: dict[int, float] = {}
     waits: dict[int, float] = {}
     files: list[OpenFile] = []
+    sockets = 0
     state = "R"
     for i, p in enumerate(pids):
         try:
@@ -160,8 +166,11 @@ def sample(pid: int, under: tuple[str, ...] = ()) -> ProcSample:
                 waits[int(tid)] = int(_read(f"/proc/{p}/task/{tid}/schedstat").split()[1]) / 1e9
             except (OSError, ValueError, IndexError):
                 pass
-        files += _open_files(p, under)
-    return ProcSample(now, tuple(pids), rchar, read_bytes, threads, waits, rss, majflt, minflt, tuple(files), state)
+        opened, n = _open_files(p, under)
+        files += opened
+        sockets += n
+    return ProcSample(now, tuple(pids), rchar, read_bytes, threads, waits, rss, majflt, minflt, tuple(files), state,
+                      sockets)
 
 
 def find(pattern: str, *, exclude: int | None = None) -> int:

@@ -72,7 +72,7 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
                 "storage_read": storage.cache, "bytes": w.bytes, "io_span_s": round(w.io_span_s, 3),
                 "busiest_thread_cores": round(top, 2), "busy_threads_median": busy, "cpu_cores_median": round(cores, 2),
                 "cpus": cpus, "major_faults": w.majflt, "peak_rss_bytes": w.peak_rss_bytes,
-                "tcp_retransmit_rate": w.tcp_retransmit_rate,
+                "tcp_retransmit_rate": w.tcp_retransmit_rate, "sockets_peak": w.sockets_peak,
                 "device_util_pct_median": round(util, 1) if util is not None else None}
     got = f"the loader got {loader:.2f} GB/s"
     gives = f"this storage gives {storage.gbps:.2f} GB/s to ckptbench ({storage.cache})" if storage.gbps else \
@@ -81,7 +81,7 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
         return Verdict("unknown", "the job read nothing while watched (it had finished, or reads through a page "
                        "cache mapping that /proc does not count)", evidence,
                        "watch from the start: `ckptbench watch -- COMMAND`, or give a longer restore")
-    if w.tcp_retransmit_rate is not None and w.tcp_retransmit_rate > RETRANS_BAD:
+    if w.sockets_peak and w.tcp_retransmit_rate is not None and w.tcp_retransmit_rate > RETRANS_BAD:
         return Verdict("network-bound", f"{got}; {w.tcp_retransmit_rate:.1%} of TCP segments were retransmitted "
                        "while it read", evidence,
                        "the network or the object store is dropping or throttling: fewer concurrent requests, "

@@ -257,3 +257,17 @@ def test_match_finds_one_process_or_says_why_not():
         for p in (a, b):
             p.kill()
             p.wait()
+
+
+def test_retransmits_make_a_network_verdict_only_for_a_job_with_sockets():
+    """/proc/net/snmp counts the whole machine: another program's retransmits must not blame a local loader."""
+    from ckptbench import verdict, watch
+
+    reading = watch.Interval(0.0, 1.0, 100 << 20, 0, 1.0, 1.0, 1, 0.0, 1 << 30, "reading")
+    report = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=100 << 20, disk_bytes=0, files={},
+                               intervals=[reading], phases=[], tcp_retransmit_rate=0.05)
+    probe = verdict.StorageProbe(2.0, "cold (verified)", 1, 100 << 20)
+    assert verdict.judge(report, probe, cpus=2, mem_total=64 << 30).kind == "loader-cpu-bound"
+    report.sockets_peak = 4
+    v = verdict.judge(report, probe, cpus=2, mem_total=64 << 30)
+    assert v.kind == "network-bound" and "5.0% of TCP segments" in v.summary
