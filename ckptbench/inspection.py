@@ -16,11 +16,10 @@ from ckptbench import manifest as mf
 from ckptbench.errors import CkptbenchError
 from ckptbench.sources import Listing, Source
 
-_RANK_PATTERNS = (  # how trainers name per-rank files; the first group is the rank
+# how trainers name per-rank files (the first group is the rank); DeepSpeed's ranks come from layouts.select
+_RANK_PATTERNS = (
     re.compile(r"^__(\d+)_\d+\.distcp$"),  # DCP
     re.compile(r"(?:^|_)rank_?(\d+)\.(?:pt|pth|bin)$"),  # ckptbench's own torch shards
-    re.compile(r"^zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$"),  # DeepSpeed ZeRO partitions
-    re.compile(r"^mp_rank_(\d+)_model_states\.pt$"),  # DeepSpeed model-parallel ranks
     re.compile(r"-(\d+)-of-\d+\.(?:safetensors|bin)$"),  # Hugging Face shards (numbered from 1)
 )
 

@@ -184,7 +184,7 @@ class Run:
             self.own_stage = o.stage_dir is None
         cache = self.source.prepare_cache(self.listing, o.cache, drop_caches=o.drop_caches)
         # chosen after the cache is prepared: `auto` goes by what is resident now
-        chosen, self.read_why = self.source.choose_read(self.listing, o.read_options("none"))
+        chosen, self.read_why = self.source.choose_read(self.listing, o.read_options("none"), cache.residency_before)
         self.opts = replace(o, read=chosen.read)
         try:
             return self._execute(cache, psutil.Process())

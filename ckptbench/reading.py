@@ -76,7 +76,8 @@ def read_source(source: Source, listing: Listing, opts: ReadOptions, *, cache: s
                 on_start: Callable[[ReadHandle], None] | None = None) -> ReadReport:
     """Prepares the cache condition, reads every file once, reports; cancellable from another thread."""
     condition = source.prepare_cache(listing, cache, drop_caches=drop_caches)
-    opts, why = source.choose_read(listing, opts)  # after the cache is prepared: `auto` goes by what is resident
+    # after the cache is prepared: `auto` goes by what is resident, as the preparation just measured it
+    opts, why = source.choose_read(listing, opts, condition.residency_before)
     driven = drive(lambda: source.start_read(listing, opts), on_start=on_start, on_progress=on_progress,
                    cancel=cancel)
     after = source.residency(listing)

@@ -118,12 +118,15 @@ class LocalSource:
     def residency(self, listing: Listing) -> float | None:
         return conditions.residency_of(self._paths(listing))
 
-    def choose_read(self, listing: Listing, opts: ReadOptions) -> tuple[ReadOptions, str]:
-        """`--read auto` resolved from the files' residency now and what their filesystem accepts."""
+    def choose_read(self, listing: Listing, opts: ReadOptions,
+                    resident: float | None = None) -> tuple[ReadOptions, str]:
+        """`--read auto` resolved from the files' residency (measured here unless the caller just did, preparing
+        the cache) and what their filesystem accepts."""
         if opts.read != readmode.AUTO:
             return opts, f"{opts.read}: as asked"
-        choice = readmode.choose([(f.path, f.size or 0) for f in listing.files], self.residency(listing),
-                                 opts.block_size)
+        if resident is None:
+            resident = self.residency(listing)
+        choice = readmode.choose([(f.path, f.size or 0) for f in listing.files], resident, opts.block_size)
         return replace(opts, read=choice.mode), choice.why
 
     def start_read(self, listing: Listing, opts: ReadOptions, *, into: str = "hash",

@@ -92,7 +92,8 @@ class S3Source:
     def residency(self, listing: Listing) -> float | None:
         return None
 
-    def choose_read(self, listing: Listing, opts: ReadOptions) -> tuple[ReadOptions, str]:
+    def choose_read(self, listing: Listing, opts: ReadOptions,
+                    resident: float | None = None) -> tuple[ReadOptions, str]:
         """The local read modes do not apply to ranged GETs: nothing is picked, and the reason says so."""
         return opts, "S3: ranged GETs over HTTP; --read applies to local files only"
 
