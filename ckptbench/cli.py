@@ -139,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spot-discount", type=_finite, default=0.0, metavar="F", help="fraction off on spot (0.7)")
     p.add_argument("--restores-per-day", type=_finite, default=1.0, metavar="N")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--distributed", action="store_true",
+                   help="one restore per rank under torchrun (gloo on CPU, nccl with --device cuda), gathered on rank 0")
+    p.add_argument("--each-rank", choices=("part", "all"), default="part",
+                   help="with --distributed: part (its own files, or its rows of every tensor, as FSDP shards) or "
+                        "all (every rank reads everything, as a replicated restore)")
+    p.add_argument("--rank-timeout", type=_seconds, default=300.0, metavar="S",
+                   help="with --distributed: how long a rank is waited for before the run fails naming it (300)")
     p.set_defaults(handler=_lazy("cmd_run", "cli_run"))
 
     p = sub.add_parser("watch", help="watch a restore ckptbench did not start: live figures, phases, a verdict",
@@ -193,13 +200,19 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--markdown", action="store_true")
     p.set_defaults(handler=_lazy("cmd_check"))
 
-    p = sub.add_parser("plan", help="sizes, files, save bandwidth and restore memory of a checkpoint profile")
+    p = sub.add_parser("plan", help="sizes, files, save bandwidth and restore memory of a checkpoint profile; "
+                                    "with --nodes, where a restore on N nodes saturates the storage and its RTO floor")
     p.add_argument("profile", metavar="PROFILE", help="small, medium, large, 7b, 30b, 70b, or a .toml path")
     p.add_argument("--interval", type=_seconds, metavar="S",
                    help="checkpoint interval in seconds: the bandwidth it needs")
     p.add_argument("--scale", type=_scale, default=1.0, help="resize the model by about this factor in bytes")
+    p.add_argument("--nodes", type=_positive, metavar="N", help="restore on N nodes: ceilings, saturation, RTO floor")
+    p.add_argument("--ranks-per-node", type=_ranks, metavar="K", help="with --nodes: ranks on each node (8)")
+    p.add_argument("--storage", metavar="PRESET", help="with --nodes (required): a storage preset (efs, fsx-lustre, "
+                   "s3, ...) or a .toml path")
     p.add_argument("--results", default="results.csv", metavar="PATH",
-                   help="with --interval: the newest save measured there sets the verdict")
+                   help="with --interval: the newest save measured there sets the verdict; with --nodes: the newest "
+                        "distributed or restore run there gives the per-rank read rate")
     p.add_argument("--target", metavar="DIR", help="with --interval: only saves measured to this target")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_lazy("cmd_plan"))

@@ -74,6 +74,10 @@ def print_run(doc: dict) -> None:
 
 
 def cmd_run(args) -> int:
+    if args.distributed:
+        from ckptbench.cli_dist import cmd_run_distributed
+
+        return cmd_run_distributed(args)
     from ckptbench import env as envmod
     from ckptbench import pipeline, results
     from ckptbench.cost import restore_cost

@@ -30,7 +30,8 @@ COLUMNS_V1 = tuple(
 SAVE_COLUMNS = ("target", "ranks", "stagger_s", "interval_s", "blocking_s", "written_s", "durable_s", "write_gbps",
                 "overran", "dirty_peak_fraction", "throttled", "write_amplification")
 COLUMNS = ("schema", "kind") + COLUMNS_V1[1:-1] + SAVE_COLUMNS + ("env",)
-KINDS = ("restore", "save", "watch")  # watch: a restore ckptbench did not run (watch_results.py)
+KINDS = ("restore", "save", "watch", "dist")  # watch: a restore ckptbench did not run (watch_results.py);
+# dist: a distributed restore under torchrun, one row per repeat for all its ranks (dist/summary.py)
 _TEXT = {"env", "run_id", "timestamp", "source", "format", "mode", "status", "cache", "read", "hash", "device",
          "cache_verified", "errors", "kind", "target", "overran", "throttled"}
 

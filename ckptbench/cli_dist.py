@@ -1,0 +1,78 @@
+"""`run --distributed`: the handler every rank runs under torchrun; rank 0 prints and records the result."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ckptbench.stages import STAGES
+
+
+def print_dist(doc: dict) -> None:
+    from ckptbench.units import human_bytes
+
+    o = doc["options"]
+    print(f"{doc['source']} ({doc['format']}): distributed restore on {doc['world_size']} rank(s), "
+          f"{doc['nodes']} node(s), {doc['backend']}; each rank reads {doc['each_rank']}; cache {o['cache']}, "
+          f"concurrency {o['concurrency']} per rank; {len(doc['repeats'])} repeat(s)")
+    if doc["saved_world"] is not None:
+        print(f"saved by {doc['saved_world']} rank(s)" + (f": resharded to {doc['world_size']}" if doc["resharded"]
+                                                          else ": same world size"))
+    for p in doc["problems"]:
+        print(f"  FAILED {p}", file=sys.stderr)
+    if "rto_stats" not in doc:
+        return
+    last = [r for r in doc["repeats"] if r["status"] == "ok"][-1]
+    print(f"  {'rank':>4s} {'host':12s} " + " ".join(f"{s:>7s}" for s in STAGES)
+          + f" {'end s':>7s} {'read GB/s':>9s} {'bytes':>10s} {'reqs':>6s}")
+    for r in last["ranks"]:
+        mark = "  ← slowest" if r["rank"] == last["slowest_rank"] else ""
+        print(f"  {r['rank']:4d} {r['host'][:12]:12s} " + " ".join(f"{r['stages'].get(s, 0):7.3f}" for s in STAGES)
+              + f" {r['end_s']:7.3f} {r['read_gbps']:9.2f} {human_bytes(r['bytes_read']):>10s} "
+              f"{r['requests']:6d}{mark}")
+    rto, agg, skew = doc["rto_stats"], doc["aggregate_gbps_stats"], doc["skew_stats"]
+    print(f"RTO (slowest rank) {rto['median']:.3f} s (min {rto['min']:.3f}, max {rto['max']:.3f}); aggregate read "
+          f"{agg['median']:.2f} GB/s; skew (last done - first done) {skew['median']:.3f} s; median of "
+          f"{len([r for r in doc['repeats'] if r['status'] == 'ok'])}")
+    print(f"read amplification {doc['amplification']:.2f} ({human_bytes(doc['bytes_read'])} read by all ranks / "
+          f"{human_bytes(doc['unique_bytes'])} unique)")
+    if "dcp_reader" in doc:
+        d = doc["dcp_reader"]
+        print(f"torch's DCP reader, same shares: {human_bytes(d['bytes'])} in {d['requests']} requests "
+              f"(amplification {d['amplification']:.2f}, {d['backward_seeks']} backward seeks): it reads every "
+              "stored chunk whole for each request")
+    if doc.get("first_collective_s") is not None:
+        print(f"first collective ({doc['backend']} all-reduce) after the restore: {doc['first_collective_s']:.3f} s, "
+              "not in the RTO")
+    for r in last["ranks"][:1]:
+        for stage, note in r["notes"].items():
+            print(f"  note ({stage}, rank 0): {note}")
+
+
+def cmd_run_distributed(args) -> int:
+    import uuid
+
+    from ckptbench import pipeline, results
+    from ckptbench.dist.driver import DistOptions, run
+
+    opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
+                               hash=args.hash, block_size=args.block_size, device=args.device,
+                               drop_caches=args.drop_caches)
+    rank0 = os.environ.get("RANK", "0") == "0"
+    if args.results and rank0:
+        results.check_writable(args.results)
+    run_id = uuid.uuid4().hex[:12]  # only rank 0 records, so only its id matters
+    rc, doc = run(args.source, opts, DistOptions(args.each_rank, args.rank_timeout), args.repeat, run_id=run_id)
+    if doc is None:
+        return rc
+    if args.results:
+        from ckptbench.dist.summary import record
+
+        record(args.results, doc, opts)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_dist(doc)
+    return rc

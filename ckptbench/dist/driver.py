@@ -1,0 +1,142 @@
+"""A distributed restore, as every rank runs it: prepare the node's cache, meet at the start barrier, restore
+this rank's share (timed from the barrier), post the report; rank 0 gathers the reports into one result.
+
+A rank that fails still reports (its error, in one line) and goes on to the end, so the others are not left
+waiting; a rank that hangs or dies is named by rank 0 when its deadline passes. Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from ckptbench.errors import CkptbenchError
+from ckptbench.stages import LIST
+
+BYE_S = 10.0  # how long rank 0 waits for the others to read its verdict before it exits (it may host the store)
+
+
+@dataclasses.dataclass
+class DistOptions:
+    policy: str = "part"
+    timeout_s: float = 300.0
+
+
+def _one_repeat(world, source, opts, dopts, repeat: int, progress) -> dict:
+    """This rank's repeat, as a plain report (errors included)."""
+    from ckptbench.dist.rank import RankReport, RankRestore
+    from ckptbench.dist.shares import plan_share
+
+    rep = RankReport(world.rank, world.host, world.local_rank)
+    ready = {"ok": True}
+    try:
+        if world.local_rank == 0:  # one rank per node sets the page cache for the node's ranks
+            listing = source.list()
+            cond = source.prepare_cache(listing, opts.cache, drop_caches=opts.drop_caches)
+            ready = {"ok": True, "residency_before": cond.residency_before, "cache_verified": cond.verified}
+    except CkptbenchError as exc:
+        ready = {"ok": False, "error": str(exc)}
+    world.post(ready, repeat, "ready", world.rank)
+    world.gather(repeat, "ready")  # the start barrier: every rank's clock starts when all have arrived
+    t0 = time.perf_counter()
+    try:
+        if not ready["ok"]:
+            raise CkptbenchError(ready["error"])
+        t = time.perf_counter()
+        listing = source.list()
+        share = plan_share(listing, world.size, world.rank, dopts.policy)
+        rep.stages[LIST] = time.perf_counter() - t
+        man = listing.manifest
+        alg = opts.hash or (man.hash if man is not None else "none")
+        RankRestore(listing.source, listing.format, share, concurrency=opts.concurrency, read=opts.read, hash_alg=alg, manifest=man,
+                    device=_device(opts.device, world), block_size=opts.block_size,
+                    on_progress=progress).run(rep, t0)
+    except CkptbenchError as exc:
+        rep.status, rep.error = "failed", str(exc)
+        rep.end_s = time.perf_counter() - t0
+    doc = dataclasses.asdict(rep)
+    doc["read_gbps"] = rep.read_gbps
+    doc["cache"] = ready if world.local_rank == 0 else None
+    return doc
+
+
+def _device(device: str, world) -> str:
+    """Each rank moves its share to its own GPU (cuda:LOCAL_RANK) when a CUDA device is asked for."""
+    return f"cuda:{world.local_rank}" if device.startswith("cuda") else device
+
+
+def _first_collective(world) -> float:
+    """One all-reduce on the group's backend after the restore: NCCL sets up its communicators lazily, on the
+    first collective, and a resumed job pays that before its first step; timed apart from the RTO."""
+    import torch
+    import torch.distributed as dist
+
+    dev = f"cuda:{world.local_rank}" if world.backend == "nccl" else "cpu"
+    t = torch.ones(1, device=dev)
+    t0 = time.perf_counter()
+    dist.all_reduce(t)
+    if world.backend == "nccl":
+        torch.cuda.synchronize(dev)
+    if int(t.item()) != world.size:
+        raise CkptbenchError(f"rank {world.rank}: the all-reduce gave {t.item()}, not {world.size}: the group is broken")
+    return time.perf_counter() - t0
+
+
+def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str, progress=None,
+        on_repeat=None) -> tuple[int, dict | None]:
+    """Every rank calls this; returns (exit code, the run document on rank 0 else None)."""
+    from ckptbench.dist import group
+    from ckptbench.dist.shares import POLICIES, saved_world
+    from ckptbench.sources import open_source
+
+    if dopts.policy not in POLICIES:
+        raise CkptbenchError(f"--each-rank {dopts.policy!r}: choose part or all")
+    source = open_source(source_url)
+    if not source.files_on_disk:
+        raise CkptbenchError(f"{source_url}: --distributed reads a checkpoint on a mounted filesystem shared by the "
+                             "ranks (local, NFS, Lustre, FUSE); for S3 mount it or run one restore per node")
+    world = group.join(opts.device, dopts.timeout_s)
+    try:
+        reps: list[dict] = []
+        collective = None
+        for i in range(1, repeats + 1):
+            mine = _one_repeat(world, source, opts, dopts, i, progress)
+            world.post(mine, i, "report", world.rank)
+            if world.rank == 0:
+                from ckptbench.dist.summary import combine
+
+                try:
+                    reports = world.gather(i, "report")
+                except group.RankFailure as exc:
+                    world.post({"ok": False, "why": str(exc)}, i, "verdict")
+                    raise
+                rep = combine([reports[r] for r in range(world.size)])
+                world.post({"ok": rep["status"] == "ok", "why": "; ".join(rep["problems"])}, i, "verdict")
+                reps.append(rep)
+                if on_repeat:
+                    on_repeat(rep)
+            verdict = world.wait_for(i, "verdict")
+            if not verdict["ok"]:
+                break
+            if collective is None:
+                collective = _first_collective(world)
+        if world.rank != 0:
+            world.post(True, "bye", world.rank)
+            return (0 if verdict["ok"] else 1), None
+        listing = source.list()
+        from ckptbench import env as envmod
+        from ckptbench.dist.summary import summarize
+
+        doc = summarize(run_id, listing, world, dataclasses.asdict(opts) if dataclasses.is_dataclass(opts)
+                        else dict(vars(opts)), dopts.policy, saved_world(listing), reps, envmod.snapshot(source_url))
+        doc["first_collective_s"] = collective
+        try:
+            world.gather("bye", deadline_s=BYE_S)
+        except group.RankFailure:
+            pass  # they have their verdict; one that is gone is not waited for
+        return (0 if doc["status"] == "ok" else 1), doc
+    finally:
+        group.leave(world)
+
+
+__all__ = ["DistOptions", "run"]

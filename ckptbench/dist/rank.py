@@ -1,0 +1,265 @@
+"""One rank's restore of its share: plan, read (native, by byte range), verify, load, device, check — timed.
+
+Runs in the rank's own process; knows nothing of the other ranks (group.py does the talking). Every figure it
+returns is this rank's, with its clock started at the common start barrier.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import fastio
+import torch
+
+from ckptbench.dist.shares import Share
+from ckptbench.errors import CkptbenchError
+from ckptbench.formats import CheckpointState, group_of
+from ckptbench.sources import drive
+from ckptbench.sources.local import LocalReadHandle
+from ckptbench.stages import CHECK, DEVICE, LOAD, READ, VERIFY
+
+TIMELINE_S = 0.1  # progress samples during the read, for the per-rank lanes
+
+
+@dataclass
+class RankReport:
+    rank: int
+    host: str
+    local_rank: int
+    status: str = "ok"
+    error: str | None = None
+    how: str = ""
+    stages: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    read_start_s: float = 0.0  # from the start barrier
+    read_end_s: float = 0.0
+    end_s: float = 0.0
+    bytes_read: int = 0  # payload: the pieces the share names
+    bytes_needed: int = 0
+    index_bytes: int = 0  # headers, .metadata, chunk indexes read to plan
+    requests: int = 0
+    files: int = 0
+    read_mode: str = ""
+    verified: bool = False
+    tensors: int = 0
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+    plan: dict = field(default_factory=dict)  # the read plan's shape (plan_analysis)
+    intervals: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # bytes read, merged per file
+
+    @property
+    def read_gbps(self) -> float:
+        span = self.read_end_s - self.read_start_s
+        return self.bytes_read / span / 1e9 if span > 0 else 0.0
+
+
+def merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def plan_analysis(share: Share) -> dict:
+    """The read plan's shape: requests, bytes per request, backward seeks (a request that starts before the
+    previous one on the same file ended, in issue order), files touched; and for DCP what torch's own reader
+    would do with the same share: it reads every stored chunk whole, once per request that touches it."""
+    def shape(reqs: list[tuple[str, int, int]]) -> dict:
+        last: dict[str, int] = {}
+        back = 0
+        for rel, off, n in reqs:
+            if rel in last and off < last[rel]:
+                back += 1
+            last[rel] = off + n
+        total = sum(n for _, _, n in reqs)
+        return {"requests": len(reqs), "bytes": total, "bytes_per_request": total / len(reqs) if reqs else 0,
+                "backward_seeks": back, "files_touched": len(last)}
+
+    doc = {"ours": shape([(p.rel, p.offset, p.length) for p in share.pieces])}
+    stock = [(p.rel,) + p.item for p in share.pieces if p.item is not None]
+    if stock:
+        by_file: dict[str, list] = {}
+        for req in stock + [(p.rel, p.offset, p.length) for p in share.pieces if p.item is None]:
+            by_file.setdefault(req[0], []).append(req)  # DCP groups a rank's requests by file, in plan order
+        doc["dcp_reader"] = shape([r for reqs in by_file.values() for r in reqs])
+    return doc
+
+
+class RankRestore:
+    """The timed stages of one rank; `t0` is the start barrier's release on this rank's clock."""
+
+    def __init__(self, root: str, fmt: str, share: Share, *, concurrency: int, read: str, hash_alg: str, manifest,
+                 device: str, block_size: int = 1 << 20, on_progress=None):
+        self.root, self.fmt, self.share, self.man = root, fmt, share, manifest
+        self.concurrency, self.read, self.hash = concurrency, read, hash_alg
+        self.device, self.block_size = device, block_size
+        self.on_progress = on_progress
+        self.cancel = threading.Event()
+
+    def _timed(self, rep: RankReport, name: str, fn):
+        t = time.perf_counter()
+        out = fn()
+        rep.stages[name] = time.perf_counter() - t
+        return out
+
+    def run(self, rep: RankReport, t0: float) -> None:
+        share = self.share
+        rep.how, rep.bytes_needed, rep.index_bytes = share.how, share.needed, share.index_bytes
+        rep.requests = len(share.pieces)
+        rep.files = len({p.rel for p in share.pieces})
+        rep.plan = plan_analysis(share)
+        per_file: dict[str, list[tuple[int, int]]] = {}
+        for p in share.pieces:
+            per_file.setdefault(p.rel, []).append((p.offset, p.offset + p.length))
+        rep.intervals = {rel: merged(iv) for rel, iv in per_file.items()}
+        rep.read_start_s = time.perf_counter() - t0
+        result = self._timed(rep, READ, lambda: self._read(rep, t0))
+        rep.read_end_s = time.perf_counter() - t0
+        self._timed(rep, VERIFY, lambda: self._verify(rep, result))
+        state = self._timed(rep, LOAD, lambda: self._load(result))
+        del result
+        rep.tensors = sum(1 for _ in state.tensors())
+        self._timed(rep, DEVICE, lambda: self._to_device(state, rep))
+        report = self._timed(rep, CHECK, lambda: _check(state, self.concurrency))
+        rep.notes[CHECK] = report.summary
+        if not report.ok:
+            raise CkptbenchError(f"check failed: {report.problems[0]}")
+        rep.end_s = time.perf_counter() - t0
+
+    def _read(self, rep: RankReport, t0: float) -> fastio.ReadResult:
+        pieces = self.share.pieces
+        specs = [fastio.FileSpec(os.path.join(self.root, p.rel), p.length) if p.whole else
+                 fastio.FileSpec(os.path.join(self.root, p.rel), p.length, offset=p.offset) for p in pieces]
+        mode = self.read
+        if mode == "auto":  # ranges start where tensors start: O_DIRECT needs 4096-aligned offsets
+            aligned = all(p.whole or p.offset % 4096 == 0 for p in pieces)
+            mode = "direct" if aligned and any(p.whole for p in pieces) and _direct_ok(specs) else "pread"
+        rep.read_mode = mode
+
+        def progress(snap) -> None:
+            rep.timeline.append((round(time.perf_counter() - t0, 4), int(snap.bytes)))
+            if self.on_progress:
+                self.on_progress(snap)
+
+        driven = drive(lambda: LocalReadHandle(fastio.start(specs, concurrency=self.concurrency, read=mode,
+                                                            hash=self.hash, block_size=self.block_size,
+                                                            into_memory=True)),
+                       on_progress=progress, cancel=self.cancel, interval=TIMELINE_S)
+        res = driven.result
+        if res.failed:
+            f = res.failed[0]
+            raise CkptbenchError(f"{os.path.relpath(f.path, self.root)}: unreadable ({f.error.message})"
+                                 + (f" and {len(res.failed) - 1} more" if len(res.failed) > 1 else ""))
+        rep.bytes_read = res.bytes
+        return res
+
+    def _verify(self, rep: RankReport, res: fastio.ReadResult) -> None:
+        """Whole files against the manifest's digests; byte ranges have no reference (digests are per file)."""
+        man = self.man
+        whole = [(p, f) for p, f in zip(self.share.pieces, res.files) if p.whole]
+        if man is None or self.hash == "none" or man.hash != self.hash:
+            rep.notes[VERIFY] = "NOT VERIFIED: no manifest digests to compare with"
+            return
+        ref = {e.path: e for e in man.files}
+        for p, f in whole:
+            e = ref.get(p.rel)
+            if e is not None and (e.bytes != f.bytes or (e.digest is not None and e.digest != f.digest)):
+                raise CkptbenchError(f"{p.rel}: digest or size differs from the manifest (read {f.bytes} bytes); "
+                                     "the file changed or is corrupt: ckptbench verify names it")
+        ranged = len(self.share.pieces) - len(whole)
+        rep.verified = ranged == 0 and bool(whole)
+        rep.notes[VERIFY] = (f"{len(whole)} whole file(s) matched the manifest" +
+                             (f"; {ranged} byte range(s) NOT VERIFIED (the manifest's digests cover whole files)"
+                              if ranged else ""))
+
+    def _load(self, res: fastio.ReadResult) -> CheckpointState:
+        share, bufs = self.share, res.buffers
+        state = CheckpointState({})
+        for sl in share.slices:
+            fills = sl.fills
+            if len(fills) == 1 and (not sl.full or fills[0].box[1:] == tuple((0, n) for n in sl.full[1:])):
+                t = torch.frombuffer(bufs[fills[0].piece], dtype=sl.dtype) if share.pieces[fills[0].piece].length \
+                    else torch.empty(0, dtype=sl.dtype)
+                t = t.reshape(sl.shape)  # the read buffer becomes the tensor's storage: no copy
+            else:
+                t = torch.empty(sl.shape, dtype=sl.dtype)
+                for f in fills:
+                    view = t
+                    for dim, (start, n) in enumerate(f.box):
+                        view = view.narrow(dim, start, n)
+                    view.copy_(torch.frombuffer(bufs[f.piece], dtype=sl.dtype).reshape(view.shape))
+            _put(state, sl.key, t)
+        for key, i in share.byte_entries:
+            from ckptbench.formats.dcp_format import _byte_entry
+
+            state.extra[key] = _byte_entry(bytes(bufs[i]))
+        whole = {os.path.join(self.root, p.rel): b for p, b in zip(share.pieces, bufs) if p.whole}
+        if whole:
+            state.merge(_load_whole(self.root, self.fmt, share, whole))
+        return state
+
+    def _to_device(self, state: CheckpointState, rep: RankReport) -> None:
+        if self.device == "cpu":
+            rep.notes[DEVICE] = "cpu: nothing to move"
+            return
+        moved = 0
+        for name, t in list(state.model.items()):
+            state.model[name] = t.pin_memory().to(self.device, non_blocking=True)
+            moved += t.nbytes
+        for name, parts in state.optim.items():
+            for k, t in list(parts.items()):
+                parts[k] = t.pin_memory().to(self.device, non_blocking=True)
+                moved += t.nbytes
+        for name, v in list(state.extra.items()):
+            if isinstance(v, torch.Tensor):
+                state.extra[name] = v.pin_memory().to(self.device, non_blocking=True)
+                moved += v.nbytes
+        torch.cuda.synchronize(self.device)
+        rep.notes[DEVICE] = f"{moved / 1e9:.3f} GB to {self.device} (pinned, asynchronous copies, synchronized)"
+
+
+def _direct_ok(specs) -> bool:
+    from ckptbench import readmode
+
+    whole = [(s.path, s.size or 0) for s in specs if getattr(s, "offset", None) in (None, 0)]
+    return readmode.choose(whole, 0.0, 1 << 20).mode == "direct" if whole else False
+
+
+def _put(state: CheckpointState, key: str, t: torch.Tensor) -> None:
+    if group_of(key) == "model":
+        state.model[key.removeprefix("model.")] = t
+    else:
+        state.extra[key] = t
+
+
+def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview]) -> CheckpointState:
+    """Whole files through their format's own loader (checked as a single-process restore checks them)."""
+    from ckptbench import restore
+    paths = list(buffers)
+    if fmt == "dcp" and any(p.endswith(".distcp") for p in paths):
+        return restore.load_state(root, "dcp", buffers=buffers)
+    ext = restore.SHARD_EXT.get(fmt, ())
+    shards = [p for p in paths if p.endswith(ext)]
+    state = CheckpointState({})
+    if not shards:
+        return state
+    if fmt == "torch":
+        from ckptbench.formats import torch_format
+
+        if share.complete:
+            return restore.load_state(root, fmt, buffers=buffers, shards=shards)
+        for p in shards:  # a rank's subset: the index's cross-file check needs every shard, so none here
+            state.merge(torch_format.load_buffer(buffers[p], p))
+        return state
+    return restore.load_state(root, fmt, buffers=buffers, shards=shards)
+
+
+def _check(state: CheckpointState, concurrency: int):
+    from ckptbench.restore import structural_check
+
+    return structural_check(state, concurrency)
