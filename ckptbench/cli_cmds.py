@@ -112,6 +112,10 @@ def cmd_plan(args) -> int:
     from ckptbench.plan import plan
     from ckptbench.units import human_bytes
 
+    if args.nodes is None and (args.storage or args.ranks_per_node):
+        raise CkptbenchError("--storage and --ranks-per-node plan a multi-node restore: add --nodes N")
+    if args.nodes is not None:
+        return _plan_nodes(args)
     measured = None
     if args.interval:
         from ckptbench.plan import measured_save
@@ -145,6 +149,24 @@ def cmd_plan(args) -> int:
         else:
             print(f"no save measured{' to ' + args.target if args.target else ''} in {args.results}: "
                   "run `ckptbench save` to the target for a measured verdict")
+    return 0
+
+
+def _plan_nodes(args) -> int:
+    from ckptbench import plan_scale
+
+    if not args.storage:
+        raise CkptbenchError("--nodes needs --storage PRESET (efs, fsx-lustre, s3, local-nvme, ...): the ceilings "
+                             "come from it")
+    if args.interval:
+        raise CkptbenchError("--interval plans saves and --nodes plans a restore: run plan once for each")
+    preset = plan_scale.load_preset(args.storage)
+    doc = plan_scale.scale(_profile(args.profile, args.scale), args.nodes, args.ranks_per_node or 8, preset,
+                           plan_scale.measured_rank_read(args.results))
+    if args.json:
+        _emit(doc)
+    else:
+        print("\n".join(plan_scale.text(doc)))
     return 0
 
 
