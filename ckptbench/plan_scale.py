@@ -111,12 +111,13 @@ def _median(values: list[float]) -> float:
 
 def measured_rank_read(results_path: str) -> dict | None:
     """The per-rank read rate of the newest distributed run (its aggregate rate ÷ its ranks), else of the
-    newest restore run; None when results.csv holds neither."""
+    newest restore run, neither read hot from the page cache; None when results.csv holds neither."""
     from ckptbench.results import read_rows
 
     if not results_path or not os.path.exists(results_path):
         return None
-    rows = read_rows(results_path)
+    # a hot run read the page cache: it says nothing of the storage
+    rows = [r for r in read_rows(results_path) if r.get("cache") != "hot"]
     dist = _runs(rows, lambda r: r["kind"] == "dist" and r["status"] == "ok"
                  and isinstance(r.get("ranks"), float) and r["ranks"] >= 1)
     if dist:
@@ -124,9 +125,7 @@ def measured_rank_read(results_path: str) -> dict | None:
         return {"source": "measured-dist", "run_id": run[0]["run_id"], "date": run[0]["timestamp"],
                 "where": run[0]["source"], "ranks": int(run[0]["ranks"]),
                 "gbps": _median([r["read_gbps"] / r["ranks"] for r in run])}
-    # a hot restore read the page cache: it says nothing of the storage
-    restore = _runs(rows, lambda r: r["kind"] == "restore" and r["status"] in RESTORE_STATUSES
-                    and r.get("cache") != "hot")
+    restore = _runs(rows, lambda r: r["kind"] == "restore" and r["status"] in RESTORE_STATUSES)
     if restore:
         run = list(restore.values())[-1]
         return {"source": "measured-restore", "run_id": run[0]["run_id"], "date": run[0]["timestamp"],

@@ -147,6 +147,7 @@ def test_measured_per_rank_prefers_dist_then_restore(tmp_path, shared_fs):
     assert m["source"] == "measured-restore" and m["run_id"] == "r1" and m["gbps"] == pytest.approx(0.20)
     results.append(csv, [_row("d1", "dist", 32.0, ranks=16), _row("d1", "dist", 48.0, ranks=16, repeat=2)])
     results.append(csv, [_row("r2", "restore", 0.5)])  # newer, but a distributed run is preferred
+    results.append(csv, [_row("dhot", "dist", 640.0, ranks=16, cache="hot")])
     m = plan_scale.measured_rank_read(csv)
     assert m["source"] == "measured-dist" and m["run_id"] == "d1" and m["ranks"] == 16
     assert m["gbps"] == pytest.approx((32.0 / 16 + 48.0 / 16) / 2)
