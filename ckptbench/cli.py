@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "all (every rank reads everything, as a replicated restore)")
     p.add_argument("--rank-timeout", type=_seconds, default=300.0, metavar="S",
                    help="with --distributed: how long a rank is waited for before the run fails naming it (300)")
+    p.add_argument("--tensor-digests", action="store_true",
+                   help="with --distributed --json: each rank lists a crc32c of every tensor it holds (after the "
+                        "clock): compare restores across world sizes")
     p.set_defaults(handler=_lazy("cmd_run", "cli_run"))
 
     p = sub.add_parser("watch", help="watch a restore ckptbench did not start: live figures, phases, a verdict",

@@ -63,16 +63,21 @@ def cmd_run_distributed(args) -> int:
     if args.results and rank0:
         results.check_writable(args.results)
     run_id = uuid.uuid4().hex[:12]  # only rank 0 records, so only its id matters
-    rc, doc = run(args.source, opts, DistOptions(args.each_rank, args.rank_timeout), args.repeat, run_id=run_id)
-    if doc is None:
-        return rc
-    if args.results:
-        from ckptbench.dist.summary import record
+    def deliver(doc: dict) -> None:
+        if args.results:
+            from ckptbench.dist.summary import record
 
-        record(args.results, doc, opts)
-    if args.json:
-        json.dump(doc, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-    else:
-        print_dist(doc)
-    return rc
+            record(args.results, doc, opts)
+        if args.json:
+            json.dump(doc, sys.stdout, indent=2, default=str)
+            sys.stdout.write("\n")
+        else:
+            print_dist(doc)
+        sys.stdout.flush()
+
+    out = run(args.source, opts, DistOptions(args.each_rank, args.rank_timeout, args.tensor_digests), args.repeat,
+              run_id=run_id, deliver=deliver)
+    if out.doc is None:  # another rank: rank 0 reports the run; this rank's own failure goes on its stderr
+        for line in out.errors:
+            print(f"ckptbench: {line} (the run's result is rank 0's)", file=sys.stderr)
+    return out.rc

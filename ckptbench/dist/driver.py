@@ -20,11 +20,12 @@ BYE_S = 10.0  # how long rank 0 waits for the others to read its verdict before 
 class DistOptions:
     policy: str = "part"
     timeout_s: float = 300.0
+    digests: bool = False  # each rank lists a crc32c per local tensor (computed after the clock stops)
 
 
 def _one_repeat(world, source, opts, dopts, repeat: int, progress) -> dict:
     """This rank's repeat, as a plain report (errors included)."""
-    from ckptbench.dist.rank import RankReport, RankRestore
+    from ckptbench.dist.rank import RankReport, RankRestore, tensor_digests
     from ckptbench.dist.shares import plan_share
 
     rep = RankReport(world.rank, world.host, world.local_rank)
@@ -48,9 +49,12 @@ def _one_repeat(world, source, opts, dopts, repeat: int, progress) -> dict:
         rep.stages[LIST] = time.perf_counter() - t
         man = listing.manifest
         alg = opts.hash or (man.hash if man is not None else "none")
-        RankRestore(listing.source, listing.format, share, concurrency=opts.concurrency, read=opts.read, hash_alg=alg, manifest=man,
-                    device=_device(opts.device, world), block_size=opts.block_size,
-                    on_progress=progress).run(rep, t0)
+        state = RankRestore(listing.source, listing.format, share, concurrency=opts.concurrency, read=opts.read,
+                            hash_alg=alg, manifest=man, device=_device(opts.device, world),
+                            block_size=opts.block_size, on_progress=progress).run(rep, t0)
+        if dopts.digests:
+            rep.digests = tensor_digests(state)
+        del state
     except CkptbenchError as exc:
         rep.status, rep.error = "failed", str(exc)
         rep.end_s = time.perf_counter() - t0
@@ -82,9 +86,18 @@ def _first_collective(world) -> float:
     return time.perf_counter() - t0
 
 
+@dataclasses.dataclass
+class Outcome:
+    rc: int  # rank 0: the run's; other ranks: 0 once rank 0 has their reports (a failing worker's own non-zero
+    # exit would make torchrun stop rank 0 before it reports), 1 when rank 0 was not heard from
+    doc: dict | None  # rank 0 only
+    errors: list[str]  # this rank's own failures, one line each
+
+
 def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str, progress=None,
-        on_repeat=None) -> tuple[int, dict | None]:
-    """Every rank calls this; returns (exit code, the run document on rank 0 else None)."""
+        on_repeat=None, deliver=None) -> Outcome:
+    """Every rank calls this; rank 0 hands the run document to `deliver` (print, record) before the other ranks
+    are let go, and returns it."""
     from ckptbench.dist import group
     from ckptbench.dist.shares import POLICIES, saved_world
     from ckptbench.sources import open_source
@@ -98,9 +111,12 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
     world = group.join(opts.device, dopts.timeout_s)
     try:
         reps: list[dict] = []
+        errors: list[str] = []
         collective = None
         for i in range(1, repeats + 1):
             mine = _one_repeat(world, source, opts, dopts, i, progress)
+            if mine["error"]:
+                errors.append(f"rank {world.rank}, repeat {i}: {mine['error']}")
             world.post(mine, i, "report", world.rank)
             if world.rank == 0:
                 from ckptbench.dist.summary import combine
@@ -121,8 +137,9 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
             if collective is None:
                 collective = _first_collective(world)
         if world.rank != 0:
+            world.wait_for("finished")  # rank 0 has printed and recorded: exiting now cannot cut it short
             world.post(True, "bye", world.rank)
-            return (0 if verdict["ok"] else 1), None
+            return Outcome(0, None, errors)
         listing = source.list()
         from ckptbench import env as envmod
         from ckptbench.dist.summary import summarize
@@ -131,12 +148,18 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
                         else dict(vars(opts)), dopts.policy, saved_world(listing), reps, envmod.snapshot(source_url))
         doc["first_collective_s"] = collective
         try:
+            if deliver:
+                deliver(doc)
+        finally:
+            world.post(True, "finished")
+        try:
             world.gather("bye", deadline_s=BYE_S)
         except group.RankFailure:
             pass  # they have their verdict; one that is gone is not waited for
-        return (0 if doc["status"] == "ok" else 1), doc
+        return Outcome(0 if doc["status"] == "ok" else 1, doc, errors)
     finally:
         group.leave(world)
+
 
 
 __all__ = ["DistOptions", "run"]

@@ -48,6 +48,7 @@ class RankReport:
     timeline: list[tuple[float, int]] = field(default_factory=list)
     plan: dict = field(default_factory=dict)  # the read plan's shape (plan_analysis)
     intervals: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # bytes read, merged per file
+    digests: dict[str, str] = field(default_factory=dict)  # --tensor-digests: crc32c of each local tensor
 
     @property
     def read_gbps(self) -> float:
@@ -107,7 +108,7 @@ class RankRestore:
         rep.stages[name] = time.perf_counter() - t
         return out
 
-    def run(self, rep: RankReport, t0: float) -> None:
+    def run(self, rep: RankReport, t0: float) -> CheckpointState:
         share = self.share
         rep.how, rep.bytes_needed, rep.index_bytes = share.how, share.needed, share.index_bytes
         rep.requests = len(share.pieces)
@@ -130,6 +131,7 @@ class RankRestore:
         if not report.ok:
             raise CkptbenchError(f"check failed: {report.problems[0]}")
         rep.end_s = time.perf_counter() - t0
+        return state
 
     def _read(self, rep: RankReport, t0: float) -> fastio.ReadResult:
         pieces = self.share.pieces
@@ -221,6 +223,17 @@ class RankRestore:
                 moved += v.nbytes
         torch.cuda.synchronize(self.device)
         rep.notes[DEVICE] = f"{moved / 1e9:.3f} GB to {self.device} (pinned, asynchronous copies, synchronized)"
+
+
+def tensor_digests(state: CheckpointState) -> dict[str, str]:
+    """crc32c of every tensor's bytes as this rank holds it (after the RTO clock): restores at different world
+    sizes, or a distributed and a single-process one, can be compared tensor by tensor."""
+    out = {}
+    for _, name, t in state.tensors():
+        h = fastio.Hasher("crc32c")
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        out[name] = h.hexdigest()
+    return out
 
 
 def _direct_ok(specs) -> bool:

@@ -1,0 +1,204 @@
+"""Distributed restore under torchrun, with real gloo ranks on this machine: a 2-rank checkpoint on 2 ranks, DCP
+saved by 4 ranks restored on 2 and 1 and by 2 restored on 4 (every rank's tensors compared with what was saved,
+through the crc32c each rank reports of its rows), read amplification, and a rank whose file is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import crc32c
+import pytest
+import torch
+
+from conftest import SCALE
+
+_WRITER = textwrap.dedent("""
+    import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    def main(rank, world, out, port):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        mesh = init_device_mesh("cpu", (world,))
+        g = torch.Generator().manual_seed(5)
+        # uneven rows (10 and 3 over 4 ranks) so torch.chunk leaves short and empty shards
+        full = {"model.w": torch.randn(10, 6, generator=g), "model.v": torch.randn(3, 9, generator=g).bfloat16(),
+                "model.r": torch.randn(7, generator=g),
+                "optimizer.state.w.exp_avg": torch.randn(10, 6, generator=g)}
+        place = {"model.w": [Shard(0)], "model.v": [Shard(1)], "model.r": [Replicate()],
+                 "optimizer.state.w.exp_avg": [Shard(0)]}
+        sd = {k: distribute_tensor(t, mesh, place[k]) for k, t in full.items()}
+        dcp.save(sd, checkpoint_id=out)
+        if rank == 0:
+            torch.save(full, out + "-reference.pt")
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        import torch.multiprocessing as mp
+        world = int(sys.argv[3])
+        mp.spawn(main, args=(world, sys.argv[1], int(sys.argv[2])), nprocs=world)
+""")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dcp_by(tmp_path_factory, world: int):
+    root = tmp_path_factory.mktemp(f"dcp{world}")
+    script = root / "writer.py"
+    script.write_text(_WRITER)
+    d = root / "ckpt"
+    proc = subprocess.run([sys.executable, str(script), str(d), str(_free_port()), str(world)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return d, torch.load(str(d) + "-reference.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def dcp4(tmp_path_factory):
+    return _dcp_by(tmp_path_factory, 4)
+
+
+@pytest.fixture(scope="module")
+def dcp2(tmp_path_factory):
+    return _dcp_by(tmp_path_factory, 2)
+
+
+@pytest.fixture(scope="module")
+def torch2(tmp_path_factory):
+    """ckptbench's own torch layout written for 2 ranks (model_rank000.pt, optim_rank001.pt, ...)."""
+    from clirun import run_cli
+
+    d = tmp_path_factory.mktemp("torch2") / "ckpt"
+    r = run_cli("gen", "small", str(d), "--format", "torch", "--ranks", "2", "--scale", SCALE)
+    assert r.rc == 0, r.err
+    return d
+
+
+def torchrun(n: int, *args, timeout: float = 240):
+    """`torchrun --nproc-per-node n -m ckptbench run ... --distributed`; (rc, stdout, stderr, seconds)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+           "-m", "ckptbench", "run", *map(str, args), "--distributed", "--repeat", "1", "--results", "",
+           "--json"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    t = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - t
+
+
+def _doc(n: int, *args) -> dict:
+    rc, out, err, _ = torchrun(n, *args)
+    assert rc == 0, err[-3000:]
+    return json.loads(out)
+
+
+def _crc(t: torch.Tensor) -> str:
+    return f"{crc32c.crc32c(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()):08x}"
+
+
+def _rows(n: int, world: int, rank: int) -> tuple[int, int]:
+    """torch.chunk's split, computed here from torch itself rather than from the code under test."""
+    sizes = [len(c) for c in torch.arange(n).chunk(world)] if n else []
+    sizes += [0] * (world - len(sizes))
+    lo = sum(sizes[:rank])
+    return lo, lo + sizes[rank]
+
+
+def _assert_rows_match(doc: dict, full: dict[str, torch.Tensor]) -> None:
+    """Every rank holds exactly torch.chunk's rows of every tensor, value for value (by crc32c)."""
+    world = doc["world_size"]
+    ranks = doc["repeats"][0]["ranks"]
+    assert len(ranks) == world
+    for r in ranks:
+        assert r["status"] == "ok", r["error"]
+        got = r["digests"]
+        for key, t in full.items():
+            name = key.removeprefix("model.")
+            lo, hi = _rows(t.shape[0], world, r["rank"])
+            assert name in got, (r["rank"], name, sorted(got))
+            assert got[name] == _crc(t[lo:hi]), (r["rank"], name, lo, hi)
+
+
+@pytest.mark.parametrize("world", [2, 1])
+def test_dcp_saved_by_4_ranks_restores_on_fewer(dcp4, world):
+    d, full = dcp4
+    doc = _doc(world, d, "--tensor-digests")
+    assert doc["status"] == "ok" and doc["saved_world"] == 4 and doc["resharded"]
+    _assert_rows_match(doc, full)
+    payload = sum(t.numel() * t.element_size() for t in full.values())
+    rep = doc["repeats"][0]
+    # each byte of each tensor read once, by the rank that needs it
+    assert rep["unique_bytes"] == payload and rep["bytes_read"] == payload
+    assert doc["amplification"] == pytest.approx(1.0)
+    if world == 2:  # torch's reader reads a stored chunk whole per request: Shard(1) chunks span both halves
+        assert doc["dcp_reader"]["bytes"] > payload
+
+
+def test_dcp_saved_by_2_ranks_restores_on_4(dcp2):
+    d, full = dcp2
+    doc = _doc(4, d, "--tensor-digests")
+    assert doc["status"] == "ok" and doc["saved_world"] == 2
+    _assert_rows_match(doc, full)
+    assert doc["amplification"] == pytest.approx(1.0)
+    # on 4 ranks each saved half is needed by two ranks: torch's reader would read each half twice
+    assert doc["dcp_reader"]["amplification"] > 1.5
+    slow = doc["repeats"][0]["slowest_rank"]
+    assert 0 <= slow < 4 and doc["repeats"][0]["rto_s"] == max(r["end_s"] for r in doc["repeats"][0]["ranks"])
+
+
+def test_two_rank_checkpoint_on_two_ranks_reads_each_file_once(torch2):
+    man = json.loads((torch2 / "ckptbench.json").read_text())
+    doc = _doc(2, torch2)
+    assert doc["status"] == "ok" and doc["saved_world"] == 2 and not doc["resharded"]
+    rep = doc["repeats"][0]
+    on_disk = sum(p.stat().st_size for p in torch2.rglob("*") if p.is_file())
+    assert rep["bytes_read"] == rep["unique_bytes"] == on_disk
+    assert doc["amplification"] == 1.0
+    manifest_size = (torch2 / "ckptbench.json").stat().st_size
+    for r in rep["ranks"]:  # each rank read the files the manifest gives its rank (rank 0 also the shared ones)
+        own = sum(e["bytes"] for e in man["files"] if e["rank"] == r["rank"] or (e["rank"] is None and r["rank"] == 0))
+        assert r["bytes_read"] == own + (manifest_size if r["rank"] == 0 else 0)
+        assert r["verified"] and "matched the manifest" in r["notes"]["verify"]
+    assert rep["aggregate_gbps"] > 0 and rep["skew_s"] >= 0
+
+
+def test_every_rank_reading_everything_is_amplified(torch2):
+    doc = _doc(2, torch2, "--each-rank", "all")
+    rep = doc["repeats"][0]
+    assert doc["status"] == "ok"
+    assert rep["bytes_read"] == 2 * rep["unique_bytes"]
+    assert doc["amplification"] == pytest.approx(2.0)
+
+
+def test_a_rank_whose_file_is_missing_fails_the_run_naming_it(torch2, tmp_path):
+    import shutil
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(torch2, d)
+    os.remove(d / "optim_rank001.pt")
+    rc, out, err, took = torchrun(2, d, "--rank-timeout", "60")
+    assert rc != 0
+    doc = json.loads(out)
+    assert doc["status"] == "failed"
+    assert any(p.startswith("rank 1 ") and "optim_rank001.pt" in p for p in doc["problems"]), doc["problems"]
+    assert not any(p.startswith("rank 0 ") for p in doc["problems"])
+    assert took < 60  # failed on the error, not on a deadline
+
+
+def test_outside_torchrun_the_flag_says_how_to_start_it(torch2):
+    from clirun import run_cli
+
+    assert "RANK" not in os.environ
+    r = run_cli("run", str(torch2), "--distributed")
+    assert r.rc != 0 and "torchrun --nproc-per-node" in r.err and "Traceback" not in r.err
+    assert len(r.err_lines) == 1
