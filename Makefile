@@ -48,6 +48,7 @@ bench: build
 	$(BIN)/python bench/peers_bench.py
 	$(BIN)/python bench/save_bench.py
 	$(BIN)/python bench/watch_bench.py
+	$(BIN)/python bench/dist_bench.py
 
 clean:
 	rm -rf build $(VENV) fastio/_engine.c fastio/*.so $(EXT) *.egg-info
