@@ -73,6 +73,8 @@ cdef extern from "csrc/engine.h" nogil:
     ctypedef struct fio_file_spec:
         const char *path
         int64_t size
+        int64_t offset
+        int range
         int fault_errno
         int64_t fault_after
         int fault_count

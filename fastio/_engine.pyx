@@ -298,6 +298,8 @@ cdef class ReadHandle:
 
 def _as_spec(item):
     """A FileSpec with its size when it can be known: chunking needs sizes up front."""
+    if isinstance(item, FileSpec) and item.offset is not None:
+        return FileSpec(os.fsdecode(item.path), item.size, item.offset)  # a range names its size: nothing to stat
     if isinstance(item, FileSpec):
         path, size = item.path, item.size
     elif isinstance(item, (str, bytes, os.PathLike)):
@@ -315,16 +317,37 @@ def _as_spec(item):
     return FileSpec(path, size)
 
 
+def _range_error(spec, str read):
+    """The one-line reason `spec`'s byte range cannot be read this way, or None."""
+    off, size = spec.offset, spec.size
+    if off is None:
+        return None
+    if size is None:
+        return f"{spec.path}: a byte range (offset {off}) needs a size"
+    if off < 0 or size < 0:
+        return f"{spec.path}: a byte range needs offset and size >= 0, got offset {off}, size {size}"
+    if off + size > (1 << 63) - 1:
+        return f"{spec.path}: byte range {off}+{size} ends past the largest file offset (2**63-1)"
+    if read == "direct" and off % 4096:
+        return (f"{spec.path}: range offset {off} is not a multiple of 4096: direct reads need 4096-aligned "
+                f"range offsets; use read='pread'")
+    return None
+
+
 def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
           block_size=1 << 20, chunk_size=64 << 20, bint multipart=False, bint into_memory=False, _faults=None):
     """Starts reading `files` (paths, (path, size) pairs or FileSpec) and returns a ReadHandle at once.
+
+    A FileSpec with an `offset` reads only the bytes [offset, offset+size) of its file: its result, digest and
+    buffer are those of the range. Several specs may name one path; results stay one per spec, in order.
 
     Big files whose size is known are split into `chunk_size` chunks read by several workers when the
     hash allows it (none, crc32c) or when `multipart` asks for per-chunk digests; md5, sha256 and xxh64
     of a whole file need its bytes in order, so without `multipart` each such file is one unit.
     With `into_memory` each file's bytes land in a page-aligned anonymous mapping of its own, read
     straight into it (no bounce copy), returned as `ReadResult.buffers` (memoryviews, in file order).
-    `_faults` maps a path to (errno, after_byte, count) for tests of the failure paths, or to "hold": the
+    `_faults` maps a path to (errno, after_byte, count) for tests of the failure paths (after_byte is a position in
+    the file, whatever range a spec names; every spec of that path gets the fault), or to "hold": the
     worker stops before opening that file until `handle._release()`.
     """
     if read not in _MODE:
@@ -343,6 +366,10 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
     if alg in (FIO_H_MD5, FIO_H_SHA256) and not fio_crypto_loaded():
         raise FastIOError(38, f"{hash} needs the libcrypto that Python's hashlib uses; none was found")
     specs = [_as_spec(x) for x in files]
+    for s in specs:
+        why = _range_error(s, read)
+        if why:
+            raise OptionError(why)
     faults = _faults or {}
     cdef ReadHandle h = ReadHandle.__new__(ReadHandle)
     h._paths = [s.path for s in specs]
@@ -357,6 +384,8 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
     for i in range(len(specs)):
         h.specs[i].path = encoded[i]
         h.specs[i].size = -1 if specs[i].size is None else specs[i].size
+        h.specs[i].range = specs[i].offset is not None
+        h.specs[i].offset = specs[i].offset or 0
         if into_memory:
             if specs[i].size is None:
                 h._buffers.append(None)  # unreadable at stat time; the engine reports why

@@ -36,8 +36,15 @@ def percentile_us(hist: tuple[int, ...], q: float) -> float | None:
 
 @dataclass(frozen=True)
 class FileSpec:
+    """A file to read whole, or with `offset` only its bytes [offset, offset+size).
+
+    A whole file (offset None) must still be `size` bytes when it is opened; None means stat it now.
+    A range (offset an int, 0 included) needs `size` and only that the file still holds those bytes.
+    """
+
     path: str
     size: int | None = None
+    offset: int | None = None
 
 
 @dataclass(frozen=True)

@@ -215,13 +215,15 @@ static void install_bus_handler(void)
 
 static int cancelled(struct fio_engine *e) { return LOAD(&e->cancel) != 0; }
 
-/* Reads [off, off+len) (len -1: to EOF) with pread or O_DIRECT into buf; returns bytes or -1 with f failed. */
+/* Reads [off, off+len) of the file's range (len -1: to EOF) with pread or O_DIRECT into buf; returns bytes or
+ * -1 with f failed. Offsets in messages are the file's, the ones a user can check with dd. */
 static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *buf, int64_t off, int64_t len,
                                fio_digest *d)
 {
     struct fio_engine *e = w->e;
     int direct = e->opt.mode == FIO_MODE_DIRECT;
     size_t bs = e->opt.block_size;
+    int64_t base = f->offset + off; /* where the unit starts in the file */
     int64_t done = 0;
     while (len < 0 || done < len) {
         if (cancelled(e)) {
@@ -235,22 +237,22 @@ static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *
         /* with a destination the bytes go straight to the caller's memory: no second copy */
         uint8_t *target = f->dest ? f->dest + off + done : buf;
         int64_t t0 = fio_now_ns();
-        ssize_t n = pread_retry(e, f, fd, target, ask, off + done);
+        ssize_t n = pread_retry(e, f, fd, target, ask, base + done);
         int64_t t1 = fio_now_ns();
         if (n < 0) {
             int err = errno;
             if (direct && err == EINVAL)
                 file_fail(f, err, "O_DIRECT read refused at offset %lld (filesystem without direct I/O? use pread)",
-                          (long long)(off + done));
+                          (long long)(base + done));
             else
-                file_fail(f, err, "read at offset %lld: %s", (long long)(off + done), strerror(err));
+                file_fail(f, err, "read at offset %lld: %s", (long long)(base + done), strerror(err));
             return -1;
         }
         if (n == 0) {
             if (len < 0)
                 break;
             file_fail(f, ENODATA, "file shrank: ended at %lld bytes, expected %lld (changed since it was listed)",
-                      (long long)(off + done), (long long)f->size);
+                      (long long)(base + done), (long long)(f->offset + f->size));
             return -1;
         }
         if ((size_t)n > want && len >= 0)
@@ -262,8 +264,8 @@ static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *
         if (direct && (n & (ALIGN - 1)) && (len < 0 || done < len)) {
             /* a short O_DIRECT read that is not at EOF leaves the next offset unaligned: confirm EOF */
             if (len >= 0) {
-                file_fail(f, ENODATA, "file shrank: ended at %lld bytes, expected %lld", (long long)(off + done),
-                          (long long)f->size);
+                file_fail(f, ENODATA, "file shrank: ended at %lld bytes, expected %lld", (long long)(base + done),
+                          (long long)(f->offset + f->size));
                 return -1;
             }
             break;
@@ -275,7 +277,9 @@ static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *
 /* The unit is mapped once and walked in block-sized windows: each window is faulted in with one
  * MADV_POPULATE_READ, consumed, then dropped from the page tables with MADV_DONTNEED, so resident memory
  * stays one block per worker. Mapping per window instead cost an mmap and a munmap per block, and both take
- * the process's memory-map lock for writing, which stalls every other worker's page faults. */
+ * the process's memory-map lock for writing, which stalls every other worker's page faults.
+ * mmap takes only page-aligned file offsets: a range that starts mid-page is mapped from the page before and
+ * its first `head` bytes skipped, so every madvise below works on the whole pages around a window. */
 static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t off, int64_t len, fio_digest *d)
 {
     struct fio_engine *e = w->e;
@@ -284,11 +288,14 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
         page = sysconf(_SC_PAGESIZE);
     if (len <= 0)
         return 0;
-    size_t win = (e->opt.block_size + (size_t)page - 1) & ~((size_t)page - 1);
-    size_t maplen = ((size_t)len + (size_t)page - 1) & ~((size_t)page - 1);
+    size_t pmask = (size_t)page - 1;
+    int64_t base = f->offset + off; /* where the unit starts in the file */
+    size_t head = (size_t)base & pmask;
+    size_t win = (e->opt.block_size + pmask) & ~pmask;
+    size_t maplen = (head + (size_t)len + pmask) & ~pmask;
     uint8_t *m = MAP_FAILED;
     for (int attempt = 0;; attempt++) {
-        m = mmap(NULL, maplen, PROT_READ, MAP_SHARED, fd, off);
+        m = mmap(NULL, maplen, PROT_READ, MAP_SHARED, fd, base - (int64_t)head);
         if (m != MAP_FAILED || !transient(errno) || attempt >= MAX_TRANSIENT)
             break;
         note_retry(e, f);
@@ -297,7 +304,7 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
     }
     if (m == MAP_FAILED) {
         int err = errno;
-        file_fail(f, err, "mmap at offset %lld: %s", (long long)off, strerror(err));
+        file_fail(f, err, "mmap at offset %lld: %s", (long long)base, strerror(err));
         return -1;
     }
     /* page faults on a mapping read around the faulting page; sequential advice makes them read ahead */
@@ -307,7 +314,7 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
     if (sigsetjmp(jb, 1)) {
         bus_jump = NULL;
         munmap(m, maplen);
-        file_fail(f, ENODATA, "file shrank while mapped (SIGBUS at offset %lld)", (long long)(off + done));
+        file_fail(f, ENODATA, "file shrank while mapped (SIGBUS at offset %lld)", (long long)(base + done));
         return -1;
     }
     while (done < len) {
@@ -319,11 +326,13 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
         size_t n = win;
         if ((int64_t)n > len - done)
             n = (size_t)(len - done);
-        uint8_t *p = m + done;
+        uint8_t *p = m + head + done;
+        uint8_t *pg = m + ((head + (size_t)done) & ~pmask); /* the window's first page */
+        size_t span = ((size_t)(p + n - pg) + pmask) & ~pmask;
         int64_t t0 = fio_now_ns();
         int populated = 0;
         for (int attempt = 0;; attempt++) {
-            int rc = fault_hit(f, off + done, (int64_t)n) ? -1 : madvise(p, n, MADV_POPULATE_READ);
+            int rc = fault_hit(f, base + done, (int64_t)n) ? -1 : madvise(pg, span, MADV_POPULATE_READ);
             if (rc == 0) {
                 populated = 1;
                 break;
@@ -335,7 +344,7 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
             if (!transient(errno) || attempt >= MAX_TRANSIENT) {
                 int err = errno;
                 munmap(m, maplen);
-                file_fail(f, err, "mmap read at offset %lld: %s", (long long)(off + done), strerror(err));
+                file_fail(f, err, "mmap read at offset %lld: %s", (long long)(base + done), strerror(err));
                 return -1;
             }
             note_retry(e, f);
@@ -351,12 +360,12 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
         } else if (!populated) {
             /* touch every page so "read" means the bytes were brought in */
             volatile uint8_t sink = 0;
-            for (size_t i = 0; i < n; i += (size_t)page)
-                sink ^= ((volatile uint8_t *)p)[i];
+            for (size_t i = 0; i < span; i += (size_t)page)
+                sink ^= ((volatile uint8_t *)pg)[i];
             (void)sink;
         }
         bus_jump = NULL;
-        madvise(p, (n + (size_t)page - 1) & ~((size_t)page - 1), MADV_DONTNEED);
+        madvise(pg, span, MADV_DONTNEED);
         record_read(w, fio_now_ns() - t0, (int64_t)n);
         ADD(&f->bytes, (int64_t)n);
         done += (int64_t)n;
@@ -423,7 +432,10 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
             file_fail(f, EINVAL, "not a regular file");
         } else if (pseudo_fs(fd)) {
             file_fail(f, EINVAL, "a pseudo-file (procfs, sysfs, ...): its size is not real, nothing to measure");
-        } else if (f->size >= 0 && st.st_size != f->size) {
+        } else if (f->range && st.st_size - f->size < f->offset) { /* no overflow: both sizes are >= 0 */
+            file_fail(f, ENODATA, "file is %lld bytes, shorter than the range %lld+%lld (changed since it was listed)",
+                      (long long)st.st_size, (long long)f->offset, (long long)f->size);
+        } else if (!f->range && f->size >= 0 && st.st_size != f->size) {
             file_fail(f, ENODATA, "file is %lld bytes, expected %lld (changed since it was listed)",
                       (long long)st.st_size, (long long)f->size);
         } else {
@@ -436,7 +448,7 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
                 if (e->opt.mode == FIO_MODE_MMAP && len < 0)
                     len = st.st_size - u->off;
                 if (e->opt.mode != FIO_MODE_DIRECT) /* doubles the kernel's read-ahead window for cold reads */
-                    posix_fadvise(fd, u->off, len < 0 ? 0 : len, POSIX_FADV_SEQUENTIAL);
+                    posix_fadvise(fd, f->offset + u->off, len < 0 ? 0 : len, POSIX_FADV_SEQUENTIAL);
                 if (f->dest && len > 0) /* one batched fault-in of this chunk's destination beats a fault per page */
                     madvise(f->dest + u->off, (size_t)((len + ALIGN - 1) & ~(int64_t)(ALIGN - 1)), MADV_POPULATE_WRITE);
                 int64_t got = e->opt.mode == FIO_MODE_MMAP ? read_unit_mmap(w, f, fd, u->off, len, &d)
@@ -562,7 +574,14 @@ static int build_plan(struct fio_engine *e, const fio_file_spec *specs)
     int64_t cs = e->opt.chunk_size;
     int64_t total = 0;
     for (int i = 0; i < e->nfiles; i++) {
-        int64_t sz = specs[i].size;
+        const fio_file_spec *s = &specs[i];
+        if (s->range && (s->size < 0 || s->offset < 0 || s->offset > INT64_MAX - s->size))
+            return EINVAL; /* a range names its length, and its end must be a file offset */
+        if (!s->range && s->offset != 0)
+            return EINVAL;
+        if (e->opt.mode == FIO_MODE_DIRECT && s->offset % ALIGN)
+            return EINVAL; /* O_DIRECT reads start on 4096-byte boundaries of the file */
+        int64_t sz = s->size;
         int64_t n = (split && sz > 0 && cs > 0) ? (sz + cs - 1) / cs : 1;
         if (n > 1 << 20)
             return EINVAL;
@@ -582,6 +601,8 @@ static int build_plan(struct fio_engine *e, const fio_file_spec *specs)
         if (!f->path)
             return ENOMEM;
         f->size = s->size;
+        f->offset = s->offset;
+        f->range = s->range;
         f->fault_errno = s->fault_errno;
         f->fault_after = s->fault_after;
         f->fault_count = s->fault_count;

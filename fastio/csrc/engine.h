@@ -16,12 +16,17 @@ enum { FIO_W_IDLE = 0, FIO_W_ACTIVE = 1, FIO_W_PARKED = 2, FIO_W_EXITED = 3 };
 typedef struct {
     const char *path;
     int64_t size; /* -1: unknown, read to EOF */
+    /* range 1: read bytes [offset, offset+size) of a file at least that long (size must be known);
+     * range 0: the whole file, offset 0, and a known size must match the file's exactly */
+    int64_t offset;
+    int range;
     /* Fault injection for tests: `fault_count` reads touching bytes past `fault_after` fail with `fault_errno`.
+     * `fault_after` is a position in the file, not in the range, like the offsets in error messages.
      * FIO_HOLD as fault_errno instead holds the worker before it opens the file, until fio_engine_release. */
     int fault_errno;
     int64_t fault_after;
     int fault_count;
-    uint8_t *dest; /* optional: the file's bytes land here (size bytes, page-aligned, rounded up to 4096) */
+    uint8_t *dest; /* optional: the file's (range's) bytes land here (size bytes, page-aligned, rounded up to 4096) */
 } fio_file_spec;
 
 typedef struct {
@@ -36,6 +41,8 @@ typedef struct {
 typedef struct {
     char *path;
     int64_t size;
+    int64_t offset; /* units' offsets are relative to it: only the calls on the file add it */
+    int range;
     int fault_errno;
     int64_t fault_after;
     int fault_count;
