@@ -38,9 +38,11 @@ def _one_repeat(world, source, opts, dopts, repeat: int, progress) -> dict:
     except CkptbenchError as exc:
         ready = {"ok": False, "error": str(exc)}
     world.post(ready, repeat, "ready", world.rank)
-    world.gather(repeat, "ready")  # the start barrier: every rank's clock starts when all have arrived
+    _, late = world.gather_some(repeat, "ready")  # the start barrier: every clock starts when all have arrived
     t0 = time.perf_counter()
     try:
+        if late:  # not restored: reported, so that rank 0 names the rank that never came
+            raise CkptbenchError(f"not started: {late}")
         if not ready["ok"]:
             raise CkptbenchError(ready["error"])
         t = time.perf_counter()
@@ -121,12 +123,11 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
             if world.rank == 0:
                 from ckptbench.dist.summary import combine
 
-                try:
-                    reports = world.gather(i, "report")
-                except group.RankFailure as exc:
-                    world.post({"ok": False, "why": str(exc)}, i, "verdict")
-                    raise
-                rep = combine([reports[r] for r in range(world.size)])
+                reports, missing = world.gather_some(i, "report")
+                rep = combine([reports[r] for r in sorted(reports)])
+                if missing:
+                    rep["status"] = "failed"
+                    rep["problems"].insert(0, missing)
                 world.post({"ok": rep["status"] == "ok", "why": "; ".join(rep["problems"])}, i, "verdict")
                 reps.append(rep)
                 if on_repeat:

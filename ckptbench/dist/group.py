@@ -42,22 +42,31 @@ class World:
     def post(self, value, *parts) -> None:
         self.store.set(self.key(*parts), json.dumps(value, default=str))
 
-    def gather(self, *parts, deadline_s: float | None = None) -> dict[int, object]:
-        """Every rank's post under `parts`; RankFailure naming the ranks that had not posted by the deadline."""
+    def gather_some(self, *parts, deadline_s: float | None = None) -> tuple[dict[int, object], str | None]:
+        """The posts under `parts` of every rank that posted by the deadline, and a line naming those that did
+        not (None when all did)."""
         keys = {r: self.key(*parts, r) for r in range(self.size)}
-        limit = time.monotonic() + (self.timeout_s if deadline_s is None else deadline_s)
+        wait = self.timeout_s if deadline_s is None else deadline_s
+        limit = time.monotonic() + wait
         waiting = dict(keys)
         while waiting:
             waiting = {r: k for r, k in waiting.items() if not self.store.check([k])}
-            if not waiting:
+            if not waiting or time.monotonic() > limit:
                 break
-            if time.monotonic() > limit:
-                names = ", ".join(str(r) for r in sorted(waiting))
-                raise RankFailure(f"rank(s) {names} did not reach '{parts[-1]}' within "
-                                  f"{self.timeout_s if deadline_s is None else deadline_s:g} s: failed, hung or "
-                                  "killed (see that rank's own output); raise --rank-timeout if it is only slow")
             time.sleep(POLL_S)
-        return {r: json.loads(self.store.get(k)) for r, k in keys.items()}
+        got = {r: json.loads(self.store.get(k)) for r, k in keys.items() if r not in waiting}
+        if not waiting:
+            return got, None
+        names = ", ".join(str(r) for r in sorted(waiting))
+        return got, (f"rank(s) {names} did not reach '{parts[-1]}' within {wait:g} s: failed, hung or killed (see "
+                     "that rank's own output); raise --rank-timeout if it is only slow")
+
+    def gather(self, *parts, deadline_s: float | None = None) -> dict[int, object]:
+        """Every rank's post under `parts`; RankFailure naming the ranks that had not posted by the deadline."""
+        got, missing = self.gather_some(*parts, deadline_s=deadline_s)
+        if missing:
+            raise RankFailure(missing)
+        return got
 
     def wait_for(self, *parts, deadline_s: float | None = None):
         """The value rank 0 posted under `parts`, waiting for it up to the deadline."""
@@ -110,17 +119,31 @@ def join(device: str, timeout_s: float) -> World:
         import torch
 
         torch.cuda.set_device(local)
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "none") + "-" + os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if dist.is_initialized():
+        store = distributed_c10d._get_default_store()
+    else:
+        try:  # the store torch's env:// rendezvous gives (torchrun's agent store, or one rank 0 hosts)
+            store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=size,
+                                               timeout=timedelta(seconds=timeout_s)))
+        except (RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise CkptbenchError(f"rank {rank}: cannot reach the rendezvous at {os.environ['MASTER_ADDR']}:"
+                                 f"{os.environ['MASTER_PORT']} ({first}); check that every rank was started") from None
+    # one namespace per run: keys from an earlier run on a long-lived store (torchrun's agent) are not ours
+    world = World(rank, size, local, socket.gethostname(), backend, store, timeout_s, f"ckptbench/{run}")
     if not dist.is_initialized():
+        # every rank arrives before the process group is built: its constructor would wait for a missing rank
+        # with no name to give; this names it
+        world.barrier("joined")
         try:
-            dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+            dist.init_process_group(backend, store=store, rank=rank, world_size=size,
+                                    timeout=timedelta(seconds=timeout_s))
         except (RuntimeError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             raise CkptbenchError(f"rank {rank}: cannot join the process group ({first}); check MASTER_ADDR, "
                                  "MASTER_PORT and that every rank was started") from None
-    store = distributed_c10d._get_default_store()  # the rendezvous store every rank already shares
-    # one namespace per run: keys from an earlier run on a long-lived store (torchrun's agent) are not ours
-    run = os.environ.get("TORCHELASTIC_RUN_ID", "none") + "-" + os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return World(rank, size, local, socket.gethostname(), backend, store, timeout_s, f"ckptbench/{run}")
+    return world
 
 
 def leave(world: World) -> None:

@@ -202,3 +202,59 @@ def test_outside_torchrun_the_flag_says_how_to_start_it(torch2):
     r = run_cli("run", str(torch2), "--distributed")
     assert r.rc != 0 and "torchrun --nproc-per-node" in r.err and "Traceback" not in r.err
     assert len(r.err_lines) == 1
+
+
+def _child_with_rank(parent: int, rank: int) -> int | None:
+    """The torchrun worker (a child of `parent`) started with RANK=rank, from /proc."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != parent:
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"RANK={rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+def test_a_rank_that_hangs_is_named_when_its_deadline_passes(torch2):
+    """Rank 1 is stopped (SIGSTOP) as soon as it starts: it never answers. Rank 0 must say so, naming rank 1,
+    once --rank-timeout passes, and exit; the stopped rank is killed afterwards, as torchrun does after its
+    grace period."""
+    import signal
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "ckptbench",
+           "run", str(torch2), "--distributed", "--repeat", "1", "--results", "", "--rank-timeout", "4"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.monotonic() + 30
+        r1 = r0 = None
+        while (r1 is None or r0 is None) and time.monotonic() < deadline:
+            r1 = r1 or _child_with_rank(proc.pid, 1)
+            r0 = r0 or _child_with_rank(proc.pid, 0)
+            if r1:
+                os.kill(r1, signal.SIGSTOP)
+            time.sleep(0.01)
+        assert r1 and r0, "torchrun's workers not found"
+        stopped = time.monotonic()
+        while os.path.exists(f"/proc/{r0}") and time.monotonic() < stopped + 60:
+            with open(f"/proc/{r0}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.05)
+        took = time.monotonic() - stopped
+        os.kill(r1, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 4 * 2 + 15  # its deadlines, not forever
+    assert proc.returncode != 0
+    assert "rank(s) 1 did not reach" in err, err[-3000:]
