@@ -289,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--run", action="store_true", help="start a restore at once")
     start.add_argument("--loop", action="store_true", help="start loop mode at once (read pass after pass)")
     start.add_argument("--watch", type=_whole(1), metavar="PID", help="watch that process (as `watch PID --tui`)")
+    start.add_argument("--ranks", action="store_true",
+                       help="open the newest distributed run (run --distributed) in --results: a lane per rank")
     p.set_defaults(handler=_lazy("cmd_tui"))
 
     p = sub.add_parser("demo", help="generate the small sample checkpoint (once) and restore it live in the TUI")

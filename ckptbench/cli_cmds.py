@@ -351,9 +351,15 @@ def cmd_tui(args) -> int:
         from ckptbench.sources import open_source
 
         open_source(args.source)  # a bad path is one line here, not an error inside the UI
+    ranks = None
+    if args.ranks:
+        from ckptbench.dist.history import newest_dist_run
+
+        ranks = newest_dist_run(args.results)  # none on record: one line here, not an empty screen
     from tui.app import CkptbenchApp  # the UI loads only for this command
 
-    CkptbenchApp(args.source, results_path=args.results, autostart="loop" if args.loop else args.run).run()
+    CkptbenchApp(args.source, results_path=args.results, autostart="loop" if args.loop else args.run,
+                 ranks=ranks).run()
     return 0
 
 

@@ -32,8 +32,10 @@ class CkptbenchApp(App):
     ]
 
     def __init__(self, source: str | None, opts: RunOptions | None = None, *, results_path: str = "results.csv",
-                 autostart: bool | str = False):  # True: a restore at once; "loop": loop mode at once
+                 autostart: bool | str = False,  # True: a restore at once; "loop": loop mode at once
+                 ranks: dict | None = None):  # a distributed run document: its lanes open at once
         super().__init__()
+        self.ranks = ranks
         self.source = source
         self.opts = opts or RunOptions()
         self.results_path = results_path
@@ -59,6 +61,10 @@ class CkptbenchApp(App):
     def on_mount(self) -> None:
         self.sub_title = self.source or "no source"
         self.push_screen(Dashboard())
+        if self.ranks is not None:
+            from tui.screens.ranks import RanksScreen
+
+            self.push_screen(RanksScreen(self.ranks))
 
     def new_session(self):
         from ckptbench.session import RestoreSession

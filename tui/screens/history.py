@@ -1,4 +1,5 @@
-"""History: the runs in results.csv; mark two with space and compare them."""
+"""History: the runs in results.csv; mark two with space and compare them; enter on a distributed run opens its
+lanes, one per rank."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class HistoryScreen(Screen):
         self.load()
 
     def load(self) -> None:
+        from ckptbench.dist.history import dist_runs
         from ckptbench.errors import CkptbenchError
         from ckptbench.history import runs
 
@@ -30,16 +32,32 @@ class HistoryScreen(Screen):
         path = self.app.results_path
         try:
             self.runs = runs(path)
+            self.dist = {d["run_id"]: d for d in dist_runs(path)}
         except CkptbenchError as exc:
-            self.runs = []
+            self.runs, self.dist = [], {}
             self.query_one("#comparison", Static).update(str(exc))
             return
         for r in self.runs:
-            table.add_row(" ", r["run_id"], r["date"][:19], r["source"], r["mode"], r["cache"], str(r["repeats"]),
-                          "-" if r["rto_s"] is None else f"{r['rto_s']:.3f}",
+            table.add_row(" ", r["run_id"], r["date"][:19], r["source"], self.mode_of(r), r["cache"],
+                          str(r["repeats"]), "-" if r["rto_s"] is None else f"{r['rto_s']:.3f}",
                           "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", r["status"], key=r["run_id"])
         if not self.runs:
             self.query_one("#comparison", Static).update(f"no runs recorded in {path} yet: press r on the dashboard")
+        elif self.dist:
+            self.query_one("#comparison", Static).update("enter on a dist run: a lane per rank")
+
+    def mode_of(self, run: dict) -> str:
+        doc = self.dist.get(run["run_id"])
+        return run["mode"] if doc is None else f"dist ×{doc['world_size']} {doc['each_rank']}"
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        from tui.screens.ranks import RanksScreen
+
+        doc = self.dist.get(event.row_key.value)
+        if doc is None:
+            self.notify("not a distributed run: only runs of run --distributed have a lane per rank")
+            return
+        self.app.push_screen(RanksScreen(doc))
 
     def action_mark(self) -> None:
         table = self.query_one("#runs", DataTable)
