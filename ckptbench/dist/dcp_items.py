@@ -108,6 +108,8 @@ class _Recorder(pickle.Unpickler):
 
 
 def _row_major(size: tuple, stride: tuple) -> bool:
+    if 0 in size:  # no elements: any strides describe them
+        return True
     expect = 1
     for n, s in zip(reversed(size), reversed(stride)):
         if n != 1 and s != expect:

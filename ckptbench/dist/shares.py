@@ -190,8 +190,8 @@ def _dcp_rows(share: Share, root: str) -> None:
                 continue
             for c in md.chunks:
                 off, size = tuple(c.offsets), tuple(c.sizes)
-                if full and (off[0] >= sl.hi or off[0] + size[0] <= sl.lo or sl.lo == sl.hi):
-                    continue
+                if 0 in size or (full and (off[0] >= sl.hi or off[0] + size[0] <= sl.lo or sl.lo == sl.hi)):
+                    continue  # an empty chunk (torch.chunk leaves some) or rows this rank does not hold
                 info = storage[MetadataIndex(fqn, off)]
                 rel = str(info.relative_path)
                 if rel not in fds:
