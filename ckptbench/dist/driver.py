@@ -154,6 +154,7 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
         finally:
             world.post(True, "finished")
         try:
+            world.post(True, "bye", 0)
             world.gather("bye", deadline_s=BYE_S)
         except group.RankFailure:
             pass  # they have their verdict; one that is gone is not waited for
