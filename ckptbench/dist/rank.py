@@ -134,9 +134,13 @@ class RankRestore:
         return state
 
     def _read(self, rep: RankReport, t0: float) -> fastio.ReadResult:
+        from ckptbench import confine
+
         pieces = self.share.pieces
-        specs = [fastio.FileSpec(os.path.join(self.root, p.rel), p.length) if p.whole else
-                 fastio.FileSpec(os.path.join(self.root, p.rel), p.length, offset=p.offset) for p in pieces]
+        # every path checked where it is read: a manifest or DCP metadata names them, and either may be crafted
+        real = {rel: confine.resolve(self.root, rel) for rel in {p.rel for p in pieces}}
+        specs = [fastio.FileSpec(real[p.rel], p.length) if p.whole else
+                 fastio.FileSpec(real[p.rel], p.length, offset=p.offset) for p in pieces]
         mode = self.read
         if mode == "auto":  # ranges start where tensors start: O_DIRECT needs 4096-aligned offsets
             aligned = all(p.whole or p.offset % 4096 == 0 for p in pieces)
@@ -155,7 +159,8 @@ class RankRestore:
         res = driven.result
         if res.failed:
             f = res.failed[0]
-            raise CkptbenchError(f"{os.path.relpath(f.path, self.root)}: unreadable ({f.error.message})"
+            rel = next(p.rel for p, r in zip(pieces, res.files) if r is f)
+            raise CkptbenchError(f"{rel}: unreadable ({f.error.message})"
                                  + (f" and {len(res.failed) - 1} more" if len(res.failed) > 1 else ""))
         rep.bytes_read = res.bytes
         return res

@@ -216,3 +216,22 @@ def test_a_failed_rank_is_named_in_the_problems():
     assert rep["status"] == "failed"
     assert rep["problems"] == ["rank 1 (h): x.pt: unreadable (open: No such file)"]
     assert "rto_s" not in rep
+
+
+def test_a_rank_never_reads_outside_the_checkpoint(tmp_path):
+    """A crafted manifest can put any path in a rank's share: the read refuses it before opening anything."""
+    from ckptbench.dist.rank import RankReport, RankRestore
+    from ckptbench.errors import CkptbenchError
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 100)
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    (root / "link.pt").symlink_to(secret)
+    for rel in ("../secret", "link.pt"):
+        share = Share(0, 1, "")
+        share.add(Piece(rel, 0, 100, True))
+        rr = RankRestore(str(root), "torch", share, concurrency=1, read="pread", hash_alg="none", manifest=None,
+                         device="cpu")
+        with pytest.raises(CkptbenchError, match="refusing it"):
+            rr._read(RankReport(0, "h", 0), time.perf_counter())
