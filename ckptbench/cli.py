@@ -182,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B")
     p.add_argument("--part-size", type=_size, default=8 << 20, metavar="B", help="S3: bytes per ranged GET (8M)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--distributed", action="store_true",
+                   help="under torchrun: the distributed restore at each level (per rank), the aggregate rate's knee")
+    p.add_argument("--each-rank", choices=("part", "all"), default="part", help="with --distributed: as for run")
+    p.add_argument("--rank-timeout", type=_seconds, default=300.0, metavar="S", help="with --distributed: as for run")
     p.set_defaults(handler=_lazy("cmd_sweep", "cli_run"))
 
     p = sub.add_parser("compare", help="newest run against a baseline; exit 1 on a regression beyond the noise")

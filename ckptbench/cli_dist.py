@@ -81,3 +81,49 @@ def cmd_run_distributed(args) -> int:
         for line in out.errors:
             print(f"ckptbench: {line} (the run's result is rank 0's)", file=sys.stderr)
     return out.rc
+
+
+def print_sweep(doc: dict) -> None:
+    print(f"{doc['source']}: aggregate read rate of {doc['world_size']} rank(s) by per-rank concurrency (cache "
+          f"{doc['cache']}; each rank reads {doc['each_rank']}; median of {doc['repeats']})")
+    for p in doc["problems"]:
+        print(f"  FAILED {p}", file=sys.stderr)
+    if "knee" not in doc:
+        return
+    best = doc["aggregate_gbps"][str(doc["best"])]["median"]
+    print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s} {'RTO s':>7s}  of best")
+    for lv in doc["levels"]:
+        g, rto = doc["aggregate_gbps"][str(lv)], doc["rto_s"][str(lv)]
+        mark = "  ← knee" if lv == doc["knee"] else ""
+        print(f"  {lv:6d} {g['median']:7.2f} {g['min']:7.2f} {g['max']:7.2f} {rto['median']:7.3f}  "
+              f"{g['median'] / best:6.0%}{mark}")
+    print(f"knee: {doc['knee']} per rank (smallest level within {doc['margin']:.0%} of the best, {doc['best']}); "
+          f"recommendation: {doc['recommendation']}")
+
+
+def cmd_sweep_distributed(args) -> int:
+    from ckptbench import pipeline
+    from ckptbench.dist.driver import DistOptions, sweep
+    from ckptbench.sweep import parse_levels
+
+    levels = parse_levels(args.levels)
+    opts = pipeline.RunOptions(cache=args.cache, concurrency=levels[0], read=args.read, hash=args.hash,
+                               block_size=args.block_size)
+
+    def deliver(doc: dict) -> None:
+        if args.json:
+            json.dump(doc, sys.stdout, indent=2, default=str)
+            sys.stdout.write("\n")
+        else:
+            print_sweep(doc)
+        sys.stdout.flush()
+
+    def say(level: int, gbps: float) -> None:
+        if sys.stderr.isatty():
+            print(f"  concurrency {level:4d} per rank: {gbps:.2f} GB/s aggregate", file=sys.stderr)
+
+    out = sweep(args.source, opts, DistOptions(args.each_rank, args.rank_timeout), levels, args.repeat,
+                deliver=deliver, say=say)
+    for line in ([] if out.doc is not None else out.errors):
+        print(f"ckptbench: {line} (the run's result is rank 0's)", file=sys.stderr)
+    return out.rc

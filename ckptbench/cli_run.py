@@ -132,6 +132,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    if args.distributed:
+        from ckptbench.cli_dist import cmd_sweep_distributed
+
+        return cmd_sweep_distributed(args)
     from ckptbench.sources import ReadOptions
     from ckptbench.sweep import parse_levels, sweep
 

@@ -23,7 +23,7 @@ class DistOptions:
     digests: bool = False  # each rank lists a crc32c per local tensor (computed after the clock stops)
 
 
-def _one_repeat(world, source, opts, dopts, repeat: int, progress) -> dict:
+def _one_repeat(world, source, opts, dopts, repeat, progress) -> dict:
     """This rank's repeat, as a plain report (errors included)."""
     from ckptbench.dist.rank import RankReport, RankRestore, tensor_digests
     from ckptbench.dist.shares import plan_share
@@ -37,8 +37,8 @@ def _one_repeat(world, source, opts, dopts, repeat: int, progress) -> dict:
             ready = {"ok": True, "residency_before": cond.residency_before, "cache_verified": cond.verified}
     except CkptbenchError as exc:
         ready = {"ok": False, "error": str(exc)}
-    world.post(ready, repeat, "ready", world.rank)
-    _, late = world.gather_some(repeat, "ready")  # the start barrier: every clock starts when all have arrived
+    world.post(ready, *repeat, "ready", world.rank)
+    _, late = world.gather_some(*repeat, "ready")  # the start barrier: every clock starts when all have arrived
     t0 = time.perf_counter()
     try:
         if late:  # not restored: reported, so that rank 0 names the rank that never came
@@ -88,20 +88,8 @@ def _first_collective(world) -> float:
     return time.perf_counter() - t0
 
 
-@dataclasses.dataclass
-class Outcome:
-    rc: int  # rank 0: the run's; other ranks: 0 once rank 0 has their reports (a failing worker's own non-zero
-    # exit would make torchrun stop rank 0 before it reports), 1 when rank 0 was not heard from
-    doc: dict | None  # rank 0 only
-    errors: list[str]  # this rank's own failures, one line each
-
-
-def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str, progress=None,
-        on_repeat=None, deliver=None) -> Outcome:
-    """Every rank calls this; rank 0 hands the run document to `deliver` (print, record) before the other ranks
-    are let go, and returns it."""
-    from ckptbench.dist import group
-    from ckptbench.dist.shares import POLICIES, saved_world
+def _open(source_url: str, dopts: DistOptions):
+    from ckptbench.dist.shares import POLICIES
     from ckptbench.sources import open_source
 
     if dopts.policy not in POLICIES:
@@ -110,58 +98,132 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
     if not source.files_on_disk:
         raise CkptbenchError(f"{source_url}: --distributed reads a checkpoint on a mounted filesystem shared by the "
                              "ranks (local, NFS, Lustre, FUSE); for S3 mount it or run one restore per node")
+    return source
+
+
+def _repeats(world, source, opts, dopts, repeats: int, tag: str, progress,
+             errors: list[str]) -> tuple[list[dict], bool]:
+    """`repeats` restores by every rank: rank 0 gets their combined figures (others an empty list), and every
+    rank whether all succeeded. Stops at the first failed repeat, on every rank alike (rank 0's verdict says)."""
+    from ckptbench.dist.summary import combine
+
+    reps: list[dict] = []
+    for i in range(1, repeats + 1):
+        key = (tag, i)
+        mine = _one_repeat(world, source, opts, dopts, key, progress)
+        if mine["error"]:
+            errors.append(f"rank {world.rank}, repeat {i}: {mine['error']}")
+        world.post(mine, *key, "report", world.rank)
+        if world.rank == 0:
+            reports, missing = world.gather_some(*key, "report")
+            rep = combine([reports[r] for r in sorted(reports)])
+            if missing:
+                rep["status"] = "failed"
+                rep["problems"].insert(0, missing)
+            world.post({"ok": rep["status"] == "ok", "why": "; ".join(rep["problems"])}, *key, "verdict")
+            reps.append(rep)
+        if not world.wait_for(*key, "verdict")["ok"]:
+            return reps, False
+    return reps, True
+
+
+def _finish(world, doc: dict | None, deliver) -> None:
+    """Rank 0 delivers (prints, records) and then lets the others go; they wait for that before exiting."""
+    from ckptbench.dist import group
+
+    if world.rank != 0:
+        world.wait_for("finished")  # rank 0 has printed and recorded: exiting now cannot cut it short
+        world.post(True, "bye", world.rank)
+        return
+    try:
+        if deliver and doc is not None:
+            deliver(doc)
+    finally:
+        world.post(True, "finished")
+    try:
+        world.post(True, "bye", 0)
+        world.gather("bye", deadline_s=BYE_S)
+    except group.RankFailure:
+        pass  # they have their verdict; one that is gone is not waited for
+
+
+@dataclasses.dataclass
+class Outcome:
+    rc: int  # rank 0: the run's; other ranks: 0 once rank 0 has their reports (a failing worker's own non-zero
+    # exit would make torchrun stop rank 0 before it reports), 1 when rank 0 was not heard from
+    doc: dict | None  # rank 0 only
+    errors: list[str]  # this rank's own failures, one line each
+
+
+def _options(opts) -> dict:
+    return dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) else dict(vars(opts))
+
+
+def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str, progress=None,
+        deliver=None) -> Outcome:
+    """Every rank calls this; rank 0 hands the run document to `deliver` (print, record) before the other ranks
+    are let go, and returns it."""
+    from ckptbench import env as envmod
+    from ckptbench.dist import group
+    from ckptbench.dist.shares import saved_world
+    from ckptbench.dist.summary import summarize
+
+    source = _open(source_url, dopts)
     world = group.join(opts.device, dopts.timeout_s)
     try:
-        reps: list[dict] = []
         errors: list[str] = []
-        collective = None
-        for i in range(1, repeats + 1):
-            mine = _one_repeat(world, source, opts, dopts, i, progress)
-            if mine["error"]:
-                errors.append(f"rank {world.rank}, repeat {i}: {mine['error']}")
-            world.post(mine, i, "report", world.rank)
-            if world.rank == 0:
-                from ckptbench.dist.summary import combine
-
-                reports, missing = world.gather_some(i, "report")
-                rep = combine([reports[r] for r in sorted(reports)])
-                if missing:
-                    rep["status"] = "failed"
-                    rep["problems"].insert(0, missing)
-                world.post({"ok": rep["status"] == "ok", "why": "; ".join(rep["problems"])}, i, "verdict")
-                reps.append(rep)
-                if on_repeat:
-                    on_repeat(rep)
-            verdict = world.wait_for(i, "verdict")
-            if not verdict["ok"]:
-                break
-            if collective is None:
-                collective = _first_collective(world)
-        if world.rank != 0:
-            world.wait_for("finished")  # rank 0 has printed and recorded: exiting now cannot cut it short
-            world.post(True, "bye", world.rank)
-            return Outcome(0, None, errors)
-        listing = source.list()
-        from ckptbench import env as envmod
-        from ckptbench.dist.summary import summarize
-
-        doc = summarize(run_id, listing, world, dataclasses.asdict(opts) if dataclasses.is_dataclass(opts)
-                        else dict(vars(opts)), dopts.policy, saved_world(listing), reps, envmod.snapshot(source_url))
-        doc["first_collective_s"] = collective
-        try:
-            if deliver:
-                deliver(doc)
-        finally:
-            world.post(True, "finished")
-        try:
-            world.post(True, "bye", 0)
-            world.gather("bye", deadline_s=BYE_S)
-        except group.RankFailure:
-            pass  # they have their verdict; one that is gone is not waited for
-        return Outcome(0 if doc["status"] == "ok" else 1, doc, errors)
+        reps, ok = _repeats(world, source, opts, dopts, repeats, "run", progress, errors)
+        collective = _first_collective(world) if ok else None  # every rank knows `ok`: all or none call it
+        doc = None
+        if world.rank == 0:
+            listing = source.list()
+            doc = summarize(run_id, listing, world, _options(opts), dopts.policy, saved_world(listing), reps,
+                            envmod.snapshot(source_url))
+            doc["first_collective_s"] = collective
+        _finish(world, doc, deliver)
+        return Outcome(0 if doc is None or doc["status"] == "ok" else 1, doc, errors)
     finally:
         group.leave(world)
 
 
+def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats: int, *, deliver=None,
+          say=None) -> Outcome:
+    """The distributed restore at each per-rank concurrency level: the aggregate read rate by level and its knee
+    (the smallest level within 10 % of the best), for this many ranks on this storage."""
+    from ckptbench.dist import group
+    from ckptbench.stats import spread
+    from ckptbench.sweep import KNEE_MARGIN, knee
 
-__all__ = ["DistOptions", "run"]
+    source = _open(source_url, dopts)
+    world = group.join(opts.device, dopts.timeout_s)
+    try:
+        errors: list[str] = []
+        by_level: dict[int, list[dict]] = {}
+        for level in levels:
+            reps, ok = _repeats(world, source, dataclasses.replace(opts, concurrency=level), dopts, repeats,
+                                f"sweep{level}", None, errors)
+            by_level[level] = reps
+            if not ok:
+                break
+            if world.rank == 0 and say:
+                say(level, spread([r["aggregate_gbps"] for r in reps])["median"])
+        doc = None
+        if world.rank == 0:
+            good = {lv: reps for lv, reps in by_level.items() if reps and all(r["status"] == "ok" for r in reps)}
+            stats = {lv: spread([r["aggregate_gbps"] for r in reps]) for lv, reps in good.items()}
+            doc = {"kind": "dist-sweep", "source": source_url, "world_size": world.size, "each_rank": dopts.policy,
+                   "cache": opts.cache, "repeats": repeats, "levels": list(stats),
+                   "aggregate_gbps": {str(lv): st for lv, st in stats.items()},
+                   "rto_s": {str(lv): spread([r["rto_s"] for r in good[lv]]) for lv in good},
+                   "problems": [p for reps in by_level.values() for r in reps for p in r["problems"]],
+                   "status": "ok" if len(good) == len(levels) else "failed"}
+            if stats:
+                k, best = knee({lv: st["median"] for lv, st in stats.items()})
+                doc.update(knee=k, best=best, margin=KNEE_MARGIN, recommendation=f"--concurrency {k} per rank")
+        _finish(world, doc, deliver)
+        return Outcome(0 if doc is None or doc["status"] == "ok" else 1, doc, errors)
+    finally:
+        group.leave(world)
+
+
+__all__ = ["DistOptions", "Outcome", "run", "sweep"]

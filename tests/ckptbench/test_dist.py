@@ -258,3 +258,18 @@ def test_a_rank_that_hangs_is_named_when_its_deadline_passes(torch2):
     assert took < 4 * 2 + 15  # its deadlines, not forever
     assert proc.returncode != 0
     assert "rank(s) 1 did not reach" in err, err[-3000:]
+
+
+def test_a_distributed_sweep_gives_the_aggregate_rate_per_level_and_its_knee(torch2):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "ckptbench",
+           "sweep", str(torch2), "--distributed", "--levels", "1,4", "--repeat", "2", "--cache", "hot", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert doc["status"] == "ok" and doc["world_size"] == 2 and doc["levels"] == [1, 4]
+    medians = {int(lv): st["median"] for lv, st in doc["aggregate_gbps"].items()}
+    assert all(g > 0 for g in medians.values()) and all(st["n"] == 2 for st in doc["aggregate_gbps"].values())
+    best = max(medians, key=medians.get)
+    assert doc["best"] == best
+    # the knee: the smallest level within 10 % of the best, computed here from the figures themselves
+    assert doc["knee"] == min(lv for lv, g in medians.items() if g >= 0.9 * medians[best])
