@@ -258,14 +258,21 @@ def _put(state: CheckpointState, key: str, t: torch.Tensor) -> None:
 def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview]) -> CheckpointState:
     """Whole files through their format's own loader (checked as a single-process restore checks them)."""
     from ckptbench import restore
+
     paths = list(buffers)
     if fmt == "dcp" and any(p.endswith(".distcp") for p in paths):
         return restore.load_state(root, "dcp", buffers=buffers)
     ext = restore.SHARD_EXT.get(fmt, ())
     shards = [p for p in paths if p.endswith(ext)]
     state = CheckpointState({})
+    if fmt == "safetensors":  # a Trainer's torch.save state beside the weights: whoever reads it loads it
+        from ckptbench.formats.torch_shards import load_shards
+
+        trainer = [p for p in restore.trainer_files(root, None) if p in buffers]
+        if trainer:
+            state.merge(load_shards(trainer, buffers))
     if not shards:
-        return state
+        return state  # otherwise only small files (config, tokenizer): read, as a restore reads them
     if fmt == "torch":
         from ckptbench.formats import torch_format
 
@@ -273,6 +280,12 @@ def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview
             return restore.load_state(root, fmt, buffers=buffers, shards=shards)
         for p in shards:  # a rank's subset: the index's cross-file check needs every shard, so none here
             state.merge(torch_format.load_buffer(buffers[p], p))
+        return state
+    if fmt == "safetensors":
+        from ckptbench.formats import safetensors_format
+
+        for p in shards:
+            state.merge(safetensors_format.load_buffer(buffers[p], p))
         return state
     return restore.load_state(root, fmt, buffers=buffers, shards=shards)
 

@@ -273,3 +273,27 @@ def test_a_distributed_sweep_gives_the_aggregate_rate_per_level_and_its_knee(tor
     assert doc["best"] == best
     # the knee: the smallest level within 10 % of the best, computed here from the figures themselves
     assert doc["knee"] == min(lv for lv, g in medians.items() if g >= 0.9 * medians[best])
+
+
+def test_a_trainer_checkpoint_in_safetensors_splits_rows_and_loads_its_state_once(tmp_path):
+    """A Hugging Face Trainer directory nobody here wrote: each rank holds torch.chunk's rows of every weight,
+    read by byte range; the Trainer's optimizer.pt is read and loaded by rank 0 alone."""
+    from safetensors.torch import save_file
+
+    d = tmp_path / "checkpoint-10"
+    d.mkdir()
+    g = torch.Generator().manual_seed(9)
+    a = {"embed.weight": torch.randn(33, 16, generator=g).bfloat16(), "norm.weight": torch.randn(16, generator=g)}
+    b = {"lm_head.weight": torch.randn(7, 16, generator=g)}
+    save_file(a, str(d / "model-00001-of-00002.safetensors"))
+    save_file(b, str(d / "model-00002-of-00002.safetensors"))
+    exp_avg = torch.randn(5, generator=g)
+    torch.save({"state": {0: {"exp_avg": exp_avg}}, "param_groups": [{"lr": 0.1, "params": [0]}]}, d / "optimizer.pt")
+    (d / "trainer_state.json").write_text("{}")
+    doc = _doc(2, d, "--tensor-digests")
+    assert doc["status"] == "ok"
+    _assert_rows_match(doc, {**a, **b})
+    ranks = doc["repeats"][0]["ranks"]
+    held = [r["rank"] for r in ranks if "optimizer.state.0.exp_avg" in r["digests"]]
+    assert held == [0] and ranks[0]["digests"]["optimizer.state.0.exp_avg"] == _crc(exp_avg)
+    assert doc["amplification"] == pytest.approx(1.0)

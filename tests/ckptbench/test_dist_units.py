@@ -235,3 +235,26 @@ def test_a_rank_never_reads_outside_the_checkpoint(tmp_path):
                          device="cpu")
         with pytest.raises(CkptbenchError, match="refusing it"):
             rr._read(RankReport(0, "h", 0), time.perf_counter())
+
+
+def test_deepspeed_shares_follow_its_layout_and_are_amplified(tmp_path):
+    """DeepSpeed has every data-parallel rank read the model states and its own ZeRO partition: the shares say
+    so, and the model-states file read twice makes the amplification above 1."""
+    from test_torch_layouts import _ds_step
+
+    root = tmp_path / "ds"
+    root.mkdir()
+    _ds_step(str(root / "global_step7"), 7, n=16)
+    (root / "latest").write_text("global_step7\n")
+    listing = open_source(str(root)).list()
+    shares = [plan_share(listing, 2, r) for r in range(2)]
+    model = "global_step7/mp_rank_00_model_states.pt"
+    assert {p.rel for p in shares[0].pieces} == {model, "global_step7/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                                 "latest"}
+    assert {p.rel for p in shares[1].pieces} == {model, "global_step7/zero_pp_rank_1_mp_rank_00_optim_states.pt"}
+    assert all(p.whole for s in shares for p in s.pieces)
+    reports = [_report(s.rank, {p.rel: [(0, p.length)] for p in s.pieces}, 1.0) for s in shares]
+    doc = combine(reports)
+    size = os.path.getsize(root / model)
+    assert doc["bytes_read"] - doc["unique_bytes"] == size  # the model states, read by both
+    assert doc["amplification"] > 1
