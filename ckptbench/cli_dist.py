@@ -50,6 +50,35 @@ def print_dist(doc: dict) -> None:
             print(f"  note ({stage}, rank 0): {note}")
 
 
+class RanksLine:
+    """Rank 0's live line on a terminal: how many ranks are in each stage, bytes so far of the ranks' shares,
+    the aggregate rate, and the rank furthest behind."""
+
+    ORDER = ("ready", "list", "read", "verify", "load", "device", "check", "done", "failed")
+
+    def __init__(self, stream=None):
+        from ckptbench.progress import ProgressLine
+
+        self.line = ProgressLine(stream or sys.stderr)
+
+    def __call__(self, repeat: int, s) -> None:
+        if not self.line.live:
+            return
+        from ckptbench.units import human_bytes
+
+        counts = " ".join(f"{k} {s.stages[k]}" for k in self.ORDER if s.stages.get(k))
+        share = f"{s.bytes / s.needed:.0%} of {human_bytes(s.needed)}" if s.needed else "starting"
+        rate = f"{s.bytes / s.seconds / 1e9:.2f} GB/s" if s.seconds > 0 else ""
+        behind = f"; behind: rank {s.behind} at {s.behind_fraction:.0%}" if s.behind is not None else ""
+        text = f"[{repeat}] ranks: {counts} | {share} {rate}{behind}"
+        self.line.stream.write("\r" + text.ljust(self.line.width))
+        self.line.width = len(text)
+        self.line.stream.flush()
+
+    def close(self) -> None:
+        self.line.close()
+
+
 def cmd_run_distributed(args) -> int:
     import uuid
 
@@ -75,8 +104,15 @@ def cmd_run_distributed(args) -> int:
             print_dist(doc)
         sys.stdout.flush()
 
+    line = RanksLine() if rank0 else None
+
+    def deliver_after_line(doc: dict) -> None:
+        if line is not None:
+            line.close()
+        deliver(doc)
+
     out = run(args.source, opts, DistOptions(args.each_rank, args.rank_timeout, args.tensor_digests), args.repeat,
-              run_id=run_id, deliver=deliver)
+              run_id=run_id, deliver=deliver_after_line, show=line if line is not None and line.line.live else None)
     if out.doc is None:  # another rank: rank 0 reports the run; this rank's own failure goes on its stderr
         for line in out.errors:
             print(f"ckptbench: {line} (the run's result is rank 0's)", file=sys.stderr)

@@ -7,6 +7,7 @@ waiting; a rank that hangs or dies is named by rank 0 when its deadline passes. 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -23,12 +24,15 @@ class DistOptions:
     digests: bool = False  # each rank lists a crc32c per local tensor (computed after the clock stops)
 
 
-def _one_repeat(world, source, opts, dopts, repeat, progress) -> dict:
+def _one_repeat(world, source, opts, dopts, repeat) -> dict:
     """This rank's repeat, as a plain report (errors included)."""
+    from ckptbench.dist.live import Poster
     from ckptbench.dist.rank import RankReport, RankRestore, tensor_digests
     from ckptbench.dist.shares import plan_share
 
     rep = RankReport(world.rank, world.host, world.local_rank)
+    live = Poster(world, repeat)
+    live.on_stage("ready")  # before the barrier: rank 0's view finds every rank's key once it is past it
     ready = {"ok": True}
     try:
         if world.local_rank == 0:  # one rank per node sets the page cache for the node's ranks
@@ -46,6 +50,7 @@ def _one_repeat(world, source, opts, dopts, repeat, progress) -> dict:
         if not ready["ok"]:
             raise CkptbenchError(ready["error"])
         t = time.perf_counter()
+        live.on_stage(LIST)
         listing = source.list()
         share = plan_share(listing, world.size, world.rank, dopts.policy)
         rep.stages[LIST] = time.perf_counter() - t
@@ -53,13 +58,16 @@ def _one_repeat(world, source, opts, dopts, repeat, progress) -> dict:
         alg = opts.hash or (man.hash if man is not None else "none")
         state = RankRestore(listing.source, listing.format, share, concurrency=opts.concurrency, read=opts.read,
                             hash_alg=alg, manifest=man, device=_device(opts.device, world),
-                            block_size=opts.block_size, on_progress=progress).run(rep, t0)
+                            block_size=opts.block_size, on_stage=live.on_stage,
+                            on_progress=lambda snap: live.on_bytes(int(snap.bytes), share.needed)).run(rep, t0)
         if dopts.digests:
             rep.digests = tensor_digests(state)
         del state
     except CkptbenchError as exc:
         rep.status, rep.error = "failed", str(exc)
         rep.end_s = time.perf_counter() - t0
+    live.on_bytes(rep.bytes_read, rep.bytes_needed)
+    live.on_stage("done" if rep.status == "ok" else "failed")
     doc = dataclasses.asdict(rep)
     doc["read_gbps"] = rep.read_gbps
     doc["cache"] = ready if world.local_rank == 0 else None
@@ -101,7 +109,7 @@ def _open(source_url: str, dopts: DistOptions):
     return source
 
 
-def _repeats(world, source, opts, dopts, repeats: int, tag: str, progress,
+def _repeats(world, source, opts, dopts, repeats: int, tag: str, show,
              errors: list[str]) -> tuple[list[dict], bool]:
     """`repeats` restores by every rank: rank 0 gets their combined figures (others an empty list), and every
     rank whether all succeeded. Stops at the first failed repeat, on every rank alike (rank 0's verdict says)."""
@@ -110,12 +118,16 @@ def _repeats(world, source, opts, dopts, repeats: int, tag: str, progress,
     reps: list[dict] = []
     for i in range(1, repeats + 1):
         key = (tag, i)
-        mine = _one_repeat(world, source, opts, dopts, key, progress)
-        if mine["error"]:
-            errors.append(f"rank {world.rank}, repeat {i}: {mine['error']}")
-        world.post(mine, *key, "report", world.rank)
+        with contextlib.ExitStack() as stack:
+            if world.rank == 0 and show is not None:  # every rank's stage and bytes, while they restore
+                from ckptbench.dist.live import Watcher
+
+                stack.enter_context(Watcher(world, key, lambda summary: show(i, summary)))
+            mine = _one_repeat(world, source, opts, dopts, key)
+            _post_report(world, mine, key, errors, i)
+            if world.rank == 0:
+                reports, missing = world.gather_some(*key, "report")
         if world.rank == 0:
-            reports, missing = world.gather_some(*key, "report")
             rep = combine([reports[r] for r in sorted(reports)])
             if missing:
                 rep["status"] = "failed"
@@ -125,6 +137,13 @@ def _repeats(world, source, opts, dopts, repeats: int, tag: str, progress,
         if not world.wait_for(*key, "verdict")["ok"]:
             return reps, False
     return reps, True
+
+
+def _post_report(world, mine: dict, key: tuple, errors: list[str], i: int) -> None:
+    """This rank's report posted (and its error kept for its own stderr)."""
+    if mine["error"]:
+        errors.append(f"rank {world.rank}, repeat {i}: {mine['error']}")
+    world.post(mine, *key, "report", world.rank)
 
 
 def _finish(world, doc: dict | None, deliver) -> None:
@@ -159,7 +178,7 @@ def _options(opts) -> dict:
     return dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) else dict(vars(opts))
 
 
-def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str, progress=None,
+def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str, show=None,
         deliver=None) -> Outcome:
     """Every rank calls this; rank 0 hands the run document to `deliver` (print, record) before the other ranks
     are let go, and returns it."""
@@ -172,7 +191,7 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
     world = group.join(opts.device, dopts.timeout_s)
     try:
         errors: list[str] = []
-        reps, ok = _repeats(world, source, opts, dopts, repeats, "run", progress, errors)
+        reps, ok = _repeats(world, source, opts, dopts, repeats, "run", show, errors)
         collective = _first_collective(world) if ok else None  # every rank knows `ok`: all or none call it
         doc = None
         if world.rank == 0:

@@ -95,16 +95,19 @@ class RankRestore:
     """The timed stages of one rank; `t0` is the start barrier's release on this rank's clock."""
 
     def __init__(self, root: str, fmt: str, share: Share, *, concurrency: int, read: str, hash_alg: str, manifest,
-                 device: str, block_size: int = 1 << 20, on_progress=None):
+                 device: str, block_size: int = 1 << 20, on_progress=None, on_stage=None):
         self.root, self.fmt, self.share, self.man = root, fmt, share, manifest
         self.concurrency, self.read, self.hash = concurrency, read, hash_alg
         self.device, self.block_size = device, block_size
         self.on_progress = on_progress
+        self.on_stage = on_stage
         self.cancel = threading.Event()
 
-    def _timed(self, rep: RankReport, name: str, fn):
+    def _timed(self, rep: RankReport, name: str, fn, *args):
+        if self.on_stage:
+            self.on_stage(name)
         t = time.perf_counter()
-        out = fn()
+        out = fn(*args)
         rep.stages[name] = time.perf_counter() - t
         return out
 
@@ -119,14 +122,14 @@ class RankRestore:
             per_file.setdefault(p.rel, []).append((p.offset, p.offset + p.length))
         rep.intervals = {rel: merged(iv) for rel, iv in per_file.items()}
         rep.read_start_s = time.perf_counter() - t0
-        result = self._timed(rep, READ, lambda: self._read(rep, t0))
+        result = self._timed(rep, READ, self._read, rep, t0)
         rep.read_end_s = time.perf_counter() - t0
-        self._timed(rep, VERIFY, lambda: self._verify(rep, result))
-        state = self._timed(rep, LOAD, lambda: self._load(result))
-        del result
+        self._timed(rep, VERIFY, self._verify, rep, result)
+        state = self._timed(rep, LOAD, self._load, result)
+        del result  # the buffers live on as the tensors' storage; the result's other references go
         rep.tensors = sum(1 for _ in state.tensors())
-        self._timed(rep, DEVICE, lambda: self._to_device(state, rep))
-        report = self._timed(rep, CHECK, lambda: _check(state, self.concurrency))
+        self._timed(rep, DEVICE, self._to_device, state, rep)
+        report = self._timed(rep, CHECK, _check, state, self.concurrency)
         rep.notes[CHECK] = report.summary
         if not report.ok:
             raise CkptbenchError(f"check failed: {report.problems[0]}")

@@ -258,3 +258,29 @@ def test_deepspeed_shares_follow_its_layout_and_are_amplified(tmp_path):
     size = os.path.getsize(root / model)
     assert doc["bytes_read"] - doc["unique_bytes"] == size  # the model states, read by both
     assert doc["amplification"] > 1
+
+
+def test_rank_zero_sees_every_ranks_stage_and_the_rank_furthest_behind():
+    from ckptbench.dist import live
+
+    store = torch.distributed.HashStore()
+    worlds = [_world(store, r, 3) for r in range(3)]
+    posters = [live.Poster(w, ("run", 1)) for w in worlds]
+    for p in posters:
+        p.on_stage("ready")
+    seen = []
+    with live.Watcher(worlds[0], ("run", 1), seen.append):
+        posters[0].on_stage("read")
+        posters[0].on_bytes(800, 1000)
+        posters[0].on_stage("read")  # a stage change posts at once, whatever the throttle
+        posters[1].on_stage("read")
+        posters[1].on_bytes(100, 1000)
+        posters[1].on_stage("read")
+        posters[2].on_stage("load")
+        posters[2].on_bytes(500, 500)
+        posters[2].on_stage("load")
+        time.sleep(live.SHOW_S * 3)
+    last = seen[-1]
+    assert last.stages == {"read": 2, "load": 1}
+    assert (last.bytes, last.needed) == (1400, 2500)
+    assert last.behind == 1 and last.behind_fraction == pytest.approx(0.1)
