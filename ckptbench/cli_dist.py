@@ -37,11 +37,22 @@ def print_dist(doc: dict) -> None:
           f"{len([r for r in doc['repeats'] if r['status'] == 'ok'])}")
     print(f"read amplification {doc['amplification']:.2f} ({human_bytes(doc['bytes_read'])} read by all ranks / "
           f"{human_bytes(doc['unique_bytes'])} unique)")
+    plan = last["read_plan"]
+    files = plan["files_touched_per_rank"]
+    print(f"read plan: {plan['requests']} requests, {human_bytes(plan['bytes_per_request'])} per request, "
+          f"{plan['backward_seeks']} backward seeks, {min(files)}–{max(files)} files per rank")
+    if doc["resharded"]:
+        print(f"resharding {doc['saved_world']} → {doc['world_size']} ranks: rows assembled from several stored "
+              f"chunks in {last['assemble_s']:.3f} s on the slowest rank (inside its load stage)")
     if "dcp_reader" in doc:
         d = doc["dcp_reader"]
         print(f"torch's DCP reader, same shares: {human_bytes(d['bytes'])} in {d['requests']} requests "
               f"(amplification {d['amplification']:.2f}, {d['backward_seeks']} backward seeks): it reads every "
               "stored chunk whole for each request")
+    warm = max(r.get("warmup_s", 0.0) for r in doc["repeats"][0]["ranks"])
+    if warm:
+        print(f"one-time warm-up before the first barrier (imports, torch's first operations): up to {warm:.2f} s "
+              "per rank, not in the RTO")
     if doc.get("first_collective_s") is not None:
         print(f"first collective ({doc['backend']} all-reduce) after the restore: {doc['first_collective_s']:.3f} s, "
               "not in the RTO")

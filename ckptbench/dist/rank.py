@@ -49,6 +49,8 @@ class RankReport:
     plan: dict = field(default_factory=dict)  # the read plan's shape (plan_analysis)
     intervals: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # bytes read, merged per file
     digests: dict[str, str] = field(default_factory=dict)  # --tensor-digests: crc32c of each local tensor
+    assemble_s: float = 0.0  # within load: rows copied together from several stored chunks (resharding)
+    warmup_s: float = 0.0  # first repeat: this process's one-time costs, paid before the start barrier
 
     @property
     def read_gbps(self) -> float:
@@ -125,7 +127,7 @@ class RankRestore:
         result = self._timed(rep, READ, self._read, rep, t0)
         rep.read_end_s = time.perf_counter() - t0
         self._timed(rep, VERIFY, self._verify, rep, result)
-        state = self._timed(rep, LOAD, self._load, result)
+        state = self._timed(rep, LOAD, self._load, result, rep)
         del result  # the buffers live on as the tensors' storage; the result's other references go
         rep.tensors = sum(1 for _ in state.tensors())
         self._timed(rep, DEVICE, self._to_device, state, rep)
@@ -187,7 +189,7 @@ class RankRestore:
                              (f"; {ranged} byte range(s) NOT VERIFIED (the manifest's digests cover whole files)"
                               if ranged else ""))
 
-    def _load(self, res: fastio.ReadResult) -> CheckpointState:
+    def _load(self, res: fastio.ReadResult, rep: RankReport) -> CheckpointState:
         share, bufs = self.share, res.buffers
         state = CheckpointState({})
         for sl in share.slices:
@@ -196,18 +198,21 @@ class RankRestore:
                 t = torch.frombuffer(bufs[fills[0].piece], dtype=sl.dtype) if share.pieces[fills[0].piece].length \
                     else torch.empty(0, dtype=sl.dtype)
                 t = t.reshape(sl.shape)  # the read buffer becomes the tensor's storage: no copy
-            else:
+            else:  # rows from several stored chunks (another world size saved them): copied into one tensor
+                t0 = time.perf_counter()
                 t = torch.empty(sl.shape, dtype=sl.dtype)
                 for f in fills:
                     view = t
                     for dim, (start, n) in enumerate(f.box):
                         view = view.narrow(dim, start, n)
                     view.copy_(torch.frombuffer(bufs[f.piece], dtype=sl.dtype).reshape(view.shape))
+                rep.assemble_s += time.perf_counter() - t0
             _put(state, sl.key, t)
-        for key, i in share.byte_entries:
-            from ckptbench.formats.dcp_format import _byte_entry
+        if share.byte_entries:
+            from ckptbench.formats.dcp_format import load_byte_entry
 
-            state.extra[key] = _byte_entry(bytes(bufs[i]))
+            for key, i in share.byte_entries:
+                state.extra[key] = load_byte_entry(bytes(bufs[i]))
         whole = {os.path.join(self.root, p.rel): b for p, b in zip(share.pieces, bufs) if p.whole}
         if whole:
             state.merge(_load_whole(self.root, self.fmt, share, whole))

@@ -86,6 +86,17 @@ class Share:
         self.pieces.append(piece)
         return len(self.pieces) - 1
 
+    def in_file_order(self) -> "Share":
+        """The same share with its requests in file and offset order (the engine issues them in list order: a
+        file read front to back, no seek backwards), every reference to a piece renumbered."""
+        order = sorted(range(len(self.pieces)), key=lambda i: (self.pieces[i].rel, self.pieces[i].offset))
+        new_index = {old: new for new, old in enumerate(order)}
+        self.pieces = [self.pieces[i] for i in order]
+        for sl in self.slices:
+            sl.fills = [Fill(new_index[f.piece], f.box) for f in sl.fills]
+        self.byte_entries = [(k, new_index[i]) for k, i in self.byte_entries]
+        return self
+
 
 def rows_of(n: int, world: int, rank: int) -> tuple[int, int]:
     """torch.chunk's split of n rows: chunks of ceil(n / world), the last ranks possibly empty."""
@@ -282,7 +293,7 @@ def plan_share(listing, world: int, rank: int, policy: str = "part") -> Share:
             rest = [r for r in rels if r not in set(tensors)]
         owners = _owner_of_files(listing, world, rest)
         _whole_files(share, listing, [r for r in rest if rank in owners[r]])
-        return share
+        return share.in_file_order()
     owners = _owner_of_files(listing, world, rels)
     how = (f"its own files (rank {rank} of a {saved}-rank save)" if saved == world else
            f"whole files spread over {world} rank(s) (saved by {saved or 'an unknown number of'} rank(s): "

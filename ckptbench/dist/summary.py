@@ -47,6 +47,12 @@ def combine(reports: list[dict]) -> dict:
     doc.update({"rto_s": max(ends), "first_done_s": min(ends), "last_done_s": max(ends),
                 "skew_s": max(ends) - min(ends), "slowest_rank": slow["rank"], "slowest_stages": slow["stages"],
                 "read_span_s": span, "aggregate_gbps": bytes_read / span / 1e9 if span > 0 else None})
+    doc["assemble_s"] = max(r.get("assemble_s", 0.0) for r in reports)
+    ours = [r["plan"]["ours"] for r in reports]
+    doc["read_plan"] = {"requests": sum(p["requests"] for p in ours),
+                        "bytes_per_request": bytes_read / max(1, sum(p["requests"] for p in ours)),
+                        "backward_seeks": sum(p["backward_seeks"] for p in ours),
+                        "files_touched_per_rank": [p["files_touched"] for p in ours]}
     plans = [r["plan"] for r in reports]
     if all("dcp_reader" in p for p in plans):  # what torch's DCP reader would have read for the same shares
         stock = sum(p["dcp_reader"]["bytes"] for p in plans)

@@ -84,7 +84,7 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:120]}" if lines else type(exc).__name__
 
 
-def _byte_entry(data: bytes):
+def load_byte_entry(data: bytes):
     """A byte entry's value, unpickled only by torch's weights_only unpickler (DCP's own loader runs any pickle),
     which here also admits io.BytesIO (trainers save buffers; rebuilding one runs no code): plain data, tensors
     and buffers come back as values; anything else stays the bytes it was saved as, marked RawBytes."""
@@ -131,7 +131,7 @@ def _fill(reader: "SafeReader", meta: Metadata, tensors: dict[str, torch.Tensor]
                 md = meta.state_dict_metadata.get(key.fqn)
                 if isinstance(md, BytesStorageMetadata):
                     stream.seek(info.offset)
-                    values[key.fqn] = _byte_entry(stream.read(info.length))
+                    values[key.fqn] = load_byte_entry(stream.read(info.length))
                     continue
                 sizes = chunks.get((key.fqn, tuple(key.offset or ())))
                 if md is None or sizes is None:

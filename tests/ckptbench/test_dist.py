@@ -152,6 +152,10 @@ def test_dcp_saved_by_2_ranks_restores_on_4(dcp2):
     assert doc["amplification"] == pytest.approx(1.0)
     # on 4 ranks each saved half is needed by two ranks: torch's reader would read each half twice
     assert doc["dcp_reader"]["amplification"] > 1.5
+    rep = doc["repeats"][0]
+    assert rep["read_plan"]["backward_seeks"] == 0  # each rank's requests go front to back through each file
+    assert rep["read_plan"]["requests"] == sum(r["requests"] for r in rep["ranks"])
+    assert all(r["warmup_s"] > 0 for r in rep["ranks"])  # paid before the barrier, reported apart
     slow = doc["repeats"][0]["slowest_rank"]
     assert 0 <= slow < 4 and doc["repeats"][0]["rto_s"] == max(r["end_s"] for r in doc["repeats"][0]["ranks"])
 

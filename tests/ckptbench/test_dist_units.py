@@ -198,7 +198,8 @@ def _report(rank, intervals, end, status="ok", error=None, nbytes=None):
     return {"rank": rank, "host": "h", "status": status, "error": error, "intervals": intervals, "end_s": end,
             "read_start_s": 0.01 * rank, "read_end_s": end - 0.1, "stages": {"read": end - 0.1},
             "bytes_read": nbytes if nbytes is not None else sum(b - a for ivs in intervals.values() for a, b in ivs),
-            "index_bytes": 0, "plan": {"ours": {}}}
+            "index_bytes": 0, "plan": {"ours": {"requests": sum(len(v) for v in intervals.values()),
+                                                "backward_seeks": 0, "files_touched": len(intervals)}}}
 
 
 def test_rank_zero_combines_amplification_skew_and_the_straggler():
@@ -206,6 +207,8 @@ def test_rank_zero_combines_amplification_skew_and_the_straggler():
     assert disjoint["amplification"] == 1.0 and disjoint["unique_bytes"] == 350
     assert disjoint["slowest_rank"] == 1 and disjoint["rto_s"] == 1.5 and disjoint["skew_s"] == pytest.approx(0.5)
     assert disjoint["aggregate_gbps"] == pytest.approx(350 / (1.4 - 0.0) / 1e9)
+    assert disjoint["read_plan"]["requests"] == 3 and disjoint["read_plan"]["files_touched_per_rank"] == [1, 2]
+    assert disjoint["read_plan"]["bytes_per_request"] == pytest.approx(350 / 3)
     same = combine([_report(r, {"f": [(0, 100)]}, 1.0) for r in range(4)])
     assert same["amplification"] == 4.0 and same["unique_bytes"] == 100
 
