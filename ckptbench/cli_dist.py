@@ -9,6 +9,16 @@ import sys
 from ckptbench.stages import STAGES
 
 
+def _emit(doc: dict, as_json: bool, printer) -> None:
+    """Rank 0's result on stdout, flushed before the other ranks are let go (torchrun may stop it after)."""
+    if as_json:
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        printer(doc)
+    sys.stdout.flush()
+
+
 def print_dist(doc: dict) -> None:
     from ckptbench.units import human_bytes
 
@@ -103,17 +113,13 @@ def cmd_run_distributed(args) -> int:
     if args.results and rank0:
         results.check_writable(args.results)
     run_id = uuid.uuid4().hex[:12]  # only rank 0 records, so only its id matters
+
     def deliver(doc: dict) -> None:
         if args.results:
             from ckptbench.dist.summary import record
 
             record(args.results, doc, opts)
-        if args.json:
-            json.dump(doc, sys.stdout, indent=2, default=str)
-            sys.stdout.write("\n")
-        else:
-            print_dist(doc)
-        sys.stdout.flush()
+        _emit(doc, args.json, print_dist)
 
     line = RanksLine() if rank0 else None
 
@@ -158,12 +164,7 @@ def cmd_sweep_distributed(args) -> int:
                                block_size=args.block_size)
 
     def deliver(doc: dict) -> None:
-        if args.json:
-            json.dump(doc, sys.stdout, indent=2, default=str)
-            sys.stdout.write("\n")
-        else:
-            print_sweep(doc)
-        sys.stdout.flush()
+        _emit(doc, args.json, print_sweep)
 
     def say(level: int, gbps: float) -> None:
         if sys.stderr.isatty():
