@@ -48,7 +48,7 @@ def combine(reports: list[dict]) -> dict:
                 "skew_s": max(ends) - min(ends), "slowest_rank": slow["rank"], "slowest_stages": slow["stages"],
                 "read_span_s": span, "aggregate_gbps": bytes_read / span / 1e9 if span > 0 else None})
     doc["assemble_s"] = max(r.get("assemble_s", 0.0) for r in reports)
-    ours = [r["plan"]["ours"] for r in reports]
+    ours = [r["plan"].get("ours") or {"requests": 0, "backward_seeks": 0, "files_touched": 0} for r in reports]
     doc["read_plan"] = {"requests": sum(p["requests"] for p in ours),
                         "bytes_per_request": bytes_read / max(1, sum(p["requests"] for p in ours)),
                         "backward_seeks": sum(p["backward_seeks"] for p in ours),

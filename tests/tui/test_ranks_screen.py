@@ -42,7 +42,9 @@ def report(rank: int, end_s: float, nbytes: int, *, failed: bool = False) -> dic
                      error=ERROR if failed else None, how="its own files", stages=stages, read_start_s=start,
                      read_end_s=read_end, end_s=end_s, bytes_read=got, bytes_needed=nbytes, requests=4, files=4,
                      read_mode="direct", verified=not failed, tensors=10, timeline=timeline,
-                     intervals={f"shard-{rank}.bin": [(0, got)]})
+                     intervals={f"shard-{rank}.bin": [(0, got)]},
+                     plan={"ours": {"requests": 4, "bytes": got, "bytes_per_request": got / 4, "backward_seeks": 0,
+                                    "files_touched": 4}})
     doc = dataclasses.asdict(rep)
     doc["read_gbps"] = rep.read_gbps
     return doc
