@@ -125,14 +125,26 @@ class RetryLog:
         return None
 
 
-def make_client(concurrency: int = conc.DEFAULT, *, retry_log: RetryLog | None = None, max_attempts: int = MAX_ATTEMPTS):
-    """boto3 client from the standard chain (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL, config files)."""
+def _retries(max_attempts: int | None) -> dict:
+    """botocore's retry settings: AWS_MAX_ATTEMPTS where the user set it (every attempt counted, the first
+    included, as the AWS CLI and SDKs read it), else ckptbench's retries after the first attempt."""
+    mode = os.environ.get("AWS_RETRY_MODE", "standard")
+    raw = os.environ.get("AWS_MAX_ATTEMPTS", "")
+    if max_attempts is None and raw.isdigit() and 1 <= int(raw) <= 100:
+        return {"total_max_attempts": int(raw), "mode": mode}
+    return {"max_attempts": max_attempts or MAX_ATTEMPTS, "mode": mode}
+
+
+def make_client(concurrency: int = conc.DEFAULT, *, retry_log: RetryLog | None = None,
+                max_attempts: int | None = None):
+    """boto3 client from the standard chain (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL, AWS_MAX_ATTEMPTS, config
+    files)."""
     import boto3
     from botocore.config import Config
 
     endpoint = endpoint_url()
     cfg = Config(
-        retries={"max_attempts": max_attempts, "mode": os.environ.get("AWS_RETRY_MODE", "standard")},
+        retries=_retries(max_attempts),
         max_pool_connections=concurrency + 4,
         connect_timeout=5,
         read_timeout=30,

@@ -232,3 +232,16 @@ def test_an_endpoint_password_never_reaches_the_output(small, tmp_path):
     assert proc.returncode != 0
     assert "s3cretpw" not in proc.stderr + proc.stdout and "key:" not in proc.stderr
     assert "127.0.0.1:1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("env", ["3", "1", "", "lots", "0"])
+def test_aws_max_attempts_is_honoured_when_it_is_a_sensible_number(monkeypatch, env):
+    """AWS_MAX_ATTEMPTS counts every attempt, the first included (as the AWS CLI reads it); otherwise ckptbench
+    retries MAX_ATTEMPTS times after the first."""
+    from ckptbench.sources import s3
+
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", env)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    client = s3.make_client(2)
+    total = int(env) if env.isdigit() and env != "0" else s3.MAX_ATTEMPTS + 1
+    assert client.meta.config.retries["total_max_attempts"] == total
