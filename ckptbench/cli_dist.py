@@ -45,6 +45,11 @@ def print_dist(doc: dict) -> None:
     print(f"RTO (slowest rank) {rto['median']:.3f} s (min {rto['min']:.3f}, max {rto['max']:.3f}); aggregate read "
           f"{agg['median']:.2f} GB/s; skew (last done - first done) {skew['median']:.3f} s; median of "
           f"{len([r for r in doc['repeats'] if r['status'] == 'ok'])}")
+    c = doc.get("cache")
+    if c:
+        flag = "" if c["verified"] else "  NOT VERIFIED"
+        notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
+        print(f"cache {c['requested']}: residency before ≤ {c['residency_before']:.1%} on every node{flag}{notes}")
     print(f"read amplification {doc['amplification']:.2f} ({human_bytes(doc['bytes_read'])} read by all ranks / "
           f"{human_bytes(doc['unique_bytes'])} unique)")
     plan = last["read_plan"]

@@ -49,7 +49,8 @@ def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0) -> di
         if world.local_rank == 0:  # one rank per node sets the page cache for the node's ranks
             listing = source.list()
             cond = source.prepare_cache(listing, opts.cache, drop_caches=opts.drop_caches)
-            ready = {"ok": True, "residency_before": cond.residency_before, "cache_verified": cond.verified}
+            ready = {"ok": True, "residency_before": cond.residency_before, "cache_verified": cond.verified,
+                     "note": cond.note}
     except CkptbenchError as exc:
         ready = {"ok": False, "error": str(exc)}
     world.post(ready, *repeat, "ready", world.rank)

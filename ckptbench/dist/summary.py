@@ -39,6 +39,11 @@ def combine(reports: list[dict]) -> dict:
            "bytes_read": bytes_read, "unique_bytes": unique, "index_bytes": sum(r["index_bytes"] for r in reports),
            "amplification": bytes_read / unique if unique else None,
            "ranks": [{k: v for k, v in r.items() if k != "intervals"} for r in reports]}
+    nodes = [r["cache"] for r in reports if r.get("cache") and "residency_before" in r["cache"]]
+    if nodes:  # one rank per node set the page cache for the node and measured it held
+        doc["cache"] = {"residency_before": max(c["residency_before"] for c in nodes),
+                        "verified": all(c["cache_verified"] for c in nodes),
+                        "notes": sorted({c["note"] for c in nodes if c.get("note")})}
     if not ok or failed:
         return doc
     ends = [r["end_s"] for r in reports]
@@ -80,6 +85,12 @@ def summarize(run_id: str, listing, world, options: dict, policy: str, saved: in
                     "bytes_read": ok[0]["bytes_read"]})
         if "dcp_reader" in ok[0]:
             doc["dcp_reader"] = ok[0]["dcp_reader"]
+    caches = [r["cache"] for r in repeats if "cache" in r]
+    if caches:
+        doc["cache"] = {"requested": options.get("cache"),
+                        "residency_before": max(c["residency_before"] for c in caches),
+                        "verified": all(c["verified"] for c in caches),
+                        "notes": sorted({n for c in caches for n in c["notes"]})}
     return plain(doc | {"env": env})
 
 
@@ -93,6 +104,8 @@ def record(path: str, doc: dict, options) -> None:
         rows.append({"schema": SCHEMA, "kind": "dist", "run_id": doc["run_id"], "repeat": i,
                      "timestamp": doc["env"]["date"], "source": doc["source"], "format": doc["format"],
                      "mode": f"distributed-{doc['each_rank']}", "status": rep["status"], "cache": options.cache,
+                     "cache_verified": rep.get("cache", {}).get("verified", ""),
+                     "residency_before": rep.get("cache", {}).get("residency_before", ""),
                      "concurrency": options.concurrency, "read": options.read, "hash": options.hash or "",
                      "block_size": options.block_size, "device": options.device,
                      **{f"{s}_s": slow.get(s) for s in STAGES},

@@ -162,8 +162,10 @@ def test_dcp_saved_by_2_ranks_restores_on_4(dcp2):
 
 def test_two_rank_checkpoint_on_two_ranks_reads_each_file_once(torch2):
     man = json.loads((torch2 / "ckptbench.json").read_text())
-    doc = _doc(2, torch2)
+    doc = _doc(2, torch2, "--cache", "cold")
     assert doc["status"] == "ok" and doc["saved_world"] == 2 and not doc["resharded"]
+    assert doc["cache"]["requested"] == "cold" and doc["cache"]["verified"]  # evicted by the node, and measured
+    assert doc["cache"]["residency_before"] <= 0.05
     rep = doc["repeats"][0]
     on_disk = sum(p.stat().st_size for p in torch2.rglob("*") if p.is_file())
     assert rep["bytes_read"] == rep["unique_bytes"] == on_disk

@@ -287,3 +287,16 @@ def test_rank_zero_sees_every_ranks_stage_and_the_rank_furthest_behind():
     assert last.stages == {"read": 2, "load": 1}
     assert (last.bytes, last.needed) == (1400, 2500)
     assert last.behind == 1 and last.behind_fraction == pytest.approx(0.1)
+
+
+def test_the_cache_condition_of_every_node_is_in_the_result():
+    """One rank per node set and measured the cache: the result says the worst node's residency, and that the
+    condition did not hold when one node's did not."""
+    a = _report(0, {"f": [(0, 10)]}, 1.0)
+    b = _report(1, {"g": [(0, 10)]}, 1.0)
+    a["cache"] = {"ok": True, "residency_before": 0.01, "cache_verified": True, "note": ""}
+    b["cache"] = {"ok": True, "residency_before": 0.40, "cache_verified": False, "note": "not cold: 40% resident"}
+    rep = combine([a, b])
+    assert rep["cache"] == {"residency_before": 0.40, "verified": False, "notes": ["not cold: 40% resident"]}
+    b["cache"] = None  # a second rank on the same node reports no cache of its own
+    assert combine([a, b])["cache"] == {"residency_before": 0.01, "verified": True, "notes": []}
