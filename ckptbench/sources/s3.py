@@ -132,7 +132,7 @@ def _retries(max_attempts: int | None) -> dict:
     raw = os.environ.get("AWS_MAX_ATTEMPTS", "")
     if max_attempts is None and raw.isdigit() and 1 <= int(raw) <= 100:
         return {"total_max_attempts": int(raw), "mode": mode}
-    return {"max_attempts": max_attempts or MAX_ATTEMPTS, "mode": mode}
+    return {"max_attempts": MAX_ATTEMPTS if max_attempts is None else max_attempts, "mode": mode}
 
 
 def make_client(concurrency: int = conc.DEFAULT, *, retry_log: RetryLog | None = None,

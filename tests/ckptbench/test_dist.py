@@ -41,7 +41,8 @@ _WRITER = textwrap.dedent("""
     if __name__ == "__main__":
         import torch.multiprocessing as mp
         world = int(sys.argv[3])
-        mp.spawn(main, args=(world, sys.argv[1], int(sys.argv[2])), nprocs=world)
+        # fork: the writers inherit this interpreter's torch instead of importing it again, 4 times over
+        mp.start_processes(main, args=(world, sys.argv[1], int(sys.argv[2])), nprocs=world, start_method="fork")
 """)
 
 
