@@ -54,7 +54,8 @@ def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0) -> di
     except CkptbenchError as exc:
         ready = {"ok": False, "error": str(exc)}
     world.post(ready, *repeat, "ready", world.rank)
-    _, late = world.gather_some(*repeat, "ready")  # the start barrier: every clock starts when all have arrived
+    # the start barrier: the store releases every rank when the last arrives, and each clock starts there
+    _, late = world.gather_some(*repeat, "ready", fetch=False)
     t0 = time.perf_counter()
     try:
         if late:  # not restored: reported, so that rank 0 names the rank that never came
@@ -160,8 +161,6 @@ def _post_report(world, mine: dict, key: tuple, errors: list[str], i: int) -> No
 
 def _finish(world, doc: dict | None, deliver) -> None:
     """Rank 0 delivers (prints, records) and then lets the others go; they wait for that before exiting."""
-    from ckptbench.dist import group
-
     if world.rank != 0:
         world.wait_for("finished")  # rank 0 has printed and recorded: exiting now cannot cut it short
         world.post(True, "bye", world.rank)
@@ -171,11 +170,8 @@ def _finish(world, doc: dict | None, deliver) -> None:
             deliver(doc)
     finally:
         world.post(True, "finished")
-    try:
-        world.post(True, "bye", 0)
-        world.gather("bye", deadline_s=BYE_S)
-    except group.RankFailure:
-        pass  # they have their verdict; one that is gone is not waited for
+    world.post(True, "bye", 0)
+    world.gather_some("bye", deadline_s=BYE_S, fetch=False)  # one that is gone is not waited for past BYE_S
 
 
 @dataclasses.dataclass

@@ -2,8 +2,9 @@
 ranks — each with a deadline, so a rank that failed or hangs is named and no rank waits forever.
 
 The exchanges go through the group's key-value store (the one torchrun's rendezvous made): a rank posts under
-its own key, the waiting side polls for the keys it needs until the deadline and, when it passes, knows exactly
-which ranks never posted. A collective would only say that it timed out.
+its own key, the waiting side waits in the store for all the keys it needs (one request, answered when the last
+arrives) until the deadline and, when it passes, asks key by key which ranks never posted. A collective would
+only say that it timed out.
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from ckptbench.errors import CkptbenchError
 
-POLL_S = 0.02
 _ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -42,19 +41,28 @@ class World:
     def post(self, value, *parts) -> None:
         self.store.set(self.key(*parts), json.dumps(value, default=str))
 
-    def gather_some(self, *parts, deadline_s: float | None = None) -> tuple[dict[int, object], str | None]:
-        """The posts under `parts` of every rank that posted by the deadline, and a line naming those that did
-        not (None when all did)."""
+    def _wait(self, keys: list[str], seconds: float) -> bool:
+        """Whether every key is there within `seconds`: the store's own wait (the server answers when the last
+        key is set, so ranks waiting on one barrier are released together, and no rank polls)."""
+        try:
+            self.store.wait(keys, timedelta(seconds=max(seconds, 0.001)))
+            return True
+        except RuntimeError:  # DistStoreError: the deadline passed
+            return False
+
+    def gather_some(self, *parts, deadline_s: float | None = None,
+                    fetch: bool = True) -> tuple[dict[int, object], str | None]:
+        """The posts under `parts` of every rank that posted by the deadline (none fetched with `fetch` False: a
+        barrier needs only to know they are there), and a line naming those that did not (None when all did)."""
         keys = {r: self.key(*parts, r) for r in range(self.size)}
         wait = self.timeout_s if deadline_s is None else deadline_s
-        limit = time.monotonic() + wait
-        waiting = dict(keys)
-        while waiting:
-            waiting = {r: k for r, k in waiting.items() if not self.store.check([k])}
-            if not waiting or time.monotonic() > limit:
-                break
-            time.sleep(POLL_S)
-        got = {r: json.loads(self.store.get(k)) for r, k in keys.items() if r not in waiting}
+        if self._wait(list(keys.values()), wait):
+            waiting: set[int] = set()
+        else:  # key by key only now, to name the ranks that never posted
+            waiting = {r for r, k in keys.items() if not self.store.check([k])}
+        present = [r for r in keys if r not in waiting] if fetch else []
+        got = dict(zip(present, (json.loads(v) for v in self.store.multi_get([keys[r] for r in present])))) \
+            if present else {}
         if not waiting:
             return got, None
         names = ", ".join(str(r) for r in sorted(waiting))
@@ -71,18 +79,18 @@ class World:
     def wait_for(self, *parts, deadline_s: float | None = None):
         """The value rank 0 posted under `parts`, waiting for it up to the deadline."""
         k = self.key(*parts)
-        limit = time.monotonic() + (self.timeout_s if deadline_s is None else deadline_s)
-        while not self.store.check([k]):
-            if time.monotonic() > limit:
-                raise RankFailure(f"rank 0 did not post '{parts[-1]}' within {self.timeout_s:g} s: it failed or "
-                                  "hangs (see its output)")
-            time.sleep(POLL_S)
+        wait = self.timeout_s if deadline_s is None else deadline_s
+        if not self._wait([k], wait):
+            raise RankFailure(f"rank 0 did not post '{parts[-1]}' within {wait:g} s: it failed or hangs (see its "
+                              "output)")
         return json.loads(self.store.get(k))
 
-    def barrier(self, name: str, value=True, deadline_s: float | None = None) -> dict[int, object]:
-        """Every rank posts `value` and waits for all the others' (which it returns)."""
-        self.post(value, name, self.rank)
-        return self.gather(name, deadline_s=deadline_s)
+    def barrier(self, name: str, deadline_s: float | None = None) -> None:
+        """Every rank posts its arrival and waits for all the others'; RankFailure naming those that never came."""
+        self.post(True, name, self.rank)
+        _, missing = self.gather_some(name, deadline_s=deadline_s, fetch=False)
+        if missing:
+            raise RankFailure(missing)
 
 
 def under_torchrun() -> bool:
