@@ -83,6 +83,10 @@ def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0) -> di
     live.on_stage("done" if rep.status == "ok" else "failed")
     doc = dataclasses.asdict(rep)
     doc["read_gbps"] = rep.read_gbps
+    # this rank's bytes read over the bytes its share needs; and what torch's DCP reader would have read for it
+    doc["amplification"] = rep.bytes_read / rep.bytes_needed if rep.bytes_needed else None
+    stock = rep.plan.get("dcp_reader")
+    doc["dcp_reader_amplification"] = stock["bytes"] / rep.bytes_needed if stock and rep.bytes_needed else None
     doc["cache"] = ready if world.local_rank == 0 else None
     return doc
 
