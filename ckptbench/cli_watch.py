@@ -70,6 +70,11 @@ def _print(doc: dict) -> None:
     if doc["marks"]:
         print("marks: " + ", ".join(f"{m['stage']} at {m['t']:.2f} s" for m in doc["marks"]))
     print("phases: " + " → ".join(f"{p['phase']} {p['t1'] - p['t0']:.2f} s" for p in doc["phases"]))
+    if doc.get("gpu_peak_bytes") is not None:
+        print(f"GPU memory (nvidia-smi): peak {human_bytes(doc['gpu_peak_bytes'])}"
+              + (f" ({doc['gpu_note']})" if doc.get("gpu_note") else ""))
+    elif doc.get("gpu_note"):
+        print(f"GPU memory: {doc['gpu_note']}")
     for path, size in sorted(doc["files"].items())[:10]:
         print(f"  open: {path} ({human_bytes(size)})")
     v = doc.get("verdict")

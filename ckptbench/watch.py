@@ -15,7 +15,9 @@ from typing import Callable
 from ckptbench import mark, probes, procstat
 from ckptbench.errors import CkptbenchError
 
-PHASES = ("reading", "faulting", "deserializing", "waiting")
+PHASES = ("reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
+GPU_COPY_MIN_BPS = 50e6  # the job's GPU memory growing this fast, with little read I/O: it is copying to the GPU
+GPU_EVERY_S = 0.5  # nvidia-smi takes tens of milliseconds: asked at most this often
 IO_MIN_BPS = 20e6  # below this an interval is not "reading": a job's logging and imports read a little
 FAULT_MIN_PER_S = 2000  # major faults per second that make an interval "faulting" (an mmap load from disk)
 CPU_BUSY = 0.5  # cores: a thread or process above this is doing work, not waiting
@@ -37,6 +39,7 @@ class Interval:
     phase: str
     ckpt_files: int = 0  # checkpoint files open at the interval's end
     device_util_pct: float | None = None  # the checkpoint's block device, as iostat -x (None: no device known)
+    gpu_bytes: int | None = None  # GPU memory the job's processes held at the interval's end (None: not known)
 
     @property
     def gbps(self) -> float:
@@ -62,6 +65,8 @@ class WatchReport:
     tcp_retransmit_rate: float | None = None  # the whole machine's: /proc/net/snmp does not split by process
     sockets_peak: int = 0  # the most sockets the job had open: none, and retransmits are someone else's
     ended: str = "exited"  # exited | cancelled
+    gpu_peak_bytes: int | None = None  # the most GPU memory the job held (nvidia-smi); None where not sampled
+    gpu_note: str = ""  # why GPU memory is missing or may read zero
 
     @property
     def window(self) -> tuple[float, float]:
@@ -133,6 +138,17 @@ def _interval(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float) ->
                     phase_of(max(nbytes, disk) / dt, majflt, cpu, max(per_thread, default=0.0)))
 
 
+def _with_gpu(iv: Interval, before: int | None, now: int | None, dt: float) -> Interval:
+    """The interval with the job's GPU memory; "copying-to-gpu" when that memory grew fast while the job read
+    little (a load's device stage: host tensors going to the GPU)."""
+    if now is None:
+        return iv
+    growing = before is not None and dt > 0 and (now - before) / dt >= GPU_COPY_MIN_BPS
+    if growing and iv.phase not in ("reading", "faulting"):
+        return replace(iv, gpu_bytes=now, phase="copying-to-gpu")
+    return replace(iv, gpu_bytes=now)
+
+
 def merge_phases(intervals: list[Interval]) -> list[dict]:
     out: list[dict] = []
     for i in intervals:
@@ -159,7 +175,7 @@ class Watch:
 
     def __init__(self, pid: int, *, interval: float = 0.25, cancel: threading.Event | None = None,
                  on_interval: Callable[[Interval, procstat.ProcSample], None] | None = None,
-                 proc: subprocess.Popen | None = None, marks_path: str | None = None):
+                 proc: subprocess.Popen | None = None, marks_path: str | None = None, gpu=None):
         if not 0.01 <= interval <= 60:
             raise CkptbenchError(f"--interval {interval}: give 0.01..60 seconds")
         self.pid = pid
@@ -168,6 +184,11 @@ class Watch:
         self.on_interval = on_interval
         self.proc = proc
         self.marks_path = marks_path
+        if gpu is None:
+            from ckptbench.gpustat import GpuMemory
+
+            gpu = GpuMemory()
+        self.gpu = gpu
 
     def _exited(self) -> bool:
         """The started job has exited (a zombie until reaped: its counters are still readable)."""
@@ -192,6 +213,8 @@ class Watch:
         sockets = prev.sockets
         ended = "exited"
         last = prev
+        gpu_prev = self.gpu.sample(set(procstat.tree(self.pid))) if self.gpu.available else None
+        gpu_t = prev.t
         while True:
             if self.cancel.wait(self.interval):
                 ended = "cancelled"
@@ -214,7 +237,14 @@ class Watch:
                 if isinstance(disk_prev, probes.DiskStats):
                     util = probes.disk_util(disk_prev, disk, cur.t - prev.t)["util_pct"]
                 disk_prev = disk
-            intervals.append(replace(_interval(prev, cur, t_start), ckpt_files=len(ckpt), device_util_pct=util))
+            iv = replace(_interval(prev, cur, t_start), ckpt_files=len(ckpt), device_util_pct=util)
+            if self.gpu.available and cur.t - gpu_t >= GPU_EVERY_S:
+                gpu_bytes = self.gpu.sample(set(procstat.tree(self.pid)))
+                iv = _with_gpu(iv, gpu_prev, gpu_bytes, cur.t - gpu_t)
+                gpu_prev, gpu_t = gpu_bytes, cur.t
+            elif gpu_prev is not None:
+                iv = replace(iv, gpu_bytes=gpu_prev)
+            intervals.append(iv)
             peak = max(peak, cur.rss_bytes)
             sockets = max(sockets, cur.sockets)
             if self.on_interval:
@@ -235,6 +265,9 @@ class Watch:
             cpu_s=sum(i.cpu_cores * (i.t1 - i.t0) for i in intervals),
             majflt=sum(round(i.majflt_per_s * (i.t1 - i.t0)) for i in intervals),
             exit_code=exit_code, tcp_retransmit_rate=retrans, sockets_peak=sockets, ended=ended)
+        seen = [i.gpu_bytes for i in intervals if i.gpu_bytes is not None]
+        report.gpu_peak_bytes = max(seen) if seen else None
+        report.gpu_note = self.gpu.note(report.gpu_peak_bytes)
         report.bytes = window_bytes(intervals, *report.window)
         return report
 
