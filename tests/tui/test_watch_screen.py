@@ -81,3 +81,42 @@ async def test_v_stops_watching_and_judges_what_was_seen(tmp_path, h):
         os.unlink(marks)
         proc.kill()
         proc.wait()
+
+
+GPU_JOB = textwrap.dedent("""
+    import os, sys, time
+    table = sys.argv[1]
+    time.sleep(0.4)
+    for mib in range(0, 3001, 1000):
+        with open(table + ".tmp", "w") as f:
+            f.write(f"{os.getpid()}, {mib}\\n")
+        os.replace(table + ".tmp", table)
+        time.sleep(0.3)
+    time.sleep(0.3)
+""")
+
+
+async def test_the_jobs_gpu_memory_is_on_screen_where_nvidia_smi_is(tmp_path, h, monkeypatch):
+    """A stand-in nvidia-smi (this box has no GPU) prints what the real query prints, from a file the job writes."""
+    table = tmp_path / "apps.csv"
+    table.write_text("")
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open({str(table)!r}).read())\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(smi.parent) + os.pathsep + os.environ["PATH"])
+    script = tmp_path / "gpu.py"
+    script.write_text(GPU_JOB)
+    proc, marks = watch.start_job([sys.executable, str(script), str(table)], stdout_to_stderr=True)
+    app = WatchApp(proc.pid, proc=proc, marks=marks, interval=0.1)
+    try:
+        async with app.run_test(size=h.SIZE) as pilot:
+            screen = app.screen
+            figures = screen.query_one("#watch-figures", Static)
+            await _until(pilot, lambda: "GPU 2.9 GiB" in h.text_of(figures), "the GPU memory live")
+            target = screen.query_one("#watch-target", Static)
+            await _until(pilot, lambda: "GPU memory peak 2.9 GiB" in h.text_of(target), "the GPU peak at the end")
+            assert "copying-to-gpu" in h.text_of(screen.query_one("#watch-phases", Static))
+    finally:
+        if proc.poll() is None:
+            proc.kill()

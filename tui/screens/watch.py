@@ -27,6 +27,7 @@ class WatchSample(Message):
     top_thread: float
     rss_bytes: int
     files_open: int
+    gpu_bytes: int | None = None  # the job's GPU memory (nvidia-smi), None where it is not sampled
 
 
 @dataclass
@@ -74,7 +75,8 @@ class WatchScreen(Screen):
 
         def sampled(i, s) -> None:
             self.post_message(WatchSample(i.t1, i.gbps, i.phase, i.cpu_cores, i.top_thread_cores, s.rss_bytes,
-                                          sum(1 for f in s.files if watch.is_checkpoint_file(f.path, f.size))))
+                                          sum(1 for f in s.files if watch.is_checkpoint_file(f.path, f.size)),
+                                          i.gpu_bytes))
 
         try:
             report = watch.Watch(self.pid, interval=self.interval, cancel=self.cancel, on_interval=sampled,
@@ -94,7 +96,8 @@ class WatchScreen(Screen):
         self.phases[m.phase] = self.phases.get(m.phase, 0.0) + self.interval
         self.query_one("#watch-figures", Static).update(
             f"[b]{m.phase}[/b]   {m.gbps:.2f} GB/s   CPU {m.cpu_cores:.1f} cores (busiest thread {m.top_thread:.0%})"
-            f"   RSS {human_bytes(m.rss_bytes)}   checkpoint files open {m.files_open}")
+            f"   RSS {human_bytes(m.rss_bytes)}   checkpoint files open {m.files_open}"
+            + (f"   GPU {human_bytes(m.gpu_bytes)}" if m.gpu_bytes is not None else ""))
         self.query_one("#watch-phases", Static).update(
             "phases: " + "  ".join(f"{k} {v:.1f} s" for k, v in self.phases.items()))
 
@@ -102,9 +105,11 @@ class WatchScreen(Screen):
     def done(self, m: WatchDone) -> None:
         d = m.doc
         v = d["verdict"]
+        gpu = (f"; GPU memory peak {human_bytes(d['gpu_peak_bytes'])}" if d.get("gpu_peak_bytes") is not None
+               else "") + (f" ({d['gpu_note']})" if d.get("gpu_note") else "")
         self.query_one("#watch-target", Static).update(
             f"watched process {d['pid']}: {d['ended']} after {d['wall_s']:.1f} s; read {human_bytes(d['bytes'])} "
-            f"at {d['loader_gbps']:.2f} GB/s")
+            f"at {d['loader_gbps']:.2f} GB/s{gpu}")
         self.query_one("#watch-verdict", Static).update(
             f"[b]verdict: {v['kind']}[/b]\n{v['summary']}\n[b]fix:[/b] {v['fix']}")
         self.notify(f"verdict: {v['kind']}", severity="warning" if v["kind"] != "storage-bound" else "information")
