@@ -69,6 +69,18 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def run_app(name: str, *args, **kwargs) -> int:
+    """The one door from the domain to the UI: handlers ask for the dashboard ("dashboard") or the watch app
+    ("watch") here, so that only this composition root imports `tui`, lazily (headless commands never load
+    Textual)."""
+    if name == "watch":
+        from tui.watch_app import WatchApp as App
+    else:
+        from tui.app import CkptbenchApp as App
+    App(*args, **kwargs).run()
+    return 0
+
+
 def _lazy(name: str, module: str = "cli_cmds"):
     """A handler from cli_cmds (plain commands), cli_run (timed ones) or cli_save, imported only when it runs."""
     def handler(args):

@@ -318,12 +318,11 @@ def _demo_restore(args, source: str, results_dir: str) -> int:
         from ckptbench.cli import build_parser
 
         return cli_run.cmd_run(build_parser().parse_args(argv))
+    from ckptbench.cli import run_app
     from ckptbench.pipeline import RunOptions
-    from tui.app import CkptbenchApp  # the UI loads only for this command
 
     # cold, as after a reclaim: the sample was just written, so a restore "as-is" would read the page cache
-    CkptbenchApp(source, RunOptions(cache="cold"), results_path=results, autostart=True).run()
-    return 0
+    return run_app("dashboard", source, RunOptions(cache="cold"), results_path=results, autostart=True)
 
 
 def cmd_upload(args) -> int:
@@ -339,14 +338,13 @@ def cmd_upload(args) -> int:
 
 
 def cmd_tui(args) -> int:
+    from ckptbench.cli import run_app
+
     if args.watch is not None:
         from ckptbench import procstat
 
         procstat.sample(args.watch)  # gone or unreadable: one line now, not inside the UI
-        from tui.watch_app import WatchApp
-
-        WatchApp(args.watch).run()
-        return 0
+        return run_app("watch", args.watch)
     if args.source is not None:
         from ckptbench.sources import open_source
 
@@ -356,11 +354,8 @@ def cmd_tui(args) -> int:
         from ckptbench.dist.history import newest_dist_run
 
         ranks = newest_dist_run(args.results)  # none on record: one line here, not an empty screen
-    from tui.app import CkptbenchApp  # the UI loads only for this command
-
-    CkptbenchApp(args.source, results_path=args.results, autostart="loop" if args.loop else args.run,
-                 ranks=ranks).run()
-    return 0
+    return run_app("dashboard", args.source, results_path=args.results,
+                   autostart="loop" if args.loop else args.run, ranks=ranks)
 
 
 def cmd_sysinfo(args) -> int:

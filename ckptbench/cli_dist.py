@@ -96,10 +96,7 @@ class RanksLine:
         share = f"{s.bytes / s.needed:.0%} of {human_bytes(s.needed)}" if s.needed else "starting"
         rate = f"{s.bytes / s.seconds / 1e9:.2f} GB/s" if s.seconds > 0 else ""
         behind = f"; behind: rank {s.behind} at {s.behind_fraction:.0%}" if s.behind is not None else ""
-        text = f"[{repeat}] ranks: {counts} | {share} {rate}{behind}"
-        self.line.stream.write("\r" + text.ljust(self.line.width))
-        self.line.width = len(text)
-        self.line.stream.flush()
+        self.line.show(f"[{repeat}] ranks: {counts} | {share} {rate}{behind}")
 
     def close(self) -> None:
         self.line.close()

@@ -24,10 +24,7 @@ class StageProgress:
             return
         from ckptbench.progress import progress_line
 
-        text = f"[{self.repeat}] {stage:6s} " + (progress_line(snap) if snap is not None else "")
-        self.line.stream.write("\r" + text.ljust(self.line.width))
-        self.line.width = len(text)
-        self.line.stream.flush()
+        self.line.show(f"[{self.repeat}] {stage:6s} " + (progress_line(snap) if snap is not None else ""))
 
     def close(self) -> None:
         self.line.close()

@@ -93,10 +93,10 @@ def cmd_watch(args) -> int:
 
         check_writable(args.results, kind="watch")  # before the job is watched: nothing fails after it
     if args.tui:
-        from tui.watch_app import WatchApp  # the UI loads only here
+        from ckptbench.cli import run_app
 
         try:
-            WatchApp(pid, proc=proc, marks=marks, interval=args.interval).run()
+            run_app("watch", pid, proc=proc, marks=marks, interval=args.interval)
         finally:
             if marks:
                 os.unlink(marks)

@@ -35,16 +35,20 @@ class ProgressLine:
 
     def __init__(self, stream: TextIO | None = None):
         self.stream = stream or sys.stderr
-        self.live = stream.isatty()
+        self.live = self.stream.isatty()
         self.width = 0
 
-    def __call__(self, snap: fastio.Snapshot) -> None:
+    def show(self, text: str) -> None:
+        """`text` over what the line showed before (padded, so a shorter line leaves nothing behind)."""
         if not self.live:
             return
-        line = progress_line(snap)
-        self.stream.write("\r" + line.ljust(self.width))
-        self.width = len(line)
+        self.stream.write("\r" + text.ljust(self.width))
+        self.width = len(text)
         self.stream.flush()
+
+    def __call__(self, snap: fastio.Snapshot) -> None:
+        if self.live:
+            self.show(progress_line(snap))
 
     def close(self) -> None:
         if self.live and self.width:

@@ -54,7 +54,7 @@ def shard_files(directory: str, fmt: str) -> list[str]:
     return [p for p, r in zip(paths, rels) if p.endswith(SHARD_EXT[fmt]) and r in keep]
 
 
-def trainer_files(directory: str, buffers: dict | None) -> list[str]:
+def _trainer_files(directory: str, buffers: dict | None) -> list[str]:
     """A Hugging Face Trainer's torch.save state files (optimizer.pt, scheduler.pt, rng_state*.pth, scaler.pt)
     beside safetensors weights: from the bytes already read where there are some, else the directory's files."""
     base = directory.rstrip("/") + "/"
@@ -93,7 +93,7 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
                 state.merge(mod.load_buffer(buffers[path], path))
             else:
                 state.merge(mod.load_file(path))
-        trainer = trainer_files(directory, buffers)
+        trainer = _trainer_files(directory, buffers)
         if trainer:
             from ckptbench.formats.torch_shards import load_shards
 

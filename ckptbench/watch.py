@@ -213,7 +213,7 @@ class Watch:
         sockets = prev.sockets
         ended = "exited"
         last = prev
-        gpu_prev = self.gpu.sample(set(procstat.tree(self.pid))) if self.gpu.available else None
+        gpu_prev = self.gpu.sample(set(prev.pids)) if self.gpu.available else None
         gpu_t = prev.t
         while True:
             if self.cancel.wait(self.interval):
@@ -239,7 +239,7 @@ class Watch:
                 disk_prev = disk
             iv = replace(_interval(prev, cur, t_start), ckpt_files=len(ckpt), device_util_pct=util)
             if self.gpu.available and cur.t - gpu_t >= GPU_EVERY_S:
-                gpu_bytes = self.gpu.sample(set(procstat.tree(self.pid)))
+                gpu_bytes = self.gpu.sample(set(cur.pids))  # the tree this sample already walked
                 iv = _with_gpu(iv, gpu_prev, gpu_bytes, cur.t - gpu_t)
                 gpu_prev, gpu_t = gpu_bytes, cur.t
             elif gpu_prev is not None:

@@ -138,6 +138,20 @@ class RankRestore:
         rep.end_s = time.perf_counter() - t0
         return state
 
+    def _mode(self, specs: list[fastio.FileSpec]) -> tuple[str, str]:
+        """`--read auto` for this rank's reads, as a single-process run chooses it (readmode: by the residency
+        the cache condition left, and what the filesystem accepts), except that byte ranges start where tensors
+        start and O_DIRECT needs 4096-aligned offsets."""
+        from ckptbench import conditions, readmode
+
+        if self.read != readmode.AUTO:
+            return self.read, f"{self.read}: as asked"
+        if any(s.offset is not None and s.offset % 4096 for s in specs):
+            return "pread", "pread: byte ranges at tensor offsets, and O_DIRECT needs 4096-aligned ones"
+        files = sorted({(s.path, s.size or 0) for s in specs})
+        choice = readmode.choose(files, conditions.residency_of([p for p, _ in files]), self.block_size)
+        return choice.mode, choice.why
+
     def _read(self, rep: RankReport, t0: float) -> fastio.ReadResult:
         from ckptbench import confine
 
@@ -146,10 +160,7 @@ class RankRestore:
         real = {rel: confine.resolve(self.root, rel) for rel in {p.rel for p in pieces}}
         specs = [fastio.FileSpec(real[p.rel], p.length) if p.whole else
                  fastio.FileSpec(real[p.rel], p.length, offset=p.offset) for p in pieces]
-        mode = self.read
-        if mode == "auto":  # ranges start where tensors start: O_DIRECT needs 4096-aligned offsets
-            aligned = all(p.whole or p.offset % 4096 == 0 for p in pieces)
-            mode = "direct" if aligned and any(p.whole for p in pieces) and _direct_ok(specs) else "pread"
+        mode, rep.notes[READ] = self._mode(specs)
         rep.read_mode = mode
 
         def progress(snap) -> None:
@@ -249,13 +260,6 @@ def tensor_digests(state: CheckpointState) -> dict[str, str]:
     return out
 
 
-def _direct_ok(specs) -> bool:
-    from ckptbench import readmode
-
-    whole = [(s.path, s.size or 0) for s in specs if getattr(s, "offset", None) in (None, 0)]
-    return readmode.choose(whole, 0.0, 1 << 20).mode == "direct" if whole else False
-
-
 def _put(state: CheckpointState, key: str, t: torch.Tensor) -> None:
     if group_of(key) == "model":
         state.model[key.removeprefix("model.")] = t
@@ -273,12 +277,10 @@ def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview
     ext = restore.SHARD_EXT.get(fmt, ())
     shards = [p for p in paths if p.endswith(ext)]
     state = CheckpointState({})
-    if fmt == "safetensors":  # a Trainer's torch.save state beside the weights: whoever reads it loads it
+    if share.state_files:  # a Trainer's torch.save state beside the weights: whoever reads it loads it
         from ckptbench.formats.torch_shards import load_shards
 
-        trainer = [p for p in restore.trainer_files(root, None) if p in buffers]
-        if trainer:
-            state.merge(load_shards(trainer, buffers))
+        state.merge(load_shards([os.path.join(root, r) for r in share.state_files], buffers))
     if not shards:
         return state  # otherwise only small files (config, tokenizer): read, as a restore reads them
     if fmt == "torch":

@@ -76,6 +76,7 @@ class Share:
     whole: list[str] = field(default_factory=list)  # files loaded by their format's own loader
     byte_entries: list[tuple[str, int]] = field(default_factory=list)  # DCP bytes entries: (key, piece)
     index_bytes: int = 0  # headers, .metadata and chunk indexes read to make the plan (not payload)
+    state_files: list[str] = field(default_factory=list)  # a Trainer's torch.save state among `whole`
     complete: bool = False  # the share is the whole checkpoint (one rank, or every rank reads everything)
 
     @property
@@ -230,19 +231,17 @@ def _manifest_ranks(man) -> dict[str, int | None]:
     return {e.path: e.rank for e in man.files} if man is not None else {}
 
 
-def _whole_files(share: Share, listing, rels: list[str]) -> None:
-    sizes = _sizes(listing)
+def _whole_files(share: Share, sizes: dict[str, int], rels: list[str]) -> None:
     for rel in rels:
         share.add(Piece(rel, 0, sizes[rel], True))
         share.whole.append(rel)
 
 
-def _owner_of_files(listing, world: int, rels: list[str]) -> dict[str, list[int]]:
+def _owner_of_files(fmt: str, sizes: dict[str, int], ranks: dict[str, int | None], world: int,
+                    rels: list[str]) -> dict[str, list[int]]:
     """Whole files to ranks: a file with a rank to that rank (mod the world size); DeepSpeed's model states
     (mp_rank_XX) to every rank, as DeepSpeed has each data-parallel rank read them; other tensor files spread
     by size (largest first, to the least loaded rank); small shared files to rank 0."""
-    ranks, fmt = _manifest_ranks(listing.manifest), listing.format
-    sizes = _sizes(listing)
     owners: dict[str, list[int]] = {}
     spread = []
     for rel in rels:
@@ -270,16 +269,19 @@ def plan_share(listing, world: int, rank: int, policy: str = "part") -> Share:
     if not 0 <= rank < world:
         raise CkptbenchError(f"rank {rank} is outside a world of {world}")
     root, fmt = listing.source, listing.format
-    chosen = set(layouts.select(root, listing.rels).files)
-    rels = [r for r in listing.rels if r in chosen] + sorted(set(_sizes(listing)) - set(listing.rels))
+    sizes, ranks = _sizes(listing), _manifest_ranks(listing.manifest)
+    # the listing holds the files the checkpoint's layout restores already (the source selected them)
+    rels = listing.rels + sorted(set(sizes) - set(listing.rels))
+    top = {r for r in listing.rels if "/" not in r}
+    state = set(layouts.trainer_state_files(top)) if layouts.is_trainer(top) else set()
     if policy == "all":
         share = Share(rank, world, "every file, whole (a replicated restore: every rank reads everything)",
                       complete=True)
-        _whole_files(share, listing, rels)
+        _whole_files(share, sizes, rels)
+        share.state_files = [r for r in share.whole if r in state]
         return share
     saved = saved_world(listing)
     tensors = [r for r in rels if r.endswith(SHARD_EXT.get(fmt, ()))]
-    ranks = _manifest_ranks(listing.manifest)
     by_rank = bool(ranks) and saved == world and all(file_rank(r, ranks) is not None for r in tensors)
     if fmt == "dcp" or (fmt == "safetensors" and not by_rank):
         share = Share(rank, world, f"rows {'' if world == 1 else 'r·c..(r+1)·c '}of every tensor along dim 0 "
@@ -291,13 +293,14 @@ def plan_share(listing, world: int, rank: int, policy: str = "part") -> Share:
         else:
             _safetensors_rows(share, root, tensors)
             rest = [r for r in rels if r not in set(tensors)]
-        owners = _owner_of_files(listing, world, rest)
-        _whole_files(share, listing, [r for r in rest if rank in owners[r]])
+        owners = _owner_of_files(fmt, sizes, ranks, world, rest)
+        _whole_files(share, sizes, [r for r in rest if rank in owners[r]])
+        share.state_files = [r for r in share.whole if r in state]
         return share.in_file_order()
-    owners = _owner_of_files(listing, world, rels)
+    owners = _owner_of_files(fmt, sizes, ranks, world, rels)
     how = (f"its own files (rank {rank} of a {saved}-rank save)" if saved == world else
            f"whole files spread over {world} rank(s) (saved by {saved or 'an unknown number of'} rank(s): "
            f"{fmt} shards are not split by range)")
     share = Share(rank, world, how, complete=world == 1)
-    _whole_files(share, listing, [r for r in rels if rank in owners[r]])
+    _whole_files(share, sizes, [r for r in rels if rank in owners[r]])
     return share
