@@ -155,6 +155,14 @@ class Target:
     shown: str = "{:.2f}×"  # how the report prints the figure
 
 
+def rotated(items: list, round_index: int) -> list:
+    """`items` started at position round_index (mod its length): who goes first changes every round."""
+    if not items:
+        return []
+    k = round_index % len(items)
+    return items[k:] + items[:k]
+
+
 def figure(t: Target, series: Mapping[str, Series]) -> float | None:
     """The number `t` is judged on, or None when a series it needs has no repeats (or a zero median to divide by)."""
     s = series.get(t.subject)

@@ -201,3 +201,14 @@ def test_cache_dir_and_child_env(monkeypatch, tmp_path):
     assert h.cache_dir("bench-read") == os.path.join(str(tmp_path), "ckptbench", "bench-read")
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     assert h.child_env()["PYTHONPATH"].split(os.pathsep) == [h.ROOT, "/elsewhere"]
+
+
+def test_rotation_puts_each_item_first_once_per_cycle_and_keeps_the_cycle():
+    items = ["ckptbench", "safetensors", "fastsafetensors", "runai"]
+    orders = [h.rotated(items, i) for i in range(len(items))]
+    assert sorted(o[0] for o in orders) == sorted(items)
+    for o in orders:
+        k = o.index("ckptbench")
+        assert o[k:] + o[:k] == items
+    assert h.rotated(items, len(items)) == items
+    assert h.rotated([], 3) == []
