@@ -1,7 +1,9 @@
 """Read benchmark: fastio hot and cold against fio, a Python thread pool and the reference md5 loop.
 
 Prints a Markdown report to stdout (progress goes to stderr) and writes bench/out/read_bench.{md,json}.
-Exit status 0 even when a target is missed; 2 when a needed tool is missing.
+Exit status 0 even when a target is missed; 2 when a needed tool is missing. Here: the runs (hot, cold, the hash
+kernels in memory, a read-only child's peak RSS); the file set, how a repeat is measured and the report are in
+bench/_read_*.py.
 """
 
 from __future__ import annotations
@@ -14,21 +16,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
-import _peers
-from _harness import (Series, Shape, Target, cache_dir, child_env, fmt, judge, log, machine, missing, preface,
-                      section, series_table, targets_section, utc_now, write_outputs)
+from _harness import KiB, MiB, Shape, cache_dir, child_env, judge, log, machine, missing
+from _read_fileset import ensure_fileset
+from _read_measure import BLOCK, COLD_CONCURRENCY, HOT_WORKERS, RSS_BASE, Bench, Measure
+from _read_report import report_markdown, targets, write_report
 
-MiB = 1 << 20
-KiB = 1 << 10
-BLOCK = 1 * MiB
-HOT_WORKERS = 2
-COLD_CONCURRENCY = 16
 KERNEL_BUF = 256 * MiB
 KERNEL_PIECE = 16 * MiB
-RSS_BASE = 64 * MiB
 
 # ru_maxrss is the kernel's high-water mark, which it updates when pages are unmapped or the process exits,
 # not as they are mapped: a sampler thread also reads the resident size while the engine runs (GIL released),
@@ -55,128 +52,6 @@ print(json.dumps({"maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxr
                   "vmhwm_kib": int(hwm), "sampled_kib": peak[0] // 1024, "bytes": r.bytes,
                   "failed": len(r.failed)}))
 """
-
-
-def fileset_layout(directory: str, shape: Shape) -> list[tuple[str, int]]:
-    big = [(os.path.join(directory, f"big-{i:05d}.bin"), shape.big_size) for i in range(shape.big_files)]
-    small = [(os.path.join(directory, "small", f"small-{i:05d}.bin"), shape.small_size)
-             for i in range(shape.small_files)]
-    return big + small
-
-
-def write_random_file(path: str, size: int) -> None:
-    """Random bytes (never a zero page a filesystem could elide), fsynced, renamed into place."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        left = size
-        while left:
-            n = min(left, 8 * MiB)
-            f.write(os.urandom(n))
-            left -= n
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
-
-
-def ensure_fileset(directory: str, shape: Shape) -> list[tuple[str, int]]:
-    """Reuses files already present with the right size; writes only the rest."""
-    files = fileset_layout(directory, shape)
-    todo = [(p, s) for p, s in files if not (os.path.isfile(p) and os.path.getsize(p) == s)]
-    if todo:
-        need = sum(s for _, s in todo)
-        log(f"writing {len(todo)} files ({need / MiB:.0f} MiB) into {directory}")
-        for path, size in todo:
-            write_random_file(path, size)
-        for d in {os.path.dirname(p) for p, _ in todo}:
-            fd = os.open(d, os.O_RDONLY)
-            try:
-                os.fsync(fd)  # make the renames durable too
-            finally:
-                os.close(fd)
-    else:
-        log(f"reusing the file set in {directory}")
-    return files
-
-
-@dataclass(kw_only=True)
-class Measure(Series):
-    """A row of the read tables (condition: hot, cold, memory, rss): the tool, its settings, the row it is set
-    against."""
-
-    tool: str
-    config: str
-    peer: str | None = None
-    short: str = ""  # how the ratio column names this row when it is the peer
-
-
-class Bench:
-    def __init__(self, files: list[tuple[str, int]], repeat: int, fio: str):
-        import fastio
-
-        self.fastio = fastio
-        self.files = files
-        self.paths = [p for p, _ in files]
-        self.total = sum(s for _, s in files)
-        self.repeat = repeat
-        self.fio = fio
-        self.results: dict[str, Measure] = {}
-        self.digests: dict[str, dict[str, str]] = {}
-        self.load: list[float] = []  # 1-minute load average at start and end
-        self.other = _peers.OtherWork()  # CPU other processes take: other work skews the figures
-
-    def residency(self) -> float:
-        return self.fastio.residency(self.paths).fraction
-
-    def make_hot(self) -> float:
-        self.fastio.read_files(self.files, hash="none", concurrency=HOT_WORKERS)
-        return self.residency()
-
-    def make_cold(self) -> float:
-        self.fastio.evict(self.paths)
-        return self.residency()
-
-    def prepare(self, condition: str) -> float | None:
-        if condition == "hot":
-            return self.make_hot()
-        if condition == "cold":
-            return self.make_cold()
-        return None
-
-    def measure(self, m: Measure, run: Callable[[], _peers.Timed]) -> Measure:
-        """`repeat` runs, each after setting up and checking the page-cache state."""
-        log(f"  {m.condition:5} {m.tool} {m.config}")
-        for _ in range(self.repeat):
-            res = self.prepare(m.condition)
-            if res is not None:
-                m.residency.append(res)
-            t = run()
-            if t.bytes != self.total:
-                raise RuntimeError(f"{m.key}: read {t.bytes} bytes, the file set has {self.total}")
-            m.samples.append(t.bytes / t.seconds / 1e9)
-        self.results[m.key] = m
-        return m
-
-    def fastio_run(self, read: str, hash: str, concurrency: int) -> _peers.Timed:
-        r = self.fastio.read_files(self.files, read=read, hash=hash, concurrency=concurrency,
-                                   block_size=BLOCK)
-        if r.failed:
-            f = r.failed[0]
-            raise RuntimeError(f"fastio {read}/{hash}: {len(r.failed)} files failed, "
-                               f"e.g. {f.path}: {f.error}")
-        if hash == "md5":
-            self.digests[f"fastio-{read}"] = {f.path: f.digest for f in r.files}
-        return _peers.Timed(r.bytes, r.seconds)
-
-    def fio_run(self, **kw) -> _peers.Timed:
-        return _peers.run_fio(self.fio, self.files, block_size=BLOCK, **kw)[0]
-
-    def pool_run(self) -> _peers.Timed:
-        t, self.digests["pool"] = _peers.thread_pool_md5(self.paths, HOT_WORKERS)
-        return t
-
-    def loop_run(self) -> _peers.Timed:
-        t, self.digests["reference"] = _peers.reference_md5_loop(self.paths)
-        return t
 
 
 def hot_peer(read: str, hash: str) -> str | None:
@@ -327,108 +202,6 @@ def run_rss(b: Bench) -> None:
             b.results[m.key] = m
     finally:
         os.unlink(listing)
-
-
-def targets() -> list[Target]:
-    bound = (RSS_BASE + COLD_CONCURRENCY * BLOCK) / MiB
-    out = []
-    for read in ("pread", "mmap"):
-        for engine in ("psync", "mmap"):
-            out.append(Target(f"hot, hash none, 2 workers: fastio {read} >= 0.95x fio {engine} 2 jobs",
-                              f"hot/fastio/{read}/none", f"hot/fio/{engine}", low=0.95, shown="{:.2f}x"))
-    for hash, factor, what in (("crc32c", 15, "hot, crc32c"), ("md5", 1.9, "hot, md5, 2 workers")):
-        for read in ("pread", "mmap"):
-            out.append(Target(f"{what}: fastio {read} >= {factor}x the reference md5 loop",
-                              f"hot/fastio/{read}/{hash}", "hot/ref-md5", low=factor, shown="{:.2f}x"))
-    out.append(Target("cold, concurrency 16: fastio direct >= 0.95x fio libaio direct iodepth 16",
-                      "cold/fastio/direct/none", "cold/fio/libaio", low=0.95, shown="{:.2f}x"))
-    for alg, pkg in (("crc32c", "crc32c"), ("xxh64", "xxhash")):
-        out.append(Target(f"{alg} kernel: fastio >= 0.9x the {pkg} package",
-                          f"memory/fastio/{alg}", f"memory/pkg/{alg}", low=0.9, shown="{:.2f}x"))
-    for read in ("pread", "mmap"):
-        out.append(Target(f"peak RSS, {read}: <= {bound:.0f} MiB (64 MiB + 16 x 1 MiB), worst repeat",
-                          f"rss/fastio/{read}", high=bound, worst=True, shown="{:.1f} MiB"))
-    return out
-
-
-def table_rows(res: dict[str, Measure], unit: str) -> list[str]:
-    def ratio(m: Measure) -> str:
-        if not (m.peer and m.peer in res):
-            return ""
-        p = res[m.peer]
-        return f"{m.median / p.median:.2f}× {p.short or p.tool}"
-
-    return series_table([m for m in res.values() if m.unit == unit],
-                        ("condition", "tool / config", f"{unit} (median)", "min–max", "ratio vs peer"),
-                        lambda m: f"{m.tool}: {m.config}" + (f" — {m.note}" if m.note else ""),
-                        lambda m, v: fmt(v, 1 if m.unit == "MiB" else 2), lambda m: [ratio(m)])
-
-
-def report_markdown(b: Bench, verdicts: list[dict], shape: Shape, args, preface: list[str] = ()) -> str:
-    lines = [
-        "# fastio read benchmark",
-        "",
-        *preface,
-        f"File set: {shape.describe()} in `{args.dir}`; block 1 MiB; median of {b.repeat} repeat(s); "
-        "GB = 10^9 bytes.",
-        "",
-    ]
-    lines += table_rows(b.results, "GB/s")
-    lines += ["", "Peak RSS of a child process that only runs fastio over the file set (the larger of "
-              "ru_maxrss and the resident size sampled every 0.5 ms during the read; the whole process, nothing "
-              "subtracted):", ""]
-    lines += table_rows(b.results, "MiB")
-    lines += targets_section(verdicts) + section("Notes", notes(b))
-    return "\n".join(lines) + "\n"
-
-
-def notes(b: Bench) -> list[str]:
-    out = [
-        "hot = every repeat follows a fastio pre-read and needs residency ≥ 0.95 (fastio.residency); "
-        "cold = every repeat follows fastio.evict and needs residency ≤ 0.05.",
-        "fio: one job file, `rw=read`, `file_service_type=sequential`, `invalidate=0`; files split across "
-        "jobs largest-first onto the lightest job (disjoint `filename=a:b:c` lists, colons escaped). fio skips "
-        "files smaller than bs, so the small files form a second stonewalled group with bs = their size "
-        "(one read each); throughput = all bytes / sum over groups of the slowest job's runtime "
-        "(ms resolution). "
-        "Bytes read are checked against the file set.",
-        f"cold fio libaio: 1 job × iodepth {COLD_CONCURRENCY} (jobs × iodepth = {COLD_CONCURRENCY}). "
-        f"cold fastio pread/mmap are set against fio psync with {COLD_CONCURRENCY} jobs.",
-        "hot direct rows read with O_DIRECT, which bypasses the page cache, so they measure the device "
-        "even when the files are resident.",
-        "The disk is whatever backs --dir; on a virtual disk the host's cache can make cold reads fast.",
-        "fastio mmap with hash none maps each block's pages (MADV_POPULATE_READ: from the disk when cold) "
-        "without touching the bytes; fio's mmap engine copies each block out of the mapping. With a hash, "
-        "fastio reads every byte through the mapping.",
-    ]
-    cores = os.cpu_count() or 1
-    if b.load:
-        out.append(f"1-minute load average {b.load[0]:.1f} at the start, {b.load[-1]:.1f} at the end, on {cores} "
-                   "cores (it counts the benchmark's own threads waiting on the disk).")
-    out.append(b.other.line())
-    same = dict(b.digests)
-    if "reference" in same:
-        ref = same.pop("reference")
-        bad = [k for k, d in same.items() if d != ref]
-        out.append("md5 digests of fastio (every read mode) and the thread pool match the reference loop."
-                   if not bad else f"md5 digests DIFFER from the reference loop: {', '.join(bad)}")
-    return out
-
-
-def write_report(b: Bench, verdicts: list[dict], facts: dict, shape: Shape, args) -> None:
-    date = utc_now()
-    raw = {
-        "date": date,
-        "machine": facts,
-        "args": {k: v for k, v in vars(args).items() if k != "shape"},
-        "fileset": {**asdict(shape), "bytes": b.total, "dir": args.dir},
-        "measurements": [m.as_dict() for m in b.results.values()],
-        "targets": verdicts,
-        "load_average_1min": b.load,
-        "other_work_core_s": b.other.share()[0],
-        "md5_digests_agree": all(d == b.digests.get("reference") for d in b.digests.values()),
-    }
-    write_outputs("read_bench", report_markdown(b, verdicts, shape, args, preface(date, facts)), raw)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
