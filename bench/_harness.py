@@ -1,4 +1,5 @@
-"""What every benchmark script shares: progress lines, tool checks, figures over repeats, targets, the report files.
+"""What every benchmark script shares: progress lines, tool checks, the page cache set hot or cold and the disk
+reads of a repeat, figures over repeats, targets, the report files.
 
 A figure is a Series of repeats, shown and judged on its median; a Target sets one series against another (a ratio)
 or against a bound; each script's report goes to stdout and to bench/out/<name>.md and .json.
@@ -10,6 +11,7 @@ import datetime
 import importlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -24,7 +26,7 @@ sys.path.insert(0, ROOT)  # fastio is built in place in the repo root
 from ckptbench.stats import spread  # noqa: E402
 
 HOT_MIN, COLD_MAX = 0.95, 0.05  # page-cache residency a hot repeat needs at least, a cold one at most
-MiB, KiB = 1 << 20, 1 << 10
+MiB, KiB, GiB = 1 << 20, 1 << 10, 1 << 30
 
 
 def log(msg: str) -> None:
@@ -53,6 +55,29 @@ def _importable(module: str) -> bool:
     except ImportError:
         return False
     return True
+
+
+def make_hot(paths: Sequence[str]) -> float:
+    """Reads the files into the page cache (2 pread workers, no hash); their residency after."""
+    import fastio
+
+    fastio.read_files(paths, concurrency=2, read="pread", hash="none")
+    return fastio.residency(paths).fraction
+
+
+def make_cold(paths: Sequence[str]) -> float:
+    """Evicts the files from the page cache; their residency after."""
+    import fastio
+
+    fastio.evict(paths)
+    return fastio.residency(paths).fraction
+
+
+def disk_read_bytes(children: bool = False) -> int:
+    """Bytes this process (or its waited-for children) made the kernel read from a block device: getrusage's
+    ru_inblock, in 512-byte units, counted where reads are submitted to the device, so page-cache hits add
+    nothing. A hot repeat that reads from the disk was not hot, whatever residency said before it began."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_inblock * 512
 
 
 def cache_dir(name: str) -> str:
@@ -137,6 +162,20 @@ class Series:
 
     def as_dict(self) -> dict:
         return asdict(self) | {"median": self.median, "min": self.min, "max": self.max, "verified": self.verified}
+
+
+@dataclass(kw_only=True)
+class CheckedSeries(Series):
+    """A series whose every repeat is checked: its status ("ok" or "failed"), the problems found, and the share of
+    the set's bytes it read from the disk."""
+
+    disk: list[float] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(s == "ok" for s in self.status)
 
 
 @dataclass(frozen=True)

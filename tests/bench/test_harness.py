@@ -212,3 +212,11 @@ def test_rotation_puts_each_item_first_once_per_cycle_and_keeps_the_cycle():
         assert o[k:] + o[:k] == items
     assert h.rotated(items, len(items)) == items
     assert h.rotated([], 3) == []
+
+
+def test_make_hot_leaves_the_files_resident_and_make_cold_says_what_is_left(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(1 << 20))
+    assert h.make_hot([str(path)]) >= h.HOT_MIN
+    assert 0.0 <= h.make_cold([str(path)]) <= 1.0
+    assert h.disk_read_bytes() >= 0 and h.disk_read_bytes(children=True) >= 0
