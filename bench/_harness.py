@@ -113,6 +113,13 @@ class Shape:
                 f"= {self.total / MiB:.0f} MiB")
 
 
+def held(condition: str, residency: float | None) -> bool:
+    """The page-cache share before a repeat is what `condition` (hot or cold) needs; None (not measured) is not."""
+    if residency is None:
+        return False
+    return residency >= HOT_MIN if condition == "hot" else residency <= COLD_MAX
+
+
 @dataclass
 class Series:
     """One figure over repeats and the condition they ran under; a script subclasses it for what its rows add."""
@@ -150,7 +157,7 @@ class Series:
         return True
 
     def _held(self, residency: float) -> bool:
-        return residency >= HOT_MIN if self.condition == "hot" else residency <= COLD_MAX
+        return held(self.condition, residency)
 
     def unverified_because(self) -> str:
         bad = [r for r in self.residency if not self._held(r)]

@@ -220,3 +220,10 @@ def test_make_hot_leaves_the_files_resident_and_make_cold_says_what_is_left(tmp_
     assert h.make_hot([str(path)]) >= h.HOT_MIN
     assert 0.0 <= h.make_cold([str(path)]) <= 1.0
     assert h.disk_read_bytes() >= 0 and h.disk_read_bytes(children=True) >= 0
+
+
+@pytest.mark.parametrize("condition, residency, ok", [
+    ("hot", 0.95, True), ("hot", 0.9499, False), ("hot", None, False),
+    ("cold", 0.05, True), ("cold", 0.0501, False), ("cold", None, False)])
+def test_a_cache_condition_holds_within_its_residency_bound(condition, residency, ok):
+    assert h.held(condition, residency) is ok

@@ -1,7 +1,6 @@
 """The peers benchmark's pure parts: the checkpoint's layout and generation, the loaders' checksum, what is taken
-from a child's output and from `ckptbench run --json`, rotation, cache conditions, the checks on a peer's result,
-the targets and the report's ratios. One real child (the safetensors loader) runs end to end; no timing is
-asserted."""
+from a child's output and from `ckptbench run --json`, the checks on a peer's result, the targets and the report's
+ratios. One real child (the safetensors loader) runs end to end; no timing is asserted."""
 
 from __future__ import annotations
 
@@ -17,6 +16,9 @@ from safetensors.torch import load_file
 import _foreign
 import _harness as h
 import _loaders
+import _peers_docs as docs
+import _peers_report as report
+import _peers_rounds as rounds
 import peers_bench as pb
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -159,17 +161,17 @@ def test_shards_come_from_the_index_or_else_the_directory(tmp_path):
 def test_the_safetensors_child_reports_the_generators_tensors(tiny):
     """The real runner in a fresh process, its output parsed and checked as the benchmark does."""
     directory, _, meta = tiny
-    out = subprocess.run([sys.executable, pb.LOADERS_PY, "safetensors", directory], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, rounds.LOADERS_PY, "safetensors", directory], capture_output=True, text=True,
                          env=h.child_env(), check=False)
-    doc, problem = pb.parse_child(out.returncode, out.stdout, out.stderr)
+    doc, problem = docs.parse_child(out.returncode, out.stdout, out.stderr)
     assert problem == "", out.stderr
-    assert pb.check_peer(doc, meta["ckptbench_peers"], meta["total_size"]) == []
+    assert docs.check_peer(doc, meta["ckptbench_peers"], meta["total_size"]) == []
     assert doc["loader"] == "safetensors" and doc["seconds"] > 0
     assert 0.0 <= doc["residency_before"] <= 1.0
 
 
 def test_an_unknown_loader_is_one_usage_line_and_status_2():
-    out = subprocess.run([sys.executable, pb.LOADERS_PY, "nope", "/nonexistent"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, rounds.LOADERS_PY, "nope", "/nonexistent"], capture_output=True, text=True,
                          check=False)
     assert out.returncode == 2 and out.stdout == "" and out.stderr.startswith("usage:")
 
@@ -179,27 +181,27 @@ def test_an_unknown_loader_is_one_usage_line_and_status_2():
 
 def test_a_child_document_is_the_whole_stdout():
     doc = {"rto_s": 1.5, "stages": {"read": 1.0}}
-    assert pb.parse_child(0, json.dumps(doc, indent=2), "") == (doc, "")
+    assert docs.parse_child(0, json.dumps(doc, indent=2), "") == (doc, "")
 
 
 def test_a_child_document_is_else_the_last_line_after_other_output():
-    assert pb.parse_child(0, "a log line\n{\"seconds\": 2.0}\n", "") == ({"seconds": 2.0}, "")
+    assert docs.parse_child(0, "a log line\n{\"seconds\": 2.0}\n", "") == ({"seconds": 2.0}, "")
 
 
 def test_a_child_without_a_document_gives_its_last_stderr_line():
-    doc, problem = pb.parse_child(1, "", "Traceback...\nImportError: no module named runai_model_streamer\n")
+    doc, problem = docs.parse_child(1, "", "Traceback...\nImportError: no module named runai_model_streamer\n")
     assert doc is None
     assert problem == "exited 1 without a JSON document: ImportError: no module named runai_model_streamer"
 
 
 @pytest.mark.parametrize("stdout", ["", "[1, 2]", "not json"])
 def test_output_that_is_not_a_json_object_is_no_document(stdout):
-    doc, problem = pb.parse_child(0, stdout, "")
+    doc, problem = docs.parse_child(0, stdout, "")
     assert doc is None and problem.startswith("exited 0 without a JSON document: no output")
 
 
 def test_a_document_from_a_failed_child_is_kept_with_the_status():
-    assert pb.parse_child(1, "{\"status\": \"failed\"}", "") == ({"status": "failed"}, "exited 1")
+    assert docs.parse_child(1, "{\"status\": \"failed\"}", "") == ({"status": "failed"}, "exited 1")
 
 
 # ---------------------------------------------------------------------------- ckptbench run --json
@@ -216,7 +218,7 @@ def run_doc(**over) -> dict:
 
 
 def test_the_summary_takes_the_rto_the_stages_and_the_read_path_auto_picked():
-    s = pb.run_summary(run_doc())
+    s = docs.run_summary(run_doc())
     assert (s["rto"], s["read"], s["check"], s["residency"]) == (2.0, 1.5, 0.19, 0.0)
     assert (s["read_option"], s["read_mode"], s["read_why"]) == ("auto", "direct", "auto: cold")
     assert (s["hash"], s["concurrency"], s["block_size"]) == ("crc32c", 8, 1 << 20)
@@ -224,23 +226,23 @@ def test_the_summary_takes_the_rto_the_stages_and_the_read_path_auto_picked():
 
 def test_a_concrete_read_option_is_the_read_path():
     doc = run_doc(options=run_doc()["options"] | {"read": "mmap"})
-    assert pb.resolved_read(doc) == ("mmap", "set")
+    assert docs.resolved_read(doc) == ("mmap", "set")
 
 
 def test_without_the_runs_list_the_first_repeat_says_what_auto_picked():
     doc = run_doc(read={"modes": ["direct", "pread"]}, repeats=[{"read": {"mode": "pread", "why": "hot"}}])
-    assert pb.resolved_read(doc) == ("pread", "hot")
+    assert docs.resolved_read(doc) == ("pread", "hot")
 
 
 def test_a_run_that_says_nothing_of_its_read_path_gives_none():
     doc = run_doc()
     del doc["read"], doc["repeats"]
-    assert pb.resolved_read(doc) == (None, "not reported")
+    assert docs.resolved_read(doc) == (None, "not reported")
 
 
 def test_staged_reads_without_a_hash_and_an_explicit_hash_is_kept():
-    assert pb.run_summary(run_doc(options=run_doc()["options"] | {"mode": "staged"}))["hash"] == "none"
-    assert pb.run_summary(run_doc(options=run_doc()["options"] | {"hash": "xxh64"}))["hash"] == "xxh64"
+    assert docs.run_summary(run_doc(options=run_doc()["options"] | {"mode": "staged"}))["hash"] == "none"
+    assert docs.run_summary(run_doc(options=run_doc()["options"] | {"hash": "xxh64"}))["hash"] == "xxh64"
 
 
 @pytest.mark.parametrize("note, want", [
@@ -250,11 +252,11 @@ def test_staged_reads_without_a_hash_and_an_explicit_hash_is_kept():
      "xxh64"),
     ("NOT VERIFIED: no manifest, so digests were computed with no reference", "crc32c")])
 def test_without_a_hash_option_the_verify_note_says_what_the_read_hashed(note, want):
-    assert pb.resolved_hash(run_doc(notes={"verify": note}))[0] == want
+    assert docs.resolved_hash(run_doc(notes={"verify": note}))[0] == want
 
 
 def test_the_read_command_repeats_the_runs_read_path_cold():
-    cmd = pb.read_command(pb.run_summary(run_doc()), "/ckpt")
+    cmd = docs.read_command(docs.run_summary(run_doc()), "/ckpt")
     assert cmd[1:6] == ["-m", "ckptbench", "read", "/ckpt", "--json"]
     options = cmd[6:]
     assert dict(zip(options[::2], options[1::2])) == {"--cache": "cold", "--hash": "crc32c", "--concurrency": "8",
@@ -264,28 +266,7 @@ def test_the_read_command_repeats_the_runs_read_path_cold():
 def test_the_read_command_leaves_the_read_mode_to_read_when_the_run_did_not_say():
     doc = run_doc()
     del doc["read"], doc["repeats"]
-    assert "--read" not in pb.read_command(pb.run_summary(doc), "/ckpt")
-
-
-# ---------------------------------------------------------------------------- rotation and cache conditions
-
-
-def test_rotation_puts_each_loader_first_once_per_cycle_and_keeps_the_cycle():
-    items = ["ckptbench", "safetensors", "fastsafetensors", "runai"]
-    orders = [pb.rotated(items, i) for i in range(len(items))]
-    assert sorted(o[0] for o in orders) == sorted(items)
-    for o in orders:
-        k = o.index("ckptbench")
-        assert o[k:] + o[:k] == items
-    assert pb.rotated(items, len(items)) == items
-    assert pb.rotated([], 3) == []
-
-
-@pytest.mark.parametrize("condition, residency, ok", [
-    ("hot", 0.95, True), ("hot", 0.9499, False), ("hot", None, False),
-    ("cold", 0.05, True), ("cold", 0.0501, False), ("cold", None, False)])
-def test_a_cache_condition_holds_within_its_residency_bound(condition, residency, ok):
-    assert pb.held(condition, residency) is ok
+    assert "--read" not in docs.read_command(docs.run_summary(doc), "/ckpt")
 
 
 # ---------------------------------------------------------------------------- checks on results
@@ -295,11 +276,11 @@ REF = {"checksum": "abc", "tensors": 5}
 
 
 def test_a_peer_with_the_generators_tensors_passes():
-    assert pb.check_peer({"loader": "x", "checksum": "abc", "tensors": 5, "bytes": 10}, REF, 10) == []
+    assert docs.check_peer({"loader": "x", "checksum": "abc", "tensors": 5, "bytes": 10}, REF, 10) == []
 
 
 def test_a_peer_with_other_tensors_is_told_what_differs():
-    wrong = pb.check_peer({"loader": "x", "checksum": "abd", "tensors": 4, "bytes": 9}, REF, 10)
+    wrong = docs.check_peer({"loader": "x", "checksum": "abd", "tensors": 4, "bytes": 9}, REF, 10)
     assert len(wrong) == 3
     assert "checksum" in wrong[0] and "4 tensors" in wrong[1] and "9 tensor bytes" in wrong[2]
 
@@ -311,31 +292,31 @@ def read_doc(digests: dict[str, str], hash_: str = "crc32c", failed: int = 0) ->
 
 def test_a_read_is_checked_against_the_shards_crc32c_and_may_carry_the_index():
     crc = {"a.safetensors": "1", "b.safetensors": "2"}
-    assert pb.check_read(read_doc(crc | {_loaders.INDEX: "9"}), crc, 10) == []
-    assert pb.check_read(read_doc({"a.safetensors": "1", "b.safetensors": "3"}), crc, 10) == [
+    assert docs.check_read(read_doc(crc | {_loaders.INDEX: "9"}), crc, 10) == []
+    assert docs.check_read(read_doc({"a.safetensors": "1", "b.safetensors": "3"}), crc, 10) == [
         "b.safetensors: crc32c 3 != 2"]
-    assert pb.check_read(read_doc({"a.safetensors": "1"}), crc, 10) == ["b.safetensors: crc32c None != 2"]
+    assert docs.check_read(read_doc({"a.safetensors": "1"}), crc, 10) == ["b.safetensors: crc32c None != 2"]
 
 
 def test_a_read_with_another_hash_is_not_compared_but_failures_and_bytes_count():
     crc = {"a.safetensors": "1"}
-    assert pb.check_read(read_doc({"a.safetensors": "ff"}, hash_="none"), crc, 10) == []
-    assert pb.check_read(read_doc({"a.safetensors": "1"}, failed=2), crc, 10) == ["2 file(s) failed"]
-    assert pb.check_read(read_doc({"a.safetensors": "1"}), crc, 11) == ["read 10 bytes, the directory holds 11"]
+    assert docs.check_read(read_doc({"a.safetensors": "ff"}, hash_="none"), crc, 10) == []
+    assert docs.check_read(read_doc({"a.safetensors": "1"}, failed=2), crc, 10) == ["2 file(s) failed"]
+    assert docs.check_read(read_doc({"a.safetensors": "1"}), crc, 11) == ["read 10 bytes, the directory holds 11"]
 
 
 # ---------------------------------------------------------------------------- targets and ratios
 
 
-def series(key: str, samples: list[float], loader: str | None = None) -> pb.PeerSeries:
+def series(key: str, samples: list[float], loader: str | None = None) -> rounds.PeerSeries:
     condition = key.split("/")[0]
-    s = pb.PeerSeries(key, condition, "s", loader=loader or key.split("/", 1)[1])
+    s = rounds.PeerSeries(key, condition, "s", loader=loader or key.split("/", 1)[1])
     for v in samples:
         s.add(v, 0.0 if condition == "cold" else 1.0)
     return s
 
 
-def by_key(*items: pb.PeerSeries) -> dict[str, pb.PeerSeries]:
+def by_key(*items: rounds.PeerSeries) -> dict[str, rounds.PeerSeries]:
     return {s.key: s for s in items}
 
 
@@ -344,43 +325,44 @@ PEERS = ["safetensors", "fastsafetensors", "runai"]
 
 def test_the_fastest_peer_is_the_lowest_median_time():
     sr = by_key(series("hot/safetensors", [3.0, 1.0, 3.0]), series("hot/runai", [2.0, 2.0, 1.0]))
-    assert pb.fastest_peer(sr, "hot", PEERS) == "hot/runai"
-    assert pb.fastest_peer(sr, "cold", PEERS) is None
+    assert report.fastest_peer(sr, "hot", PEERS) == "hot/runai"
+    assert report.fastest_peer(sr, "cold", PEERS) is None
 
 
 @pytest.mark.parametrize("peer_s, status", [(2.9, "MISSED"), (3.0, "met"), (4.0, "met")])
 def test_hot_needs_ckptbench_1_5x_faster_than_the_fastest_peer(peer_s, status):
     sr = by_key(series("hot/ckptbench", [2.0], "ckptbench run"), series("hot/runai", [peer_s]),
                 series("hot/safetensors", [10.0]))
-    v = h.judge(pb.targets(sr, PEERS)[0], sr)
+    v = h.judge(report.targets(sr, PEERS)[0], sr)
     assert v["status"] == status and v["value"] == pytest.approx(peer_s / 2.0)
     assert "runai" in v["target"]
 
 
 def test_cold_needs_1_3x_and_without_peers_it_is_not_measured():
     sr = by_key(series("cold/ckptbench", [1.0], "ckptbench run"), series("cold/fastsafetensors", [1.3]))
-    assert h.judge(pb.targets(sr, PEERS)[1], sr)["status"] == "met"
+    assert h.judge(report.targets(sr, PEERS)[1], sr)["status"] == "met"
     lone = by_key(series("cold/ckptbench", [1.0], "ckptbench run"))
-    assert h.judge(pb.targets(lone, PEERS)[1], lone)["status"] == "not measured"
+    assert h.judge(report.targets(lone, PEERS)[1], lone)["status"] == "not measured"
 
 
 @pytest.mark.parametrize("stage, status", [(0.84, "MISSED"), (0.85, "met"), (1.15, "met"), (1.16, "MISSED")])
 def test_the_read_stage_must_be_within_15_percent_of_read(stage, status):
     sr = by_key(series("cold/ckptbench/read-stage", [stage * 2]), series("cold/ckptbench/read", [2.0]))
-    v = h.judge(pb.targets(sr, PEERS)[2], sr)
+    v = h.judge(report.targets(sr, PEERS)[2], sr)
     assert v["status"] == status
 
 
 def test_the_check_stage_bound_is_a_quarter_of_the_read_stage_paired():
     sr = by_key(series("cold/ckptbench/check-stage", [0.25, 0.5, 0.1]),
                 series("cold/ckptbench/read-stage", [1.0, 1.0, 1.0]))
-    v = h.judge(pb.targets(sr, PEERS)[3], sr)
+    v = h.judge(report.targets(sr, PEERS)[3], sr)
     assert (v["status"], v["value"]) == ("met", 0.25)
 
 
 def test_verdicts_read_pass_miss_or_why_not():
-    lines = pb.verdict_lines([{"status": "met", "target": "a", "detail": "1.60×"}, {"status": "MISSED", "target": "b"},
-                              {"status": "not verified (cache state)", "target": "c"}])
+    lines = report.verdict_lines([{"status": "met", "target": "a", "detail": "1.60×"},
+                                  {"status": "MISSED", "target": "b"},
+                                  {"status": "not verified (cache state)", "target": "c"}])
     assert lines == ["PASS: a — 1.60×", "MISS: b", "not verified (cache state): c"]
 
 
@@ -388,10 +370,10 @@ def test_a_peers_ratio_is_its_median_over_ckptbench_and_stages_are_paired():
     sr = by_key(series("cold/ckptbench", [2.0, 4.0, 3.0], "ckptbench run"), series("cold/runai", [6.0, 9.0, 7.5]),
                 series("cold/ckptbench/read-stage", [1.0, 2.0]), series("cold/ckptbench/read", [1.0, 1.0]),
                 series("cold/ckptbench/check-stage", [0.1, 0.4]))
-    assert pb.ratio_cell(sr, sr["cold/runai"]) == "2.50× ckptbench"
-    assert pb.ratio_cell(sr, sr["cold/ckptbench"]) == "reference"
-    assert pb.ratio_cell(sr, sr["cold/ckptbench/read"]) == "read stage / read = 1.500×"
-    assert pb.ratio_cell(sr, sr["cold/ckptbench/check-stage"]) == "check / read stage = 0.150×"
+    assert report.ratio_cell(sr, sr["cold/runai"]) == "2.50× ckptbench"
+    assert report.ratio_cell(sr, sr["cold/ckptbench"]) == "reference"
+    assert report.ratio_cell(sr, sr["cold/ckptbench/read"]) == "read stage / read = 1.500×"
+    assert report.ratio_cell(sr, sr["cold/ckptbench/check-stage"]) == "check / read stage = 0.150×"
 
 
 def test_a_failed_repeat_marks_the_series_failed():

@@ -1,0 +1,171 @@
+"""The peers benchmark's rounds: every loader and ckptbench once per round, cold then hot, each measurement a fresh
+process after the page cache was set and checked; a repeat whose cache state did not hold is run again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import _loaders
+import _peers
+from _harness import COLD_MAX, CheckedSeries, child_env, disk_read_bytes, held, log, make_cold, make_hot, rotated
+from _peers_docs import check_peer, check_read, parse_child, read_command, run_summary
+
+ATTEMPTS = 3  # a repeat whose cache state did not hold is run again, this often, then refused
+DIRECT_IO = {"fastsafetensors", "runai"}  # read with O_DIRECT by default: the page cache is bypassed, hot or cold
+LOADERS_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_loaders.py")
+CHILD_TIMEOUT = 900
+
+
+@dataclass(kw_only=True)
+class PeerSeries(CheckedSeries):
+    """Seconds over repeats of one loader or stage, with each repeat's disk share and check."""
+
+    loader: str
+
+    def add(self, seconds: float, residency: float, disk: float | None = None, status: str = "ok") -> None:
+        self.samples.append(seconds)
+        self.residency.append(residency)
+        self.status.append(status)
+        if disk is not None:
+            self.disk.append(disk)
+
+    def as_dict(self) -> dict:
+        return super().as_dict() | {"ok": self.ok}
+
+
+class Bench:
+    def __init__(self, directory: str, meta: dict, repeat: int, peers: list[str], results: str):
+        self.dir = directory
+        self.meta = meta
+        self.shards = _loaders.shard_paths(directory)
+        self.files = sorted(os.path.join(directory, n) for n in os.listdir(directory))
+        self.total = sum(os.path.getsize(p) for p in self.files)
+        self.repeat = repeat
+        self.peers = peers
+        self.results = results
+        self.series: dict[str, PeerSeries] = {}
+        self.other = _peers.OtherWork()
+        self.read_cmd: list[str] | None = None
+        self.runs: list[dict] = []  # every ckptbench run summary, for the report's stage table
+
+    def get(self, key: str, condition: str, loader: str) -> PeerSeries:
+        if key not in self.series:
+            self.series[key] = PeerSeries(key, condition, "s", loader=loader)
+        return self.series[key]
+
+    def child(self, cmd: list[str]) -> tuple[dict | None, str, float]:
+        """Runs one measurement process; its document, a problem line, and the share of the set it read from
+        the disk (the whole process: the timed part and its set-up)."""
+        d0 = disk_read_bytes(children=True)
+        with tempfile.TemporaryDirectory(prefix="ckptbench-peers-") as cwd:
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=cwd,
+                                     timeout=CHILD_TIMEOUT, check=False)
+            except subprocess.TimeoutExpired:
+                return None, f"timed out after {CHILD_TIMEOUT} s", 0.0
+        doc, problem = parse_child(out.returncode, out.stdout, out.stderr)
+        return doc, problem, (disk_read_bytes(children=True) - d0) / self.total
+
+    def prepare(self, condition: str) -> float:
+        """Evicts the files (cold) or reads them into the page cache (hot); their residency after."""
+        return make_cold(self.files) if condition == "cold" else make_hot(self.files)
+
+    def peer(self, condition: str, name: str) -> None:
+        s = self.get(f"{condition}/{name}", condition, name)
+        ref = self.meta["ckptbench_peers"]
+        for attempt in range(1, ATTEMPTS + 1):
+            log(f"  {condition} {name}" + (f" (attempt {attempt})" if attempt > 1 else ""))
+            if not held(condition, self.prepare(condition)):
+                continue
+            doc, problem, _ = self.child([sys.executable, LOADERS_PY, name, self.dir])
+            if doc is None or problem:
+                s.problems.append(problem)
+                s.status.append("failed")
+                return
+            res = doc.get("residency_before")
+            disk = doc["disk_read_bytes"] / self.total
+            if not held(condition, res) or (condition == "hot" and name not in DIRECT_IO and disk > COLD_MAX):
+                log(f"    the cache did not hold (residency {res}, {disk:.0%} read from the disk); again")
+                continue
+            wrong = check_peer(doc, ref, self.meta["total_size"])
+            s.problems += wrong
+            s.add(doc["seconds"], res, disk, "failed" if wrong else "ok")
+            s.extra.setdefault("peak_rss_bytes", []).append(doc.get("peak_rss_bytes"))
+            s.extra["versions"] = doc.get("versions")
+            return
+        s.problems.append(f"a repeat refused: the {condition} cache state did not hold in {ATTEMPTS} attempts")
+
+    def ckptbench(self, condition: str, read_first: bool) -> None:
+        """`ckptbench run`; cold, also `ckptbench read` back to back with it, the order alternating per round (on a
+        virtual disk whoever reads second may gain from the host's cache)."""
+        if condition == "cold" and read_first and self.read_cmd:
+            self.read_cold()
+            self.run(condition)
+            return
+        self.run(condition)
+        if condition == "cold" and self.read_cmd:
+            self.read_cold()
+
+    def run(self, condition: str) -> None:
+        s = self.get(f"{condition}/ckptbench", condition, "ckptbench run")
+        cmd = [sys.executable, "-m", "ckptbench", "run", self.dir, "--json", "--repeat", "1", "--cache", condition,
+               "--results", self.results]
+        for attempt in range(1, ATTEMPTS + 1):
+            log(f"  {condition} ckptbench run" + (f" (attempt {attempt})" if attempt > 1 else ""))
+            if condition == "hot":
+                self.prepare("hot")  # so its own pre-read is served from the cache and the disk share means the run
+            doc, problem, disk = self.child(cmd)
+            if doc is None:
+                s.problems.append(problem)
+                s.status.append("failed")
+                return
+            r = run_summary(doc)
+            if not held(condition, r["residency"]) or (condition == "hot" and disk > COLD_MAX):
+                log(f"    the cache did not hold (residency {r['residency']}, {disk:.0%} read from the disk); again")
+                continue
+            status = "ok" if r["status"] == "ok" and not problem and r["bytes"] == self.total else "failed"
+            if status != "ok":
+                s.problems.append(f"status {r['status']}, {problem or 'exit 0'}, read {r['bytes']} of {self.total} B")
+            s.add(r["rto"], r["residency"], disk, status)
+            for stage in ("read", "check"):
+                if r[stage] is not None:
+                    self.get(f"{condition}/ckptbench/{stage}-stage", condition, f"ckptbench run: {stage} stage").add(
+                        r[stage], r["residency"], None, status)
+            self.runs.append({"condition": condition} | r)
+            if condition == "cold" and self.read_cmd is None:
+                self.read_cmd = read_command(r, self.dir)
+            return
+        s.problems.append(f"a repeat refused: the {condition} cache state did not hold in {ATTEMPTS} attempts")
+
+    def read_cold(self) -> None:
+        s = self.get("cold/ckptbench/read", "cold", "ckptbench read")
+        for attempt in range(1, ATTEMPTS + 1):
+            log("  cold ckptbench read" + (f" (attempt {attempt})" if attempt > 1 else ""))
+            doc, problem, disk = self.child(self.read_cmd)
+            if doc is None:
+                s.problems.append(problem)
+                s.status.append("failed")
+                return
+            res = doc.get("cache", {}).get("residency_before")
+            if not held("cold", res):
+                continue
+            wrong = check_read(doc, self.meta["ckptbench_peers"]["crc32c"], self.total)
+            wrong += [problem] if problem else []
+            s.problems += wrong
+            s.add(doc["seconds"], res, disk, "failed" if wrong else "ok")
+            return
+        s.problems.append(f"a repeat refused: the cold cache state did not hold in {ATTEMPTS} attempts")
+
+    def round(self, i: int) -> None:
+        """One repeat of everything: cold then hot, each in an order rotated by the round."""
+        entries = ["ckptbench", *self.peers]
+        for condition in ("cold", "hot"):
+            for name in rotated(entries, i):
+                if name == "ckptbench":
+                    self.ckptbench(condition, read_first=bool(i % 2))
+                else:
+                    self.peer(condition, name)
