@@ -101,6 +101,11 @@ def prepare_target(target: str, source: str | None) -> str:
     if source is not None and _inside(target, source):
         raise CkptbenchError(f"{target}: inside the source checkpoint {source}; save somewhere else, or the "
                              "saves would become part of what is saved")
+    if source is not None and _inside(source, target):
+        first = os.path.relpath(os.path.realpath(source), os.path.realpath(target)).split(os.sep)[0]
+        if STEP.fullmatch(first):  # pruning the older saves would delete the source
+            raise CkptbenchError(f"{source}: is the save {first} in the target {target}, which --keep removes; "
+                                 "save to another target")
     if os.path.exists(target) and not os.path.isdir(target):
         raise CkptbenchError(f"{target}: exists and is not a directory; choose a directory")
     if not os.path.isdir(target):
