@@ -142,6 +142,12 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _check_regular(path: str) -> None:
+    """A FIFO or a device named as a results file would block the read or never end it: refused by its type."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise CkptbenchError(f"{recorded_text(path)}: not a regular file; not a ckptbench results file")
+
+
 def header_of(path: str) -> tuple[str, ...]:
     """The columns an existing results file was started with (schema 1 or 2)."""
     try:
@@ -219,6 +225,7 @@ def read_documents(path: str, record: str | None = None) -> list[dict]:
     Documents written before records were tagged are runs; a line torn by a crash is skipped."""
     docs = []
     try:
+        _check_regular(jsonl_path(path))
         with open(jsonl_path(path), encoding="utf-8") as f:
             for line in f:
                 try:
@@ -239,6 +246,7 @@ def read_documents(path: str, record: str | None = None) -> list[dict]:
 def read_rows(path: str) -> list[dict]:
     """Rows as dicts with numbers parsed and env decoded; one clear error for anything that is not our file."""
     try:
+        _check_regular(path)
         with open(path, newline="") as f:
             reader = csv.reader(f)
             header = next(reader, None)
@@ -256,6 +264,8 @@ def read_rows(path: str) -> list[dict]:
                 row = dict.fromkeys(COLUMNS, "") | {"kind": "restore"} | dict(zip(columns, values))
                 rows.append(_parse(row, path, lineno))
             return rows
+    except csv.Error as exc:  # e.g. a field over csv's size limit
+        raise CkptbenchError(f"{path}:{reader.line_num}: malformed row ({exc}); repair or move the file") from None
     except UnicodeDecodeError:
         raise CkptbenchError(f"{path}: not a text file; not a ckptbench results file") from None
     except OSError as exc:
@@ -266,11 +276,14 @@ def _parse(row: dict, path: str, lineno: int) -> dict:
     out = dict(row)
     try:
         out["env"] = json.loads(row["env"]) if row["env"] else {}
+        if not isinstance(out["env"], dict):
+            raise ValueError("env is not an object")
         for k, v in row.items():
             if k in _TEXT:
                 continue
-            out[k] = float(v) if v not in ("", "None") else None
-    except ValueError:
+            x = float(v) if v not in ("", "None") else None
+            out[k] = x if x is None or math.isfinite(x) else None  # nan (older files) is unknown, never a figure
+    except (ValueError, RecursionError):
         raise CkptbenchError(f"{path}:{lineno}: malformed value; repair or move the file") from None
     return out
 

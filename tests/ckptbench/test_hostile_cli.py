@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from clirun import assert_one_line_error, run_cli
 
 
@@ -25,3 +27,108 @@ def test_save_never_prunes_its_own_source(h, ckpt, tmp_path):
     r = run_cli("save", src, tmp_path / "saves", "--count", "1", "--keep", "1", "--results", "")
     assert_one_line_error(r, "is the save step-000001 in the target")
     assert _tree(tmp_path) == before
+
+
+def _results(path, edit=None) -> str:
+    """A results.csv of two restore runs, two repeats each, as `run` writes it; `edit(rows)` damages it first."""
+    import csv
+
+    from ckptbench.results import COLUMNS
+
+    rows = []
+    for run, rto in (("run-a", 1.0), ("run-b", 2.0)):
+        for rep in (1, 2):
+            row = dict.fromkeys(COLUMNS, "") | {
+                "schema": "2", "kind": "restore", "run_id": run, "repeat": str(rep), "timestamp": "2026-12-01T00:00:00",
+                "source": "/ck", "format": "safetensors", "mode": "fused", "status": "ok", "cache": "cold",
+                "concurrency": "8", "read": "pread", "hash": "crc32c", "block_size": "1048576", "device": "cpu",
+                "rto_s": str(rto + rep / 100), "read_gbps": str(4 / rto), "bytes": "1000", "files": "3",
+                "env": '{"cpu_count": 2}'}
+            rows.append(row)
+    if edit:
+        edit(rows)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
+def test_compare_of_a_sound_results_file_works(tmp_path):
+    r = run_cli("compare", _results(tmp_path / "r.csv"), "--json")
+    assert r.rc == 1 and '"rto_s"' in r.out  # run-b's RTO doubled: a regression, so the file itself is sound
+
+
+def _set(field, value, row=-1):
+    def edit(rows):
+        rows[row][field] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (_set("env", "[1, 2]"), "r.csv:5: malformed value"),  # was AttributeError: 'list' object has no attribute 'get'
+    (_set("env", "null"), "r.csv:5: malformed value"),
+    (_set("device", "x" * 200_000), "r.csv:5: malformed row (field larger than field limit"),  # was _csv.Error
+])
+def test_a_damaged_results_file_is_one_line_in_compare_and_plan(tmp_path, edit, needle):
+    path = _results(tmp_path / "r.csv", edit)
+    before = _tree(tmp_path)
+    for args in (["compare", path], ["plan", "7b", "--nodes", "2", "--storage", "efs", "--results", path]):
+        r = run_cli(*args)
+        assert_one_line_error(r, needle)
+    assert _tree(tmp_path) == before
+
+
+def test_non_finite_figures_never_reach_a_document(tmp_path):
+    """A "nan" or "inf" in a figure (older files wrote nan) is unknown: compare's JSON stays JSON, plan's rate real."""
+    import json
+
+    def edit(rows):
+        rows[-1]["rto_s"] = "nan"
+        rows[-2]["read_gbps"] = "inf"
+        rows[-1]["read_gbps"] = "inf"
+    path = _results(tmp_path / "r.csv", edit)
+    r = run_cli("compare", path, "--json")
+    doc = json.loads(r.out, parse_constant=lambda c: pytest.fail(f"{c} in compare --json"))
+    assert r.rc in (0, 1) and doc["newest"] == "run-b"
+    r = run_cli("plan", "7b", "--nodes", "2", "--storage", "efs", "--results", path, "--json")
+    doc = json.loads(r.out, parse_constant=lambda c: pytest.fail(f"{c} in plan --json"))
+    assert r.rc == 0 and doc["per_rank"]["run_id"] == "run-a", doc["per_rank"]  # not run-b at inf
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_results_path_that_is_a_fifo_or_a_device_is_refused_not_read(tmp_path, kind):
+    """A FIFO blocked the read until a writer came, /dev/zero was read until memory ran out (/dev/null stands in for
+    it here). A poller writes to the FIFO after 2 s so that code which does open it ends (and fails this test)
+    instead of hanging."""
+    import threading
+    import time
+
+    if kind == "fifo":
+        path = str(tmp_path / "r.csv")
+        os.mkfifo(path)
+        done = threading.Event()
+
+        def writer():
+            deadline = time.monotonic() + 2
+            while not done.wait(0.05):
+                if time.monotonic() < deadline:
+                    continue
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader has it open
+                except OSError:
+                    continue
+                os.write(fd, b"x\n")
+                os.close(fd)
+                return
+
+        threading.Thread(target=writer, daemon=True).start()
+    else:
+        path = "/dev/null"
+    try:
+        for args in (["compare", path], ["plan", "7b", "--interval", "60", "--results", path]):
+            r = run_cli(*args)
+            assert_one_line_error(r, f"{path}: not a regular file")
+    finally:
+        if kind == "fifo":
+            done.set()
