@@ -18,6 +18,7 @@ def _profiles_dir() -> str:
 PROFILES_DIR = _profiles_dir()
 FORMATS = ("safetensors", "torch", "dcp")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+MAX_SMALL_FILES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,21 @@ def available() -> list[str]:
     return sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".toml"))
 
 
+def _whole(path: str, key: str, v, low: int, high: int) -> int:
+    """A count the profile gives: a whole number in low..high (0 heads or ranks divided by zero, -4 layers went
+    negative)."""
+    if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+        raise CkptbenchError(f"{path}: {key} must be a whole number {low}..{high}, got {v!r}; compare with small.toml")
+    return v
+
+
 def load(name: str) -> Profile:
     """A profile by name, or by path to a .toml file."""
     path = name if name.endswith(".toml") else os.path.join(PROFILES_DIR, "checkpoints", f"{name}.toml")
     if not os.path.isfile(path):
         raise CkptbenchError(f"unknown profile {name!r}: choose one of {', '.join(available())} or a .toml path")
+    from ckptbench.manifest import DIM_LIMITS, MAX_RANK  # the bounds a checkpoint's own shape is held to
+
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
@@ -90,12 +101,12 @@ def load(name: str) -> Profile:
             name=doc["name"],
             description=doc.get("description", ""),
             reference=bool(doc.get("reference", False)),
-            dims=ModelDims(int(m["layers"]), int(m["hidden"]), int(m["heads"]), int(m["vocab"]), int(m["seq_len"])),
+            dims=ModelDims(**{k: _whole(path, f"model.{k}", m[k], 1, high) for k, high in DIM_LIMITS.items()}),
             weights_dtype=d["weights"],
             optimizer_dtype=d["optimizer"],
             format=c["format"],
-            world_size=int(c["world_size"]),
-            small_files=int(c["small_files"]),
+            world_size=_whole(path, "checkpoint.world_size", c["world_size"], 1, MAX_RANK),
+            small_files=_whole(path, "checkpoint.small_files", c["small_files"], 0, MAX_SMALL_FILES),
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise CkptbenchError(f"{path}: not a valid profile ({type(exc).__name__}: {exc}); compare with small.toml") from None

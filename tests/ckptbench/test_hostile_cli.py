@@ -132,3 +132,30 @@ def test_a_results_path_that_is_a_fifo_or_a_device_is_refused_not_read(tmp_path,
     finally:
         if kind == "fifo":
             done.set()
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("heads = 0", "model.heads must be a whole number 1..4096, got 0"),  # was ZeroDivisionError
+    ("layers = -4", "model.layers must be a whole number 1..4096, got -4"),  # was a plan of negative sizes
+    ("layers = true", "model.layers must be a whole number 1..4096, got True"),
+])
+def test_a_profile_toml_with_impossible_dims_is_one_line(tmp_path, line, needle):
+    from ckptbench.profiles import PROFILES_DIR
+
+    text = open(os.path.join(PROFILES_DIR, "checkpoints", "small.toml")).read()
+    key = line.split(" =")[0]
+    lines = [line if ln.startswith(f"{key} =") else ln for ln in text.splitlines()]
+    path = tmp_path / "p.toml"
+    path.write_text("\n".join(lines) + "\n")
+    for args in (["plan", path], ["plan", path, "--nodes", "2", "--storage", "efs", "--results", tmp_path / "none"]):
+        assert_one_line_error(run_cli(*args), needle)
+
+
+def test_a_profile_toml_with_no_ranks_is_one_line(tmp_path):
+    from ckptbench.profiles import PROFILES_DIR
+
+    text = open(os.path.join(PROFILES_DIR, "checkpoints", "small.toml")).read()
+    path = tmp_path / "p.toml"
+    path.write_text(text.replace("world_size = 2", "world_size = 0"))
+    assert "world_size = 0" in path.read_text()
+    assert_one_line_error(run_cli("plan", path), "checkpoint.world_size must be a whole number 1..1048576, got 0")
