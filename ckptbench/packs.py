@@ -216,7 +216,10 @@ def _staged(out: str):
         raise
 
 
-def _check_out(out: str) -> None:
+def _check_out(directory: str, out: str) -> None:
+    real, source = os.path.realpath(out), os.path.realpath(directory)
+    if real == source or real.startswith(source.rstrip("/") + "/"):  # writing there changes the checkpoint read
+        raise CkptbenchError(f"{out}: inside the checkpoint {directory}; choose a directory outside it")
     if os.path.lexists(out) and (os.path.islink(out) or not os.path.isdir(out) or os.listdir(out)):
         raise CkptbenchError(f"{out}: exists and is not empty; choose a new directory")
 
@@ -253,7 +256,7 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
         raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
     if not 1 <= target_files <= 10000:
         raise CkptbenchError(f"--target-files must be 1..10000, got {target_files}")
-    _check_out(out)
+    _check_out(directory, out)
     man = mf.read(directory)
     if man is not None and man.packs:
         raise CkptbenchError(f"{directory}: already packed")
@@ -338,7 +341,7 @@ def unpack(directory: str, out: str) -> mf.Manifest:
     man = mf.read(directory)
     if man is None or not man.packs:
         raise CkptbenchError(f"{directory}: has no packs to unpack")
-    _check_out(out)
+    _check_out(directory, out)
     tables = pack_tables(directory, man)
     kept = [_checked_entry(directory, e) for e in man.files if e.kind != "pack"]
     _check_names(directory, [m.rel for t in tables for m in t.members] + [e.path for e in man.files])

@@ -159,3 +159,18 @@ def test_a_profile_toml_with_no_ranks_is_one_line(tmp_path):
     path.write_text(text.replace("world_size = 2", "world_size = 0"))
     assert "world_size = 0" in path.read_text()
     assert_one_line_error(run_cli("plan", path), "checkpoint.world_size must be a whole number 1..1048576, got 0")
+
+
+def test_pack_and_unpack_never_write_into_the_checkpoint_they_read(h, ckpt, tmp_path):
+    """OUT inside DIR was accepted: the copy (and its staging directory) landed in the checkpoint being read."""
+    src = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    before = _tree(src)
+    for out in (os.path.join(src, "packed"), os.path.join(src, "sub", "packed")):
+        assert_one_line_error(run_cli("pack", src, out), f"{out}: inside the checkpoint {src}")
+    assert _tree(src) == before
+    packed = str(tmp_path / "packed")
+    assert run_cli("pack", src, packed).rc == 0
+    before = _tree(packed)
+    out = os.path.join(packed, "inner")
+    assert_one_line_error(run_cli("unpack", packed, out), f"{out}: inside the checkpoint {packed}")
+    assert _tree(packed) == before
