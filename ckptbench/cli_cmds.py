@@ -63,6 +63,8 @@ def cmd_inspect(args) -> int:
         print(f"  {name:10s} {g['tensors']:8d} {human_bytes(g['bytes']):>11s}  {dts}")
     if lay["other_entries"]:
         print(f"  and {lay['other_entries']} non-tensor entries (scalars, configs, byte entries)")
+    if lay["kept_as_data"]:
+        print(f"  kept as plain data, their classes never imported or run: {', '.join(lay['kept_as_data'])}")
     amp = f"{plan['amplification']:.3f}×" if plan["amplification"] else "n/a"
     print(f"read plan: {plan['files']} files, {human_bytes(plan['bytes'])}, largest {plan['largest_file']['path']} "
           f"({human_bytes(plan['largest_file']['bytes'])}); read amplification {amp} (file bytes per tensor byte)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ckptbench.errors import CkptbenchError
-from ckptbench.layouts import DS_MODEL, DS_OPTIM
+from ckptbench.layouts import DS_MODEL, DS_OPTIM, TORCH_EXT
 
 
 def detect(directory: str) -> str:
@@ -25,7 +25,7 @@ def detect_names(names: list[str], where: str) -> str:
         return "torch"
     if any(n.endswith(".safetensors") for n in names):
         return "safetensors"
-    if any(n.endswith((".pt", ".pth", ".bin")) for n in names):
+    if any(n.endswith(TORCH_EXT) for n in names):
         return "torch"
     raise CkptbenchError(f"{where}: no safetensors, torch or torch.distributed.checkpoint files found; "
                          "point at a checkpoint directory")

@@ -48,14 +48,16 @@ def _ranks(names: list[str]) -> int | None:
 
 
 def _torch_entries(directory: str, paths: list[str]):
-    """(group, dtype name, bytes) of the tensors in torch.save files, mapped lazily (no data read), and the count of
-    other entries; a Trainer's state file is grouped under its stem (optimizer.pt → optimizer)."""
+    """(group, dtype name, bytes) of the tensors in torch.save files, mapped lazily (no data read), the count of
+    other entries, and the classes their pickles name that are kept as plain data (formats/inert.py); a Trainer's
+    state file is grouped under its stem (optimizer.pt → optimizer)."""
     from ckptbench.formats import group_of
     from ckptbench.formats import torch_format as tf
 
-    out, others = [], 0
+    out, others, inert = [], 0, set()
     for path in paths:
         state = tf.peek_file(path)
+        inert |= state.inert
         stem = os.path.splitext(os.path.basename(path))[0]
         trainer = bool(layouts.TRAINER_STATE.match(os.path.basename(path)))
         for group, name, t in state.tensors():
@@ -63,11 +65,12 @@ def _torch_entries(directory: str, paths: list[str]):
                 group = group_of(f"{stem}.{name}")
             out.append((group, str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()))
         others += sum(1 for v in state.extra.values() if not hasattr(v, "dtype"))
-    return out, others
+    return out, others, inert
 
 
 def _entries(directory: str, listing: Listing):
-    """(group, dtype name, bytes) of every tensor, and the count of non-tensor entries, from headers only."""
+    """(group, dtype name, bytes) of every tensor, the count of non-tensor entries, and the classes kept as plain
+    data, from headers only."""
     from ckptbench.formats import group_of
 
     fmt = listing.format
@@ -86,10 +89,11 @@ def _entries(directory: str, listing: Listing):
                 out.append((group_of(fqn), str(md.properties.dtype).removeprefix("torch."), n * md.properties.dtype.itemsize))
             else:
                 others += 1
-        return out, others
+        return out, others, set()
     if fmt == "safetensors":
         from ckptbench.formats import safetensors_format as st
 
+        inert: set[str] = set()
         for f in listing.files:
             if not f.path.endswith(".safetensors"):
                 continue
@@ -98,10 +102,10 @@ def _entries(directory: str, listing: Listing):
                 out.append(("optimizer" if optim else group_of(key), str(dtype).removeprefix("torch."), end - start))
         top = {r for r in listing.rels if "/" not in r}
         if layouts.is_trainer(top):  # a Trainer's optimizer.pt, scheduler.pt, rng_state*.pth beside the weights
-            torch_out, others = _torch_entries(directory, [os.path.join(directory, r)
-                                                           for r in layouts.trainer_state_files(sorted(top))])
+            torch_out, others, inert = _torch_entries(directory, [os.path.join(directory, r)
+                                                                  for r in layouts.trainer_state_files(sorted(top))])
             out += torch_out
-        return out, others
+        return out, others, inert
     if fmt == "torch":
         return _torch_entries(directory, [f.path for f in listing.files if f.path.endswith(layouts.TORCH_EXT)])
     raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
@@ -127,7 +131,7 @@ def inspect(source: Source, *, concurrency: int = 8) -> dict:
     shards = [r for r in rels if r.endswith(shard_ext)]
     tail = restore.tail_names(directory, man, rels)
     lay = layouts.select(directory, tree.rels(directory))  # the whole directory: which step `latest` names
-    entries, others = _entries(directory, listing)
+    entries, others, inert = _entries(directory, listing)
     groups: dict[str, Group] = defaultdict(Group)
     for group, dtype, nbytes in entries:
         groups[group].add(dtype, nbytes)
@@ -157,6 +161,7 @@ def inspect(source: Source, *, concurrency: int = 8) -> dict:
             "tail_files": len(tail),
             "tail_bytes": tail_bytes,
             "other_entries": others,
+            "kept_as_data": sorted(inert),  # classes its pickles name, never imported or run (formats/inert.py)
         },
         "groups": {name: {"tensors": g.tensors, "bytes": g.bytes, "dtypes": dict(sorted(g.dtypes.items()))}
                    for name, g in sorted(groups.items())},

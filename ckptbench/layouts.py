@@ -25,7 +25,7 @@ HF_INDEX = "pytorch_model.bin.index.json"
 HF_SINGLE = "pytorch_model.bin"
 ST_INDEX = "model.safetensors.index.json"
 MAX_INDEX = 64 << 20  # a 70B model's index is about 100 KiB
-TORCH_EXT = (".pt", ".pth", ".bin")
+TORCH_EXT = (".pt", ".pth", ".bin", ".ckpt")  # .ckpt: Lightning's (and Stable Diffusion's) torch.save
 DS_MODEL = re.compile(r"^(?:bf16_)?(?:zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$")
 DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
 _STEP_DIR = re.compile(r"^global_step\d+$")
@@ -271,4 +271,6 @@ def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
         return Layout("torch-shards", tuple(rels), ranks=tuple(sorted({k for _, k, _ in own})),
                       model_files=tuple(r for kind, _, r in own if kind == "model"),
                       optimizer_files=tuple(r for kind, _, r in own if kind == "optim"))
+    if ST_INDEX in top:  # every shard the index names is there and inside, or the restore would be partial
+        return Layout("files", _indexed(where, rels, ST_INDEX, _ST_SHARD, fetch)[0])
     return Layout("files", tuple(rels))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import fastio
 
-from ckptbench import confine, tree
+from ckptbench import confine, layouts, tree
 from ckptbench import manifest as mf
 from ckptbench.errors import CkptbenchError
 
@@ -230,7 +230,7 @@ def _entries_for(directory: str, man: mf.Manifest | None) -> list[mf.FileEntry]:
     entries = []
     for rel in tree.rels(directory):
         n = rel.rsplit("/", 1)[-1]
-        if n.endswith((".safetensors", ".pt", ".pth", ".bin", ".distcp")):
+        if n.endswith((".safetensors", ".distcp", *layouts.TORCH_EXT)):
             kind = "model"
         elif n == ".metadata" or n.endswith(".index.json"):
             kind = "meta"

@@ -301,6 +301,9 @@ class Run:
             else:
                 tail = restore.load_tail(listing.source, man)
             state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards)
+        if state.inert:
+            kept = "kept as plain data, their classes never imported or run: " + ", ".join(sorted(state.inert))
+            self.notes[LOAD] = "; ".join(filter(None, (self.notes.get(LOAD), kept)))
         dims = restore.dims_of(man, tail)
         if dims is None:
             return None, state

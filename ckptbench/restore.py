@@ -42,7 +42,7 @@ class CheckReport:
     summary: str = ""  # what was checked, in one line
 
 
-SHARD_EXT = {"safetensors": (".safetensors",), "torch": (".pt", ".pth", ".bin"), "dcp": (".distcp",)}
+SHARD_EXT = {"safetensors": (".safetensors",), "torch": layouts.TORCH_EXT, "dcp": (".distcp",)}
 
 
 def shard_files(directory: str, fmt: str) -> list[str]:

@@ -130,6 +130,8 @@ class RankRestore:
         state = self._timed(rep, LOAD, self._load, result, rep)
         del result  # the buffers live on as the tensors' storage; the result's other references go
         rep.tensors = sum(1 for _ in state.tensors())
+        if state.inert:
+            rep.notes[LOAD] = "kept as plain data, their classes never imported or run: " + ", ".join(sorted(state.inert))
         self._timed(rep, DEVICE, self._to_device, state, rep)
         report = self._timed(rep, CHECK, _check, state, self.concurrency)
         rep.notes[CHECK] = report.summary

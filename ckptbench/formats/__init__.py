@@ -84,6 +84,7 @@ class CheckpointState:
     hparams: dict = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
     tree: dict | None = None  # the nesting a foreign checkpoint was saved with, where its format records it
+    inert: set[str] = field(default_factory=set)  # classes its pickles named, kept as plain data (formats/inert.py)
 
     def merge(self, other: "CheckpointState") -> None:
         self.model.update(other.model)
@@ -92,6 +93,7 @@ class CheckpointState:
         self.extra.update(other.extra)
         self.step = max(self.step, other.step)
         self.hparams = self.hparams or other.hparams
+        self.inert |= other.inert
 
     def tensors(self):
         """(group, flat name, tensor) of every tensor the state holds."""

@@ -23,7 +23,7 @@ import zipfile
 import torch
 
 from ckptbench import layouts
-from ckptbench.formats import CheckpointState, FormatError, MemoryFile, flatten, group_of
+from ckptbench.formats import CheckpointState, FormatError, MemoryFile, flatten, group_of, inert
 
 
 def shard_names(rank: int) -> tuple[str, str]:
@@ -226,21 +226,36 @@ def _check_leaf(key: str, leaf, where: str) -> None:
 _REFUSALS = ("GLOBAL", "Can only build", "Trying to call reduce")
 
 
-def _safe_load(load, where: str):
+def _safe_load(load, where: str, source=None):
     """Runs `load()` (a weights_only torch load, numeric numpy arrays allowed) and turns its failures into one
-    FormatError line."""
+    FormatError line. When the pickle names classes beyond torch's allowlist and `source` (the zip file: a path
+    or a file object) is given, it is loaded again with an inert stand-in for each (formats/inert.py).
+    Returns (object, the names stood in for)."""
     try:
         with _numpy_allowed():
-            return load()
+            return load(), []
     except pickle.UnpicklingError as exc:
         if not any(r in str(exc) for r in _REFUSALS):
             raise FormatError(f"{where}: not a readable torch file ({_why(exc)}); {_DAMAGED}") from None
-        raise FormatError(f"{where}: refused — it holds objects beyond tensors and plain data, and "
-                          f"unpickling them could run code ({_why(exc)}); re-save it as a plain state dict "
-                          "or safetensors") from None
+        if source is None:  # torch's legacy format: its pickle cannot be read without running it
+            raise FormatError(f"{where}: refused — it holds objects beyond tensors and plain data, and "
+                              f"unpickling them could run code ({_why(exc)}); re-save it as a plain state dict "
+                              "or safetensors") from None
     except Exception as exc:  # torch's readers fail on bad bytes with whatever they provoke (IndexError, struct.error...)
         raise FormatError(f"{where}: not a readable torch file ({type(exc).__name__}: {_why(exc)}); "
                           f"{_DAMAGED}") from None
+    try:  # the happy path above costs nothing extra; only a refused file pays for reading its pickle's names
+        with _numpy_allowed():
+            names = inert.names_in(source)
+            with inert.stand_ins(names, where):
+                return inert.plain(load(), where), names
+    except FormatError:
+        raise
+    except Exception as exc:  # what stand-ins do not cover (items appended to a list subclass, slot state), or
+        # damage past the point where the first load stopped
+        raise FormatError(f"{where}: refused — it holds objects beyond tensors and plain data that ckptbench "
+                          f"cannot keep as data, or is damaged ({type(exc).__name__}: {_why(exc)}); re-save it as a "
+                          "plain state dict or safetensors") from None
 
 
 def _zip_records(f, size: int, where: str) -> dict[str, tuple[int, int]]:
@@ -314,8 +329,9 @@ def peek_file(path: str) -> CheckpointState:
         if is_zip:
             _zip_records(f, size, path)
     # mmap needs the zip layout; the legacy format is read whole, as torch.load does
-    obj = _safe_load(lambda: torch.load(path, weights_only=True, map_location="cpu", mmap=is_zip), path)
-    return _from_obj(obj, path)
+    obj, names = _safe_load(lambda: torch.load(path, weights_only=True, map_location="cpu", mmap=is_zip), path,
+                            path if is_zip else None)
+    return _with_inert(_from_obj(obj, path), names)
 
 
 def load_file(path: str) -> CheckpointState:
@@ -358,14 +374,21 @@ def load_buffer(buf, name: str) -> CheckpointState:
     view = memoryview(buf).cast("B")
     is_zip = _check_start(bytes(view[:32]), name)
     if not is_zip:
-        obj = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name)
+        obj, _ = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name)
         return _from_obj(obj, name)
     records = _zip_records(MemoryFile(view), view.nbytes, name)
     if not _has_load_internals():
-        obj = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name)
-        return _from_obj(obj, name)
+        obj, names = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name,
+                                MemoryFile(view))
+        return _with_inert(_from_obj(obj, name), names)
     # read-only bytes cannot back a tensor: one copy (as io.BytesIO would make), then the same in-place path
     target = bytearray(view) if view.readonly else buf
-    state = _from_obj(_safe_load(lambda: _load_in_place(target), name), name)
+    obj, names = _safe_load(lambda: _load_in_place(target), name, MemoryFile(view))
+    state = _with_inert(_from_obj(obj, name), names)
     _check_in_place(state, target, records, name)
+    return state
+
+
+def _with_inert(state: CheckpointState, names: list[str]) -> CheckpointState:
+    state.inert.update(names)
     return state

@@ -174,3 +174,39 @@ def test_pack_and_unpack_never_write_into_the_checkpoint_they_read(h, ckpt, tmp_
     out = os.path.join(packed, "inner")
     assert_one_line_error(run_cli("unpack", packed, out), f"{out}: inside the checkpoint {packed}")
     assert _tree(packed) == before
+
+
+def _hf_safetensors(ckpt, tmp_path, weight_map_edit) -> str:
+    """The safetensors sample as a Hugging Face checkpoint with no manifest (nothing else lists its shards), its
+    model.safetensors.index.json edited."""
+    import json
+    import shutil
+
+    root = shutil.copytree(ckpt("safetensors", 2), tmp_path / "hf")
+    os.unlink(root / "ckptbench.json")
+    index = root / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    weight_map_edit(doc["weight_map"])
+    index.write_text(json.dumps(doc))
+    return str(root)
+
+
+def test_a_safetensors_index_naming_a_missing_shard_is_refused(ckpt, tmp_path):
+    """The index was never read: a checkpoint missing a shard restored "ok", its tensors silently absent."""
+    def drop_a_shard(wm):
+        os.unlink(tmp_path / "hf" / "model-00002-of-00002.safetensors")
+    root = _hf_safetensors(ckpt, tmp_path, drop_a_shard)
+    for args in (["inspect", root], ["run", root, "--repeat", "1", "--results", tmp_path / "r.csv"]):
+        assert_one_line_error(run_cli(*args), "names shard 'model-00002-of-00002.safetensors', which is missing")
+    assert not (tmp_path / "r.csv").exists()
+
+
+def test_a_safetensors_index_naming_a_file_outside_is_refused(ckpt, tmp_path):
+    (tmp_path / "outside.safetensors").write_bytes(b"x" * 64)
+
+    def point_out(wm):
+        wm[next(iter(wm))] = "../outside.safetensors"
+    root = _hf_safetensors(ckpt, tmp_path, point_out)
+    r = run_cli("verify", root)
+    assert r.rc == 1 and r.out == "" and "Traceback" not in r.err
+    assert len(r.err_lines) == 1 and "names '../outside.safetensors', which is not a plain relative path" in r.err
