@@ -69,6 +69,8 @@ def verify(directory: str, *, concurrency: int = 8, hash: str = "crc32c") -> Ver
     if man is None:
         alg = hash
         rels = list(layouts.select(directory, tree.rels(directory, skipped)).files)  # DeepSpeed: `latest`'s step
+        if not rels and not skipped:  # nothing was checked: not "OK"
+            raise CkptbenchError(f"{directory}: empty: the directory holds no files; point at a checkpoint directory")
         specs = [fastio.FileSpec(os.path.join(directory, r)) for r in rels]
     else:
         alg = man.hash

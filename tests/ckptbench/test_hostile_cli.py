@@ -210,3 +210,10 @@ def test_a_safetensors_index_naming_a_file_outside_is_refused(ckpt, tmp_path):
     r = run_cli("verify", root)
     assert r.rc == 1 and r.out == "" and "Traceback" not in r.err
     assert len(r.err_lines) == 1 and "names '../outside.safetensors', which is not a plain relative path" in r.err
+
+
+def test_verify_of_a_directory_with_no_files_is_not_ok(tmp_path):
+    """It printed "OK: 0 files" (exit 0), where read, run and inspect say the directory holds no files."""
+    (tmp_path / "ck" / "sub").mkdir(parents=True)
+    for args in (["verify", tmp_path / "ck"], ["verify", tmp_path / "ck", "--json"]):
+        assert_one_line_error(run_cli(*args), "the directory holds no files")
