@@ -4,6 +4,7 @@ stderr and a non-zero exit, never a traceback or a hang; nothing lost, nothing w
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -217,3 +218,28 @@ def test_verify_of_a_directory_with_no_files_is_not_ok(tmp_path):
     (tmp_path / "ck" / "sub").mkdir(parents=True)
     for args in (["verify", tmp_path / "ck"], ["verify", tmp_path / "ck", "--json"]):
         assert_one_line_error(run_cli(*args), "the directory holds no files")
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ({"run_id": "d1"}, "run.world_size is 'None'"),  # was KeyError: 'world_size' inside the ranks screen
+    ({"run_id": "d1", "world_size": 2, "nodes": 1, "source": "/ck", "format": "torch", "backend": "gloo",
+      "each_rank": "part", "status": "ok", "repeats": [{"status": "ok", "ranks": [{"rank": 0}]}]},
+     "repeats[0].ranks[0].host is 'None'"),
+])
+def test_tui_ranks_with_a_malformed_distributed_run_is_one_line(tmp_path, monkeypatch, doc, needle):
+    """A foreign or hand-edited .jsonl reached the ranks screen, which died with a traceback and exit 0."""
+    import json
+
+    from ckptbench import cli
+    from ckptbench.dist.history import dist_runs
+    from ckptbench.errors import CkptbenchError
+
+    opened = []
+    monkeypatch.setattr(cli, "run_app", lambda *a, **k: opened.append(a) or 0)
+    path = _results(tmp_path / "r.csv")
+    with open(path + ".jsonl", "w") as f:
+        f.write(json.dumps({"record": "run", "kind": "dist"} | doc) + "\n")
+    assert_one_line_error(run_cli("tui", "--ranks", "--results", path), needle)
+    assert opened == []
+    with pytest.raises(CkptbenchError, match=re.escape(needle)):  # the history screen shows this line
+        dist_runs(path)
