@@ -78,7 +78,10 @@ def _check_length(head: bytes, size: int, name: str) -> int:
     if len(head) < 8:
         raise FormatError(f"{name}: {size} bytes, shorter than a safetensors header length; the file is truncated")
     (n,) = struct.unpack("<Q", head[:8])
-    if n > MAX_HEADER or 8 + n > size:
+    if n > MAX_HEADER:
+        raise FormatError(f"{name}: safetensors header length {n} is over the {MAX_HEADER >> 20} MiB a header may "
+                          "hold; the file is corrupt or crafted")
+    if 8 + n > size:
         raise FormatError(f"{name}: safetensors header length {n} does not fit in {size} bytes; the file is corrupt")
     return n
 

@@ -243,3 +243,15 @@ def test_tui_ranks_with_a_malformed_distributed_run_is_one_line(tmp_path, monkey
     assert opened == []
     with pytest.raises(CkptbenchError, match=re.escape(needle)):  # the history screen shows this line
         dist_runs(path)
+
+
+def test_a_safetensors_header_over_the_limit_says_so(tmp_path):
+    """A 101 MiB header in a file that holds it was "header length N does not fit in N+8 bytes": untrue."""
+    import struct
+
+    n = 101 << 20
+    (tmp_path / "ck").mkdir()
+    with open(tmp_path / "ck" / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", n))
+        f.truncate(8 + n)  # sparse: the length fits in the file, only the limit refuses it
+    assert_one_line_error(run_cli("inspect", tmp_path / "ck"), f"header length {n} is over the 100 MiB")
