@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--format", choices=("safetensors", "torch", "dcp"), help="default: the profile's")
     p.add_argument("--ranks", type=_ranks, help="ranks the state is sharded over (default: the profile's)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_whole(-(1 << 63), (1 << 64) - 1), default=0, help="what torch.manual_seed takes")
     p.add_argument("--scale", type=_scale, default=1.0)
     p.add_argument("--digest", choices=("crc32c", "md5"), default="crc32c", help="manifest digest")
     p.add_argument("--force", action="store_true", help="replace a non-empty DIR")

@@ -255,3 +255,10 @@ def test_a_safetensors_header_over_the_limit_says_so(tmp_path):
         f.write(struct.pack("<Q", n))
         f.truncate(8 + n)  # sparse: the length fits in the file, only the limit refuses it
     assert_one_line_error(run_cli("inspect", tmp_path / "ck"), f"header length {n} is over the 100 MiB")
+
+
+def test_gen_with_a_seed_torch_cannot_take_is_one_line_and_writes_nothing(tmp_path):
+    """torch.manual_seed's range: past it was a ValueError traceback (Overflow when unpacking long long)."""
+    r = run_cli("gen", "small", tmp_path / "g", "--scale", "0.001", "--seed", str(1 << 64))
+    assert_one_line_error(r, f"argument --seed: must be {-(1 << 63)}..{(1 << 64) - 1}, got {1 << 64}")
+    assert os.listdir(tmp_path) == []
