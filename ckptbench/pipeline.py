@@ -263,7 +263,12 @@ class Run:
         results = {listing.rel(f.path): replace(f, digest=digests.get(f.path)) for f in res.files}
         listed = {e.path for e in man.files}
         problems = list(compare(man, results)) + [p for p in unreadable if p[0] not in listed]
-        self.verified = not problems
+        # a file read (and loaded) that the manifest does not list has no digest to match: not verified
+        unlisted = sorted(r for r in results if r not in listed and r != mf.MANIFEST_NAME)
+        if unlisted:
+            self.notes[VERIFY] = (f"NOT VERIFIED: {len(unlisted)} file(s) read are not in the manifest (first "
+                                  f"{unlisted[0]}), so there is no reference for them")
+        self.verified = not problems and not unlisted
         return problems
 
     def _outcome(self, res, problems, man, listing: Listing) -> tuple[set[str], dict[str, int]]:

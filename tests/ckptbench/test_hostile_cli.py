@@ -262,3 +262,21 @@ def test_gen_with_a_seed_torch_cannot_take_is_one_line_and_writes_nothing(tmp_pa
     r = run_cli("gen", "small", tmp_path / "g", "--scale", "0.001", "--seed", str(1 << 64))
     assert_one_line_error(r, f"argument --seed: must be {-(1 << 63)}..{(1 << 64) - 1}, got {1 << 64}")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_file_the_manifest_does_not_list_is_read_but_never_verified(h, ckpt, tmp_path):
+    """A shard left out of the manifest (or a manifest listing nothing) was read, loaded and reported verified."""
+    import csv
+    import json
+
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    man = h.read_manifest(root)
+    man["files"] = [e for e in man["files"] if e["path"] != "model-00002-of-00002.safetensors"]
+    h.write_manifest(root, man)
+    results = tmp_path / "r.csv"
+    r = run_cli("run", root, "--repeat", "1", "--results", results, "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 0 and doc["verified"] is False, r.err
+    assert "NOT VERIFIED: 1 file(s) read are not in the manifest (first model-00002-of-00002.safetensors)" in \
+        doc["repeats"][0]["notes"]["verify"]
+    assert [row["status"] for row in csv.DictReader(open(results))] == ["unverified"]
