@@ -112,9 +112,35 @@ def _entries(directory: str, listing: Listing):
                          "point at a checkpoint directory")
 
 
+def _model_shapes(directory: str, listing: Listing) -> dict[str, tuple[int, ...]]:
+    """Name to shape of the weights a restore would hand the model, from headers (as _entries reads them)."""
+    from ckptbench.formats import group_of
+
+    fmt = listing.format
+    if fmt == "safetensors":
+        from ckptbench.formats import safetensors_format as st
+
+        return {k: tuple(shape) for f in listing.files if f.path.endswith(".safetensors")
+                and not os.path.basename(f.path).startswith("optimizer")
+                for k, (_dtype, shape, _s, _e) in st.header_entries(f.path).items() if group_of(k) == "model"}
+    if fmt == "torch":
+        from ckptbench.formats import torch_format as tf
+
+        return {n: tuple(t.shape) for f in listing.files if f.path.endswith(layouts.TORCH_EXT)
+                for n, t in tf.peek_file(f.path).model.items()}
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from ckptbench.formats.dcp_metadata import SafeReader
+
+    return {fqn.removeprefix("model."): tuple(md.size)
+            for fqn, md in SafeReader(directory).read_metadata().state_dict_metadata.items()
+            if isinstance(md, TensorStorageMetadata) and group_of(fqn) == "model"}
+
+
 def inspect(source: Source, *, concurrency: int = 8) -> dict:
     """The inspect document: layout, tensors by group, the read plan, and what the check stage will do."""
     from ckptbench import restore
+    from ckptbench.packs import read_member
     from ckptbench.sources.base import ReadOptions
 
     listing = source.list()
@@ -141,14 +167,18 @@ def inspect(source: Source, *, concurrency: int = 8) -> dict:
     largest = max(sizes.items(), key=lambda kv: kv[1]) if sizes else ("", 0)
     opts, why = source.choose_read(listing, ReadOptions(concurrency=concurrency, read="auto", hash="none"))
     tail_bytes = sum(sizes.get(r, 0) for r in tail)
-    has_model = man is not None and bool(man.dims) or "config.json" in rels
+    dims, why_not = None, "no model shape is known"
+    if man is not None and man.dims or "config.json" in rels:
+        config = {"config.json": read_member(directory, man, "config.json")} if "config.json" in rels else {}
+        dims, why = restore.model_dims(man, config, {} if man is not None and man.dims else
+                                       _model_shapes(directory, listing))
+        why_not = why or why_not
     floating = sum(b for g in groups.values() for d, b in g.dtypes.items()
                    if d.startswith(("float", "bfloat", "complex")))
     check = ("model step: the manifest (or config.json) gives the model's shape, so the restored model runs one "
-             "forward step and its output must be finite" if has_model else
-             f"structural, no model step: no model shape is known, so every floating value "
-             f"({floating} bytes) is scanned natively for NaN/Inf and optimizer parts are checked against "
-             "their weights")
+             "forward step and its output must be finite" if dims is not None else
+             f"structural, no model step ({why_not}): every floating value ({floating} bytes) is scanned natively "
+             "for NaN/Inf and optimizer parts are checked against their weights")
     return {
         "source": listing.source,
         "format": listing.format,

@@ -309,7 +309,9 @@ class Run:
         if state.inert:
             kept = "kept as plain data, their classes never imported or run: " + ", ".join(sorted(state.inert))
             self.notes[LOAD] = "; ".join(filter(None, (self.notes.get(LOAD), kept)))
-        dims = restore.dims_of(man, tail)
+        dims, why = restore.model_dims(man, tail, {n: t.shape for n, t in state.model.items()})
+        if why:
+            self.notes[LOAD] = "; ".join(filter(None, (self.notes.get(LOAD), why)))
         if dims is None:
             return None, state
         dtype = man.weights_dtype if man is not None and man.weights_dtype else restore.main_dtype(state)

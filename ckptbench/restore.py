@@ -127,10 +127,28 @@ def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None
     if raw is None:
         return None
     try:
-        c = json.loads(raw)
+        c = json.loads(bytes(raw))  # bytes, or a slice of a read buffer (json takes no memoryview)
         return ModelDims(c["n_layer"], c["n_embd"], c["n_head"], c["vocab_size"], c["n_positions"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def model_dims(man: mf.Manifest | None, tail: dict[str, bytes], shapes: dict[str, tuple[int, ...]]
+               ) -> tuple[ModelDims | None, str]:
+    """The model the check stage runs a step of, or None and why not. The manifest's shape is ckptbench's own
+    model's; a config.json's is only when the weights (`shapes`, name to shape) are exactly those of ckptbench's
+    GPT of that shape: a Hugging Face GPT-2 has the same config fields over other weights."""
+    dims = dims_of(man, tail)
+    if dims is None or (man is not None and man.dims):
+        return dims, ""
+    ours = {n: tuple(t.shape) for n, t in build_on_meta(dims, "float32").state_dict().items()}
+    theirs = {n: tuple(s) for n, s in shapes.items()}
+    if theirs == ours:
+        return dims, ""
+    alien = sorted(set(theirs) - set(ours))
+    differ = alien[0] if alien else next((n for n in sorted(ours) if theirs.get(n) != ours[n]), "")
+    return None, (f"config.json gives a model shape, but the weights are not ckptbench's GPT's (e.g. {differ[:60]!r}"
+                  f"{' is not one of its' if alien else ' differs'}), so there is no model to run a step of")
 
 
 def restore(state: CheckpointState, dims: ModelDims, weights_dtype: str) -> Restored:
@@ -263,7 +281,7 @@ def restore_dir(directory: str, *, verify: bool = True, optimizer_step: bool = F
                              f"{rel}: {what}; regenerate or re-copy the checkpoint")
     tail = load_tail(directory, man)
     state = load_state(directory, fmt)
-    dims = dims_of(man, tail)
+    dims, _ = model_dims(man, tail, {n: t.shape for n, t in state.model.items()})
     if dims is None:
         report = structural_check(state, concurrency)
     else:
