@@ -16,6 +16,7 @@ import torch
 
 from ckptbench.dist.shares import Share
 from ckptbench.errors import CkptbenchError
+from ckptbench.manifest import MANIFEST_NAME
 from ckptbench.formats import CheckpointState, group_of
 from ckptbench.sources import drive
 from ckptbench.sources.local import LocalReadHandle
@@ -197,10 +198,13 @@ class RankRestore:
                 raise CkptbenchError(f"{p.rel}: digest or size differs from the manifest (read {f.bytes} bytes); "
                                      "the file changed or is corrupt: ckptbench verify names it")
         ranged = len(self.share.pieces) - len(whole)
-        rep.verified = ranged == 0 and bool(whole)
-        rep.notes[VERIFY] = (f"{len(whole)} whole file(s) matched the manifest" +
+        unlisted = sorted({p.rel for p, _ in whole if p.rel not in ref and p.rel != MANIFEST_NAME})  # no digest
+        rep.verified = ranged == 0 and bool(whole) and not unlisted
+        rep.notes[VERIFY] = (f"{len(whole) - len(unlisted)} whole file(s) matched the manifest" +
                              (f"; {ranged} byte range(s) NOT VERIFIED (the manifest's digests cover whole files)"
-                              if ranged else ""))
+                              if ranged else "") +
+                             (f"; {len(unlisted)} file(s) NOT VERIFIED: not in the manifest (first {unlisted[0]})"
+                              if unlisted else ""))
 
     def _load(self, res: fastio.ReadResult, rep: RankReport) -> CheckpointState:
         share, bufs = self.share, res.buffers

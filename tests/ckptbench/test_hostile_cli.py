@@ -280,3 +280,26 @@ def test_a_file_the_manifest_does_not_list_is_read_but_never_verified(h, ckpt, t
     assert "NOT VERIFIED: 1 file(s) read are not in the manifest (first model-00002-of-00002.safetensors)" in \
         doc["repeats"][0]["notes"]["verify"]
     assert [row["status"] for row in csv.DictReader(open(results))] == ["unverified"]
+
+
+def test_a_ranks_file_the_manifest_does_not_list_is_never_verified(tmp_path):
+    """The same hole in run --distributed: a rank's whole file absent from the manifest was skipped, rank verified."""
+    import time
+    from types import SimpleNamespace
+
+    from ckptbench.dist.rank import RankReport, RankRestore
+    from ckptbench.dist.shares import Piece, Share
+
+    (tmp_path / "a.pt").write_bytes(b"a" * 100)
+    (tmp_path / "b.pt").write_bytes(b"b" * 100)
+    listed = SimpleNamespace(path="a.pt", bytes=100, digest=None)
+    share = Share(0, 1, "")
+    for rel in ("a.pt", "b.pt"):
+        share.add(Piece(rel, 0, 100, True))
+    man = SimpleNamespace(hash="crc32c", files=[listed])
+    rr = RankRestore(str(tmp_path), "torch", share, concurrency=1, read="pread", hash_alg="crc32c", manifest=man,
+                     device="cpu")
+    rep = RankReport(0, "h", 0)
+    rr._verify(rep, rr._read(rep, time.perf_counter()))
+    assert rep.verified is False
+    assert rep.notes["verify"].endswith("1 file(s) NOT VERIFIED: not in the manifest (first b.pt)")
