@@ -63,6 +63,8 @@ def cmd_inspect(args) -> int:
         print(f"  {name:10s} {g['tensors']:8d} {human_bytes(g['bytes']):>11s}  {dts}")
     if lay["other_entries"]:
         print(f"  and {lay['other_entries']} non-tensor entries (scalars, configs, byte entries)")
+    for skip in lay["not_read"]:
+        print(f"  not read: {skip['path']} ({skip['why']})")
     if lay["kept_as_data"]:
         print(f"  kept as plain data, their classes never imported or run: {', '.join(lay['kept_as_data'])}")
     amp = f"{plan['amplification']:.3f}×" if plan["amplification"] else "n/a"
@@ -221,10 +223,14 @@ def cmd_verify(args) -> int:
     rep = verify(args.directory, concurrency=args.concurrency)
     if args.json:
         _emit({"ok": rep.ok, "has_reference": rep.has_reference, "files": rep.files, "bytes": rep.bytes,
-               "problems": [{"path": p, "problem": w} for p, w in rep.problems], "digests": rep.digests})
+               "problems": [{"path": p, "problem": w} for p, w in rep.problems], "digests": rep.digests,
+               "unlisted": list(rep.unlisted)})
     else:
         if not rep.has_reference:
             print(f"{args.directory}: no manifest, so no reference: digests computed for {rep.files} files")
+        if rep.unlisted:
+            print(f"{args.directory}: {len(rep.unlisted)} file(s) not in the manifest, so not verified (first "
+                  f"{rep.unlisted[0]})")
         for rel, what in rep.problems:
             print(f"  {rel}: {what}", file=sys.stderr)
         print(f"{'OK' if rep.ok else 'MISMATCH'}: {rep.files} files, {rep.bytes / 2**20:.1f} MiB, "
@@ -241,9 +247,11 @@ def cmd_load(args) -> int:
         _emit({"format": out.format, "ok": c.ok, "param_count": c.param_count, "dtypes": c.dtypes,
                "finite_output": c.finite_output, "optimizer_step": c.optimizer_step, "problems": list(c.problems),
                "structural_only": c.structural_only, "tail_files": out.tail_files,
-               "verified": None if out.verify is None else out.verify.has_reference})
+               "verified": None if out.verify is None else out.verify.has_reference and not out.verify.unlisted})
     else:
         ref = "" if out.verify is None or out.verify.has_reference else " (no manifest: digests had no reference)"
+        if out.verify is not None and out.verify.unlisted:
+            ref = f" ({len(out.verify.unlisted)} file(s) not in the manifest, so not verified: {out.verify.unlisted[0]})"
         kind = "structural check" if c.structural_only else "check"
         print(f"{out.format}: {c.param_count / 1e6:.2f} M parameters {c.dtypes['weights']}, {out.tail_files} small "
               f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")

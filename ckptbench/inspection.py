@@ -192,6 +192,7 @@ def inspect(source: Source, *, concurrency: int = 8) -> dict:
             "tail_bytes": tail_bytes,
             "other_entries": others,
             "kept_as_data": sorted(inert),  # classes its pickles name, never imported or run (formats/inert.py)
+            "not_read": [{"path": p, "why": why} for p, why in lay.skipped],  # present, deliberately not read
         },
         "groups": {name: {"tensors": g.tensors, "bytes": g.bytes, "dtypes": dict(sorted(g.dtypes.items()))}
                    for name, g in sorted(groups.items())},

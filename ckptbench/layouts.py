@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ckptbench import confine
@@ -253,7 +253,25 @@ def select(where: str, rels: list[str], fetch: Fetch | None = None) -> Layout:
     restore reads. `fetch` reads a small member (`latest`, an index) within its bound; without it, `where` is a
     directory on disk, read through confine. One line (CkptbenchError) when the layout's own files say something
     impossible or ambiguous."""
-    return _skip(_select(where, rels, fetch))
+    rels, twins = _prefer_safetensors(rels)
+    lay = _skip(_select(where, rels, fetch))
+    return replace(lay, skipped=lay.skipped + twins) if twins else lay
+
+
+BIN_TWIN_WHY = "the weights again, as torch.save; their safetensors copy is read instead, as transformers does"
+
+
+def _prefer_safetensors(rels: list[str]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """A Hugging Face directory that ships its weights both as safetensors and as pytorch_model*.bin (many do):
+    transformers loads the safetensors and never opens the .bin, so a restore that read both would read the
+    weights twice. Returns the members without the .bin weights (and their index), and those, with why."""
+    top = {r for r in rels if "/" not in r}
+    if ST_INDEX not in top and not any(_ST_SHARD.match(r) for r in top):
+        return rels, ()
+    twins = {r for r in top if _HF_SHARD.match(r) or r == HF_INDEX}
+    if not twins:
+        return rels, ()
+    return [r for r in rels if r not in twins], tuple((r, BIN_TWIN_WHY) for r in sorted(twins))
 
 
 def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:

@@ -72,3 +72,31 @@ def test_our_own_weights_with_config_json_get_a_model_step_in_both_modes(no_mani
     assert "load" not in doc["notes"] or "not ckptbench's GPT's" not in doc["notes"]["load"]
     r = h.run_cli("inspect", no_manifest, "--json")
     assert json.loads(r.out)["check"].startswith("model step")
+
+
+def test_weights_shipped_twice_are_read_once_from_the_safetensors(gpt2_dir, h, tmp_path):
+    """Hugging Face repos often carry pytorch_model.bin beside model.safetensors: transformers reads only the
+    latter, and so does the restore (reading both would double the weights' bytes)."""
+    from safetensors.torch import load_file
+
+    root = tmp_path / "both"
+    shutil.copytree(gpt2_dir, root)
+    torch.save(load_file(str(root / "model.safetensors")), root / "pytorch_model.bin")
+    r = h.run_cli("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["format"] == "safetensors"
+    assert doc["bytes"] == sum(os.path.getsize(root / n) for n in ("model.safetensors", "config.json"))
+    r = h.run_cli("inspect", root, "--json")
+    skipped = json.loads(r.out)["layout"]["not_read"]
+    assert [s["path"] for s in skipped] == ["pytorch_model.bin"] and "safetensors copy is read" in skipped[0]["why"]
+
+
+def test_a_trainer_directory_with_both_loads_the_safetensors_weights_alone():
+    from ckptbench import layouts
+
+    rels = ["model.safetensors", "pytorch_model.bin", "optimizer.pt", "scheduler.pt", "trainer_state.json"]
+    lay = layouts.select("/nonexistent", rels)
+    assert lay.name == "hf-trainer"
+    assert lay.model_files == ("model.safetensors",) and "pytorch_model.bin" not in lay.files
+    assert [p for p, _ in lay.skipped] == ["pytorch_model.bin"]
