@@ -15,7 +15,6 @@ import crc32c
 import pytest
 import torch
 
-from conftest import SCALE
 
 _WRITER = textwrap.dedent("""
     import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
@@ -76,12 +75,10 @@ def dcp2(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def torch2(tmp_path_factory):
+def torch2(tmp_path_factory, h):
     """ckptbench's own torch layout written for 2 ranks (model_rank000.pt, optim_rank001.pt, ...)."""
-    from clirun import run_cli
-
     d = tmp_path_factory.mktemp("torch2") / "ckpt"
-    r = run_cli("gen", "small", str(d), "--format", "torch", "--ranks", "2", "--scale", SCALE)
+    r = h.run_cli("gen", "small", str(d), "--format", "torch", "--ranks", "2", "--scale", h.SCALE)
     assert r.rc == 0, r.err
     return d
 
