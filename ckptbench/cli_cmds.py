@@ -251,7 +251,8 @@ def cmd_load(args) -> int:
     else:
         ref = "" if out.verify is None or out.verify.has_reference else " (no manifest: digests had no reference)"
         if out.verify is not None and out.verify.unlisted:
-            ref = f" ({len(out.verify.unlisted)} file(s) not in the manifest, so not verified: {out.verify.unlisted[0]})"
+            ref = (f" ({len(out.verify.unlisted)} file(s) not in the manifest, so not verified: "
+                   f"{out.verify.unlisted[0]})")
         kind = "structural check" if c.structural_only else "check"
         print(f"{out.format}: {c.param_count / 1e6:.2f} M parameters {c.dtypes['weights']}, {out.tail_files} small "
               f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")

@@ -20,6 +20,7 @@ class VerifyReport:
     bytes: int
     problems: tuple[tuple[str, str], ...]  # (relative path, what is wrong)
     digests: dict[str, str]
+    unlisted: tuple[str, ...] = ()  # files a restore would read that the manifest does not list: no reference
 
     @property
     def ok(self) -> bool:
@@ -74,6 +75,8 @@ def verify(directory: str, *, concurrency: int = 8, hash: str = "crc32c") -> Ver
         specs = [fastio.FileSpec(os.path.join(directory, r)) for r in rels]
     else:
         alg = man.hash
+        listed = {e.path for e in man.files} | {mf.MANIFEST_NAME}
+        unlisted = tuple(r for r in layouts.select(directory, tree.rels(directory)).files if r not in listed)
         rels, specs = [], []
         for e in man.files:
             path, problem = _member(directory, e)
@@ -91,4 +94,4 @@ def verify(directory: str, *, concurrency: int = 8, hash: str = "crc32c") -> Ver
         problems += [p for p in compare(man, by_rel) if p[0] not in refused]
     problems += [(os.path.relpath(d, directory), f"unreadable directory ({why})") for d, why in skipped]
     return VerifyReport(man is not None, len(man.files) if man is not None else len(rels), res.bytes, tuple(problems),
-                        {r: f.digest for r, f in by_rel.items() if f.digest})
+                        {r: f.digest for r, f in by_rel.items() if f.digest}, unlisted if man is not None else ())

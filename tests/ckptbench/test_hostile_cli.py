@@ -303,3 +303,19 @@ def test_a_ranks_file_the_manifest_does_not_list_is_never_verified(tmp_path):
     rr._verify(rep, rr._read(rep, time.perf_counter()))
     assert rep.verified is False
     assert rep.notes["verify"].endswith("1 file(s) NOT VERIFIED: not in the manifest (first b.pt)")
+
+
+def test_load_and_verify_say_which_files_the_manifest_does_not_list(h, ckpt, tmp_path):
+    """load --json said "verified": true while a shard it loaded had no digest in the manifest."""
+    import json
+
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    man = h.read_manifest(root)
+    man["files"] = [e for e in man["files"] if e["path"] != "model-00002-of-00002.safetensors"]
+    h.write_manifest(root, man)
+    before = _tree(root)
+    r = run_cli("verify", root, "--json")
+    assert r.rc == 0 and json.loads(r.out)["unlisted"] == ["model-00002-of-00002.safetensors"]
+    r = run_cli("load", root, "--json")
+    assert r.rc == 0 and json.loads(r.out)["verified"] is False, r.err
+    assert _tree(root) == before
