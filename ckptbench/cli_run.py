@@ -7,6 +7,7 @@ import sys
 import threading
 import uuid
 
+from ckptbench.errors import CkptbenchError
 from ckptbench.stages import STAGES
 
 
@@ -70,7 +71,17 @@ def print_run(doc: dict) -> None:
             print(f"  problem: {p}", file=sys.stderr)
 
 
+def _distributed_only(args) -> None:
+    """--each-rank all and --tensor-digests change a distributed run only: alone they measured something else."""
+    given = [flag for flag, on in (("--each-rank all", args.each_rank != "part"),
+                                   ("--tensor-digests", getattr(args, "tensor_digests", False))) if on]
+    if given and not args.distributed:
+        what = " and ".join(given)
+        raise CkptbenchError(f"{what}: only with --distributed (under torchrun); add --distributed or leave {what} out")
+
+
 def cmd_run(args) -> int:
+    _distributed_only(args)
     if args.distributed:
         from ckptbench.cli_dist import cmd_run_distributed
 
@@ -129,6 +140,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    _distributed_only(args)
     if args.distributed:
         from ckptbench.cli_dist import cmd_sweep_distributed
 

@@ -319,3 +319,18 @@ def test_load_and_verify_say_which_files_the_manifest_does_not_list(h, ckpt, tmp
     r = run_cli("load", root, "--json")
     assert r.rc == 0 and json.loads(r.out)["verified"] is False, r.err
     assert _tree(root) == before
+
+
+@pytest.mark.parametrize("args, what", [
+    (["run", "--each-rank", "all", "--repeat", "1"], "--each-rank all"),
+    (["run", "--tensor-digests", "--repeat", "1"], "--tensor-digests"),
+    (["sweep", "--each-rank", "all", "--levels", "1"], "--each-rank all"),
+])
+def test_distributed_only_flags_without_distributed_are_one_line(tmp_path, args, what):
+    """They were ignored: a single-process restore was timed and recorded as if they had been honoured."""
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "f.bin").write_bytes(b"x" * 10)
+    r = run_cli(args[0], tmp_path / "ck", *args[1:], "--results", tmp_path / "r.csv") if args[0] == "run" else \
+        run_cli(args[0], tmp_path / "ck", *args[1:])
+    assert_one_line_error(r, f"{what}: only with --distributed (under torchrun)")
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
