@@ -227,8 +227,13 @@ def _check_out(directory: str, out: str) -> None:
 def _entries_for(directory: str, man: mf.Manifest | None) -> list[mf.FileEntry]:
     if man is not None:
         return list(man.files)
-    entries = []
-    for rel in tree.rels(directory):
+    entries, skipped = [], []
+    rels = tree.rels(directory, skipped)
+    if skipped:  # its files would be missing from OUT, which would still verify whole against its own manifest
+        where, why = skipped[0]
+        raise CkptbenchError(f"{where}: unreadable directory ({why}); its files would be left out of the pack: fix "
+                             "its permissions", exit_code=1)
+    for rel in rels:
         n = rel.rsplit("/", 1)[-1]
         if n.endswith((".safetensors", ".distcp", *layouts.TORCH_EXT)):
             kind = "model"

@@ -222,7 +222,12 @@ def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_
 
     if not os.path.isdir(directory):
         raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
-    rels = tree.rels(directory)
+    skipped: list[tuple[str, str]] = []
+    rels = tree.rels(directory, skipped)
+    if skipped:  # the upload would be partial, and say it was whole
+        where, why = skipped[0]
+        raise CkptbenchError(f"{where}: unreadable directory ({why}); its files would not be uploaded: fix its "
+                             "permissions", exit_code=1)
     if not rels:
         raise CkptbenchError(f"{directory}: empty; nothing to upload")
     client = make_client(concurrency)

@@ -334,3 +334,33 @@ def test_distributed_only_flags_without_distributed_are_one_line(tmp_path, args,
         run_cli(args[0], tmp_path / "ck", *args[1:])
     assert_one_line_error(r, f"{what}: only with --distributed (under torchrun)")
     assert sorted(os.listdir(tmp_path)) == ["ck"]
+
+
+def test_pack_and_upload_refuse_a_directory_they_cannot_enter(tmp_path):
+    """Without a manifest they walk the tree, and a sub-directory they could not enter was left out silently: the
+    packed copy verified whole without its files, the upload said it was done. Run without CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH (setpriv), since root bypasses the mode."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv (util-linux) to drop root's permission bypass")
+    src = tmp_path / "ck"
+    (src / "hidden").mkdir(parents=True)
+    (src / "model.safetensors").write_bytes(b"x" * 64)
+    (src / "hidden" / "rng_state.json").write_text("{}")
+    os.chmod(src / "hidden", 0)
+    env = os.environ | {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    try:
+        for args, what in ((["pack", src, tmp_path / "out"], "would be left out of the pack"),
+                           (["upload", src, "s3://bucket/p"], "would not be uploaded")):
+            proc = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search", sys.executable, "-m",
+                                   "ckptbench", *map(str, args)], capture_output=True, text=True, timeout=60, env=env)
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            assert proc.returncode == 1 and proc.stdout == "" and len(lines) == 1, proc.stderr
+            assert lines[0] == f"ckptbench: error: {src / 'hidden'}: unreadable directory (Permission denied); its " \
+                               f"files {what}: fix its permissions"
+        assert sorted(os.listdir(tmp_path)) == ["ck"]
+    finally:
+        os.chmod(src / "hidden", 0o755)
