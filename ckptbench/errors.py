@@ -21,11 +21,15 @@ class Cancelled(CkptbenchError):
 
 
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+# a secret given on a command line: AWS_SECRET_ACCESS_KEY=..., --aws-secret-access-key ..., and the session token
+_SECRET = re.compile(r"(?P<name>(?:AWS_SECRET_ACCESS_KEY|AWS_SESSION_TOKEN)=|--aws-(?:secret-access-key|session-token)"
+                     r"[= ])\S+", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
-    """Any URL in `text` without its user-info (user:password@): credentials never reach output."""
-    return _USERINFO.sub(r"\g<scheme>", text)
+    """`text` without credentials: any URL without its user-info (user:password@), and an AWS secret key or session
+    token given as a variable or an option without its value."""
+    return _SECRET.sub(r"\g<name><redacted>", _USERINFO.sub(r"\g<scheme>", text))
 
 
 def _first_line(exc: BaseException) -> str:

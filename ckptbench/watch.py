@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from ckptbench import mark, probes, procstat
-from ckptbench.errors import CkptbenchError
+from ckptbench.errors import CkptbenchError, redact
 
 PHASES = ("reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
 GPU_COPY_MIN_BPS = 50e6  # the job's GPU memory growing this fast, with little read I/O: it is copying to the GPU
@@ -201,7 +201,8 @@ class Watch:
         return info is not None
 
     def run(self) -> WatchReport:
-        command = " ".join(self.proc.args) if self.proc is not None else _cmdline(self.pid)
+        # printed and recorded: a URL's user:password or a secret key on the command line stays out
+        command = redact(" ".join(self.proc.args) if self.proc is not None else _cmdline(self.pid))
         prev = procstat.sample(self.pid)
         t_start = prev.t
         tcp0 = probes.tcp_counters()

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from clirun import assert_one_line_error, run_cli
+from clirun import assert_one_line_error, run_cli, run_proc
 
 
 def _tree(root) -> dict:
@@ -364,3 +364,18 @@ def test_pack_and_upload_refuse_a_directory_they_cannot_enter(tmp_path):
         assert sorted(os.listdir(tmp_path)) == ["ck"]
     finally:
         os.chmod(src / "hidden", 0o755)
+
+
+def test_watch_never_prints_or_records_credentials_on_the_command_line(tmp_path):
+    """The watched command was printed and recorded in results.csv.jsonl as given, user:password and secret key too.
+    A fresh interpreter: the job is started with this process's real stdout and stderr."""
+    import json
+
+    results = tmp_path / "r.csv"
+    r = run_proc("watch", "--no-verdict", "--json", "--interval", "0.05", "--results", results, "--", "sh", "-c",
+                "exit 0", "http://admin:hunter2pw@minio:9000/b", "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG")
+    assert r.rc == 0, r.err
+    assert json.loads(r.out)["command"] == ("sh -c exit 0 http://minio:9000/b AWS_SECRET_ACCESS_KEY=<redacted>")
+    recorded = results.read_text() + (tmp_path / "r.csv.jsonl").read_text()
+    for secret in ("hunter2pw", "wJalrXUtnFEMIK7MDENG"):
+        assert secret not in r.out + r.err + recorded
