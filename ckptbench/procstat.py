@@ -10,7 +10,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from ckptbench.errors import CkptbenchError
+from ckptbench.errors import CkptbenchError, redact
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -189,6 +189,6 @@ def find(pattern: str, *, exclude: int | None = None) -> int:
     if not found:
         raise CkptbenchError(f"--match {pattern!r}: no running process has it in its command line; give a PID")
     if len(found) > 1:
-        listed = "; ".join(f"{p}: {c[:60]}" for p, c in found[:4])
+        listed = "; ".join(f"{p}: {redact(c)[:60]}" for p, c in found[:4])  # redacted whole: a cut hides the @
         raise CkptbenchError(f"--match {pattern!r}: {len(found)} processes match ({listed}); narrow it or give a PID")
     return found[0][0]

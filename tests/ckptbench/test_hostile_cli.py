@@ -379,3 +379,24 @@ def test_watch_never_prints_or_records_credentials_on_the_command_line(tmp_path)
     recorded = results.read_text() + (tmp_path / "r.csv.jsonl").read_text()
     for secret in ("hunter2pw", "wJalrXUtnFEMIK7MDENG"):
         assert secret not in r.out + r.err + recorded
+
+
+def test_watch_match_never_shows_part_of_a_password(tmp_path):
+    """The processes --match found were listed cut at 60 characters, and then redacted: a cut inside user:password
+    left no "@" to recognise, so the start of the password was printed."""
+    import subprocess
+    import uuid
+
+    tag = uuid.uuid4().hex[:12]
+    url = "http://admin:hunter2pwhunter2pwhunter2pw@minio:9000/b"
+    argv = ["sh", "-c", "sleep 5; :", tag, url]  # the ":" keeps sh from exec-ing sleep (its command line)
+    assert " ".join(argv).index("hunter2") < 60 < " ".join(argv).index("@")
+    jobs = [subprocess.Popen(argv) for _ in range(2)]
+    try:
+        r = run_cli("watch", "--match", tag, "--results", tmp_path / "r.csv")
+    finally:
+        for p in jobs:
+            p.kill()
+            p.wait()
+    assert_one_line_error(r, "2 processes match")
+    assert "hunter2" not in r.err and "http://minio:9000/b" in r.err
