@@ -34,7 +34,7 @@ def redact(text: str) -> str:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    return redact(text[0][:300]) if text else type(exc).__name__
+    return redact(text[0])[:300] if text else type(exc).__name__  # redacted whole: a cut can hide the "@"
 
 
 def translate(exc: BaseException) -> CkptbenchError | None:

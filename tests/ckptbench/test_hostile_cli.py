@@ -400,3 +400,13 @@ def test_watch_match_never_shows_part_of_a_password(tmp_path):
             p.wait()
     assert_one_line_error(r, "2 processes match")
     assert "hunter2" not in r.err and "http://minio:9000/b" in r.err
+
+
+def test_a_long_third_party_error_never_shows_part_of_a_password():
+    """A library's message is cut to 300 characters for its one line; cut before redacting, the start of a password
+    whose "@" fell past the cut stayed in it."""
+    from ckptbench.errors import translate
+
+    torch_error = type("TorchError", (Exception,), {"__module__": "torch.serialization"})
+    err = translate(torch_error("x" * 270 + " http://admin:hunter2pwhunter2pwhunter2pw@host/ckpt"))
+    assert err is not None and "hunter2" not in str(err)
