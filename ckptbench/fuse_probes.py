@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from ckptbench.errors import redact
 from ckptbench.probes import Mount, Unknown, _read
 
 FUSE_DAEMONS = ("s3fs", "goofys", "mountpoint-s3", "gcsfuse", "rclone")
@@ -47,6 +48,8 @@ def daemon_options(argv: list[str], positionals: tuple[str, ...] = ()) -> dict[s
     for key, value in out.items():
         if isinstance(value, str) and any(w in key.lower() for w in _SECRET_KEYS) and "file" not in key.lower():
             out[key] = "(hidden)"
+        elif isinstance(value, str):
+            out[key] = redact(value)  # an endpoint URL's user:password (s3fs -o url=http://user:pw@host)
     return out
 
 

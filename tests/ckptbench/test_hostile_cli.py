@@ -410,3 +410,16 @@ def test_a_long_third_party_error_never_shows_part_of_a_password():
     torch_error = type("TorchError", (Exception,), {"__module__": "torch.serialization"})
     err = translate(torch_error("x" * 270 + " http://admin:hunter2pwhunter2pwhunter2pw@host/ckpt"))
     assert err is not None and "hunter2" not in str(err)
+
+
+def test_a_fuse_daemons_endpoint_url_loses_its_password():
+    """check reports the FUSE daemon's options (its endpoint among them): secret-named keys were hidden, but an
+    endpoint URL's user:password went into the report as given."""
+    from ckptbench.fuse_probes import daemon_options
+
+    opts = daemon_options(["s3fs", "bucket", "/mnt/ck", "-o", "url=http://admin:hunter2pw@minio:9000,use_cache=/c"],
+                          ("/mnt/ck",))
+    assert opts["url"] == "http://minio:9000" and opts["use_cache"] == "/c"
+    opts = daemon_options(["mount-s3", "--endpoint-url", "https://k:hunter2pw@s3.local", "bucket", "/mnt/ck"],
+                          ("/mnt/ck",))
+    assert opts["endpoint-url"] == "https://s3.local"
