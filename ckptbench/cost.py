@@ -5,16 +5,19 @@ from __future__ import annotations
 from ckptbench.errors import CkptbenchError
 
 DAYS_PER_MONTH = 30
+# bounds that keep every figure finite (1e308 × 1e308 was inf, printed as null, then a crash): generous for real use
+MAX_PRICE_PER_HOUR = 1e6
+MAX_RESTORES_PER_DAY = 86400  # one a second
 
 
 def restore_cost(rto_s: float, price_per_hour: float, spot_discount: float = 0.0, restores_per_day: float = 1.0) -> dict:
     """Per restore, per month and idle GPU hours per month, at the (spot-discounted) instance price."""
-    if price_per_hour < 0:
-        raise CkptbenchError(f"--price-per-hour must be ≥ 0, got {price_per_hour}")
+    if not 0 <= price_per_hour <= MAX_PRICE_PER_HOUR:
+        raise CkptbenchError(f"--price-per-hour must be 0..{MAX_PRICE_PER_HOUR:.0f}, got {price_per_hour}")
     if not 0 <= spot_discount < 1:
         raise CkptbenchError(f"--spot-discount is a fraction 0..1 (0.7 = 70 % off), got {spot_discount}")
-    if restores_per_day < 0:
-        raise CkptbenchError(f"--restores-per-day must be ≥ 0, got {restores_per_day}")
+    if not 0 <= restores_per_day <= MAX_RESTORES_PER_DAY:
+        raise CkptbenchError(f"--restores-per-day must be 0..{MAX_RESTORES_PER_DAY}, got {restores_per_day}")
     hourly = price_per_hour * (1 - spot_discount)
     per_restore = rto_s / 3600 * hourly
     idle_h = rto_s * restores_per_day * DAYS_PER_MONTH / 3600

@@ -423,3 +423,16 @@ def test_a_fuse_daemons_endpoint_url_loses_its_password():
     opts = daemon_options(["mount-s3", "--endpoint-url", "https://k:hunter2pw@s3.local", "bucket", "/mnt/ck"],
                           ("/mnt/ck",))
     assert opts["endpoint-url"] == "https://s3.local"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--price-per-hour", "1e308", "--restores-per-day", "1e308"], "--price-per-hour must be 0..1000000, got 1e+308"),
+    (["--price-per-hour", "10", "--restores-per-day", "1e308"], "--restores-per-day must be 0..86400, got 1e+308"),
+])
+def test_cost_figures_that_would_overflow_are_refused_before_the_run(tmp_path, args, needle):
+    """Their product was inf, recorded as null, and printing the cost line crashed after the run was recorded."""
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "f.bin").write_bytes(b"x" * 10)
+    r = run_cli("run", tmp_path / "ck", "--repeat", "1", "--results", tmp_path / "r.csv", *args)
+    assert_one_line_error(r, needle)
+    assert not (tmp_path / "r.csv").exists()
