@@ -70,20 +70,23 @@ class SaveReport:
         return doc
 
 
+MAX_WAIT_S = 7 * 86400  # a week: longer waits overflowed the clock (time_t) after the first save was written
+
+
 def validate(opts: SaveOptions) -> None:
     """Options a user can get wrong, each one line before anything is written."""
     if opts.format not in FORMATS:
         raise CkptbenchError(f"unknown format {opts.format!r}: choose one of {', '.join(FORMATS)}")
-    if opts.interval_s is not None and not opts.interval_s > 0:
-        raise CkptbenchError(f"--interval must be above 0 seconds, got {opts.interval_s:g}")
+    if opts.interval_s is not None and not 0 < opts.interval_s <= MAX_WAIT_S:
+        raise CkptbenchError(f"--interval must be above 0 and at most {MAX_WAIT_S} seconds, got {opts.interval_s:g}")
     if opts.count < 1:
         raise CkptbenchError(f"--count must be at least 1, got {opts.count}")
     if opts.keep < 1:
         raise CkptbenchError(f"--keep must be at least 1 (the newest save is always kept), got {opts.keep}")
     if not 1 <= opts.ranks <= 1024:
         raise CkptbenchError(f"--ranks must be 1..1024, got {opts.ranks}")
-    if opts.stagger_s < 0:
-        raise CkptbenchError(f"--stagger must be 0 or more seconds, got {opts.stagger_s:g}")
+    if not 0 <= opts.stagger_s <= MAX_WAIT_S:
+        raise CkptbenchError(f"--stagger must be 0..{MAX_WAIT_S} seconds, got {opts.stagger_s:g}")
     if opts.async_save and opts.format != "dcp":
         raise CkptbenchError("--async uses torch.distributed.checkpoint's async_save: add --format dcp")
     if opts.stagger_s and opts.format == "dcp":

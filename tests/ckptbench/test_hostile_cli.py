@@ -436,3 +436,14 @@ def test_cost_figures_that_would_overflow_are_refused_before_the_run(tmp_path, a
     r = run_cli("run", tmp_path / "ck", "--repeat", "1", "--results", tmp_path / "r.csv", *args)
     assert_one_line_error(r, needle)
     assert not (tmp_path / "r.csv").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--count", "2", "--interval", "1e300"], "--interval must be above 0 and at most 604800 seconds, got 1e+300"),
+    (["--ranks", "2", "--stagger", "1e300"], "--stagger must be 0..604800 seconds, got 1e+300"),
+])
+def test_save_waits_the_clock_cannot_hold_are_refused_before_writing(tmp_path, args, needle):
+    """--interval 1e300 was an OverflowError traceback after the first save; --stagger 1e300 a time_t error."""
+    r = run_cli("save", "small", tmp_path / "t", "--scale", "0.001", "--results", "", *args)
+    assert_one_line_error(r, needle)
+    assert os.listdir(tmp_path) == []
