@@ -58,6 +58,7 @@ def _number(above: float | None = None, high: float | None = None):
 _finite = _number()
 _scale = _number(0.0, 1000.0)  # beyond ~1000x the 70B profile the arithmetic means nothing
 _seconds = _number(0.0)
+_rank_timeout = _number(0.0, 7 * 86400.0)  # a week; far beyond, the process group's timedelta overflowed
 
 
 def _size(text: str) -> int:
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--each-rank", choices=("part", "all"), default="part",
                    help="with --distributed: part (its own files, or its rows of every tensor, as FSDP shards) or "
                         "all (every rank reads everything, as a replicated restore)")
-    p.add_argument("--rank-timeout", type=_seconds, default=300.0, metavar="S",
+    p.add_argument("--rank-timeout", type=_rank_timeout, default=300.0, metavar="S",
                    help="with --distributed: how long a rank is waited for before the run fails naming it (300)")
     p.add_argument("--tensor-digests", action="store_true",
                    help="with --distributed --json: each rank lists a crc32c of every tensor it holds (after the "
@@ -197,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--distributed", action="store_true",
                    help="under torchrun: the distributed restore at each level (per rank), the aggregate rate's knee")
     p.add_argument("--each-rank", choices=("part", "all"), default="part", help="with --distributed: as for run")
-    p.add_argument("--rank-timeout", type=_seconds, default=300.0, metavar="S", help="with --distributed: as for run")
+    p.add_argument("--rank-timeout", type=_rank_timeout, default=300.0, metavar="S", help="with --distributed: as for run")
     p.set_defaults(handler=_lazy("cmd_sweep", "cli_run"))
 
     p = sub.add_parser("compare", help="newest run against a baseline; exit 1 on a regression beyond the noise")

@@ -447,3 +447,10 @@ def test_save_waits_the_clock_cannot_hold_are_refused_before_writing(tmp_path, a
     r = run_cli("save", "small", tmp_path / "t", "--scale", "0.001", "--results", "", *args)
     assert_one_line_error(r, needle)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_rank_timeout_the_process_group_cannot_take_is_one_line(tmp_path, command):
+    """Under torchrun, --rank-timeout 1e300 was an OverflowError traceback from the process group's timedelta."""
+    r = run_cli(command, tmp_path, "--distributed", "--rank-timeout", "1e300")
+    assert_one_line_error(r, "argument --rank-timeout: must be above 0 and at most 604800, got 1e300")
