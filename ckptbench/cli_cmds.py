@@ -303,6 +303,9 @@ def cmd_demo(args) -> int:
                                  "pip install 'ckptbench[s3-demo]'") from None
     directory = args.dir or os.path.join(_cache_dir(), "demo-small")
     if not os.path.isfile(os.path.join(directory, "ckptbench.json")):
+        if os.path.isdir(directory) and os.listdir(directory):  # replacing it would delete what the user keeps there
+            raise CkptbenchError(f"{directory}: not empty and not the sample (no ckptbench.json); demo writes its "
+                                 "sample only into a new or empty directory: choose another --dir")
         _ensure_dir(os.path.dirname(os.path.abspath(directory)), "cache directory")
         print(f"generating the small sample checkpoint in {directory} (once)…", file=sys.stderr)
         generate(_profile("small", args.scale), directory, force=True,

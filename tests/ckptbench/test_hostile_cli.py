@@ -454,3 +454,15 @@ def test_a_rank_timeout_the_process_group_cannot_take_is_one_line(tmp_path, comm
     """Under torchrun, --rank-timeout 1e300 was an OverflowError traceback from the process group's timedelta."""
     r = run_cli(command, tmp_path, "--distributed", "--rank-timeout", "1e300")
     assert_one_line_error(r, "argument --rank-timeout: must be above 0 and at most 604800, got 1e300")
+
+
+def test_demo_never_replaces_a_directory_that_is_not_its_sample(tmp_path):
+    """demo --dir DIR generated its sample with --force whenever DIR had no ckptbench.json: everything a user kept
+    in DIR was deleted, without being asked."""
+    keep = tmp_path / "home"
+    keep.mkdir()
+    (keep / "thesis.txt").write_text("three years of work")
+    before = _tree(tmp_path)
+    r = run_cli("demo", "--dir", keep, "--headless", "--scale", "0.001")
+    assert_one_line_error(r, f"{keep}: not empty and not the sample (no ckptbench.json)")
+    assert _tree(tmp_path) == before and (keep / "thesis.txt").read_text() == "three years of work"
