@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_seconds, metavar="S",
                    help="checkpoint interval in seconds: the bandwidth it needs")
     p.add_argument("--scale", type=_scale, default=1.0, help="resize the model by about this factor in bytes")
-    p.add_argument("--nodes", type=_positive, metavar="N", help="restore on N nodes: ceilings, saturation, RTO floor")
+    p.add_argument("--nodes", type=_whole(1, 1 << 20), metavar="N",
+                   help="restore on N nodes: ceilings, saturation, RTO floor")
     p.add_argument("--ranks-per-node", type=_ranks, metavar="K", help="with --nodes: ranks on each node (8)")
     p.add_argument("--storage", metavar="PRESET", help="with --nodes (required): a storage preset (efs, fsx-lustre, "
                    "s3, ...) or a .toml path")

@@ -466,3 +466,9 @@ def test_demo_never_replaces_a_directory_that_is_not_its_sample(tmp_path):
     r = run_cli("demo", "--dir", keep, "--headless", "--scale", "0.001")
     assert_one_line_error(r, f"{keep}: not empty and not the sample (no ckptbench.json)")
     assert _tree(tmp_path) == before and (keep / "thesis.txt").read_text() == "three years of work"
+
+
+def test_plan_for_more_nodes_than_a_float_holds_is_one_line():
+    """--nodes 10**300 was an OverflowError traceback (int too large to convert to float) in the arithmetic."""
+    r = run_cli("plan", "7b", "--nodes", str(10 ** 300), "--storage", "efs")
+    assert_one_line_error(r, "argument --nodes: must be 1..1048576")
