@@ -44,16 +44,19 @@ def _preset_path(name: str) -> str:
     return path
 
 
+MAX_FIGURE = 1e12  # beyond any real storage; 1e308 GB/s times the nodes was inf, and --json printed Infinity
+
+
 def _number(doc: dict, path: str, key: str, *, whole: bool = False, default=None):
     """A positive finite number from the preset, or `default` when absent; one line naming file and field else."""
     if key not in doc:
         return default
     v = doc[key]
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 < v <= MAX_FIGURE
     if ok and whole and v != int(v):
         ok = False
     if not ok:
-        kind = "a positive whole number" if whole else "a positive number"
+        kind = f"a positive {'whole ' if whole else ''}number at most {MAX_FIGURE:g}"
         raise CkptbenchError(f"{path}: {key} must be {kind}, got {v!r}; fix the storage preset")
     return int(v) if whole else float(v)
 

@@ -472,3 +472,11 @@ def test_plan_for_more_nodes_than_a_float_holds_is_one_line():
     """--nodes 10**300 was an OverflowError traceback (int too large to convert to float) in the arithmetic."""
     r = run_cli("plan", "7b", "--nodes", str(10 ** 300), "--storage", "efs")
     assert_one_line_error(r, "argument --nodes: must be 1..1048576")
+
+
+def test_a_storage_preset_figure_too_large_for_the_arithmetic_is_one_line(tmp_path):
+    """ceiling_gbps = 1e308 was accepted; times the nodes it was inf, and plan --json printed Infinity (not JSON)."""
+    path = tmp_path / "s.toml"
+    path.write_text('name = "x"\nceiling_gbps = 1e308\nmin_concurrency = 1\nsmall_file_bytes = 1\n')
+    r = run_cli("plan", "7b", "--nodes", "4", "--storage", path, "--json", "--results", tmp_path / "none")
+    assert_one_line_error(r, "ceiling_gbps must be a positive number at most 1e+12, got 1e+308")
