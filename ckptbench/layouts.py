@@ -35,6 +35,12 @@ _HF_WEIGHTS = re.compile(r"^(?:(?:pytorch_model|adapter_model)(?:-\d+-of-\d+)?\.
                          r"(?:model|adapter_model)(?:-\d+-of-\d+)?\.safetensors|"
                          r"(?:pytorch_model\.bin|model\.safetensors)\.index\.json)$")
 _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
+# Megatron-LM: <root>/latest_checkpointed_iteration.txt names iter_NNNNNNN (or release); each iteration holds a
+# torch.save per model-parallel rank (mp_rank_TT[_PPP]/model_optim_rng.pt, distrib_optim.pt) or, saved as
+# torch_dist, a DCP checkpoint (.metadata, *.distcp, common.pt)
+MEGATRON_LATEST = "latest_checkpointed_iteration.txt"
+_ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
+MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
 # what transformers' Trainer saves beside the weights; torch.save files among them hold state, keyed by their stem
 TRAINER_STATE = re.compile(r"^(optimizer|scheduler|scaler)\.pt$|^(rng_state(?:_\d+)?)\.pth$")
 TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin")
@@ -50,7 +56,7 @@ Fetch = Callable[[str, int, str], bytes]
 class Layout:
     """The files one restore reads (`files`, relative "/"-separated paths) and what they are."""
 
-    name: str  # deepspeed, hf-trainer, hf-bin, torch-shards or files (no layout: every file)
+    name: str  # deepspeed, megatron, hf-trainer, hf-bin, torch-shards or files (no layout: every file)
     files: tuple[str, ...]
     tag: str | None = None  # DeepSpeed: the step directory restored (None when pointed at it directly)
     ranks: tuple[int, ...] = ()
@@ -58,6 +64,7 @@ class Layout:
     optimizer_files: tuple[str, ...] = ()
     state_files: tuple[str, ...] = ()  # torch.save files loaded whole under their stem (optimizer.state.0.exp_avg)
     skipped: tuple[tuple[str, str], ...] = ()  # (file, why) of files present but deliberately not read
+    root: str | None = None  # the checkpoint is this subdirectory (Megatron's iteration): sources descend into it
 
     def describe(self) -> dict:
         return {"layout": self.name, "tag": self.tag, "ranks": list(self.ranks), "model_files": list(self.model_files),
@@ -274,8 +281,62 @@ def _prefer_safetensors(rels: list[str]) -> tuple[list[str], tuple[tuple[str, st
     return [r for r in rels if r not in twins], tuple((r, BIN_TWIN_WHY) for r in sorted(twins))
 
 
+def _iterations(rels: list[str]) -> set[str]:
+    """Top-level Megatron iteration directories: iter_NNNNNNN or release, holding rank directories or DCP."""
+    out = set()
+    for r in rels:
+        parts = r.split("/")
+        if _ITER_DIR.match(parts[0]) and (len(parts) == 3 and MP_DIR.match(parts[1]) and r.endswith(".pt")
+                                          or len(parts) == 2 and parts[1] == ".metadata"):
+            out.add(parts[0])
+    return out
+
+
+def read_iteration(where: str, rels: list[str], fetch: Fetch | None = None) -> str:
+    """The iteration directory Megatron's latest_checkpointed_iteration.txt names: a number (iter_%07d) or
+    `release`, the directory inside the checkpoint."""
+    path = os.path.join(where, MEGATRON_LATEST)
+    todo = "write the iteration to restore into it (e.g. 2000), or point at an iteration directory instead"
+    raw = (fetch or local_fetch(where))(MEGATRON_LATEST, MAX_LATEST, f"Megatron's {MEGATRON_LATEST}")
+    text = raw.decode("utf-8", "replace").strip()
+    tag = "release" if text == "release" else f"iter_{int(text):07d}" if text.isascii() and text.isdigit() \
+        and len(text) <= 7 else None
+    if tag is None:
+        raise _refuse(path, f"holds {text[:40]!r}, neither an iteration number nor `release`", todo)
+    if not any(r.startswith(tag + "/") for r in rels):
+        raise _refuse(path, f"names iteration {text!r}, but {tag} is not in {where}", todo)
+    return tag
+
+
+def _megatron(where: str, rels: list[str], top: set[str], iters: set[str], fetch: Fetch | None) -> Layout:
+    """The iteration to restore, as a subdirectory the sources descend into (its own layout is then either rank
+    directories or a DCP checkpoint)."""
+    if MEGATRON_LATEST in top:
+        tag = read_iteration(where, rels, fetch)
+    elif len(iters) == 1:
+        (tag,) = iters
+    else:
+        named = ", ".join(sorted(iters)[:3]) + (", ..." if len(iters) > 3 else "")
+        raise _refuse(where, f"{len(iters)} Megatron iteration directories ({named}) and no {MEGATRON_LATEST} "
+                      "saying which to restore", "point at one iteration directory, or write its number into "
+                      f"{os.path.join(where, MEGATRON_LATEST)}")
+    return Layout("megatron", tuple(r for r in rels if r.startswith(tag + "/")), tag, root=tag)
+
+
+def descend(lay: Layout, rels: list[str]) -> list[str]:
+    """The members of `lay.root`, relative to it."""
+    prefix = lay.root + "/"
+    return [r[len(prefix):] for r in rels if r.startswith(prefix)]
+
+
 def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
     top = {r for r in rels if "/" not in r}
+    iters = _iterations(rels)
+    if iters and not any(MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r):
+        return _megatron(where, rels, top, iters, fetch)
+    mp = tuple(r for r in rels if r.count("/") == 1 and MP_DIR.match(r.split("/")[0]) and r.endswith(".pt"))
+    if mp:  # pointed at one Megatron iteration: a torch.save per model-parallel rank
+        return Layout("megatron", tuple(rels), model_files=mp)
     steps = _step_dirs(rels)
     if steps or any(DS_MODEL.match(r) or DS_OPTIM.match(r) for r in top) or (
             LATEST in top and any("/" in r and r.endswith(TORCH_EXT) for r in rels)):

@@ -53,8 +53,9 @@ GROUPS = ("model", "optimizer", "other")
 _OPTIM_PREFIXES = ("optim", "optimizer", "optimizer_state_dict", "optim_state", "base_optimizer_state")
 _MODEL_PREFIXES = ("model", "module", "state_dict", "model_state_dict")
 _OTHER_PREFIXES = ("lr_scheduler", "scheduler", "dataloader", "train_state", "rng", "rng_state", "extra_state",
-                   "args", "config", "ds_config", "trainer_state")
-_RANK_TAG = re.compile(r"zero_pp_rank_\d+(?:_mp_rank_\d+)?")  # DeepSpeed partitions' keys, kept apart by rank
+                   "args", "config", "ds_config", "trainer_state", "opt_param_scheduler")
+# keys kept apart by rank: DeepSpeed's partitions (zero_pp_rank_N[_mp_rank_M]), Megatron's model-parallel ranks
+_RANK_TAG = re.compile(r"zero_pp_rank_\d+(?:_mp_rank_\d+)?|mp_rank_\d{2}(?:_\d{3})?")
 
 
 def group_of(fqn: str) -> str:

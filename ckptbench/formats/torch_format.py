@@ -104,10 +104,18 @@ def _wrapper(obj: dict) -> str | None:
     return None
 
 
+def _mp_tag(where: str) -> str | None:
+    """Megatron's model-parallel ranks (mp_rank_TT[_PPP]/model_optim_rng.pt) hold the same names over different
+    slices of each weight: every key of such a file is kept apart under its rank directory's name."""
+    parent = os.path.basename(os.path.dirname(where))
+    return parent if layouts.MP_DIR.match(parent) else None
+
+
 def _foreign(obj: dict, where: str) -> CheckpointState:
     """Any other nesting, by flat key: the weights in `model` (a wrapper's prefix dropped), everything else
     (optimizer state, scheduler, config, steps, bytes) in `extra`."""
     tag = _rank_tag(where)
+    mp = _mp_tag(where)
     optimizer_only = tag is not None or "param_groups" in obj  # a partition, or a torch optimizer's state_dict
     wrapper = None if optimizer_only else _wrapper(obj)
     state = CheckpointState({})
@@ -120,6 +128,8 @@ def _foreign(obj: dict, where: str) -> CheckpointState:
             dest, name = state.model, key
         else:
             dest, name = state.extra, f"{tag}.{key}" if tag else key
+        if mp:
+            name = f"{mp}.{name}"
         if name in dest:
             raise FormatError(f"{where}: key {name[:80]!r} appears twice once the nesting is flattened; {_CRAFTED}")
         dest[name] = leaf

@@ -56,12 +56,18 @@ class LocalReadHandle:
         return self._h.__exit__(*exc)
 
 
-def _selected(directory: str, files: list[fastio.FileSpec]) -> list[fastio.FileSpec]:
-    """The files of the one checkpoint a trainer restores from the directory (DeepSpeed's `latest` step, the
-    shards a Hugging Face index names), per layouts."""
+def _selected(directory: str, files: list[fastio.FileSpec]) -> tuple[str, list[fastio.FileSpec]]:
+    """The directory of the one checkpoint a trainer restores (Megatron's latest iteration is a subdirectory) and
+    its files (DeepSpeed's `latest` step, the shards a Hugging Face index names), per layouts."""
     rels = [os.path.relpath(f.path, directory).replace(os.sep, "/") for f in files]
-    keep = set(layouts.select(directory, rels).files)
-    return [f for f, r in zip(files, rels) if r in keep]
+    lay = layouts.select(directory, rels)
+    if lay.root is not None:
+        directory = os.path.join(directory, lay.root)
+        files = [f for f, r in zip(files, rels) if r.startswith(lay.root + "/")]
+        rels = layouts.descend(lay, rels)
+        lay = layouts.select(directory, rels)
+    keep = set(lay.files)
+    return directory, [f for f, r in zip(files, rels) if r in keep]
 
 
 def _target_files(target: str, skipped: list[tuple[str, str]]) -> list[fastio.FileSpec]:
@@ -104,10 +110,9 @@ class LocalSource:
         files = [spec for t in self.targets for spec in _target_files(t, skipped)]
         if self.directory is None:
             return Listing(self.url, files, None, "unknown", tuple(skipped))
-        man = mf.read(self.directory)
-        files = _selected(self.directory, files)
-        return Listing(self.directory, files, man, format_of(man, [f.path for f in files], self.directory),
-                       tuple(skipped))
+        directory, files = _selected(self.directory, files)
+        man = mf.read(directory)
+        return Listing(directory, files, man, format_of(man, [f.path for f in files], directory), tuple(skipped))
 
     def _paths(self, listing: Listing) -> list[str]:
         return [f.path for f in listing.files]

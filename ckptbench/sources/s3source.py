@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import fastio
 
 from ckptbench import concurrency as conc
@@ -23,7 +25,8 @@ class S3Source:
     files_on_disk = False
 
     def __init__(self, url: str):
-        self.s3url = s3.parse(url)
+        self.given = s3.parse(url)  # what the user named; the listing may descend (Megatron's iteration)
+        self.s3url = self.given
         self.url = str(self.s3url).rstrip("/")
         self.retry_log = s3.RetryLog()
         self._client = None
@@ -36,12 +39,21 @@ class S3Source:
         self.retry_log = s3.RetryLog()
         # the pool holds as many connections as the most workers a live change can ask for
         self._client = s3.make_client(conc.MAX, retry_log=self.retry_log)
+        self.s3url, self.url = self.given, str(self.given).rstrip("/")
         objects = s3.list_objects(self._client, self.s3url)
         self._objects = {o.rel: o for o in objects}
+        lay = layouts.select(self.url, [o.rel for o in objects], self._fetch_small)
+        if lay.root is not None:  # Megatron's iteration: the checkpoint is that prefix
+            self.s3url = s3.S3Url(self.s3url.bucket, self.s3url.key(lay.root))
+            self.url = str(self.s3url)
+            objects = [dataclasses.replace(o, rel=r) for o in objects if o.rel.startswith(lay.root + "/")
+                       for r in layouts.descend(lay, [o.rel])]
+            self._objects = {o.rel: o for o in objects}
+            lay = layouts.select(self.url, [o.rel for o in objects], self._fetch_small)
         raw = (s3.get_bytes(self._client, self.s3url, mf.MANIFEST_NAME, self.retry_log)
                if mf.MANIFEST_NAME in self._objects else None)
         man = mf.parse(raw, f"{self.url}/{mf.MANIFEST_NAME}") if raw is not None else None
-        keep = set(layouts.select(self.url, [o.rel for o in objects], self._fetch_small).files)
+        keep = set(lay.files)
         objects = [o for o in objects if o.rel in keep]
         files = [fastio.FileSpec(f"{self.url}/{o.rel}", o.size) for o in objects]
         return Listing(self.url, files, man, format_of(man, [o.rel for o in objects], self.url))

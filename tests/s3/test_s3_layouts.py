@@ -242,3 +242,21 @@ def test_trainer_prefix_on_s3_loads_its_state_and_never_reads_training_args(s3en
     (state,) = loaded  # fused: from the read buffers of the objects; staged: from the staged files
     assert torch.equal(state.extra["optimizer.state.0.exp_avg"], exp_avg)
     assert state.extra["scheduler.last_epoch"] == 500 and set(state.model) == {"embed.weight"}
+
+
+def test_a_megatron_prefix_restores_the_iteration_its_file_names(s3env, s3server, s3bucket, tmp_path):
+    """The listing descends into iter_0000020 (what latest_checkpointed_iteration.txt names), on S3 as on disk:
+    the source recorded is that prefix and nothing of iter_0000010 is read."""
+    root = tmp_path / "meg"
+    for it in (10, 20):
+        d = root / f"iter_{it:07d}" / "mp_rank_00"
+        d.mkdir(parents=True)
+        torch.save({"model": {"w": torch.full((64, 64), float(it))}, "iteration": it}, d / "model_optim_rng.pt")
+    (root / "latest_checkpointed_iteration.txt").write_text("20\n")
+    put_dir(s3server.client(direct=True), s3bucket, "runs/meg", str(root))
+    url = f"s3://{s3bucket}/runs/meg"
+    rc, out, err = _run(url, "fused", tmp_path)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["source"] == f"{url}/iter_0000020" and doc["files"] == 1
+    assert doc["bytes"] == os.path.getsize(root / "iter_0000020" / "mp_rank_00" / "model_optim_rng.pt")
