@@ -176,19 +176,25 @@ def _step_dirs(rels: list[str]) -> set[str]:
     return out
 
 
+def _one_of(where: str, dirs: set[str], kind: str, pointer: str, what: str, named: Callable[[], str | None]) -> str:
+    """The directory to restore among `dirs`: the one the pointer file names (`named()`, None without one), else
+    the only one, else one line saying the choice is ambiguous."""
+    tag = named()
+    if tag is not None:
+        return tag
+    if len(dirs) == 1:
+        return next(iter(dirs))
+    listed = ", ".join(sorted(dirs)[:3]) + (", ..." if len(dirs) > 3 else "")
+    raise _refuse(where, f"{len(dirs)} {kind} directories ({listed}) and no `{pointer}` file saying which to restore",
+                  f"point at one {kind.split()[-1]} directory, or write {what} into {os.path.join(where, pointer)}")
+
+
 def _deepspeed(where: str, rels: list[str], top: set[str], steps: set[str], fetch: Fetch | None) -> Layout:
     if any(DS_MODEL.match(r) or DS_OPTIM.match(r) for r in top):  # pointed at one step directory
         tag, files, prefix = None, tuple(rels), ""
     else:
-        if LATEST in top:
-            tag = read_latest(where, rels, fetch)
-        elif len(steps) == 1:
-            (tag,) = steps
-        else:
-            named = ", ".join(sorted(steps)[:3]) + (", ..." if len(steps) > 3 else "")
-            raise _refuse(where, f"{len(steps)} DeepSpeed step directories ({named}) and no `latest` file "
-                          "saying which to restore", "point at one step directory, or write its name into "
-                          f"{os.path.join(where, LATEST)}")
+        tag = _one_of(where, steps, "DeepSpeed step", LATEST, "its name",
+                      lambda: read_latest(where, rels, fetch) if LATEST in top else None)
         prefix = tag + "/"
         if not any(r.startswith(prefix) and r.endswith(TORCH_EXT) for r in rels):
             raise _refuse(os.path.join(where, LATEST) if LATEST in top else where,
@@ -311,15 +317,8 @@ def read_iteration(where: str, rels: list[str], fetch: Fetch | None = None) -> s
 def _megatron(where: str, rels: list[str], top: set[str], iters: set[str], fetch: Fetch | None) -> Layout:
     """The iteration to restore, as a subdirectory the sources descend into (its own layout is then either rank
     directories or a DCP checkpoint)."""
-    if MEGATRON_LATEST in top:
-        tag = read_iteration(where, rels, fetch)
-    elif len(iters) == 1:
-        (tag,) = iters
-    else:
-        named = ", ".join(sorted(iters)[:3]) + (", ..." if len(iters) > 3 else "")
-        raise _refuse(where, f"{len(iters)} Megatron iteration directories ({named}) and no {MEGATRON_LATEST} "
-                      "saying which to restore", "point at one iteration directory, or write its number into "
-                      f"{os.path.join(where, MEGATRON_LATEST)}")
+    tag = _one_of(where, iters, "Megatron iteration", MEGATRON_LATEST, "its number",
+                  lambda: read_iteration(where, rels, fetch) if MEGATRON_LATEST in top else None)
     return Layout("megatron", tuple(r for r in rels if r.startswith(tag + "/")), tag, root=tag)
 
 
