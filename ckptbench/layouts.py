@@ -41,9 +41,12 @@ _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
 MEGATRON_LATEST = "latest_checkpointed_iteration.txt"
 _ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
 MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
-# what transformers' Trainer saves beside the weights; torch.save files among them hold state, keyed by their stem
-TRAINER_STATE = re.compile(r"^(optimizer|scheduler|scaler)\.pt$|^(rng_state(?:_\d+)?)\.pth$")
-TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin")
+# what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
+# state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.
+TRAINER_STATE = re.compile(r"^(?:(optimizer|scheduler|scaler)\.pt|(rng_state(?:_\d+)?)\.pth|"
+                           r"((?:optimizer|scheduler|sampler)(?:_\d+)?)\.bin)$")
+TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin", "optimizer.bin",
+                   "scheduler.bin", "random_states_0.pkl")
 TRAINING_ARGS = "training_args.bin"
 SKIP_WHY = {TRAINING_ARGS: "a pickled TrainingArguments object: not state, and unpickling it could run code"}
 
@@ -227,6 +230,12 @@ def _hf_bin(where: str, rels: list[str], top: set[str], fetch: Fetch | None) -> 
         return Layout("hf-bin", tuple(rels), model_files=(HF_SINGLE,))
     files, shards = _indexed(where, rels, HF_INDEX, _HF_SHARD, fetch)
     return Layout("hf-bin", files, model_files=shards)
+
+
+def state_stem(name: str) -> str | None:
+    """The stem a Trainer's (or Accelerate's) state file's keys go under (optimizer.state.0.exp_avg), else None."""
+    m = TRAINER_STATE.match(name)
+    return next(g for g in m.groups() if g) if m else None
 
 
 def trainer_state_files(rels) -> tuple[str, ...]:

@@ -68,7 +68,8 @@ def group_of(fqn: str) -> str:
     head = head.lower()
     if head in _OPTIM_PREFIXES or head.startswith("optim"):
         return "optimizer"
-    if head in _OTHER_PREFIXES or head.startswith(("rng_state", "scaler")):  # rng_state_3: one per process
+    # rng_state_3: one per process; scheduler_1, sampler_1: Accelerate's, one per registered object
+    if head in _OTHER_PREFIXES or head.startswith(("rng_state", "scaler", "scheduler", "sampler")):
         return "other"
     return "model"
 

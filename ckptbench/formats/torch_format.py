@@ -152,9 +152,9 @@ def _from_obj(obj, where: str) -> CheckpointState:
     dict by flat key; every field's type checked, since the pickle is the file's, not ours."""
     if not isinstance(obj, dict):
         raise FormatError(f"{where}: holds a {type(obj).__name__}, not a state dict")
-    trainer = layouts.TRAINER_STATE.match(os.path.basename(where))
-    if trainer is not None:
-        return _trainer_state(obj, trainer.group(1) or trainer.group(2), where)
+    stem = layouts.state_stem(os.path.basename(where))
+    if stem is not None:
+        return _trainer_state(obj, stem, where)
     if _own_optimizer(obj):
         return _own_optimizer_state(obj, where)
     if obj and _rank_tag(where) is None and all(
