@@ -41,6 +41,8 @@ _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
 MEGATRON_LATEST = "latest_checkpointed_iteration.txt"
 _ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
 MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
+# torchtitan: <checkpoint folder>/step-N, each a DCP checkpoint; a resume loads the largest N
+_TITAN_STEP = re.compile(r"^step-(\d+)$")
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
 # state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.
 TRAINER_STATE = re.compile(r"^(?:(optimizer|scheduler|scaler)\.pt|(rng_state(?:_\d+)?)\.pth|"
@@ -331,6 +333,20 @@ def _megatron(where: str, rels: list[str], top: set[str], iters: set[str], fetch
     return Layout("megatron", tuple(r for r in rels if r.startswith(tag + "/")), tag, root=tag)
 
 
+def _dcp_dirs(where: str, rels: list[str]) -> Layout:
+    """A folder of DCP checkpoints, one per subdirectory: torchtitan's step-N (a resume loads the largest N, and so
+    does this), else the only one; several others are ambiguous."""
+    dirs = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith("/.metadata")}
+    steps = {int(m.group(1)): d for d in dirs if (m := _TITAN_STEP.match(d))}
+    if len(dirs) > 1 and len(steps) != len(dirs):
+        listed = ", ".join(sorted(dirs)[:3]) + (", ..." if len(dirs) > 3 else "")
+        raise _refuse(where, f"holds {len(dirs)} DCP checkpoints ({listed}) and nothing saying which to restore",
+                      "point at one of them")
+    tag = steps[max(steps)] if steps else next(iter(dirs))
+    return Layout("dcp-steps" if steps else "files", tuple(r for r in rels if r.startswith(tag + "/")), tag,
+                  root=tag)
+
+
 def descend(lay: Layout, rels: list[str]) -> list[str]:
     """The members of `lay.root`, relative to it."""
     prefix = lay.root + "/"
@@ -342,6 +358,8 @@ def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
     iters = _iterations(rels)
     if iters and not any(MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r):
         return _megatron(where, rels, top, iters, fetch)
+    if ".metadata" not in top and any(r.count("/") == 1 and r.endswith("/.metadata") for r in rels):
+        return _dcp_dirs(where, rels)
     mp = tuple(r for r in rels if r.count("/") == 1 and MP_DIR.match(r.split("/")[0]) and r.endswith(".pt"))
     if mp:  # pointed at one Megatron iteration: a torch.save per model-parallel rank
         return Layout("megatron", tuple(rels), model_files=mp)
