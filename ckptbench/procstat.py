@@ -18,7 +18,7 @@ MAX_TREE = 4096  # processes followed under one watched root: a fork bomb is not
 
 
 class ProcessGone(CkptbenchError):
-    exit_code = 1
+    exit_code = 2  # a PID that is not running is bad input, as the README says (the job's own failure is 1)
 
 
 @dataclass(frozen=True)

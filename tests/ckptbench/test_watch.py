@@ -210,7 +210,7 @@ def test_a_pid_that_is_not_running_is_one_line():
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     rc, doc, err = _watch(p.pid)
-    assert rc != 0 and doc is None
+    assert rc == 2 and doc is None
     assert err.strip() == f"ckptbench: error: process {p.pid} is not running (it exited, or the PID is wrong)"
 
 
@@ -219,7 +219,7 @@ def test_tui_watch_of_a_pid_that_is_not_running_is_one_line():
     p.wait()
     r = subprocess.run([sys.executable, "-m", "ckptbench", "tui", "--watch", str(p.pid)], capture_output=True,
                        text=True, timeout=60, cwd=REPO)
-    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         f"ckptbench: error: process {p.pid} is not running (it exited, or the PID is wrong)"]
 
 
