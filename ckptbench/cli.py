@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_whole(-(1 << 63), (1 << 64) - 1), default=0, help="what torch.manual_seed takes")
     p.add_argument("--scale", type=_scale, default=1.0)
     p.add_argument("--digest", choices=("crc32c", "md5"), default="crc32c", help="manifest digest")
-    p.add_argument("--force", action="store_true", help="replace a non-empty DIR")
+    p.add_argument("--force", action="store_true", help="replace DIR when it holds a checkpoint gen wrote")
     p.set_defaults(handler=_lazy("cmd_gen"))
 
     p = sub.add_parser("verify", help="check every file against the checkpoint's manifest")

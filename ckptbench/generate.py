@@ -106,8 +106,13 @@ def _check_target(directory: str, need: int, force: bool) -> str:
     parent = os.path.dirname(target)
     if os.path.exists(target) and not os.path.isdir(target):
         raise CkptbenchError(f"{directory}: exists and is not a directory")
-    if os.path.isdir(target) and os.listdir(target) and not force:
-        raise CkptbenchError(f"{directory}: not empty; pass --force to replace it or choose an empty directory")
+    if os.path.isdir(target) and os.listdir(target):
+        if not force:
+            raise CkptbenchError(f"{directory}: not empty; pass --force to replace it or choose an empty directory")
+        # --force replaces a checkpoint gen wrote, never whatever else a folder holds (`gen small . --force`)
+        if not os.path.isfile(os.path.join(target, "ckptbench.json")):
+            raise CkptbenchError(f"{directory}: not empty and not a checkpoint gen wrote (no ckptbench.json); "
+                                 "--force replaces only those: choose an empty or new directory")
     if not os.path.isdir(parent):
         raise CkptbenchError(f"{parent}: no such directory; create it first")
     if not os.access(parent, os.W_OK):

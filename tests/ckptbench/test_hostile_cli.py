@@ -3,6 +3,7 @@ stderr and a non-zero exit, never a traceback or a hang; nothing lost, nothing w
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -480,3 +481,19 @@ def test_a_storage_preset_figure_too_large_for_the_arithmetic_is_one_line(tmp_pa
     path.write_text('name = "x"\nceiling_gbps = 1e308\nmin_concurrency = 1\nsmall_file_bytes = 1\n')
     r = run_cli("plan", "7b", "--nodes", "4", "--storage", path, "--json", "--results", tmp_path / "none")
     assert_one_line_error(r, "ceiling_gbps must be a positive number at most 1e+12, got 1e+308")
+
+
+def test_gen_force_replaces_only_a_checkpoint_gen_wrote(tmp_path, h):
+    """`gen small . --force` in a folder of the user's own files deleted them; now one line and nothing touched."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    before = h.snapshot(mine)
+    r = h.run_cli("gen", "small", mine, "--scale", h.SCALE, "--force")
+    assert r.rc == 2 and len(r.err_lines) == 1 and "not a checkpoint gen wrote" in r.err_lines[0], r.err
+    assert h.snapshot(mine) == before
+    ours = tmp_path / "ours"
+    assert h.run_cli("gen", "small", ours, "--scale", h.SCALE).rc == 0
+    r = h.run_cli("gen", "small", ours, "--scale", h.SCALE, "--seed", "1", "--force")
+    assert r.rc == 0, r.err
+    assert json.loads((ours / "ckptbench.json").read_text())["seed"] == 1
