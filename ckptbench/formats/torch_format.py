@@ -154,13 +154,24 @@ def _from_obj(obj, where: str) -> CheckpointState:
         raise FormatError(f"{where}: holds a {type(obj).__name__}, not a state dict")
     stem = layouts.state_stem(os.path.basename(where))
     if stem is not None:
-        return _trainer_state(obj, stem, where)
+        return _named(_trainer_state, obj, stem, where)
     if _own_optimizer(obj):
         return _own_optimizer_state(obj, where)
     if obj and _rank_tag(where) is None and all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
         return CheckpointState(dict(obj))
-    return _foreign(obj, where)
+    return _named(_foreign, obj, where)
+
+
+def _named(build, obj, *args) -> CheckpointState:
+    """`build(obj, *args)`, its nesting errors (flatten knows the key, not the file) naming the file too."""
+    where = args[-1]
+    try:
+        return build(obj, *args)
+    except FormatError as exc:
+        if str(exc).startswith(where):
+            raise
+        raise FormatError(f"{where}: {exc}") from None
 
 
 def _materialize(state: CheckpointState) -> CheckpointState:

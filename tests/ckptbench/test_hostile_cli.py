@@ -8,6 +8,7 @@ import os
 import re
 
 import pytest
+import torch
 
 from clirun import assert_one_line_error, run_cli, run_proc
 
@@ -497,3 +498,15 @@ def test_gen_force_replaces_only_a_checkpoint_gen_wrote(tmp_path, h):
     r = h.run_cli("gen", "small", ours, "--scale", h.SCALE, "--seed", "1", "--force")
     assert r.rc == 0, r.err
     assert json.loads((ours / "ckptbench.json").read_text())["seed"] == 1
+
+
+def test_a_torch_file_nested_too_deep_is_named(tmp_path, h):
+    d = {"w": torch.zeros(2)}
+    for _ in range(40):
+        d = {"k": d}
+    root = tmp_path / "deep"
+    root.mkdir()
+    torch.save(d, root / "x.pt")
+    r = h.run_cli("run", root, "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc == 2 and len(r.err_lines) == 1, r.err
+    assert r.err_lines[0].startswith(f"ckptbench: error: {root / 'x.pt'}: ") and "nested deeper than" in r.err_lines[0]
