@@ -41,8 +41,10 @@ _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
 MEGATRON_LATEST = "latest_checkpointed_iteration.txt"
 _ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
 MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
-# torchtitan: <checkpoint folder>/step-N, each a DCP checkpoint; a resume loads the largest N
-_TITAN_STEP = re.compile(r"^step-(\d+)$")
+# a folder of numbered checkpoints: torchtitan's step-N (DCP), a Hugging Face Trainer's output_dir/checkpoint-N;
+# a resume loads the largest N (torchtitan's, and transformers' get_last_checkpoint)
+_NUMBERED = re.compile(r"^(?:step|checkpoint)-(\d+)$")
+_WEIGHT_EXT = (".safetensors", ".distcp", ".metadata", *TORCH_EXT)
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
 # state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.
 TRAINER_STATE = re.compile(r"^(?:(optimizer|scheduler|scaler)\.pt|(rng_state(?:_\d+)?)\.pth|"
@@ -333,18 +335,28 @@ def _megatron(where: str, rels: list[str], top: set[str], iters: set[str], fetch
     return Layout("megatron", tuple(r for r in rels if r.startswith(tag + "/")), tag, root=tag)
 
 
+def _numbered(rels: list[str]) -> dict[int, str]:
+    """step-N / checkpoint-N subdirectories that hold checkpoint files, by N."""
+    return {int(m.group(1)): d for r in rels if "/" in r and r.endswith(_WEIGHT_EXT)
+            and (m := _NUMBERED.match(d := r.split("/")[0]))}
+
+
+def _latest_numbered(rels: list[str], numbered: dict[int, str]) -> Layout:
+    """The largest step-N or checkpoint-N, as a subdirectory the sources descend into (a resume loads that one;
+    comparing N as numbers, checkpoint-100 comes after checkpoint-90)."""
+    tag = numbered[max(numbered)]
+    return Layout("numbered", tuple(r for r in rels if r.startswith(tag + "/")), tag, root=tag)
+
+
 def _dcp_dirs(where: str, rels: list[str]) -> Layout:
-    """A folder of DCP checkpoints, one per subdirectory: torchtitan's step-N (a resume loads the largest N, and so
-    does this), else the only one; several others are ambiguous."""
+    """A folder of DCP checkpoints under other names: the only one, or one line saying it is ambiguous."""
     dirs = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith("/.metadata")}
-    steps = {int(m.group(1)): d for d in dirs if (m := _TITAN_STEP.match(d))}
-    if len(dirs) > 1 and len(steps) != len(dirs):
+    if len(dirs) > 1:
         listed = ", ".join(sorted(dirs)[:3]) + (", ..." if len(dirs) > 3 else "")
         raise _refuse(where, f"holds {len(dirs)} DCP checkpoints ({listed}) and nothing saying which to restore",
                       "point at one of them")
-    tag = steps[max(steps)] if steps else next(iter(dirs))
-    return Layout("dcp-steps" if steps else "files", tuple(r for r in rels if r.startswith(tag + "/")), tag,
-                  root=tag)
+    (tag,) = dirs
+    return Layout("files", tuple(r for r in rels if r.startswith(tag + "/")), tag, root=tag)
 
 
 def descend(lay: Layout, rels: list[str]) -> list[str]:
@@ -358,6 +370,9 @@ def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
     iters = _iterations(rels)
     if iters and not any(MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r):
         return _megatron(where, rels, top, iters, fetch)
+    numbered = _numbered(rels)
+    if numbered and not any(r.endswith(_WEIGHT_EXT) for r in top):
+        return _latest_numbered(rels, numbered)
     if ".metadata" not in top and any(r.count("/") == 1 and r.endswith("/.metadata") for r in rels):
         return _dcp_dirs(where, rels)
     mp = tuple(r for r in rels if r.count("/") == 1 and MP_DIR.match(r.split("/")[0]) and r.endswith(".pt"))

@@ -1,6 +1,7 @@
-"""A folder of DCP checkpoints, as torchtitan keeps them (checkpoint/step-N): the largest step is restored, as
-torchtitan's resume picks it, and no other is read; a folder of differently named DCP checkpoints is ambiguous and
-says so in one line (it used to read every step's files)."""
+"""A folder of numbered checkpoints, as torchtitan keeps them (checkpoint/step-N, DCP) and as a Hugging Face
+Trainer does (output_dir/checkpoint-N): the largest N is restored, as their resumes pick it, and no other is read;
+a folder of differently named DCP checkpoints is ambiguous and says so in one line (both used to read every
+checkpoint's files)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 
 import torch
 import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
 
 
 def _save(path, value: float) -> dict:
@@ -39,3 +41,20 @@ def test_differently_named_dcp_checkpoints_are_ambiguous(tmp_path, h):
     r = h.run_cli("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
     assert r.rc != 0 and r.out == "" and len(r.err_lines) == 1, r.err
     assert "holds 2 DCP checkpoints (a, b) and nothing saying which to restore" in r.err_lines[0]
+
+
+def test_a_trainer_output_dir_restores_its_last_checkpoint(tmp_path, h):
+    out = tmp_path / "output_dir"
+    for n in (90, 100):
+        d = out / f"checkpoint-{n}"
+        d.mkdir(parents=True)
+        save_file({"w": torch.full((16, 16), float(n))}, str(d / "model.safetensors"))
+        torch.save({"state": {0: {"exp_avg": torch.zeros(16, 16)}}, "param_groups": [{"params": [0]}]},
+                   d / "optimizer.pt")
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": n}))
+    (out / "config.json").write_text("{}")
+    r = h.run_cli("run", out, "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["source"] == str(out / "checkpoint-100") and doc["format"] == "safetensors"
+    assert doc["bytes"] == sum(os.path.getsize(p) for p in (out / "checkpoint-100").iterdir())
