@@ -44,6 +44,7 @@ def _print_summary(report) -> None:
 
 
 def cmd_inspect(args) -> int:
+    from ckptbench.formats.inert import describe
     from ckptbench.inspection import inspect
     from ckptbench.sources import open_source
     from ckptbench.units import human_bytes
@@ -66,7 +67,7 @@ def cmd_inspect(args) -> int:
     for skip in lay["not_read"]:
         print(f"  not read: {skip['path']} ({skip['why']})")
     if lay["kept_as_data"]:
-        print(f"  kept as plain data, their classes never imported or run: {', '.join(lay['kept_as_data'])}")
+        print(f"  {describe(lay['kept_as_data'])}")
     amp = f"{plan['amplification']:.3f}×" if plan["amplification"] else "n/a"
     print(f"read plan: {plan['files']} files, {human_bytes(plan['bytes'])}, largest {plan['largest_file']['path']} "
           f"({human_bytes(plan['largest_file']['bytes'])}); read amplification {amp} (file bytes per tensor byte)")

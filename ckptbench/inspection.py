@@ -48,7 +48,7 @@ def _ranks(names: list[str]) -> int | None:
 
 
 def _torch_entries(directory: str, paths: list[str]):
-    """(group, dtype name, bytes) of the tensors in torch.save files, mapped lazily (no data read), the count of
+    """(group, name, dtype name, bytes) of the tensors in torch.save files, mapped lazily (no data read), the count of
     other entries, and the classes their pickles name that are kept as plain data (formats/inert.py); a Trainer's
     state file is grouped under its stem (optimizer.pt → optimizer)."""
     from ckptbench.formats import group_of
@@ -63,14 +63,14 @@ def _torch_entries(directory: str, paths: list[str]):
         for group, name, t in state.tensors():
             if trainer:
                 group = group_of(f"{stem}.{name}")
-            out.append((group, str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()))
+            out.append((group, name, str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()))
         others += sum(1 for v in state.extra.values() if not hasattr(v, "dtype"))
     return out, others, inert
 
 
 def _entries(directory: str, listing: Listing):
-    """(group, dtype name, bytes) of every tensor, the count of non-tensor entries, and the classes kept as plain
-    data, from headers only."""
+    """(group, name, dtype name, bytes) of every tensor, the count of non-tensor entries, and the classes kept as
+    plain data, from headers only."""
     from ckptbench.formats import group_of
 
     fmt = listing.format
@@ -86,7 +86,9 @@ def _entries(directory: str, listing: Listing):
                 n = 1
                 for d in md.size:
                     n *= d
-                out.append((group_of(fqn), str(md.properties.dtype).removeprefix("torch."), n * md.properties.dtype.itemsize))
+                # named as the restore names a model weight (its `model.` prefix dropped)
+                out.append((group_of(fqn), fqn.removeprefix("model."), str(md.properties.dtype).removeprefix("torch."),
+                            n * md.properties.dtype.itemsize))
             else:
                 others += 1
         return out, others, set()
@@ -99,7 +101,8 @@ def _entries(directory: str, listing: Listing):
                 continue
             optim = os.path.basename(f.path).startswith("optimizer")
             for key, (dtype, _shape, start, end) in st.header_entries(f.path).items():
-                out.append(("optimizer" if optim else group_of(key), str(dtype).removeprefix("torch."), end - start))
+                out.append(("optimizer" if optim else group_of(key), key, str(dtype).removeprefix("torch."),
+                            end - start))
         top = {r for r in listing.rels if "/" not in r}
         if layouts.is_trainer(top):  # a Trainer's optimizer.pt, scheduler.pt, rng_state*.pth beside the weights
             torch_out, others, inert = _torch_entries(directory, [os.path.join(directory, r)
@@ -110,31 +113,6 @@ def _entries(directory: str, listing: Listing):
         return _torch_entries(directory, [f.path for f in listing.files if f.path.endswith(layouts.TORCH_EXT)])
     raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
                          "point at a checkpoint directory")
-
-
-def _model_shapes(directory: str, listing: Listing) -> dict[str, tuple[int, ...]]:
-    """Name to shape of the weights a restore would hand the model, from headers (as _entries reads them)."""
-    from ckptbench.formats import group_of
-
-    fmt = listing.format
-    if fmt == "safetensors":
-        from ckptbench.formats import safetensors_format as st
-
-        return {k: tuple(shape) for f in listing.files if f.path.endswith(".safetensors")
-                and not os.path.basename(f.path).startswith("optimizer")
-                for k, (_dtype, shape, _s, _e) in st.header_entries(f.path).items() if group_of(k) == "model"}
-    if fmt == "torch":
-        from ckptbench.formats import torch_format as tf
-
-        return {n: tuple(t.shape) for f in listing.files if f.path.endswith(layouts.TORCH_EXT)
-                for n, t in tf.peek_file(f.path).model.items()}
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    from ckptbench.formats.dcp_metadata import SafeReader
-
-    return {fqn.removeprefix("model."): tuple(md.size)
-            for fqn, md in SafeReader(directory).read_metadata().state_dict_metadata.items()
-            if isinstance(md, TensorStorageMetadata) and group_of(fqn) == "model"}
 
 
 def inspect(source: Source, *, concurrency: int = 8) -> dict:
@@ -159,7 +137,7 @@ def inspect(source: Source, *, concurrency: int = 8) -> dict:
     lay = layouts.select(directory, tree.rels(directory))  # the whole directory: which step `latest` names
     entries, others, inert = _entries(directory, listing)
     groups: dict[str, Group] = defaultdict(Group)
-    for group, dtype, nbytes in entries:
+    for group, _name, dtype, nbytes in entries:
         groups[group].add(dtype, nbytes)
     sizes = {listing.rel(f.path): f.size or 0 for f in listing.files}
     total = sum(sizes.values())
@@ -170,8 +148,7 @@ def inspect(source: Source, *, concurrency: int = 8) -> dict:
     dims, why_not = None, "no model shape is known"
     if man is not None and man.dims or "config.json" in rels:
         config = {"config.json": read_member(directory, man, "config.json")} if "config.json" in rels else {}
-        dims, why = restore.model_dims(man, config, {} if man is not None and man.dims else
-                                       _model_shapes(directory, listing))
+        dims, why = restore.model_dims(man, config, {name for group, name, _, _ in entries if group == "model"})
         why_not = why or why_not
     floating = sum(b for g in groups.values() for d, b in g.dtypes.items()
                    if d.startswith(("float", "bfloat", "complex")))

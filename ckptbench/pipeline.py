@@ -293,6 +293,7 @@ class Run:
     def _load_state(self, listing: Listing, man, buffers: dict | None):
         """Shards and the tail into a CheckpointState, then into the model built on the meta device."""
         from ckptbench import restore
+        from ckptbench.formats import inert
 
         if self.stage_dir:
             tail = restore.load_tail(self.stage_dir, man)
@@ -306,12 +307,10 @@ class Run:
             else:
                 tail = restore.load_tail(listing.source, man)
             state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards)
-        if state.inert:
-            kept = "kept as plain data, their classes never imported or run: " + ", ".join(sorted(state.inert))
-            self.notes[LOAD] = "; ".join(filter(None, (self.notes.get(LOAD), kept)))
-        dims, why = restore.model_dims(man, tail, {n: t.shape for n, t in state.model.items()})
-        if why:
-            self.notes[LOAD] = "; ".join(filter(None, (self.notes.get(LOAD), why)))
+        dims, why = restore.model_dims(man, tail, state.model)
+        for said in (inert.describe(state.inert) if state.inert else "", why):
+            if said:  # after the staging note, if any
+                self.notes[LOAD] = "; ".join(filter(None, (self.notes.get(LOAD), said)))
         if dims is None:
             return None, state
         dtype = man.weights_dtype if man is not None and man.weights_dtype else restore.main_dtype(state)

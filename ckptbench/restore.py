@@ -133,21 +133,19 @@ def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None
         return None
 
 
-def model_dims(man: mf.Manifest | None, tail: dict[str, bytes], shapes: dict[str, tuple[int, ...]]
-               ) -> tuple[ModelDims | None, str]:
+def model_dims(man: mf.Manifest | None, tail: dict[str, bytes], names) -> tuple[ModelDims | None, str]:
     """The model the check stage runs a step of, or None and why not. The manifest's shape is ckptbench's own
-    model's; a config.json's is only when the weights (`shapes`, name to shape) have the names of ckptbench's
-    GPT of that shape: a Hugging Face GPT-2 has the same config fields over other weights."""
+    model's; a config.json's is only when the weights' `names` are those of ckptbench's GPT of that shape (shapes
+    that then differ fail the load): a Hugging Face GPT-2 has the same config fields over other weights."""
     dims = dims_of(man, tail)
     if dims is None or (man is not None and man.dims):
         return dims, ""
-    ours = set(build_on_meta(dims, "float32").state_dict())
-    # the same names are ckptbench's GPT: shapes that differ from the config then fail the load, as they should
-    if set(shapes) == ours:
+    ours, theirs = set(build_on_meta(dims, "float32").state_dict()), set(names)
+    if theirs == ours:
         return dims, ""
-    alien = sorted(set(shapes) - ours) or sorted(ours - set(shapes))
+    alien = sorted(theirs - ours) or sorted(ours - theirs)
     return None, (f"config.json gives a model shape, but the weights are not ckptbench's GPT's (e.g. "
-                  f"{alien[0][:60]!r} {'is not one of its' if set(shapes) - ours else 'is missing'}), so there "
+                  f"{alien[0][:60]!r} {'is not one of its' if theirs - ours else 'is missing'}), so there "
                   "is no model to run a step of")
 
 
@@ -281,7 +279,7 @@ def restore_dir(directory: str, *, verify: bool = True, optimizer_step: bool = F
                              f"{rel}: {what}; regenerate or re-copy the checkpoint")
     tail = load_tail(directory, man)
     state = load_state(directory, fmt)
-    dims, _ = model_dims(man, tail, {n: t.shape for n, t in state.model.items()})
+    dims, _ = model_dims(man, tail, state.model)
     if dims is None:
         report = structural_check(state, concurrency)
     else:

@@ -17,7 +17,7 @@ import torch
 from ckptbench.dist.shares import Share
 from ckptbench.errors import CkptbenchError
 from ckptbench.manifest import MANIFEST_NAME
-from ckptbench.formats import CheckpointState, group_of
+from ckptbench.formats import CheckpointState, group_of, inert
 from ckptbench.sources import drive
 from ckptbench.sources.local import LocalReadHandle
 from ckptbench.stages import CHECK, DEVICE, LOAD, READ, VERIFY
@@ -132,7 +132,7 @@ class RankRestore:
         del result  # the buffers live on as the tensors' storage; the result's other references go
         rep.tensors = sum(1 for _ in state.tensors())
         if state.inert:
-            rep.notes[LOAD] = "kept as plain data, their classes never imported or run: " + ", ".join(sorted(state.inert))
+            rep.notes[LOAD] = inert.describe(state.inert)
         self._timed(rep, DEVICE, self._to_device, state, rep)
         report = self._timed(rep, CHECK, _check, state, self.concurrency)
         rep.notes[CHECK] = report.summary

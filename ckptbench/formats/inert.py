@@ -50,6 +50,11 @@ def names_in(source) -> list[str]:
             source.seek(pos)
 
 
+def describe(names) -> str:
+    """The line every output gives for the classes kept as plain data."""
+    return "kept as plain data, their classes never imported or run: " + ", ".join(sorted(names))
+
+
 def _root(name: str) -> str:
     return name.split(".", 1)[0]
 

@@ -46,8 +46,8 @@ class S3Source:
         if lay.root is not None:  # Megatron's iteration: the checkpoint is that prefix
             self.s3url = s3.S3Url(self.s3url.bucket, self.s3url.key(lay.root))
             self.url = str(self.s3url)
-            objects = [dataclasses.replace(o, rel=r) for o in objects if o.rel.startswith(lay.root + "/")
-                       for r in layouts.descend(lay, [o.rel])]
+            prefix = lay.root + "/"
+            objects = [dataclasses.replace(o, rel=o.rel[len(prefix):]) for o in objects if o.rel.startswith(prefix)]
             self._objects = {o.rel: o for o in objects}
             lay = layouts.select(self.url, [o.rel for o in objects], self._fetch_small)
         raw = (s3.get_bytes(self._client, self.s3url, mf.MANIFEST_NAME, self.retry_log)
