@@ -14,12 +14,14 @@ from dataclasses import asdict, dataclass, field
 
 from ckptbench import preflight as pf
 from ckptbench.errors import Cancelled, CkptbenchError
+from ckptbench.manifest import MANIFEST_NAME
 from ckptbench.preflight import Check
 from ckptbench.profiles import FORMATS
 from ckptbench.writeback import WritebackSample, WritebackSampler
 
 HEADROOM = 1.25  # a safe interval leaves a quarter of the save's time spare for a slow one
-STEP = re.compile(r"step-(\d{6,})")
+STEP = re.compile(r"step-([0-9]{6,})")  # ASCII digits: \\d also takes "١٢٣" and fullwidth digits
+LOOKS_LIKE_STEP = re.compile(r"step-.+")
 
 
 @dataclass(frozen=True)
@@ -123,18 +125,35 @@ def prepare_target(target: str, source: str | None) -> str:
     return os.path.abspath(target)
 
 
+def _is_save(target: str, name: str) -> bool:
+    """A save ckptbench wrote: a real folder (not a link to one) named step-NNNNNN that holds its manifest."""
+    path = os.path.join(target, name)
+    return (STEP.fullmatch(name) is not None and os.path.isdir(path) and not os.path.islink(path)
+            and os.path.isfile(os.path.join(path, MANIFEST_NAME)))
+
+
 def existing_steps(target: str) -> list[tuple[int, str]]:
-    """(step, name) of the saves already in the target, oldest first."""
-    out = []
-    for n in os.listdir(target):
-        m = STEP.fullmatch(n)
-        if m and os.path.isdir(os.path.join(target, n)):
-            out.append((int(m.group(1)), n))
-    return sorted(out)
+    """(step, name) of the saves ckptbench wrote in the target, oldest first: only these are numbered on from
+    and pruned."""
+    return sorted((int(STEP.fullmatch(n).group(1)), n) for n in os.listdir(target) if _is_save(target, n))
+
+
+def foreign_steps(target: str) -> list[str]:
+    """Entries named like a save that ckptbench did not write (a user's step-000005 of evals, a file): left alone."""
+    return sorted(n for n in os.listdir(target) if LOOKS_LIKE_STEP.fullmatch(n) and not _is_save(target, n))
+
+
+def next_name(target: str) -> str:
+    """The step after the newest save, skipping past any name something else already holds."""
+    steps = existing_steps(target)
+    n = (steps[-1][0] if steps else 0) + 1
+    while os.path.lexists(os.path.join(target, f"step-{n:06d}")):
+        n += 1
+    return f"step-{n:06d}"
 
 
 def prune(target: str, keep: int) -> list[str]:
-    """Removes all but the newest `keep` saves; returns the names removed."""
+    """Removes all but the newest `keep` saves ckptbench wrote; returns the names removed."""
     steps = existing_steps(target)
     gone = [n for _, n in steps[:-keep]] if len(steps) > keep else []
     for n in gone:
@@ -186,6 +205,10 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
         c = bad[0]
         raise CkptbenchError(f"{target}: preflight failed: {c.name}: {c.evidence}; {c.consequence}; {c.fix} "
                              "(--force saves anyway)", exit_code=1)
+    foreign = foreign_steps(target)
+    if foreign:  # named once, so a user sees why their folders are not counted or pruned
+        shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
+        loaded.notes.append(f"left alone in the target (not saves ckptbench wrote: no {MANIFEST_NAME}): {shown}")
     sampler = WritebackSampler(target, on_sample=on_sample).start()
     saves: list[SaveTiming] = []
     try:
@@ -194,7 +217,7 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"save cancelled after {len(saves)} save(s)")
             steps = existing_steps(target)
-            name = f"step-{(steps[-1][0] if steps else 0) + 1:06d}"
+            name = next_name(target)
             try:
                 out = write_save(target, name, loaded.state, loaded.assignment, loaded.info,
                                  async_save=opts.async_save, stagger_s=opts.stagger_s, fsync=opts.fsync, cancel=cancel)

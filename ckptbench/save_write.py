@@ -211,6 +211,20 @@ def _target_state(target: str) -> int | None:
     return errno.ENOSPC if st.f_bavail * st.f_frsize < (1 << 20) else None
 
 
+def _publish(tmp: str, final: str) -> None:
+    """Renames the finished save into place; a name taken meanwhile (rename says "Directory not empty") is another
+    writer's save to the same target, told as such."""
+    try:
+        os.rename(tmp, final)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise
+        target, name = os.path.split(final)
+        raise CkptbenchError(f"{target}: {name} appeared while this save was being written (another save or "
+                             "process writing to the same target?); this save was removed and theirs left as it "
+                             "is; give each writer its own target", exit_code=1) from None
+
+
 def write_save(target: str, name: str, state: CheckpointState, assignment: list[list[str]], info: dict, *,
                async_save: bool = False, stagger_s: float = 0.0, fsync: bool = True,
                cancel: threading.Event | None = None) -> WriteOutcome:
@@ -236,7 +250,7 @@ def write_save(target: str, name: str, state: CheckpointState, assignment: list[
         hash_s = _manifest(tmp, written, info, len(assignment))
         if fsync:
             fsync_path(tmp, directory=True)
-        os.rename(tmp, final)
+        _publish(tmp, final)
         if fsync:
             fsync_path(target, directory=True)
         durable_s = time.perf_counter() - t0 - hash_s
@@ -244,7 +258,7 @@ def write_save(target: str, name: str, state: CheckpointState, assignment: list[
         code = _target_state(target) if isinstance(exc, Exception) or type(exc).__name__ == "CheckpointException" \
             else None
         shutil.rmtree(tmp, ignore_errors=True)
-        if code is not None and not isinstance(exc, OSError):
+        if code is not None and not isinstance(exc, (OSError, CkptbenchError)):  # ours already say what happened
             raise OSError(code, os.strerror(code), final) from exc
         raise
     size = sum(os.path.getsize(os.path.join(final, rel)) for rel, _, _ in written)

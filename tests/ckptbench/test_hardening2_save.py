@@ -1,0 +1,92 @@
+"""`save --keep` numbers from and prunes only the saves ckptbench wrote (a step-NNNNNN folder with its manifest,
+ASCII digits): a user's own step-like folders and files in the target are named once and left alone."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+from clirun import run_cli
+
+SCALE = "0.02"
+
+
+def _save(target, *extra):
+    return run_cli("save", "small", target, "--scale", SCALE, "--no-fsync", *extra)
+
+
+def test_keep_leaves_folders_ckptbench_did_not_write(tmp_path):
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "step-000005").mkdir()
+    (target / "step-000005" / "evals.txt").write_text("the user's evals\n")
+    (target / "step-１２３４５７").mkdir()  # fullwidth digits: \d matched them
+    r = _save(target, "--count", "3", "--keep", "1")
+    assert r.rc == 0, r.err
+    assert (target / "step-000005" / "evals.txt").read_text() == "the user's evals\n"
+    assert (target / "step-１２３４５７").is_dir()
+    ours = sorted(n for n in os.listdir(target) if os.path.isfile(target / n / "ckptbench.json"))
+    assert ours == ["step-000003"]  # numbered from its own saves, not from the user's step-000005
+    left = [ln for ln in r.out.splitlines() if "step-000005" in ln]
+    assert len(left) == 1 and "step-１２３４５７" in left[0]
+
+
+def test_a_file_named_like_a_save_is_skipped_past_and_named(tmp_path):
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "step-000001").write_text("not a folder")
+    r = _save(target, "--count", "2", "--keep", "1")
+    assert r.rc == 0, r.err
+    assert (target / "step-000001").read_text() == "not a folder"
+    assert sorted(os.listdir(target)) == ["step-000001", "step-000003"]
+    assert sum("step-000001" in ln for ln in r.out.splitlines()) == 1
+
+
+def test_a_save_whose_name_another_save_took_says_so_in_one_line(tmp_path, monkeypatch):
+    from ckptbench import save_write
+
+    target = tmp_path / "t"
+    real_rename = os.rename
+
+    def racing_rename(src, dst):
+        if os.path.basename(str(dst)) == "step-000001":  # a concurrent save finished first under the same name
+            os.makedirs(os.path.join(dst, "x"), exist_ok=True)
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(save_write.os, "rename", racing_rename)
+    r = _save(target, "--count", "1")
+    assert r.rc == 1, r.out + r.err
+    lines = [ln for ln in r.err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "step-000001" in lines[0] and "another" in lines[0], r.err
+    assert "Directory not empty" not in r.err
+    assert sorted(os.listdir(target)) == ["step-000001"]  # the other save's, untouched; no partial save left
+
+
+def test_existing_steps_are_only_manifest_folders_with_ascii_digits(tmp_path):
+    from ckptbench.save import existing_steps, foreign_steps, prune
+
+    for name, manifest in (("step-000001", True), ("step-000002", False), ("step-٠٠٠٠٠٣", True),
+                           ("step-000004", True)):
+        (tmp_path / name).mkdir()
+        if manifest:
+            (tmp_path / name / "ckptbench.json").write_text(json.dumps({}))
+    (tmp_path / "step-000009").write_text("")
+    assert existing_steps(str(tmp_path)) == [(1, "step-000001"), (4, "step-000004")]
+    assert foreign_steps(str(tmp_path)) == ["step-000002", "step-000009", "step-٠٠٠٠٠٣"]
+    assert prune(str(tmp_path), 1) == ["step-000001"]
+    assert sorted(os.listdir(tmp_path)) == ["step-000002", "step-000004", "step-000009", "step-٠٠٠٠٠٣"]
+
+
+@pytest.mark.parametrize("code", [errno.ENOTEMPTY, errno.EEXIST])
+def test_rename_errors_of_a_taken_name_are_told_as_such(tmp_path, monkeypatch, code):
+    from ckptbench import save_write
+    from ckptbench.errors import CkptbenchError
+
+    def taken(src, dst):
+        raise OSError(code, os.strerror(code), src, None, dst)
+
+    monkeypatch.setattr(save_write.os, "rename", taken)
+    with pytest.raises(CkptbenchError, match="another save"):
+        save_write._publish(str(tmp_path / ".s.tmp"), str(tmp_path / "step-000001"))
