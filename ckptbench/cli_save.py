@@ -8,24 +8,29 @@ import sys
 import threading
 import uuid
 
-from ckptbench.errors import Cancelled
+from ckptbench.errors import Cancelled, printable, redact, redact_all
 
 MARK = {True: "ok  ", False: "FAIL", None: " ?  "}
 
 
+def _say(text: str = "", file=None) -> None:
+    """One line out: a path or a mount's options can carry a credential or a terminal escape."""
+    print(printable(redact(text)), file=file or sys.stdout)
+
+
 def print_preflight(checks, stream=None) -> None:
     stream = stream or sys.stdout
-    print("preflight of the target:", file=stream)
+    _say("preflight of the target:", stream)
     for c in checks:
-        print(f"  [{MARK[c.ok]}] {c.name:10s} {c.evidence}", file=stream)
+        _say(f"  [{MARK[c.ok]}] {c.name:10s} {c.evidence}", stream)
         if c.ok is not True and c.consequence:
-            print(f"         consequence: {c.consequence}; fix: {c.fix}", file=stream)
+            _say(f"         consequence: {c.consequence}; fix: {c.fix}", stream)
 
 
 def print_save(t, stream=None) -> None:
     late = "  OVERRAN the interval" if t.overran else ""
-    print(f"  {t.name}: {t.bytes / 2**20:.1f} MiB, blocking {t.blocking_s:.3f} s, written {t.written_s:.3f} s, "
-          f"durable {t.durable_s:.3f} s ({t.bytes / t.durable_s / 1e9:.2f} GB/s){late}", file=stream or sys.stdout)
+    _say(f"  {t.name}: {t.bytes / 2**20:.1f} MiB, blocking {t.blocking_s:.3f} s, written {t.written_s:.3f} s, "
+         f"durable {t.durable_s:.3f} s ({t.bytes / t.durable_s / 1e9:.2f} GB/s){late}", stream)
 
 
 def _fmt(x, spec: str, unit: str = "") -> str:
@@ -33,25 +38,25 @@ def _fmt(x, spec: str, unit: str = "") -> str:
 
 
 def print_report(r) -> None:
-    print(f"{r.target}: {len(r.saves)} save(s) of {r.bytes / 2**20:.1f} MiB ({r.format}, {r.options.ranks} rank(s))")
-    print(f"sustained durable throughput {_fmt(r.sustained_gbps, '.3f', ' GB/s')} (median of the saves after the "
-          f"first); shortest safe interval {_fmt(r.shortest_safe_interval_s, '.2f', ' s')} (durable time × 1.25)")
+    _say(f"{r.target}: {len(r.saves)} save(s) of {r.bytes / 2**20:.1f} MiB ({r.format}, {r.options.ranks} rank(s))")
+    _say(f"sustained durable throughput {_fmt(r.sustained_gbps, '.3f', ' GB/s')} (median of the saves after the "
+         f"first); shortest safe interval {_fmt(r.shortest_safe_interval_s, '.2f', ' s')} (durable time × 1.25)")
     if r.needed_gbps is not None:
         over = sum(s.overran for s in r.saves)
         enough = r.sustained_gbps is not None and r.sustained_gbps >= r.needed_gbps
-        print(f"every {r.options.interval_s:g} s needs {r.needed_gbps:.3f} GB/s: "
-              f"{'met' if enough else 'NOT met'}; {over} save(s) overran into the next")
-    print(f"page cache: Dirty + Writeback peaked at {_fmt(r.dirty_peak_fraction, '.1%')} of the dirty limit; "
-          f"writers {'were THROTTLED' if r.throttled else 'were not throttled'}")
-    print(f"write amplification (device bytes / checkpoint bytes): {_fmt(r.write_amplification, '.3f', '×')}")
+        _say(f"every {r.options.interval_s:g} s needs {r.needed_gbps:.3f} GB/s: "
+             f"{'met' if enough else 'NOT met'}; {over} save(s) overran into the next")
+    _say(f"page cache: Dirty + Writeback peaked at {_fmt(r.dirty_peak_fraction, '.1%')} of the dirty limit; "
+         f"writers {'were THROTTLED' if r.throttled else 'were not throttled'}")
+    _say(f"write amplification (device bytes / checkpoint bytes): {_fmt(r.write_amplification, '.3f', '×')}")
     if r.stagger:
         s = r.stagger
-        print(f"stagger {s['stagger_s']:g} s over {s['ranks']} ranks: at most {s['peak_concurrent_ranks']} rank(s) "
-              f"writing at once, overlapping {s['overlap_fraction']:.0%} of the writing time; peak application write "
-              f"{s['peak_write_gbps']:.2f} GB/s against {s['peak_write_gbps_all_at_once']:.2f} GB/s with every rank at "
-              f"once; device peak {_fmt(s['device_peak_write_mbps'], '.0f', ' MB/s')}")
+        _say(f"stagger {s['stagger_s']:g} s over {s['ranks']} ranks: at most {s['peak_concurrent_ranks']} rank(s) "
+             f"writing at once, overlapping {s['overlap_fraction']:.0%} of the writing time; peak application write "
+             f"{s['peak_write_gbps']:.2f} GB/s against {s['peak_write_gbps_all_at_once']:.2f} GB/s with every rank at "
+             f"once; device peak {_fmt(s['device_peak_write_mbps'], '.0f', ' MB/s')}")
     for n in r.notes:
-        print(f"  note: {n}")
+        _say(f"  note: {n}")
 
 
 def cmd_save(args) -> int:
@@ -85,7 +90,7 @@ def cmd_save(args) -> int:
             save_results.record_stopped(args.results, run_id, args.what, os.path.abspath(args.target), opts, done,
                                         status, envmod.snapshot(args.target))
         raise
-    doc = report.to_json()
+    doc = redact_all(report.to_json())
     if args.results:
         doc = save_results.record(args.results, run_id, args.what, report, envmod.snapshot(report.target))
     if args.json:

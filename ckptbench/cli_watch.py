@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 
-from ckptbench.errors import Cancelled, CkptbenchError
+from ckptbench.errors import Cancelled, CkptbenchError, printable, redact, redact_all
 
 
 def _target(args):
@@ -60,27 +60,32 @@ def _source_files(source: str | None) -> tuple[list[str], int | None]:
     return [f.path for f in listing.files], listing.bytes
 
 
+def _say(text: str) -> None:
+    """One line out: the job's command line, its files and marks are the user's text, made safe to show."""
+    print(printable(redact(text)))
+
+
 def _print(doc: dict) -> None:
     from ckptbench.units import human_bytes
 
-    print(f"watched {doc['pid']} ({doc['command'][:80]}): {doc['wall_s']:.2f} s, {doc['ended']}"
-          + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))
-    print(f"read {human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {doc['loader_gbps']:.2f} GB/s; "
-          f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; major faults {doc['majflt']}")
+    _say(f"watched {doc['pid']} ({doc['command'][:80]}): {doc['wall_s']:.2f} s, {doc['ended']}"
+         + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))
+    _say(f"read {human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {doc['loader_gbps']:.2f} GB/s; "
+         f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; major faults {doc['majflt']}")
     if doc["marks"]:
-        print("marks: " + ", ".join(f"{m['stage']} at {m['t']:.2f} s" for m in doc["marks"]))
-    print("phases: " + " → ".join(f"{p['phase']} {p['t1'] - p['t0']:.2f} s" for p in doc["phases"]))
+        _say("marks: " + ", ".join(f"{m['stage']} at {m['t']:.2f} s" for m in doc["marks"]))
+    _say("phases: " + " → ".join(f"{p['phase']} {p['t1'] - p['t0']:.2f} s" for p in doc["phases"]))
     if doc.get("gpu_peak_bytes") is not None:
-        print(f"GPU memory (nvidia-smi): peak {human_bytes(doc['gpu_peak_bytes'])}"
-              + (f" ({doc['gpu_note']})" if doc.get("gpu_note") else ""))
+        _say(f"GPU memory (nvidia-smi): peak {human_bytes(doc['gpu_peak_bytes'])}"
+             + (f" ({doc['gpu_note']})" if doc.get("gpu_note") else ""))
     elif doc.get("gpu_note"):
-        print(f"GPU memory: {doc['gpu_note']}")
+        _say(f"GPU memory: {doc['gpu_note']}")
     for path, size in sorted(doc["files"].items())[:10]:
-        print(f"  open: {path} ({human_bytes(size)})")
+        _say(f"  open: {path} ({human_bytes(size)})")
     v = doc.get("verdict")
     if v:
-        print(f"verdict: {v['kind']}: {v['summary']}")
-        print(f"fix: {v['fix']}")
+        _say(f"verdict: {v['kind']}: {v['summary']}")
+        _say(f"fix: {v['fix']}")
 
 
 def cmd_watch(args) -> int:
@@ -121,6 +126,7 @@ def cmd_watch(args) -> int:
         probe = verdict.probe_storage(files or sorted(report.files))
         doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
         doc["verdict"] = verdict.judge(report, probe).to_json()
+    doc = redact_all(doc)  # the command is redacted already; its files and marks are the job's text too
     if args.results:
         import uuid
 

@@ -20,16 +20,80 @@ class Cancelled(CkptbenchError):
     exit_code = 130
 
 
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
-# a secret given on a command line: AWS_SECRET_ACCESS_KEY=..., --aws-secret-access-key ..., and the session token
-_SECRET = re.compile(r"(?P<name>(?:AWS_SECRET_ACCESS_KEY|AWS_SESSION_TOKEN)=|--aws-(?:secret-access-key|session-token)"
-                     r"[= ])\S+", re.IGNORECASE)
+# A credential word anywhere in a name makes it one (AWS_SESSION_TOKEN, x-api-key, db_password, Authorization);
+# `author=` and `--tokenizer PATH` lose their values too: cosmetic, never a leak.
+_WORD = r"(?:secret|token|passw(?:or)?d|credential|auth|api[-_]?key|session)"
+_NAME = rf"[A-Za-z0-9_.-]{{0,64}}{_WORD}[A-Za-z0-9_.-]{{0,64}}"  # bounded: a long run stays linear
+_START = r"(?:^|(?<=[\s\"'{(,;?&=]))"  # a name starts a word, never inside a path
+_QUOTED = r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'"
+_FLAGS = re.IGNORECASE | re.ASCII
+
+# scheme://user:pass@host: the user-info runs to the authority's LAST @, so a password holding / or @ goes whole
+_URL = re.compile(r"(?P<keep>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://)(?P<info>[^\s\"'<>]{0,1024})@")
+# user:pass@host without a scheme (an http_proxy value); the colon tells it from an e-mail address
+_BARE_INFO = re.compile(r"(?<![\w.%+:-])[\w.%+-]{1,256}:(?!//)[^\s\"'<>/]{0,512}@(?=[\w\[])")
+# "password": "…" and 'secret': '…' (JSON, Python reprs), and an unquoted JSON value
+_JSON = re.compile(rf"(?P<keep>(?P<q>[\"']){_NAME}(?P=q)\s*:\s*)(?P<value>{_QUOTED}|[^\s,}}\]]+)", _FLAGS)
+# Authorization: Bearer …, Basic …, AWS4-HMAC-SHA256 Credential=…, SignedHeaders=…, Signature=… (the whole value)
+_HEADER = re.compile(r"(?P<keep>\b(?:proxy-)?authorization\s*[:=]\s*)(?P<value>AWS4-HMAC-SHA256(?:\s*,?\s*"
+                     r"\w+=[^\s,]*)+|(?:Bearer|Basic|Digest|Token|Negotiate|NTLM|AWS)\s+\S+|\S+)", _FLAGS)
+# NAME=value, NAME = value, --name value, NAME: value; a quoted value whole, else up to a space or a query's &
+_PAIR = re.compile(rf"{_START}(?P<keep>-{{0,2}}{_NAME}(?:\s*[=:]\s*|\s+))(?P<value>{_QUOTED}|[^\s&]+)", _FLAGS)
+_KEY_ID = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
+_REDACTED = "<redacted>"
+
+
+def _pair(m: re.Match) -> str:
+    keep, value = m.group("keep"), m.group("value")
+    spaced = not keep.rstrip().endswith(("=", ":"))
+    if value == _REDACTED or spaced and value.startswith("-"):
+        return m.group(0)  # already redacted, or "--password --next-option": no value given
+    name = keep.strip()
+    if spaced and name.isalpha() and not name.isupper() and value.isalpha() and value.islower():
+        return m.group(0)  # "the token has expired": a plain word followed by a plain word is prose
+    return keep + _REDACTED
+
+
+def _url(m: re.Match) -> str:
+    info = m.group("info")
+    head = info.split("/", 1)[0]
+    if ":" in head or "@" in head or "/" not in info:
+        return m.group("keep")  # user-info starts the authority: everything up to its last @ goes
+    return m.group(0)  # an @ further down the path (host/model@main) is no user-info
 
 
 def redact(text: str) -> str:
-    """`text` without credentials: any URL without its user-info (user:password@), and an AWS secret key or session
-    token given as a variable or an option without its value."""
-    return _SECRET.sub(r"\g<name><redacted>", _USERINFO.sub(r"\g<scheme>", text))
+    """`text` without credentials: a URL's user-info, the value of any key, option or header named like a
+    credential (secret, token, password, passwd, credential, auth, api-key, session), and AWS access key ids."""
+    text = _URL.sub(_url, text)
+    text = _BARE_INFO.sub("", text)
+    text = _JSON.sub(lambda m: m.group("keep") + (m.group("q") + _REDACTED + m.group("q")
+                                                 if m.group("value")[0] in "\"'" else _REDACTED), text)
+    text = _HEADER.sub(lambda m: m.group("keep") + _REDACTED, text)
+    text = _PAIR.sub(_pair, text)
+    return _KEY_ID.sub(_REDACTED, text)
+
+
+def redact_all(value):
+    """`value` (a row, a document) with `redact` applied to every string in it, dict keys too (a path can be one)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_all(k): redact_all(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_all(v) for v in value]
+    return value
+
+
+# CSI (ESC [ … final), OSC (ESC ] … BEL or ESC \\), other two-byte escapes, then any C0/C1 control or DEL
+_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` safe for a terminal: escape sequences (a title change, a screen wipe) and control characters gone,
+    tabs and newlines as spaces."""
+    return _CONTROL.sub("", _ESCAPE.sub("", str(text))).replace("\t", " ").replace("\n", " ")
 
 
 def _first_line(exc: BaseException) -> str:

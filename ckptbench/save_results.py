@@ -6,7 +6,16 @@ from __future__ import annotations
 import resource
 from dataclasses import asdict
 
+from ckptbench.errors import redact_all
 from ckptbench.results import SCHEMA, append, append_document, plain, recorded_text
+
+
+def _append(path: str, row: dict) -> None:
+    append(path, [redact_all(row)])  # a target or source path can carry a credential (s3://user:key@…, ?token=)
+
+
+def _append_document(path: str, doc: dict) -> None:
+    append_document(path, redact_all(doc))
 
 
 def _base(run_id: str, what: str, target: str, opts, index: int, status: str, env: dict) -> dict:
@@ -36,10 +45,10 @@ def _save_doc(run_id: str, what: str, target: str, opts, t, env: dict) -> dict:
 def record(path: str, run_id: str, what: str, report, env: dict) -> dict:
     """Appends every save's document and row, then the run document; returns the run document."""
     for t in report.saves:
-        append_document(path, _save_doc(run_id, what, report.target, report.options, t, env))
-        append(path, [_row(run_id, what, report.target, report.options, t, env, report)])
-    doc = plain({"record": "run", "kind": "save", "schema": SCHEMA, "run_id": run_id, "source": what,
-                 "status": "ok"} | report.to_json() | {"env": env})
+        _append_document(path, _save_doc(run_id, what, report.target, report.options, t, env))
+        _append(path, _row(run_id, what, report.target, report.options, t, env, report))
+    doc = redact_all(plain({"record": "run", "kind": "save", "schema": SCHEMA, "run_id": run_id, "source": what,
+                            "status": "ok"} | report.to_json() | {"env": env}))
     append_document(path, doc)
     return doc
 
@@ -48,6 +57,6 @@ def record_stopped(path: str, run_id: str, what: str, target: str, opts, done: l
     """A run that did not end (`status` failed or cancelled): the saves it finished, then a row for the one under
     way, with no figures."""
     for t in done:
-        append_document(path, _save_doc(run_id, what, target, opts, t, env))
-        append(path, [_row(run_id, what, target, opts, t, env)])
-    append(path, [_base(run_id, what, target, opts, len(done) + 1, status, env)])
+        _append_document(path, _save_doc(run_id, what, target, opts, t, env))
+        _append(path, _row(run_id, what, target, opts, t, env))
+    _append(path, _base(run_id, what, target, opts, len(done) + 1, status, env))

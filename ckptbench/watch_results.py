@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from ckptbench.errors import redact_all
 from ckptbench.results import SCHEMA, append, append_document, plain, recorded_text
 
 
@@ -17,6 +18,7 @@ def source_of(files: list[str]) -> str:
 
 
 def record(path: str, run_id: str, doc: dict, env: dict) -> None:
+    doc, env = redact_all(doc), redact_all(env)  # the job's command line and paths can carry credentials
     source = source_of(sorted(doc["files"]))
     status = "ok" if doc.get("exit_code") in (None, 0) else "failed"
     append_document(path, plain({"record": "run", "kind": "watch", "schema": SCHEMA, "run_id": run_id,

@@ -49,12 +49,12 @@ class ChecklistScreen(Screen):
     def judge(self, only: int | None) -> None:
         from ckptbench.checklist import RULES, report
         from ckptbench.checklist_facts import gather
-        from ckptbench.errors import CkptbenchError
+        from ckptbench.errors import CkptbenchError, printable, redact
 
         try:
             facts = gather(self.app.source, concurrency=self.app.opts.concurrency)
         except CkptbenchError as exc:
-            self.post_message(WorkFailed(str(exc)))
+            self.post_message(WorkFailed(printable(redact(str(exc)))))
             return
         indices = range(len(RULES)) if only is None else [only]
         items = []

@@ -230,20 +230,20 @@ class Dashboard(Screen):
 
     @work(thread=True, exclusive=True, group="loop", exit_on_error=False)
     def read_loop(self, loop) -> None:
-        from ckptbench.errors import translate
+        from ckptbench.errors import printable, redact, translate
 
         try:
             passes = loop.run()
         except Exception as exc:  # any failure ends the loop on screen, back to idle
             err = translate(exc)
-            self.post_message(LoopEnded(loop.passes, str(err) if err is not None else
-                                        f"loop failed: {type(exc).__name__}: {exc}"))
+            self.post_message(LoopEnded(loop.passes, printable(redact(str(err) if err is not None else
+                                        f"loop failed: {type(exc).__name__}: {exc}"))))
             return
         self.post_message(LoopEnded(passes))
 
     @work(thread=True, exclusive=True, group="restore", exit_on_error=False)
     def restore(self, session) -> None:
-        from ckptbench.errors import Cancelled, translate
+        from ckptbench.errors import Cancelled, printable, redact, translate
 
         try:
             doc = session.run(repeats=1)
@@ -252,8 +252,9 @@ class Dashboard(Screen):
             return
         except Exception as exc:  # any failure ends the run on screen: marked failed, back to idle
             err = translate(exc)
-            self.post_message(RunFailed(str(err) if err is not None else f"restore failed: {type(exc).__name__}: "
-                                        f"{str(exc).splitlines()[0] if str(exc) else 'no message'}"))
+            self.post_message(RunFailed(printable(redact(
+                str(err) if err is not None else f"restore failed: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else 'no message'}"))))
             return
         if not get_current_worker().is_cancelled:
             # the source's residency after the run is measured here, off the UI thread

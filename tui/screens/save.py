@@ -95,17 +95,17 @@ class SaveScreen(Screen):
 
     @work(thread=True, exclusive=True, group="save", exit_on_error=False)
     def run_saves(self, cancel: threading.Event) -> None:
-        from ckptbench.errors import Cancelled, CkptbenchError
+        from ckptbench.errors import Cancelled, CkptbenchError, printable, redact
         from ckptbench.save import run_save
 
         try:
             report = run_save(self.what, self.target, self.opts, on_save=lambda t: self.post_message(SaveTimed(t)),
                               on_sample=self._pending.append, cancel=cancel, scale=self.scale)
         except Cancelled as exc:
-            self.post_message(SaveCancelled(str(exc)))
+            self.post_message(SaveCancelled(printable(redact(str(exc)))))
             return
         except (CkptbenchError, OSError) as exc:
-            self.post_message(SaveFailed(str(exc)))
+            self.post_message(SaveFailed(printable(redact(str(exc)))))
             return
         self.post_message(SaveFinished(report.to_json()))
 

@@ -36,14 +36,14 @@ class SweepScreen(Screen):
 
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
     def run_sweep(self) -> None:
-        from ckptbench.errors import CkptbenchError
+        from ckptbench.errors import CkptbenchError, printable, redact
         from ckptbench.sweep import sweep
 
         try:
             res = sweep(self.app.source, LEVELS, repeats=1, cache="cold",
                         progress=lambda lv, g: self.post_message(SweepPoint(lv, g)))
         except CkptbenchError as exc:
-            self.post_message(WorkFailed(str(exc)))
+            self.post_message(WorkFailed(printable(redact(str(exc)))))
             return
         self.post_message(SweepDone(res.to_json()))
 

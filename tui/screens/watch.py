@@ -71,7 +71,7 @@ class WatchScreen(Screen):
     @work(thread=True, exclusive=True)
     def _run(self) -> None:
         from ckptbench import verdict, watch
-        from ckptbench.errors import CkptbenchError
+        from ckptbench.errors import CkptbenchError, printable, redact
 
         def sampled(i, s) -> None:
             self.post_message(WatchSample(i.t1, i.gbps, i.phase, i.cpu_cores, i.top_thread_cores, s.rss_bytes,
@@ -86,7 +86,7 @@ class WatchScreen(Screen):
             doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache}
             doc["verdict"] = verdict.judge(report, probe).to_json()
         except CkptbenchError as exc:
-            self.post_message(WatchFailed(str(exc)))
+            self.post_message(WatchFailed(printable(redact(str(exc)))))
             return
         self.post_message(WatchDone(doc))
 
