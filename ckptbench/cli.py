@@ -92,6 +92,15 @@ def _lazy(name: str, module: str = "cli_cmds"):
     return handler
 
 
+PICK_HELP = ("which checkpoint of a folder that holds several: a sub-folder (checkpoint-9, checkpoint/step-9), a .ckpt "
+             "file, or '.' for the files at the top (a final model); default: the one a resume loads")
+VERIFY_UNCHECKED = 3  # verify: nothing to check against (no manifest, no digests): not a pass, not a mismatch
+
+
+def _add_pick(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pick", metavar="NAME", help=PICK_HELP)
+
+
 def _add_read_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT,
                    help=f"worker threads ({conc.MIN}..{conc.MAX})")
@@ -138,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop-caches", action="store_true", help="with --cache cold, also drop the page cache (root)")
     p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT)
     p.add_argument("--read", choices=READ_MODES, default="auto", help=READ_HELP)
-    p.add_argument("--hash", choices=HASHES, help="default: the manifest's digest (crc32c without one)")
+    p.add_argument("--hash", choices=HASHES, help="default: the manifest's digest; none without a manifest (there is "
+                   "nothing to check a digest against; give one to record digests anyway)")
     p.add_argument("--block-size", type=_size, default=1 << 20, metavar="B")
     p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] to move the state to a GPU")
     p.add_argument("--repeat", type=_positive, default=3, metavar="N", help="independent repeats (medians reported)")
@@ -162,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor-digests", action="store_true",
                    help="with --distributed --json: each rank lists a crc32c of every tensor it holds (after the "
                         "clock): compare restores across world sizes")
+    _add_pick(p)
     p.set_defaults(handler=_lazy("cmd_run", "cli_run"))
 
     p = sub.add_parser("watch", help="watch a restore ckptbench did not start: live figures, phases, a verdict",
@@ -182,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", metavar="SOURCE", help="a checkpoint directory")
     p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT, help="the restore's concurrency")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--tensors", nargs="?", const="*", metavar="GLOB",
+                   help="also list every tensor (name, dtype, shape, bytes, file, group), or those matching GLOB")
+    _add_pick(p)
     p.set_defaults(handler=_lazy("cmd_inspect"))
 
     p = sub.add_parser("sweep", help="read throughput per concurrency level and the knee")
@@ -199,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under torchrun: the distributed restore at each level (per rank), the aggregate rate's knee")
     p.add_argument("--each-rank", choices=("part", "all"), default="part", help="with --distributed: as for run")
     p.add_argument("--rank-timeout", type=_rank_timeout, default=300.0, metavar="S", help="with --distributed: as for run")
+    _add_pick(p)
     p.set_defaults(handler=_lazy("cmd_sweep", "cli_run"))
 
     p = sub.add_parser("compare", help="newest run against a baseline; exit 1 on a regression beyond the noise")
@@ -269,10 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace DIR when it holds a checkpoint gen wrote")
     p.set_defaults(handler=_lazy("cmd_gen"))
 
-    p = sub.add_parser("verify", help="check every file against the checkpoint's manifest")
+    p = sub.add_parser("verify", help="check every file against the checkpoint's manifest (exit 0 verified, 1 "
+                       f"mismatch, {VERIFY_UNCHECKED} nothing to check against: no manifest or no digests)")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--concurrency", "-c", type=_concurrency, default=conc.DEFAULT)
     p.add_argument("--json", action="store_true")
+    _add_pick(p)
     p.set_defaults(handler=_lazy("cmd_verify"))
 
     p = sub.add_parser("load", help="verify, load into model and optimizer, and check one step (untimed)")
@@ -280,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify", action="store_true")
     p.add_argument("--optimizer-step", action="store_true", help="also run one optimizer step")
     p.add_argument("--json", action="store_true")
+    _add_pick(p)
     p.set_defaults(handler=_lazy("cmd_load"))
 
     p = sub.add_parser("pack", help="pack a checkpoint's small files into a few large pack files")

@@ -130,7 +130,7 @@ def cmd_run_distributed(args) -> int:
             line.close()
         deliver(doc)
 
-    out = run(args.source, opts, DistOptions(args.each_rank, args.rank_timeout, args.tensor_digests), args.repeat,
+    out = run(args.source, opts, DistOptions(args.each_rank, args.rank_timeout, args.tensor_digests, args.pick), args.repeat,
               run_id=run_id, deliver=deliver_after_line, show=line if line is not None and line.line.live else None)
     if out.doc is None:  # another rank: rank 0 reports the run; this rank's own failure goes on its stderr
         for line in out.errors:
@@ -172,7 +172,7 @@ def cmd_sweep_distributed(args) -> int:
         if sys.stderr.isatty():
             print(f"  concurrency {level:4d} per rank: {gbps:.2f} GB/s aggregate", file=sys.stderr)
 
-    out = sweep(args.source, opts, DistOptions(args.each_rank, args.rank_timeout), levels, args.repeat,
+    out = sweep(args.source, opts, DistOptions(args.each_rank, args.rank_timeout, pick=args.pick), levels, args.repeat,
                 deliver=deliver, say=say)
     for line in ([] if out.doc is not None else out.errors):
         print(f"ckptbench: {line} (the run's result is rank 0's)", file=sys.stderr)

@@ -31,12 +31,28 @@ class StageProgress:
         self.line.close()
 
 
+def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
+    """Which checkpoint was restored and why, what was left unread and what was read but never deserialized."""
+    if not lay:
+        return
+    stream = stream or sys.stdout
+    if lay.get("why"):
+        print(f"{verb} {lay.get('root') or 'the files at the top'} ({lay['layout']}): {lay['why']}", file=stream)
+    for skip in lay.get("skipped", [])[:8]:
+        print(f"  not read: {skip['path']} ({skip['why']})", file=stream)
+    if len(lay.get("skipped", [])) > 8:
+        print(f"  not read: ... and {len(lay['skipped']) - 8} more", file=stream)
+    for u in lay.get("unloaded", []):
+        print(f"  read, not loaded: {u['path']} ({u['why']})", file=stream)
+
+
 def print_run(doc: dict) -> None:
     from ckptbench.units import human_bytes
 
     print(f"{doc['source']} ({doc['format']}, {doc['options']['mode']}, cache {doc['options']['cache']}, "
           f"concurrency {doc['options']['concurrency']}): {len(doc['repeats'])} repeat(s), "
           f"{human_bytes(doc['bytes'])} in {doc['files']} files")
+    print_pick(doc.get("layout"))
     rto = doc["rto_stats"]
     print(f"  {'stage':8s} {'median s':>9s} {'min':>8s} {'max':>8s} {'share':>6s}")
     for s in STAGES:
@@ -102,7 +118,7 @@ def cmd_run(args) -> int:
         restore_cost(0, args.price_per_hour, args.spot_discount, args.restores_per_day)  # validate before running
     progress = StageProgress()
     cancel = threading.Event()
-    source = open_source(args.source)
+    source = open_source(args.source, args.pick)
     listing = source.list()
     recorder = results.Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
                                 envmod.snapshot(args.source))
@@ -124,7 +140,7 @@ def cmd_run(args) -> int:
         raise
     finally:
         progress.close()
-    extra = {}
+    extra = {"layout": listing.layout.describe()} if listing.layout is not None else {}
     if args.price_per_hour is not None:
         from ckptbench.stats import spread
 
@@ -156,7 +172,9 @@ def cmd_sweep(args) -> int:
         if sys.stderr.isatty():
             print(f"  concurrency {level:4d}: {gbps:.2f} GB/s", file=sys.stderr)
 
-    res = sweep(args.source, levels, repeats=args.repeat, cache=args.cache, opts=opts, progress=say)
+    from ckptbench.sources import open_source
+
+    res = sweep(open_source(args.source, args.pick), levels, repeats=args.repeat, cache=args.cache, opts=opts, progress=say)
     for path, why in res.failed:
         print(f"  failed: {path}: {why} (measured without it)", file=sys.stderr)
     rc = 1 if res.failed else 0

@@ -41,10 +41,6 @@ _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
 MEGATRON_LATEST = "latest_checkpointed_iteration.txt"
 _ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
 MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
-# a folder of numbered checkpoints: torchtitan's step-N (DCP), a Hugging Face Trainer's output_dir/checkpoint-N;
-# a resume loads the largest N (torchtitan's, and transformers' get_last_checkpoint)
-_NUMBERED = re.compile(r"^(?:step|checkpoint)-(\d+)$")
-_WEIGHT_EXT = (".safetensors", ".distcp", ".metadata", *TORCH_EXT)
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
 # state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.
 TRAINER_STATE = re.compile(r"^(?:(optimizer|scheduler|scaler)\.pt|(rng_state(?:_\d+)?)\.pth|"
@@ -63,7 +59,9 @@ Fetch = Callable[[str, int, str], bytes]
 class Layout:
     """The files one restore reads (`files`, relative "/"-separated paths) and what they are."""
 
-    name: str  # deepspeed, megatron, hf-trainer, hf-bin, torch-shards or files (no layout: every file)
+    # deepspeed, megatron, hf-trainer, accelerate, hf-bin, hf-safetensors, torch-shards, dcp, lightning, or files
+    # (no layout known: every file)
+    name: str
     files: tuple[str, ...]
     tag: str | None = None  # DeepSpeed: the step directory restored (None when pointed at it directly)
     ranks: tuple[int, ...] = ()
@@ -71,12 +69,15 @@ class Layout:
     optimizer_files: tuple[str, ...] = ()
     state_files: tuple[str, ...] = ()  # torch.save files loaded whole under their stem (optimizer.state.0.exp_avg)
     skipped: tuple[tuple[str, str], ...] = ()  # (file, why) of files present but deliberately not read
-    root: str | None = None  # the checkpoint is this subdirectory (Megatron's iteration): sources descend into it
+    root: str | None = None  # the checkpoint is this sub-folder (resume.choose): sources descend into it
+    why: str = ""  # why this checkpoint, where the folder held several (resume.choose)
+    unloaded: tuple[tuple[str, str], ...] = ()  # (file, why) read with the checkpoint but never deserialized
 
     def describe(self) -> dict:
-        return {"layout": self.name, "tag": self.tag, "ranks": list(self.ranks), "model_files": list(self.model_files),
+        return {"layout": self.name, "tag": self.tag, "root": self.root, "why": self.why, "ranks": list(self.ranks), "model_files": list(self.model_files),
                 "optimizer_files": list(self.optimizer_files), "state_files": list(self.state_files),
-                "skipped": [{"path": p, "why": why} for p, why in self.skipped]}
+                "skipped": [{"path": p, "why": why} for p, why in self.skipped],
+                "unloaded": [{"path": p, "why": why} for p, why in self.unloaded]}
 
 
 def _refuse(where: str, what: str, todo: str) -> CkptbenchError:
@@ -259,9 +260,18 @@ def _hf_trainer(where: str, rels: list[str], top: set[str], fetch: Fetch | None)
         if index in top:
             files, named = _indexed(where, list(files), index, shard, fetch)
             weights = tuple(r for r in weights if not shard.match(r)) + named
-    return Layout("hf-trainer", files, model_files=tuple(sorted(weights)),
-                  optimizer_files=tuple(r for r in ("optimizer.pt",) if r in top),
-                  state_files=trainer_state_files(top))
+    # Accelerate's save_state: no trainer_state.json, its state as optimizer.bin, scheduler.bin, random_states_N.pkl
+    name = "hf-trainer" if "trainer_state.json" in top or "optimizer.pt" in top else "accelerate"
+    return Layout(name, files, model_files=tuple(sorted(weights)),
+                  optimizer_files=tuple(r for r in ("optimizer.pt", "optimizer.bin") if r in top),
+                  state_files=trainer_state_files(sorted(top)), unloaded=_plain_pickles(files))
+
+
+PLAIN_PICKLE_WHY = "a plain pickle (Accelerate's RNG states): read, never unpickled, since unpickling can run code"
+
+
+def _plain_pickles(files) -> tuple[tuple[str, str], ...]:
+    return tuple((r, PLAIN_PICKLE_WHY) for r in files if r.endswith(".pkl"))
 
 
 def _skip(lay: Layout) -> Layout:
@@ -270,8 +280,7 @@ def _skip(lay: Layout) -> Layout:
     if not skipped:
         return lay
     gone = {r for r, _ in skipped}
-    return Layout(lay.name, tuple(r for r in lay.files if r not in gone), lay.tag, lay.ranks, lay.model_files,
-                  lay.optimizer_files, lay.state_files, lay.skipped + skipped)
+    return replace(lay, files=tuple(r for r in lay.files if r not in gone), skipped=lay.skipped + skipped)
 
 
 def select(where: str, rels: list[str], fetch: Fetch | None = None) -> Layout:
@@ -300,7 +309,7 @@ def _prefer_safetensors(rels: list[str]) -> tuple[list[str], tuple[tuple[str, st
     return [r for r in rels if r not in twins], tuple((r, BIN_TWIN_WHY) for r in sorted(twins))
 
 
-def _iterations(rels: list[str]) -> set[str]:
+def iterations(rels: list[str]) -> set[str]:
     """Top-level Megatron iteration directories: iter_NNNNNNN or release, holding rank directories or DCP."""
     out = set()
     for r in rels:
@@ -327,54 +336,22 @@ def read_iteration(where: str, rels: list[str], fetch: Fetch | None = None) -> s
     return tag
 
 
-def _megatron(where: str, rels: list[str], top: set[str], iters: set[str], fetch: Fetch | None) -> Layout:
-    """The iteration to restore, as a subdirectory the sources descend into (its own layout is then either rank
-    directories or a DCP checkpoint)."""
-    tag = _one_of(where, iters, "Megatron iteration", MEGATRON_LATEST, "its number",
-                  lambda: read_iteration(where, rels, fetch) if MEGATRON_LATEST in top else None)
-    return Layout("megatron", tuple(r for r in rels if r.startswith(tag + "/")), tag, root=tag)
+def megatron_iteration(where: str, rels: list[str], top: set[str], iters: set[str], fetch: Fetch | None) -> str:
+    """The iteration to restore: the one latest_checkpointed_iteration.txt names, else the only one."""
+    return _one_of(where, iters, "Megatron iteration", MEGATRON_LATEST, "its number",
+                   lambda: read_iteration(where, rels, fetch) if MEGATRON_LATEST in top else None)
 
 
-def _numbered(rels: list[str]) -> dict[int, str]:
-    """step-N / checkpoint-N subdirectories that hold checkpoint files, by N."""
-    return {int(m.group(1)): d for r in rels if "/" in r and r.endswith(_WEIGHT_EXT)
-            and (m := _NUMBERED.match(d := r.split("/")[0]))}
-
-
-def _latest_numbered(rels: list[str], numbered: dict[int, str]) -> Layout:
-    """The largest step-N or checkpoint-N, as a subdirectory the sources descend into (a resume loads that one;
-    comparing N as numbers, checkpoint-100 comes after checkpoint-90)."""
-    tag = numbered[max(numbered)]
-    return Layout("numbered", tuple(r for r in rels if r.startswith(tag + "/")), tag, root=tag)
-
-
-def _dcp_dirs(where: str, rels: list[str]) -> Layout:
-    """A folder of DCP checkpoints under other names: the only one, or one line saying it is ambiguous."""
-    dirs = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith("/.metadata")}
-    if len(dirs) > 1:
-        listed = ", ".join(sorted(dirs)[:3]) + (", ..." if len(dirs) > 3 else "")
-        raise _refuse(where, f"holds {len(dirs)} DCP checkpoints ({listed}) and nothing saying which to restore",
-                      "point at one of them")
-    (tag,) = dirs
-    return Layout("files", tuple(r for r in rels if r.startswith(tag + "/")), tag, root=tag)
-
-
-def descend(lay: Layout, rels: list[str]) -> list[str]:
-    """The members of `lay.root`, relative to it."""
-    prefix = lay.root + "/"
-    return [r[len(prefix):] for r in rels if r.startswith(prefix)]
+def is_one_checkpoint(rels: list[str]) -> bool:
+    """Sub-folders that are parts of one checkpoint, not checkpoints of their own: DeepSpeed's step folders under
+    `latest`, Megatron's model-parallel rank folders."""
+    top = {r for r in rels if "/" not in r}
+    return bool(_step_dirs(rels)) or LATEST in top or any(
+        MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r)
 
 
 def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
     top = {r for r in rels if "/" not in r}
-    iters = _iterations(rels)
-    if iters and not any(MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r):
-        return _megatron(where, rels, top, iters, fetch)
-    numbered = _numbered(rels)
-    if numbered and not any(r.endswith(_WEIGHT_EXT) for r in top):
-        return _latest_numbered(rels, numbered)
-    if ".metadata" not in top and any(r.count("/") == 1 and r.endswith("/.metadata") for r in rels):
-        return _dcp_dirs(where, rels)
     mp = tuple(r for r in rels if r.count("/") == 1 and MP_DIR.match(r.split("/")[0]) and r.endswith(".pt"))
     if mp:  # pointed at one Megatron iteration: a torch.save per model-parallel rank
         return Layout("megatron", tuple(rels), model_files=mp)
@@ -392,5 +369,11 @@ def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
                       model_files=tuple(r for kind, _, r in own if kind == "model"),
                       optimizer_files=tuple(r for kind, _, r in own if kind == "optim"))
     if ST_INDEX in top:  # every shard the index names is there and inside, or the restore would be partial
-        return Layout("files", _indexed(where, rels, ST_INDEX, _ST_SHARD, fetch)[0])
+        return Layout("hf-safetensors", _indexed(where, rels, ST_INDEX, _ST_SHARD, fetch)[0])
+    if ".metadata" in top:
+        return Layout("dcp", tuple(rels))
+    if any(r.endswith(".ckpt") for r in top):
+        return Layout("lightning", tuple(rels))
+    if any(_ST_SHARD.match(r) or r.startswith("adapter_model.") for r in top):
+        return Layout("hf-safetensors", tuple(rels))
     return Layout("files", tuple(rels))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ckptbench import layouts, tree
+from ckptbench import layouts, resume, tree
 from ckptbench import manifest as mf
 from ckptbench.errors import CkptbenchError
 from ckptbench.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
@@ -45,43 +45,39 @@ class CheckReport:
 SHARD_EXT = {"safetensors": (".safetensors",), "torch": layouts.TORCH_EXT, "dcp": (".distcp",)}
 
 
-def shard_files(directory: str, fmt: str) -> list[str]:
+def shard_files(directory: str, fmt: str, lay: layouts.Layout | None = None) -> list[str]:
     """The files that hold tensors, for this format, in a stable order; only those of the checkpoint its layout
-    names (DeepSpeed's `latest` step, the shards a Hugging Face index names, never a Trainer's training_args.bin)."""
-    paths = tree.files(directory)
-    rels = [os.path.relpath(p, directory).replace(os.sep, "/") for p in paths]
-    keep = set(layouts.select(directory, rels).files)
-    return [p for p, r in zip(paths, rels) if p.endswith(SHARD_EXT[fmt]) and r in keep]
+    names (resume.choose's pick, DeepSpeed's `latest` step, the shards an index names, never training_args.bin)."""
+    if lay is None:
+        lay = resume.choose(directory, tree.rels(directory))
+        directory = os.path.join(directory, lay.root) if lay.root else directory
+    return [os.path.join(directory, r) for r in lay.files if r.endswith(SHARD_EXT[fmt])]
 
 
-def _trainer_files(directory: str, buffers: dict | None) -> list[str]:
-    """A Hugging Face Trainer's torch.save state files (optimizer.pt, scheduler.pt, rng_state*.pth, scaler.pt)
-    beside safetensors weights: from the bytes already read where there are some, else the directory's files."""
-    base = directory.rstrip("/") + "/"
-    if buffers is not None:
-        paths = [p for p in buffers if p.startswith(base)]
-        rels = [p[len(base):] for p in paths]
-    else:
-        paths = tree.files(directory)
-        rels = [os.path.relpath(p, directory).replace(os.sep, "/") for p in paths]
-    if not layouts.is_trainer({r for r in rels if "/" not in r}):
-        return []
-    state = set(layouts.trainer_state_files(rels))
-    return [p for p, r in zip(paths, rels) if r in state]
+def _state_files(directory: str, lay: layouts.Layout | None) -> list[str]:
+    """A Trainer's (or Accelerate's) torch.save state files (optimizer.pt, scheduler.pt, rng_state*.pth, scaler.pt,
+    optimizer.bin) beside safetensors weights, as the layout names them."""
+    if lay is None:
+        lay = layouts.select(directory, tree.rels(directory))
+    return [os.path.join(directory, r) for r in lay.state_files]
 
 
 def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None,
-               shards: list[str] | None = None) -> CheckpointState:
+               shards: list[str] | None = None, lay: layouts.Layout | None = None) -> CheckpointState:
     """All shards merged into one state; from `buffers` (path → bytes already read) when given.
 
-    `shards` names the shard paths when there is no directory to walk (an S3 prefix read into memory). A Trainer's
+    `shards` names the shard paths when there is no directory to walk (an S3 prefix read into memory); `lay` the
+    listing's layout (resume.choose, computed once), else it is chosen here from the directory. A Trainer's
     torch.save state beside safetensors weights is loaded too (into `extra`, under each file's stem)."""
     fmt = fmt or detect(directory)
     mod = module_for(fmt)
     if fmt == "dcp":
         named = {os.path.basename(p): b for p, b in (buffers or {}).items() if b is not None}
         return mod.load_dir(directory, buffers=named or None)
-    paths = shards if shards is not None else shard_files(directory, fmt)
+    if lay is None and shards is None:
+        lay = resume.choose(directory, tree.rels(directory))
+        directory = os.path.join(directory, lay.root) if lay.root else directory
+    paths = shards if shards is not None else shard_files(directory, fmt, lay)
     if fmt == "torch":  # checked across files: keys two files disagree on, a Hugging Face index's weight map
         from ckptbench.formats.torch_shards import load_shards
 
@@ -93,7 +89,7 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
                 state.merge(mod.load_buffer(buffers[path], path))
             else:
                 state.merge(mod.load_file(path))
-        trainer = _trainer_files(directory, buffers)
+        trainer = _state_files(directory, lay)
         if trainer:
             from ckptbench.formats.torch_shards import load_shards
 
@@ -226,8 +222,11 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
     EarlyScan already counted during the read."""
     from ckptbench.scan import nonfinite
 
-    floating, nbytes, bad, early = nonfinite(((n, t) for _, n, t in state.tensors()), concurrency, known)
-    problems = [f"{name}: {n} non-finite value(s)" for name, n in sorted(bad.items())[:20]]
+    floating, nbytes, found, early = nonfinite(((n, t) for _, n, t in state.tensors()), concurrency, known)
+    kinds = {n: value_kind(g, n, t) for g, n, t in state.tensors() if n in found}
+    bad = {n: c for n, c in found.items() if kinds[n] != BOOKKEEPING}
+    normal = sorted(n for n in found if kinds[n] == BOOKKEEPING)
+    problems = [f"{name}: {n} non-finite value(s) in {kinds[name]}" for name, n in sorted(bad.items())[:20]]
     if len(bad) > 20:
         problems.append(f"... and {len(bad) - 20} more tensor(s) with non-finite values")
     for name, parts in state.optim.items():
@@ -237,10 +236,28 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
                 problems.append(f"{name}.{k}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")
     count = sum(t.numel() for t in state.model.values())
     during = f" ({early} of them during the read, as their files completed)" if early else ""
+    kept = (f"; {len(normal)} bookkeeping value(s) hold NaN/Inf on purpose, as their library saves them (e.g. "
+            f"{normal[0][:80]}): normal, not corruption" if normal else "")
     summary = (f"structural check, no model step: {floating} floating tensors ({human_bytes(nbytes)}) scanned "
-               f"natively for NaN/Inf{during}, {'none found' if not bad else f'{len(bad)} with non-finite values'}")
+               f"natively for NaN/Inf{during}, "
+               f"{'none found in weights or optimizer moments' if not bad else f'{len(bad)} with non-finite values'}"
+               f"{kept}")
     return CheckReport(not problems, count, {"weights": main_dtype(state)}, None, None, tuple(problems), True,
                        summary)
+
+
+WEIGHTS, MOMENTS, BOOKKEEPING = "weights", "optimizer moments", "bookkeeping"
+
+
+def value_kind(group: str, name: str, t: torch.Tensor) -> str:
+    """Where NaN/Inf means corruption (a model weight, an optimizer moment) and where a library puts it on purpose:
+    a scalar outside the weights (Lightning's ModelCheckpoint kth_value/best_model_score = ±inf, a loss scaler's or
+    an optimizer's inf sentinel, a scheduler's last value) and anything that is neither weights nor optimizer."""
+    if group == "model":
+        return WEIGHTS
+    if group == "optimizer" and t.numel() > 1:
+        return MOMENTS
+    return BOOKKEEPING
 
 
 def require_dir(directory: str) -> None:
@@ -262,27 +279,36 @@ class RestoreOutcome:
     check: CheckReport
     tail_files: int
     tail_bytes: int
+    layout: layouts.Layout | None = None
+    source: str = ""  # the checkpoint restored (below the directory given, where it held several)
 
 
 def restore_dir(directory: str, *, verify: bool = True, optimizer_step: bool = False,
-                concurrency: int = 8) -> RestoreOutcome:
-    """Verify, load the tail and the shards, restore into model and optimizer, check — untimed building blocks."""
+                concurrency: int = 8, pick: str | None = None) -> RestoreOutcome:
+    """Verify, load the tail and the shards, restore into model and optimizer, check — untimed building blocks, on
+    the checkpoint a resume loads (resume.choose, as `run` picks it)."""
+    from ckptbench.sources.local import LocalSource
     from ckptbench.verify import verify as verify_dir
 
     require_dir(directory)
-    man = mf.read(directory)
-    fmt = man.format if man is not None and man.format != "unknown" else detect(directory)
+    listing = LocalSource(directory, checkpoint=True, pick=pick).list()
+    directory, man, lay = listing.source, listing.manifest, listing.layout
+    if listing.format == "unknown":
+        raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
+                             "point at a checkpoint directory")
+    fmt = listing.format
     ver = verify_dir(directory, concurrency=concurrency) if verify else None
     if ver is not None and ver.has_reference and not ver.ok:
         rel, what = ver.problems[0]
         raise CkptbenchError(f"{directory}: {len(ver.problems)} file(s) do not match the manifest, first "
                              f"{rel}: {what}; regenerate or re-copy the checkpoint")
-    tail = load_tail(directory, man)
-    state = load_state(directory, fmt)
+    tail = load_tail(directory, man, rels=listing.rels)
+    state = load_state(directory, fmt, shards=[f.path for f in listing.files if f.path.endswith(SHARD_EXT[fmt])],
+                       lay=lay)
     dims, _ = model_dims(man, tail, state.model)
     if dims is None:
         report = structural_check(state, concurrency)
     else:
         dtype = man.weights_dtype if man is not None and man.weights_dtype else main_dtype(state)
         report = check(restore(state, dims, dtype), man, optimizer_step=optimizer_step)
-    return RestoreOutcome(fmt, ver, report, len(tail), sum(len(b) for b in tail.values()))
+    return RestoreOutcome(fmt, ver, report, len(tail), sum(len(b) for b in tail.values()), lay, directory)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import fastio
 
-from ckptbench import confine, layouts, tree
+from ckptbench import confine
 from ckptbench import manifest as mf
 from ckptbench.errors import CkptbenchError
 
@@ -21,10 +21,17 @@ class VerifyReport:
     problems: tuple[tuple[str, str], ...]  # (relative path, what is wrong)
     digests: dict[str, str]
     unlisted: tuple[str, ...] = ()  # files a restore would read that the manifest does not list: no reference
+    source: str = ""  # the checkpoint checked (resume.choose's pick below the directory given)
+    why: str = ""  # why that one, where the directory held several
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def verified(self) -> bool:
+        """Every file's digest computed and matched against a reference: only then is anything verified."""
+        return self.has_reference and self.ok and not self.unlisted
 
 
 def compare(man: mf.Manifest, results: dict[str, fastio.FileResult]) -> tuple[tuple[str, str], ...]:
@@ -61,22 +68,27 @@ def _member(directory: str, e: mf.FileEntry) -> tuple[str | None, str | None]:
     return path, None
 
 
-def verify(directory: str, *, concurrency: int = 8, hash: str = "crc32c") -> VerifyReport:
-    """Every file against the manifest; files the manifest names are confined to the directory and read no
-    further than their declared size. A file or directory that cannot be read is a problem of its own."""
-    man = mf.read(directory)
-    skipped: list[tuple[str, str]] = []
+def verify(directory: str, *, concurrency: int = 8, hash: str = "crc32c", pick: str | None = None) -> VerifyReport:
+    """Every file of the checkpoint a resume loads (resume.choose, as every command picks it) against its manifest;
+    files the manifest names are confined to the directory and read no further than their declared size. A file or
+    directory that cannot be read is a problem of its own. A manifest without digests (hash none) is no reference."""
+    from ckptbench.sources.local import LocalSource
+
+    listing = LocalSource(directory, checkpoint=True, pick=pick).list()
+    directory, man = listing.source, listing.manifest
+    lay = listing.layout
     problems: list[tuple[str, str]] = []
-    if man is None:
+    if man is None or man.hash == "none":
         alg = hash
-        rels = list(layouts.select(directory, tree.rels(directory, skipped)).files)  # DeepSpeed: `latest`'s step
-        if not rels and not skipped:  # nothing was checked: not "OK"
+        rels = [r for r in listing.rels if r != mf.MANIFEST_NAME]
+        if not rels and not listing.skipped:  # nothing was checked: not "OK"
             raise CkptbenchError(f"{directory}: empty: the directory holds no files; point at a checkpoint directory")
         specs = [fastio.FileSpec(os.path.join(directory, r)) for r in rels]
+        unlisted: tuple[str, ...] = ()
     else:
         alg = man.hash
         listed = {e.path for e in man.files} | {mf.MANIFEST_NAME}
-        unlisted = tuple(r for r in layouts.select(directory, tree.rels(directory)).files if r not in listed)
+        unlisted = tuple(r for r in listing.rels if r not in listed)
         rels, specs = [], []
         for e in man.files:
             path, problem = _member(directory, e)
@@ -87,11 +99,14 @@ def verify(directory: str, *, concurrency: int = 8, hash: str = "crc32c") -> Ver
                 specs.append(fastio.FileSpec(path, e.bytes))
     res = fastio.read_files(specs, hash=alg, concurrency=concurrency)
     by_rel = dict(zip(rels, res.files))
-    if man is None:
+    if man is None or man.hash == "none":
         problems += [(r, f"unreadable: {f.error.message}") for r, f in by_rel.items() if f.error]
+        if man is not None:
+            problems += [p for p in compare(man, by_rel) if "manifest says" in p[1] and "bytes" in p[1]]
     else:
         refused = {p for p, _ in problems}
         problems += [p for p in compare(man, by_rel) if p[0] not in refused]
-    problems += [(os.path.relpath(d, directory), f"unreadable directory ({why})") for d, why in skipped]
-    return VerifyReport(man is not None, len(man.files) if man is not None else len(rels), res.bytes, tuple(problems),
-                        {r: f.digest for r, f in by_rel.items() if f.digest}, unlisted if man is not None else ())
+    problems += [(os.path.relpath(d, directory), f"unreadable directory ({why})") for d, why in listing.skipped]
+    return VerifyReport(man is not None and man.hash != "none", len(man.files) if man is not None else len(rels),
+                        res.bytes, tuple(problems), {r: f.digest for r, f in by_rel.items() if f.digest}, unlisted,
+                        directory, lay.why if lay is not None else "")

@@ -22,6 +22,7 @@ class DistOptions:
     policy: str = "part"
     timeout_s: float = 300.0
     digests: bool = False  # each rank lists a crc32c per local tensor (computed after the clock stops)
+    pick: str | None = None  # which checkpoint of a folder that holds several (resume.choose)
 
 
 def warm() -> float:
@@ -119,7 +120,7 @@ def _open(source_url: str, dopts: DistOptions):
 
     if dopts.policy not in POLICIES:
         raise CkptbenchError(f"--each-rank {dopts.policy!r}: choose part or all")
-    source = open_source(source_url)
+    source = open_source(source_url, dopts.pick)
     if not source.files_on_disk:
         raise CkptbenchError(f"{source_url}: --distributed reads a checkpoint on a mounted filesystem shared by the "
                              "ranks (local, NFS, Lustre, FUSE); for S3 mount it or run one restore per node")

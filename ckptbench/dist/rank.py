@@ -224,7 +224,7 @@ class RankRestore:
                         view = view.narrow(dim, start, n)
                     view.copy_(torch.frombuffer(bufs[f.piece], dtype=sl.dtype).reshape(view.shape))
                 rep.assemble_s += time.perf_counter() - t0
-            _put(state, sl.key, t)
+            _put(state, sl.key, t, self.fmt)
         if share.byte_entries:
             from ckptbench.formats.dcp_format import load_byte_entry
 
@@ -266,9 +266,11 @@ def tensor_digests(state: CheckpointState) -> dict[str, str]:
     return out
 
 
-def _put(state: CheckpointState, key: str, t: torch.Tensor) -> None:
+def _put(state: CheckpointState, key: str, t: torch.Tensor, fmt: str) -> None:
+    """A slice under the name the single-process loader of its format gives it: DCP's `model.` is the state dict's
+    container (dcp_format drops it), a safetensors or torch key's `model.` is part of the weight's own name."""
     if group_of(key) == "model":
-        state.model[key.removeprefix("model.")] = t
+        state.model[key.removeprefix("model.") if fmt == "dcp" else key] = t
     else:
         state.extra[key] = t
 

@@ -272,8 +272,11 @@ def plan_share(listing, world: int, rank: int, policy: str = "part") -> Share:
     sizes, ranks = _sizes(listing), _manifest_ranks(listing.manifest)
     # the listing holds the files the checkpoint's layout restores already (the source selected them)
     rels = listing.rels + sorted(set(sizes) - set(listing.rels))
-    top = {r for r in listing.rels if "/" not in r}
-    state = set(layouts.trainer_state_files(top)) if layouts.is_trainer(top) else set()
+    if listing.layout is not None:  # resume.choose's, computed once by the source
+        state = set(listing.layout.state_files)
+    else:
+        top = {r for r in listing.rels if "/" not in r}
+        state = set(layouts.trainer_state_files(top)) if layouts.is_trainer(top) else set()
     if policy == "all":
         share = Share(rank, world, "every file, whole (a replicated restore: every rank reads everything)",
                       complete=True)

@@ -38,6 +38,8 @@ def combine(reports: list[dict]) -> dict:
            "problems": [f"rank {r['rank']} ({r['host']}): {r['error']}" for r in failed],
            "bytes_read": bytes_read, "unique_bytes": unique, "index_bytes": sum(r["index_bytes"] for r in reports),
            "amplification": bytes_read / unique if unique else None,
+           # verified only when every rank matched every file it read against a reference digest
+           "verified": bool(reports) and all(r.get("verified") for r in reports),
            "ranks": [{k: v for k, v in r.items() if k != "intervals"} for r in reports]}
     nodes = [r["cache"] for r in reports if r.get("cache") and "residency_before" in r["cache"]]
     if nodes:  # one rank per node set the page cache for the node and measured it held
@@ -76,7 +78,12 @@ def summarize(run_id: str, listing, world, options: dict, policy: str, saved: in
            "nodes": len(hosts), "hosts": hosts, "backend": world.backend, "each_rank": policy,
            "saved_world": saved, "resharded": saved is not None and saved != world.size, "options": options,
            "status": "ok" if len(ok) == len(repeats) else "failed",
+           "verified": bool(ok) and all(r.get("verified") for r in ok),
+           "success_rate": len(ok) / len(repeats) if repeats else 0.0,
            "problems": [p for r in repeats for p in r["problems"]], "repeats": repeats}
+    lay = getattr(listing, "layout", None)
+    if lay is not None:
+        doc["layout"] = lay.describe()
     if ok:
         doc.update({"rto_stats": spread([r["rto_s"] for r in ok]),
                     "aggregate_gbps_stats": spread([r["aggregate_gbps"] for r in ok if r["aggregate_gbps"]]),
@@ -103,7 +110,9 @@ def record(path: str, doc: dict, options) -> None:
         slow = rep.get("slowest_stages") or {}
         rows.append({"schema": SCHEMA, "kind": "dist", "run_id": doc["run_id"], "repeat": i,
                      "timestamp": doc["env"]["date"], "source": doc["source"], "format": doc["format"],
-                     "mode": f"distributed-{doc['each_rank']}", "status": rep["status"], "cache": options.cache,
+                     "mode": f"distributed-{doc['each_rank']}", "cache": options.cache,
+                     # the single-process rows' vocabulary: a restore with nothing matched is "unverified"
+                     "status": "unverified" if rep["status"] == "ok" and not rep.get("verified") else rep["status"],
                      "cache_verified": rep.get("cache", {}).get("verified", ""),
                      "residency_before": rep.get("cache", {}).get("residency_before", ""),
                      "concurrency": options.concurrency, "read": options.read, "hash": options.hash or "",

@@ -53,7 +53,11 @@ GROUPS = ("model", "optimizer", "other")
 _OPTIM_PREFIXES = ("optim", "optimizer", "optimizer_state_dict", "optim_state", "base_optimizer_state")
 _MODEL_PREFIXES = ("model", "module", "state_dict", "model_state_dict")
 _OTHER_PREFIXES = ("lr_scheduler", "scheduler", "dataloader", "train_state", "rng", "rng_state", "extra_state",
-                   "args", "config", "ds_config", "trainer_state", "opt_param_scheduler")
+                   "args", "config", "ds_config", "trainer_state", "opt_param_scheduler",
+                   # Lightning's .ckpt beside state_dict and optimizer_states: callbacks (ModelCheckpoint's
+                   # best_model_score, kth_value), loops, schedulers, hyper-parameters, AMP's scaler
+                   "callbacks", "loops", "lr_schedulers", "hyper_parameters", "hparams_name", "epoch", "global_step",
+                   "pytorch-lightning_version", "native_amp_scaling_state", "mixedprecision")
 # keys kept apart by rank: DeepSpeed's partitions (zero_pp_rank_N[_mp_rank_M]), Megatron's model-parallel ranks
 _RANK_TAG = re.compile(r"zero_pp_rank_\d+(?:_mp_rank_\d+)?|mp_rank_\d{2}(?:_\d{3})?")
 

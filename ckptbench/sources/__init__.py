@@ -11,15 +11,16 @@ from ckptbench.sources.base import Listing, ReadHandle, ReadOptions, Source
 from ckptbench.sources.drive import PROGRESS_INTERVAL_S, Driven, drive
 
 
-def open_source(url: str) -> Source:
-    """A Source for a checkpoint directory (any mount) or an s3:// prefix."""
+def open_source(url: str, pick: str | None = None) -> Source:
+    """A Source for a checkpoint directory (any mount) or an s3:// prefix; `pick` chooses among the checkpoints a
+    folder holds (resume.choose)."""
     if url.startswith("s3://"):
         from ckptbench.sources.s3source import S3Source
 
-        return S3Source(url)
+        return S3Source(url, pick)
     from ckptbench.sources.local import LocalSource
 
-    return LocalSource(url, checkpoint=True)
+    return LocalSource(url, checkpoint=True, pick=pick)
 
 
 def open_targets(targets: list[str]) -> Source:

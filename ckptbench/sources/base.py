@@ -13,6 +13,7 @@ from ckptbench import manifest as mf
 from ckptbench import readmode
 from ckptbench.conditions import CacheCondition
 from ckptbench.errors import CkptbenchError
+from ckptbench.layouts import Layout
 from ckptbench.units import human_bytes
 
 S3_CLIENTS = ("threads", "crt")  # threads: boto3 + ckptbench's pool (measured faster here); crt: awscrt
@@ -79,6 +80,7 @@ class Listing:
     manifest: mf.Manifest | None
     format: str
     skipped: tuple[tuple[str, str], ...] = field(default=())  # (directory, reason) the listing could not enter
+    layout: "Layout | None" = None  # the one checkpoint a resume loads and its files (resume.choose), computed once
 
     @property
     def bytes(self) -> int:

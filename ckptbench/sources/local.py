@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import fastio
 
-from ckptbench import conditions, layouts, probes, readmode, tree
+from ckptbench import conditions, probes, readmode, resume, tree
 from ckptbench import manifest as mf
 from ckptbench.detect import format_of
 from ckptbench.errors import CkptbenchError
@@ -56,18 +56,18 @@ class LocalReadHandle:
         return self._h.__exit__(*exc)
 
 
-def _selected(directory: str, files: list[fastio.FileSpec]) -> tuple[str, list[fastio.FileSpec]]:
-    """The directory of the one checkpoint a trainer restores (Megatron's latest iteration is a subdirectory) and
-    its files (DeepSpeed's `latest` step, the shards a Hugging Face index names), per layouts."""
+def _selected(directory: str, files: list[fastio.FileSpec], pick: str | None):
+    """The directory of the one checkpoint a resume loads (resume.choose: the largest step, the iteration a pointer
+    names…), its files, and the Layout saying which and why."""
     rels = [os.path.relpath(f.path, directory).replace(os.sep, "/") for f in files]
-    lay = layouts.select(directory, rels)
+    lay = resume.choose(directory, rels, pick=pick)
     if lay.root is not None:
         directory = os.path.join(directory, lay.root)
-        files = [f for f, r in zip(files, rels) if r.startswith(lay.root + "/")]
-        rels = layouts.descend(lay, rels)
-        lay = layouts.select(directory, rels)
+        prefix = lay.root + "/"
+        inside = [(f, r[len(prefix):]) for f, r in zip(files, rels) if r.startswith(prefix)]
+        files, rels = [f for f, _ in inside], [r for _, r in inside]
     keep = set(lay.files)
-    return directory, [f for f, r in zip(files, rels) if r in keep]
+    return directory, [f for f, r in zip(files, rels) if r in keep], lay
 
 
 def _target_files(target: str, skipped: list[tuple[str, str]]) -> list[fastio.FileSpec]:
@@ -90,7 +90,8 @@ class LocalSource:
     has_page_cache = True
     files_on_disk = True
 
-    def __init__(self, targets: str | list[str], *, checkpoint: bool = False):
+    def __init__(self, targets: str | list[str], *, checkpoint: bool = False, pick: str | None = None):
+        self.pick = pick
         self.targets = [targets] if isinstance(targets, str) else list(targets)
         if not self.targets:
             raise CkptbenchError("nothing to read: name a directory or files")
@@ -110,9 +111,10 @@ class LocalSource:
         files = [spec for t in self.targets for spec in _target_files(t, skipped)]
         if self.directory is None:
             return Listing(self.url, files, None, "unknown", tuple(skipped))
-        directory, files = _selected(self.directory, files)
+        directory, files, lay = _selected(self.directory, files, self.pick)
         man = mf.read(directory)
-        return Listing(directory, files, man, format_of(man, [f.path for f in files], directory), tuple(skipped))
+        fmt = format_of(man, [f.path for f in files], directory)
+        return Listing(directory, files, man, fmt, tuple(skipped), resume.with_unloaded(lay, fmt))
 
     def _paths(self, listing: Listing) -> list[str]:
         return [f.path for f in listing.files]

@@ -7,7 +7,7 @@ import dataclasses
 import fastio
 
 from ckptbench import concurrency as conc
-from ckptbench import layouts
+from ckptbench import layouts, resume
 from ckptbench import manifest as mf
 from ckptbench.detect import format_of
 from ckptbench import probes
@@ -24,7 +24,8 @@ class S3Source:
     has_page_cache = False
     files_on_disk = False
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, pick: str | None = None):
+        self.pick = pick
         self.given = s3.parse(url)  # what the user named; the listing may descend (Megatron's iteration)
         self.s3url = self.given
         self.url = str(self.s3url).rstrip("/")
@@ -42,21 +43,21 @@ class S3Source:
         self.s3url, self.url = self.given, str(self.given).rstrip("/")
         objects = s3.list_objects(self._client, self.s3url)
         self._objects = {o.rel: o for o in objects}
-        lay = layouts.select(self.url, [o.rel for o in objects], self._fetch_small)
-        if lay.root is not None:  # Megatron's iteration: the checkpoint is that prefix
+        lay = resume.choose(self.url, [o.rel for o in objects], self._fetch_small, self.pick)
+        if lay.root is not None:  # the largest step, Megatron's iteration...: the checkpoint is that prefix
             self.s3url = s3.S3Url(self.s3url.bucket, self.s3url.key(lay.root))
             self.url = str(self.s3url)
             prefix = lay.root + "/"
             objects = [dataclasses.replace(o, rel=o.rel[len(prefix):]) for o in objects if o.rel.startswith(prefix)]
             self._objects = {o.rel: o for o in objects}
-            lay = layouts.select(self.url, [o.rel for o in objects], self._fetch_small)
         raw = (s3.get_bytes(self._client, self.s3url, mf.MANIFEST_NAME, self.retry_log)
                if mf.MANIFEST_NAME in self._objects else None)
         man = mf.parse(raw, f"{self.url}/{mf.MANIFEST_NAME}") if raw is not None else None
         keep = set(lay.files)
         objects = [o for o in objects if o.rel in keep]
         files = [fastio.FileSpec(f"{self.url}/{o.rel}", o.size) for o in objects]
-        return Listing(self.url, files, man, format_of(man, [o.rel for o in objects], self.url))
+        fmt = format_of(man, [o.rel for o in objects], self.url)
+        return Listing(self.url, files, man, fmt, layout=resume.with_unloaded(lay, fmt))
 
     def _fetch_small(self, rel: str, limit: int, what: str) -> bytes:
         """A small member the layout names (`latest`, an index): refused by its listed size before any byte is

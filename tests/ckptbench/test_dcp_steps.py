@@ -40,7 +40,8 @@ def test_differently_named_dcp_checkpoints_are_ambiguous(tmp_path, h):
     _save(root / "b", 2.0)
     r = h.run_cli("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
     assert r.rc != 0 and r.out == "" and len(r.err_lines) == 1, r.err
-    assert "holds 2 DCP checkpoints (a, b) and nothing saying which to restore" in r.err_lines[0]
+    assert "2 DCP checkpoints (a, b) and nothing saying which a resume loads" in r.err_lines[0]
+    assert "--pick" in r.err_lines[0]
 
 
 def test_a_trainer_output_dir_restores_its_last_checkpoint(tmp_path, h):
@@ -58,3 +59,17 @@ def test_a_trainer_output_dir_restores_its_last_checkpoint(tmp_path, h):
     doc = json.loads(r.out)
     assert doc["source"] == str(out / "checkpoint-100") and doc["format"] == "safetensors"
     assert doc["bytes"] == sum(os.path.getsize(p) for p in (out / "checkpoint-100").iterdir())
+
+
+def test_pick_chooses_among_ambiguous_checkpoints_and_says_so(tmp_path, h):
+    root = tmp_path / "runs"
+    _save(root / "a", 1.0)
+    _save(root / "b", 2.0)
+    r = h.run_cli("run", root, "--json", "--repeat", "1", "--pick", "b", "--results", tmp_path / "R.csv")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["source"] == str(root / "b") and doc["layout"]["why"] == "--pick b"
+    assert doc["bytes"] == sum(os.path.getsize(p) for p in (root / "b").iterdir())
+    for bad in ("c", "../runs/a", "/etc"):
+        r = h.run_cli("run", root, "--repeat", "1", "--pick", bad, "--results", tmp_path / "R.csv")
+        assert r.rc == 2 and len(r.err_lines) == 1 and "--pick" in r.err_lines[0], r.err

@@ -316,8 +316,9 @@ def test_load_and_verify_say_which_files_the_manifest_does_not_list(h, ckpt, tmp
     man["files"] = [e for e in man["files"] if e["path"] != "model-00002-of-00002.safetensors"]
     h.write_manifest(root, man)
     before = _tree(root)
-    r = run_cli("verify", root, "--json")
-    assert r.rc == 0 and json.loads(r.out)["unlisted"] == ["model-00002-of-00002.safetensors"]
+    r = run_cli("verify", root, "--json")  # a file with no reference: not verified (3), not a mismatch (1)
+    assert r.rc == 3 and json.loads(r.out)["unlisted"] == ["model-00002-of-00002.safetensors"]
+    assert json.loads(r.out)["verified"] is False
     r = run_cli("load", root, "--json")
     assert r.rc == 0 and json.loads(r.out)["verified"] is False, r.err
     assert _tree(root) == before

@@ -61,7 +61,7 @@ def test_regions_scanned_during_the_read_are_not_scanned_again(tmp_path):
     for p, buf in zip(paths, res.buffers):
         state.merge(safetensors_format.load_buffer(buf, p))
     report = structural_check(state, 2, early.counts)
-    assert not report.ok and report.problems == ("a.w: 2 non-finite value(s)",)
+    assert not report.ok and report.problems == ("a.w: 2 non-finite value(s) in weights",)
     assert "3 of them during the read" in report.summary
     key = (state.model["a.w"].data_ptr(), state.model["a.w"].numel() * 2)
     early.counts[key] = 0  # the check trusts what the early scan recorded for that region
@@ -83,4 +83,25 @@ def test_a_foreign_checkpoint_run_reports_the_scan_and_a_nan_fails_it(h, tmp_pat
         r = h.run_cli("run", bad, "--repeat", "1", "--json", "--mode", mode, "--results", tmp_path / "r.csv")
         doc = json.loads(r.out)
         assert r.rc != 0 and doc["status"] == "failed"
-        assert doc["repeats"][0]["problems"] == ["b.w: 2 non-finite value(s)"]
+        assert doc["repeats"][0]["problems"] == ["b.w: 2 non-finite value(s) in weights"]
+
+
+def test_inf_in_bookkeeping_scalars_is_normal_and_named_but_fails_in_weights_and_moments():
+    """Lightning's ModelCheckpoint saves kth_value = inf, a loss scaler its inf sentinel: not corruption. The same
+    inf in a weight or an optimizer moment is."""
+    from ckptbench.restore import structural_check
+
+    state = CheckpointState({"w": torch.ones(4)}, extra={
+        "callbacks.ModelCheckpoint{'monitor': None}.kth_value": torch.tensor(float("inf")),
+        "callbacks.ModelCheckpoint{'monitor': None}.best_model_score": torch.tensor(float("-inf")),
+        "optimizer.state.0.exp_avg": torch.zeros(4), "optimizer.loss_scaler.cur_scale": torch.tensor(float("inf"))})
+    report = structural_check(state, 1)
+    assert report.ok, report.problems
+    assert "3 bookkeeping value(s) hold NaN/Inf on purpose" in report.summary and "kth_value" not in str(
+        report.problems)
+    state.extra["optimizer.state.0.exp_avg"][1] = float("nan")
+    report = structural_check(state, 1)
+    assert report.problems == ("optimizer.state.0.exp_avg: 1 non-finite value(s) in optimizer moments",)
+    state.extra["optimizer.state.0.exp_avg"][1] = 0.0
+    state.model["w"][0] = float("inf")
+    assert structural_check(state, 1).problems == ("w: 1 non-finite value(s) in weights",)
