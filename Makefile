@@ -52,3 +52,15 @@ bench: build
 
 clean:
 	rm -rf build $(VENV) fastio/_engine.c fastio/*.so $(EXT) *.egg-info
+
+# The compat tier's fixtures, written by the training libraries themselves (their newest releases, in their own venv
+# on the CPU torch from disk), then the tier run against them; `make test` runs it from the committed fixtures.
+COMPAT_VENV := .venv-compat
+.PHONY: compat
+compat: build
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade transformers accelerate lightning peft safetensors numpy
+	DS_BUILD_OPS=0 $(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade --no-build-isolation deepspeed
+	DS_ACCELERATOR=cpu $(COMPAT_VENV)/bin/python tests/compat/make_fixtures.py
+	$(BIN)/python -m pytest -q tests/compat

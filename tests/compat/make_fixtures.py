@@ -1,0 +1,582 @@
+"""Writes tests/compat/fixtures/<name>/: small checkpoints saved by the training libraries themselves, and beside each
+an expected.json of what that library's own loader or resume returns from it.
+
+Runs in the compat venv (`make compat`: torch CPU, transformers, accelerate, lightning, deepspeed, peft), never in
+the project's. CPU only, fixed seeds, tiny models. Each fixture is written under a fixed scratch path first, so
+paths a library records inside its files are the same on every machine, then copied to the output.
+
+    .venv-compat/bin/python tests/compat/make_fixtures.py [--out DIR] [NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import warnings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compat_encoding import encode, flatten  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRATCH = "/tmp/ckptbench-compat-gen"  # fixed: Lightning records absolute paths in its .ckpt
+LIBS = ("torch", "transformers", "accelerate", "lightning", "deepspeed", "peft", "safetensors", "numpy")
+
+
+def seed_all(seed: int = 0) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def tiny_llama():
+    """A Llama of about 7 K parameters, untied (so the files hold every weight its state_dict names)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    seed_all(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=False)
+    return LlamaForCausalLM(cfg)
+
+
+def token_batches(n: int, batch: int = 2, seq: int = 8, vocab: int = 64) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, vocab, (batch, seq), generator=g) for _ in range(n)]
+
+
+class Recorder:
+    """Every torch.load a library makes while it resumes: (path, its flat keys and encodings), taken at once (a
+    library may change what it loaded afterwards)."""
+
+    def __init__(self):
+        self.loads: list[tuple[str | None, list[tuple[str, bool, dict]]]] = []
+
+    @contextlib.contextmanager
+    def torch_load(self):
+        real = torch.load
+
+        def load(f, *args, **kwargs):
+            obj = real(f, *args, **kwargs)
+            name = f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None) or getattr(f, "path", None)
+            self.loads.append((os.fspath(name) if name is not None else None, obj_items(obj)))
+            return obj
+
+        torch.load = load
+        try:
+            yield self
+        finally:
+            torch.load = real
+
+
+def obj_items(obj) -> list[tuple[str, bool, dict]]:
+    return [(k, isinstance(v, torch.Tensor), encode(v)) for k, v in flatten(obj)]
+
+
+def state_file(items, stem: str) -> dict:
+    """A Trainer's or Accelerate's torch.save state file: every value under the file's stem."""
+    return {f"{stem}.{k}": e for k, _, e in items}
+
+
+def wrapped(items, wrapper: str) -> tuple[dict, dict]:
+    """A torch.save dict whose `wrapper` key holds the weights (Lightning's state_dict, DeepSpeed's module): its
+    tensors are weights without the prefix, everything else keeps its flat key."""
+    model, extra = {}, {}
+    for k, is_tensor, e in items:
+        if is_tensor and k.startswith(wrapper + "."):
+            model[k[len(wrapper) + 1:]] = e
+        else:
+            extra[k] = e
+    return model, extra
+
+
+def enc_state_dict(sd) -> dict:
+    return {k: encode(v) for k, v in sd.items()}
+
+
+def rel(path: str, root: str) -> str:
+    r = os.path.relpath(path, root).replace(os.sep, "/")
+    return "" if r == "." else r
+
+
+# ---- Hugging Face weights ------------------------------------------------------------------------------------------
+
+
+def _from_pretrained(where: str) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    return enc_state_dict(AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32).state_dict())
+
+
+def hf_safetensors(root: str) -> dict:
+    tiny_llama().save_pretrained(root)
+    return {"library": "transformers", "loader": "AutoModelForCausalLM.from_pretrained(DIR).state_dict()",
+            "picked": "", "model": _from_pretrained(root), "extra": {}}
+
+
+def hf_sharded(root: str) -> dict:
+    tiny_llama().save_pretrained(root, max_shard_size="12KB")
+    assert os.path.isfile(os.path.join(root, "model.safetensors.index.json")), os.listdir(root)
+    return {"library": "transformers", "loader": "AutoModelForCausalLM.from_pretrained(DIR).state_dict()",
+            "picked": "", "model": _from_pretrained(root), "extra": {}}
+
+
+def hf_bin(root: str) -> dict:
+    """transformers 5 saves safetensors only; Accelerate's save_model still writes Hugging Face's sharded .bin."""
+    from accelerate import Accelerator
+
+    model = tiny_llama()
+    Accelerator(cpu=True).save_model(model, root, max_shard_size="12KB", safe_serialization=False)
+    model.config.save_pretrained(root)
+    assert os.path.isfile(os.path.join(root, "pytorch_model.bin.index.json")), os.listdir(root)
+    return {"library": "transformers", "loader": "AutoModelForCausalLM.from_pretrained(DIR).state_dict() of "
+            "Accelerator.save_model(safe_serialization=False, max_shard_size=12KB)",
+            "picked": "", "model": _from_pretrained(root), "extra": {}}
+
+
+# ---- transformers.Trainer ------------------------------------------------------------------------------------------
+
+
+class _Tokens(torch.utils.data.Dataset):
+    def __init__(self, n: int):
+        self.rows = [t for b in token_batches(n) for t in b]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.rows[i], "labels": self.rows[i]}
+
+
+def _trainer(root: str, model, **extra):
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=root, max_steps=10, save_steps=3, per_device_train_batch_size=2,
+                             learning_rate=1e-2, logging_steps=5, report_to="none", use_cpu=True, seed=0,
+                             data_seed=0, dataloader_num_workers=0, disable_tqdm=True, **extra)
+    return Trainer(model=model, args=args, train_dataset=_Tokens(10))
+
+
+def _trainer_resume_truth(root: str) -> dict:
+    """What Trainer.train(resume_from_checkpoint=True) loads: get_last_checkpoint picks the checkpoint; the weights
+    as _load_from_checkpoint puts them in the model, the state files as _load_optimizer_and_scheduler and
+    _load_rng_state torch.load them."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    picked = get_last_checkpoint(root)
+    trainer = _trainer(tempfile.mkdtemp(prefix="resume-"), tiny_llama())
+    rec = Recorder()
+    with rec.torch_load():
+        trainer._load_from_checkpoint(picked)
+        trainer.create_optimizer_and_scheduler(num_training_steps=10)
+        trainer._load_optimizer_and_scheduler(picked)
+        trainer._load_rng_state(picked)
+    extra, read = {}, []
+    for path, items in rec.loads:
+        name = os.path.basename(path)
+        read.append(rel(path, root))
+        extra.update(state_file(items, name.rsplit(".", 1)[0]))
+    return {"library": "transformers", "picked": rel(picked, root),
+            "loader": "get_last_checkpoint(DIR); Trainer._load_from_checkpoint, _load_optimizer_and_scheduler, "
+                      "_load_rng_state (their torch.load results recorded)",
+            "torch_loaded": sorted(set(read)), "model": enc_state_dict(trainer.model.state_dict()), "extra": extra}
+
+
+def trainer_outdir(root: str) -> dict:
+    seed_all(0)
+    _trainer(root, tiny_llama()).train()
+    return _trainer_resume_truth(root)
+
+
+def trainer_outdir_final(root: str) -> dict:
+    """run_clm.py's pattern: train, then save_model() puts the final weights at the top of output_dir."""
+    seed_all(0)
+    trainer = _trainer(root, tiny_llama())
+    trainer.train()
+    trainer.save_model()
+    return _trainer_resume_truth(root)
+
+
+# ---- Accelerate ----------------------------------------------------------------------------------------------------
+
+
+def _accelerated(seed: int = 0):
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=True)
+    model = tiny_llama()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (step + 1))
+    model, opt, sched = acc.prepare(model, opt, sched)
+    return acc, model, opt, sched
+
+
+def accelerate_state(root: str) -> dict:
+    seed_all(0)
+    acc, model, opt, sched = _accelerated()
+    for x in token_batches(2):
+        acc.backward(model(input_ids=x, labels=x).loss)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    acc.save_state(root)
+    acc2, model2, opt2, sched2 = _accelerated()
+    rec = Recorder()
+    with rec.torch_load():
+        acc2.load_state(root)
+    extra, read, ignored = {}, [], {}
+    for path, items in rec.loads:
+        name = os.path.basename(path)
+        read.append(rel(path, root))
+        if name.endswith(".pkl"):
+            ignored[name] = "a plain pickle (Python objects, unpickled with code execution); ckptbench never loads it"
+            continue
+        extra.update(state_file(items, name.rsplit(".", 1)[0]))
+    return {"library": "accelerate", "picked": "", "loader": "Accelerator.load_state(DIR) into a fresh model, "
+            "optimizer and scheduler (its torch.load results recorded; weights from the model after it)",
+            "torch_loaded": sorted(set(read)), "model": enc_state_dict(acc2.unwrap_model(model2).state_dict()),
+            "extra": extra, "not_compared": ignored}
+
+
+# ---- Lightning -----------------------------------------------------------------------------------------------------
+
+
+def _lightning_module(monitor: bool):
+    import lightning as L
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+        def training_step(self, batch, _):
+            x, y = batch
+            loss = torch.nn.functional.cross_entropy(self.net(x), y)
+            if monitor:
+                self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            opt = torch.optim.AdamW(self.parameters(), lr=1e-2)
+            return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=1)}
+
+        def train_dataloader(self):
+            g = torch.Generator().manual_seed(2)
+            data = torch.utils.data.TensorDataset(torch.randn(8, 8, generator=g), torch.randint(0, 4, (8,), generator=g))
+            return torch.utils.data.DataLoader(data, batch_size=4)
+
+    return Tiny()
+
+
+def _lightning(root: str, monitor: bool) -> dict:
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    seed_all(0)
+    callbacks = [ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), monitor="train_loss", mode="max")] \
+        if monitor else None
+    trainer = L.Trainer(default_root_dir=root, max_steps=2, accelerator="cpu", devices=1, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=callbacks, deterministic=True)
+    trainer.fit(_lightning_module(monitor))
+    picked_file = trainer.checkpoint_callback.best_model_path
+    # the resume: fit(ckpt_path=...) in a fresh Trainer (already at max_steps, so it loads and stops)
+    resume_root = tempfile.mkdtemp(prefix="resume-")
+    rec = Recorder()
+    with rec.torch_load():
+        L.Trainer(default_root_dir=resume_root, max_steps=2, accelerator="cpu", devices=1, enable_progress_bar=False,
+                  enable_model_summary=False, logger=False, enable_checkpointing=False).fit(
+            _lightning_module(monitor), ckpt_path=picked_file)
+    loads = [items for _, items in rec.loads if any(k.startswith("state_dict.") for k, _, _ in items)]
+    assert len(loads) == 1, [p for p, _ in rec.loads]
+    model, extra = wrapped(loads[0], "state_dict")
+    return {"library": "lightning", "picked": rel(os.path.dirname(picked_file), root),
+            "picked_file": rel(picked_file, root),
+            "loader": "Trainer.fit(ckpt_path=<the ModelCheckpoint's best_model_path>) (its torch.load recorded)",
+            "model": model, "extra": extra}
+
+
+def lightning_ckpt(root: str) -> dict:
+    return _lightning(root, monitor=False)
+
+
+def lightning_ckpt_max(root: str) -> dict:
+    return _lightning(root, monitor=True)
+
+
+# ---- PEFT ----------------------------------------------------------------------------------------------------------
+
+
+def peft_lora(root: str) -> dict:
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft.utils import load_peft_weights
+
+    seed_all(0)
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(tiny_llama(), cfg).save_pretrained(root)
+    PeftModel.from_pretrained(tiny_llama(), root)  # the adapter loads into its model
+    return {"library": "peft", "picked": "", "loader": "peft.utils.load_peft_weights(DIR)",
+            "model": enc_state_dict(load_peft_weights(root, device="cpu")), "extra": {}}
+
+
+# ---- DeepSpeed (one process, gloo) ---------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+ZERO_FILE = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_(?:optim|model)_states\.pt$")
+
+
+def _deepspeed_engine(stage: int):
+    import deepspeed
+
+    model = tiny_llama()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    config = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+              "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
+              "steps_per_print": 1000}
+    engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config)
+    return engine
+
+
+def _deepspeed(root: str, stage: int) -> dict:
+    import deepspeed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0",
+                      WORLD_SIZE="1")
+    deepspeed.init_distributed(dist_backend="gloo")
+    seed_all(0)
+    engine = _deepspeed_engine(stage)
+    for x in token_batches(2):
+        engine.backward(engine(input_ids=x, labels=x).loss)
+        engine.step()
+        engine.save_checkpoint(root)
+    seed_all(0)
+    fresh = _deepspeed_engine(stage)
+    rec = Recorder()
+    with rec.torch_load():
+        load_path, _ = fresh.load_checkpoint(root)
+    model, extra, read = {}, {}, []
+    for path, items in rec.loads:
+        name = os.path.basename(path)
+        read.append(rel(path, root))
+        zero = ZERO_FILE.match(name)
+        if zero:  # a ZeRO partition (ZeRO-3's model states too): ckptbench keeps it apart under its rank
+            tag = f"zero_pp_rank_{int(zero.group(1))}" + (f"_mp_rank_{zero.group(2)}" if int(zero.group(2)) else "")
+            extra.update({f"{tag}.{k}": e for k, _, e in items})
+        else:
+            m, x = wrapped(items, "module")
+            model.update(m)
+            extra.update(x)
+    with open(os.path.join(root, "latest")) as f:
+        latest = f.read().strip()
+    assert os.path.basename(os.path.dirname(load_path)) == latest, (load_path, latest)
+    return {"library": "deepspeed", "picked": latest, "pointer": "latest", "loader": "DeepSpeedEngine.load_checkpoint(DIR) (its "
+            "checkpoint engine's torch.load results recorded)", "torch_loaded": sorted(set(read)),
+            "model": model, "extra": extra}
+
+
+def deepspeed_zero2(root: str) -> dict:
+    return _deepspeed(root, 2)
+
+
+def deepspeed_zero3(root: str) -> dict:
+    return _deepspeed(root, 3)
+
+
+# ---- torchtitan's layout: FSDP2 on 2 ranks, DCP --------------------------------------------------------------------
+
+
+class _Titan(torch.nn.Module):
+    """torchtitan's Llama names, at toy size."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok_embeddings = torch.nn.Embedding(64, 16)
+        self.layers = torch.nn.ModuleDict({str(i): torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                                                       torch.nn.Linear(32, 16)) for i in range(2)})
+        self.norm = torch.nn.LayerNorm(16)
+        self.output = torch.nn.Linear(16, 64, bias=False)
+
+    def forward(self, x):
+        h = self.tok_embeddings(x)
+        for layer in self.layers.values():
+            h = h + layer(h)
+        return self.output(self.norm(h))
+
+
+def _titan_state(rank: int, step: int, model, opt, sched) -> dict:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, opt)
+    return {"model": model_sd, "optimizer": optim_sd, "lr_scheduler": sched.state_dict(),
+            "dataloader": {"world_size": 2, f"dp_rank_{rank}": json.dumps({"sample_idx": 2 * step}).encode()},
+            "train_state": {"step": torch.tensor(step, dtype=torch.int32),
+                            "ntokens_seen": torch.tensor(step * 2 * 8, dtype=torch.int64)}}
+
+
+def _titan_parts():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (2,))
+    seed_all(0)
+    model = _Titan()
+    for layer in model.layers.values():
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (step + 1))
+    return model, opt, sched
+
+
+def titan_rank(rank: int, root: str, port: int, out_json: str) -> None:
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    from torch.distributed.tensor import DTensor
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    model, opt, sched = _titan_parts()
+    g = torch.Generator().manual_seed(3 + rank)
+    for step in range(1, 11):
+        x = torch.randint(0, 64, (2, 8), generator=g)
+        torch.nn.functional.cross_entropy(model(x).reshape(-1, 64), x.reshape(-1)).backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        if step >= 9:
+            dcp.save(_titan_state(rank, step, model, opt, sched), checkpoint_id=os.path.join(
+                root, "checkpoint", f"step-{step}"))
+    dist.barrier()
+    # the resume: torchtitan loads the highest step-N into fresh state dicts
+    steps = [int(n.split("-")[1]) for n in os.listdir(os.path.join(root, "checkpoint")) if n.startswith("step-")]
+    picked = os.path.join(root, "checkpoint", f"step-{max(steps)}")
+    model2, opt2, sched2 = _titan_parts()
+    sd = _titan_state(rank, 0, model2, opt2, sched2)
+    sd["dataloader"] = {"world_size": 0, f"dp_rank_{rank}": b""}
+    dcp.load(sd, checkpoint_id=picked)
+    flat, _ = flatten_state_dict(sd)
+    mine = {}
+    for k in sorted(flat):
+        v = flat[k]
+        mine[k] = encode(v.full_tensor() if isinstance(v, DTensor) else v)
+    gathered = [None, None]
+    dist.all_gather_object(gathered, mine)
+    if rank == 0:
+        merged = {**gathered[1], **gathered[0]}
+        model_sd = {k.removeprefix("model."): e for k, e in merged.items() if k.startswith("model.")}
+        extra = {k: e for k, e in merged.items() if not k.startswith("model.")}
+        with open(out_json, "w") as f:
+            json.dump({"library": "torch.distributed (torchtitan's layout)", "picked": rel(picked, root),
+                       "loader": "the highest checkpoint/step-N (torchtitan's choice); dcp.load into fresh "
+                                 "get_state_dict state dicts of an FSDP2 model on 2 gloo ranks; DTensors gathered "
+                                 "whole; keys as DCP flattens them",
+                       "model": model_sd, "extra": extra}, f)
+    dist.destroy_process_group()
+
+
+def torchtitan_dump(root: str) -> dict:
+    out_json = os.path.join(tempfile.mkdtemp(prefix="titan-"), "expected.json")
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, __file__, "--titan-rank", str(r), root, str(port), out_json])
+             for r in range(2)]
+    rcs = [p.wait(timeout=300) for p in procs]
+    assert rcs == [0, 0], rcs
+    with open(out_json) as f:
+        return json.load(f)
+
+
+# ---- driver --------------------------------------------------------------------------------------------------------
+
+# DeepSpeed keeps a process group and its own globals: each fixture runs in a fresh interpreter
+FIXTURES = {f.__name__: f for f in (hf_safetensors, hf_sharded, hf_bin, trainer_outdir, trainer_outdir_final,
+                                    accelerate_state, lightning_ckpt, lightning_ckpt_max, torchtitan_dump,
+                                    deepspeed_zero2, deepspeed_zero3, peft_lora)}
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": sys.version.split()[0]}
+    for lib in LIBS:
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
+def make_one(name: str, out: str) -> None:
+    scratch = os.path.join(SCRATCH, name)
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = FIXTURES[name](scratch)
+    expected = {"fixture": name, **expected}
+    dest = os.path.join(out, name)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(scratch, dest)
+    with open(os.path.join(dest, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(HERE, "fixtures"))
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--titan-rank", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("names", nargs="*", help=f"fixtures to write (default: all): {', '.join(FIXTURES)}")
+    a = p.parse_args(argv)
+    if a.titan_rank:
+        r, root, port, out_json = a.titan_rank
+        titan_rank(int(r), root, int(port), out_json)
+        return 0
+    if a.one:
+        make_one(a.one, a.out)
+        return 0
+    names = a.names or list(FIXTURES)
+    unknown = sorted(set(names) - set(FIXTURES))
+    if unknown:
+        p.error(f"unknown fixture {unknown[0]!r}; one of {', '.join(FIXTURES)}")
+    os.makedirs(a.out, exist_ok=True)
+    failed = []
+    for name in names:
+        print(f"-- {name}", flush=True)
+        if subprocess.run([sys.executable, __file__, "--out", a.out, "--one", name]).returncode != 0:
+            failed.append(name)
+    with open(os.path.join(a.out, "versions.json"), "w") as f:
+        json.dump(versions(), f, indent=1, sort_keys=True)
+        f.write("\n")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
