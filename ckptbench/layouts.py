@@ -274,9 +274,17 @@ def _plain_pickles(files) -> tuple[tuple[str, str], ...]:
     return tuple((r, PLAIN_PICKLE_WHY) for r in files if r.endswith(".pkl"))
 
 
+SCRIPT_WHY = "a Python script (DeepSpeed copies zero_to_fp32.py beside its steps): code, not state; no resume reads it"
+
+
+def _skip_why(rel: str) -> str | None:
+    name = os.path.basename(rel)
+    return SKIP_WHY.get(name) or (SCRIPT_WHY if name.endswith(".py") else None)
+
+
 def _skip(lay: Layout) -> Layout:
-    """A Trainer's training_args.bin is never read, wherever it lies: it is a pickled object, not state."""
-    skipped = tuple((r, SKIP_WHY[os.path.basename(r)]) for r in lay.files if os.path.basename(r) in SKIP_WHY)
+    """Never read, wherever they lie: a Trainer's training_args.bin (a pickled object, not state) and scripts."""
+    skipped = tuple((r, why) for r in lay.files if (why := _skip_why(r)))
     if not skipped:
         return lay
     gone = {r for r, _ in skipped}
