@@ -55,7 +55,8 @@ def cmd_inspect(args) -> int:
         return 0
     lay, plan = doc["layout"], doc["read_plan"]
     ranks = f"{lay['ranks']} rank(s), " if lay["ranks"] else ""
-    layout = f" ({lay['name']}{', step ' + lay['tag'] if lay['tag'] else ''})" if lay["name"] != "files" else ""
+    layout = (f" ({lay['name']}{', step ' + lay['tag'] if lay['tag'] else ''})"
+              if lay["name"] not in ("files", doc["format"]) else "")
     if lay["why"]:
         print(f"picked {lay['root'] or 'the files at the top'}: {lay['why']}")
     print(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s), tail of {lay['tail_files']} "

@@ -92,7 +92,9 @@ def _torch_entries(directory: str, rels: list[str]):
         for group, name, t in state.tensors():
             if stem:
                 group = group_of(f"{stem}.{name}")
-            out.append(Tensor(f"{stem}.{name}" if stem else name, _dtype(t.dtype), tuple(t.shape),
+            if stem and not name.startswith(stem + "."):
+                name = f"{stem}.{name}"
+            out.append(Tensor(name, _dtype(t.dtype), tuple(t.shape),
                               t.numel() * t.element_size(), rel, group))
         others += sum(1 for v in state.extra.values() if not hasattr(v, "dtype"))
     return out, others, inert
@@ -118,8 +120,9 @@ def _entries(directory: str, listing: Listing):
                 n = 1
                 for d in shape:
                     n *= d
-                out.append(Tensor(fqn, _dtype(md.properties.dtype), shape, n * md.properties.dtype.itemsize,
-                                  ".metadata", group_of(fqn)))
+                group = group_of(fqn)  # named as the restore names it: a model weight without DCP's `model.`
+                out.append(Tensor(fqn.removeprefix("model.") if group == "model" else fqn, _dtype(md.properties.dtype),
+                                  shape, n * md.properties.dtype.itemsize, ".metadata", group))
             else:
                 others += 1
         return out, others, set()

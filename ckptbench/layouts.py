@@ -277,14 +277,14 @@ def _plain_pickles(files) -> tuple[tuple[str, str], ...]:
 SCRIPT_WHY = "a Python script (DeepSpeed copies zero_to_fp32.py beside its steps): code, not state; no resume reads it"
 
 
-def _skip_why(rel: str) -> str | None:
+def skip_why(rel: str) -> str | None:
     name = os.path.basename(rel)
     return SKIP_WHY.get(name) or (SCRIPT_WHY if name.endswith(".py") else None)
 
 
 def _skip(lay: Layout) -> Layout:
     """Never read, wherever they lie: a Trainer's training_args.bin (a pickled object, not state) and scripts."""
-    skipped = tuple((r, why) for r in lay.files if (why := _skip_why(r)))
+    skipped = tuple((r, why) for r in lay.files if (why := skip_why(r)))
     if not skipped:
         return lay
     gone = {r for r, _ in skipped}

@@ -237,7 +237,7 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
     count = sum(t.numel() for t in state.model.values())
     during = f" ({early} of them during the read, as their files completed)" if early else ""
     kept = (f"; {len(normal)} bookkeeping value(s) hold NaN/Inf on purpose, as their library saves them (e.g. "
-            f"{normal[0][:80]}): normal, not corruption" if normal else "")
+            f"{_tail(normal[0])}): normal, not corruption" if normal else "")
     summary = (f"structural check, no model step: {floating} floating tensors ({human_bytes(nbytes)}) scanned "
                f"natively for NaN/Inf{during}, "
                f"{'none found in weights or optimizer moments' if not bad else f'{len(bad)} with non-finite values'}"
@@ -247,6 +247,11 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
 
 
 WEIGHTS, MOMENTS, BOOKKEEPING = "weights", "optimizer moments", "bookkeeping"
+
+
+def _tail(name: str, n: int = 60) -> str:
+    """A long flat key by its end, where it says what it is (…ModelCheckpoint{…}.kth_value)."""
+    return name if len(name) <= n else "…" + name[-n:]
 
 
 def value_kind(group: str, name: str, t: torch.Tensor) -> str:

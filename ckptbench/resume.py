@@ -79,13 +79,13 @@ def _level(where: str, rels: list[str], fetch: Fetch | None) -> tuple[str, str, 
     if numbered:
         n = max(numbered)
         tag = numbered[n]
-        kind = tag.split("-")[0]
-        why = (f"the highest {kind}-N of {len(numbered)}, as a resume picks it (Trainer's resume_from_checkpoint=True, "
-               f"torchtitan's load_step -1)")
+        who = ("as Trainer's resume_from_checkpoint=True picks it (get_last_checkpoint)" if tag.startswith("checkpoint")
+               else "as torchtitan's resume (load_step -1) and ckptbench save pick it")
+        why = f"the highest {tag.split('-')[0]}-N of {len(numbered)}, {who}"
         passed = [(numbered[k], f"an older checkpoint: a resume takes {tag}") for k in sorted(numbered) if k != n]
         passed += [(d, f"not numbered as step-N or checkpoint-N (ASCII digits), so no candidate: a resume takes {tag}")
                    for d in sorted(_holding(rels) - set(numbered.values()))]
-        finals = sorted(r for r in top if r.endswith(WEIGHT_EXT))
+        finals = sorted(r for r in top if r.endswith(WEIGHT_EXT) and not layouts.skip_why(r))
         if finals:
             why += "; the final model at the top is not read (--pick . restores it)"
             passed += [(r, f"the final model (trainer.save_model), not the state a resume loads from {tag}")
