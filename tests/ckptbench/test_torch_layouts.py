@@ -147,7 +147,7 @@ def _both(root: str):
 
 STEP200 = ["latest", "global_step200/mp_rank_00_model_states.pt",
            "global_step200/zero_pp_rank_0_mp_rank_00_optim_states.pt",
-           "global_step200/zero_pp_rank_1_mp_rank_00_optim_states.pt", "zero_to_fp32.py"]
+           "global_step200/zero_pp_rank_1_mp_rank_00_optim_states.pt"]  # zero_to_fp32.py: a script, never read
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -181,6 +181,7 @@ def test_deepspeed_layout_is_described_and_other_steps_are_not_selected(ds_tree)
     assert lay.model_files == ("global_step200/mp_rank_00_model_states.pt",)
     assert lay.optimizer_files == tuple(s for s in STEP200 if "optim_states" in s)
     assert lay.describe()["layout"] == "deepspeed"
+    assert "code, not state" in dict(lay.skipped)["zero_to_fp32.py"]
 
 
 def test_deepspeed_read_and_verify_read_only_the_latest_step(ds_tree):
