@@ -126,7 +126,7 @@ def flatten(obj, prefix: str = "", depth: int = 0):
     if depth > MAX_DEPTH:
         raise FormatError(f"{prefix[:80]!r}: nested deeper than {MAX_DEPTH} levels; the file is corrupt or crafted")
     if isinstance(obj, dict):
-        items = obj.items()
+        items = dict.items(obj)  # not obj.items: a pickle can set an instance attribute `items` on an OrderedDict
     elif isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
         items = enumerate(obj)
     else:
@@ -137,6 +137,32 @@ def flatten(obj, prefix: str = "", depth: int = 0):
             raise FormatError(f"{prefix[:80]!r}: has a key of type {type(k).__name__}, not a name or an index; "
                               "the file is corrupt or crafted")
         yield from flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+
+
+def walk_limit(pickle_bytes: int) -> int:
+    """How many containers and items a walk of an unpickled object may visit: each costs the pickle at least one
+    opcode byte unless shared through its memo, so a tree fits; a shared graph (a list holding one list twice,
+    24 levels deep: 2**24 paths from 1.7 KiB) does not."""
+    return (1 << 16) + 2 * pickle_bytes
+
+
+def check_walk(obj, limit: int, where: str) -> None:
+    """Refuses `obj` when walking it (as flatten does, shared references visited each time) visits more than
+    `limit` nodes; stops at the limit, so the check itself is bounded."""
+    stack, seen = [obj], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > limit:
+            raise FormatError(f"{where}: its pickle refers to the same containers so often that reading it would "
+                              f"visit more than {limit} values; the file is corrupt or crafted")
+        if isinstance(node, dict):
+            stack.extend(dict.values(node))
+            attrs = getattr(node, "__dict__", None)  # an OrderedDict's BUILD state (the stand-ins' attributes)
+            if attrs:
+                stack.extend(attrs.values())
+        elif isinstance(node, (list, tuple, set, frozenset)):
+            stack.extend(node)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

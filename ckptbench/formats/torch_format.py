@@ -23,7 +23,8 @@ import zipfile
 import torch
 
 from ckptbench import layouts
-from ckptbench.formats import CheckpointState, FormatError, MemoryFile, flatten, group_of, inert
+from ckptbench.formats import (CheckpointState, FormatError, MemoryFile, check_walk, flatten, group_of, inert,
+                               torch_prescan, walk_limit)
 
 
 def shard_names(rank: int) -> tuple[str, str]:
@@ -56,7 +57,7 @@ def _whole(v) -> bool:
 
 def _parts(name, parts, where: str) -> dict:
     if not isinstance(name, str) or not isinstance(parts, dict) or not all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in parts.items()):
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in dict.items(parts)):
         raise FormatError(f"{where}: optimizer state {str(name)[:60]!r} is not a map of tensors; {_CRAFTED}")
     return parts
 
@@ -70,12 +71,13 @@ def _own_optimizer(obj: dict) -> bool:
     """ckptbench's optimizer shard: nothing but state/step/hparams, the state a map of maps (a torch optimizer's
     own state_dict has param_groups too, and is a foreign file)."""
     return ("state" in obj and set(obj) <= _OWN_OPTIM and isinstance(obj["state"], dict)
-            and all(isinstance(v, dict) for v in obj["state"].values()))
+            and all(isinstance(v, dict) for v in dict.values(obj["state"])))
 
 
 def _own_optimizer_state(obj: dict, where: str) -> CheckpointState:
-    optim = {name: _parts(name, parts, where) for name, parts in obj["state"].items()}
-    step, hparams = obj.get("step", 0), obj.get("hparams", {})
+    # dict.items, dict.get: a pickle can shadow the methods with instance attributes on an OrderedDict
+    optim = {name: _parts(name, parts, where) for name, parts in dict.items(obj["state"])}
+    step, hparams = dict.get(obj, "step", 0), dict.get(obj, "hparams", {})
     if isinstance(step, torch.Tensor) and step.numel() == 1:
         step = step.item()
     if isinstance(step, float) and step.is_integer():
@@ -98,7 +100,7 @@ def _rank_tag(where: str) -> str | None:
 def _wrapper(obj: dict) -> str | None:
     """The top-level key whose dict holds the weights (DeepSpeed's `module`, `state_dict`, `model`), if any."""
     for key in _WRAPPERS:
-        v = obj.get(key)
+        v = dict.get(obj, key)
         if isinstance(v, dict) and any(isinstance(leaf, torch.Tensor) for _, leaf in flatten(v, key)):
             return key
     return None
@@ -158,8 +160,8 @@ def _from_obj(obj, where: str) -> CheckpointState:
     if _own_optimizer(obj):
         return _own_optimizer_state(obj, where)
     if obj and _rank_tag(where) is None and all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
-        return CheckpointState(dict(obj))
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in dict.items(obj)):
+        return CheckpointState(dict(dict.items(obj)))
     return _named(_foreign, obj, where)
 
 
@@ -247,14 +249,18 @@ def _check_leaf(key: str, leaf, where: str) -> None:
 _REFUSALS = ("GLOBAL", "Can only build", "Trying to call reduce")
 
 
-def _safe_load(load, where: str, source=None):
+def _safe_load(load, where: str, source=None, limit: int = 0):
     """Runs `load()` (a weights_only torch load, numeric numpy arrays allowed) and turns its failures into one
     FormatError line. When the pickle names classes beyond torch's allowlist and `source` (the zip file: a path
-    or a file object) is given, it is loaded again with an inert stand-in for each (formats/inert.py).
-    Returns (object, the names stood in for)."""
+    or a file object) is given, it is loaded again with an inert stand-in for each (formats/inert.py). The
+    object is walked only once `check_walk` has bounded it by `limit`. Returns (object, the names stood in for)."""
     try:
         with _numpy_allowed():
-            return load(), []
+            obj = load()
+        check_walk(obj, limit, where)
+        return obj, []
+    except FormatError:
+        raise
     except pickle.UnpicklingError as exc:
         if not any(r in str(exc) for r in _REFUSALS):
             raise FormatError(f"{where}: not a readable torch file ({_why(exc)}); {_DAMAGED}") from None
@@ -269,7 +275,9 @@ def _safe_load(load, where: str, source=None):
         with _numpy_allowed():
             names = inert.names_in(source)
             with inert.stand_ins(names, where):
-                return inert.plain(load(), where), names
+                obj = load()
+            check_walk(obj, limit, where)
+            return inert.plain(obj, where), names
     except FormatError:
         raise
     except Exception as exc:  # what stand-ins do not cover (items appended to a list subclass, slot state), or
@@ -319,6 +327,34 @@ def _zip_records(f, size: int, where: str) -> dict[str, tuple[int, int]]:
     return records
 
 
+def _prescan(f, records: dict[str, tuple[int, int]], where: str) -> int:
+    """The archive's pickle dry-run against its members before torch reads it (torch_prescan); returns the
+    pickle's length, which bounds every later walk of what it holds."""
+    pkl = [n for n in records if n.endswith("/data.pkl") or n == "data.pkl"]
+    if len(pkl) != 1:
+        raise FormatError(f"{where}: {len(pkl)} data.pkl members, a torch.save archive has one; {_CRAFTED}")
+    prefix = pkl[0][:-len("data.pkl")] + "data/"
+    start, length = records[pkl[0]]
+    f.seek(start)
+    torch_prescan.check(f.read(length), where,
+                        {n[len(prefix):]: ln for n, (_, ln) in records.items() if n.startswith(prefix)})
+    return length
+
+
+def _check_tensors(state: CheckpointState, where: str) -> CheckpointState:
+    """What the scan and the clone may touch: CPU tensors with their data, each no larger than its storage (a
+    stride-0 view claims more than the file holds: copying it would allocate the claim)."""
+    for _, name, t in state.tensors():
+        if t.layout != torch.strided or t.is_nested or t.device.type != "cpu":
+            raise FormatError(f"{where}: tensor {name[:80]!r} is {t.layout} on {t.device}, not a CPU tensor with its "
+                              "data in the file; re-save it as a plain state dict")
+        need = t.numel() * t.element_size()
+        if need and need > t.untyped_storage().nbytes() - t.storage_offset() * t.element_size():
+            raise FormatError(f"{where}: tensor {name[:80]!r} claims {need} bytes from a storage of "
+                              f"{t.untyped_storage().nbytes()} (a stride-0 or overlapping view); {_CRAFTED}")
+    return state
+
+
 def _check_start(head: bytes, where: str) -> bool:
     """True for a zip archive, False for torch's legacy format; anything else is not a torch.save file."""
     if head.startswith(_ZIP_MAGIC):
@@ -347,12 +383,11 @@ def peek_file(path: str) -> CheckpointState:
     with _open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         is_zip = _check_start(f.read(32), path)
-        if is_zip:
-            _zip_records(f, size, path)
+        limit = walk_limit(_prescan(f, _zip_records(f, size, path), path) if is_zip else size)
     # mmap needs the zip layout; the legacy format is read whole, as torch.load does
     obj, names = _safe_load(lambda: torch.load(path, weights_only=True, map_location="cpu", mmap=is_zip), path,
-                            path if is_zip else None)
-    return _with_inert(_from_obj(obj, path), names)
+                            path if is_zip else None, limit)
+    return _check_tensors(_with_inert(_from_obj(obj, path), names), path)
 
 
 def load_file(path: str) -> CheckpointState:
@@ -395,17 +430,19 @@ def load_buffer(buf, name: str) -> CheckpointState:
     view = memoryview(buf).cast("B")
     is_zip = _check_start(bytes(view[:32]), name)
     if not is_zip:
-        obj, _ = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name)
-        return _from_obj(obj, name)
+        obj, _ = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name,
+                            limit=walk_limit(view.nbytes))
+        return _check_tensors(_from_obj(obj, name), name)
     records = _zip_records(MemoryFile(view), view.nbytes, name)
+    limit = walk_limit(_prescan(MemoryFile(view), records, name))
     if not _has_load_internals():
         obj, names = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name,
-                                MemoryFile(view))
-        return _with_inert(_from_obj(obj, name), names)
+                                MemoryFile(view), limit)
+        return _check_tensors(_with_inert(_from_obj(obj, name), names), name)
     # read-only bytes cannot back a tensor: one copy (as io.BytesIO would make), then the same in-place path
     target = bytearray(view) if view.readonly else buf
-    obj, names = _safe_load(lambda: _load_in_place(target), name, MemoryFile(view))
-    state = _with_inert(_from_obj(obj, name), names)
+    obj, names = _safe_load(lambda: _load_in_place(target), name, MemoryFile(view), limit)
+    state = _check_tensors(_with_inert(_from_obj(obj, name), names), name)
     _check_in_place(state, target, records, name)
     return state
 
