@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ckptbench.formats import FormatError
+from ckptbench.formats.dcp_metadata import DTYPES
 
 _CRAFTED = "the checkpoint is corrupt or crafted"
 _STORAGES = {v: k for k, v in torch.storage._dtype_to_storage_type_map().items()}  # "FloatStorage" -> float32
@@ -81,7 +82,7 @@ def _rebuild_v3(storage, storage_offset, size, stride, _grad, _hooks, dtype, *_r
     return _Tensor(storage, storage_offset, tuple(size), tuple(stride), dtype)
 
 
-class _Recorder(pickle.Unpickler):
+class _Recorder(pickle._Unpickler):  # pure Python: its memo is a dict, a crafted index costs nothing
     """Admits the names a saved plain tensor uses and records what they describe; calls nothing of torch's."""
 
     def find_class(self, module: str, name: str):
@@ -91,8 +92,8 @@ class _Recorder(pickle.Unpickler):
             return _rebuild_v3
         if (module, name) == ("torch.storage", "UntypedStorage"):
             return _UNTYPED
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
+        if module == "torch" and name in DTYPES:
+            return DTYPES[name]
         if (module, name) == ("collections", "OrderedDict"):
             return dict
         if module == "torch" and name in _STORAGES:

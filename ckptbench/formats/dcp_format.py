@@ -154,6 +154,9 @@ def _tree(meta: Metadata, flat: dict[str, object]) -> dict | None:
     if not isinstance(paths, dict) or not paths:
         return None
     root: dict = {}
+    # list slots the nesting may fill: a list index names an entry below it, so a real nesting needs few more
+    # slots than entries; crafted indices up to 2**20 at every level would otherwise allocate gigabytes
+    slots = 2 * len(flat) + 1024
     for fqn, value in flat.items():
         path = paths.get(fqn)
         if not isinstance(path, tuple) or not path or len(path) > MAX_DIMS \
@@ -166,12 +169,18 @@ def _tree(meta: Metadata, flat: dict[str, object]) -> dict | None:
             if child is None:
                 child = [] if isinstance(nxt, int) else {}
                 if isinstance(node, list):
+                    slots -= max(0, k + 1 - len(node))
+                    if slots < 0:
+                        return None
                     node.extend([None] * (k + 1 - len(node)))
                 node[k] = child
             if not isinstance(child, (dict, list)) or isinstance(child, list) != isinstance(nxt, int):
                 return None
             node = child
         if isinstance(node, list):
+            slots -= max(0, path[-1] + 1 - len(node))
+            if slots < 0:
+                return None
             node.extend([None] * (path[-1] + 1 - len(node)))
         node[path[-1]] = value
     return root
