@@ -9,9 +9,11 @@ so the items and attributes the pickle then sets land in it as data. After the l
 a plain dict of its items and attributes, and the names are reported. Nothing of the named class is imported or
 called: the stand-in is all the pickle ever reaches.
 
-Names from modules that run code, spawn, import or touch files are refused outright (a checkpoint has no business
-naming them: the file was crafted), and so are torch's and numpy's own names that torch does not allow: those carry
-tensors and arrays (DTensor, object arrays) whose meaning a stand-in would silently change.
+The rule: a name on torch's weights_only allowlist (plus numeric numpy arrays, torch_format) is what torch makes
+of it; a name under torch or numpy beyond it is refused (tensor and array types, DTensor, object arrays, whose
+meaning a stand-in would silently change); a name in a module torch itself blocks (os, sys, posix, nt) is refused
+by torch's unpickler; every other name, whatever it names (eval, subprocess, functools.partial), is a stand-in.
+No list of dangerous names is kept: none could be complete, and none is needed, since no named object is reached.
 """
 
 from __future__ import annotations
@@ -22,19 +24,6 @@ from collections import OrderedDict
 from ckptbench.formats import MAX_DEPTH, FormatError
 
 _MARK = "\x00ckptbench-inert"  # the key a stand-in's OrderedDict carries its class name under, in its __dict__
-# Names a real checkpoint never holds: how pickles run code (modules that execute, import, spawn, open files or
-# sockets, and the builtins that evaluate or reach attributes). A stand-in would not run them either; a file that
-# names them was crafted, and saying so is worth more than its tensors.
-_RUNS_CODE = frozenset({
-    "os", "posix", "nt", "sys", "subprocess", "runpy", "importlib", "pickle", "_pickle", "copyreg", "marshal",
-    "types", "code", "codeop", "ctypes", "socket", "shutil", "pty", "webbrowser", "io", "_io", "tempfile",
-    "multiprocessing", "signal", "inspect", "pdb", "timeit", "zipimport", "pkgutil", "site", "asyncio", "http",
-    "urllib",
-})
-_BUILTINS_RUN_CODE = frozenset({
-    "eval", "exec", "execfile", "compile", "getattr", "setattr", "delattr", "__import__", "open", "file", "input",
-    "globals", "locals", "vars", "breakpoint", "apply", "reload",
-})
 
 
 def names_in(source) -> list[str]:
@@ -59,11 +48,6 @@ def _root(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-def _runs_code(name: str) -> bool:
-    root, _, rest = name.partition(".")
-    return root in _RUNS_CODE or (root in ("builtins", "__builtin__") and rest in _BUILTINS_RUN_CODE)
-
-
 class _StandIn:
     """What the pickle gets for one named class or function: any call or instantiation yields a marked
     OrderedDict (the unpickler lets items, and attributes through BUILD, be set on an OrderedDict only)."""
@@ -85,11 +69,7 @@ def _stand_in(name: str) -> type:
 @contextlib.contextmanager
 def stand_ins(names: list[str], where: str):
     """torch's weights_only unpickler with a stand-in for each of `names`, for the duration of a load; refuses
-    (FormatError) when a name is one no checkpoint should hold."""
-    code = [n for n in names if _runs_code(n)]
-    if code:
-        raise FormatError(f"{where}: refused — its pickle names {', '.join(code[:3])}, which could run code when "
-                          "unpickled; torch.save never writes that: the file was crafted or is not a checkpoint")
+    (FormatError) torch's and numpy's own names that torch does not allow."""
     own = [n for n in names if _root(n) in ("torch", "numpy")]
     if own:
         raise FormatError(f"{where}: refused — its pickle names {', '.join(own[:3])}, which torch's weights_only "
@@ -112,13 +92,13 @@ def plain(obj, where: str, depth: int = 0):
     if depth > MAX_DEPTH:  # a pickle can nest, or refer to itself, without end
         raise FormatError(f"{where}: nested deeper than {MAX_DEPTH} levels; the file is corrupt or crafted")
     if isinstance(obj, OrderedDict) and _MARK in obj.__dict__:
-        out = {k: plain(v, where, depth + 1) for k, v in obj.items()}
+        out = {k: plain(v, where, depth + 1) for k, v in OrderedDict.items(obj)}
         for k, v in obj.__dict__.items():
             if k != _MARK and isinstance(k, str) and k not in out:
                 out[k] = plain(v, where, depth + 1)
         return out
     if type(obj) in (dict, OrderedDict):
-        for k, v in obj.items():
+        for k, v in list(dict.items(obj)):
             obj[k] = plain(v, where, depth + 1)
     elif type(obj) is list:
         obj[:] = [plain(v, where, depth + 1) for v in obj]
