@@ -6,6 +6,7 @@ The seed is fixed, so a failure names a case that replays exactly."""
 
 from __future__ import annotations
 
+import collections
 import copy
 import io
 import json
@@ -372,3 +373,185 @@ def test_fuzzed_cases_through_the_cli_are_one_line_and_write_nothing(h, ckpt, tm
         if kind == "manifest":
             _cli_refuses(h, root, needle, ["verify", root])
         assert _tree(root) == before
+
+
+# ---- budgets: pickles, DCP metadata and manifests, each case bounded in time and memory --------------------------
+
+CASE_SECONDS, CASE_MIB = 2.0, 256  # per case, for inputs under 64 KiB (issue #25: work bounded by the input's size)
+
+
+def _budgeted(call, label: str):
+    """call() within the per-case budget: wall time, and growth of this process's peak RSS."""
+    import resource
+    import time
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.monotonic()
+    try:
+        return call()
+    finally:
+        grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+        assert time.monotonic() - t <= CASE_SECONDS and grew <= CASE_MIB, (label, time.monotonic() - t, grew)
+
+
+# opcodes a crafted pickle reaches for: calls of allow-listed allocators, shared references, large numbers
+_GLOBALS = [b"c__builtin__\nbytearray\n", b"ctorch\nFloatTensor\n", b"ctorch\nFloatStorage\n", b"ctorch\nSize\n",
+            b"ctorch._utils\n_rebuild_meta_tensor_no_storage\n", b"ctorch._utils\n_rebuild_tensor_v2\n",
+            b"ccollections\nOrderedDict\n", b"cbuiltins\neval\n", b"ctorch\n_dynamo\n", b"cfunctools\npartial\n"]
+_NUMBERS = [b"K\x00", b"K\x10", b"J\xff\xff\xff\x7f", b"\x8a\x05\x00\x00\x00\x00\x01", b"\x8a\x08" + b"\xff" * 8]
+
+
+def _mutate_pickle(rng: random.Random, pkl: bytes) -> bytes:
+    out = bytearray(pkl)
+    for _ in range(rng.randint(1, 4)):
+        op, i = rng.randrange(5), rng.randrange(len(out))
+        if op == 0:  # a global replaced by another (both end in a newline)
+            start = out.find(b"c", i)
+            end = out.find(b"\n", out.find(b"\n", start + 1) + 1) if start >= 0 else -1
+            if end > 0:
+                out[start:end + 1] = rng.choice(_GLOBALS)
+        elif op == 1:  # a small int replaced by a large one
+            j = out.find(b"K", i)
+            if j >= 0:
+                out[j:j + 2] = rng.choice(_NUMBERS)
+        elif op == 2:  # a memo reference repeated (a shared graph)
+            j = out.find(b"h", i)
+            if j >= 0:
+                out[j:j] = out[j:j + 2] * rng.randint(1, 8)
+        elif op == 3:
+            out[i] = rng.randrange(256)
+        else:
+            del out[i:i + rng.randint(1, 8)]
+    return bytes(out)
+
+
+class _Reduces:
+    def __init__(self, *reduced):
+        self.reduced = reduced
+
+    def __reduce__(self):
+        return self.reduced
+
+
+def _crafted_value(rng: random.Random):
+    """One value of the kinds a crafted pickle uses to make a few KiB cost gigabytes or a traceback."""
+    big = rng.choice([0, 3, 1 << 20, 1 << 28, 1 << 31])
+    kind = rng.randrange(7)
+    if kind == 0:
+        shared = [1]
+        for _ in range(rng.choice([2, 10, 22])):
+            shared = [shared, shared]
+        return shared
+    if kind == 1:
+        return _Reduces(bytearray, (big,))
+    if kind == 2:
+        return _Reduces(rng.choice([torch.FloatTensor, torch.FloatStorage, torch.Tensor]), (big,))
+    if kind == 3:
+        return torch.zeros(1).expand(max(big, 1))
+    if kind == 4:
+        return torch.empty(4, device="meta")
+    if kind == 5:
+        return _Reduces(collections.OrderedDict, (), {"items": 5, "get": 1, "values": 2})
+    return {"step": big, "lr": [0.1, 0.2]}
+
+
+def test_fuzzed_pickles_stay_within_budget():
+    import zipfile
+
+    from ckptbench.formats.torch_format import load_buffer
+
+    rng = random.Random(SEED + 2)
+    outcomes = {"parsed": 0, "refused": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for case in range(80):
+            buf = io.BytesIO()
+            torch.save({"w": torch.arange(16.0), **{f"x{i}": _crafted_value(rng) for i in range(rng.randint(1, 2))}},
+                       buf)
+            members = [(i.filename, zipfile.ZipFile(buf).read(i.filename)) for i in zipfile.ZipFile(buf).infolist()]
+            out = io.BytesIO()
+            with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+                for n, data in members:
+                    mutate = n.endswith("data.pkl") and rng.random() < 0.5
+                    z.writestr(n, _mutate_pickle(rng, data) if mutate else data)
+            raw = out.getvalue()
+            assert len(raw) < 64 << 10
+            name = f"case{case}.pt"
+            try:
+                _budgeted(lambda: load_buffer(bytearray(raw), name).model["w"].clone(), name)
+                outcomes["parsed"] += 1
+            except CkptbenchError as exc:
+                _refused(exc, name)
+                outcomes["refused"] += 1
+    assert outcomes["parsed"] and outcomes["refused"] > 20, outcomes
+
+
+def _mutate_metadata(rng: random.Random, meta) -> None:
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, TensorStorageMetadata
+
+    fqns = list(meta.state_dict_metadata)
+    fqn = rng.choice(fqns)
+    md = meta.state_dict_metadata[fqn]
+    op = rng.randrange(5)
+    if op == 0:
+        index, depth = rng.choice([0, 5, 2 ** 20 - 1]), rng.randint(1, 40)  # list indices at every level
+        meta.planner_data = {f: (f,) + (index,) * depth for f in fqns}
+    elif op == 1 and isinstance(md, TensorStorageMetadata) and md.chunks:
+        c = rng.choice(md.chunks)
+        md.chunks.append(ChunkStorageMetadata(offsets=c.offsets, sizes=torch.Size(
+            [rng.choice([0, 1, d, 2 ** 40]) for d in c.sizes])))
+    elif op == 2:
+        key = rng.choice(list(meta.storage_data))
+        info = meta.storage_data[key]
+        info.offset, info.length = rng.choice([(0, 2 ** 62), (2 ** 40, 1), (info.offset, info.length + 1)])
+    elif op == 3 and isinstance(md, TensorStorageMetadata):
+        md.size = torch.Size([rng.choice([1, 2 ** 20, 2 ** 31]) for _ in md.size])
+    else:
+        meta.state_dict_metadata[rng.choice(ODD[:5] + ["x"])] = rng.choice([md, 5, None])
+
+
+def test_fuzzed_dcp_metadata_stays_within_budget(tmp_path):
+    import pickle
+
+    import torch.distributed.checkpoint as dcp
+
+    from ckptbench.formats.dcp_format import load_dir
+
+    root = tmp_path / "dcp"  # a foreign layout, so the nesting is rebuilt from planner_data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": {"w": torch.arange(12.0).reshape(3, 4), "b": torch.ones(4)},
+                  "optim": {"groups": [{"lr": 0.1}, {"lr": 0.2}]}, "step": torch.tensor(3)},
+                 checkpoint_id=str(root), no_dist=True)
+    raw = (root / ".metadata").read_bytes()
+    rng = random.Random(SEED + 3)
+    outcomes = {"parsed": 0, "refused": 0}
+    for case in range(60):
+        meta = pickle.loads(raw)
+        for _ in range(rng.randint(1, 3)):
+            _mutate_metadata(rng, meta)
+        data = bytearray(pickle.dumps(meta))
+        if rng.random() < 0.3:
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        assert len(data) < 64 << 10
+        (root / ".metadata").write_bytes(data)
+        try:
+            _budgeted(lambda: load_dir(str(root)), f"case{case}")
+            outcomes["parsed"] += 1
+        except CkptbenchError as exc:
+            assert "\n" not in str(exc), str(exc)
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 20, outcomes
+
+
+def test_fuzzed_manifests_stay_within_budget(h, ckpt):
+    doc = _real_manifest(h, ckpt)
+    rng = random.Random(SEED + 4)
+    for case in range(200):
+        raw = _manifest_bytes(rng, doc)
+        if len(raw) >= 64 << 10:
+            continue
+        try:
+            _budgeted(lambda: mf.parse(raw, "m"), f"case{case}")
+        except CkptbenchError:
+            pass
