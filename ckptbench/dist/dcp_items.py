@@ -152,7 +152,11 @@ def locate(fd: int, item_offset: int, item_length: int, dtype: torch.dtype, size
     record = f"data/{key}"
     if record not in records:
         raise FormatError(f"{where}: the chunk's storage {record} is missing; {_CRAFTED}")
-    start = reader.get_record_offset(record) + t.storage_offset * dtype.itemsize
+    try:
+        start = reader.get_record_offset(record) + t.storage_offset * dtype.itemsize
+    except (RuntimeError, OSError) as exc:  # the archive's own record table is damaged
+        raise FormatError(f"{where}: the chunk's storage {record} cannot be located ({str(exc).splitlines()[0][:80]}"
+                          f"); {_CRAFTED}") from None
     nbytes = numel * dtype.itemsize
     if start + nbytes > item_length:
         raise FormatError(f"{where}: the chunk's elements end past its {item_length} bytes; {_CRAFTED}")

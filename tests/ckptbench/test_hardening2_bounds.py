@@ -295,3 +295,25 @@ def test_a_module_torch_blocks_is_refused_in_one_line(tmp_path):
         with pytest.raises(FormatError) as exc:
             torch_format.load_file(path)
         assert str(exc.value).startswith(path) and "refused" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_malformed_chunk_pickles_are_one_line(tmp_path):
+    from ckptbench.dist import dcp_items
+
+    chunk = io.BytesIO()
+    torch.save(torch.zeros(2), chunk)
+    bad = [b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(K\x01K\x00K\x02tR.",  # no storage
+           b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(NK\x00K\x02K\x01tR.",  # size not a sequence
+           b"\x80\x02r\x00\x00\x00\x08N.",  # a memo index of 2**27: a dict entry, not a 2 GiB table
+           b"\x80\x02ccollections\nOrderedDict\n)R}X\x05\x00\x00\x00itemsK\x05sb."]
+    for i, pkl in enumerate(bad):
+        raw = _rezip(chunk.getvalue(), lambda n, d: pkl if n.endswith("data.pkl") else d)
+        path = tmp_path / f"c{i}"
+        path.write_bytes(raw)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with pytest.raises(FormatError) as exc:
+                dcp_items.locate(fd, 0, len(raw), torch.float32, (2,), f"chunk{i}")
+        finally:
+            os.close(fd)
+        assert str(exc.value).startswith(f"chunk{i}") and "\n" not in str(exc.value)
