@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 
 from ckptbench.errors import Cancelled, CkptbenchError, printable, redact, redact_all
+
+PID = re.compile(r"[0-9]+")  # ASCII only: int() also reads "٣" and "３" as 3
 
 
 def _target(args):
@@ -18,10 +21,13 @@ def _target(args):
         raise CkptbenchError("watch: give a PID or --match PATTERN or -- COMMAND, not several")
     if args.match:
         return procstat.find(args.match), None, None
-    if len(args.target) == 1 and args.target[0].isdigit():
+    if len(args.target) == 1 and PID.fullmatch(args.target[0]):
         pid = int(args.target[0])
-        procstat.sample(pid)  # gone or unreadable: one line now, before anything is shown
+        procstat.watchable(pid)  # gone, unreadable or a zombie: one line now, before anything is shown
         return pid, None, None
+    if len(args.target) == 1 and args.target[0].isdigit():  # digits of another script: meant as a PID
+        raise CkptbenchError(f"watch: {args.target[0]!r} is not a PID (a PID is ASCII digits 0-9); give a PID, "
+                             "--match PATTERN or -- COMMAND")
     proc, marks = watch.start_job(args.target, stdout_to_stderr=args.json)
     return proc.pid, proc, marks
 

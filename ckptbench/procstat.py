@@ -173,6 +173,20 @@ def sample(pid: int, under: tuple[str, ...] = ()) -> ProcSample:
                       sockets)
 
 
+def zombie_error(pid: int) -> ProcessGone:
+    return ProcessGone(f"process {pid} has exited and is a zombie (its parent has not reaped it): nothing to watch; "
+                       "give the PID of a running job")
+
+
+def watchable(pid: int) -> ProcSample:
+    """The first sample of a job someone else started: one line now when it is gone, unreadable or a zombie
+    (whose counters never move again: watching it would record an empty restore)."""
+    first = sample(pid)
+    if first.state in ("Z", "X"):
+        raise zombie_error(pid)
+    return first
+
+
 def find(pattern: str, *, exclude: int | None = None) -> int:
     """The one process whose command line contains `pattern`; one line when none or several match."""
     me = exclude or os.getpid()

@@ -204,6 +204,8 @@ class Watch:
         # printed and recorded: a URL's user:password or a secret key on the command line stays out
         command = redact(" ".join(self.proc.args) if self.proc is not None else _cmdline(self.pid))
         prev = procstat.sample(self.pid)
+        if self.proc is None and prev.state in ("Z", "X"):  # a job ckptbench started may exit before this sample
+            raise procstat.zombie_error(self.pid)
         t_start = prev.t
         tcp0 = probes.tcp_counters()
         intervals: list[Interval] = []
