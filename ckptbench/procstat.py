@@ -6,6 +6,7 @@ root), which the kernel checks; a refusal is one line saying so.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from ckptbench.errors import CkptbenchError, redact
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+PID = re.compile(r"[0-9]+")  # a /proc entry that is a process (ASCII digits only)
 MAX_TREE = 4096  # processes followed under one watched root: a fork bomb is not a restore
 
 
@@ -187,18 +189,36 @@ def watchable(pid: int) -> ProcSample:
     return first
 
 
+def ancestors(pid: int) -> list[int]:
+    """`pid`'s parent, its parent's parent, ... up to PID 1 (the shell and terminal that started a watcher)."""
+    out: list[int] = []
+    while pid > 1 and len(out) < MAX_TREE:
+        try:
+            pid = int(_stat_fields(_read(f"/proc/{pid}/stat"))[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if pid <= 0 or pid in out:
+            break
+        out.append(pid)
+    return out
+
+
 def find(pattern: str, *, exclude: int | None = None) -> int:
-    """The one process whose command line contains `pattern`; one line when none or several match."""
+    """The one process whose command line contains `pattern`; one line when none or several match.
+
+    The watcher (`exclude`, else this process) is left out by identity: itself, its ancestors (the shell whose
+    command line holds the pattern too) and its descendants; never by what a command line says."""
     me = exclude or os.getpid()
+    mine = set(tree(me)) | set(ancestors(me))
     found = []
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+        if not PID.fullmatch(name) or int(name) in mine:
             continue
         try:
             cmd = _read(f"/proc/{name}/cmdline").replace("\0", " ").strip()
         except OSError:
             continue
-        if pattern in cmd and not ("ckptbench" in cmd and " watch" in cmd):  # not a watcher (this one included)
+        if pattern in cmd:
             found.append((int(name), cmd))
     if not found:
         raise CkptbenchError(f"--match {pattern!r}: no running process has it in its command line; give a PID")
