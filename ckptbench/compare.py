@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckptbench.env import KEY_FIELDS
-from ckptbench.errors import CkptbenchError
+from ckptbench.errors import CkptbenchError, printable
 from ckptbench.results import STAGES, read_rows
 from ckptbench.stats import spread
 
@@ -61,6 +61,16 @@ def _steady(rows: list[dict]) -> list[dict]:
     return rows
 
 
+def _shown(value):
+    """A recorded value as it may be shown: results fields are text anyone could have written (a terminal escape in a
+    source path or a kernel string would retitle or wipe the terminal)."""
+    return printable(value) if isinstance(value, str) else value
+
+
+def _known(ids: list[str]) -> str:
+    return ", ".join(printable(i) for i in ids[-5:])
+
+
 def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, newest: str | None = None) -> Comparison:
     if threshold_pct < 0:
         raise CkptbenchError(f"--threshold must be ≥ 0, got {threshold_pct}")
@@ -71,20 +81,21 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     if newest is None:
         newest = ids[-1]
     elif newest not in runs:
-        raise CkptbenchError(f"{path}: no successful run {newest!r}; known runs: {', '.join(ids[-5:])}")
+        raise CkptbenchError(f"{path}: no successful run {printable(newest)!r}; known runs: {_known(ids)}")
     kind = runs[newest][0]["kind"]
     if baseline is None:
         same = [i for i in ids[:ids.index(newest)] if runs[i][0]["kind"] == kind]
         if not same:
-            raise CkptbenchError(f"{path}: the newest run {newest} is a {kind} and no earlier {kind} run is recorded; "
-                                 "compare needs two of one kind")
+            raise CkptbenchError(f"{path}: the newest run {printable(newest)} is a {kind} and no earlier {kind} run is "
+                                 "recorded; compare needs two of one kind")
         baseline = same[-1]
     elif baseline not in runs:
-        raise CkptbenchError(f"{path}: no successful run {baseline!r}; known runs: {', '.join(ids[-5:])}")
+        raise CkptbenchError(f"{path}: no successful run {printable(baseline)!r}; known runs: {_known(ids)}")
     if baseline == newest:
-        raise CkptbenchError(f"--baseline {baseline} is the newest run; pick an earlier one")
+        raise CkptbenchError(f"--baseline {printable(baseline)} is the newest run; pick an earlier one")
     if runs[baseline][0]["kind"] != kind:
-        raise CkptbenchError(f"--baseline {baseline} is a {runs[baseline][0]['kind']} run and {newest} a {kind} run; "
+        raise CkptbenchError(f"--baseline {printable(baseline)} is a {runs[baseline][0]['kind']} run and "
+                             f"{printable(newest)} a {kind} run; "
                              "compare runs of one kind")
     base_rows, new_rows = _steady(runs[baseline]), _steady(runs[newest])
     figures = []
@@ -103,4 +114,5 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     for k in SAVE_SETTINGS if kind == "save" else SETTINGS:
         if base_rows[-1][k] != new_rows[-1][k]:
             diff[k] = (base_rows[-1][k], new_rows[-1][k])
-    return Comparison(baseline, newest, figures, diff, threshold_pct)
+    shown = {printable(k): (_shown(a), _shown(b)) for k, (a, b) in diff.items()}
+    return Comparison(printable(baseline), printable(newest), figures, shown, threshold_pct)

@@ -57,7 +57,8 @@ def test_the_cli_error_line_is_redacted(tmp_path):
     r = run_cli("save", "small", tmp_path / "missing" / f"x?token={S}" / "t", "--scale", "0.02")
     assert r.rc == 2 and r.err.startswith("ckptbench: error:")
     _no_leak(r.err)
-    r = run_cli("compare", "--results", tmp_path / f"https:/u:{S}@h")
+    r = run_cli("compare", tmp_path / f"u:{S}@h" / "R.csv")
+    assert r.rc != 0 and "ckptbench: error:" in r.err
     _no_leak(r.err)
 
 

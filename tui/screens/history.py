@@ -23,7 +23,7 @@ class HistoryScreen(Screen):
 
     def load(self) -> None:
         from ckptbench.dist.history import dist_runs
-        from ckptbench.errors import CkptbenchError
+        from ckptbench.errors import CkptbenchError, printable, redact
         from ckptbench.history import runs
 
         table = self.query_one("#runs", DataTable)
@@ -35,12 +35,14 @@ class HistoryScreen(Screen):
             self.dist = {d["run_id"]: d for d in dist_runs(path)}
         except CkptbenchError as exc:
             self.runs, self.dist = [], {}
-            self.query_one("#comparison", Static).update(str(exc))
+            self.query_one("#comparison", Static).update(printable(redact(str(exc))))
             return
-        for r in self.runs:
-            table.add_row(" ", r["run_id"], r["date"][:19], r["source"], self.mode_of(r), r["cache"],
+        for r in self.runs:  # recorded text is anyone's: an escape in it would retitle or wipe the terminal
+            table.add_row(" ", *map(printable, (r["run_id"], r["date"][:19], redact(r["source"]), self.mode_of(r),
+                                                r["cache"])),
                           str(r["repeats"]), "-" if r["rto_s"] is None else f"{r['rto_s']:.3f}",
-                          "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", r["status"], key=r["run_id"])
+                          "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", printable(r["status"]),
+                          key=r["run_id"])
         if not self.runs:
             self.query_one("#comparison", Static).update(f"no runs recorded in {path} yet: press r on the dashboard")
         elif self.dist:
@@ -73,7 +75,7 @@ class HistoryScreen(Screen):
 
     def action_compare(self) -> None:
         from ckptbench.compare import compare
-        from ckptbench.errors import CkptbenchError
+        from ckptbench.errors import CkptbenchError, printable, redact
 
         if len(self.marked) != 2:
             self.notify("mark two runs with space first", severity="warning")
@@ -83,9 +85,9 @@ class HistoryScreen(Screen):
         try:
             c = compare(self.app.results_path, base, newest=new)
         except CkptbenchError as exc:
-            self.notify(str(exc), severity="error")
+            self.notify(printable(redact(str(exc))), severity="error")
             return
-        lines = [f"{new} against {base}"]
+        lines = [f"{c.newest_id} against {c.baseline_id}"]  # compare hands them back printable
         if c.env_diff:
             lines.append("[yellow]differs: " + ", ".join(f"{k} {a}→{b}" for k, (a, b) in c.env_diff.items()) + "[/]")
         for f in c.figures:
