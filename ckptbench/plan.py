@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import math
 import os
 
+from ckptbench.errors import printable
 from ckptbench.profiles import DTYPE_BYTES, Profile
 from ckptbench.save import HEADROOM
 
 SMALL_FILE_AVG = 56 << 10  # the generator's data-loader files average 56 KiB
+MAX_WRITE_GBPS = 1000.0  # far beyond any one machine's storage: a recorded figure above it is damaged, not measured
+
+
+def _in_range(gbps) -> bool:
+    return isinstance(gbps, float) and math.isfinite(gbps) and 0 < gbps <= MAX_WRITE_GBPS
 
 
 def measured_save(results_path: str, target: str | None = None) -> dict | None:
     """The newest recorded save run (to `target` when given, compared by real path): its sustained durable
-    throughput, the median over its saves after the first, as `save` reports it; None when there is none."""
+    throughput, the median over its saves after the first, as `save` reports it; None when there is none.
+
+    A run whose throughput is out of range (negative, zero, absurd: a damaged or hand-edited row) is unknown:
+    `sustained_gbps` None and `unknown` saying why in one line, never a figure an interval is judged by."""
     from ckptbench.results import read_rows
     from ckptbench.stats import spread
 
@@ -27,13 +37,25 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
         return None
     rows = list(runs.values())[-1]
     steady = [r for r in rows if r["repeat"] != 1] or rows
-    return {"run_id": rows[0]["run_id"], "date": rows[0]["timestamp"], "target": rows[0]["target"],
-            "format": rows[0]["format"], "saves": len(rows),
-            "sustained_gbps": spread([r["write_gbps"] for r in steady])["median"],
-            "dirty_peak_fraction": max((r["dirty_peak_fraction"] for r in rows
-                                        if isinstance(r.get("dirty_peak_fraction"), float)), default=None),
-            "throttled": any(str(r.get("throttled")) == "True" for r in rows),
-            "overran": sum(1 for r in rows if str(r.get("overran")) == "True")}
+    out = {"run_id": printable(rows[0]["run_id"]), "date": printable(rows[0]["timestamp"]),
+           "target": printable(rows[0]["target"]), "format": printable(rows[0]["format"]), "saves": len(rows),
+           "sustained_gbps": None,
+           "dirty_peak_fraction": max((r["dirty_peak_fraction"] for r in rows
+                                       if _fraction(r.get("dirty_peak_fraction"))), default=None),
+           "throttled": any(str(r.get("throttled")) == "True" for r in rows),
+           "overran": sum(1 for r in rows if str(r.get("overran")) == "True")}
+    bad = [r["write_gbps"] for r in rows if not _in_range(r["write_gbps"])]
+    if bad:
+        out["unknown"] = (f"save run {out['run_id']} in {printable(results_path)} records write_gbps {bad[0]:g}, out "
+                          f"of range (above 0, at most {MAX_WRITE_GBPS:g} GB/s): its save time is unknown; run "
+                          "`ckptbench save` again")
+        return out
+    out["sustained_gbps"] = spread([r["write_gbps"] for r in steady])["median"]
+    return out
+
+
+def _fraction(x) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and 0 <= x <= 100
 
 
 def _against(total: int, interval_s: float, measured: dict) -> dict:
@@ -77,6 +99,8 @@ def plan(profile: Profile, interval_s: float | None = None, measured: dict | Non
     if interval_s:
         out["save"] = {"interval_s": interval_s, "required_gbps": total / interval_s / 1e9,
                        "per_rank_gbps": total / interval_s / 1e9 / world}
-        if measured is not None and measured.get("sustained_gbps"):
+        if measured is not None and _in_range(measured.get("sustained_gbps")):
             out["save"]["measured"] = _against(total, interval_s, measured)
+        elif measured is not None and measured.get("unknown"):
+            out["save"]["measured_unknown"] = measured["unknown"]
     return out

@@ -10,10 +10,11 @@ import os
 import tomllib
 from dataclasses import dataclass
 
-from ckptbench.errors import CkptbenchError
+from ckptbench.errors import CkptbenchError, printable
 from ckptbench.plan import plan
 from ckptbench.profiles import PROFILES_DIR, Profile
 
+MAX_READ_GBPS = 1000.0  # far beyond any storage a rank reads from: a recorded rate above it is damaged, not measured
 COORDINATION_S = 5.0  # process-group init, a barrier and the index broadcast: an assumption, not measured
 RESTORE_STATUSES = ("ok", "unverified")  # an unverified restore still read every byte at the rate recorded
 
@@ -101,7 +102,7 @@ def load_preset(name: str) -> ScalePreset:
 def _runs(rows: list[dict], keep) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
     for r in rows:
-        if keep(r) and isinstance(r.get("read_gbps"), float) and r["read_gbps"] > 0:
+        if keep(r) and isinstance(r.get("read_gbps"), float) and 0 < r["read_gbps"] <= MAX_READ_GBPS:
             runs.setdefault(r["run_id"], []).append(r)
     return runs
 
@@ -125,14 +126,16 @@ def measured_rank_read(results_path: str) -> dict | None:
                  and isinstance(r.get("ranks"), float) and r["ranks"] >= 1)
     if dist:
         run = list(dist.values())[-1]
-        return {"source": "measured-dist", "run_id": run[0]["run_id"], "date": run[0]["timestamp"],
-                "where": run[0]["source"], "ranks": int(run[0]["ranks"]),
+        return {"source": "measured-dist", "run_id": printable(run[0]["run_id"]),
+                "date": printable(run[0]["timestamp"]), "where": printable(run[0]["source"]),
+                "ranks": int(run[0]["ranks"]),
                 "gbps": _median([r["read_gbps"] / r["ranks"] for r in run])}
     restore = _runs(rows, lambda r: r["kind"] == "restore" and r["status"] in RESTORE_STATUSES)
     if restore:
         run = list(restore.values())[-1]
-        return {"source": "measured-restore", "run_id": run[0]["run_id"], "date": run[0]["timestamp"],
-                "where": run[0]["source"], "ranks": 1, "gbps": _median([r["read_gbps"] for r in run])}
+        return {"source": "measured-restore", "run_id": printable(run[0]["run_id"]),
+                "date": printable(run[0]["timestamp"]), "where": printable(run[0]["source"]), "ranks": 1,
+                "gbps": _median([r["read_gbps"] for r in run])}
     return None
 
 
