@@ -396,7 +396,8 @@ def test_watch_match_never_shows_part_of_a_password(tmp_path):
     assert " ".join(argv).index("hunter2") < 60 < " ".join(argv).index("@")
     jobs = [subprocess.Popen(argv) for _ in range(2)]
     try:
-        r = run_cli("watch", "--match", tag, "--results", tmp_path / "r.csv")
+        # a fresh interpreter: the watcher's own descendants (these jobs, under run_cli) are never matched
+        r = run_proc("watch", "--match", tag, "--results", tmp_path / "r.csv")
     finally:
         for p in jobs:
             p.kill()
