@@ -7,7 +7,7 @@ import sys
 
 from ckptbench import __version__
 from ckptbench import concurrency as conc
-from ckptbench.errors import redact, translate
+from ckptbench.errors import printable, redact, translate
 
 HASHES = ("none", "crc32c", "xxh64", "md5", "sha256")
 READ_MODES = ("auto", "pread", "mmap", "direct")  # readmode.MODES, kept here so the CLI starts without fastio
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         err = translate(exc)  # fastio, OS, botocore and torch failures a user can cause: one line
         if err is None:
             raise
-        print(f"ckptbench: error: {redact(str(err))}", file=sys.stderr)
+        print(f"ckptbench: error: {printable(redact(str(err)))}", file=sys.stderr)
         return err.exit_code
 
 

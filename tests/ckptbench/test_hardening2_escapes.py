@@ -75,3 +75,9 @@ def test_the_tui_history_screen_shows_no_escapes(tmp_path):
             _clean(text)
 
     asyncio.run(go())
+
+
+def test_the_cli_error_line_carries_no_escapes(tmp_path):
+    r = run_cli("save", "small", tmp_path / f"gone{TITLE}{WIPE}" / "t", "--scale", "0.02")
+    assert r.rc == 2 and r.err.startswith("ckptbench: error:") and "gone" in r.err, r.err
+    _clean(r.err)
