@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "bench", "out")
 sys.path.insert(0, ROOT)  # fastio is built in place in the repo root
 
-from ckptbench.stats import spread  # noqa: E402
+from ckptbench.core.stats import spread  # noqa: E402
 
 HOT_MIN, COLD_MAX = 0.95, 0.05  # page-cache residency a hot repeat needs at least, a cold one at most
 MiB, KiB, GiB = 1 << 20, 1 << 10, 1 << 30
@@ -291,9 +291,9 @@ def write_outputs(name: str, markdown: str, record: dict) -> None:
 
 
 def machine(directory: str, fio: str | None = None) -> dict:
-    """ckptbench.env.snapshot of `directory`, plus what only the benchmarks report: fio's version, fastio's
+    """ckptbench.system.env.snapshot of `directory`, plus what only the benchmarks report: fio's version, fastio's
     crc32c kernel."""
-    from ckptbench import env
+    from ckptbench.system import env
 
     facts = env.snapshot(directory)
     if fio is not None:

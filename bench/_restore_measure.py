@@ -61,7 +61,7 @@ def add_pipeline_repeat(s: RestoreSeries, r, value: float, disk: float) -> None:
 def pipeline_once(listing, **opts):
     """One restore; also the bytes read from the disk from its first timed stage to its end (the cache
     preparation before the clock starts is left out)."""
-    from ckptbench import pipeline
+    from ckptbench.restore import runner as pipeline
 
     start: list[int] = []
 

@@ -16,8 +16,8 @@ def stock_restore(listing) -> tuple[dict[str, float], list[str], dict[str, str]]
     import safetensors.torch
     import torch
 
-    from ckptbench import restore
-    from ckptbench.model import DTYPES, GPT, master_optimizer, sample_batch
+    from ckptbench.restore import load as restore
+    from ckptbench.checkpoint.model import DTYPES, GPT, master_optimizer, sample_batch
 
     man = listing.manifest
     stages: dict[str, float] = {}

@@ -109,7 +109,7 @@ def table(res: dict[str, Measure], rows: dict[str, tuple[str, str]]) -> list[str
 def report(b: Bench, rows, verdicts, pick, why, args) -> str:
     f = b.facts
     lines = ["# S3 read benchmark", ""]
-    lines += [f"- server: moto {f.get('moto')} behind ckptbench.s3local's ShapingProxy, in a child process, "
+    lines += [f"- server: moto {f.get('moto')} behind ckptbench.testing.s3local's ShapingProxy, in a child process, "
               f"on {b.server.endpoint}",
               f"- data set: {b.shape.describe()} in {b.shape.files} objects, seeded random bytes, uploaded once (ckptbench upload: CRC32C, "
               f"multipart above 8 MiB); expected crc32c computed locally from the bytes",

@@ -1,4 +1,4 @@
-"""The S3 benchmark's server: local_s3 (moto behind ckptbench.s3local's shaping proxy) in a child process, so the
+"""The S3 benchmark's server: local_s3 (moto behind ckptbench.testing.s3local's shaping proxy) in a child process, so the
 server's threads do not share a GIL with the clients being measured; driven by one JSON command per line on stdin.
 
 Run as `python bench/_s3_server.py BACKLOG` by Server, the parent's handle on it.
@@ -21,8 +21,8 @@ FAULT_SEED = 7
 
 
 def serve(backlog: int) -> int:
-    from ckptbench import s3local
-    from ckptbench.s3local import local_s3
+    from ckptbench.testing import s3local
+    from ckptbench.testing.s3local import local_s3
 
     # socketserver listens with a backlog of 5: 16 clients connecting at once overflow it, the kernel drops the
     # extra SYNs and those connections wait for the 1 s SYN retransmit. Real S3 does not do that, so the harness

@@ -81,7 +81,7 @@ class Bench:
 
     # ---- ckptbench -------------------------------------------------------------------------------------------
     def ours(self, backend: str, concurrency: int, into: str, retry_log=None) -> Run:
-        from ckptbench.sources import ReadOptions, s3read
+        from ckptbench.sources import ReadOptions, s3read, s3source
 
         s3mod = self.s3mod
         log_ = retry_log if retry_log is not None else s3mod.RetryLog()
@@ -91,7 +91,7 @@ class Bench:
         self.server.ask(op="peak")
         try:
             t0 = time.perf_counter()
-            result = s3read.start(client, self.url, self.objects, opts, log_, into=into, stage_dir=stage).wait()
+            result = s3source.start(client, self.url, self.objects, opts, log_, into=into, stage_dir=stage).wait()
             dt = time.perf_counter() - t0
             peak = self.server.ask(op="peak")["peak"]
             problem = self._check_result(result)

@@ -34,8 +34,8 @@ def ensure_checkpoint(directory: str, profile_name: str, scale: float) -> str | 
 
     Returns None when ready, else one line saying why the directory cannot be used.
     """
-    from ckptbench import manifest as mf
-    from ckptbench import profiles
+    from ckptbench.checkpoint import manifest as mf
+    from ckptbench.checkpoint import profiles
 
     prof = profiles.load(profile_name)
     if scale != 1.0:
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         print(problem, file=sys.stderr)
         return 2
     fio = shutil.which("fio")
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.core.errors import CkptbenchError
 
     try:
         problem = ensure_checkpoint(args.dir, args.profile, args.scale)
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from ckptbench.sources import open_source
-    from ckptbench.warmup import warm_up
+    from ckptbench.restore.warmup import warm_up
 
     warm_up()
     listing = open_source(args.dir).list()

@@ -1,7 +1,7 @@
 """S3 benchmark: ckptbench's S3 reads (threads and crt backends) against boto3, the AWS CLI, s3torchconnector and
 the Run:ai Model Streamer's S3 backend.
 
-Everything talks to one local S3 (moto behind ckptbench.s3local's shaping proxy) on 127.0.0.1, run in a child
+Everything talks to one local S3 (moto behind ckptbench.testing.s3local's shaping proxy) on 127.0.0.1, run in a child
 process so the server's threads do not share a GIL with the clients being measured. One run: the server starts
 unshaped, the data set is uploaded once, the unshaped ceiling is measured, then first-byte latency and a
 per-connection bandwidth cap are applied and every tool reads the same objects; last, faults are switched on.

@@ -19,8 +19,8 @@ import time
 
 from _harness import OUT_DIR, ROOT, Series, Target, cache_dir, fmt, judge, log, write_outputs
 
-from ckptbench.pipeline import RunOptions, run  # noqa: E402
-from ckptbench.warmup import warm_up  # noqa: E402
+from ckptbench.restore.runner import RunOptions, run  # noqa: E402
+from ckptbench.restore.warmup import warm_up  # noqa: E402
 
 
 def ensure_checkpoint(path: str, profile: str, scale: float) -> str:

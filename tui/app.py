@@ -7,7 +7,7 @@ from dataclasses import replace
 from textual.app import App
 from textual.binding import Binding
 
-from ckptbench.pipeline import RunOptions
+from ckptbench.restore.runner import RunOptions
 from tui.screens.checklist import ChecklistScreen
 from tui.screens.dashboard import Dashboard
 from tui.screens.help import HelpScreen
@@ -44,7 +44,7 @@ class CkptbenchApp(App):
         self.source_info = None
         self._sampler = None
         if source is not None:
-            from ckptbench.live import SystemSampler
+            from ckptbench.system.live import SystemSampler
 
             self._sampler = SystemSampler(source)
             self.refresh_source()
@@ -54,7 +54,7 @@ class CkptbenchApp(App):
 
     def measure_source(self) -> dict | None:
         """Files, bytes, mount and residency of the source (reads /proc and mincore: call it from a worker)."""
-        from ckptbench.live import source_summary
+        from ckptbench.sources import source_summary
 
         return source_summary(self.source) if self.source is not None else None
 
@@ -67,7 +67,7 @@ class CkptbenchApp(App):
             self.push_screen(RanksScreen(self.ranks))
 
     def new_session(self):
-        from ckptbench.session import RestoreSession
+        from ckptbench.restore.session import RestoreSession
 
         self.session = RestoreSession(self.source, self.opts, results_path=self.results_path)
         return self.session

@@ -76,7 +76,7 @@ class TuneDone(Message):
 
 @dataclass
 class SaveTimed(Message):
-    timing: object  # ckptbench.save.SaveTiming: one save's blocking, written and durable times
+    timing: object  # ckptbench.save.report.SaveTiming: one save's blocking, written and durable times
 
 
 @dataclass

@@ -25,7 +25,7 @@ def open_source(url: str, pick: str | None = None) -> Source:
 
 def open_targets(targets: list[str]) -> Source:
     """What a plain read names: one s3:// prefix, or local files and directories together."""
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.core.errors import CkptbenchError
 
     remote = [t for t in targets if t.startswith("s3://")]
     if remote:
@@ -37,5 +37,18 @@ def open_targets(targets: list[str]) -> Source:
     return LocalSource(targets)
 
 
+def source_summary(source: str) -> dict:
+    """What the dashboard header shows about the source: files, bytes, where it lives, residency now."""
+    src = open_source(source)
+    listing = src.list()
+    residency = src.residency(listing)
+    return {"source": source, "files": len(listing.files), "bytes": listing.bytes,
+            "residency": residency if residency is not None else 0.0,
+            "has_page_cache": src.has_page_cache, **src.describe()}
+
+
+
+# the seam's names, and the two modules other folders may use directly: local (a local listing for verify, the
+# ranks' reads) and s3 (upload, the S3 demo)
 __all__ = ["PROGRESS_INTERVAL_S", "Driven", "Listing", "ReadHandle", "ReadOptions", "Source", "drive",
-           "open_source", "open_targets"]
+           "open_source", "open_targets", "source_summary", "local", "s3"]

@@ -8,13 +8,13 @@ from typing import Protocol, runtime_checkable
 
 import fastio
 
-from ckptbench import concurrency as conc
-from ckptbench import manifest as mf
-from ckptbench import readmode
-from ckptbench.conditions import CacheCondition
-from ckptbench.errors import CkptbenchError
-from ckptbench.layouts import Layout
-from ckptbench.units import human_bytes
+from ckptbench.core import concurrency as conc
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.system import readmode
+from ckptbench.system.pagecache import CacheCondition
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.layouts import Layout
+from ckptbench.core.units import human_bytes
 
 S3_CLIENTS = ("threads", "crt")  # threads: boto3 + ckptbench's pool (measured faster here); crt: awscrt
 INTO = ("hash", "memory", "stage")  # where read bytes go: hashed and dropped, page-aligned buffers, local files

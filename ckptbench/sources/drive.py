@@ -9,7 +9,7 @@ from typing import Callable
 
 import fastio
 
-from ckptbench.errors import Cancelled, translate
+from ckptbench.core.errors import Cancelled, translate
 from ckptbench.sources.base import ReadHandle
 
 PROGRESS_INTERVAL_S = 0.25

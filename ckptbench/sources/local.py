@@ -8,10 +8,14 @@ from dataclasses import replace
 
 import fastio
 
-from ckptbench import conditions, probes, readmode, resume, tree
-from ckptbench import manifest as mf
-from ckptbench.detect import format_of
-from ckptbench.errors import CkptbenchError
+from ckptbench.system import pagecache as conditions
+from ckptbench.system import probes
+from ckptbench.system import readmode
+from ckptbench.checkpoint import resume
+from ckptbench.checkpoint import tree
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.checkpoint.detect import format_of
+from ckptbench.core.errors import CkptbenchError
 from ckptbench.sources.base import Listing, ReadOptions
 
 

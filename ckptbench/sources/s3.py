@@ -6,9 +6,9 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from ckptbench import concurrency as conc
-from ckptbench import tree
-from ckptbench.errors import CkptbenchError, redact
+from ckptbench.core import concurrency as conc
+from ckptbench.checkpoint import tree
+from ckptbench.core.errors import CkptbenchError, redact
 
 DEFAULT_PART = 8 << 20
 MAX_ATTEMPTS = 10  # botocore's own retries per request, before ours per part

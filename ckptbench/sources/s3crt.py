@@ -9,7 +9,7 @@ import time
 
 import fastio
 
-from ckptbench.errors import CkptbenchError, redact
+from ckptbench.core.errors import CkptbenchError, redact
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources.base import ReadOptions
 from ckptbench.sources.s3read import ObjectRead, _Obj

@@ -1,5 +1,5 @@
 """boto3 GETs on ckptbench's own thread pool: one task per part, concurrency changeable while it reads (the
-S3 reader `s3read.start` picks by default; what it shares with the CRT reader lives in `s3read.ObjectRead`)."""
+S3 reader `s3source.start` picks by default; what it shares with the CRT reader lives in `s3read.ObjectRead`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 
 import fastio
 
-from ckptbench import concurrency as conc
-from ckptbench.errors import CkptbenchError, redact
+from ckptbench.core import concurrency as conc
+from ckptbench.core.errors import CkptbenchError, redact
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources.base import ReadOptions
 from ckptbench.sources.s3read import CHUNK, ObjectRead, _bucket, _Obj

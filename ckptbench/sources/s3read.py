@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import fastio
 
-from ckptbench.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources.base import ReadOptions
 
@@ -99,7 +99,7 @@ class ObjectRead:
         if self.into == "memory":
             ob.buffer = mmap.mmap(-1, max(4096, o.size), flags=_ANON)
         elif self.into == "stage":
-            from ckptbench.packs import safe_member
+            from ckptbench.checkpoint.packs import safe_member
 
             ob.final = os.path.join(self.stage_dir, safe_member(o.rel))
             ob.tmp = ob.final + STAGE_SUFFIX
@@ -219,18 +219,3 @@ class ObjectRead:
             self.wait()
         return False
 
-
-def start(client, url: s3mod.S3Url, objects: list[s3mod.S3Object], opts: ReadOptions, retry_log: s3mod.RetryLog,
-          *, into: str = "hash", stage_dir: str | None = None) -> ObjectRead:
-    """The read with the chosen client: boto3 with our thread pool (`client`), or awscrt's native S3 client."""
-    if into == "stage":
-        if not stage_dir:
-            raise CkptbenchError("--stage-dir is required to stage S3 objects locally")
-        os.makedirs(stage_dir, exist_ok=True)
-    if opts.s3_client == "crt":
-        from ckptbench.sources.s3crt import CrtRead
-
-        return CrtRead(url, objects, opts, retry_log, into=into, stage_dir=stage_dir)
-    from ckptbench.sources.s3pool import ThreadPoolRead
-
-    return ThreadPoolRead(client, url, objects, opts, retry_log, into=into, stage_dir=stage_dir)

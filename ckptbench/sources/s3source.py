@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import fastio
 
-from ckptbench import concurrency as conc
-from ckptbench import layouts, resume
-from ckptbench import manifest as mf
-from ckptbench.detect import format_of
-from ckptbench import probes
-from ckptbench.conditions import CacheCondition
-from ckptbench.errors import CkptbenchError
+from ckptbench.core import concurrency as conc
+from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint import resume
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.checkpoint.detect import format_of
+from ckptbench.system import probes
+from ckptbench.system.pagecache import CacheCondition
+from ckptbench.core.errors import CkptbenchError
 from ckptbench.sources import s3, s3read
 from ckptbench.sources.base import Listing, ReadOptions
 
@@ -118,7 +120,7 @@ class S3Source:
             objects = [self._objects[listing.rel(f.path)] for f in listing.files]
         except KeyError as exc:
             raise CkptbenchError(f"{self.url}/{exc.args[0]}: not in this source's latest listing") from None
-        return s3read.start(self._client, self.s3url, objects, opts, self.retry_log, into=into, stage_dir=stage_dir)
+        return start(self._client, self.s3url, objects, opts, self.retry_log, into=into, stage_dir=stage_dir)
 
     def retry_classes(self) -> dict[str, int]:
         return dict(self.retry_log.counts)
@@ -128,3 +130,19 @@ class S3Source:
 
     def describe(self, root: str = "/") -> dict:
         return {"fs_type": "s3", "mount_point": s3.endpoint_label() if s3.endpoint_url() else "AWS"}
+
+
+def start(client, url: s3.S3Url, objects: list[s3.S3Object], opts: ReadOptions, retry_log: s3.RetryLog,
+          *, into: str = "hash", stage_dir: str | None = None) -> s3read.ObjectRead:
+    """The read with the chosen client: boto3 with our thread pool (`client`), or awscrt's native S3 client."""
+    if into == "stage":
+        if not stage_dir:
+            raise CkptbenchError("--stage-dir is required to stage S3 objects locally")
+        os.makedirs(stage_dir, exist_ok=True)
+    if opts.s3_client == "crt":
+        from ckptbench.sources.s3crt import CrtRead
+
+        return CrtRead(url, objects, opts, retry_log, into=into, stage_dir=stage_dir)
+    from ckptbench.sources.s3pool import ThreadPoolRead
+
+    return ThreadPoolRead(client, url, objects, opts, retry_log, into=into, stage_dir=stage_dir)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 import _harness as h
-from ckptbench import env
+from ckptbench.system import env
 
 
 def series(key: str, samples: list[float], condition: str = "memory", **kw) -> h.Series:

@@ -22,7 +22,7 @@ class Run:
 
 def run_cli(*args: str) -> Run:
     """The CLI in this process (torch is imported once): exit code, stdout, stderr."""
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

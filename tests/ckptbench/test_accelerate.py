@@ -43,7 +43,7 @@ def test_the_optimizer_and_scheduler_are_loaded_under_their_stems(tmp_path, h, w
     assert r.rc == 0, r.err
     assert json.loads(r.out)["status"] == "ok"
 
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
     from ckptbench.sources.local import LocalSource
 
     listing = LocalSource(str(root), checkpoint=True).list()

@@ -18,10 +18,12 @@ from pathlib import Path
 import fastio
 import pytest
 
-from ckptbench import checklist, checklist_facts, probes
-from ckptbench.checklist import VERDICTS, evaluate, markdown, report
-from ckptbench.checklist_facts import Facts, gather
-from ckptbench.probes import Unknown
+from ckptbench.checklist import rules as checklist
+from ckptbench.checklist import facts as checklist_facts
+from ckptbench.system import probes
+from ckptbench.checklist.rules import VERDICTS, evaluate, markdown, report
+from ckptbench.checklist.facts import Facts, gather
+from ckptbench.system.probes import Unknown
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -653,7 +655,7 @@ def test_default_facts_evaluate_without_crashing():
 
 
 def test_gather_refuses_bad_sources(tmp_path):
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.core.errors import CkptbenchError
 
     (tmp_path / "empty").mkdir()
     for bad in ("s3://bucket/ckpt", str(tmp_path / "absent"), str(tmp_path / "empty")):
@@ -709,7 +711,7 @@ def test_markdown_has_a_row_per_item(env):
 
 
 def run_cli(*args) -> tuple[int, str, str]:
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import os
 
-from ckptbench import checklist, fuse_probes, probes, storage
-from ckptbench.checklist_facts import Facts
+from ckptbench.checklist import rules as checklist
+from ckptbench.system import fuse as fuse_probes
+from ckptbench.system import probes
+from ckptbench.system import storage
+from ckptbench.checklist.facts import Facts
 
 MIB = 1 << 20
 

@@ -83,7 +83,7 @@ def test_auto_falls_back_to_pread_where_o_direct_is_refused(tmp_path, monkeypatc
     so does a block size O_DIRECT cannot use. The refusal is the kernel's EINVAL, injected at os.open."""
     import errno
 
-    from ckptbench import readmode
+    from ckptbench.system import readmode
 
     disk = tmp_path / "f.bin"
     disk.write_bytes(b"x" * 10000)
@@ -140,7 +140,7 @@ def test_special_file_is_refused_up_front(tmp_path):
 
 def test_file_failing_mid_run_is_reported_with_errno_and_exit_1(tmp_path, monkeypatch, capsys):
     import fastio
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
     from ckptbench.sources import local
 
     good = tmp_path / "good.bin"
@@ -161,7 +161,7 @@ def test_file_failing_mid_run_is_reported_with_errno_and_exit_1(tmp_path, monkey
 
 def test_headless_start_imports_no_torch_boto3_or_textual(fileset):
     code = (
-        "import sys; from ckptbench.cli import main; rc = main(['read', sys.argv[1], '--json']);"
+        "import sys; from ckptbench.cli.root import main; rc = main(['read', sys.argv[1], '--json']);"
         "bad = [m for m in ('torch', 'boto3', 'textual') if m in sys.modules]; print(bad, file=sys.stderr);"
         "sys.exit(rc or bool(bad))"
     )

@@ -93,7 +93,7 @@ def test_weights_shipped_twice_are_read_once_from_the_safetensors(gpt2_dir, h, t
 
 
 def test_a_trainer_directory_with_both_loads_the_safetensors_weights_alone():
-    from ckptbench import layouts
+    from ckptbench.checkpoint import layouts
 
     rels = ["model.safetensors", "pytorch_model.bin", "optimizer.pt", "scheduler.pt", "trainer_state.json"]
     lay = layouts.select("/nonexistent", rels)

@@ -11,7 +11,7 @@ import sys
 import pytest
 from clirun import Run, run_cli
 
-from ckptbench.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError
 
 SCALE = "0.02"
 
@@ -31,7 +31,7 @@ def ckpt(tmp_path_factory) -> str:
 # --- cost ---
 
 def test_restore_cost_per_restore_is_price_times_hours():
-    from ckptbench.cost import restore_cost
+    from ckptbench.plan.cost import restore_cost
 
     c = restore_cost(2400, 13)
     assert c["per_restore"] == pytest.approx(8.666666666666666)  # 40 min at 13 $/h
@@ -41,7 +41,7 @@ def test_restore_cost_per_restore_is_price_times_hours():
 
 
 def test_restore_cost_with_spot_discount_and_restores_per_day():
-    from ckptbench.cost import restore_cost
+    from ckptbench.plan.cost import restore_cost
 
     c = restore_cost(2400, 13, spot_discount=0.7, restores_per_day=4)
     assert c["effective_price_per_hour"] == pytest.approx(3.9)
@@ -52,7 +52,7 @@ def test_restore_cost_with_spot_discount_and_restores_per_day():
 
 
 def test_reference_example_forty_against_fifteen_minutes():
-    from ckptbench.cost import restore_cost
+    from ckptbench.plan.cost import restore_cost
 
     slow, fast = restore_cost(40 * 60, 13), restore_cost(15 * 60, 13)
     assert fast["per_restore"] == pytest.approx(3.25)
@@ -60,7 +60,7 @@ def test_reference_example_forty_against_fifteen_minutes():
 
 
 def test_zero_restores_per_day_costs_nothing_per_month():
-    from ckptbench.cost import restore_cost
+    from ckptbench.plan.cost import restore_cost
 
     c = restore_cost(600, 10, restores_per_day=0)
     assert c["per_restore"] == pytest.approx(10 / 6)
@@ -77,7 +77,7 @@ def test_zero_restores_per_day_costs_nothing_per_month():
     ],
 )
 def test_restore_cost_rejects_invalid_figures(kwargs, needle):
-    from ckptbench.cost import restore_cost
+    from ckptbench.plan.cost import restore_cost
 
     args = {"rto_s": 60, "price_per_hour": 13, **kwargs}
     with pytest.raises(CkptbenchError, match=needle):
@@ -146,7 +146,7 @@ def fake_root(tmp_path_factory) -> str:
 
 
 def test_meminfo_in_bytes(fake_root):
-    from ckptbench import probes
+    from ckptbench.system import probes
 
     mem = probes.meminfo(fake_root)
     assert mem["MemTotal"] == 16384 * 1024
@@ -155,7 +155,7 @@ def test_meminfo_in_bytes(fake_root):
 
 
 def test_sysctl_number_and_not_a_number(fake_root):
-    from ckptbench import probes
+    from ckptbench.system import probes
 
     assert probes.sysctl("vm.dirty_ratio", fake_root) == 20
     bad = probes.sysctl("vm.dirty_background_ratio", fake_root)
@@ -163,14 +163,14 @@ def test_sysctl_number_and_not_a_number(fake_root):
 
 
 def test_cpu_model_and_instance_type(fake_root):
-    from ckptbench import probes
+    from ckptbench.system import probes
 
     assert probes.cpu_model(fake_root) == "Fake CPU 9000 @ 3.0GHz"
     assert probes.instance_type(fake_root) == "p5.48xlarge"
 
 
 def test_mount_of_nfs_path_with_escaped_space(fake_root):
-    from ckptbench import probes
+    from ckptbench.system import probes
 
     m = probes.mount_of("/mnt/nfs data/run1/step100", fake_root)
     assert isinstance(m, probes.Mount)
@@ -183,7 +183,7 @@ def test_mount_of_nfs_path_with_escaped_space(fake_root):
 
 
 def test_mount_of_respects_path_boundaries(fake_root):
-    from ckptbench import probes
+    from ckptbench.system import probes
 
     assert probes.mount_of("/mnt/nfs/x", fake_root).fs_type == "tmpfs"
     assert probes.mount_of("/mnt/nfs", fake_root).fs_type == "tmpfs"
@@ -192,7 +192,7 @@ def test_mount_of_respects_path_boundaries(fake_root):
 
 
 def test_read_ahead_of_a_partition_is_its_disks(fake_root):
-    from ckptbench import probes
+    from ckptbench.system import probes
 
     m = probes.mount_of("/home/user/ckpt", fake_root)
     assert m.device == "253:1" and m.fs_type == "ext4"
@@ -212,7 +212,7 @@ def test_read_ahead_of_a_partition_is_its_disks(fake_root):
     ids=["meminfo", "sysctl", "cpu_model", "instance_type", "mount_of", "read_ahead_kb"],
 )
 def test_missing_files_give_unknown_with_a_reason(tmp_path, probe):
-    from ckptbench import probes
+    from ckptbench.system import probes
 
     got = probe(probes, str(tmp_path))
     assert isinstance(got, probes.Unknown)
@@ -222,7 +222,7 @@ def test_missing_files_give_unknown_with_a_reason(tmp_path, probe):
 
 
 def test_mount_of_with_no_matching_mount_is_unknown(tmp_path):
-    from ckptbench import probes
+    from ckptbench.system import probes
 
     write(str(tmp_path), "proc/self/mountinfo", "40 22 0:50 / /mnt/a rw - nfs4 srv:/x rw\n")
     got = probes.mount_of("/elsewhere/ckpt", str(tmp_path))
@@ -230,7 +230,7 @@ def test_mount_of_with_no_matching_mount_is_unknown(tmp_path):
 
 
 def test_env_snapshot_from_a_fixture_root(fake_root):
-    from ckptbench import env
+    from ckptbench.system import env
 
     snap = env.snapshot("/mnt/nfs data/run1", root=fake_root)
     assert snap["source_fs"] == "nfs4"
@@ -247,7 +247,7 @@ def test_env_snapshot_from_a_fixture_root(fake_root):
 
 
 def test_env_snapshot_from_an_empty_root_fails_soft(tmp_path):
-    from ckptbench import env
+    from ckptbench.system import env
 
     snap = env.snapshot("/data/ckpt", root=str(tmp_path))
     assert snap["source_fs"].startswith("unknown (")

@@ -17,9 +17,9 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from ckptbench.formats import FormatError, RawBytes
-from ckptbench.formats import dcp_format
-from ckptbench.formats.dcp_metadata import _MetadataUnpickler
+from ckptbench.checkpoint.formats import FormatError, RawBytes
+from ckptbench.checkpoint.formats import dcp_format
+from ckptbench.checkpoint.formats.dcp_metadata import _MetadataUnpickler
 
 
 class Planted:

@@ -28,7 +28,7 @@ def test_the_largest_step_is_restored_and_no_other(tmp_path, h):
     doc = json.loads(r.out)
     assert doc["source"] == str(root / "step-100") and doc["format"] == "dcp"
     assert doc["bytes"] == sum(os.path.getsize(p) for p in (root / "step-100").iterdir())
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
 
     state = restore.load_state(doc["source"], "dcp")
     assert torch.equal(state.model["w"], torch.full((32, 32), 100.0))

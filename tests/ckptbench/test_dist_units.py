@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ckptbench.dist import group
-from ckptbench.dist.dcp_items import locate
-from ckptbench.dist.rank import merged, plan_analysis
-from ckptbench.dist.shares import Piece, Share, plan_share, rows_of
-from ckptbench.dist.summary import combine
-from ckptbench.formats import FormatError
+from ckptbench.distributed import group
+from ckptbench.distributed.dcp_items import locate
+from ckptbench.distributed.rank import merged, plan_analysis
+from ckptbench.distributed.shares import Piece, Share, plan_share, rows_of
+from ckptbench.distributed.summary import combine
+from ckptbench.checkpoint.formats import FormatError
 from ckptbench.sources import open_source
 
 
@@ -85,7 +85,7 @@ def test_every_rank_reads_everything_with_all(foreign):
 def test_an_unknown_policy_or_rank_is_one_line(foreign):
     root, _ = foreign
     listing = open_source(str(root)).list()
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.core.errors import CkptbenchError
 
     with pytest.raises(CkptbenchError, match="choose part or all"):
         plan_share(listing, 2, 0, "some")
@@ -223,8 +223,8 @@ def test_a_failed_rank_is_named_in_the_problems():
 
 def test_a_rank_never_reads_outside_the_checkpoint(tmp_path):
     """A crafted manifest can put any path in a rank's share: the read refuses it before opening anything."""
-    from ckptbench.dist.rank import RankReport, RankRestore
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.distributed.rank import RankReport, RankRestore
+    from ckptbench.core.errors import CkptbenchError
 
     secret = tmp_path / "secret"
     secret.write_bytes(b"s" * 100)
@@ -264,7 +264,7 @@ def test_deepspeed_shares_follow_its_layout_and_are_amplified(tmp_path):
 
 
 def test_rank_zero_sees_every_ranks_stage_and_the_rank_furthest_behind():
-    from ckptbench.dist import live
+    from ckptbench.distributed import live
 
     store = torch.distributed.HashStore()
     worlds = [_world(store, r, 3) for r in range(3)]

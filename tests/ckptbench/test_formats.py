@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ckptbench.model import GPT
-from ckptbench.profiles import ModelDims
+from ckptbench.checkpoint.model import GPT
+from ckptbench.checkpoint.profiles import ModelDims
 
 PLAIN_DIMS = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=300, n_positions=64)
 
@@ -140,8 +140,8 @@ def test_safetensors_header_json_corrupt_with_no_verify(h, ckpt, tmp_path):
 
 
 def test_safetensors_parse_header_bounds():
-    from ckptbench.formats import FormatError
-    from ckptbench.formats.safetensors_format import parse_header
+    from ckptbench.checkpoint.formats import FormatError
+    from ckptbench.checkpoint.formats.safetensors_format import parse_header
 
     header = json.dumps({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
     good = struct.pack("<Q", len(header)) + header + struct.pack("<2f", 1.0, 2.0)
@@ -200,8 +200,8 @@ def test_torch_checkpoint_with_code_running_pickle_is_refused(h, ckpt, tmp_path)
 
 
 def test_torch_buffer_loader_refuses_code_running_pickle(tmp_path):
-    from ckptbench.formats import FormatError
-    from ckptbench.formats.torch_format import load_buffer
+    from ckptbench.checkpoint.formats import FormatError
+    from ckptbench.checkpoint.formats.torch_format import load_buffer
 
     marker = tmp_path / "MARKER"
     data = _hostile_bytes(str(marker), tmp_path)
@@ -213,8 +213,8 @@ def test_torch_buffer_loader_refuses_code_running_pickle(tmp_path):
 
 
 def test_torch_buffer_loader_reports_a_truncated_shard(tmp_path):
-    from ckptbench.formats import FormatError
-    from ckptbench.formats.torch_format import load_buffer
+    from ckptbench.checkpoint.formats import FormatError
+    from ckptbench.checkpoint.formats.torch_format import load_buffer
 
     path = tmp_path / "ok.pt"
     torch.save({"w": torch.arange(1000, dtype=torch.float32)}, str(path))

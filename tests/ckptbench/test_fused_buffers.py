@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
-from ckptbench import manifest as mf
-from ckptbench import restore
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.restore import load as restore
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "torch", "dcp"])

@@ -18,8 +18,8 @@ import warnings
 import pytest
 import torch
 
-from ckptbench import manifest as mf
-from ckptbench.errors import CkptbenchError
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.core.errors import CkptbenchError
 
 SEED = 0x5AFE7E45
 ODD = [-1, 0, 1, 7, 2 ** 63, 2 ** 64, -2 ** 70, 1.5, float("nan"), "4", "", None, True, False, [], {}, [1, 2], [[1]],
@@ -140,7 +140,7 @@ def _consistent(state, buf: bytearray) -> None:
 
 
 def test_fuzzed_safetensors_headers_parse_or_are_one_line(ckpt, tmp_path):
-    from ckptbench.formats.safetensors_format import load_buffer
+    from ckptbench.checkpoint.formats.safetensors_format import load_buffer
 
     root = ckpt("safetensors", 2)
     shards = [open(os.path.join(root, n), "rb").read() for n in sorted(os.listdir(root)) if n.endswith(".safetensors")]
@@ -169,7 +169,7 @@ def test_fuzzed_safetensors_headers_parse_or_are_one_line(ckpt, tmp_path):
 
 
 def test_fuzzed_torch_shards_parse_or_are_one_line(tmp_path):
-    from ckptbench.formats.torch_format import load_buffer, load_file
+    from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
 
     saved = []
     for kw in ({}, {"_use_new_zipfile_serialization": False}):
@@ -329,7 +329,7 @@ def _cli_refuses(h, root, needle: str, args: list) -> None:
 
 @pytest.mark.parametrize("kind", ["safetensors", "manifest"])
 def test_fuzzed_cases_through_the_cli_are_one_line_and_write_nothing(h, ckpt, tmp_path, kind):
-    from ckptbench.formats.safetensors_format import load_buffer
+    from ckptbench.checkpoint.formats.safetensors_format import load_buffer
 
     src = ckpt("safetensors", 2)
     rel = "model-00001-of-00002.safetensors"
@@ -458,7 +458,7 @@ def _crafted_value(rng: random.Random):
 def test_fuzzed_pickles_stay_within_budget():
     import zipfile
 
-    from ckptbench.formats.torch_format import load_buffer
+    from ckptbench.checkpoint.formats.torch_format import load_buffer
 
     rng = random.Random(SEED + 2)
     outcomes = {"parsed": 0, "refused": 0}
@@ -515,7 +515,7 @@ def test_fuzzed_dcp_metadata_stays_within_budget(tmp_path):
 
     import torch.distributed.checkpoint as dcp
 
-    from ckptbench.formats.dcp_format import load_dir
+    from ckptbench.checkpoint.formats.dcp_format import load_dir
 
     root = tmp_path / "dcp"  # a foreign layout, so the nesting is rebuilt from planner_data
     with warnings.catch_warnings():

@@ -68,8 +68,8 @@ def test_layout_of_each_format(h, ckpt, fmt, ranks):
                     in_shards.setdefault(k, []).append(n)
         assert all(len(v) == 1 for v in in_shards.values())  # every parameter exactly once
         assert index["weight_map"] == {k: v[0] for k, v in in_shards.items()}
-        from ckptbench.model import GPT
-        from ckptbench.profiles import ModelDims
+        from ckptbench.checkpoint.model import GPT
+        from ckptbench.checkpoint.profiles import ModelDims
         import torch
 
         with torch.device("meta"):
@@ -222,7 +222,8 @@ def test_target_is_a_regular_file(h, tmp_path):
 def test_parent_not_writable_for_an_unprivileged_user(h):
     """Root ignores mode bits, so as root the CLI runs as uid/gid 65534 (forked: no exec of a root-only
     interpreter); as any other user the directory is simply made read-only."""
-    from ckptbench import cli, generate  # noqa: F401  imported before the fork: uid 65534 cannot read /root
+    from ckptbench.cli import root as cli  # noqa: F401  imported before the fork: uid 65534 cannot read /root
+    from ckptbench.checkpoint import generate
 
     as_root = os.geteuid() == 0
     parent = tempfile.mkdtemp(prefix="ckptbench-ro-")
@@ -326,7 +327,7 @@ def _host() -> str:
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
 def test_gen_interrupted_mid_write_leaves_no_temporary_sibling(h, tmp_path, monkeypatch, exc):
     """The shards are written, then the small files fail: ^C (the CLI's exit 130) or a bug (the exception escapes)."""
-    from ckptbench import generate
+    from ckptbench.checkpoint import generate
 
     real = generate.write_small_files
     seen = []

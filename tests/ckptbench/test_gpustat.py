@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from ckptbench import watch
-from ckptbench.gpustat import GpuMemory
+from ckptbench.watch import sampler as watch
+from ckptbench.system.gpustat import GpuMemory
 
 
 @pytest.fixture

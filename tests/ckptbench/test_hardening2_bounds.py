@@ -21,8 +21,8 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from ckptbench.errors import CkptbenchError
-from ckptbench.formats import FormatError
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.formats import FormatError
 
 SECONDS, MIB = 2.0, 256
 
@@ -34,7 +34,7 @@ def _in_child(body: str, timeout: float = 120) -> list[dict]:
         import json, resource, sys, time, warnings
         warnings.simplefilter("ignore")
         import torch
-        from ckptbench.formats import torch_format, dcp_format, dcp_metadata
+        from ckptbench.checkpoint.formats import torch_format, dcp_format, dcp_metadata
         def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         """) + textwrap.dedent(body) + textwrap.dedent("""
         out = []
@@ -88,7 +88,7 @@ def test_a_shared_nested_list_is_refused_within_budget(tmp_path):
 
 
 def test_a_small_shared_reference_still_loads(tmp_path):
-    from ckptbench.formats import torch_format
+    from ckptbench.checkpoint.formats import torch_format
 
     groups = [{"lr": 0.1, "params": list(range(8))}]
     path = _save(tmp_path, {"a": groups, "b": groups})  # a trainer may refer to one object twice
@@ -119,7 +119,7 @@ def test_allocations_the_pickle_asks_for_are_checked_first(tmp_path, case):
 
 
 def test_a_bytearray_of_saved_bytes_and_an_expanded_row_still_load(tmp_path):
-    from ckptbench.formats import torch_format
+    from ckptbench.checkpoint.formats import torch_format
 
     ids = torch.arange(16).expand((1, -1))  # how Hugging Face keeps position_ids: stride 0 on a size-1 dimension
     path = _save(tmp_path, {"raw": bytearray(b"abc"), "ids": ids})
@@ -142,7 +142,7 @@ def _rezip(raw: bytes, edit) -> bytes:
 
 
 def test_every_mode_refuses_a_storage_larger_than_its_member_in_the_same_line(tmp_path):
-    from ckptbench.formats import torch_format
+    from ckptbench.checkpoint.formats import torch_format
 
     buf = io.BytesIO()
     torch.save({"w": torch.arange(16.0)}, buf)
@@ -183,7 +183,7 @@ def test_names_are_checked_before_anything_is_imported(tmp_path):
     (tmp_path / "chunk.bin").write_bytes(chunk_raw)
     results = _in_child(f"""
         import os
-        from ckptbench.dist import dcp_items
+        from ckptbench.distributed import dcp_items
         def chunk():
             fd = os.open({str(tmp_path / "chunk.bin")!r}, os.O_RDONLY)
             dcp_items.locate(fd, 0, {len(chunk_raw)}, torch.float32, (2,), "chunk")
@@ -207,7 +207,7 @@ class _ItemsAttr:
 
 
 def test_an_ordered_dict_with_an_items_attribute_is_data_or_one_line(tmp_path):
-    from ckptbench.formats import torch_format
+    from ckptbench.checkpoint.formats import torch_format
 
     path = _save(tmp_path, _ItemsAttr())
     for load in (torch_format.load_file, torch_format.peek_file):
@@ -256,7 +256,7 @@ def test_planner_data_cannot_make_the_tree_rebuild_allocate(tmp_path):
 def test_the_overlap_check_is_near_linear():
     from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
 
-    from ckptbench.formats.dcp_metadata import _no_overlap
+    from ckptbench.checkpoint.formats.dcp_metadata import _no_overlap
 
     n = 20_000
     cols = [ChunkStorageMetadata(offsets=torch.Size([0, i]), sizes=torch.Size([4, 1])) for i in range(n)]
@@ -273,7 +273,7 @@ def test_the_overlap_check_is_near_linear():
 def test_every_name_beyond_the_allowlist_is_a_stand_in_and_nothing_runs(tmp_path):
     import operator
 
-    from ckptbench.formats import torch_format
+    from ckptbench.checkpoint.formats import torch_format
 
     marker = tmp_path / "MARKER"
     path = _save(tmp_path, {"e": _Calls(eval, f"open({str(marker)!r}, 'w')"),
@@ -288,7 +288,7 @@ def test_every_name_beyond_the_allowlist_is_a_stand_in_and_nothing_runs(tmp_path
 def test_a_module_torch_blocks_is_refused_in_one_line(tmp_path):
     import functools
 
-    from ckptbench.formats import torch_format
+    from ckptbench.checkpoint.formats import torch_format
 
     for obj in (_Calls(os.system, "true"), functools.partial(print, "ran")):  # the second: state no stand-in holds
         path = _save(tmp_path, obj)
@@ -298,7 +298,7 @@ def test_a_module_torch_blocks_is_refused_in_one_line(tmp_path):
 
 
 def test_malformed_chunk_pickles_are_one_line(tmp_path):
-    from ckptbench.dist import dcp_items
+    from ckptbench.distributed import dcp_items
 
     chunk = io.BytesIO()
     torch.save(torch.zeros(2), chunk)

@@ -8,7 +8,7 @@ import re
 
 from clirun import run_cli
 
-from ckptbench import results
+from ckptbench.records import results
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 TITLE, WIPE = "\x1b]0;pwned\x07", "\x1b[2J"

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from ckptbench import procstat
-from ckptbench.errors import CkptbenchError
+from ckptbench.system import procstat
+from ckptbench.core.errors import CkptbenchError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

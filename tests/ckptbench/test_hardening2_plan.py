@@ -8,7 +8,7 @@ import json
 import pytest
 from clirun import run_cli
 
-from ckptbench import results
+from ckptbench.records import results
 
 
 def _save_rows(path, gbps: list[float], run_id: str = "r1", target: str = "/t") -> None:
@@ -43,7 +43,7 @@ def test_a_good_run_is_still_measured_and_its_text_printable(tmp_path):
 
 
 def test_an_absurd_recorded_read_rate_is_not_a_measurement(tmp_path):
-    from ckptbench.plan_scale import measured_rank_read
+    from ckptbench.plan.scale import measured_rank_read
 
     path = tmp_path / "R.csv"
     env = {"date": "2024-01-01T00:00:00"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptbench.errors import printable, redact
+from ckptbench.core.errors import printable, redact
 
 S = "hunter2XyZ"  # every secret below is built from this, so one check finds any leak
 

@@ -45,7 +45,7 @@ def test_a_file_named_like_a_save_is_skipped_past_and_named(tmp_path):
 
 
 def test_a_save_whose_name_another_save_took_says_so_in_one_line(tmp_path, monkeypatch):
-    from ckptbench import save_write
+    from ckptbench.save import write as save_write
 
     target = tmp_path / "t"
     real_rename = os.rename
@@ -65,7 +65,7 @@ def test_a_save_whose_name_another_save_took_says_so_in_one_line(tmp_path, monke
 
 
 def test_existing_steps_are_only_manifest_folders_with_ascii_digits(tmp_path):
-    from ckptbench.save import existing_steps, foreign_steps, prune
+    from ckptbench.save.series import existing_steps, foreign_steps, prune
 
     for name, manifest in (("step-000001", True), ("step-000002", False), ("step-٠٠٠٠٠٣", True),
                            ("step-000004", True)):
@@ -81,8 +81,8 @@ def test_existing_steps_are_only_manifest_folders_with_ascii_digits(tmp_path):
 
 @pytest.mark.parametrize("code", [errno.ENOTEMPTY, errno.EEXIST])
 def test_rename_errors_of_a_taken_name_are_told_as_such(tmp_path, monkeypatch, code):
-    from ckptbench import save_write
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.save import write as save_write
+    from ckptbench.core.errors import CkptbenchError
 
     def taken(src, dst):
         raise OSError(code, os.strerror(code), src, None, dst)

@@ -41,8 +41,8 @@ def test_a_zombie_is_one_line_and_nothing_is_recorded(tmp_path):
 
 
 def test_the_watch_class_refuses_a_zombie_it_did_not_start():
-    from ckptbench.procstat import ProcessGone
-    from ckptbench.watch import Watch
+    from ckptbench.system.procstat import ProcessGone
+    from ckptbench.watch.sampler import Watch
 
     child = _zombie()
     try:

@@ -150,7 +150,7 @@ def _run(h, root, mode: str, tmp_path):
 def _fused_and_staged(root: str):
     """The state as each mode loads it: fused from the buffers of the files the listing selected (as the pipeline
     passes them), staged from the files."""
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
     from ckptbench.sources.local import LocalSource
 
     listing = LocalSource(root, checkpoint=True).list()
@@ -196,7 +196,7 @@ def test_loaded_values_match_what_was_saved_in_both_modes(trainer, variant):
 
 
 def test_fused_loads_the_state_files_from_the_buffers_not_the_disk(trainer, tmp_path):
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
     from ckptbench.sources.local import LocalSource
 
     root, saved = trainer("safetensors")
@@ -228,7 +228,8 @@ def test_the_code_in_training_args_never_runs_even_in_a_fresh_interpreter(traine
 
 
 def test_layout_names_the_trainer_files_and_says_why_training_args_is_skipped(trainer):
-    from ckptbench import layouts, tree
+    from ckptbench.checkpoint import layouts
+    from ckptbench.checkpoint import tree
 
     root, _ = trainer("sharded")
     lay = layouts.select(root, tree.rels(root))
@@ -257,7 +258,7 @@ def test_save_model_output_with_only_training_args_beside_the_weights_restores(t
 
 
 def test_detection_says_a_format_for_each_variant(trainer):
-    from ckptbench.detect import detect
+    from ckptbench.checkpoint.detect import detect
 
     for variant in VARIANTS:
         root, _ = trainer(variant)
@@ -331,7 +332,7 @@ def test_rng_state_with_anything_but_numeric_arrays_is_refused_in_one_line(train
 def test_the_numpy_allowance_is_scoped_to_the_load(trainer):
     from torch import serialization as ts
 
-    from ckptbench.formats import torch_format
+    from ckptbench.checkpoint.formats import torch_format
 
     root, saved = trainer("safetensors")
     path = os.path.join(root, "rng_state.pth")

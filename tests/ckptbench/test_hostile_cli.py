@@ -36,7 +36,7 @@ def _results(path, edit=None) -> str:
     """A results.csv of two restore runs, two repeats each, as `run` writes it; `edit(rows)` damages it first."""
     import csv
 
-    from ckptbench.results import COLUMNS
+    from ckptbench.records.results import COLUMNS
 
     rows = []
     for run, rto in (("run-a", 1.0), ("run-b", 2.0)):
@@ -143,7 +143,7 @@ def test_a_results_path_that_is_a_fifo_or_a_device_is_refused_not_read(tmp_path,
     ("layers = true", "model.layers must be a whole number 1..4096, got True"),
 ])
 def test_a_profile_toml_with_impossible_dims_is_one_line(tmp_path, line, needle):
-    from ckptbench.profiles import PROFILES_DIR
+    from ckptbench.core.paths import PROFILES_DIR
 
     text = open(os.path.join(PROFILES_DIR, "checkpoints", "small.toml")).read()
     key = line.split(" =")[0]
@@ -155,7 +155,7 @@ def test_a_profile_toml_with_impossible_dims_is_one_line(tmp_path, line, needle)
 
 
 def test_a_profile_toml_with_no_ranks_is_one_line(tmp_path):
-    from ckptbench.profiles import PROFILES_DIR
+    from ckptbench.checkpoint.profiles import PROFILES_DIR
 
     text = open(os.path.join(PROFILES_DIR, "checkpoints", "small.toml")).read()
     path = tmp_path / "p.toml"
@@ -232,9 +232,9 @@ def test_tui_ranks_with_a_malformed_distributed_run_is_one_line(tmp_path, monkey
     """A foreign or hand-edited .jsonl reached the ranks screen, which died with a traceback and exit 0."""
     import json
 
-    from ckptbench import cli
-    from ckptbench.dist.history import dist_runs
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.cli import ui as cli
+    from ckptbench.distributed.history import dist_runs
+    from ckptbench.core.errors import CkptbenchError
 
     opened = []
     monkeypatch.setattr(cli, "run_app", lambda *a, **k: opened.append(a) or 0)
@@ -289,8 +289,8 @@ def test_a_ranks_file_the_manifest_does_not_list_is_never_verified(tmp_path):
     import time
     from types import SimpleNamespace
 
-    from ckptbench.dist.rank import RankReport, RankRestore
-    from ckptbench.dist.shares import Piece, Share
+    from ckptbench.distributed.rank import RankReport, RankRestore
+    from ckptbench.distributed.shares import Piece, Share
 
     (tmp_path / "a.pt").write_bytes(b"a" * 100)
     (tmp_path / "b.pt").write_bytes(b"b" * 100)
@@ -409,7 +409,7 @@ def test_watch_match_never_shows_part_of_a_password(tmp_path):
 def test_a_long_third_party_error_never_shows_part_of_a_password():
     """A library's message is cut to 300 characters for its one line; cut before redacting, the start of a password
     whose "@" fell past the cut stayed in it."""
-    from ckptbench.errors import translate
+    from ckptbench.core.errors import translate
 
     torch_error = type("TorchError", (Exception,), {"__module__": "torch.serialization"})
     err = translate(torch_error("x" * 270 + " http://admin:hunter2pwhunter2pwhunter2pw@host/ckpt"))
@@ -419,7 +419,7 @@ def test_a_long_third_party_error_never_shows_part_of_a_password():
 def test_a_fuse_daemons_endpoint_url_loses_its_password():
     """check reports the FUSE daemon's options (its endpoint among them): secret-named keys were hidden, but an
     endpoint URL's user:password went into the report as given."""
-    from ckptbench.fuse_probes import daemon_options
+    from ckptbench.system.fuse import daemon_options
 
     opts = daemon_options(["s3fs", "bucket", "/mnt/ck", "-o", "url=http://admin:hunter2pw@minio:9000,use_cache=/c"],
                           ("/mnt/ck",))

@@ -270,7 +270,7 @@ def test_unpack_refuses_a_pack_whose_size_is_not_the_declared_one(h, packed, tmp
 def test_unpack_interrupted_while_writing_leaves_nothing(h, packed, tmp_path, monkeypatch):
     """A failure after the checks (here ^C while hashing the written files): the staging directory and the
     parents made for OUT are gone, OUT never appears."""
-    from ckptbench import packs
+    from ckptbench.checkpoint import packs
 
     crafted = _crafted(packed, tmp_path)
     seen = []
@@ -391,7 +391,7 @@ def test_pack_never_widens_permissions(h, ckpt, tmp_path):
 def _read_member_in_child(crafted: str, rel: str) -> subprocess.CompletedProcess:
     """packs.read_member in a fresh interpreter (a FIFO would block this one): prints the bytes' length, or the
     error's exit code and line."""
-    code = ("import sys\nfrom ckptbench import manifest, packs\nfrom ckptbench.errors import CkptbenchError\n"
+    code = ("import sys\nfrom ckptbench.checkpoint import manifest, packs\nfrom ckptbench.core.errors import CkptbenchError\n"
             "d, rel = sys.argv[1], sys.argv[2]\n"
             "try:\n    print(len(packs.read_member(d, manifest.read(d), rel)))\n"
             "except CkptbenchError as exc:\n    print(f'error {exc.exit_code} {exc}')\n")
@@ -434,7 +434,8 @@ def test_read_member_goes_through_confine(h, packed, secret, tmp_path, how, need
 
 def test_read_member_of_a_sound_pack_is_the_member(h, packed, ckpt):
     """Control for the test above: the same call on the untouched pack gives the original file's bytes."""
-    from ckptbench import manifest, packs
+    from ckptbench.checkpoint import manifest
+    from ckptbench.checkpoint import packs
 
     man = manifest.read(packed)
     src = ckpt("torch", 4)
@@ -463,8 +464,9 @@ def test_read_member_of_a_sound_pack_is_the_member(h, packed, ckpt):
 def test_packs_check_records_themselves(packed, pack_file, rel, record, needle):
     from dataclasses import replace
 
-    from ckptbench import manifest, packs
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.checkpoint import manifest
+    from ckptbench.checkpoint import packs
+    from ckptbench.core.errors import CkptbenchError
 
     man = manifest.read(packed)
     assert [e.bytes for e in man.files if e.path == "pack-00001-of-00004.ckpack"] == [94919]
@@ -479,8 +481,9 @@ def test_packs_check_records_themselves(packed, pack_file, rel, record, needle):
 def test_packs_table_not_a_mapping_is_refused(packed):
     from dataclasses import replace
 
-    from ckptbench import manifest, packs
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.checkpoint import manifest
+    from ckptbench.checkpoint import packs
+    from ckptbench.core.errors import CkptbenchError
 
     man = manifest.read(packed)
     for table in ([1, 2], {"pack-00001-of-00004.ckpack": ["config.json"]}):

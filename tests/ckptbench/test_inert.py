@@ -111,7 +111,7 @@ def test_a_lightning_ckpt_restores_with_its_objects_kept_as_data(lightning_dir, 
 
 
 def test_every_tensor_and_the_plain_values_come_back(lightning_dir):
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
 
     root, saved, mod_dir = lightning_dir
     path = os.path.join(root, "epoch=3-step=1200.ckpt")
@@ -151,7 +151,7 @@ def test_inspect_finds_the_ckpt_and_names_what_it_keeps_as_data(lightning_dir, h
 def test_the_stand_ins_do_not_outlive_the_load(lightning_dir):
     from torch import serialization as ts
 
-    from ckptbench.formats import torch_format
+    from ckptbench.checkpoint.formats import torch_format
 
     root, _, _ = lightning_dir
     path = os.path.join(root, "epoch=3-step=1200.ckpt")

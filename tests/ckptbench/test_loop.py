@@ -9,12 +9,12 @@ import threading
 
 import pytest
 
-from ckptbench import concurrency as conc
-from ckptbench.autotune import AutoTune, Level, attach, ladder
-from ckptbench.errors import CkptbenchError
-from ckptbench.loop import ReadLoop, Sample
+from ckptbench.core import concurrency as conc
+from ckptbench.restore.autotune import AutoTune, Level, attach, ladder
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.restore.loop import ReadLoop, Sample
 from ckptbench.sources import ReadOptions, open_source
-from ckptbench.sweep import knee
+from ckptbench.restore.sweep import knee
 
 FILES, FILE_SIZE = 4, 4 << 20
 

@@ -74,7 +74,7 @@ def test_the_latest_iteration_is_restored_and_no_other(meg, h, tmp_path, mode):
 
 
 def test_each_ranks_slices_come_back_under_its_rank(meg):
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
     from ckptbench.sources.local import LocalSource
 
     root, saved = meg
@@ -150,7 +150,7 @@ def test_a_torch_dist_iteration_restores_as_dcp(tmp_path, h):
     assert r.rc == 0, r.err
     doc = json.loads(r.out)
     assert doc["format"] == "dcp" and doc["source"] == str(it) and doc["status"] == "ok"
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
 
     state = restore.load_state(str(it), "dcp")
     for k, t in sd.items():

@@ -165,8 +165,8 @@ def test_pack_of_checkpoint_without_manifest(h, tmp_path):
     """A plain torch.save checkpoint plus its config: packed, it still restores (config read from the pack)."""
     import torch
 
-    from ckptbench.model import GPT
-    from ckptbench.profiles import ModelDims
+    from ckptbench.checkpoint.model import GPT
+    from ckptbench.checkpoint.profiles import ModelDims
 
     src = tmp_path / "plain"
     src.mkdir()

@@ -17,9 +17,9 @@ from dataclasses import fields
 import pytest
 import torch
 
-from ckptbench import manifest as mf
-from ckptbench.errors import CkptbenchError
-from ckptbench.formats import FormatError
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.formats import FormatError
 
 MODEL = "model-00001-of-00002.safetensors"
 
@@ -114,7 +114,7 @@ def test_crafted_safetensors_header_is_one_line_naming_the_shard(h, ckpt, tmp_pa
 
 
 def test_safetensors_buffer_errors_name_the_file():
-    from ckptbench.formats.safetensors_format import load_buffer, parse_header
+    from ckptbench.checkpoint.formats.safetensors_format import load_buffer, parse_header
 
     with pytest.raises(FormatError, match="^shard.safetensors: "):
         parse_header(b"\x01", "shard.safetensors")
@@ -127,7 +127,7 @@ def test_fused_safetensors_matches_what_safetensors_accepts():
     entries are not. The fused loader agrees on every one."""
     from safetensors.torch import load as st_load
 
-    from ckptbench.formats.safetensors_format import load_buffer
+    from ckptbench.checkpoint.formats.safetensors_format import load_buffer
 
     def shard(entries: dict, data_len: int) -> bytes:
         head = json.dumps(entries).encode()
@@ -189,7 +189,7 @@ def _saved(obj) -> bytes:
 def test_torch_zip_members_are_validated(tmp_path):
     """Compressed members cannot be loaded in place, a member named twice is ambiguous, and a storage larger than
     its member (a pickle that lies about numel) would alias the bytes after it: all refused, on both paths."""
-    from ckptbench.formats.torch_format import load_buffer, load_file
+    from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
 
     good = _saved({"w": torch.arange(100, dtype=torch.float32).view(10, 10)})
     src = zipfile.ZipFile(io.BytesIO(good))
@@ -201,7 +201,7 @@ def test_torch_zip_members_are_validated(tmp_path):
     crafted = {
         "deflated": (_zip_with({n: (src.read(n), deflated if "/data/" in n else stored) for n in names}), "compressed"),
         "lying": (_zip_with({n: (raw.replace(b"Kd", b"K\xc8") if n == pkl else src.read(n), stored) for n in names}),
-                  "beyond its zip member"),
+                  "claims 800 bytes, its zip member holds 400"),
     }
     with pytest.warns(UserWarning, match="Duplicate name"):
         twice = io.BytesIO()
@@ -222,7 +222,7 @@ def test_torch_zip_members_are_validated(tmp_path):
 
 
 def test_torch_optimizer_shard_with_mistyped_fields_is_one_line(tmp_path):
-    from ckptbench.formats.torch_format import load_buffer
+    from ckptbench.checkpoint.formats.torch_format import load_buffer
 
     w = torch.ones(2)
     for obj in ({"state": {"w": {"master": w}}, "step": [1]}, {"state": {"w": {"master": w}}, "hparams": 3},
@@ -297,7 +297,7 @@ def test_manifest_a_fifo_is_refused_without_hanging(h, ckpt, tmp_path):
 
 def test_manifest_schema_covers_every_field():
     """The checks name every Manifest field and every model dimension: a new field cannot skip the schema."""
-    from ckptbench.profiles import ModelDims
+    from ckptbench.checkpoint.profiles import ModelDims
 
     assert set(mf._REQUIRED + mf._OPTIONAL) == {f.name for f in fields(mf.Manifest)}
     assert set(mf.DIM_LIMITS) == {f.name for f in fields(ModelDims)}
@@ -394,7 +394,7 @@ def test_dcp_loader_never_opens_a_shard_outside_the_directory(h, ckpt, tmp_path,
     real_open, real_os_open = builtins.open, os.open
     monkeypatch.setattr(builtins, "open", lambda p, *a, **k: (opened.append(str(p)), real_open(p, *a, **k))[1])
     monkeypatch.setattr(os, "open", lambda p, *a, **k: (opened.append(str(p)), real_os_open(p, *a, **k))[1])
-    from ckptbench.formats.dcp_format import load_dir
+    from ckptbench.checkpoint.formats.dcp_format import load_dir
 
     with pytest.raises(CkptbenchError, match="outside"):
         load_dir(root)

@@ -319,8 +319,8 @@ def test_cuda_device_without_cuda_exits_2_with_one_line(ckpts, tmp_path):
 
 @pytest.mark.parametrize("kwargs, needle", [({"mode": "foo"}, "mode"), ({"repeats": 0}, "--repeat")])
 def test_pipeline_run_rejects_bad_options(ckpts, kwargs, needle):
-    from ckptbench import pipeline
-    from ckptbench.errors import CkptbenchError
+    from ckptbench.restore import runner as pipeline
+    from ckptbench.core.errors import CkptbenchError
 
     with pytest.raises(CkptbenchError, match=needle):
         opts = pipeline.RunOptions(mode=kwargs.get("mode", "fused"))  # options are checked when they are made
@@ -328,7 +328,7 @@ def test_pipeline_run_rejects_bad_options(ckpts, kwargs, needle):
 
 
 def test_memory_needed_staged_holds_one_more_shard(ckpts):
-    from ckptbench import resources
+    from ckptbench.restore import resources
     from ckptbench.sources import open_source
 
     listing = open_source(ckpts["safetensors"]).list()
@@ -342,7 +342,7 @@ def test_memory_needed_staged_holds_one_more_shard(ckpts):
 def test_a_hash_the_manifest_cannot_check_is_recorded_unverified(ckpts, tmp_path):
     """--hash md5 on a crc32c manifest: no reference, so a flipped byte cannot be caught; the run must say so
     everywhere rather than be recorded as a verified success."""
-    from ckptbench import results
+    from ckptbench.records import results
 
     src = tmp_path / "ck"
     shutil.copytree(ckpts["safetensors"], src)

@@ -9,9 +9,12 @@ import math
 import pytest
 from clirun import assert_one_line_error
 
-from ckptbench import plan_scale, profiles, results, storage
-from ckptbench.errors import CkptbenchError
-from ckptbench.plan import plan
+from ckptbench.plan import scale as plan_scale
+from ckptbench.checkpoint import profiles
+from ckptbench.records import results
+from ckptbench.system import storage
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.plan.shape import plan
 
 COORD = plan_scale.COORDINATION_S
 NEW_FIELDS = ("client_gbps", "aggregate_gbps", "metadata_ops_per_s", "prefixes", "part_bytes", "per_connection_gbps",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench import probes
-from ckptbench.probes import DiskStats, Mount, Unknown
+from ckptbench.system import probes
+from ckptbench.system.probes import DiskStats, Mount, Unknown
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KIB = 1024

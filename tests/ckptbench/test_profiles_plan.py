@@ -69,8 +69,8 @@ def test_param_formula_matches_the_model_that_restores(name):
     """The profile's count equals the parameters of the GPT module a checkpoint is restored into (meta device)."""
     import torch
 
-    from ckptbench.model import GPT
-    from ckptbench.profiles import ModelDims
+    from ckptbench.checkpoint.model import GPT
+    from ckptbench.checkpoint.profiles import ModelDims
 
     dims = ModelDims(**shape_of(toml_of(name)))
     with torch.device("meta"):

@@ -60,7 +60,7 @@ def two_runs(ckpt, tmp_path_factory):
 
 
 def test_header_is_the_documented_columns(two_runs):
-    from ckptbench.results import COLUMNS
+    from ckptbench.records.results import COLUMNS
 
     header, _ = csv_rows(two_runs["path"])
     assert header == DOCUMENTED_COLUMNS
@@ -130,7 +130,7 @@ def test_env_column_is_json_of_the_machine(two_runs):
 
 
 def test_read_rows_gives_numbers_and_env_back(two_runs):
-    from ckptbench.results import read_rows
+    from ckptbench.records.results import read_rows
 
     rows = read_rows(str(two_runs["path"]))
     assert len(rows) == 3
@@ -193,7 +193,7 @@ def test_unwritable_results_location_exits_2_before_running(ckpt, tmp_path):
 
 
 def test_append_creates_the_header_then_only_appends(two_runs, tmp_path):
-    from ckptbench import results
+    from ckptbench.records import results
 
     _, rows = csv_rows(two_runs["path"])
     row = dict(rows[0], env=json.loads(rows[0]["env"]), run_id="handmade")
@@ -237,7 +237,7 @@ def test_failed_run_is_recorded_with_status_failed(after_failed_run):
 
 
 def test_file_with_a_failed_run_stays_readable(after_failed_run):
-    from ckptbench.results import read_rows
+    from ckptbench.records.results import read_rows
 
     path, doc = after_failed_run
     rows = read_rows(str(path))  # fails: the errors column "digest_mismatch=1" is parsed as a number
@@ -256,7 +256,7 @@ def test_run_appends_after_a_failed_run(ckpt, after_failed_run):
 
 
 def test_schema_1_file_stays_readable_and_takes_restores_in_its_own_schema(ckpt, tmp_path):
-    from ckptbench.results import read_rows
+    from ckptbench.records.results import read_rows
 
     v1 = [c for c in DOCUMENTED_COLUMNS if c != "kind" and c not in (
         "target", "ranks", "stagger_s", "interval_s", "blocking_s", "written_s", "durable_s", "write_gbps",

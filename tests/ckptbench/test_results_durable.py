@@ -89,7 +89,7 @@ def tripwire(*args, **kwargs):
     sys.stderr.write("TRIPWIRE: the checkpoint was read\\n")
     raise SystemExit(99)
 fastio.start = fastio.read_files = tripwire
-from ckptbench.cli import main
+from ckptbench.cli.root import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -166,7 +166,7 @@ def test_results_folder_that_takes_no_new_file_is_refused_before_any_restore(set
 
 
 def test_check_writable_leaves_nothing_behind_for_a_new_file(tmp_path):
-    from ckptbench import results
+    from ckptbench.records import results
 
     results.check_writable(str(tmp_path / "R.csv"))
     assert os.listdir(tmp_path) == []
@@ -194,8 +194,8 @@ def test_a_source_path_that_is_not_utf8_is_recorded_escaped_in_both_files(ckpt, 
 # --- no NaN or Infinity in a document ---
 
 def _repeat(rto_s: float, read_gbps: float):
-    from ckptbench.conditions import CacheCondition
-    from ckptbench.pipeline import RepeatResult
+    from ckptbench.system.pagecache import CacheCondition
+    from ckptbench.restore.runner import RepeatResult
 
     return RepeatResult(stages={"read": rto_s}, notes={}, rto_s=rto_s, bytes=10, files=1, files_restored=1,
                         read_gbps=read_gbps, engine_gbps=float("-inf"), retries=0, errors={},
@@ -203,8 +203,8 @@ def _repeat(rto_s: float, read_gbps: float):
 
 
 def test_non_finite_figures_are_null_in_every_document(tmp_path):
-    from ckptbench import results
-    from ckptbench.pipeline import RunOptions
+    from ckptbench.records import results
+    from ckptbench.restore.runner import RunOptions
 
     path = str(tmp_path / "R.csv")
     rec = results.Recorder(path, "nonfinite", "/ck", "safetensors", RunOptions(), {"date": "2024-01-01"})
@@ -230,7 +230,7 @@ def test_non_finite_figures_are_null_in_every_document(tmp_path):
 # --- reading the documents back ---
 
 def test_read_documents_picks_records_and_survives_a_torn_line(tmp_path):
-    from ckptbench import results
+    from ckptbench.records import results
 
     path = str(tmp_path / "R.csv")
     with open(path + ".jsonl", "w") as f:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckptbench import resume
-from ckptbench.errors import CkptbenchError
+from ckptbench.checkpoint import resume
+from ckptbench.core.errors import CkptbenchError
 
 
 def _trainer(n: int) -> list[str]:

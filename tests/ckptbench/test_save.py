@@ -172,8 +172,8 @@ def test_text_output_shows_preflight_then_saves_then_verdict(tmp_path):
 
 
 def test_run_save_hands_each_sample_and_save_to_its_callbacks(tmp_path):
-    from ckptbench.save import SaveOptions, run_save
-    from ckptbench.writeback import WritebackSample
+    from ckptbench.save.series import SaveOptions, run_save
+    from ckptbench.system.writeback import WritebackSample
 
     samples, saves = [], []
     report = run_save("small", str(tmp_path / "t"), SaveOptions(count=2, interval_s=0.6), scale=float(SCALE),

@@ -48,8 +48,8 @@ def test_enospc_mid_save_removes_the_partial_save_and_keeps_the_previous(tmpfs, 
 def test_cancel_between_saves_from_another_thread(tmp_path):
     import threading
 
-    from ckptbench.errors import Cancelled
-    from ckptbench.save import SaveOptions, run_save
+    from ckptbench.core.errors import Cancelled
+    from ckptbench.save.series import SaveOptions, run_save
 
     cancel = threading.Event()
     seen, failure = [], []
@@ -113,7 +113,7 @@ def test_target_inside_the_source_is_refused(tmp_path):
 
 
 def test_saves_are_not_recorded_in_a_schema_1_results_file(tmp_path):
-    from ckptbench.results import COLUMNS_V1, read_rows
+    from ckptbench.records.results import COLUMNS_V1, read_rows
 
     old = tmp_path / "old.csv"
     old.write_text(",".join(COLUMNS_V1) + "\n")

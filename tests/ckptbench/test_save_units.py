@@ -31,8 +31,8 @@ def _line(writes, sectors, write_ms, io_ms, dev="8 0 sda"):
 
 
 def test_dirty_limits_follow_the_ratio_of_dirtyable_memory(tmp_path):
-    from ckptbench.probes import meminfo
-    from ckptbench.writeback import dirty_limits
+    from ckptbench.system.probes import meminfo
+    from ckptbench.system.writeback import dirty_limits
 
     root = _root(tmp_path)
     dirtyable = (1024000 + 512000 + 512000) * 1024  # free + file cache, not MemTotal
@@ -40,15 +40,15 @@ def test_dirty_limits_follow_the_ratio_of_dirtyable_memory(tmp_path):
 
 
 def test_dirty_bytes_override_the_ratios_and_background_is_halved_when_not_below(tmp_path):
-    from ckptbench.probes import meminfo
-    from ckptbench.writeback import dirty_limits
+    from ckptbench.system.probes import meminfo
+    from ckptbench.system.writeback import dirty_limits
 
     root = _root(tmp_path, dirty_bytes=64 * MiB, bg_bytes=100 * MiB)
     assert dirty_limits(meminfo(root), root) == (64 * MiB, 32 * MiB)
 
 
 def test_sampler_rates_from_two_diskstats_readings(tmp_path):
-    from ckptbench.writeback import WritebackSampler
+    from ckptbench.system.writeback import WritebackSampler
 
     root = _root(tmp_path, diskstats=_line(100, 2000, 50, 400))
     s = WritebackSampler("/data/ckpt", root=root)
@@ -67,7 +67,7 @@ def test_sampler_rates_from_two_diskstats_readings(tmp_path):
 
 
 def test_sampler_without_a_block_device_leaves_device_figures_none(tmp_path):
-    from ckptbench.writeback import WritebackSampler
+    from ckptbench.system.writeback import WritebackSampler
 
     root = _root(tmp_path, device="0:42", diskstats=_line(1, 1, 1, 1))
     s = WritebackSampler("/data/ckpt", root=root).start()
@@ -78,7 +78,7 @@ def test_sampler_without_a_block_device_leaves_device_figures_none(tmp_path):
 
 
 def test_preflight_on_a_writable_directory(tmp_path):
-    from ckptbench.preflight import blocking, preflight
+    from ckptbench.save.preflight import blocking, preflight
 
     checks = preflight(str(tmp_path), 1 * MiB)
     assert [c.name for c in checks] == ["rename", "fsync file", "fsync dir", "O_DIRECT", "free space"]
@@ -90,7 +90,7 @@ def test_preflight_on_a_writable_directory(tmp_path):
 
 
 def test_preflight_free_space_short_is_blocking(tmp_path):
-    from ckptbench.preflight import blocking, preflight
+    from ckptbench.save.preflight import blocking, preflight
 
     checks = preflight(str(tmp_path), 1 << 62)
     bad = blocking(checks)
@@ -99,19 +99,19 @@ def test_preflight_free_space_short_is_blocking(tmp_path):
 
 
 def _timing(i, nbytes, durable):
-    from ckptbench.save import SaveTiming
+    from ckptbench.save.report import SaveTiming
 
     return SaveTiming(i, f"step-{i:06d}", nbytes, durable, durable / 2, durable, False)
 
 
 def _sample(dirty, wb, limit=100, bg=50):
-    from ckptbench.writeback import WritebackSample
+    from ckptbench.system.writeback import WritebackSample
 
     return WritebackSample(0.0, dirty, wb, limit, bg, None, None, None)
 
 
 def test_sustained_is_the_median_after_the_first_save():
-    from ckptbench.save_analysis import sustained
+    from ckptbench.save.analysis import sustained
 
     saves = [_timing(1, 10**9, 10.0), _timing(2, 10**9, 1.0), _timing(3, 10**9, 2.0), _timing(4, 10**9, 4.0)]
     gbps, durable = sustained(saves)
@@ -120,7 +120,7 @@ def test_sustained_is_the_median_after_the_first_save():
 
 
 def test_throttled_above_the_midpoint_of_background_and_limit():
-    from ckptbench.save_analysis import dirty_peak, throttled
+    from ckptbench.save.analysis import dirty_peak, throttled
 
     assert not throttled([_sample(60, 10)])  # 70 is below 75, the midpoint of background 50 and limit 100
     assert throttled([_sample(60, 10), _sample(70, 6)])
@@ -128,7 +128,7 @@ def test_throttled_above_the_midpoint_of_background_and_limit():
 
 
 def test_overlap_and_peak_rate_of_rank_spans():
-    from ckptbench.save_analysis import overlap, peak_rate
+    from ckptbench.save.analysis import overlap, peak_rate
 
     together = [{"rank": 0, "start_s": 0.0, "end_s": 1.0, "bytes": 10**9},
                 {"rank": 1, "start_s": 0.5, "end_s": 1.5, "bytes": 10**9}]
@@ -144,8 +144,8 @@ def test_overlap_and_peak_rate_of_rank_spans():
     ("interval_s", 0.0, "--interval"), ("keep", 0, "--keep"), ("count", 0, "--count"), ("stagger_s", -1.0, "--stagger"),
     ("async_save", True, "--format dcp"), ("format", "zip", "unknown format")])
 def test_validate_refuses_bad_options(field, value, needle):
-    from ckptbench.errors import CkptbenchError
-    from ckptbench.save import SaveOptions, validate
+    from ckptbench.core.errors import CkptbenchError
+    from ckptbench.save.series import SaveOptions, validate
 
     with pytest.raises(CkptbenchError, match=needle.replace("-", r"\-")):
         validate(SaveOptions(**{field: value}))

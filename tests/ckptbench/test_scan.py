@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import save_file
 
 import fastio
-from ckptbench import scan
-from ckptbench.formats import CheckpointState, safetensors_format
-from ckptbench.restore import structural_check
+from ckptbench.restore import scan
+from ckptbench.checkpoint.formats import CheckpointState, safetensors_format
+from ckptbench.restore.load import structural_check
 
 
 def _shards(d, bad: str | None = None) -> dict[str, torch.Tensor]:
@@ -89,7 +89,7 @@ def test_a_foreign_checkpoint_run_reports_the_scan_and_a_nan_fails_it(h, tmp_pat
 def test_inf_in_bookkeeping_scalars_is_normal_and_named_but_fails_in_weights_and_moments():
     """Lightning's ModelCheckpoint saves kth_value = inf, a loss scaler its inf sentinel: not corruption. The same
     inf in a weight or an optimizer moment is."""
-    from ckptbench.restore import structural_check
+    from ckptbench.restore.load import structural_check
 
     state = CheckpointState({"w": torch.ones(4)}, extra={
         "callbacks.ModelCheckpoint{'monitor': None}.kth_value": torch.tensor(float("inf")),

@@ -15,12 +15,13 @@ import pytest
 
 from clirun import assert_one_line_error, run_cli, run_proc
 
-from ckptbench import concurrency as conc
-from ckptbench.errors import CkptbenchError, redact, translate
+from ckptbench.core import concurrency as conc
+from ckptbench.core.errors import CkptbenchError, redact, translate
 from ckptbench.sources import ReadHandle, ReadOptions, Source, drive, open_source, open_targets
 
 PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ckptbench")
-SEAM_USERS = ("pipeline.py", "reading.py", "sweep.py", "live.py", "checklist_facts.py", "session.py")
+SEAM_USERS = ("restore/runner.py", "restore/reading.py", "restore/sweep.py", "system/live.py", "checklist/facts.py",
+              "restore/session.py")
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +141,7 @@ def test_a_fresh_process_pays_warm_up_before_the_clock(small, tmp_path):
 
 
 def test_warm_up_runs_once_per_process():
-    from ckptbench.warmup import warm_up
+    from ckptbench.restore.warmup import warm_up
 
     warm_up()
     assert warm_up() == 0.0
@@ -190,7 +191,7 @@ def test_the_domain_imports_no_cli_module_and_no_ui():
     for root, _, names in os.walk(PKG):
         for n in names:
             path = os.path.join(root, n)
-            if not n.endswith(".py") or n.startswith("cli") or n == "__main__.py":  # the composition root: cli*.py
+            if not n.endswith(".py") or os.path.basename(root) == "cli" or n == "__main__.py":  # the root: cli/
                 continue
             bad = {m for m in _imports(path) if m.startswith(("ckptbench.cli", "tui", "textual"))}
             assert not bad, f"{os.path.relpath(path, PKG)} imports {bad}"

@@ -11,7 +11,7 @@ import statistics
 import pytest
 from clirun import Run, assert_one_line_error, run_cli
 
-from ckptbench.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError
 
 SCALE = "0.02"
 STAGE_COLUMNS = ["list_s", "read_s", "verify_s", "load_s", "device_s", "check_s"]
@@ -79,13 +79,13 @@ def test_sweep_missing_source_exits_2(tmp_path):
     ],
 )
 def test_knee_on_hand_made_medians(medians, margin, expected):
-    from ckptbench.sweep import knee
+    from ckptbench.restore.sweep import knee
 
     assert knee(medians, margin) == expected
 
 
 def test_knee_default_margin_is_ten_percent():
-    from ckptbench.sweep import knee
+    from ckptbench.restore.sweep import knee
 
     assert knee({1: 8.9, 2: 10.0}) == (2, 2)
     assert knee({1: 9.1, 2: 10.0}) == (1, 2)
@@ -93,14 +93,14 @@ def test_knee_default_margin_is_ten_percent():
 
 @pytest.mark.parametrize("text, expected", [("1,8,16", [1, 8, 16]), ("16, 1 ,8,8", [1, 8, 16]), ("1024", [1024])])
 def test_parse_levels(text, expected):
-    from ckptbench.sweep import parse_levels
+    from ckptbench.restore.sweep import parse_levels
 
     assert parse_levels(text) == expected
 
 
 @pytest.mark.parametrize("text", ["1,x", "0", "", ",", "-1,4", "1,1025", "2.5"])
 def test_parse_levels_rejects(text):
-    from ckptbench.sweep import parse_levels
+    from ckptbench.restore.sweep import parse_levels
 
     with pytest.raises(CkptbenchError, match="--levels"):
         parse_levels(text)
@@ -127,7 +127,7 @@ def recorded(ckpt, tmp_path_factory):
 
 def crafted(recorded, tmp_path, make_rows) -> str:
     """A copy of the recorded file plus rows appended through results.append: make_rows(baseline rows) -> rows."""
-    from ckptbench import results
+    from ckptbench.records import results
 
     src, ids = recorded
     path = tmp_path / "R.csv"

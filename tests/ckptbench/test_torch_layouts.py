@@ -135,7 +135,7 @@ def _buffers(paths) -> dict:
 
 def _both(root: str):
     """The state loaded from the files (staged) and from buffers of their bytes (fused, in place)."""
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
 
     shards = restore.shard_files(root, "torch")
     from_files = restore.load_state(root, "torch")
@@ -172,7 +172,8 @@ def test_deepspeed_values_match_what_was_saved_from_files_and_from_buffers(ds_tr
 
 
 def test_deepspeed_layout_is_described_and_other_steps_are_not_selected(ds_tree):
-    from ckptbench import layouts, tree
+    from ckptbench.checkpoint import layouts
+    from ckptbench.checkpoint import tree
 
     root, _ = ds_tree
     lay = layouts.select(root, tree.rels(root))
@@ -197,7 +198,7 @@ def test_deepspeed_read_and_verify_read_only_the_latest_step(ds_tree):
 
 
 def test_inspect_counts_the_latest_step_with_partitions_as_optimizer_state(ds_tree):
-    from ckptbench.formats import group_of
+    from ckptbench.checkpoint.formats import group_of
 
     root, saved = ds_tree
     r = run_cli("inspect", root, "--json")
@@ -213,7 +214,8 @@ def test_inspect_counts_the_latest_step_with_partitions_as_optimizer_state(ds_tr
 
 
 def test_deepspeed_step_directory_pointed_at_directly_restores(ds_tree, tmp_path):
-    from ckptbench import layouts, tree
+    from ckptbench.checkpoint import layouts
+    from ckptbench.checkpoint import tree
 
     root, saved = ds_tree
     step = os.path.join(root, "global_step200")
@@ -226,7 +228,7 @@ def test_deepspeed_step_directory_pointed_at_directly_restores(ds_tree, tmp_path
 
 
 def test_deepspeed_directory_detects_as_torch(ds_tree):
-    from ckptbench.detect import detect, detect_names
+    from ckptbench.checkpoint.detect import detect, detect_names
 
     root, _ = ds_tree
     assert detect(root) == "torch"
@@ -404,8 +406,8 @@ def test_garbage_index_is_one_line(hf_sharded, tmp_path, raw, needle):
 
 
 def test_tensor_in_another_shard_than_the_index_says_is_a_format_error(hf_sharded, tmp_path):
-    from ckptbench import restore
-    from ckptbench.formats import FormatError
+    from ckptbench.restore import load as restore
+    from ckptbench.checkpoint.formats import FormatError
 
     root, _, _ = hf_sharded
     _edit_index(root, lambda d: d["weight_map"].update({"h.1.w": "pytorch_model-00001-of-00002.bin"}))
@@ -441,7 +443,7 @@ def _nested_expected(obj: dict) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("legacy", [False, True])
 def test_nested_dict_with_plain_leaves_loads_the_same_from_file_and_buffer(tmp_path, legacy):
-    from ckptbench.formats.torch_format import load_buffer, load_file
+    from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
 
     obj = _nested()
     path = tmp_path / "checkpoint.pt"
@@ -456,7 +458,7 @@ def test_nested_dict_with_plain_leaves_loads_the_same_from_file_and_buffer(tmp_p
 
 
 def test_ckptbench_own_shapes_keep_their_places():
-    from ckptbench.formats.torch_format import load_buffer
+    from ckptbench.checkpoint.formats.torch_format import load_buffer
 
     w = torch.arange(4.0)
     own = io.BytesIO()
@@ -492,8 +494,8 @@ def test_legacy_files_restore_in_every_mode(tmp_path, mode):
 
 
 def test_two_files_disagreeing_on_a_key_is_a_format_error_naming_both(tmp_path):
-    from ckptbench import restore
-    from ckptbench.formats import FormatError
+    from ckptbench.restore import load as restore
+    from ckptbench.checkpoint.formats import FormatError
 
     root = tmp_path / "clash"
     root.mkdir()

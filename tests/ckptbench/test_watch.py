@@ -84,7 +84,7 @@ def test_a_single_threaded_loader_is_judged_loader_bound(tmp_path, blob):
 
 
 def test_a_watched_restore_is_on_record_and_compares_with_the_next(tmp_path, blob):
-    from ckptbench.results import read_documents, read_rows
+    from ckptbench.records.results import read_documents, read_rows
 
     results = str(tmp_path / "results.csv")
     job = _script(tmp_path, "slow.py", SLOW)
@@ -261,7 +261,8 @@ def test_match_finds_one_process_or_says_why_not():
 
 def test_retransmits_make_a_network_verdict_only_for_a_job_with_sockets():
     """/proc/net/snmp counts the whole machine: another program's retransmits must not blame a local loader."""
-    from ckptbench import verdict, watch
+    from ckptbench.watch import verdict
+    from ckptbench.watch import sampler as watch
 
     reading = watch.Interval(0.0, 1.0, 100 << 20, 0, 1.0, 1.0, 1, 0.0, 1 << 30, "reading")
     report = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=100 << 20, disk_bytes=0, files={},

@@ -46,7 +46,7 @@ def restored(root: str, load: bool = True):
     """(listing, encoded state) as ckptbench restores the directory: the listing picks the checkpoint and its
     files, load_state loads them (state None when not `load`). The one place that knows ckptbench's internals;
     update it when they change."""
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
     from ckptbench.sources.local import LocalSource
 
     listing = LocalSource(root, checkpoint=True).list()

@@ -21,7 +21,7 @@ def _crc(t: torch.Tensor) -> str:
 
 def _single(root: str) -> dict[str, torch.Tensor]:
     """Every tensor of the single-process restore, by the name it gives it."""
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
     from ckptbench.sources.local import LocalSource
 
     listing = LocalSource(root, checkpoint=True).list()

@@ -1,4 +1,4 @@
-"""Fixtures for the FUSE tests: a local S3 (moto on 127.0.0.1, ckptbench.s3local as the S3 tests use) and s3fs
+"""Fixtures for the FUSE tests: a local S3 (moto on 127.0.0.1, ckptbench.testing.s3local as the S3 tests use) and s3fs
 mounts of fresh buckets on it, unmounted when the test or module ends, even on failure."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pytest
 from fusehelp import FuseMount, ckptbench, s3fs_mount
 
-from ckptbench.s3local import local_s3
+from ckptbench.testing.s3local import local_s3
 
 
 @pytest.fixture(scope="session")

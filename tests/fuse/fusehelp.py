@@ -24,7 +24,7 @@ MOUNT_WAIT_S = 15.0
 class FuseMount:
     path: str  # the mount point
     bucket: str
-    s3: object  # ckptbench.s3local.LocalS3: a boto3 client on the same bucket, for what the mount hides
+    s3: object  # ckptbench.testing.s3local.LocalS3: a boto3 client on the same bucket, for what the mount hides
 
 
 def ckptbench(*args, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ def _items(doc: dict) -> dict:
 
 
 def test_the_mount_is_fuse_s3fs_and_backed_by_the_bucket(s3fs_ckpt):
-    from ckptbench import probes
+    from ckptbench.system import probes
 
     m = probes.mount_of(os.path.join(s3fs_ckpt.path, "ckpt"))
     assert isinstance(m, probes.Mount) and m.fs_type == "fuse.s3fs" and m.mount_point == s3fs_ckpt.path

@@ -79,7 +79,7 @@ def _cli(installed, *args, env_extra=None):
 def test_wheel_holds_every_package_the_profiles_and_the_stylesheet(installed):
     _, wheel, _ = installed
     names = set(zipfile.ZipFile(wheel).namelist())
-    for must in ("ckptbench/sources/__init__.py", "ckptbench/sources/s3source.py", "ckptbench/formats/__init__.py",
+    for must in ("ckptbench/sources/__init__.py", "ckptbench/sources/s3source.py", "ckptbench/checkpoint/formats/__init__.py",
                  "ckptbench/profile_data/checkpoints/7b.toml", "ckptbench/profile_data/storage/s3.toml",
                  "tui/app.tcss", "tui/screens/dashboard.py", "fastio/_engine.pyi", "fastio/py.typed",
                  "ckptbench/py.typed"):
@@ -126,7 +126,7 @@ def test_gen_and_run_from_the_wheel(installed):
 
 def test_demo_s3_without_its_extra_names_the_extra(installed):
     py, _, work = installed
-    code = ("import sys; sys.modules['moto'] = None; from ckptbench.cli import main; "
+    code = ("import sys; sys.modules['moto'] = None; from ckptbench.cli.root import main; "
             "sys.exit(main(['demo', '--s3', '--headless']))")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     env.update(HOME=str(work), XDG_CACHE_HOME=str(work / "cache"))

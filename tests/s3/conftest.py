@@ -10,7 +10,7 @@ import contextlib
 
 import pytest
 
-from ckptbench.s3local import local_s3
+from ckptbench.testing.s3local import local_s3
 
 @pytest.fixture(scope="session")
 def s3server():

@@ -13,15 +13,15 @@ import time
 import pytest
 from s3help import files_under, put_dir
 
-import ckptbench.cli_run  # noqa: F401  (imported before any per-test stream redirection)
+import ckptbench.cli.run  # noqa: F401  (imported before any per-test stream redirection)
 from ckptbench.sources import s3 as s3mod
-from ckptbench.sources import s3read
+from ckptbench.sources import s3read, s3source
 
 PARTIAL = s3read.STAGE_SUFFIX
 
 
 def run_cli(*args):
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -44,8 +44,8 @@ def one_line_error(rc, err: str, *needles: str) -> str:
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> str:
-    from ckptbench import profiles
-    from ckptbench.generate import generate
+    from ckptbench.checkpoint import profiles
+    from ckptbench.checkpoint.generate import generate
 
     root = tmp_path_factory.mktemp("bad") / "ckpt"
     generate(profiles.load("small").scaled(0.02), str(root), force=True)
@@ -150,8 +150,8 @@ def test_object_deleted_mid_run(s3faulty, ckpt, monkeypatch, tmp_path):
     local = files_under(ckpt)
     target = max(local, key=lambda r: len(local[r]))
     handles = []
-    real_start = s3read.start
-    monkeypatch.setattr(s3read, "start", lambda *a, **kw: handles.append(real_start(*a, **kw)) or handles[-1])
+    real_start = s3source.start
+    monkeypatch.setattr(s3source, "start", lambda *a, **kw: handles.append(real_start(*a, **kw)) or handles[-1])
     deleted = threading.Event()
 
     def deleter():

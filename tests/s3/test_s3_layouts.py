@@ -15,13 +15,13 @@ import pytest
 import torch
 from s3help import files_under, put_dir
 
-import ckptbench.cli_run  # noqa: F401  (imported before any per-test stream redirection)
+import ckptbench.cli.run  # noqa: F401  (imported before any per-test stream redirection)
 
 MODES = ("fused", "staged")
 
 
 def run_cli(*args):
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -65,7 +65,7 @@ def _ds_step(d, step: int, n: int, ranks: int = 2) -> None:
 
 STEP200 = ["latest", "global_step200/mp_rank_00_model_states.pt",
            "global_step200/zero_pp_rank_0_mp_rank_00_optim_states.pt",
-           "global_step200/zero_pp_rank_1_mp_rank_00_optim_states.pt", "zero_to_fp32.py"]
+           "global_step200/zero_pp_rank_1_mp_rank_00_optim_states.pt"]  # zero_to_fp32.py: a script, never read
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_deepspeed_prefix_restores_only_the_step_latest_names(s3env, ds_prefix, 
     local = files_under(root)
     assert doc["status"] == "ok" and doc["format"] == "torch" and doc["source"] == url
     assert doc["files"] == len(STEP200) and doc["bytes"] == sum(len(local[r]) for r in STEP200)
-    assert len(local) == len(STEP200) + 3  # step 100's three objects were listed and left alone
+    assert len(local) == len(STEP200) + 4  # step 100's three objects and zero_to_fp32.py were listed and left alone
 
 
 def test_s3_selection_matches_the_local_one(s3env, ds_prefix):
@@ -216,7 +216,7 @@ def test_trainer_prefix_on_s3_loads_its_state_and_never_reads_training_args(s3en
                                                                             monkeypatch, mode):
     from safetensors.torch import save_file
 
-    from ckptbench import restore
+    from ckptbench.restore import load as restore
 
     loaded = []
     real = restore.load_state

@@ -19,7 +19,7 @@ from s3help import files_under
 import xxhash
 
 from ckptbench.sources import s3 as s3mod
-from ckptbench.sources import ReadOptions, s3read
+from ckptbench.sources import ReadOptions, s3read, s3source
 
 MiB = 1 << 20
 PREFIX = "ckpt/step-1"
@@ -62,7 +62,7 @@ def read(url: str, *, into: str = "hash", stage_dir: str | None = None, backend:
     log = s3mod.RetryLog()
     client = s3mod.make_client(8, retry_log=log)
     listed = s3mod.list_objects(client, u)
-    h = s3read.start(client, u, listed, ReadOptions(s3_client=backend, **opts), log, into=into, stage_dir=stage_dir)
+    h = s3source.start(client, u, listed, ReadOptions(s3_client=backend, **opts), log, into=into, stage_dir=stage_dir)
     res = h.wait(120)
     assert res is not None, "read did not finish in 120 s"
     return res, h, listed
@@ -115,7 +115,7 @@ def test_read_digests_match_local_hashes(s3env, objects, tmp_path, alg, into, ba
 
 def test_read_cli_json_digests(s3env, objects, capsys):
     """`ckptbench read s3://...` (in process): digests in the JSON equal the local ones, many ranged GETs."""
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
 
     bucket, data = objects
     rc = cli.main(["read", f"s3://{bucket}/{PREFIX}", "--hash", "sha256", "--part-size", "512K", "-c", "4",
@@ -133,7 +133,7 @@ def test_read_cli_json_digests(s3env, objects, capsys):
 _MEMORY_PROBE = r"""
 import json, sys, threading, time
 import psutil
-from ckptbench.sources import ReadOptions, s3, s3read
+from ckptbench.sources import ReadOptions, s3, s3read, s3source
 
 
 def status_kib(field):
@@ -167,7 +167,7 @@ for alg in ("crc32c", "sha256"):
     base = proc.memory_info().rss
     t = threading.Thread(target=sample, daemon=True)
     t.start()
-    h = s3read.start(client, url, objs, ReadOptions(concurrency=4, part_size=1 << 20, hash=alg), log, into="hash")
+    h = s3source.start(client, url, objs, ReadOptions(concurrency=4, part_size=1 << 20, hash=alg), log, into="hash")
     res = h.wait()
     stop.set()
     t.join()

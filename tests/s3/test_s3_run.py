@@ -18,9 +18,9 @@ import crc32c
 import pytest
 from s3help import files_under, put_dir
 
-import ckptbench.cli_run  # noqa: F401  (imported outside any per-test capture: see run_cli)
+import ckptbench.cli.run  # noqa: F401  (imported outside any per-test capture: see run_cli)
 from ckptbench.sources import s3 as s3mod
-from ckptbench.sources import ReadOptions, s3read
+from ckptbench.sources import ReadOptions, s3read, s3source
 
 MiB = 1 << 20
 PARTIAL = s3read.STAGE_SUFFIX
@@ -28,8 +28,8 @@ STAGED_NOTE = "staged to local files first, loaded from there"
 
 
 def gen(root, fmt: str | None = None, digest: str = "crc32c") -> str:
-    from ckptbench import profiles
-    from ckptbench.generate import generate
+    from ckptbench.checkpoint import profiles
+    from ckptbench.checkpoint.generate import generate
 
     generate(profiles.load("small").scaled(0.02), str(root), fmt=fmt, force=True, digest=digest)
     return str(root)
@@ -60,7 +60,7 @@ def set_env(monkeypatch, env: dict) -> None:
 def run_cli(capsys, *args):
     """The CLI in this process. Output is captured by redirecting sys.stdout/err (not capsys): cli_run's progress
     line binds sys.stderr as a default argument when first imported, and capsys closes its streams per test."""
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -195,7 +195,7 @@ def upload_to(ckpts):
 def test_run_retries_faults_and_classifies_them(s3faulty, upload_to, ckpts, monkeypatch, tmp_path):
     """Under 503 SlowDown and connection resets (before and mid-body) on ~12 % of requests: every file restored
     and verified, and the retries, by class, are the faults the proxy handed out."""
-    from ckptbench import pipeline
+    from ckptbench.restore import runner as pipeline
 
     server = s3faulty(fault_rate=0.0, seed=3)
     url = upload_to(server)
@@ -229,7 +229,7 @@ def test_read_retries_classified_per_fault_kind(s3faulty, upload_to, ckpts, monk
         client = s3mod.make_client(4, retry_log=log)
         objs = s3mod.list_objects(client, url)
         server.proxy.fault_rate = 0.2
-        res = s3read.start(client, url, objs, ReadOptions(concurrency=4, part_size=256 * 1024), log,
+        res = s3source.start(client, url, objs, ReadOptions(concurrency=4, part_size=256 * 1024), log,
                            into="memory").wait(120)
         assert res is not None and not res.failed, [f.error for f in res.failed]
         for f, buf in zip(res.files, res.buffers):
@@ -272,16 +272,16 @@ def test_manifest_read_survives_a_mid_body_reset(s3faulty, upload_to, monkeypatc
 def test_files_count_only_when_every_byte_arrived(s3faulty, upload_to, monkeypatch, tmp_path):
     """Every request throttled from the read on: no file is restored, each fails as throttling, success_rate 0,
     and the stage directory holds nothing (no partial file, no final name)."""
-    from ckptbench import pipeline
+    from ckptbench.restore import runner as pipeline
 
     server = s3faulty(fault_rate=0.0, fault_kinds=("slowdown",))
     url = upload_to(server)
     set_env(monkeypatch, server.env)
     # keep the test short: 1 try per request (botocore) and 2 per part (ours) instead of 11 and 6
-    real_make_client, real_start = s3mod.make_client, s3read.start
+    real_make_client, real_start = s3mod.make_client, s3source.start
     monkeypatch.setattr(s3mod, "make_client",
                         lambda concurrency=16, **kw: real_make_client(concurrency, **{**kw, "max_attempts": 0}))
-    monkeypatch.setattr(s3read, "start",
+    monkeypatch.setattr(s3source, "start",
                         lambda c, u, o, opts, log, **kw: real_start(c, u, o, dataclasses.replace(opts, part_retries=1),
                                                                     log, **kw))
 
@@ -304,7 +304,7 @@ def test_files_count_only_when_every_byte_arrived(s3faulty, upload_to, monkeypat
 def test_object_outside_the_manifest_that_fails_is_not_restored(s3server, s3env, ckpts, monkeypatch, tmp_path):
     """An object the manifest does not list (here ckptbench.json itself) vanishes between the listing and its read:
     it was not restored, so the run cannot report every file restored."""
-    from ckptbench import pipeline
+    from ckptbench.restore import runner as pipeline
 
     bucket = s3server.make_bucket()
     direct = s3server.client(direct=True)

@@ -12,7 +12,7 @@ from s3help import put_dir
 from textual import events
 from textual.widgets import Static
 
-from ckptbench.pipeline import RunOptions
+from ckptbench.restore.runner import RunOptions
 from tui.app import CkptbenchApp
 from tui.screens.dashboard import POLL_S
 from tui.widgets.chart import ThroughputChart
@@ -24,8 +24,8 @@ SHAPED = dict(fault_rate=0.0, latency_s=0.02, bandwidth_bps=4e6)  # ~5.6 MB at 1
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> str:
     """The small profile at scale 0.02: about 5.6 MB in 22 files."""
-    from ckptbench import profiles
-    from ckptbench.generate import generate
+    from ckptbench.checkpoint import profiles
+    from ckptbench.checkpoint.generate import generate
 
     root = tmp_path_factory.mktemp("s3tui") / "ck"
     generate(profiles.load("small").scaled(0.02), str(root), force=True, digest="crc32c")
@@ -127,7 +127,7 @@ async def _crt_then_threads(url: str, results: str) -> None:
         assert session.status == "ok"
         # the row and the document agree on the settings the run started with; the live change is listed
         assert session.doc["options"]["concurrency"] == 1 and session.doc["concurrency_changes"] == [2]
-        from ckptbench.results import read_documents
+        from ckptbench.records.results import read_documents
 
         crt_doc = read_documents(results, "run")[0]
         assert crt_doc["options"]["concurrency"] == 1 and crt_doc["concurrency_changes"] == []

@@ -38,8 +38,8 @@ def bucket_contents(s3server, bucket: str, prefix: str = "") -> dict[str, bytes]
 @pytest.fixture(scope="module")
 def ckpt_dir(tmp_path_factory) -> str:
     """A generated small checkpoint plus one 11 MiB file (three 5 MiB parts) in a subfolder."""
-    from ckptbench import profiles
-    from ckptbench.generate import generate
+    from ckptbench.checkpoint import profiles
+    from ckptbench.checkpoint.generate import generate
 
     root = tmp_path_factory.mktemp("upload") / "ckpt"
     generate(profiles.load("small").scaled(0.02), str(root), force=True)
@@ -83,21 +83,21 @@ def test_upload_puts_every_file_multipart_with_crc32c(s3server, s3bucket, ckpt_d
 
 def test_uploaded_checkpoint_reads_back_identically(s3server, s3env, s3bucket, ckpt_dir, tmp_path):
     """upload → stage-read into a directory: the same files, byte for byte (no prefix: keys are the rels)."""
-    from ckptbench.sources import ReadOptions, s3read
+    from ckptbench.sources import ReadOptions, s3read, s3source
 
     url = s3mod.parse(f"s3://{s3bucket}")
     assert sorted(s3mod.upload(ckpt_dir, url, concurrency=4, part_size=5 * MiB)) == sorted(files_under(ckpt_dir))
     log = s3mod.RetryLog()
     client = s3mod.make_client(4, retry_log=log)
     objs = s3mod.list_objects(client, url)
-    res = s3read.start(client, url, objs, ReadOptions(concurrency=4, part_size=2 * MiB), log, into="stage",
+    res = s3source.start(client, url, objs, ReadOptions(concurrency=4, part_size=2 * MiB), log, into="stage",
                        stage_dir=str(tmp_path / "back")).wait(60)
     assert res is not None and not res.failed
     assert files_under(tmp_path / "back") == files_under(ckpt_dir)
 
 
 def run_cli(capsys, *args):
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
 
     try:
         rc = cli.main([str(a) for a in args])

@@ -15,7 +15,7 @@ import botocore.exceptions
 import botocore.retries.standard
 import pytest
 
-from ckptbench.s3local import HOST, ShapingProxy, local_s3, start_moto
+from ckptbench.testing.s3local import HOST, ShapingProxy, local_s3, start_moto
 
 MiB = 1024 * 1024
 # botocore's "max_attempts" counts retries after the first try; "total_max_attempts" counts every try.
@@ -233,7 +233,7 @@ def test_start_moto_alone():
 
 
 def test_cli_prints_endpoint_and_env():
-    out = subprocess.run([sys.executable, "-m", "ckptbench.s3local", "--latency-ms", "5", "--bandwidth-mbps",
+    out = subprocess.run([sys.executable, "-m", "ckptbench.testing.s3local", "--latency-ms", "5", "--bandwidth-mbps",
                           "100", "--seconds", "0.2"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert f"export AWS_ENDPOINT_URL=http://{HOST}:" in out.stdout

@@ -34,7 +34,7 @@ def pytest_pyfunc_call(pyfuncitem):
 
 def gen(target, scale: str, *extra: str) -> str:
     """`ckptbench gen small TARGET --scale SCALE` in this process (torch is imported once)."""
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -106,7 +106,7 @@ async def wait_until(pilot, cond, what: str, timeout: float = 30.0, step: float 
 def make_app(tmp_path):
     """make_app(source, **run_options) -> CkptbenchApp with results in tmp_path/results.csv; app.notes records
     every (message, severity) the app notifies."""
-    from ckptbench.pipeline import RunOptions
+    from ckptbench.restore.runner import RunOptions
     from tui.app import CkptbenchApp
 
     def make(source, **opts):

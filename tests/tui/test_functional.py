@@ -14,7 +14,7 @@ from textual import events
 from textual.widgets import DataTable, Input, Static
 from textual.worker import WorkerState
 
-from ckptbench import concurrency as conc
+from ckptbench.core import concurrency as conc
 
 from tui.screens.checklist import ChecklistScreen
 from tui.screens.dashboard import Dashboard
@@ -205,7 +205,7 @@ async def test_cancel_records_a_cancelled_row_and_leaves_no_threads(make_app, bi
 async def test_cancel_pressed_before_the_worker_starts_the_session(make_app, small_ckpt, h, monkeypatch):
     """x right after r, before the worker thread has got going, must still cancel that run. The worker thread is
     held at its start (wherever the session is made: in it, or before it on the UI thread) until x is handled."""
-    from ckptbench.session import RestoreSession
+    from ckptbench.restore.session import RestoreSession
 
     gate = threading.Event()
     gate.set()
@@ -257,7 +257,7 @@ async def test_a_bug_in_the_restore_ends_the_run_on_screen_and_r_runs_again(make
     """An exception outside ckptbench's family, raised deep in the load stage, must end the run on screen (error
     notification naming it, idle settings, 'restore failed' in the figures), not leave it 'running' forever; and
     r must then start a run that finishes."""
-    from ckptbench import pipeline
+    from ckptbench.restore import runner as pipeline
 
     def boom(*_args, **_kw):
         raise ZeroDivisionError("boom")
@@ -337,7 +337,7 @@ async def test_question_mark_opens_help_and_escape_closes_it(make_app, small_ckp
 
 async def test_checklist_lists_every_item_exports_markdown_and_enter_reruns_one(make_app, small_ckpt, h,
                                                                                 tmp_path, monkeypatch):
-    from ckptbench.checklist import RULES, VERDICTS
+    from ckptbench.checklist.rules import RULES, VERDICTS
 
     monkeypatch.chdir(tmp_path)
     app = make_app(small_ckpt)

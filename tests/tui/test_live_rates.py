@@ -7,7 +7,7 @@ import pytest
 
 import fastio
 
-from ckptbench.live import LiveRates
+from ckptbench.system.live import LiveRates
 
 PLANNED = 3_000_000_000
 

@@ -12,7 +12,7 @@ import threading
 from textual import events
 from textual.widgets import Static
 
-from ckptbench.sweep import knee
+from ckptbench.restore.sweep import knee
 from tui.screens.dashboard import Dashboard
 from tui.widgets.chart import ThroughputChart
 

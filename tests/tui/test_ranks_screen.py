@@ -14,10 +14,10 @@ from types import SimpleNamespace
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, ProgressBar, Static
 
-from ckptbench.dist.history import newest_dist_run, read_rates
-from ckptbench.dist.rank import RankReport
-from ckptbench.dist.summary import combine, record, summarize
-from ckptbench.units import human_bytes
+from ckptbench.distributed.history import newest_dist_run, read_rates
+from ckptbench.distributed.rank import RankReport
+from ckptbench.distributed.summary import combine, record, summarize
+from ckptbench.core.units import human_bytes
 from tui.screens.history import HistoryScreen
 from tui.screens.ranks import RankLane, RanksScreen, spark_cells
 
@@ -180,7 +180,7 @@ def test_read_rates_and_the_lane_spark():
 
 
 def _tui(args) -> tuple[int, str]:
-    from ckptbench import cli
+    from ckptbench.cli import root as cli
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

@@ -1,4 +1,4 @@
-"""The save screen (w on the dashboard): real saves by ckptbench.save in its worker, cancelled with x, a failure
+"""The save screen (w on the dashboard): real saves by ckptbench.save.series in its worker, cancelled with x, a failure
 as a notification; and an SVG snapshot fed real WritebackSample and SaveTiming objects with fixed numbers."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import os
 
 from textual.widgets import DataTable, Input, Static
 
-from ckptbench.save import SaveOptions, SaveTiming
-from ckptbench.writeback import WritebackSample
+from ckptbench.save.report import SaveOptions, SaveTiming
+from ckptbench.system.writeback import WritebackSample
 from tui.messages import SaveFinished, SaveTimed
 from tui.screens.prompt import TextPrompt
 from tui.screens.save import SaveScreen
@@ -111,7 +111,7 @@ REPORT = {"saves": [{}, {}], "bytes": 1600 * MIB, "sustained_gbps": 0.47, "neede
 
 
 def test_save_screen_snapshot(snap_compare, h):
-    from ckptbench.pipeline import RunOptions
+    from ckptbench.restore.runner import RunOptions
     from tui.app import CkptbenchApp
 
     app = CkptbenchApp(None, RunOptions(), results_path="/nonexistent/results.csv")

@@ -43,7 +43,7 @@ def item(i: int) -> dict:
 
 
 def app_without_source():
-    from ckptbench.pipeline import RunOptions
+    from ckptbench.restore.runner import RunOptions
     from tui.app import CkptbenchApp
 
     app = CkptbenchApp(None, RunOptions(), results_path="/nonexistent/results.csv")
@@ -53,7 +53,7 @@ def app_without_source():
 
 def dashboard_app():
     """The dashboard before a run, with a fixed source and system sample instead of the live probes."""
-    from ckptbench.pipeline import RunOptions
+    from ckptbench.restore.runner import RunOptions
     from tui.app import CkptbenchApp
 
     app = CkptbenchApp(None, RunOptions(concurrency=16, cache="cold"), results_path="/nonexistent/results.csv")

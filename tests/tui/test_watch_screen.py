@@ -12,7 +12,7 @@ import textwrap
 from textual.widgets import Static
 
 import fastio
-from ckptbench import watch
+from ckptbench.watch import sampler as watch
 from tui.watch_app import WatchApp
 from tui.widgets.chart import ThroughputChart
 

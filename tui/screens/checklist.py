@@ -47,9 +47,9 @@ class ChecklistScreen(Screen):
 
     @work(thread=True, exclusive=True, group="checklist", exit_on_error=False)
     def judge(self, only: int | None) -> None:
-        from ckptbench.checklist import RULES, report
-        from ckptbench.checklist_facts import gather
-        from ckptbench.errors import CkptbenchError, printable, redact
+        from ckptbench.checklist.rules import RULES, report
+        from ckptbench.checklist.facts import gather
+        from ckptbench.core.errors import CkptbenchError, printable, redact
 
         try:
             facts = gather(self.app.source, concurrency=self.app.opts.concurrency)
@@ -63,7 +63,7 @@ class ChecklistScreen(Screen):
             items.append(item)
             self.post_message(ChecklistItem(i, item))
         if only is None:
-            from ckptbench.checklist import Item
+            from ckptbench.checklist.rules import Item
 
             self.post_message(ChecklistDone(report(self.app.source, [Item(**x) for x in items])))
 
@@ -110,7 +110,7 @@ class ChecklistScreen(Screen):
             f"[b]{it['title']}[/b] — {MARK[it['verdict']]}\n[dim]{it['why']}[/dim]\n\nevidence:\n{ev}\n\nfix: {it['fix']}")
 
     def action_export(self) -> None:
-        from ckptbench.checklist import markdown
+        from ckptbench.checklist.rules import markdown
 
         if self.doc is None:
             self.notify("the checklist is still running", severity="warning")

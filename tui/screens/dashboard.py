@@ -1,7 +1,7 @@
 """The live restore dashboard: throughput, progress, latency, workers, the stage bar and the system panel.
 
-Loop mode (`l`) reads the source pass after pass (ckptbench.loop) so each concurrency level has time to show;
-auto-tune (`t`) walks concurrency up on that loop to the knee (ckptbench.autotune). The screen only displays."""
+Loop mode (`l`) reads the source pass after pass (ckptbench.restore.loop) so each concurrency level has time to show;
+auto-tune (`t`) walks concurrency up on that loop to the knee (ckptbench.restore.autotune). The screen only displays."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from ckptbench import concurrency as conc
-from ckptbench import readmode
-from ckptbench.live import LiveRates
+from ckptbench.core import concurrency as conc
+from ckptbench.system import readmode
+from ckptbench.system.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
 from tui.messages import LoopEnded, RunCancelled, RunFailed, RunFinished, TuneDone, TuneLevel
 from tui.widgets.chart import ThroughputChart
@@ -192,7 +192,7 @@ class Dashboard(Screen):
             self.start_loop()
 
     def start_loop(self) -> bool:
-        from ckptbench.loop import ReadLoop
+        from ckptbench.restore.loop import ReadLoop
 
         if self.app.source is None:
             return False
@@ -209,7 +209,7 @@ class Dashboard(Screen):
         return True
 
     def action_tune(self) -> None:
-        from ckptbench.autotune import AutoTune, attach
+        from ckptbench.restore.autotune import AutoTune, attach
 
         if self.tuning:
             return
@@ -230,7 +230,7 @@ class Dashboard(Screen):
 
     @work(thread=True, exclusive=True, group="loop", exit_on_error=False)
     def read_loop(self, loop) -> None:
-        from ckptbench.errors import printable, redact, translate
+        from ckptbench.core.errors import printable, redact, translate
 
         try:
             passes = loop.run()
@@ -243,7 +243,7 @@ class Dashboard(Screen):
 
     @work(thread=True, exclusive=True, group="restore", exit_on_error=False)
     def restore(self, session) -> None:
-        from ckptbench.errors import Cancelled, printable, redact, translate
+        from ckptbench.core.errors import Cancelled, printable, redact, translate
 
         try:
             doc = session.run(repeats=1)

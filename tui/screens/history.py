@@ -22,9 +22,9 @@ class HistoryScreen(Screen):
         self.load()
 
     def load(self) -> None:
-        from ckptbench.dist.history import dist_runs
-        from ckptbench.errors import CkptbenchError, printable, redact
-        from ckptbench.history import runs
+        from ckptbench.distributed.history import dist_runs
+        from ckptbench.core.errors import CkptbenchError, printable, redact
+        from ckptbench.records.history import runs
 
         table = self.query_one("#runs", DataTable)
         table.clear(columns=True)
@@ -74,8 +74,8 @@ class HistoryScreen(Screen):
             table.update_cell_at((i, 0), "●" if r["run_id"] in self.marked else " ")
 
     def action_compare(self) -> None:
-        from ckptbench.compare import compare
-        from ckptbench.errors import CkptbenchError, printable, redact
+        from ckptbench.records.compare import compare
+        from ckptbench.core.errors import CkptbenchError, printable, redact
 
         if len(self.marked) != 2:
             self.notify("mark two runs with space first", severity="warning")

@@ -7,7 +7,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
-from ckptbench import concurrency as conc
+from ckptbench.core import concurrency as conc
 
 
 class _Prompt(ModalScreen):

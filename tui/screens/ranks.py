@@ -13,8 +13,8 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Header, ProgressBar, Static
 
-from ckptbench.dist.history import read_rates
-from ckptbench.units import human_bytes
+from ckptbench.distributed.history import read_rates
+from ckptbench.core.units import human_bytes
 from tui.widgets.chart import BLOCKS
 from tui.widgets.stagebar import StageBar
 

@@ -16,9 +16,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import Worker, WorkerState
 
-from ckptbench.save import SaveOptions, SaveTiming
-from ckptbench.units import human_bytes
-from ckptbench.writeback import WritebackSample
+from ckptbench.save.report import SaveOptions, SaveTiming
+from ckptbench.core.units import human_bytes
+from ckptbench.system.writeback import WritebackSample
 from tui.messages import SaveCancelled, SaveFailed, SaveFinished, SaveTimed
 from tui.widgets.chart import ThroughputChart
 from tui.widgets.dirtychart import DirtyChart
@@ -95,8 +95,8 @@ class SaveScreen(Screen):
 
     @work(thread=True, exclusive=True, group="save", exit_on_error=False)
     def run_saves(self, cancel: threading.Event) -> None:
-        from ckptbench.errors import Cancelled, CkptbenchError, printable, redact
-        from ckptbench.save import run_save
+        from ckptbench.core.errors import Cancelled, CkptbenchError, printable, redact
+        from ckptbench.save.series import run_save
 
         try:
             report = run_save(self.what, self.target, self.opts, on_save=lambda t: self.post_message(SaveTimed(t)),

@@ -36,8 +36,8 @@ class SweepScreen(Screen):
 
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
     def run_sweep(self) -> None:
-        from ckptbench.errors import CkptbenchError, printable, redact
-        from ckptbench.sweep import sweep
+        from ckptbench.core.errors import CkptbenchError, printable, redact
+        from ckptbench.restore.sweep import sweep
 
         try:
             res = sweep(self.app.source, LEVELS, repeats=1, cache="cold",

@@ -1,6 +1,6 @@
 """Watching the user's own restore live: its read rate, CPU, phase and files, then the verdict.
 
-The sampling and the verdict are ckptbench.watch and ckptbench.verdict, run in a worker thread; this screen
+The sampling and the verdict are ckptbench.watch.sampler and ckptbench.watch.verdict, run in a worker thread; this screen
 only draws what the worker posts."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from ckptbench.units import human_bytes
+from ckptbench.core.units import human_bytes
 from tui.widgets.chart import ThroughputChart
 
 
@@ -70,8 +70,9 @@ class WatchScreen(Screen):
 
     @work(thread=True, exclusive=True)
     def _run(self) -> None:
-        from ckptbench import verdict, watch
-        from ckptbench.errors import CkptbenchError, printable, redact
+        from ckptbench.watch import verdict
+        from ckptbench.watch import sampler as watch
+        from ckptbench.core.errors import CkptbenchError, printable, redact
 
         def sampled(i, s) -> None:
             self.post_message(WatchSample(i.t1, i.gbps, i.phase, i.cpu_cores, i.top_thread_cores, s.rss_bytes,

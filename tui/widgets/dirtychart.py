@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from ckptbench.units import human_bytes
+from ckptbench.core.units import human_bytes
 
 WINDOW_S = 60.0
 LABEL_W = 10

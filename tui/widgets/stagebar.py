@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from ckptbench.stages import STAGES
+from ckptbench.core.stages import STAGES
 
 COLORS = dict(zip(STAGES, ("magenta", "green", "cyan", "blue", "yellow", "red")))
 

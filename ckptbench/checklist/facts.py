@@ -1,0 +1,158 @@
+"""The facts the checklist judges, gathered once from probes, the source and (optionally) a quick sweep."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import fastio
+
+from ckptbench.core import concurrency as conc
+from ckptbench.system import pagecache as conditions
+from ckptbench.system import fuse as fuse_probes
+from ckptbench.system import probes
+from ckptbench.system import storage
+from ckptbench.sources import open_source
+
+SAMPLE_S = 1.0  # the window for rates (disk %util, TCP retransmits)
+
+
+@dataclass
+class Facts:
+    source: str
+    scheme: str | None = None
+    files: int = 0
+    sizes: list[int] = field(default_factory=list)
+    open_rate: float | None = None  # files opened and closed per second
+    world_size: int | None = None
+    mount: probes.Mount | probes.Unknown | None = None
+    preset: storage.Preset | None = None
+    ulimit: tuple[int, int] | probes.Unknown | None = None
+    fds: int | probes.Unknown | None = None
+    meminfo: dict | probes.Unknown | None = None
+    sysctls: dict = field(default_factory=dict)
+    read_ahead_kb: int | probes.Unknown | None = None
+    scheduler: str | probes.Unknown | None = None
+    disk: dict | probes.Unknown | None = None
+    retransmit_rate: float | probes.Unknown | None = None
+    openers: list | probes.Unknown | None = None
+    gpus: dict | probes.Unknown | None = None
+    residency_now: float | None = None
+    evict_residency: float | probes.Unknown | None = None
+    stripe: dict | probes.Unknown | None = None
+    s3: dict | None = None
+    concurrency: int = conc.DEFAULT
+    sweep: dict | None = None  # SweepResult.to_json()
+    thp: str | probes.Unknown | None = None
+    unreadable: list = field(default_factory=list)  # (path, why): files and directories this user cannot read
+    fuse: dict | probes.Unknown | None = None  # fuse_probes.fuse_daemon of a FUSE mount: kind, pid, its options
+    measured_save: dict | None = None  # plan.measured_save: the newest save recorded in the results file
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.sizes)
+
+
+def _open_probe(paths: list[str], limit: int = 2000) -> tuple[float | None, list[tuple[str, str]]]:
+    """Every file opened, stat'ed and closed once: the rate over the first `limit` (the metadata cost each
+    small file adds) and the files this user cannot open, with the reason."""
+    failed: list[tuple[str, str]] = []
+    rate = None
+    t0 = time.perf_counter()
+    for i, p in enumerate(paths):
+        if i == limit:
+            rate = limit / (time.perf_counter() - t0)
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+            os.fstat(fd)
+            os.close(fd)
+        except OSError as exc:
+            failed.append((p, exc.strerror or str(exc)))
+    if paths and rate is None:
+        dt = time.perf_counter() - t0
+        rate = len(paths) / dt if dt > 0 else None
+    return rate, failed
+
+
+def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, quick_sweep: bool = False,
+           environ: dict | None = None, probe_cache: bool = True, results: str | None = None) -> Facts:
+    """Reads every fact; each probe fails soft, so a missing one becomes 'unknown' in its item, not a crash.
+
+    What differs between storage kinds comes from the source (its scheme, mount, page cache), never from a
+    branch on the URL here."""
+    src = open_source(source)
+    listing = src.list()
+    man = listing.manifest
+    paths = [f.path for f in listing.files] if src.files_on_disk else []
+    f = Facts(source=source, scheme=src.scheme, concurrency=concurrency)
+    if results:
+        from ckptbench.plan.shape import measured_save
+
+        f.measured_save = measured_save(results)
+    f.sizes = [x.size or 0 for x in listing.files]
+    f.files = len(f.sizes)
+    f.open_rate, unopened = _open_probe(paths)
+    f.unreadable = list(listing.skipped) + unopened
+    f.world_size = man.world_size if man is not None and man.world_size else None
+    f.mount = src.mount(root) if src.files_on_disk else None
+    mount = f.mount if isinstance(f.mount, probes.Mount) else None
+    f.preset = storage.match(storage.load_all(), scheme=src.scheme, fs_type=mount.fs_type if mount else None,
+                             source=mount.source if mount else "")
+    if mount is not None:
+        f.read_ahead_kb = probes.read_ahead_kb(mount.device, root)
+        f.scheduler = probes.scheduler(mount.device, root)
+        if mount.fs_type.startswith("fuse"):
+            f.fuse = fuse_probes.fuse_daemon(mount, root)
+        if mount.fs_type == "lustre":
+            f.stripe = probes.lustre_stripe(max(paths, key=os.path.getsize))
+    f.ulimit = probes.ulimit_nofile(root)
+    f.fds = probes.fds_in_use(root)
+    f.meminfo = probes.meminfo(root)
+    f.thp = probes.transparent_hugepages(root)
+    f.sysctls = {k: probes.sysctl(k, root) for k in (
+        "vm.dirty_ratio", "vm.dirty_background_ratio", "vm.dirty_bytes", "vm.dirty_background_bytes",
+        "vm.dirty_expire_centisecs", "net.core.somaxconn")}
+    f.openers = (probes.openers(os.path.realpath(source) if root == "/" else source, root, exclude_pid=os.getpid())
+                 if paths else [])
+    f.gpus = probes.gpus()
+    f.s3 = probes.s3_endpoint(dict(environ if environ is not None else os.environ))
+    _sample_rates(f, root)
+    if not src.has_page_cache:
+        f.evict_residency = probes.Unknown(f"{src.scheme or 'this source'} has no local page cache: every read is cold")
+    elif probe_cache:
+        f.residency_now = conditions.residency_of(paths)
+        f.evict_residency = _evict_probe(paths)
+    if quick_sweep:
+        from ckptbench.restore.sweep import sweep
+
+        levels = sorted({1, 4, 8, 16, 32, concurrency})
+        f.sweep = sweep(src, levels, repeats=1, cache="cold").to_json()
+    return f
+
+
+def _sample_rates(f: Facts, root: str) -> None:
+    """Disk %util/await and TCP retransmits over one short window."""
+    dev = f.mount.device if isinstance(f.mount, probes.Mount) else None
+    d0 = probes.diskstats(dev, root) if dev else probes.Unknown("no block device")
+    t0 = probes.tcp_counters(root)
+    start = time.perf_counter()
+    time.sleep(SAMPLE_S if root == "/" else 0)
+    dt = time.perf_counter() - start
+    d1 = probes.diskstats(dev, root) if dev else d0
+    t1 = probes.tcp_counters(root)
+    f.disk = probes.disk_util(d0, d1, dt) if isinstance(d0, probes.DiskStats) and isinstance(d1, probes.DiskStats) else d0
+    if isinstance(t0, dict) and isinstance(t1, dict):
+        f.retransmit_rate = probes.retransmit_rate(t0, t1)
+    else:
+        f.retransmit_rate = t0 if isinstance(t0, probes.Unknown) else t1
+
+
+def _evict_probe(paths: list[str]) -> float | probes.Unknown:
+    """Residency of the largest file right after evicting it: can this box measure a cold read at all?"""
+    target = max(paths, key=os.path.getsize)
+    try:
+        fastio.evict([target])
+        return fastio.residency([target]).fraction
+    except fastio.FastIOError as exc:
+        return probes.Unknown(f"evict {target}: {exc.strerror}")

@@ -1,0 +1,340 @@
+"""The troubleshooting checklist: rules over gathered facts → verdict, evidence, why it matters, and the fix."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ckptbench.checklist import fuse as checklist_fuse
+from ckptbench.system import probes
+from ckptbench.checklist.facts import Facts
+from ckptbench.core.units import human_bytes
+
+VERDICTS = ("ok", "warn", "fail", "unknown")
+SMALL_FILE_DEFAULT = 256 << 10
+NFS_MIN_RW = 1 << 20
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    title: str
+    verdict: str
+    evidence: dict
+    why: str
+    fix: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _unknown(x) -> bool:
+    return x is None or isinstance(x, probes.Unknown)
+
+
+def _reason(x) -> str:
+    return x.reason if isinstance(x, probes.Unknown) else "not measured"
+
+
+def concurrency(f: Facts) -> Item:
+    why = "too few parallel reads leave bandwidth unused; far more than the knee only adds contention"
+    if f.sweep is None:
+        floor = f.preset.min_concurrency if f.preset else None
+        ev = {"concurrency": f.concurrency, "preset": f.preset.name if f.preset else None, "preset_minimum": floor}
+        if floor and f.concurrency < floor:
+            return Item("concurrency", "Concurrency", "warn", ev, why,
+                        f"raise --concurrency to at least {floor} ({f.preset.name}); confirm with check --quick-sweep")
+        return Item("concurrency", "Concurrency", "unknown", ev, why, "run `ckptbench check SOURCE --quick-sweep`")
+    gbps = {int(k): v["median"] for k, v in f.sweep["gbps"].items()}
+    knee, best = f.sweep["knee"], f.sweep["best"]
+    current = gbps.get(f.concurrency)
+    ev = {"concurrency": f.concurrency, "knee": knee, "best": best, "gbps_by_level": gbps,
+          "gbps_at_current": current, "gbps_at_knee": gbps[knee]}
+    if f.concurrency < knee:
+        lost = 1 - (current or 0) / gbps[best] if gbps[best] else 0
+        verdict = "fail" if lost > 0.5 else "warn"
+        return Item("concurrency", "Concurrency", verdict, ev | {"throughput_left_pct": round(lost * 100, 1)}, why,
+                    f"--concurrency {knee} (the knee of the sweep)")
+    return Item("concurrency", "Concurrency", "ok", ev, why,
+                "none" if f.concurrency <= 4 * knee else f"--concurrency {knee} does as well with fewer threads")
+
+
+def small_files(f: Facts) -> Item:
+    limit = f.preset.small_file_bytes if f.preset else SMALL_FILE_DEFAULT
+    small = sum(1 for s in f.sizes if s < limit)
+    avg = f.bytes / f.files if f.files else 0
+    if f.files == 0:
+        return Item("small_files", "Too many small files", "unknown", {"files": 0},
+                    "each file costs an open, a stat and a round trip", "list the source: no files were found")
+    ev = {"files": f.files, "avg_bytes": int(avg), "small_files": small, "small_limit_bytes": limit,
+          "histogram": probes.size_histogram(f.sizes),
+          "open_per_s": round(f.open_rate, 1) if f.open_rate else None}
+    if f.open_rate:
+        ev["open_seconds_all_files"] = round(f.files / f.open_rate, 3)
+    why = "each file costs an open, a stat and (on NFS, Lustre, S3) a round trip; thousands of them dominate the list stage"
+    fix = f"ckptbench pack {f.source} PACKED --target-files 4"
+    if small >= 5000:
+        return Item("small_files", "Too many small files", "fail", ev, why, fix)
+    if small >= 1000 or (f.files > 100 and avg < limit):
+        return Item("small_files", "Too many small files", "warn", ev, why, fix)
+    return Item("small_files", "Too many small files", "ok", ev, why, "none")
+
+
+def network_path(f: Facts) -> Item:
+    why = "a restore over the network is bounded by the path: a global or proxied endpoint, a congested link, retransmits"
+    title = "Network path"
+    if f.scheme == "s3":
+        s3 = f.s3 or {}
+        ev = dict(s3)
+        if s3.get("proxies"):
+            return Item("network_path", title, "warn", ev, why,
+                        "route S3 traffic around the proxy: NO_PROXY=.amazonaws.com, or a VPC gateway endpoint")
+        if not s3.get("regional"):
+            return Item("network_path", title, "warn", ev, why, "set AWS_REGION so the client uses the regional endpoint")
+        return Item("network_path", title, "ok", ev, why, "none")
+    if _unknown(f.mount):
+        return Item("network_path", title, "unknown", {"reason": _reason(f.mount)}, why,
+                    "find the mount with `findmnt -T SOURCE`")
+    m = f.mount
+    ev = {"fs_type": m.fs_type, "mount_source": m.source}
+    if m.fs_type.startswith("fuse"):
+        kind, endpoint = checklist_fuse.endpoint(f)
+        ev |= {"daemon": kind, "endpoint": endpoint}
+        where = f"{kind} reads from {endpoint}" if endpoint else f"the {kind or 'FUSE'} daemon hides its backend"
+        return Item("network_path", title, "unknown", ev, why,
+                    f"{where}: check that it is the regional (or VPC) endpoint of the bucket's region and that no "
+                    "proxy sits in between; for S3, compare with `ckptbench check s3://BUCKET/PREFIX`")
+    if not (m.fs_type.startswith("nfs") or m.fs_type in ("lustre", "cifs", "smb3", "ceph", "glusterfs")):
+        return Item("network_path", title, "ok", ev | {"network": False}, why, "none: local storage, no network path")
+    ev["server"] = probes.nfs_server(m) or m.source.split(":", 1)[0]
+    if _unknown(f.retransmit_rate):
+        return Item("network_path", title, "unknown", ev | {"reason": _reason(f.retransmit_rate)}, why,
+                    "check retransmits with `nstat -az TcpRetransSegs` while a restore runs")
+    ev["tcp_retransmit_pct"] = round(f.retransmit_rate * 100, 3)
+    if f.retransmit_rate > 0.01:
+        return Item("network_path", title, "warn", ev, why,
+                    "retransmits above 1 %: check the link (ethtool -S, MTU), or move the mount to the server's subnet")
+    return Item("network_path", title, "ok", ev, why, "none")
+
+
+def mount_options(f: Facts) -> Item:
+    why = "small rsize/wsize, soft mounts, atime updates and short read-ahead each cut sequential read throughput"
+    title = "Mount options"
+    if f.scheme == "s3":
+        return Item("mount_options", title, "ok", {"scheme": "s3"}, why, "none: no mount")
+    if _unknown(f.mount):
+        return Item("mount_options", title, "unknown", {"reason": _reason(f.mount)}, why, "check `findmnt -T SOURCE`")
+    m = f.mount
+    opts = probes.mount_options(m)
+    ev = {"fs_type": m.fs_type, "options": m.options, "preset": f.preset.name if f.preset else None}
+    if not _unknown(f.read_ahead_kb):
+        ev["read_ahead_kb"] = f.read_ahead_kb
+    problems, fixes = [], []
+    severe = False
+    if m.fs_type.startswith("fuse"):
+        unjudged = checklist_fuse.option_problems(f, ev, problems, fixes)
+        if unjudged:
+            return Item("mount_options", title, "unknown", ev, why, unjudged)
+    if m.fs_type.startswith("nfs"):
+        for key in ("rsize", "wsize"):
+            v = int(opts.get(key, 0) or 0)
+            ev[key] = v
+            if v < NFS_MIN_RW:
+                problems.append(f"{key}={v} < 1 MiB")
+                severe |= v < 256 << 10
+        if "soft" in opts:
+            problems.append("soft mount: I/O errors instead of retries on a server hiccup")
+            severe = True
+        if "noresvport" not in opts:
+            problems.append("no noresvport: reconnects after a network event can hang")
+        if int(opts.get("nconnect", 1) or 1) < 2:
+            problems.append("one TCP connection (no nconnect)")
+        want = f.preset.mount_options if f.preset else {}
+        fixes.append("mount -t nfs4 -o " + ",".join(
+            (k if v is True else f"{k}={v}") for k, v in (want or {"rsize": NFS_MIN_RW, "wsize": NFS_MIN_RW, "hard": True,
+                                                                   "noresvport": True, "nconnect": 16}).items()))
+    if "strictatime" in opts:
+        problems.append("strictatime: every read writes an access time")
+        fixes.append("remount with noatime")
+    elif "noatime" not in opts and "relatime" not in opts and m.fs_type not in ("tmpfs", "proc", "sysfs"):
+        problems.append("atime updates on (no noatime/relatime)")
+        fixes.append("remount with noatime")
+    if not _unknown(f.read_ahead_kb) and f.read_ahead_kb < 128 and not m.fs_type.startswith("nfs"):
+        problems.append(f"read_ahead_kb={f.read_ahead_kb} is small for multi-GB shards")
+        fixes.append("echo 4096 > /sys/block/DEV/queue/read_ahead_kb (or blockdev --setra 8192 /dev/DEV)")
+    if m.fs_type == "lustre" and isinstance(f.stripe, dict) and f.preset and f.preset.min_stripe_count:
+        ev["stripe"] = f.stripe
+        if 0 < f.stripe["stripe_count"] < f.preset.min_stripe_count:
+            problems.append(f"stripe count {f.stripe['stripe_count']} for the largest shard")
+            fixes.append(f"lfs setstripe -c {f.preset.min_stripe_count} (or -1) on the checkpoint directory before saving")
+    ev["problems"] = problems
+    if not problems:
+        return Item("mount_options", title, "ok", ev, why, "none")
+    return Item("mount_options", title, "fail" if severe else "warn", ev, why, "; ".join(fixes))
+
+
+def fuse_mount(f: Facts) -> Item:
+    """What a FUSE mount of an object store does to a checkpoint (judged only for a source on one: see evaluate)."""
+    verdict, ev, fix = checklist_fuse.judge(f, f.preset.small_file_bytes if f.preset else SMALL_FILE_DEFAULT)
+    return Item("fuse", "FUSE object-store mount", verdict, ev, checklist_fuse.WHY, fix)
+
+
+def limits_and_interference(f: Facts) -> Item:
+    why = "too low an open-file limit fails a restore outright; a scanner or indexer reading the same files halves it"
+    title = "System limits and scanning agents"
+    ev: dict = {"concurrency": f.concurrency, "files": f.files}
+    need = f.concurrency + 64
+    if _unknown(f.ulimit):
+        ev["ulimit"] = _reason(f.ulimit)
+        verdict = "unknown"
+        fix = "check `ulimit -n` in the training job's shell"
+    else:
+        soft, hard = f.ulimit
+        ev.update(ulimit_soft=soft, ulimit_hard=hard, fds_in_use=None if _unknown(f.fds) else f.fds)
+        if soft != -1 and soft < need:
+            verdict, fix = "fail", f"ulimit -n {max(65536, need)} (and LimitNOFILE= in the service unit)"
+        elif soft != -1 and soft < f.files:
+            verdict, fix = "warn", f"ulimit -n {max(65536, f.files + need)}: a loader that opens every shard at once needs {f.files}"
+        else:
+            verdict, fix = "ok", "none"
+    if _unknown(f.openers):
+        ev["other_readers"] = _reason(f.openers)
+        if verdict == "ok":
+            verdict, fix = "unknown", "check other readers with `fuser -vm SOURCE` or `lsof +D SOURCE`"
+    else:
+        ev["other_readers"] = [{"pid": p, "command": c, "open_files": n} for p, c, n in f.openers]
+        if f.openers and verdict in ("ok", "unknown"):
+            names = ", ".join(sorted({c for _, c, _ in f.openers}))
+            verdict, fix = "warn", f"exclude the checkpoint directory from {names} (antivirus, backup, indexer)"
+    return Item("limits", title, verdict, ev, why, fix)
+
+
+def oom(f: Facts) -> Item:
+    why = "a restore that holds more than the box has is killed, usually after most of the read"
+    title = "Out of memory at restore"
+    if _unknown(f.meminfo) or "MemAvailable" not in f.meminfo:
+        return Item("oom", title, "unknown", {"reason": _reason(f.meminfo)}, why, "check `free -g` before the restore")
+    avail = f.meminfo["MemAvailable"]
+    need = f.bytes
+    ev = {"checkpoint_bytes": need, "mem_available_bytes": avail, "ratio": round(need / avail, 3) if avail else None}
+    fix = ("load with mmap or safetensors and meta-device init (ckptbench run --mode fused), or restore per rank "
+           "under torchrun so each process holds only its shard")
+    if need > 0.9 * avail:
+        return Item("oom", title, "fail", ev, why, fix)
+    if need > 0.6 * avail:
+        return Item("oom", title, "warn", ev, why, fix)
+    return Item("oom", title, "ok", ev, why, "none")
+
+
+def device_mapping(f: Facts) -> Item:
+    why = "a checkpoint saved on N ranks restored on M GPUs needs resharding, or ranks load the wrong shards"
+    title = "Device mapping"
+    ev = {"checkpoint_ranks": f.world_size}
+    if _unknown(f.gpus):
+        return Item("device_mapping", title, "unknown", ev | {"reason": _reason(f.gpus)}, why, "check `nvidia-smi -L`")
+    ev["gpus"] = f.gpus["count"]
+    if f.gpus["count"] == 0:
+        return Item("device_mapping", title, "unknown", ev | {"reason": "no GPU on this box"}, why,
+                    "run the check on the training node")
+    if f.world_size is None:
+        return Item("device_mapping", title, "unknown", ev | {"reason": "rank count unknown (no manifest)"}, why,
+                    "compare the checkpoint's shard count with the job's world size")
+    if f.world_size % f.gpus["count"] and f.gpus["count"] % f.world_size:
+        return Item("device_mapping", title, "warn", ev, why,
+                    "reshard: save/load with torch.distributed.checkpoint, which maps shards to the new world size")
+    return Item("device_mapping", title, "ok", ev, why, "none")
+
+
+def cold_cache(f: Facts) -> Item:
+    why = "a 'cold' benchmark that reads from the page cache reports the cache, not the storage"
+    title = "Cold-cache validity"
+    ev = {"residency_now": f.residency_now}
+    if _unknown(f.evict_residency):
+        return Item("cold_cache", title, "unknown", ev | {"reason": _reason(f.evict_residency)}, why,
+                    "run as a user who can open the files")
+    ev["residency_after_evict"] = round(f.evict_residency, 4)
+    if f.evict_residency > 0.05:
+        fs = f.mount.fs_type if isinstance(f.mount, probes.Mount) else "this filesystem"
+        return Item("cold_cache", title, "fail", ev, why,
+                    f"pages stay resident after eviction on {fs} (tmpfs? pages mapped elsewhere?): measure cold reads "
+                    "on a disk-backed copy, or drop caches as root (sync; echo 1 > /proc/sys/vm/drop_caches)")
+    return Item("cold_cache", title, "ok", ev, why, "none: --cache cold evicts and verifies")
+
+
+def write_side(f: Facts) -> Item:
+    why = "a save larger than the dirty limit blocks the trainer on writeback; writeback in flight slows reads"
+    title = "Write side: dirty pages"
+    ratio, bg = f.sysctls.get("vm.dirty_ratio"), f.sysctls.get("vm.dirty_background_ratio")
+    dbytes = f.sysctls.get("vm.dirty_bytes")
+    if _unknown(f.meminfo) or _unknown(ratio) and _unknown(dbytes):
+        return Item("write_side", title, "unknown", {"reason": _reason(f.meminfo if _unknown(f.meminfo) else ratio)},
+                    why, "check `sysctl vm.dirty_ratio vm.dirty_background_ratio` and Dirty in /proc/meminfo")
+    avail = f.meminfo.get("MemAvailable", 0)
+    limit = dbytes if isinstance(dbytes, int) and dbytes > 0 else (ratio * avail // 100 if isinstance(ratio, int) else 0)
+    dirty_now = f.meminfo.get("Dirty", 0) + f.meminfo.get("Writeback", 0)
+    ev = {"dirty_ratio": None if _unknown(ratio) else ratio, "dirty_background_ratio": None if _unknown(bg) else bg,
+          "dirty_limit_bytes": limit, "checkpoint_bytes": f.bytes, "dirty_now_bytes": f.meminfo.get("Dirty"),
+          "writeback_now_bytes": f.meminfo.get("Writeback")}
+    total = f.meminfo.get("MemTotal", 0)
+    m = f.measured_save
+    if m is not None:  # a save was measured: its figures decide, not the arithmetic
+        ev |= {"measured_run": m["run_id"], "measured_target": m["target"], "measured_gbps": m["sustained_gbps"],
+               "measured_dirty_peak_fraction": m["dirty_peak_fraction"], "measured_throttled": m["throttled"],
+               "measured_overruns": m["overran"]}
+        if m["throttled"]:
+            return Item("write_side", title, "warn", ev, why,
+                        f"the last measured save (run {m['run_id']}) was throttled at the dirty limit: writeback "
+                        "could not keep up; sysctl -w vm.dirty_background_ratio=5 so it starts early, fsync per "
+                        "shard, or save to faster local storage and drain asynchronously")
+        if m["overran"]:
+            return Item("write_side", title, "warn", ev, why,
+                        f"{m['overran']} save(s) of run {m['run_id']} ran into the next interval: lengthen the "
+                        "interval, save asynchronously (DCP async_save), or write to faster storage")
+    if total and dirty_now > 0.1 * total:
+        return Item("write_side", title, "warn", ev, why,
+                    f"{human_bytes(dirty_now)} waiting for writeback now: stagger saves, or lower vm.dirty_background_ratio")
+    if limit and f.bytes > limit:
+        return Item("write_side", title, "warn", ev, why,
+                    "a save of this size stalls at the dirty limit: sysctl -w vm.dirty_background_ratio=5 so writeback "
+                    "starts early, and fsync per shard; or save to local NVMe and drain asynchronously")
+    return Item("write_side", title, "ok", ev, why, "none")
+
+
+def readable(f: Facts) -> Item:
+    why = "a file the restoring user cannot read fails the restore; a directory it cannot enter hides files"
+    title = "Readable by this user"
+    ev = {"unreadable": [f"{p}: {why_}" for p, why_ in f.unreadable[:20]], "count": len(f.unreadable)}
+    if f.unreadable:
+        return Item("readable", title, "fail", ev, why,
+                    "give the job's user read access (chmod -R u+rX, or chown to that user), or run as that user")
+    return Item("readable", title, "ok", ev, why, "none")
+
+
+RULES = (concurrency, small_files, network_path, mount_options, limits_and_interference, oom, device_mapping,
+         cold_cache, write_side, readable)
+
+
+on_fuse = checklist_fuse.on_fuse
+
+
+def evaluate(f: Facts) -> list[Item]:
+    """Every rule, plus the FUSE item after the mount options when the source sits on a FUSE mount."""
+    items = [rule(f) for rule in RULES]
+    if on_fuse(f):
+        items.insert(RULES.index(mount_options) + 1, fuse_mount(f))
+    return items
+
+
+def report(source: str, items: list[Item]) -> dict:
+    counts = {v: sum(1 for i in items if i.verdict == v) for v in VERDICTS}
+    return {"source": source, "items": [i.to_json() for i in items], "summary": counts, "ok": counts["fail"] == 0}
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# ckptbench check: {doc['source']}", "",
+             " · ".join(f"{k}: {v}" for k, v in doc["summary"].items()), "",
+             "| item | verdict | evidence | fix |", "|---|---|---|---|"]
+    for i in doc["items"]:
+        ev = ", ".join(f"{k}={v}" for k, v in i["evidence"].items() if not isinstance(v, (dict, list)))
+        lines.append(f"| {i['title']} | **{i['verdict']}** | {ev.replace('|', '/')} | {i['fix'].replace('|', '/')} |")
+    lines += [""] + [f"- **{i['title']}**: {i['why']}" for i in doc["items"]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,80 @@
+"""Paths that come from a checkpoint's content (manifest entries, pack names and members, DCP storage paths,
+the index's weight map) are hostile until checked: this is the one place that checks them.
+
+A member must be a relative path that resolves inside the checkpoint directory after following symlinks, be
+opened without blocking and without following a final symlink, be a regular file on the open descriptor
+(before any read), and be read no further than its declared size.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ckptbench.core.errors import CkptbenchError
+
+MAX_MEMBER_PATH = 4096
+
+
+def _bad(root: str, rel, why: str) -> CkptbenchError:
+    return CkptbenchError(f"{root}: the checkpoint names {rel!r}, which {why}; refusing it (the checkpoint may "
+                          "be crafted: check where it came from)", exit_code=1)
+
+
+def is_plain(rel) -> bool:
+    """A relative, canonical "/"-separated name ("a/b": no empty, "." or ".." part), no NUL, backslash or
+    drive: joined to any directory, it names something below it."""
+    return (isinstance(rel, str) and 0 < len(rel) <= MAX_MEMBER_PATH and "\0" not in rel and "\\" not in rel
+            and not rel.startswith("/") and ":" not in rel.split("/")[0]
+            and not any(part in ("", ".", "..") for part in rel.split("/")))
+
+
+def resolve(root: str, rel) -> str:
+    """The real path of member `rel` of `root`; one clear error when it is not a plain path inside root."""
+    if not is_plain(rel):
+        raise _bad(root, rel, "is not a plain relative path and could point outside the checkpoint directory")
+    base = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(base, rel))
+    if os.path.commonpath([base, real]) != base or real == base:
+        raise _bad(root, rel, "resolves outside the checkpoint directory")
+    return real
+
+
+def open_member(root: str, rel, size: int | None = None) -> int:
+    """A read-only descriptor on a regular file inside root; `size`, when given, must be its size."""
+    path = resolve(root, rel)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise CkptbenchError(f"{os.path.join(root, rel)}: cannot open ({exc.strerror})", exit_code=1) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _bad(root, rel, "is not a regular file")
+        if size is not None and st.st_size != size:
+            raise CkptbenchError(f"{os.path.join(root, rel)}: {st.st_size} bytes, the checkpoint says {size}",
+                                 exit_code=1)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_member(root: str, rel, size: int | None = None, *, offset: int = 0, length: int | None = None) -> bytes:
+    """Bytes of a member (or of [offset, offset+length) inside it), never past its declared or actual size."""
+    fd = open_member(root, rel, size)
+    try:
+        end = os.fstat(fd).st_size if size is None else size
+        if length is None:
+            length = end - offset
+        if offset < 0 or length < 0 or offset + length > end:
+            raise _bad(root, rel, f"is read at {offset}+{length}, past its {end} bytes")
+        out = bytearray()
+        while len(out) < length:
+            chunk = os.pread(fd, min(length - len(out), 16 << 20), offset + len(out))
+            if not chunk:
+                raise CkptbenchError(f"{os.path.join(root, rel)}: shorter than the checkpoint says", exit_code=1)
+            out += chunk
+        return bytes(out)
+    finally:
+        os.close(fd)

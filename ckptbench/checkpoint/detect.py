@@ -1,0 +1,41 @@
+"""A checkpoint's format from its file names alone: cheap, and free of torch (headless commands stay light)."""
+
+from __future__ import annotations
+
+import os
+
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.layouts import DS_MODEL, DS_OPTIM, TORCH_EXT
+
+
+def detect(directory: str) -> str:
+    """The format of a checkpoint directory, whoever wrote it."""
+    names = []
+    for _root, _, files in os.walk(directory):
+        names.extend(files)
+    return detect_names(names, directory)
+
+
+def detect_names(names: list[str], where: str) -> str:
+    """The format from file names alone (a directory's, or an S3 prefix's)."""
+    names = [n.rsplit("/", 1)[-1] for n in names]
+    if ".metadata" in names:
+        return "dcp"
+    if any(DS_MODEL.match(n) or DS_OPTIM.match(n) for n in names):  # DeepSpeed resumes from these, whatever is beside
+        return "torch"
+    if any(n.endswith(".safetensors") for n in names):
+        return "safetensors"
+    if any(n.endswith(TORCH_EXT) for n in names):
+        return "torch"
+    raise CkptbenchError(f"{where}: no safetensors, torch or torch.distributed.checkpoint files found; "
+                         "point at a checkpoint directory")
+
+
+def format_of(manifest, names: list[str], where: str) -> str:
+    """The manifest's format when it names one, else the names'; "unknown" when neither tells."""
+    if manifest is not None and manifest.format != "unknown":
+        return manifest.format
+    try:
+        return detect_names(names, where)
+    except CkptbenchError:
+        return "unknown"

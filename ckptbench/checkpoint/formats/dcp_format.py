@@ -1,0 +1,224 @@
+"""torch.distributed.checkpoint directories (.metadata plus .distcp shards), loaded without a process group.
+
+Any layout loads: the state dict is built from the checkpoint's own metadata (read and checked whole by
+dcp_metadata before anything is allocated), each tensor allocated whole and its chunks, saved by any number of
+ranks, copied into place; byte entries go through the weights_only unpickler and are never run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import warnings
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
+
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.formats.state import OPTIM_KEYS, CheckpointState, FormatError, RawBytes, group_of
+from ckptbench.checkpoint.formats.dcp_metadata import _CRAFTED, MAX_DIMS, SafeReader, _whole
+
+class _DeterministicWriter(FileSystemWriter):
+    """Same seed, same bytes: torch's .metadata records the temporary path, a random save id, and its
+    storage index in the order the writer threads happened to finish."""
+
+    def storage_meta(self):
+        return None
+
+    def finish(self, metadata, results):
+        def key(w):
+            return (w.index.fqn, tuple(w.index.offset or ()), w.index.index or 0)
+
+        return super().finish(metadata, [sorted(r, key=key) for r in results])
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Single-process DCP warns that torch.distributed is uninitialized: expected here, and noise on stderr."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -> list[tuple[str, str, int | None]]:
+    """One .distcp file per writer thread: with N ranks' worth of threads the layout has N shards."""
+    sd = {"model": state.model, "optim": state.optim, "step": torch.tensor(state.step)}
+    before = set(os.listdir(directory))
+    with _quiet():
+        dcp.save(sd, storage_writer=_DeterministicWriter(directory, thread_count=len(assignment)), no_dist=True)
+    new = sorted(set(os.listdir(directory)) - before)
+    written = []
+    for i, name in enumerate(n for n in new if n.endswith(".distcp")):
+        written.append((name, "model", i))
+    written += [(n, "meta", None) for n in new if not n.endswith(".distcp")]
+    return written
+
+
+_OWN_PARTS = set(OPTIM_KEYS)
+
+
+def _is_own(fqns) -> bool:
+    """ckptbench's own layout (model.*, optim.<name>.<part>, step), which restores into its GPT."""
+    return all(f == "step" or f.startswith("model.") or (f.startswith("optim.") and f.rsplit(".", 1)[-1] in _OWN_PARTS)
+               for f in fqns)
+
+
+def _allocate(meta: Metadata, where: str) -> dict[str, torch.Tensor]:
+    """An empty tensor, shaped by the (already checked) metadata, for every tensor entry."""
+    out = {}
+    for fqn, md in meta.state_dict_metadata.items():
+        if isinstance(md, TensorStorageMetadata):
+            try:
+                out[fqn] = torch.empty(tuple(md.size), dtype=md.properties.dtype)
+            except (RuntimeError, TypeError) as exc:
+                raise FormatError(f"{where}: entry {fqn[:80]!r} cannot be allocated as {md.properties.dtype} "
+                                  f"({str(exc).splitlines()[0][:100] if str(exc) else ''}); {_CRAFTED}") from None
+    return out
+
+
+def _why(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0][:120]}" if lines else type(exc).__name__
+
+
+def load_byte_entry(data: bytes):
+    """A byte entry's value, unpickled only by torch's weights_only unpickler (DCP's own loader runs any pickle),
+    which here also admits io.BytesIO (trainers save buffers; rebuilding one runs no code): plain data, tensors
+    and buffers come back as values; anything else stays the bytes it was saved as, marked RawBytes."""
+    try:
+        with torch.serialization.safe_globals([io.BytesIO]):
+            value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception:  # refused (a global beyond plain data) or not a torch.save stream: keep the bytes
+        return RawBytes(data)
+    return value.getvalue() if isinstance(value, io.BytesIO) else value
+
+
+def _chunk(stream, fqn: str, rel: str, info, sizes) -> torch.Tensor:
+    """One stored chunk (a torch.save of the chunk tensor), loaded weights_only and checked against its extent."""
+    stream.seek(info.offset)
+    raw = stream.read(info.length)
+    where = f"{rel}: entry {fqn[:80]!r} at {info.offset}+{info.length}"
+    if len(raw) != info.length:
+        raise FormatError(f"{where}: the shard ends after {len(raw)} of those bytes; the shard is truncated")
+    try:
+        t = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch's reader fails on bad bytes with whatever they provoke
+        raise FormatError(f"{where}: not a readable tensor ({_why(exc)}); the shard is corrupt") from None
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(sizes):
+        got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise FormatError(f"{where}: holds {got}, the metadata says a chunk of {tuple(sizes)}; {_CRAFTED}")
+    return t
+
+
+def _fill(reader: "SafeReader", meta: Metadata, tensors: dict[str, torch.Tensor], directory: str) -> dict[str, object]:
+    """Every stored chunk copied into its place in the full tensor (chunks from any number of ranks reassembled),
+    and every byte entry loaded safely; file by file, in offset order. Returns the byte entries' values."""
+    chunks = {}
+    for fqn, md in meta.state_dict_metadata.items():
+        if isinstance(md, TensorStorageMetadata):
+            for c in md.chunks:
+                chunks[(fqn, tuple(c.offsets))] = c.sizes
+    per_file: dict[str, list] = {}
+    for key, info in meta.storage_data.items():
+        per_file.setdefault(str(info.relative_path), []).append((info.offset, key, info))
+    values: dict[str, object] = {}
+    for rel, items in sorted(per_file.items()):
+        with reader.fs.create_stream(os.path.join(str(reader.path), rel), "rb") as stream:
+            for _, key, info in sorted(items, key=lambda i: i[0]):
+                md = meta.state_dict_metadata.get(key.fqn)
+                if isinstance(md, BytesStorageMetadata):
+                    stream.seek(info.offset)
+                    values[key.fqn] = load_byte_entry(stream.read(info.length))
+                    continue
+                sizes = chunks.get((key.fqn, tuple(key.offset or ())))
+                if md is None or sizes is None:
+                    continue  # stored but not declared: nothing to restore it into (checked: declared ones are stored)
+                t = _chunk(stream, key.fqn, rel, info, sizes)
+                view = tensors[key.fqn]
+                for dim, (off, n) in enumerate(zip(key.offset, sizes)):
+                    view = view.narrow(dim, off, n)
+                if t.dtype != view.dtype:
+                    raise FormatError(f"{rel}: entry {key.fqn[:80]!r} holds {t.dtype}, the metadata says "
+                                      f"{view.dtype}; {_CRAFTED}")
+                view.copy_(t)
+    return values
+
+
+def _tree(meta: Metadata, flat: dict[str, object]) -> dict | None:
+    """The checkpoint's own nesting, from the paths DCP records per key (planner_data); None when it records
+    none or records something that is not a path (a crafted metadata is not trusted to nest)."""
+    paths = getattr(meta, "planner_data", None)
+    if not isinstance(paths, dict) or not paths:
+        return None
+    root: dict = {}
+    # list slots the nesting may fill: a list index names an entry below it, so a real nesting needs few more
+    # slots than entries; crafted indices up to 2**20 at every level would otherwise allocate gigabytes
+    slots = 2 * len(flat) + 1024
+    for fqn, value in flat.items():
+        path = paths.get(fqn)
+        if not isinstance(path, tuple) or not path or len(path) > MAX_DIMS \
+                or not all(isinstance(k, str) or (_whole(k) and k < 1 << 20) for k in path):
+            return None
+        node = root
+        for k, nxt in zip(path, path[1:]):
+            child = node[k] if (isinstance(node, dict) and k in node) or (isinstance(node, list) and k < len(node)) \
+                else None
+            if child is None:
+                child = [] if isinstance(nxt, int) else {}
+                if isinstance(node, list):
+                    slots -= max(0, k + 1 - len(node))
+                    if slots < 0:
+                        return None
+                    node.extend([None] * (k + 1 - len(node)))
+                node[k] = child
+            if not isinstance(child, (dict, list)) or isinstance(child, list) != isinstance(nxt, int):
+                return None
+            node = child
+        if isinstance(node, list):
+            slots -= max(0, path[-1] + 1 - len(node))
+            if slots < 0:
+                return None
+            node.extend([None] * (path[-1] + 1 - len(node)))
+        node[path[-1]] = value
+    return root
+
+
+def load_dir(directory: str, buffers: dict | None = None) -> CheckpointState:
+    """Any DCP checkpoint, built from its own metadata: every tensor at its key, allocated whole, its chunks
+    (from however many ranks saved it) copied in place; byte entries loaded without running code.
+
+    ckptbench's own layout fills `model`/`optim`/`step`; any other puts model tensors (a `model.` prefix
+    dropped) in `model` and everything else in `extra` by key, with the nesting in `tree`. `buffers` (file name →
+    bytes already read) serves the shards and .metadata from memory."""
+    reader = SafeReader(directory, buffers)
+    try:
+        meta = reader.read_metadata()
+        tensors = _allocate(meta, f"{directory}/.metadata")
+        with _quiet():
+            values = _fill(reader, meta, tensors, directory)
+    except CkptbenchError:
+        raise
+    except OSError as exc:
+        raise FormatError(f"{directory}: unreadable ({exc.strerror}); check that its files are whole") from None
+    flat = {**tensors, **values}
+    if _is_own(flat):
+        state = CheckpointState({})
+        for fqn, t in tensors.items():
+            parts = fqn.split(".")
+            if parts[0] == "model":
+                state.model[".".join(parts[1:])] = t
+            elif parts[0] == "optim":
+                state.optim.setdefault(".".join(parts[1:-1]), {})[parts[-1]] = t
+        step = flat.get("step")
+        state.step = int(step) if isinstance(step, torch.Tensor) and step.numel() == 1 else 0
+        return state
+    state = CheckpointState({}, tree=_tree(meta, flat))
+    for fqn, v in flat.items():
+        if isinstance(v, torch.Tensor) and group_of(fqn) == "model":
+            state.model[fqn.removeprefix("model.")] = v
+        else:
+            state.extra[fqn] = v
+    return state

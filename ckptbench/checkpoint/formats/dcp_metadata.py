@@ -1,0 +1,236 @@
+"""Reading a torch.distributed.checkpoint's .metadata safely: an allow-list unpickler of DCP's own classes, then
+the whole index checked (types, whole-number offsets and lengths inside their files, chunks inside their tensors
+and not overlapping, tensor bytes no more than the shards hold) before anything is allocated or read; every file
+goes through `confine`, so a storage path cannot reach outside the checkpoint directory."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+import pickle
+from pathlib import PurePath
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystem, _StorageInfo
+from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
+                                                   MetadataIndex, StorageMeta, TensorProperties,
+                                                   TensorStorageMetadata)
+
+from ckptbench.checkpoint import confine
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.formats.state import FormatError, MemoryFile
+
+_DCP_META = "torch.distributed.checkpoint.metadata"
+# What a DCP .metadata pickle legitimately names; anything else could run code when unpickled.
+_ALLOWED = {
+    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("torch", "Size"),
+    ("torch.serialization", "_get_layout"), ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("collections", "OrderedDict"),
+    *((_DCP_META, n) for n in ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
+                                "TensorStorageMetadata", "ChunkStorageMetadata", "BytesStorageMetadata",
+                                "_MEM_FORMAT_ENCODING")),
+}
+
+
+# looked up in torch's own namespace, never through getattr: torch imports _dynamo/_inductor on first getattr
+DTYPES = {n: v for n, v in vars(torch).items() if isinstance(v, torch.dtype)}
+
+
+class _MetadataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: a crafted memo index costs it nothing
+    def find_class(self, module: str, name: str):
+        if module == "torch" and name in DTYPES:
+            return DTYPES[name]
+        if (module, name) not in _ALLOWED:
+            raise FormatError(f".metadata names {module}.{name}, which is not DCP metadata: refused, since "
+                              "unpickling it could run code; the checkpoint is not trustworthy")
+        return super().find_class(module, name)
+
+
+_CRAFTED = "the checkpoint is corrupt or crafted"
+MAX_DIMS = 64
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 63
+
+
+def _dims(v) -> bool:
+    return isinstance(v, tuple) and len(v) <= MAX_DIMS and all(_whole(d) for d in v)
+
+
+class _ConfinedFS(FileSystem):
+    """DCP's file access, read-only: a file the metadata names is served from the fused read's buffers (by name,
+    for files at the top of the directory) or opened through `confine` (inside the directory, regular, no
+    blocking open)."""
+
+    def __init__(self, root, buffers: dict | None = None):
+        super().__init__()
+        self.root = root
+        self.buffers = buffers or {}
+
+    def _rel(self, path) -> str:
+        try:
+            return PurePath(str(path)).relative_to(PurePath(str(self.root))).as_posix()
+        except ValueError:
+            raise FormatError(f"{self.root}: DCP asked for {str(path)!r}, outside the checkpoint; {_CRAFTED}") from None
+
+    def size_of(self, rel: str, where: str) -> int:
+        """The size of a file the metadata (`where`) names, confined first; one line naming `where` otherwise."""
+        if "/" not in rel and rel in self.buffers:
+            return memoryview(self.buffers[rel]).nbytes
+        try:
+            real = confine.resolve(str(self.root), rel)
+        except CkptbenchError as exc:
+            why = str(exc).removeprefix(f"{self.root}: ")
+            raise CkptbenchError(f"{where}: {why}", exit_code=exc.exit_code) from None
+        try:
+            return os.stat(real).st_size
+        except OSError as exc:
+            raise FormatError(f"{where}: names shard {rel!r}, which cannot be read ({exc.strerror}); "
+                              "a shard is missing") from None
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode):
+        if "r" not in mode:
+            raise FormatError(f"{self.root}: a DCP load tried to write {str(path)!r}; loads only read")
+        rel = self._rel(path)
+        buf = self.buffers.get(rel) if "/" not in rel else None
+        if buf is not None:
+            yield io.BufferedReader(MemoryFile(buf))
+            return
+        with os.fdopen(confine.open_member(str(self.root), rel), "rb") as stream:
+            yield stream
+
+
+def _storage_files(meta: Metadata, where: str, fs: _ConfinedFS) -> dict[str, int]:
+    """rel path -> size of every shard the storage index names, each entry checked to lie inside its file."""
+    storage = getattr(meta, "storage_data", None)
+    if not isinstance(storage, dict):
+        raise FormatError(f"{where}: storage_data is a {type(storage).__name__}, not DCP's storage index; {_CRAFTED}")
+    files: dict[str, int] = {}
+    for key, info in dict.items(storage):
+        if not isinstance(key, MetadataIndex) or not isinstance(info, _StorageInfo) \
+                or not isinstance(getattr(key, "fqn", None), str) \
+                or not (getattr(key, "offset", None) is None or _dims(key.offset)):
+            raise FormatError(f"{where}: storage_data holds a {type(info).__name__}, not a storage entry; {_CRAFTED}")
+        name = key.fqn[:80]
+        rel = getattr(info, "relative_path", None)
+        rel = str(rel) if isinstance(rel, PurePath) else rel
+        off, length = getattr(info, "offset", None), getattr(info, "length", None)
+        if not isinstance(rel, str) or not _whole(off) or not _whole(length):
+            raise FormatError(f"{where}: storage entry {name!r} has path {str(rel)[:80]!r}, offset "
+                              f"{str(off)[:20]} and length {str(length)[:20]}; {_CRAFTED}")
+        if getattr(info, "transform_descriptors", None):
+            raise FormatError(f"{where}: storage entry {name!r} is stored through transforms "
+                              f"({str(info.transform_descriptors)[:60]}), which ckptbench does not load")
+        if rel not in files:
+            files[rel] = fs.size_of(rel, where)
+        if off + length > files[rel]:
+            raise FormatError(f"{where}: storage entry {name!r} lies at {off}+{length}, past the "
+                              f"{files[rel]} bytes of {rel!r}; {_CRAFTED}")
+    return files
+
+
+def _no_overlap(chunks: list, what: str) -> None:
+    """No two chunks share an element: with the coverage count equal to the size, chunks that overlapped would
+    leave a region no chunk writes (memory handed back as it was allocated). Swept along the dimension the chunks
+    split most, comparing each chunk only with those still open there: a sort, then near-linear for any real
+    sharding (rows, columns, grids); chunks arranged to keep thousands open at once are refused as crafted."""
+    boxes = [(tuple(c.offsets), tuple(c.sizes)) for c in chunks if all(c.sizes)]
+    if len(boxes) < 2 or not boxes[0][0]:
+        return  # a scalar's chunks are counted by the coverage check
+    d = max(range(len(boxes[0][0])), key=lambda i: len({off[i] for off, _ in boxes}))
+    boxes.sort(key=lambda b: b[0][d])
+    budget = 64 * len(boxes) + (1 << 16)
+    open_: list = []
+    for off, sz in boxes:
+        open_ = [b for b in open_ if b[0][d] + b[1][d] > off[d]]
+        budget -= len(open_) + 1
+        if budget < 0:
+            raise FormatError(f"{what} has {len(boxes)} chunks laid out so that checking them for overlap would "
+                              f"compare most pairs; {_CRAFTED}")
+        for off2, sz2 in open_:
+            if all(o2 < o + n and o < o2 + n2 for o, n, o2, n2 in zip(off, sz, off2, sz2)):
+                raise FormatError(f"{what} has chunks at {off2[:8]} and {off[:8]} that overlap; {_CRAFTED}")
+        open_.append((off, sz))
+
+
+def _tensor_bytes(fqn: str, md, storage: dict, where: str) -> int:
+    """The bytes one tensor entry will allocate, its chunks checked to lie inside it, cover it, and be stored."""
+    what = f"{where}: entry {fqn[:80]!r}"
+    props = getattr(md, "properties", None)
+    dtype, size, chunks = getattr(props, "dtype", None), getattr(md, "size", None), getattr(md, "chunks", None)
+    if not isinstance(props, TensorProperties) or not isinstance(dtype, torch.dtype) or not _dims(size) \
+            or not isinstance(chunks, list):
+        raise FormatError(f"{what} has dtype {str(dtype)[:30]}, size {str(size)[:60]}, not a tensor's; {_CRAFTED}")
+    covered = 0
+    for c in chunks:
+        offsets, sizes = getattr(c, "offsets", None), getattr(c, "sizes", None)
+        if not isinstance(c, ChunkStorageMetadata) or not _dims(offsets) or not _dims(sizes) \
+                or len(offsets) != len(size) or len(sizes) != len(size) \
+                or any(o + n > d for o, n, d in zip(offsets, sizes, size)):
+            raise FormatError(f"{what} has a chunk at {str(offsets)[:60]} of {str(sizes)[:60]}, not inside its "
+                              f"size {tuple(size)}; {_CRAFTED}")
+        if MetadataIndex(fqn, offsets) not in storage:
+            raise FormatError(f"{what} has a chunk at {tuple(offsets)} that no shard stores; {_CRAFTED}")
+        covered += math.prod(sizes)
+    numel = math.prod(size)
+    _no_overlap(chunks, what)
+    if covered != numel:
+        raise FormatError(f"{what} has chunks covering {covered} of its {numel} elements; {_CRAFTED}")
+    return numel * dtype.itemsize
+
+
+def _check_metadata(meta, where: str, fs: _ConfinedFS) -> Metadata:
+    """The unpickled .metadata checked whole before anything is allocated or read (see the module docstring)."""
+    if not isinstance(meta, Metadata):
+        raise FormatError(f"{where}: holds a {type(meta).__name__}, not DCP metadata; {_CRAFTED}")
+    entries = getattr(meta, "state_dict_metadata", None)
+    storage_meta = getattr(meta, "storage_meta", None)
+    if not isinstance(entries, dict) or (storage_meta is not None and not isinstance(storage_meta, StorageMeta)):
+        raise FormatError(f"{where}: state_dict_metadata or storage_meta is not DCP's; {_CRAFTED}")
+    files = _storage_files(meta, where, fs)
+    # plain dicts from here on: an OrderedDict can carry instance attributes that shadow its methods
+    meta.state_dict_metadata, meta.storage_data = dict(dict.items(entries)), dict(dict.items(meta.storage_data))
+    if isinstance(getattr(meta, "planner_data", None), dict):
+        meta.planner_data = dict(dict.items(meta.planner_data))
+    total = 0
+    for fqn, md in dict.items(entries):
+        if not isinstance(fqn, str) or not isinstance(md, (TensorStorageMetadata, BytesStorageMetadata)):
+            raise FormatError(f"{where}: entry {str(fqn)[:80]!r} is a {type(md).__name__}, not a tensor or bytes "
+                              f"entry; {_CRAFTED}")
+        if isinstance(md, TensorStorageMetadata):
+            total += _tensor_bytes(fqn, md, meta.storage_data, where)
+    if total > sum(files.values()):
+        raise FormatError(f"{where}: declares {total} bytes of tensors, its shards hold {sum(files.values())}; "
+                          f"{_CRAFTED}")
+    return meta
+
+
+class SafeReader(FileSystemReader):
+    """torch's reader unpickles .metadata with plain pickle and opens any path it names; this one admits only
+    DCP's own metadata classes, checks what they hold, and opens files only inside the directory."""
+
+    def __init__(self, path, buffers: dict | None = None):
+        super().__init__(path)
+        self.fs = _ConfinedFS(self.path, buffers)
+
+    def read_metadata(self, *args, **kwargs):
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as f:
+            try:
+                metadata = _MetadataUnpickler(f).load()
+                metadata = _check_metadata(metadata, str(path), self.fs)
+            except CkptbenchError:
+                raise
+            except RecursionError:
+                raise FormatError(f"{path}: DCP metadata nested too deep to read; {_CRAFTED}") from None
+            except Exception as exc:  # a damaged pickle, or objects of DCP's classes holding what they never hold
+                raise FormatError(f"{path}: unreadable DCP metadata ({type(exc).__name__}); not a DCP checkpoint") from None
+        if metadata.storage_meta is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata

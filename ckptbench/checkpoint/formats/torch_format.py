@@ -1,0 +1,453 @@
+"""torch.save files, loaded with weights_only=True: ckptbench's per-rank model and optimizer shards, and any
+other trainer's nesting of tensors and plain values (DeepSpeed, Hugging Face .bin, a training loop's dict, a
+Trainer's optimizer.pt/scheduler.pt/rng_state.pth, whose numpy RNG state is the one thing beyond torch's own
+allowlist that is unpickled: numeric numpy arrays, through their reconstruction globals only).
+
+A shard is checked before torch parses it: a zip archive (torch.save since 1.6) must hold stored, uncompressed
+members that lie whole inside the file and do not overlap; anything else must open with torch's legacy magic
+number. Tensors loaded in place must each lie inside their own member's bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+import re
+import stat
+import struct
+import threading
+import zipfile
+
+import torch
+
+from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint.formats.state import (CheckpointState, FormatError, MemoryFile, check_walk, flatten,
+                                               group_of, walk_limit)
+from ckptbench.checkpoint.formats import inert, torch_prescan
+
+
+def shard_names(rank: int) -> tuple[str, str]:
+    return f"model_rank{rank:03d}.pt", f"optim_rank{rank:03d}.pt"
+
+
+def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -> list[tuple[str, str, int | None]]:
+    written = []
+    for rank, names in enumerate(assignment):
+        model_file, optim_file = shard_names(rank)
+        torch.save({n: state.model[n] for n in names}, os.path.join(directory, model_file))
+        optim = {"state": {n: state.optim[n] for n in names}, "step": state.step, "hparams": state.hparams}
+        torch.save(optim, os.path.join(directory, optim_file))
+        written += [(model_file, "model", rank), (optim_file, "optimizer", rank)]
+    return written
+
+
+_ZIP_MAGIC = b"PK\x03\x04"
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # what torch.save's pre-zip format pickles first
+_LEGACY_PREFIXES = tuple(pickle.dumps(_LEGACY_MAGIC, protocol=p) for p in range(2, pickle.HIGHEST_PROTOCOL + 1))
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, then file name and extra field lengths at 26 and 28
+MAX_MEMBERS = 1 << 20
+_CRAFTED = "the shard is corrupt or crafted"
+_DAMAGED = "the shard is corrupt or truncated"
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 63
+
+
+def _parts(name, parts, where: str) -> dict:
+    if not isinstance(name, str) or not isinstance(parts, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in dict.items(parts)):
+        raise FormatError(f"{where}: optimizer state {str(name)[:60]!r} is not a map of tensors; {_CRAFTED}")
+    return parts
+
+
+_OWN_OPTIM = {"state", "step", "hparams"}
+_WRAPPERS = ("module", "state_dict", "model", "model_state_dict")  # DeepSpeed, Lightning/HF, training loops
+_ZERO_FILE = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_(?:optim|model)_states\.pt$")
+
+
+def _own_optimizer(obj: dict) -> bool:
+    """ckptbench's optimizer shard: nothing but state/step/hparams, the state a map of maps (a torch optimizer's
+    own state_dict has param_groups too, and is a foreign file)."""
+    return ("state" in obj and set(obj) <= _OWN_OPTIM and isinstance(obj["state"], dict)
+            and all(isinstance(v, dict) for v in dict.values(obj["state"])))
+
+
+def _own_optimizer_state(obj: dict, where: str) -> CheckpointState:
+    # dict.items, dict.get: a pickle can shadow the methods with instance attributes on an OrderedDict
+    optim = {name: _parts(name, parts, where) for name, parts in dict.items(obj["state"])}
+    step, hparams = dict.get(obj, "step", 0), dict.get(obj, "hparams", {})
+    if isinstance(step, torch.Tensor) and step.numel() == 1:
+        step = step.item()
+    if isinstance(step, float) and step.is_integer():
+        step = int(step)
+    if not _whole(step) or not isinstance(hparams, dict):
+        raise FormatError(f"{where}: optimizer step {str(step)[:40]} or hparams is not what a trainer writes; "
+                          f"{_CRAFTED}")
+    return CheckpointState({}, optim=optim, step=step, hparams=hparams)
+
+
+def _rank_tag(where: str) -> str | None:
+    """DeepSpeed's per-rank ZeRO partitions hold the same names with different values, so their keys are kept
+    apart under the file's rank: zero_pp_rank_1 (zero_pp_rank_1_mp_rank_01 under tensor parallelism)."""
+    m = _ZERO_FILE.match(os.path.basename(where))
+    if m is None:
+        return None
+    return f"zero_pp_rank_{int(m.group(1))}" + (f"_mp_rank_{m.group(2)}" if int(m.group(2)) else "")
+
+
+def _wrapper(obj: dict) -> str | None:
+    """The top-level key whose dict holds the weights (DeepSpeed's `module`, `state_dict`, `model`), if any."""
+    for key in _WRAPPERS:
+        v = dict.get(obj, key)
+        if isinstance(v, dict) and any(isinstance(leaf, torch.Tensor) for _, leaf in flatten(v, key)):
+            return key
+    return None
+
+
+def _mp_tag(where: str) -> str | None:
+    """Megatron's model-parallel ranks (mp_rank_TT[_PPP]/model_optim_rng.pt) hold the same names over different
+    slices of each weight: every key of such a file is kept apart under its rank directory's name."""
+    parent = os.path.basename(os.path.dirname(where))
+    return parent if layouts.MP_DIR.match(parent) else None
+
+
+def _foreign(obj: dict, where: str) -> CheckpointState:
+    """Any other nesting, by flat key: the weights in `model` (a wrapper's prefix dropped), everything else
+    (optimizer state, scheduler, config, steps, bytes) in `extra`."""
+    tag = _rank_tag(where)
+    mp = _mp_tag(where)
+    optimizer_only = tag is not None or "param_groups" in obj  # a partition, or a torch optimizer's state_dict
+    wrapper = None if optimizer_only else _wrapper(obj)
+    state = CheckpointState({})
+    for key, leaf in flatten(obj):
+        _check_leaf(key, leaf, where)
+        is_tensor = isinstance(leaf, torch.Tensor)
+        if wrapper is not None and is_tensor and key.startswith(wrapper + "."):
+            dest, name = state.model, key[len(wrapper) + 1:]
+        elif wrapper is None and not optimizer_only and is_tensor and group_of(key) == "model":
+            dest, name = state.model, key
+        else:
+            dest, name = state.extra, f"{tag}.{key}" if tag else key
+        if mp:
+            name = f"{mp}.{name}"
+        if name in dest:
+            raise FormatError(f"{where}: key {name[:80]!r} appears twice once the nesting is flattened; {_CRAFTED}")
+        dest[name] = leaf
+    return state
+
+
+def _trainer_state(obj: dict, stem: str, where: str) -> CheckpointState:
+    """A Trainer's optimizer.pt, scheduler.pt, scaler.pt or rng_state*.pth: everything in `extra` under the file's
+    stem (optimizer.state.0.exp_avg, scheduler.last_epoch, rng_state.cpu), none of it a weight."""
+    state = CheckpointState({})
+    for key, leaf in flatten(obj, stem):
+        _check_leaf(key, leaf, where)
+        state.extra[key] = leaf
+    return state
+
+
+def _from_obj(obj, where: str) -> CheckpointState:
+    """The state an unpickled file holds: ckptbench's optimizer shard ({"state": {name: {part: tensor}}, "step",
+    "hparams"}) or model shard (names to tensors) as they are, a Trainer's state file under its stem, any other
+    dict by flat key; every field's type checked, since the pickle is the file's, not ours."""
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where}: holds a {type(obj).__name__}, not a state dict")
+    stem = layouts.state_stem(os.path.basename(where))
+    if stem is not None:
+        return _named(_trainer_state, obj, stem, where)
+    if _own_optimizer(obj):
+        return _own_optimizer_state(obj, where)
+    if obj and _rank_tag(where) is None and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in dict.items(obj)):
+        return CheckpointState(dict(dict.items(obj)))
+    return _named(_foreign, obj, where)
+
+
+def _named(build, obj, *args) -> CheckpointState:
+    """`build(obj, *args)`, its nesting errors (flatten knows the key, not the file) naming the file too."""
+    where = args[-1]
+    try:
+        return build(obj, *args)
+    except FormatError as exc:
+        if str(exc).startswith(where):
+            raise
+        raise FormatError(f"{where}: {exc}") from None
+
+
+def _materialize(state: CheckpointState) -> CheckpointState:
+    """mmap=True loads are lazy: copy into owned memory now so the cost is counted in the load."""
+    state.model = {k: v.clone() for k, v in state.model.items()}
+    state.optim = {n: {k: v.clone() for k, v in parts.items()} for n, parts in state.optim.items()}
+    state.extra = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.extra.items()}
+    return state
+
+
+def _why(exc: BaseException) -> str:
+    """The informative line of a torch load failure (weights_only errors bury it under a paragraph of advice)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if "GLOBAL" in ln or ln.startswith(("Unsupported", "Trying to", "Can only build")):
+            return ln[:160]
+    return lines[0][:160] if lines else type(exc).__name__
+
+
+def _numpy_globals() -> list:
+    """What a numeric numpy array (numpy's RNG state) pickles as, and nothing more: the reconstruction function
+    (under numpy 2's name and numpy 1's), ndarray, dtype, and the classes of numeric dtypes (a dtype's BUILD needs
+    its class allowed). No object, string or structured dtype: those could hold arbitrary Python objects."""
+    try:
+        import numpy as np
+    except ImportError:  # without numpy no checkpoint of it can be unpickled anyway
+        return []
+    reconstruct = np.ndarray((0,)).__reduce__()[0]
+    found = [reconstruct, np.ndarray, np.dtype]
+    found += [(reconstruct, f"numpy.{core}.multiarray._reconstruct") for core in ("core", "_core")
+              if f"{reconstruct.__module__}.{reconstruct.__qualname__}" != f"numpy.{core}.multiarray._reconstruct"]
+    found += [type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"]
+    return found
+
+
+_NUMPY_LOCK = threading.Lock()
+_numpy_users = 0
+_numpy_scope = None
+
+
+@contextlib.contextmanager
+def _numpy_allowed():
+    """torch's weights_only unpickler with numeric numpy arrays allowed, for as long as any load in this process
+    needs it (torch keeps its allowlist process-wide: entered and left once, not per thread)."""
+    global _numpy_users, _numpy_scope
+    with _NUMPY_LOCK:
+        if _numpy_users == 0:
+            from torch import serialization as ts
+
+            already = set(map(repr, ts.get_safe_globals()))  # a caller's own entries are not ours to remove
+            _numpy_scope = ts.safe_globals([g for g in _numpy_globals() if repr(g) not in already])
+            _numpy_scope.__enter__()
+        _numpy_users += 1
+    try:
+        yield
+    finally:
+        with _NUMPY_LOCK:
+            _numpy_users -= 1
+            if _numpy_users == 0:
+                _numpy_scope.__exit__(None, None, None)
+                _numpy_scope = None
+
+
+def _check_leaf(key: str, leaf, where: str) -> None:
+    """A numpy array unpickled must hold numbers (bool, int, float, complex), whatever its pickle claims."""
+    kind = getattr(getattr(leaf, "dtype", None), "kind", None)
+    if type(leaf).__module__ == "numpy" and kind not in ("b", "i", "u", "f", "c"):
+        raise FormatError(f"{where}: {key[:80]!r} is a numpy {type(leaf).__name__} of kind {kind!r}, not numbers; "
+                          f"{_CRAFTED}")
+
+
+# what torch's weights_only unpickler says when it refuses an object (a global, a build, a call) it does not allow
+_REFUSALS = ("GLOBAL", "Can only build", "Trying to call reduce")
+
+
+def _safe_load(load, where: str, source=None, limit: int = 0):
+    """Runs `load()` (a weights_only torch load, numeric numpy arrays allowed) and turns its failures into one
+    FormatError line. When the pickle names classes beyond torch's allowlist and `source` (the zip file: a path
+    or a file object) is given, it is loaded again with an inert stand-in for each (formats/inert.py). The
+    object is walked only once `check_walk` has bounded it by `limit`. Returns (object, the names stood in for)."""
+    try:
+        with _numpy_allowed():
+            obj = load()
+        check_walk(obj, limit, where)
+        return obj, []
+    except FormatError:
+        raise
+    except pickle.UnpicklingError as exc:
+        if not any(r in str(exc) for r in _REFUSALS):
+            raise FormatError(f"{where}: not a readable torch file ({_why(exc)}); {_DAMAGED}") from None
+        if source is None:  # torch's legacy format: its pickle cannot be read without running it
+            raise FormatError(f"{where}: refused — it holds objects beyond tensors and plain data, and "
+                              f"unpickling them could run code ({_why(exc)}); re-save it as a plain state dict "
+                              "or safetensors") from None
+    except Exception as exc:  # torch's readers fail on bad bytes with whatever they provoke (IndexError, struct.error...)
+        raise FormatError(f"{where}: not a readable torch file ({type(exc).__name__}: {_why(exc)}); "
+                          f"{_DAMAGED}") from None
+    try:  # the happy path above costs nothing extra; only a refused file pays for reading its pickle's names
+        with _numpy_allowed():
+            names = inert.names_in(source)
+            with inert.stand_ins(names, where):
+                obj = load()
+            check_walk(obj, limit, where)
+            return inert.plain(obj, where), names
+    except FormatError:
+        raise
+    except Exception as exc:  # what stand-ins do not cover (items appended to a list subclass, slot state), or
+        # damage past the point where the first load stopped
+        raise FormatError(f"{where}: refused — it holds objects beyond tensors and plain data that ckptbench "
+                          f"cannot keep as data, or is damaged ({type(exc).__name__}: {_why(exc)}); re-save it as a "
+                          "plain state dict or safetensors") from None
+
+
+def _zip_records(f, size: int, where: str) -> dict[str, tuple[int, int]]:
+    """member name -> (data offset, length) of a torch.save archive in the seekable file `f` of `size` bytes,
+    checked: stored (torch never compresses, and an in-place load slices the raw bytes), not encrypted, each
+    member's local header and data whole inside the file, no name twice, no two members' data overlapping."""
+    try:
+        with zipfile.ZipFile(f) as zf:
+            infos = zf.infolist()
+    except Exception as exc:  # zipfile fails on a crafted directory in many ways (BadZipFile, ValueError, EOFError...)
+        raise FormatError(f"{where}: not a readable zip archive ({type(exc).__name__}: {_why(exc)}); "
+                          f"{_DAMAGED}") from None
+    if len(infos) > MAX_MEMBERS:
+        raise FormatError(f"{where}: {len(infos)} zip members, more than a torch.save archive has; {_CRAFTED}")
+    records: dict[str, tuple[int, int]] = {}
+    for info in infos:
+        what = f"{where}: zip member {info.filename[:80]!r}"
+        if info.filename in records:
+            raise FormatError(f"{what} appears twice; {_CRAFTED}")
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1 or info.compress_size != info.file_size:
+            raise FormatError(f"{what} is compressed or encrypted, which torch.save never writes; {_CRAFTED}")
+        if not 0 <= info.header_offset <= size - _LOCAL_HEADER.size:
+            raise FormatError(f"{what} has its header outside the file; {_DAMAGED}")
+        f.seek(info.header_offset)
+        local = f.read(_LOCAL_HEADER.size)
+        if len(local) != _LOCAL_HEADER.size:
+            raise FormatError(f"{what} has its header past the end of the file; {_DAMAGED}")
+        magic, name_len, extra_len = _LOCAL_HEADER.unpack(local)
+        start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+        if magic != _ZIP_MAGIC or start + info.file_size > size:
+            raise FormatError(f"{what} lies outside the file ({start}+{info.file_size} of {size} bytes); "
+                              f"{_DAMAGED}")
+        records[info.filename] = (start, info.file_size)
+    end, prev = 0, None
+    for name, (start, length) in sorted(records.items(), key=lambda kv: kv[1]):
+        if length and start < end:
+            raise FormatError(f"{where}: zip members {prev[:80]!r} and {name[:80]!r} overlap; {_CRAFTED}")
+        if length:
+            end, prev = start + length, name
+    return records
+
+
+def _prescan(f, records: dict[str, tuple[int, int]], where: str) -> int:
+    """The archive's pickle dry-run against its members before torch reads it (torch_prescan); returns the
+    pickle's length, which bounds every later walk of what it holds."""
+    pkl = [n for n in records if n.endswith("/data.pkl") or n == "data.pkl"]
+    if len(pkl) != 1:
+        raise FormatError(f"{where}: {len(pkl)} data.pkl members, a torch.save archive has one; {_CRAFTED}")
+    prefix = pkl[0][:-len("data.pkl")] + "data/"
+    start, length = records[pkl[0]]
+    f.seek(start)
+    torch_prescan.check(f.read(length), where,
+                        {n[len(prefix):]: ln for n, (_, ln) in records.items() if n.startswith(prefix)})
+    return length
+
+
+def _check_tensors(state: CheckpointState, where: str) -> CheckpointState:
+    """What the scan and the clone may touch: CPU tensors with their data, each no larger than its storage (a
+    stride-0 view claims more than the file holds: copying it would allocate the claim)."""
+    for _, name, t in state.tensors():
+        if t.layout != torch.strided or t.is_nested or t.device.type != "cpu":
+            raise FormatError(f"{where}: tensor {name[:80]!r} is {t.layout} on {t.device}, not a CPU tensor with its "
+                              "data in the file; re-save it as a plain state dict")
+        need = t.numel() * t.element_size()
+        if need and need > t.untyped_storage().nbytes() - t.storage_offset() * t.element_size():
+            raise FormatError(f"{where}: tensor {name[:80]!r} claims {need} bytes from a storage of "
+                              f"{t.untyped_storage().nbytes()} (a stride-0 or overlapping view); {_CRAFTED}")
+    return state
+
+
+def _check_start(head: bytes, where: str) -> bool:
+    """True for a zip archive, False for torch's legacy format; anything else is not a torch.save file."""
+    if head.startswith(_ZIP_MAGIC):
+        return True
+    if any(head.startswith(p) for p in _LEGACY_PREFIXES):
+        return False
+    raise FormatError(f"{where}: not a torch.save file (it starts with neither a zip archive nor torch's legacy "
+                      f"magic number); {_DAMAGED}")
+
+
+def _open_regular(path: str):
+    """The shard opened for reading without blocking on a FIFO, refused unless a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot open ({exc.strerror}); check the path and its permissions") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FormatError(f"{path}: not a regular file; a torch shard must be one")
+    return os.fdopen(fd, "rb")
+
+
+def peek_file(path: str) -> CheckpointState:
+    """The state a file holds with its tensors still mapped (mmap), not copied: names, dtypes and sizes cost a
+    read of the pickle, not of the data (what inspect needs)."""
+    with _open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        is_zip = _check_start(f.read(32), path)
+        limit = walk_limit(_prescan(f, _zip_records(f, size, path), path) if is_zip else size)
+    # mmap needs the zip layout; the legacy format is read whole, as torch.load does
+    obj, names = _safe_load(lambda: torch.load(path, weights_only=True, map_location="cpu", mmap=is_zip), path,
+                            path if is_zip else None, limit)
+    return _check_tensors(_with_inert(_from_obj(obj, path), names), path)
+
+
+def load_file(path: str) -> CheckpointState:
+    return _materialize(peek_file(path))
+
+
+def _load_in_place(buf):
+    """torch.load's own mmap path, with the read buffer standing in for the mapped file: every storage is a
+    slice of `buf`, so the tensors are views of the bytes already read (no second copy). Still the
+    weights_only unpickler. Uses torch.serialization's internals, hence the fallback in load_buffer."""
+    from torch import serialization as ts
+
+    storage = torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
+    with ts._open_zipfile_reader(MemoryFile(buf)) as zf:
+        return ts._load(zf, "cpu", ts._weights_only_unpickler, overall_storage=storage, encoding="utf-8")
+
+
+def _has_load_internals() -> bool:
+    from torch import serialization as ts
+
+    return all(hasattr(ts, n) for n in ("_open_zipfile_reader", "_load", "_weights_only_unpickler"))
+
+
+def _check_in_place(state: CheckpointState, buf, records: dict[str, tuple[int, int]], where: str) -> None:
+    """Every tensor loaded in place lies inside one member's bytes: a pickle that declares a storage larger than
+    its member would otherwise alias the bytes after it (the next member, or the zip directory)."""
+    base = torch.frombuffer(buf, dtype=torch.uint8).data_ptr() if memoryview(buf).nbytes else 0
+    room = {start: length for start, length in records.values()}
+    for _, name, t in state.tensors():
+        s = t.untyped_storage()
+        if s.nbytes() == 0:
+            continue
+        start = s.data_ptr() - base
+        if room.get(start, -1) < s.nbytes():
+            raise FormatError(f"{where}: tensor {name[:80]!r} claims {s.nbytes()} bytes at {start}, beyond its zip "
+                              f"member; {_CRAFTED}")
+
+
+def load_buffer(buf, name: str) -> CheckpointState:
+    view = memoryview(buf).cast("B")
+    is_zip = _check_start(bytes(view[:32]), name)
+    if not is_zip:
+        obj, _ = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name,
+                            limit=walk_limit(view.nbytes))
+        return _check_tensors(_from_obj(obj, name), name)
+    records = _zip_records(MemoryFile(view), view.nbytes, name)
+    limit = walk_limit(_prescan(MemoryFile(view), records, name))
+    if not _has_load_internals():
+        obj, names = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name,
+                                MemoryFile(view), limit)
+        return _check_tensors(_with_inert(_from_obj(obj, name), names), name)
+    # read-only bytes cannot back a tensor: one copy (as io.BytesIO would make), then the same in-place path
+    target = bytearray(view) if view.readonly else buf
+    obj, names = _safe_load(lambda: _load_in_place(target), name, MemoryFile(view), limit)
+    state = _check_tensors(_with_inert(_from_obj(obj, name), names), name)
+    _check_in_place(state, target, records, name)
+    return state
+
+
+def _with_inert(state: CheckpointState, names: list[str]) -> CheckpointState:
+    state.inert.update(names)
+    return state

@@ -1,0 +1,155 @@
+"""A dry run of a torch.save archive's pickle before torch unpickles it, so that what the pickle asks torch to
+allocate is checked against the file first (the same line in every mode).
+
+Every name the pickle gives resolves to a recorder here; nothing is imported, called or allocated beyond the
+pickle's own values, and the memo is a dict (a crafted memo index costs nothing). Refused: calls that allocate
+what the pickle says rather than what the file holds (`bytearray(n)`, `torch.FloatTensor(n)`, a storage class
+called), a storage that claims more bytes than its zip member holds, a tensor that claims more elements than its
+storage holds (a stride-0 or overlapping view: cloning it would allocate the claim), and tensors without data
+(meta, wrapper subclasses) or on another device.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+
+import torch
+
+from ckptbench.checkpoint.formats.state import FormatError
+
+_CRAFTED = "the shard is corrupt or crafted"
+_STORAGE_DTYPES = {f"torch.{v}": k for k, v in torch.storage._dtype_to_storage_type_map().items()}  # FloatStorage
+_UNTYPED = ("torch.storage.UntypedStorage", "torch.UntypedStorage")
+_VIEWS = {"torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor_v3",
+          "torch._utils._rebuild_qtensor"}
+_NO_DATA = {"torch._utils._rebuild_meta_tensor_no_storage": "a meta tensor (a shape without data)",
+            "torch._utils._rebuild_wrapper_subclass": "a tensor subclass without data in the file"}
+_TO_DEVICE = {"torch._utils._rebuild_device_tensor_from_cpu_tensor", "torch._utils._rebuild_device_tensor_from_numpy"}
+
+
+def _allocates(name: str) -> bool:
+    """Tensor and storage classes: called with arguments they allocate what the arguments say."""
+    mod, _, cls = name.rpartition(".")
+    return mod in ("torch", "torch.cuda", "torch.sparse", "torch.cuda.sparse", "torch.storage") \
+        and cls.endswith(("Tensor", "Storage"))
+
+
+class _Storage:
+    def __init__(self, key: str, nbytes: int):
+        self.key, self.nbytes = key, nbytes
+
+
+class _Made:
+    """What a call returned in the dry run: accepts the items, appends and state the pickle gives it."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __setitem__(self, k, v):
+        pass
+
+    def append(self, v):
+        pass
+
+    def extend(self, v):
+        pass
+
+    def __setstate__(self, state):
+        if self.name == "torch.Tensor" and isinstance(state, tuple) and state:  # legacy: tensor.set_(*state)
+            _check_view(self.name, state, 1, self.where)
+
+
+class _Global:
+    def __init__(self, name: str, where: str):
+        self.name, self.where = name, where
+
+    def __call__(self, *args):
+        name, where = self.name, self.where
+        if name == "builtins.bytearray" and not (args == () or type(args[0]) in (bytes, bytearray, str) or (
+                isinstance(args[0], _Made) and args[0].name == "_codecs.encode")):  # protocol 2's saved bytes
+            raise FormatError(f"{where}: its pickle asks for bytearray({str(args[0])[:20]}), which torch.save never "
+                              f"writes; {_CRAFTED}")
+        if _allocates(name) and args:
+            raise FormatError(f"{where}: its pickle calls {name}({str(args[0])[:20]}…), which allocates what it asks "
+                              f"and torch.save never writes; {_CRAFTED}")
+        if name in _NO_DATA:
+            raise FormatError(f"{where}: holds {_NO_DATA[name]}; ckptbench restores tensors whose data is in the "
+                              "file: re-save it with its tensors on the CPU")
+        if name in _TO_DEVICE and not (len(args) > 2 and str(args[2]) == "cpu"):
+            raise FormatError(f"{where}: holds a tensor saved from device {str(args[2] if len(args) > 2 else '?')[:20]}"
+                              ", whose data ckptbench cannot place; re-save it with its tensors on the CPU")
+        if name in _VIEWS:
+            itemsize = 1 if name != "torch._utils._rebuild_tensor_v3" or len(args) < 7 \
+                or not isinstance(args[6], torch.dtype) else args[6].itemsize
+            _check_view(name, args, itemsize, where)
+        if name == "torch.Size" and args and isinstance(args[0], (tuple, list)):
+            return tuple(args[0])
+        made = _Made(name)
+        made.where = where
+        return made
+
+
+def _check_view(name: str, args: tuple, itemsize: int, where: str) -> None:
+    """A tensor over `args[0]` (a storage) may not claim more elements than the storage holds after its offset."""
+    storage, offset, size = (list(args) + [None, None])[:3]
+    if not isinstance(storage, _Storage):
+        return  # no storage from the file: torch itself refuses what it cannot rebuild
+    if not isinstance(offset, int) or not isinstance(size, tuple) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in size):
+        raise FormatError(f"{where}: a tensor over storage {storage.key[:20]!r} has offset {str(offset)[:20]} and "
+                          f"size {str(size)[:40]}, not whole numbers; {_CRAFTED}")
+    itemsize = storage.itemsize or itemsize  # a typed storage counts in its dtype, an untyped one in bytes
+    need = math.prod(size) * itemsize
+    if need and (offset < 0 or need + offset * itemsize > storage.nbytes):
+        raise FormatError(f"{where}: a tensor of size {size[:8]} claims {need} bytes from storage "
+                          f"{storage.key[:20]!r}, which holds {storage.nbytes} (a stride-0 or overlapping view); "
+                          f"{_CRAFTED}")
+
+
+class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a dict
+    def __init__(self, data: bytes, where: str, members: dict[str, int] | None):
+        super().__init__(io.BytesIO(data), encoding="utf-8")
+        self.where, self.members, self.storages = where, members, {}
+
+    def find_class(self, module: str, name: str):
+        module = "builtins" if module == "__builtin__" else module  # protocol 2 writes Python 2's name, as torch maps
+        return _Global(f"{module}.{name}", self.where)
+
+    def persistent_load(self, pid):
+        if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage" or not isinstance(pid[1], _Global) \
+                or not isinstance(pid[2], str) or not isinstance(pid[4], int) or pid[4] < 0:
+            raise FormatError(f"{self.where}: its pickle names storage {str(pid)[:60]}, not torch's; {_CRAFTED}")
+        kind, key, numel = pid[1].name, pid[2], pid[4]
+        dtype = _STORAGE_DTYPES.get(kind)
+        if dtype is None and kind not in _UNTYPED:
+            raise FormatError(f"{self.where}: its pickle names a storage of {kind[:60]}, not torch's; {_CRAFTED}")
+        nbytes = numel * (dtype.itemsize if dtype is not None else 1)
+        if self.members is not None:
+            held = self.members.get(key)
+            if held is None:
+                raise FormatError(f"{self.where}: storage {key[:20]!r} has no zip member; {_CRAFTED}")
+            if nbytes > held:
+                raise FormatError(f"{self.where}: storage {key[:20]!r} claims {nbytes} bytes, its zip member holds "
+                                  f"{held}; {_CRAFTED}")
+        storage = self.storages.setdefault(key, _Storage(key, nbytes))
+        storage.itemsize = dtype.itemsize if dtype is not None else 0
+        return storage
+
+
+_DryRun.dispatch = dict(pickle._Unpickler.dispatch)
+_DryRun.dispatch[pickle.NEWOBJ[0]] = lambda self: self.stack.append(self.stack.pop(-2)(*self.stack.pop()))
+
+
+def check(data: bytes, where: str, members: dict[str, int] | None) -> None:
+    """Dry-runs the pickle `data` (see the module docstring); `members` maps a storage key to its zip member's
+    length (None for the legacy format, whose storages follow the pickle)."""
+    try:
+        _DryRun(data, where, members).load()
+    except FormatError:
+        raise
+    except RecursionError:
+        raise FormatError(f"{where}: its pickle nests too deep to read; {_CRAFTED}") from None
+    except Exception as exc:  # a damaged pickle provokes whatever it provokes
+        raise FormatError(f"{where}: its pickle is unreadable ({type(exc).__name__}); {_CRAFTED}") from None

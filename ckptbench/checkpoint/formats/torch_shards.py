@@ -1,0 +1,102 @@
+"""torch.save shards loaded together: keys two files disagree on are refused naming both, DeepSpeed partitions kept
+apart, and a Hugging Face index's weight map checked against what the shards hold (torch_format loads each file)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint.formats.state import CheckpointState, FormatError
+from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().reshape(-1).contiguous().view(torch.uint8)
+
+
+def _same(a, b) -> bool:
+    """Equal in type, shape and every bit (a NaN equals itself: the same bytes saved twice agree)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        both = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+        if not both or (a.dtype, a.shape) != (b.dtype, b.shape):
+            return False
+        try:
+            return torch.equal(_bits(a), _bits(b))
+        except RuntimeError:  # a layout with no flat bytes (sparse): compare the values
+            return bool(torch.equal(a, b))
+    try:
+        return type(a) is type(b) and (bool(a == b) or repr(a) == repr(b))
+    except Exception:  # an odd leaf whose == raises or is not a truth value: compare what it prints as
+        return repr(a) == repr(b)
+
+
+def _entries(state: CheckpointState):
+    for name, t in state.model.items():
+        yield "model", name, t
+    for name, parts in state.optim.items():
+        for k, t in parts.items():
+            yield "optimizer state", f"{name}.{k}", t
+    for name, v in state.extra.items():
+        yield "entry", name, v
+
+
+def _check_agree(seen: dict, one: CheckpointState, path: str) -> None:
+    """A key another file already gave must carry the same value: two files that disagree are not one checkpoint."""
+    for kind, name, v in _entries(one):
+        first = seen.setdefault((kind, name), (path, v))
+        if first[0] != path and not _same(first[1], v):
+            raise FormatError(f"{path}: {kind} {name[:80]!r} is also in {first[0]}, with a different value; the two "
+                              "files are not one checkpoint: point at one checkpoint's files")
+
+
+def _hf_index_of(directory: str, buffers: dict | None) -> tuple[str, dict[str, str]] | None:
+    """The Hugging Face index beside the shards: from the bytes already read where there are some, else the file."""
+    where = os.path.join(directory, layouts.HF_INDEX)
+    raw = buffers.get(where) if buffers is not None else None
+    if raw is not None:
+        return where, layouts.parse_hf_index(bytes(raw), where)
+    if os.path.isfile(where) and not os.path.islink(where):
+        return where, layouts.read_hf_index(directory)
+    return None
+
+
+def _check_index(where: str, weight_map: dict[str, str], held: dict[str, set[str]]) -> None:
+    """The index and its shards agree: each weight in the shard the index names, each named shard loaded and
+    holding no weight the index places elsewhere."""
+    directory = os.path.dirname(where)
+    named = {os.path.normpath(os.path.join(directory, s)) for s in set(weight_map.values())}
+    missing = sorted(named - set(held))
+    if missing:
+        raise FormatError(f"{where}: names shard {os.path.basename(missing[0])[:80]!r}, which was not loaded "
+                          "(missing from the checkpoint); re-copy it with all its shards")
+    for name, shard in weight_map.items():
+        path = os.path.normpath(os.path.join(directory, shard))
+        if name not in held[path]:
+            found = [p for p, names in held.items() if name in names]
+            where_else = f"only {os.path.basename(found[0])} holds it" if found else "no shard holds it"
+            raise FormatError(f"{where}: maps {name[:80]!r} to {shard[:80]!r}, but {where_else}; the index and its "
+                              "shards disagree: re-copy the checkpoint")
+    for path in sorted(named):
+        stray = sorted(n for n in held[path] if n not in weight_map)
+        if stray:
+            raise FormatError(f"{path}: holds {stray[0][:80]!r}, which {os.path.basename(where)} does not name; "
+                              "the index and its shards disagree: re-copy the checkpoint")
+
+
+def load_shards(paths: list[str], buffers: dict | None = None) -> CheckpointState:
+    """Every file merged into one state, from `buffers` (path -> bytes already read) where given, checked across
+    files: a key two files give different values is refused naming both, and a Hugging Face index's weight map
+    must say which shard holds each weight."""
+    state, seen, held = CheckpointState({}), {}, {}
+    for path in paths:
+        one = load_buffer(buffers[path], path) if buffers is not None and path in buffers else load_file(path)
+        _check_agree(seen, one, path)
+        held[os.path.normpath(path)] = set(one.model)
+        state.merge(one)
+    read = {os.path.normpath(p): b for p, b in buffers.items()} if buffers is not None else None
+    for directory in sorted({os.path.dirname(p) for p in held}):
+        index = _hf_index_of(directory, read)
+        if index is not None:
+            _check_index(*index, held)
+    return state

@@ -1,0 +1,250 @@
+"""`gen`: writes a real sample checkpoint of a profile — a trained-one-step model, its optimizer, the small-file tail — atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import threading
+from typing import Callable
+
+import fastio
+import torch
+
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.checkpoint.formats import CheckpointState, module_for
+from ckptbench.checkpoint.model import DTYPES, GPT, master_optimizer, sample_batch
+from ckptbench.checkpoint.profiles import FORMATS, Profile
+
+HPARAMS = {"lr": 1e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}
+Progress = Callable[[str], None]
+
+
+def _init_nonzero(model: GPT, seed: int) -> None:
+    """Random everywhere: default init leaves biases at zero, which a reader could 'restore' for free."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g) * 0.02
+            p.copy_(noise + 1.0 if name.endswith("weight") and p.dim() == 1 else noise)
+
+
+def train_one_step(profile: Profile, seed: int) -> CheckpointState:
+    """A real optimizer step, so the AdamW state is what a trainer would save."""
+    torch.manual_seed(seed)
+    model = GPT(profile.dims)
+    _init_nonzero(model, seed)
+    opt, master, names = master_optimizer(model, {n: p for n, p in model.named_parameters()}, lr=HPARAMS["lr"])
+    idx = sample_batch(profile.dims, seed=seed)
+    logits = model(idx)
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
+    loss.backward()
+    opt.step()
+    wdtype = DTYPES[profile.weights_dtype]
+    odtype = DTYPES[profile.optimizer_dtype]
+    weights = {n: master[n].detach().to(wdtype).contiguous() for n in names}
+    optim = {}
+    for i, n in enumerate(names):
+        st = opt.state[opt.param_groups[0]["params"][i]]
+        optim[n] = {"master": master[n].detach().to(odtype).contiguous(),
+                    "exp_avg": st["exp_avg"].to(odtype), "exp_avg_sq": st["exp_avg_sq"].to(odtype)}
+    return CheckpointState(weights, optim, step=1, hparams=dict(HPARAMS))
+
+
+def assign_ranks(state: CheckpointState, ranks: int) -> list[list[str]]:
+    """Each parameter to the rank holding the fewest bytes so far (largest first): ZeRO-style balance."""
+    load = [0] * ranks
+    out: list[list[str]] = [[] for _ in range(ranks)]
+    for name in sorted(state.model, key=lambda n: -state.model[n].numel()):
+        r = min(range(ranks), key=lambda i: load[i])
+        out[r].append(name)
+        load[r] += state.model[name].numel()
+    order = list(state.model)
+    return [sorted(names, key=order.index) for names in out]
+
+
+def write_small_files(directory: str, profile: Profile, ranks: int, seed: int) -> list[tuple[str, str, int | None]]:
+    """config, tokenizer, scheduler, RNG states and data-loader positions — the tail of a real checkpoint."""
+    rng = random.Random(seed)
+    d = profile.dims
+    out: list[tuple[str, str, int | None]] = []
+
+    def put(rel: str, data: bytes, rank: int | None = None) -> None:
+        path = os.path.join(directory, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        out.append((rel, "small", rank))
+
+    config = {"architectures": ["GPT"], "n_layer": d.layers, "n_embd": d.hidden, "n_head": d.heads,
+              "vocab_size": d.vocab, "n_positions": d.seq_len, "torch_dtype": profile.weights_dtype}
+    put("config.json", json.dumps(config, indent=1).encode())
+    vocab = {f"tok{rng.getrandbits(40):010x}_{i}": i for i in range(d.vocab)}
+    put("tokenizer.json", json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": vocab}}).encode())
+    put("tokenizer_config.json", json.dumps({"model_max_length": d.seq_len, "tokenizer_class": "GPTTokenizer"}).encode())
+    put("special_tokens_map.json", json.dumps({"bos_token": "<s>", "eos_token": "</s>"}).encode())
+    put("generation_config.json", json.dumps({"max_new_tokens": 64, "temperature": 0.7}).encode())
+    sched = {"last_epoch": 1, "base_lrs": [HPARAMS["lr"]], "warmup_steps": 2000, "total_steps": 100000}
+    put("scheduler.json", json.dumps(sched).encode())
+    for r in range(ranks):
+        put(f"rng_state_{r}.json", json.dumps({"python": rng.getrandbits(64), "torch_seed": seed + r,
+                                                 "cuda_seed": seed + 1000 + r}).encode(), r)
+    left = max(0, profile.small_files - len(out))
+    for i in range(left):
+        r = i % ranks
+        indices = rng.randbytes(rng.randint(16 << 10, 96 << 10))
+        put(f"dataloader/rank{r:03d}_worker{i // ranks:04d}.idx", indices, r)
+    return out
+
+
+def _check_target(directory: str, need: int, force: bool) -> str:
+    target = os.path.abspath(directory)
+    parent = os.path.dirname(target)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise CkptbenchError(f"{directory}: exists and is not a directory")
+    if os.path.isdir(target) and os.listdir(target):
+        if not force:
+            raise CkptbenchError(f"{directory}: not empty; pass --force to replace it or choose an empty directory")
+        # --force replaces a checkpoint gen wrote, never whatever else a folder holds (`gen small . --force`)
+        if not os.path.isfile(os.path.join(target, "ckptbench.json")):
+            raise CkptbenchError(f"{directory}: not empty and not a checkpoint gen wrote (no ckptbench.json); "
+                                 "--force replaces only those: choose an empty or new directory")
+    if not os.path.isdir(parent):
+        raise CkptbenchError(f"{parent}: no such directory; create it first")
+    if not os.access(parent, os.W_OK):
+        raise CkptbenchError(f"{parent}: not writable; choose a directory you can write to")
+    free = shutil.disk_usage(parent).free
+    if free < need:
+        raise CkptbenchError(f"{parent}: {free / 2**30:.2f} GiB free, the checkpoint needs {need / 2**30:.2f} GiB; "
+                             "free space or use --scale")
+    return target
+
+
+def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks: int | None = None, seed: int = 0,
+             force: bool = False, digest: str = "crc32c", progress: Progress | None = None,
+             cancel: threading.Event | None = None) -> mf.Manifest:
+    fmt = fmt or profile.format
+    ranks = ranks or profile.world_size
+    if fmt not in FORMATS:
+        raise CkptbenchError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if not 1 <= ranks <= 4096:
+        raise CkptbenchError(f"--ranks must be 1..4096, got {ranks}")
+    if digest not in ("crc32c", "md5"):
+        raise CkptbenchError(f"manifest digest must be crc32c or md5, got {digest!r}")
+    need = int(profile.total_bytes * 1.1) + profile.small_files * (100 << 10) + (64 << 20)
+    target = _check_target(directory, need, force)
+    say = progress or (lambda _msg: None)
+
+    def check_cancel() -> None:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("generation cancelled; nothing was written")
+
+    reap_stale_staging(target)
+    tmp = staging_name(target)
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours only if a dead process had our pid; a symlink there fails mkdir
+        os.mkdir(tmp)
+        say(f"building the model ({profile.dims.param_count / 1e6:.1f} M parameters) and taking one AdamW step")
+        state = train_one_step(profile, seed)
+        check_cancel()
+        assignment = assign_ranks(state, ranks)
+        say(f"writing {fmt} shards for {ranks} rank(s)")
+        written = module_for(fmt).write(tmp, state, assignment)
+        del state
+        check_cancel()
+        say(f"writing {profile.small_files} small files")
+        written += write_small_files(tmp, profile, ranks, seed)
+        say("hashing for the manifest")
+        result = fastio.read_files([os.path.join(tmp, rel) for rel, _, _ in written], hash=digest, concurrency=4)
+        if result.failed:
+            bad = result.failed[0]
+            raise CkptbenchError(f"{bad.path}: could not be read back after writing ({bad.error.message})")
+        entries = tuple(mf.FileEntry(rel, f.bytes, f.digest, kind, rank)
+                        for (rel, kind, rank), f in zip(written, result.files))
+        man = mf.Manifest(format=fmt, profile=profile.name, dims=vars(profile.dims) | {}, param_count=profile.dims.param_count,
+                          weights_dtype=profile.weights_dtype, optimizer_dtype=profile.optimizer_dtype,
+                          world_size=ranks, seed=seed, hash=digest, files=entries)
+        man.write(tmp)
+        _fsync_tree(tmp)
+        check_cancel()
+        _swap_in(tmp, target)
+        return man
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "localhost"
+
+
+def staging_name(target: str, pid: int | None = None) -> str:
+    """The temporary sibling `gen` writes into: `.NAME.tmp-HOST-PID`. The host keeps two nodes on one shared file
+    system from judging each other's pids; the pid tells a dead writer's leftovers from a live one's."""
+    pid = os.getpid() if pid is None else pid
+    return os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp-{_host()}-{pid}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def reap_stale_staging(target: str) -> list[str]:
+    """Removes the temporary siblings of `target` left by dead `gen`s on this host (a kill -9, a power cut);
+    a live process's, another host's, and the set-aside old checkpoint of a swap that never finished stay."""
+    parent, base = os.path.split(target)
+    pattern = re.compile(rf"\.{re.escape(base)}\.tmp-(?:(?P<host>.+)-)?(?P<pid>\d+)(?P<old>\.old)?")
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for n in names:
+        m = pattern.fullmatch(n)
+        if not m or (m["host"] is not None and m["host"] != _host()) or _alive(int(m["pid"])):
+            continue
+        if m["old"] and not os.path.isdir(target):
+            continue  # the swap died between its renames: this is the only copy of the old checkpoint
+        path = os.path.join(parent, n)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _fsync_tree(root: str) -> None:
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            fd = os.open(os.path.join(dirpath, n), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _swap_in(tmp: str, target: str) -> None:
+    """Old checkpoint aside, new one in, old one removed: a crash never leaves a half checkpoint at target."""
+    old = None
+    if os.path.isdir(target):
+        old = f"{tmp}.old"
+        os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        if old:
+            os.rename(old, target)
+        raise
+    if old:
+        shutil.rmtree(old, ignore_errors=True)

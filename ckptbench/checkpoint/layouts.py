@@ -1,0 +1,387 @@
+"""Which files of a checkpoint directory one restore reads, from the layout a trainer saved it in: DeepSpeed's
+step directories with `latest`, Hugging Face's .bin shards with their index, a Hugging Face Trainer's
+checkpoint-N directory, ckptbench's own rank shards.
+
+`latest` and the index are the checkpoint's content, hence hostile: read no further than a small bound, and every
+name in them confined to the checkpoint before it selects anything. The selection works from the member names and
+a bounded fetch of a small member, so a directory (read through confine) and an S3 prefix (a ranged GET) share it.
+Free of torch: the listing uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ckptbench.checkpoint import confine
+from ckptbench.core.errors import CkptbenchError
+
+LATEST = "latest"
+MAX_LATEST = 4096  # `latest` holds one directory name
+HF_INDEX = "pytorch_model.bin.index.json"
+HF_SINGLE = "pytorch_model.bin"
+ST_INDEX = "model.safetensors.index.json"
+MAX_INDEX = 64 << 20  # a 70B model's index is about 100 KiB
+TORCH_EXT = (".pt", ".pth", ".bin", ".ckpt")  # .ckpt: Lightning's (and Stable Diffusion's) torch.save
+DS_MODEL = re.compile(r"^(?:bf16_)?(?:zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$")
+DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
+_STEP_DIR = re.compile(r"^global_step\d+$")
+_HF_SHARD = re.compile(r"^pytorch_model(?:-\d+-of-\d+)?\.bin$")
+_ST_SHARD = re.compile(r"^model(?:-\d+-of-\d+)?\.safetensors$")
+_HF_WEIGHTS = re.compile(r"^(?:(?:pytorch_model|adapter_model)(?:-\d+-of-\d+)?\.bin|"
+                         r"(?:model|adapter_model)(?:-\d+-of-\d+)?\.safetensors|"
+                         r"(?:pytorch_model\.bin|model\.safetensors)\.index\.json)$")
+_OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
+# Megatron-LM: <root>/latest_checkpointed_iteration.txt names iter_NNNNNNN (or release); each iteration holds a
+# torch.save per model-parallel rank (mp_rank_TT[_PPP]/model_optim_rng.pt, distrib_optim.pt) or, saved as
+# torch_dist, a DCP checkpoint (.metadata, *.distcp, common.pt)
+MEGATRON_LATEST = "latest_checkpointed_iteration.txt"
+_ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
+MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
+# what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
+# state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.
+TRAINER_STATE = re.compile(r"^(?:(optimizer|scheduler|scaler)\.pt|(rng_state(?:_\d+)?)\.pth|"
+                           r"((?:optimizer|scheduler|sampler)(?:_\d+)?)\.bin)$")
+TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin", "optimizer.bin",
+                   "scheduler.bin", "random_states_0.pkl")
+TRAINING_ARGS = "training_args.bin"
+SKIP_WHY = {TRAINING_ARGS: "a pickled TrainingArguments object: not state, and unpickling it could run code"}
+
+# fetch(rel, limit, what): a small member's bytes, refused in one line (naming it as `what`) without reading it
+# when it holds more than `limit` bytes
+Fetch = Callable[[str, int, str], bytes]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The files one restore reads (`files`, relative "/"-separated paths) and what they are."""
+
+    # deepspeed, megatron, hf-trainer, accelerate, hf-bin, hf-safetensors, torch-shards, dcp, lightning, or files
+    # (no layout known: every file)
+    name: str
+    files: tuple[str, ...]
+    tag: str | None = None  # DeepSpeed: the step directory restored (None when pointed at it directly)
+    ranks: tuple[int, ...] = ()
+    model_files: tuple[str, ...] = ()
+    optimizer_files: tuple[str, ...] = ()
+    state_files: tuple[str, ...] = ()  # torch.save files loaded whole under their stem (optimizer.state.0.exp_avg)
+    skipped: tuple[tuple[str, str], ...] = ()  # (file, why) of files present but deliberately not read
+    root: str | None = None  # the checkpoint is this sub-folder (resume.choose): sources descend into it
+    why: str = ""  # why this checkpoint, where the folder held several (resume.choose)
+    unloaded: tuple[tuple[str, str], ...] = ()  # (file, why) read with the checkpoint but never deserialized
+
+    def describe(self) -> dict:
+        return {"layout": self.name, "tag": self.tag, "root": self.root, "why": self.why, "ranks": list(self.ranks), "model_files": list(self.model_files),
+                "optimizer_files": list(self.optimizer_files), "state_files": list(self.state_files),
+                "skipped": [{"path": p, "why": why} for p, why in self.skipped],
+                "unloaded": [{"path": p, "why": why} for p, why in self.unloaded]}
+
+
+def _refuse(where: str, what: str, todo: str) -> CkptbenchError:
+    return CkptbenchError(f"{where}: {what}; {todo}")
+
+
+def too_large(where: str, size: int | None, limit: int, what: str) -> CkptbenchError:
+    """The one line for a member larger than its kind holds (`size` None: it grew past the bound while read)."""
+    held = f"{size} bytes, more" if size is not None else f"more than {limit} bytes, more"
+    return _refuse(where, f"{held} than {what} holds (at most {limit})", "the file is corrupt or crafted: fix or "
+                   "remove it")
+
+
+def _read_small(directory: str, rel: str, limit: int, what: str) -> bytes:
+    """At most `limit` bytes of a regular file inside the directory, refused whole when it is larger."""
+    fd = confine.open_member(directory, rel)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise too_large(os.path.join(directory, rel), size, limit, what)
+        out = bytearray()
+        while len(out) <= limit:  # a file that grows while read is cut at the bound, not followed
+            chunk = os.pread(fd, limit + 1 - len(out), len(out))
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(fd)
+    if len(out) > limit:
+        raise too_large(os.path.join(directory, rel), None, limit, what)
+    return bytes(out)
+
+
+def local_fetch(directory: str) -> Fetch:
+    return lambda rel, limit, what: _read_small(directory, rel, limit, what)
+
+
+def _confine(where: str, rel, on_disk: bool) -> None:
+    """A name the checkpoint's content gives must be a plain path below it; on a filesystem, also after following
+    symlinks (confine); in an object store there are none, and the listing says what exists."""
+    if on_disk:
+        confine.resolve(where, rel)
+    elif not confine.is_plain(rel):
+        raise CkptbenchError(f"{where}: the checkpoint names {str(rel)[:80]!r}, which is not a plain relative path "
+                             "and could point outside the checkpoint directory; refusing it (the checkpoint may be "
+                             "crafted: check where it came from)", exit_code=1)
+
+
+def read_latest(where: str, rels: list[str] | None = None, fetch: Fetch | None = None) -> str:
+    """The step directory DeepSpeed's `latest` names: one plain name of a directory inside the checkpoint.
+    Without `fetch`, `where` is a directory on disk; with it, `rels` (the listing) says which directories exist."""
+    on_disk = fetch is None
+    path = os.path.join(where, LATEST)
+    todo = ("write the name of one step directory (e.g. global_step100) into it, or point at a step "
+            "directory instead")
+    raw = (fetch or local_fetch(where))(LATEST, MAX_LATEST, "a DeepSpeed `latest` file")
+    try:
+        tag = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise _refuse(path, "is not text, so it names no step directory", todo) from None
+    if not tag or "/" in tag or not confine.is_plain(tag):
+        raise _refuse(path, f"names {tag[:80]!r}, not one directory name inside the checkpoint", todo)
+    if on_disk:
+        is_dir = os.path.isdir(confine.resolve(where, tag))
+    else:
+        is_dir = any(r.startswith(tag + "/") for r in rels or ())
+    if not is_dir:
+        raise _refuse(path, f"names {tag[:80]!r}, which is not a directory in {where}", todo)
+    return tag
+
+
+def parse_hf_index(raw: bytes, where: str) -> dict[str, str]:
+    """The weight map (tensor name -> shard file) of a Hugging Face index, its types checked."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise _refuse(where, f"not valid JSON ({str(exc)[:80]})", "re-copy the checkpoint or fix the index") from None
+    if not isinstance(doc, dict):
+        raise _refuse(where, f"holds a JSON {type(doc).__name__}, not an object", "re-copy or fix the index")
+    weight_map = doc.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise _refuse(where, "has no weight_map of tensor names to shard files", "re-copy or fix the index")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise _refuse(where, f"maps {name[:80]!r} to {type(shard).__name__} {str(shard)[:40]!r}, not a "
+                          "file name", "re-copy or fix the index")
+    return weight_map
+
+
+def read_hf_index(directory: str, rel: str = HF_INDEX, fetch: Fetch | None = None) -> dict[str, str]:
+    raw = (fetch or local_fetch(directory))(rel, MAX_INDEX, "a weight index")
+    return parse_hf_index(raw, os.path.join(directory, rel))
+
+
+def _step_dirs(rels: list[str]) -> set[str]:
+    """Top-level directories that hold one DeepSpeed step: global_stepN, or DeepSpeed's state files."""
+    out = set()
+    for r in rels:
+        parts = r.split("/")
+        if len(parts) >= 2 and _STEP_DIR.match(parts[0]):
+            out.add(parts[0])
+        elif len(parts) == 2 and (DS_MODEL.match(parts[1]) or DS_OPTIM.match(parts[1])):
+            out.add(parts[0])
+    return out
+
+
+def _one_of(where: str, dirs: set[str], kind: str, pointer: str, what: str, named: Callable[[], str | None]) -> str:
+    """The directory to restore among `dirs`: the one the pointer file names (`named()`, None without one), else
+    the only one, else one line saying the choice is ambiguous."""
+    tag = named()
+    if tag is not None:
+        return tag
+    if len(dirs) == 1:
+        return next(iter(dirs))
+    listed = ", ".join(sorted(dirs)[:3]) + (", ..." if len(dirs) > 3 else "")
+    raise _refuse(where, f"{len(dirs)} {kind} directories ({listed}) and no `{pointer}` file saying which to restore",
+                  f"point at one {kind.split()[-1]} directory, or write {what} into {os.path.join(where, pointer)}")
+
+
+def _deepspeed(where: str, rels: list[str], top: set[str], steps: set[str], fetch: Fetch | None) -> Layout:
+    if any(DS_MODEL.match(r) or DS_OPTIM.match(r) for r in top):  # pointed at one step directory
+        tag, files, prefix = None, tuple(rels), ""
+    else:
+        tag = _one_of(where, steps, "DeepSpeed step", LATEST, "its name",
+                      lambda: read_latest(where, rels, fetch) if LATEST in top else None)
+        prefix = tag + "/"
+        if not any(r.startswith(prefix) and r.endswith(TORCH_EXT) for r in rels):
+            raise _refuse(os.path.join(where, LATEST) if LATEST in top else where,
+                          f"the step directory {tag!r} holds no torch files",
+                          "point at a step directory that holds DeepSpeed's model and optimizer states")
+        files = tuple(r for r in rels if r.startswith(prefix) or r.split("/")[0] not in steps)  # other steps: not read
+    names = [(r, r[len(prefix):]) for r in files if r.startswith(prefix) and "/" not in r[len(prefix):]]
+    ranks = sorted({int(m.group(1)) for _, n in names if (m := DS_OPTIM.match(n))})
+    return Layout("deepspeed", files, tag, tuple(ranks), tuple(r for r, n in names if DS_MODEL.match(n)),
+                  tuple(r for r, n in names if DS_OPTIM.match(n)), trainer_state_files(files))
+
+
+def _indexed(where: str, rels: list[str], index: str, shard: re.Pattern, fetch: Fetch | None) -> tuple[tuple, tuple]:
+    """(files, weight files) per a Hugging Face index: every shard it names confined and listed; a stale shard the
+    index drops is not read."""
+    path = os.path.join(where, index)
+    shards = sorted(set(read_hf_index(where, index, fetch).values()))
+    listed = set(rels)
+    for name in shards:
+        _confine(where, name, fetch is None)  # refuses a name that is not plain or leads outside
+        if name not in listed:
+            raise _refuse(path, f"names shard {name[:80]!r}, which is missing from {where} (or not a "
+                          "regular file)", "re-copy the checkpoint with all its shards")
+    named = set(shards)
+    return tuple(r for r in rels if r in named or not shard.match(r)), tuple(shards)
+
+
+def _hf_bin(where: str, rels: list[str], top: set[str], fetch: Fetch | None) -> Layout:
+    if HF_INDEX not in top:
+        return Layout("hf-bin", tuple(rels), model_files=(HF_SINGLE,))
+    files, shards = _indexed(where, rels, HF_INDEX, _HF_SHARD, fetch)
+    return Layout("hf-bin", files, model_files=shards)
+
+
+def state_stem(name: str) -> str | None:
+    """The stem a Trainer's (or Accelerate's) state file's keys go under (optimizer.state.0.exp_avg), else None."""
+    m = TRAINER_STATE.match(name)
+    return next(g for g in m.groups() if g) if m else None
+
+
+def trainer_state_files(rels) -> tuple[str, ...]:
+    """The torch.save files a Hugging Face Trainer keeps its state in, at the top of the checkpoint: optimizer.pt,
+    scheduler.pt, scaler.pt, rng_state*.pth."""
+    return tuple(r for r in rels if TRAINER_STATE.match(r))
+
+
+def is_trainer(top: set[str]) -> bool:
+    """A Hugging Face Trainer's checkpoint-N directory: its state files beside model weights."""
+    return any(m in top for m in TRAINER_MARKERS) and any(_HF_WEIGHTS.match(r) for r in top)
+
+
+def _hf_trainer(where: str, rels: list[str], top: set[str], fetch: Fetch | None) -> Layout:
+    files, weights = tuple(rels), tuple(sorted(r for r in top if _HF_WEIGHTS.match(r) and not r.endswith(".json")))
+    for index, shard in ((ST_INDEX, _ST_SHARD), (HF_INDEX, _HF_SHARD)):
+        if index in top:
+            files, named = _indexed(where, list(files), index, shard, fetch)
+            weights = tuple(r for r in weights if not shard.match(r)) + named
+    # Accelerate's save_state: no trainer_state.json, its state as optimizer.bin, scheduler.bin, random_states_N.pkl
+    name = "hf-trainer" if "trainer_state.json" in top or "optimizer.pt" in top else "accelerate"
+    return Layout(name, files, model_files=tuple(sorted(weights)),
+                  optimizer_files=tuple(r for r in ("optimizer.pt", "optimizer.bin") if r in top),
+                  state_files=trainer_state_files(sorted(top)), unloaded=_plain_pickles(files))
+
+
+PLAIN_PICKLE_WHY = "a plain pickle (Accelerate's RNG states): read, never unpickled, since unpickling can run code"
+
+
+def _plain_pickles(files) -> tuple[tuple[str, str], ...]:
+    return tuple((r, PLAIN_PICKLE_WHY) for r in files if r.endswith(".pkl"))
+
+
+SCRIPT_WHY = "a Python script (DeepSpeed copies zero_to_fp32.py beside its steps): code, not state; no resume reads it"
+
+
+def skip_why(rel: str) -> str | None:
+    name = os.path.basename(rel)
+    return SKIP_WHY.get(name) or (SCRIPT_WHY if name.endswith(".py") else None)
+
+
+def _skip(lay: Layout) -> Layout:
+    """Never read, wherever they lie: a Trainer's training_args.bin (a pickled object, not state) and scripts."""
+    skipped = tuple((r, why) for r in lay.files if (why := skip_why(r)))
+    if not skipped:
+        return lay
+    gone = {r for r, _ in skipped}
+    return replace(lay, files=tuple(r for r in lay.files if r not in gone), skipped=lay.skipped + skipped)
+
+
+def select(where: str, rels: list[str], fetch: Fetch | None = None) -> Layout:
+    """The layout of the checkpoint at `where`, whose members (relative paths) are `rels`, and the members of it a
+    restore reads. `fetch` reads a small member (`latest`, an index) within its bound; without it, `where` is a
+    directory on disk, read through confine. One line (CkptbenchError) when the layout's own files say something
+    impossible or ambiguous."""
+    rels, twins = _prefer_safetensors(rels)
+    lay = _skip(_select(where, rels, fetch))
+    return replace(lay, skipped=lay.skipped + twins) if twins else lay
+
+
+BIN_TWIN_WHY = "the weights again, as torch.save; their safetensors copy is read instead, as transformers does"
+
+
+def _prefer_safetensors(rels: list[str]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """A Hugging Face directory that ships its weights both as safetensors and as pytorch_model*.bin (many do):
+    transformers loads the safetensors and never opens the .bin, so a restore that read both would read the
+    weights twice. Returns the members without the .bin weights (and their index), and those, with why."""
+    top = {r for r in rels if "/" not in r}
+    if ST_INDEX not in top and not any(_ST_SHARD.match(r) for r in top):
+        return rels, ()
+    twins = {r for r in top if _HF_SHARD.match(r) or r == HF_INDEX}
+    if not twins:
+        return rels, ()
+    return [r for r in rels if r not in twins], tuple((r, BIN_TWIN_WHY) for r in sorted(twins))
+
+
+def iterations(rels: list[str]) -> set[str]:
+    """Top-level Megatron iteration directories: iter_NNNNNNN or release, holding rank directories or DCP."""
+    out = set()
+    for r in rels:
+        parts = r.split("/")
+        if _ITER_DIR.match(parts[0]) and (len(parts) == 3 and MP_DIR.match(parts[1]) and r.endswith(".pt")
+                                          or len(parts) == 2 and parts[1] == ".metadata"):
+            out.add(parts[0])
+    return out
+
+
+def read_iteration(where: str, rels: list[str], fetch: Fetch | None = None) -> str:
+    """The iteration directory Megatron's latest_checkpointed_iteration.txt names: a number (iter_%07d) or
+    `release`, the directory inside the checkpoint."""
+    path = os.path.join(where, MEGATRON_LATEST)
+    todo = "write the iteration to restore into it (e.g. 2000), or point at an iteration directory instead"
+    raw = (fetch or local_fetch(where))(MEGATRON_LATEST, MAX_LATEST, f"Megatron's {MEGATRON_LATEST}")
+    text = raw.decode("utf-8", "replace").strip()
+    tag = "release" if text == "release" else f"iter_{int(text):07d}" if text.isascii() and text.isdigit() \
+        and len(text) <= 7 else None
+    if tag is None:
+        raise _refuse(path, f"holds {text[:40]!r}, neither an iteration number nor `release`", todo)
+    if not any(r.startswith(tag + "/") for r in rels):
+        raise _refuse(path, f"names iteration {text!r}, but {tag} is not in {where}", todo)
+    return tag
+
+
+def megatron_iteration(where: str, rels: list[str], top: set[str], iters: set[str], fetch: Fetch | None) -> str:
+    """The iteration to restore: the one latest_checkpointed_iteration.txt names, else the only one."""
+    return _one_of(where, iters, "Megatron iteration", MEGATRON_LATEST, "its number",
+                   lambda: read_iteration(where, rels, fetch) if MEGATRON_LATEST in top else None)
+
+
+def is_one_checkpoint(rels: list[str]) -> bool:
+    """Sub-folders that are parts of one checkpoint, not checkpoints of their own: DeepSpeed's step folders under
+    `latest`, Megatron's model-parallel rank folders."""
+    top = {r for r in rels if "/" not in r}
+    return bool(_step_dirs(rels)) or LATEST in top or any(
+        MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r)
+
+
+def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
+    top = {r for r in rels if "/" not in r}
+    mp = tuple(r for r in rels if r.count("/") == 1 and MP_DIR.match(r.split("/")[0]) and r.endswith(".pt"))
+    if mp:  # pointed at one Megatron iteration: a torch.save per model-parallel rank
+        return Layout("megatron", tuple(rels), model_files=mp)
+    steps = _step_dirs(rels)
+    if steps or any(DS_MODEL.match(r) or DS_OPTIM.match(r) for r in top) or (
+            LATEST in top and any("/" in r and r.endswith(TORCH_EXT) for r in rels)):
+        return _deepspeed(where, rels, top, steps, fetch)
+    if is_trainer(top):
+        return _hf_trainer(where, rels, top, fetch)
+    if HF_INDEX in top or HF_SINGLE in top:
+        return _hf_bin(where, rels, top, fetch)
+    own = [(m.group(1), int(m.group(2)), r) for r in sorted(top) if (m := _OWN.match(r))]
+    if own:
+        return Layout("torch-shards", tuple(rels), ranks=tuple(sorted({k for _, k, _ in own})),
+                      model_files=tuple(r for kind, _, r in own if kind == "model"),
+                      optimizer_files=tuple(r for kind, _, r in own if kind == "optim"))
+    if ST_INDEX in top:  # every shard the index names is there and inside, or the restore would be partial
+        return Layout("hf-safetensors", _indexed(where, rels, ST_INDEX, _ST_SHARD, fetch)[0])
+    if ".metadata" in top:
+        return Layout("dcp", tuple(rels))
+    if any(r.endswith(".ckpt") for r in top):
+        return Layout("lightning", tuple(rels))
+    if any(_ST_SHARD.match(r) or r.startswith("adapter_model.") for r in top):
+        return Layout("hf-safetensors", tuple(rels))
+    return Layout("files", tuple(rels))

@@ -1,0 +1,371 @@
+"""Packing a checkpoint's small files into a few large ones, and reading members straight from the packs.
+
+Every name, offset and size in a manifest is hostile until checked: names must be plain relative paths, every
+file read goes through `confine`, and `pack` / `unpack` check the whole manifest before they write anything, then
+write into a temporary sibling of OUT that is renamed into place only when whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from dataclasses import dataclass, replace
+
+import fastio
+
+from ckptbench.checkpoint import confine
+from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint import tree
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.core.errors import CkptbenchError
+
+PACKED_KINDS = ("small",)  # shards and format metadata stay files: loaders such as DCP's open them by path
+FILE_KINDS = ("model", "optimizer", "meta", "small")  # what a file (or a pack member) may be; "pack" is a pack
+COPY_CHUNK = 8 << 20
+_CRAFTED = "refusing it (the checkpoint may be crafted: check where it came from)"
+
+
+def pack_name(i: int, n: int) -> str:
+    return f"pack-{i + 1:05d}-of-{n:05d}.ckpack"
+
+
+def safe_member(name, where: str = "the pack") -> str:
+    """A member name that stays inside its directory once joined: relative and canonical ("a/b": no empty, "." or
+    ".." part), no NUL or backslash, no drive. One line naming `where` otherwise."""
+    if not confine.is_plain(name):
+        raise CkptbenchError(f"{where}: member {name!r} is not a plain relative path and could land outside its "
+                             f"directory; {_CRAFTED}", exit_code=1)
+    return name
+
+
+@dataclass(frozen=True)
+class Member:
+    """One file inside a pack: bytes [offset, offset + size) of the pack, checked against the pack's size."""
+
+    rel: str
+    offset: int
+    size: int
+    kind: str
+    rank: int | None
+
+
+@dataclass(frozen=True)
+class PackTable:
+    """A pack file, its declared size, and its members, checked: inside the pack, no two overlapping."""
+
+    name: str
+    size: int
+    members: tuple[Member, ...]
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _refuse(where: str, what: str) -> CkptbenchError:
+    return CkptbenchError(f"{where}: {what}; {_CRAFTED}", exit_code=1)
+
+
+def _member(directory: str, pack_file: str, pack_size: int, rel, record) -> Member:
+    """A member record ([offset, size, kind, rank]) checked on its own: whole numbers, inside the pack."""
+    where = os.path.join(directory, pack_file)
+    if not isinstance(record, (list, tuple)) or not 2 <= len(record) <= 4:
+        raise _refuse(where, f"member {rel!r} has no [offset, size, kind, rank] record")
+    off, size = record[0], record[1]
+    kind = record[2] if len(record) > 2 else "small"
+    rank = record[3] if len(record) > 3 else None
+    if not _whole(off) or not _whole(size):
+        raise _refuse(where, f"member {rel!r} has offset {off!r} and size {size!r}, not whole numbers of bytes")
+    if off + size > pack_size:
+        raise _refuse(where, f"member {rel!r} lies at {off}+{size}, past the pack's {pack_size} bytes")
+    if kind not in FILE_KINDS or (rank is not None and not _whole(rank)):
+        raise _refuse(where, f"member {rel!r} has kind {kind!r} and rank {rank!r}")
+    return Member(safe_member(rel, where), off, size, kind, rank)
+
+
+def _packs_of(directory: str, man: mf.Manifest) -> dict:
+    if not isinstance(man.packs, dict) or not all(isinstance(i, dict) for i in man.packs.values()):
+        raise _refuse(os.path.join(directory, mf.MANIFEST_NAME), "its packs table is not {pack: {member: record}}")
+    return man.packs
+
+
+def _pack_size(directory: str, man: mf.Manifest, pack_file) -> int:
+    """The size the manifest's file list declares for a pack (packs come first there): an unlisted one is refused."""
+    safe_member(pack_file, directory)
+    size = next((e.bytes for e in man.files if e.path == pack_file and e.kind == "pack"), None)
+    if not _whole(size):
+        raise _refuse(os.path.join(directory, mf.MANIFEST_NAME),
+                      f"pack {pack_file!r} is not listed with a size among its files")
+    return size
+
+
+def pack_tables(directory: str, man: mf.Manifest) -> list[PackTable]:
+    """Every pack of a manifest with its members, all checked before anything is read: names, whole-number offsets
+    and sizes inside the pack's declared size, no overlap; a file listed as a pack must have a table. Names across
+    packs and files are checked by the caller (`_check_names`)."""
+    packs = _packs_of(directory, man)
+    tables = []
+    for pack_file, index in packs.items():
+        size = _pack_size(directory, man, pack_file)
+        members = [_member(directory, pack_file, size, rel, rec) for rel, rec in index.items()]
+        end, prev = 0, None
+        for m in sorted(members, key=lambda m: (m.offset, m.size)):
+            if m.offset < end:
+                raise _refuse(os.path.join(directory, pack_file), f"members {prev.rel!r} and {m.rel!r} overlap")
+            if m.size:
+                end, prev = m.offset + m.size, m
+        tables.append(PackTable(pack_file, size, tuple(members)))
+    unlisted = [e.path for e in man.files if e.kind == "pack" and (not isinstance(e.path, str) or e.path not in packs)]
+    if unlisted:
+        raise _refuse(os.path.join(directory, mf.MANIFEST_NAME), f"pack {unlisted[0]!r} has no member table")
+    return tables
+
+
+def _checked_entry(directory: str, e: mf.FileEntry) -> mf.FileEntry:
+    """A manifest file entry a pack or unpack may copy: plain name, whole-number size, known kind and rank."""
+    safe_member(e.path, directory)
+    if not _whole(e.bytes):
+        raise _refuse(directory, f"file {e.path!r} declares {e.bytes!r} bytes, not a whole number")
+    if e.kind not in FILE_KINDS or (e.rank is not None and not _whole(e.rank)):
+        raise _refuse(directory, f"file {e.path!r} has kind {e.kind!r} and rank {e.rank!r}")
+    return e
+
+
+def _check_names(where: str, names: list[str]) -> None:
+    """No name twice, none the manifest's own, none a directory of another: each output file has one source."""
+    seen: set[str] = set()
+    for n in names:
+        if n == mf.MANIFEST_NAME:
+            raise _refuse(where, f"{n!r} is the manifest's own name, not a file to copy")
+        if n in seen:
+            raise _refuse(where, f"{n!r} is named twice")
+        seen.add(n)
+    for n in seen:
+        parts = n.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in seen:
+                raise _refuse(where, f"{n!r} would sit inside {'/'.join(parts[:i])!r}, which is a file")
+
+
+def _mode_of(directory: str, rel: str, size: int) -> int:
+    """Opens a source through confine (inside, regular, declared size) and gives its permission bits."""
+    fd = confine.open_member(directory, rel, size)
+    try:
+        return stat.S_IMODE(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+
+
+def _create(root: str, rel: str, mode: int) -> int:
+    """A new file under our own staging directory; never an existing one, never through a symlink."""
+    dst = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    return os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o666)
+
+
+def _copy_range(src: int, offset: int, length: int, dst: int, where: str) -> None:
+    """Bytes [offset, offset + length) of `src` to `dst`, in chunks, then to disk."""
+    done = 0
+    while done < length:
+        chunk = os.pread(src, min(COPY_CHUNK, length - done), offset + done)
+        if not chunk:
+            raise CkptbenchError(f"{where}: shorter than the checkpoint says; it changed while being read",
+                                 exit_code=1)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view):]
+        done += len(chunk)
+
+
+def _copy_out(src: int, offset: int, length: int, root: str, rel: str, mode: int, where: str) -> None:
+    dst = _create(root, rel, mode)
+    try:
+        _copy_range(src, offset, length, dst, where)
+        os.fsync(dst)
+    finally:
+        os.close(dst)
+
+
+def _missing_parents(path: str) -> list[str]:
+    made = []
+    while not os.path.lexists(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    return made
+
+
+@contextlib.contextmanager
+def _staged(out: str):
+    """A temporary sibling of `out` (named with our pid), renamed to `out` when the block ends normally; on any
+    failure it is removed, with any parent directory made for it, so nothing half-written is left."""
+    target = os.path.abspath(out)
+    parent = os.path.dirname(target)
+    tmp = os.path.join(parent, f".{os.path.basename(target)}.tmp-{os.getpid()}")
+    made = _missing_parents(parent)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # a dead process's, with our pid; a symlink there is left and fails
+        os.mkdir(tmp)
+        yield tmp
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for d in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        raise
+
+
+def _check_out(directory: str, out: str) -> None:
+    real, source = os.path.realpath(out), os.path.realpath(directory)
+    if real == source or real.startswith(source.rstrip("/") + "/"):  # writing there changes the checkpoint read
+        raise CkptbenchError(f"{out}: inside the checkpoint {directory}; choose a directory outside it")
+    if os.path.lexists(out) and (os.path.islink(out) or not os.path.isdir(out) or os.listdir(out)):
+        raise CkptbenchError(f"{out}: exists and is not empty; choose a new directory")
+
+
+def _entries_for(directory: str, man: mf.Manifest | None) -> list[mf.FileEntry]:
+    if man is not None:
+        return list(man.files)
+    entries, skipped = [], []
+    rels = tree.rels(directory, skipped)
+    if skipped:  # its files would be missing from OUT, which would still verify whole against its own manifest
+        where, why = skipped[0]
+        raise CkptbenchError(f"{where}: unreadable directory ({why}); its files would be left out of the pack: fix "
+                             "its permissions", exit_code=1)
+    for rel in rels:
+        n = rel.rsplit("/", 1)[-1]
+        if n.endswith((".safetensors", ".distcp", *layouts.TORCH_EXT)):
+            kind = "model"
+        elif n == ".metadata" or n.endswith(".index.json"):
+            kind = "meta"
+        else:
+            kind = "small"
+        entries.append(mf.FileEntry(rel, os.path.getsize(os.path.join(directory, rel)), "", kind))
+    return entries
+
+
+def _hashed(tmp: str, rels: list[str], alg: str) -> list:
+    result = fastio.read_files([os.path.join(tmp, r) for r in rels], hash=alg, concurrency=4)
+    if result.failed:
+        bad = result.failed[0]
+        raise CkptbenchError(f"{bad.path}: could not be read back after writing ({bad.error.message})", exit_code=1)
+    return result.files
+
+
+def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
+    """Copies `directory` to `out` with its small files in `target_files` packs and a manifest covering them.
+
+    Every entry is checked, and every source opened through confine, before OUT's staging directory exists."""
+    if not os.path.isdir(directory):
+        raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
+    if not 1 <= target_files <= 10000:
+        raise CkptbenchError(f"--target-files must be 1..10000, got {target_files}")
+    _check_out(directory, out)
+    man = mf.read(directory)
+    if man is not None and man.packs:
+        raise CkptbenchError(f"{directory}: already packed")
+    entries = [_checked_entry(directory, e) for e in _entries_for(directory, man) if e.path != mf.MANIFEST_NAME]
+    members = [e for e in entries if e.kind in PACKED_KINDS]
+    keep = [e for e in entries if e.kind not in PACKED_KINDS]
+    n = max(1, min(target_files, len(members)))
+    _check_names(directory, [e.path for e in entries] + [pack_name(i, n) for i in range(n)])
+    groups: list[list[mf.FileEntry]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for e in sorted(members, key=lambda e: -e.bytes):
+        i = sizes.index(min(sizes))
+        groups[i].append(e)
+        sizes[i] += e.bytes
+    modes = {e.path: _mode_of(directory, e.path, e.bytes) for e in entries}
+    with _staged(out) as tmp:
+        packs: dict[str, dict[str, list]] = {}
+        for i, group in enumerate(groups):
+            name = pack_name(i, n)
+            mode = 0o666
+            for e in group:
+                mode &= modes[e.path]  # a pack is never readable by more than any of its members
+            index: dict[str, list] = {}
+            dst = _create(tmp, name, mode)
+            try:
+                pos = 0
+                for e in sorted(group, key=lambda e: e.path):
+                    src = confine.open_member(directory, e.path, e.bytes)
+                    try:
+                        _copy_range(src, 0, e.bytes, dst, os.path.join(directory, e.path))
+                    finally:
+                        os.close(src)
+                    index[e.path] = [pos, e.bytes, e.kind, e.rank]
+                    pos += e.bytes
+                os.fsync(dst)
+            finally:
+                os.close(dst)
+            packs[name] = index
+        _copy_whole(directory, keep, tmp, modes)
+        alg = man.hash if man is not None else "crc32c"
+        rels = list(packs) + [e.path for e in keep]
+        kinds = {e.path: e for e in keep}
+        files = tuple(
+            mf.FileEntry(r, f.bytes, f.digest, kinds[r].kind if r in kinds else "pack",
+                         kinds[r].rank if r in kinds else None)
+            for r, f in zip(rels, _hashed(tmp, rels, alg))
+        )
+        if man is None:
+            man = mf.Manifest(format="unknown", profile="", dims={}, param_count=0, weights_dtype="",
+                              optimizer_dtype="", world_size=0, seed=0, hash=alg, files=())
+        packed = replace(man, files=files, packs=packs)
+        packed.write(tmp)
+    return packed
+
+
+def _copy_whole(directory: str, entries: list[mf.FileEntry], tmp: str, modes: dict) -> None:
+    """Files that stay files, each opened through confine at its declared size and copied into `tmp`."""
+    for e in entries:
+        src = confine.open_member(directory, e.path, e.bytes)
+        try:
+            _copy_out(src, 0, e.bytes, tmp, e.path, modes[e.path], os.path.join(directory, e.path))
+        finally:
+            os.close(src)
+
+
+def read_member(directory: str, man: mf.Manifest | None, rel: str) -> bytes:
+    """A file's bytes whether it stands alone or sits in a pack, read through confine: a packed member's record is
+    checked against the pack's declared size, and the read never leaves [offset, offset + size)."""
+    if man is not None:
+        for pack_file, index in _packs_of(directory, man).items():
+            if rel in index:
+                size = _pack_size(directory, man, pack_file)
+                m = _member(directory, pack_file, size, rel, index[rel])
+                return confine.read_member(directory, pack_file, size, offset=m.offset, length=m.size)
+    return confine.read_member(directory, rel)
+
+
+def unpack(directory: str, out: str) -> mf.Manifest:
+    """The original layout back under `out`. The whole manifest is checked (names, member records, no overlap, no
+    name twice) and every source opened through confine before anything is written; the files are written into a
+    temporary sibling of `out` that becomes `out` only when whole."""
+    man = mf.read(directory)
+    if man is None or not man.packs:
+        raise CkptbenchError(f"{directory}: has no packs to unpack")
+    _check_out(directory, out)
+    tables = pack_tables(directory, man)
+    kept = [_checked_entry(directory, e) for e in man.files if e.kind != "pack"]
+    _check_names(directory, [m.rel for t in tables for m in t.members] + [e.path for e in man.files])
+    modes = {t.name: _mode_of(directory, t.name, t.size) for t in tables}
+    kept_modes = {e.path: _mode_of(directory, e.path, e.bytes) for e in kept}
+    with _staged(out) as tmp:
+        for t in tables:
+            src = confine.open_member(directory, t.name, t.size)
+            try:
+                for m in t.members:
+                    _copy_out(src, m.offset, m.size, tmp, m.rel, modes[t.name], os.path.join(directory, t.name))
+            finally:
+                os.close(src)
+        _copy_whole(directory, kept, tmp, kept_modes)
+        rels = [m.rel for t in tables for m in t.members] + [e.path for e in kept]
+        meta = {m.rel: (m.kind, m.rank) for t in tables for m in t.members} | {e.path: (e.kind, e.rank) for e in kept}
+        files = tuple(mf.FileEntry(r, f.bytes, f.digest, *meta[r]) for r, f in zip(rels, _hashed(tmp, rels, man.hash)))
+        unpacked = replace(man, files=files, packs={})
+        unpacked.write(tmp)
+    return unpacked

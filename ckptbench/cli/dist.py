@@ -1,0 +1,180 @@
+"""`run --distributed`: the handler every rank runs under torchrun; rank 0 prints and records the result."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ckptbench.core.stages import STAGES
+
+
+def _emit(doc: dict, as_json: bool, printer) -> None:
+    """Rank 0's result on stdout, flushed before the other ranks are let go (torchrun may stop it after)."""
+    if as_json:
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        printer(doc)
+    sys.stdout.flush()
+
+
+def print_dist(doc: dict) -> None:
+    from ckptbench.core.units import human_bytes
+
+    o = doc["options"]
+    print(f"{doc['source']} ({doc['format']}): distributed restore on {doc['world_size']} rank(s), "
+          f"{doc['nodes']} node(s), {doc['backend']}; each rank reads {doc['each_rank']}; cache {o['cache']}, "
+          f"concurrency {o['concurrency']} per rank; {len(doc['repeats'])} repeat(s)")
+    if doc["saved_world"] is not None:
+        print(f"saved by {doc['saved_world']} rank(s)" + (f": resharded to {doc['world_size']}" if doc["resharded"]
+                                                          else ": same world size"))
+    for p in doc["problems"]:
+        print(f"  FAILED {p}", file=sys.stderr)
+    if "rto_stats" not in doc:
+        return
+    last = [r for r in doc["repeats"] if r["status"] == "ok"][-1]
+    print(f"  {'rank':>4s} {'host':12s} " + " ".join(f"{s:>7s}" for s in STAGES)
+          + f" {'end s':>7s} {'read GB/s':>9s} {'bytes':>10s} {'reqs':>6s}")
+    for r in last["ranks"]:
+        mark = "  ← slowest" if r["rank"] == last["slowest_rank"] else ""
+        print(f"  {r['rank']:4d} {r['host'][:12]:12s} " + " ".join(f"{r['stages'].get(s, 0):7.3f}" for s in STAGES)
+              + f" {r['end_s']:7.3f} {r['read_gbps']:9.2f} {human_bytes(r['bytes_read']):>10s} "
+              f"{r['requests']:6d}{mark}")
+    rto, agg, skew = doc["rto_stats"], doc["aggregate_gbps_stats"], doc["skew_stats"]
+    print(f"RTO (slowest rank) {rto['median']:.3f} s (min {rto['min']:.3f}, max {rto['max']:.3f}); aggregate read "
+          f"{agg['median']:.2f} GB/s; skew (last done - first done) {skew['median']:.3f} s; median of "
+          f"{len([r for r in doc['repeats'] if r['status'] == 'ok'])}")
+    c = doc.get("cache")
+    if c:
+        flag = "" if c["verified"] else "  NOT VERIFIED"
+        notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
+        print(f"cache {c['requested']}: residency before ≤ {c['residency_before']:.1%} on every node{flag}{notes}")
+    print(f"read amplification {doc['amplification']:.2f} ({human_bytes(doc['bytes_read'])} read by all ranks / "
+          f"{human_bytes(doc['unique_bytes'])} unique)")
+    plan = last["read_plan"]
+    files = plan["files_touched_per_rank"]
+    print(f"read plan: {plan['requests']} requests, {human_bytes(plan['bytes_per_request'])} per request, "
+          f"{plan['backward_seeks']} backward seeks, {min(files)}–{max(files)} files per rank")
+    if doc["resharded"]:
+        print(f"resharding {doc['saved_world']} → {doc['world_size']} ranks: rows assembled from several stored "
+              f"chunks in {last['assemble_s']:.3f} s on the slowest rank (inside its load stage)")
+    if "dcp_reader" in doc:
+        d = doc["dcp_reader"]
+        print(f"torch's DCP reader, same shares: {human_bytes(d['bytes'])} in {d['requests']} requests "
+              f"(amplification {d['amplification']:.2f}, {d['backward_seeks']} backward seeks): it reads every "
+              "stored chunk whole for each request")
+    warm = max(r.get("warmup_s", 0.0) for r in doc["repeats"][0]["ranks"])
+    if warm:
+        print(f"one-time warm-up before the first barrier (imports, torch's first operations): up to {warm:.2f} s "
+              "per rank, not in the RTO")
+    if doc.get("first_collective_s") is not None:
+        print(f"first collective ({doc['backend']} all-reduce) after the restore: {doc['first_collective_s']:.3f} s, "
+              "not in the RTO")
+    for r in last["ranks"][:1]:
+        for stage, note in r["notes"].items():
+            print(f"  note ({stage}, rank 0): {note}")
+
+
+class RanksLine:
+    """Rank 0's live line on a terminal: how many ranks are in each stage, bytes so far of the ranks' shares,
+    the aggregate rate, and the rank furthest behind."""
+
+    ORDER = ("ready", "list", "read", "verify", "load", "device", "check", "done", "failed")
+
+    def __init__(self, stream=None):
+        from ckptbench.core.progress import ProgressLine
+
+        self.line = ProgressLine(stream or sys.stderr)
+
+    def __call__(self, repeat: int, s) -> None:
+        if not self.line.live:
+            return
+        from ckptbench.core.units import human_bytes
+
+        counts = " ".join(f"{k} {s.stages[k]}" for k in self.ORDER if s.stages.get(k))
+        share = f"{s.bytes / s.needed:.0%} of {human_bytes(s.needed)}" if s.needed else "starting"
+        rate = f"{s.bytes / s.seconds / 1e9:.2f} GB/s" if s.seconds > 0 else ""
+        behind = f"; behind: rank {s.behind} at {s.behind_fraction:.0%}" if s.behind is not None else ""
+        self.line.show(f"[{repeat}] ranks: {counts} | {share} {rate}{behind}")
+
+    def close(self) -> None:
+        self.line.close()
+
+
+def cmd_run_distributed(args) -> int:
+    import uuid
+
+    from ckptbench.restore import runner as pipeline
+    from ckptbench.records import results
+    from ckptbench.distributed.driver import DistOptions, run
+
+    opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
+                               hash=args.hash, block_size=args.block_size, device=args.device,
+                               drop_caches=args.drop_caches)
+    rank0 = os.environ.get("RANK", "0") == "0"
+    if args.results and rank0:
+        results.check_writable(args.results)
+    run_id = uuid.uuid4().hex[:12]  # only rank 0 records, so only its id matters
+
+    def deliver(doc: dict) -> None:
+        if args.results:
+            from ckptbench.distributed.summary import record
+
+            record(args.results, doc, opts)
+        _emit(doc, args.json, print_dist)
+
+    line = RanksLine() if rank0 else None
+
+    def deliver_after_line(doc: dict) -> None:
+        if line is not None:
+            line.close()
+        deliver(doc)
+
+    out = run(args.source, opts, DistOptions(args.each_rank, args.rank_timeout, args.tensor_digests, args.pick), args.repeat,
+              run_id=run_id, deliver=deliver_after_line, show=line if line is not None and line.line.live else None)
+    if out.doc is None:  # another rank: rank 0 reports the run; this rank's own failure goes on its stderr
+        for line in out.errors:
+            print(f"ckptbench: {line} (the run's result is rank 0's)", file=sys.stderr)
+    return out.rc
+
+
+def print_sweep(doc: dict) -> None:
+    print(f"{doc['source']}: aggregate read rate of {doc['world_size']} rank(s) by per-rank concurrency (cache "
+          f"{doc['cache']}; each rank reads {doc['each_rank']}; median of {doc['repeats']})")
+    for p in doc["problems"]:
+        print(f"  FAILED {p}", file=sys.stderr)
+    if "knee" not in doc:
+        return
+    best = doc["aggregate_gbps"][str(doc["best"])]["median"]
+    print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s} {'RTO s':>7s}  of best")
+    for lv in doc["levels"]:
+        g, rto = doc["aggregate_gbps"][str(lv)], doc["rto_s"][str(lv)]
+        mark = "  ← knee" if lv == doc["knee"] else ""
+        print(f"  {lv:6d} {g['median']:7.2f} {g['min']:7.2f} {g['max']:7.2f} {rto['median']:7.3f}  "
+              f"{g['median'] / best:6.0%}{mark}")
+    print(f"knee: {doc['knee']} per rank (smallest level within {doc['margin']:.0%} of the best, {doc['best']}); "
+          f"recommendation: {doc['recommendation']}")
+
+
+def cmd_sweep_distributed(args) -> int:
+    from ckptbench.restore import runner as pipeline
+    from ckptbench.distributed.driver import DistOptions, sweep
+    from ckptbench.restore.sweep import parse_levels
+
+    levels = parse_levels(args.levels)
+    opts = pipeline.RunOptions(cache=args.cache, concurrency=levels[0], read=args.read, hash=args.hash,
+                               block_size=args.block_size)
+
+    def deliver(doc: dict) -> None:
+        _emit(doc, args.json, print_sweep)
+
+    def say(level: int, gbps: float) -> None:
+        if sys.stderr.isatty():
+            print(f"  concurrency {level:4d} per rank: {gbps:.2f} GB/s aggregate", file=sys.stderr)
+
+    out = sweep(args.source, opts, DistOptions(args.each_rank, args.rank_timeout, pick=args.pick), levels, args.repeat,
+                deliver=deliver, say=say)
+    for line in ([] if out.doc is not None else out.errors):
+        print(f"ckptbench: {line} (the run's result is rank 0's)", file=sys.stderr)
+    return out.rc

@@ -1,0 +1,222 @@
+"""Handlers of the timed commands — run, sweep, compare — called by cli.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import uuid
+
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.stages import STAGES
+
+
+class StageProgress:
+    """The live line while a restore runs: the stage, and during the read the engine's figures."""
+
+    def __init__(self, stream=None):
+        from ckptbench.core.progress import ProgressLine
+
+        self.line = ProgressLine(stream or sys.stderr)
+        self.repeat = 0
+
+    def __call__(self, stage, snap) -> None:
+        if not self.line.live:
+            return
+        from ckptbench.core.progress import progress_line
+
+        self.line.show(f"[{self.repeat}] {stage:6s} " + (progress_line(snap) if snap is not None else ""))
+
+    def close(self) -> None:
+        self.line.close()
+
+
+def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
+    """Which checkpoint was restored and why, what was left unread and what was read but never deserialized."""
+    if not lay:
+        return
+    stream = stream or sys.stdout
+    if lay.get("why"):
+        print(f"{verb} {lay.get('root') or 'the files at the top'} ({lay['layout']}): {lay['why']}", file=stream)
+    for skip in lay.get("skipped", [])[:8]:
+        print(f"  not read: {skip['path']} ({skip['why']})", file=stream)
+    if len(lay.get("skipped", [])) > 8:
+        print(f"  not read: ... and {len(lay['skipped']) - 8} more", file=stream)
+    for u in lay.get("unloaded", []):
+        print(f"  read, not loaded: {u['path']} ({u['why']})", file=stream)
+
+
+def print_run(doc: dict) -> None:
+    from ckptbench.core.units import human_bytes
+
+    print(f"{doc['source']} ({doc['format']}, {doc['options']['mode']}, cache {doc['options']['cache']}, "
+          f"concurrency {doc['options']['concurrency']}): {len(doc['repeats'])} repeat(s), "
+          f"{human_bytes(doc['bytes'])} in {doc['files']} files")
+    print_pick(doc.get("layout"))
+    rto = doc["rto_stats"]
+    print(f"  {'stage':8s} {'median s':>9s} {'min':>8s} {'max':>8s} {'share':>6s}")
+    for s in STAGES:
+        st = doc["stages_stats"][s]
+        if st["median"] is None:
+            continue
+        share = st["median"] / rto["median"] if rto["median"] else 0
+        print(f"  {s:8s} {st['median']:9.3f} {st['min']:8.3f} {st['max']:8.3f} {share:6.0%}")
+    print(f"  {'RTO':8s} {rto['median']:9.3f} {rto['min']:8.3f} {rto['max']:8.3f}")
+    g = doc["read_gbps_stats"]
+    print(f"read {g['median']:.2f} GB/s over the read stage (min {g['min']:.2f}, max {g['max']:.2f}; the reader "
+          f"alone {doc['engine_gbps']:.2f}); success {doc['success_rate']:.0%}; retries {doc['retries']}; "
+          f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s")
+    if doc.get("warmup_s"):
+        print(f"one-time warm-up before the first clock (imports, torch's first operations): "
+              f"{doc['warmup_s']:.2f} s, not in the RTO")
+    print(f"read path: {', '.join(doc['read']['modes'])} ({doc['read']['why']})")
+    print("digests: verified against the manifest" if doc["verified"] else
+          "digests: NOT VERIFIED (no reference to compare with; see the verify note)")
+    c = doc["cache"]
+    flag = "" if c["verified"] else "  NOT VERIFIED"
+    notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
+    print(f"cache {c['requested']}: residency before ≤ {c['residency_before']:.1%}{flag}{notes}")
+    for stage, note in doc["notes"].items():
+        print(f"  note ({stage}): {note}")
+    if "cost" in doc:
+        k = doc["cost"]
+        print(f"cost: {k['per_restore']:.2f} per restore at {k['effective_price_per_hour']:.2f}/h, "
+              f"{k['per_month']:.2f} per month, {k['idle_gpu_hours_per_month']:.1f} idle GPU hours per month")
+    for r in doc["repeats"]:
+        for p in r["problems"][:5]:
+            print(f"  problem: {p}", file=sys.stderr)
+
+
+def _distributed_only(args) -> None:
+    """--each-rank all and --tensor-digests change a distributed run only: alone they measured something else."""
+    given = [flag for flag, on in (("--each-rank all", args.each_rank != "part"),
+                                   ("--tensor-digests", getattr(args, "tensor_digests", False))) if on]
+    if given and not args.distributed:
+        what = " and ".join(given)
+        raise CkptbenchError(f"{what}: only with --distributed (under torchrun); add --distributed or leave {what} out")
+
+
+def cmd_run(args) -> int:
+    _distributed_only(args)
+    if args.distributed:
+        from ckptbench.cli.dist import cmd_run_distributed
+
+        return cmd_run_distributed(args)
+    from ckptbench.system import env as envmod
+    from ckptbench.restore import runner as pipeline
+    from ckptbench.records import results
+    from ckptbench.plan.cost import restore_cost
+    from ckptbench.core.errors import Cancelled
+    from ckptbench.sources import open_source
+
+    opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
+                               hash=args.hash, block_size=args.block_size, device=args.device,
+                               drop_caches=args.drop_caches, optimizer_step=args.optimizer_step,
+                               part_size=args.part_size, stage_dir=args.stage_dir, s3_client=args.s3_client)
+    if args.results:
+        results.check_writable(args.results)
+    if args.price_per_hour is not None:
+        restore_cost(0, args.price_per_hour, args.spot_discount, args.restores_per_day)  # validate before running
+    progress = StageProgress()
+    cancel = threading.Event()
+    source = open_source(args.source, args.pick)
+    listing = source.list()
+    recorder = results.Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
+                                envmod.snapshot(args.source))
+
+    current = []
+
+    def on_run(run) -> None:
+        progress.repeat += 1
+        current[:] = [run]
+
+    try:
+        reps = pipeline.run(source, opts, repeats=args.repeat, progress=progress, cancel=cancel, on_run=on_run,
+                            on_repeat=recorder.repeat, listing=listing)
+    except BaseException as exc:
+        cancel.set()
+        if current:  # the repeat under way is recorded as stopped; finished ones are already in the file
+            stopped = isinstance(exc, (KeyboardInterrupt, Cancelled))
+            recorder.stopped(current[0].stages, "cancelled" if stopped else "failed")
+        raise
+    finally:
+        progress.close()
+    extra = {"layout": listing.layout.describe()} if listing.layout is not None else {}
+    if args.price_per_hour is not None:
+        from ckptbench.core.stats import spread
+
+        rto = spread([r.rto_s for r in reps])["median"]
+        extra["cost"] = restore_cost(rto, args.price_per_hour, args.spot_discount, args.restores_per_day)
+    doc = recorder.finish(reps, extra)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_run(doc)
+    return 0 if doc["status"] == "ok" else 1
+
+
+def cmd_sweep(args) -> int:
+    _distributed_only(args)
+    if args.distributed:
+        from ckptbench.cli.dist import cmd_sweep_distributed
+
+        return cmd_sweep_distributed(args)
+    from ckptbench.sources import ReadOptions
+    from ckptbench.restore.sweep import parse_levels, sweep
+
+    levels = parse_levels(args.levels)
+    opts = ReadOptions(read=args.read, hash=args.hash, block_size=args.block_size, part_size=args.part_size,
+                       s3_client=args.s3_client)
+
+    def say(level, gbps):
+        if sys.stderr.isatty():
+            print(f"  concurrency {level:4d}: {gbps:.2f} GB/s", file=sys.stderr)
+
+    from ckptbench.sources import open_source
+
+    res = sweep(open_source(args.source, args.pick), levels, repeats=args.repeat, cache=args.cache, opts=opts, progress=say)
+    for path, why in res.failed:
+        print(f"  failed: {path}: {why} (measured without it)", file=sys.stderr)
+    rc = 1 if res.failed else 0
+    if args.json:
+        json.dump(res.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return rc
+    best = res.gbps[res.best]["median"]
+    print(f"{res.source}: read throughput by concurrency ({res.cache} cache"
+          f"{'' if res.cache_verified else ', NOT verified'}; median of {args.repeat})")
+    print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s}  of best")
+    for lv in res.levels:
+        s = res.gbps[lv]
+        mark = "  ← knee" if lv == res.knee else ""
+        print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best:6.0%}{mark}")
+    print(f"knee: {res.knee} (smallest level within {res.margin:.0%} of the best, {res.best}); "
+          f"recommendation: --concurrency {res.knee}")
+    return rc
+
+
+def cmd_compare(args) -> int:
+    from ckptbench.records.compare import compare
+
+    c = compare(args.results, args.baseline, args.threshold)
+    if args.json:
+        json.dump({"baseline": c.baseline_id, "newest": c.newest_id, "threshold_pct": c.threshold_pct,
+                   "env_diff": c.env_diff, "regressions": [f.figure for f in c.regressed],
+                   "figures": [vars(f) for f in c.figures]}, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        if c.env_diff:
+            print("WARNING: the runs differ in key environment or settings — the comparison may not be fair:")
+            for k, (a, b) in c.env_diff.items():
+                print(f"  {k}: {a} → {b}")
+        print(f"newest {c.newest_id} against baseline {c.baseline_id} (threshold {c.threshold_pct:g} %)")
+        print(f"  {'figure':16s} {'baseline':>10s} {'newest':>10s} {'change':>8s}")
+        for f in c.figures:
+            ch = "" if f.change_pct is None else f"{f.change_pct:+7.1f}%"
+            flag = "  REGRESSION" if f.regression else ("  (within noise)" if not f.beyond_noise else "")
+            print(f"  {f.figure:16s} {f.baseline['median']:10.4g} {f.newest['median']:10.4g} {ch:>8s}{flag}")
+    if c.regressed:
+        print(f"regression in {', '.join(f.figure for f in c.regressed)}", file=sys.stderr)
+        return 1
+    return 0

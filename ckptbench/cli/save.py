@@ -1,0 +1,101 @@
+"""Handler of `save`, called by cli.py: preflight shown first, one line per save, then the verdict on the interval."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import uuid
+
+from ckptbench.core.errors import Cancelled, printable, redact, redact_all
+
+MARK = {True: "ok  ", False: "FAIL", None: " ?  "}
+
+
+def _say(text: str = "", file=None) -> None:
+    """One line out: a path or a mount's options can carry a credential or a terminal escape."""
+    print(printable(redact(text)), file=file or sys.stdout)
+
+
+def print_preflight(checks, stream=None) -> None:
+    stream = stream or sys.stdout
+    _say("preflight of the target:", stream)
+    for c in checks:
+        _say(f"  [{MARK[c.ok]}] {c.name:10s} {c.evidence}", stream)
+        if c.ok is not True and c.consequence:
+            _say(f"         consequence: {c.consequence}; fix: {c.fix}", stream)
+
+
+def print_save(t, stream=None) -> None:
+    late = "  OVERRAN the interval" if t.overran else ""
+    _say(f"  {t.name}: {t.bytes / 2**20:.1f} MiB, blocking {t.blocking_s:.3f} s, written {t.written_s:.3f} s, "
+         f"durable {t.durable_s:.3f} s ({t.bytes / t.durable_s / 1e9:.2f} GB/s){late}", stream)
+
+
+def _fmt(x, spec: str, unit: str = "") -> str:
+    return "unknown" if x is None else f"{x:{spec}}{unit}"
+
+
+def print_report(r) -> None:
+    _say(f"{r.target}: {len(r.saves)} save(s) of {r.bytes / 2**20:.1f} MiB ({r.format}, {r.options.ranks} rank(s))")
+    _say(f"sustained durable throughput {_fmt(r.sustained_gbps, '.3f', ' GB/s')} (median of the saves after the "
+         f"first); shortest safe interval {_fmt(r.shortest_safe_interval_s, '.2f', ' s')} (durable time × 1.25)")
+    if r.needed_gbps is not None:
+        over = sum(s.overran for s in r.saves)
+        enough = r.sustained_gbps is not None and r.sustained_gbps >= r.needed_gbps
+        _say(f"every {r.options.interval_s:g} s needs {r.needed_gbps:.3f} GB/s: "
+             f"{'met' if enough else 'NOT met'}; {over} save(s) overran into the next")
+    _say(f"page cache: Dirty + Writeback peaked at {_fmt(r.dirty_peak_fraction, '.1%')} of the dirty limit; "
+         f"writers {'were THROTTLED' if r.throttled else 'were not throttled'}")
+    _say(f"write amplification (device bytes / checkpoint bytes): {_fmt(r.write_amplification, '.3f', '×')}")
+    if r.stagger:
+        s = r.stagger
+        _say(f"stagger {s['stagger_s']:g} s over {s['ranks']} ranks: at most {s['peak_concurrent_ranks']} rank(s) "
+             f"writing at once, overlapping {s['overlap_fraction']:.0%} of the writing time; peak application write "
+             f"{s['peak_write_gbps']:.2f} GB/s against {s['peak_write_gbps_all_at_once']:.2f} GB/s with every rank at "
+             f"once; device peak {_fmt(s['device_peak_write_mbps'], '.0f', ' MB/s')}")
+    for n in r.notes:
+        _say(f"  note: {n}")
+
+
+def cmd_save(args) -> int:
+    from ckptbench.system import env as envmod
+    from ckptbench.save import results as save_results
+    from ckptbench.save.series import SaveOptions, run_save, validate
+
+    opts = SaveOptions(format=args.format, interval_s=args.interval, count=args.count, keep=args.keep,
+                       ranks=args.ranks, stagger_s=args.stagger, async_save=args.async_save, fsync=args.fsync)
+    validate(opts)  # before the results file is touched
+    if args.results:
+        from ckptbench.records.results import check_writable
+
+        check_writable(args.results, kind="save")
+    out = sys.stderr if args.json else sys.stdout
+    cancel = threading.Event()
+    done = []
+    run_id = uuid.uuid4().hex[:12]
+
+    def on_save(t) -> None:
+        done.append(t)
+        print_save(t, out)
+
+    try:
+        report = run_save(args.what, args.target, opts, on_save=on_save, cancel=cancel, scale=args.scale,
+                          force=args.force, on_preflight=lambda checks: print_preflight(checks, out))
+    except BaseException as exc:
+        cancel.set()
+        if args.results and done:  # the saves before the failure were measured: on record, then the one that stopped
+            status = "cancelled" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "failed"
+            save_results.record_stopped(args.results, run_id, args.what, os.path.abspath(args.target), opts, done,
+                                        status, envmod.snapshot(args.target))
+        raise
+    doc = redact_all(report.to_json())
+    if args.results:
+        doc = save_results.record(args.results, run_id, args.what, report, envmod.snapshot(report.target))
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_report(report)
+    return 0

@@ -1,0 +1,150 @@
+"""`ckptbench watch`: the user's own restore, sampled live, its phases and a verdict (domain: watch, verdict)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+
+from ckptbench.core.errors import Cancelled, CkptbenchError, printable, redact, redact_all
+
+PID = re.compile(r"[0-9]+")  # ASCII only: int() also reads "٣" and "３" as 3
+
+
+def _target(args):
+    """(pid, started process or None, marks path or None) from PID, --match or a command."""
+    from ckptbench.system import procstat
+    from ckptbench.watch import sampler as watch
+
+    if args.match and args.target:
+        raise CkptbenchError("watch: give a PID or --match PATTERN or -- COMMAND, not several")
+    if args.match:
+        return procstat.find(args.match), None, None
+    if len(args.target) == 1 and PID.fullmatch(args.target[0]):
+        pid = int(args.target[0])
+        procstat.watchable(pid)  # gone, unreadable or a zombie: one line now, before anything is shown
+        return pid, None, None
+    if len(args.target) == 1 and args.target[0].isdigit():  # digits of another script: meant as a PID
+        raise CkptbenchError(f"watch: {args.target[0]!r} is not a PID (a PID is ASCII digits 0-9); give a PID, "
+                             "--match PATTERN or -- COMMAND")
+    proc, marks = watch.start_job(args.target, stdout_to_stderr=args.json)
+    return proc.pid, proc, marks
+
+
+class _LiveLine:
+    """The live line on a terminal: phase, rate, CPU, RSS; with --source, progress through it and the ETA."""
+
+    def __init__(self, total: int | None):
+        self.total = total
+        self.seen = 0  # bytes since the job started reading
+
+    def __call__(self, interval, sample) -> None:
+        from ckptbench.core.units import human_bytes
+
+        if interval.phase in ("reading", "faulting") or self.seen:
+            self.seen += max(interval.bytes, interval.disk_bytes)
+        eta = ""
+        if self.total:
+            rate = interval.gbps * 1e9
+            left = max(0, self.total - self.seen)
+            eta = f"  {min(1.0, self.seen / self.total):4.0%}" + (f" ETA {left / rate:5.1f} s" if rate > 0 else "")
+        if sys.stderr.isatty():
+            print(f"\r{interval.t1:6.1f} s  {interval.phase:13s} {interval.gbps:6.2f} GB/s{eta}  CPU "
+                  f"{interval.cpu_cores:4.1f} cores (busiest thread {interval.top_thread_cores:.0%})  RSS "
+                  f"{human_bytes(sample.rss_bytes):>10s}  files open {len(sample.files)}", end="", file=sys.stderr,
+                  flush=True)
+
+
+def _source_files(source: str | None) -> tuple[list[str], int | None]:
+    """The checkpoint the job restores, when named: its files (what the verdict reads) and its size (the ETA)."""
+    if not source:
+        return [], None
+    from ckptbench.sources import open_source
+
+    listing = open_source(source).list()
+    return [f.path for f in listing.files], listing.bytes
+
+
+def _say(text: str) -> None:
+    """One line out: the job's command line, its files and marks are the user's text, made safe to show."""
+    print(printable(redact(text)))
+
+
+def _print(doc: dict) -> None:
+    from ckptbench.core.units import human_bytes
+
+    _say(f"watched {doc['pid']} ({doc['command'][:80]}): {doc['wall_s']:.2f} s, {doc['ended']}"
+         + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))
+    _say(f"read {human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {doc['loader_gbps']:.2f} GB/s; "
+         f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; major faults {doc['majflt']}")
+    if doc["marks"]:
+        _say("marks: " + ", ".join(f"{m['stage']} at {m['t']:.2f} s" for m in doc["marks"]))
+    _say("phases: " + " → ".join(f"{p['phase']} {p['t1'] - p['t0']:.2f} s" for p in doc["phases"]))
+    if doc.get("gpu_peak_bytes") is not None:
+        _say(f"GPU memory (nvidia-smi): peak {human_bytes(doc['gpu_peak_bytes'])}"
+             + (f" ({doc['gpu_note']})" if doc.get("gpu_note") else ""))
+    elif doc.get("gpu_note"):
+        _say(f"GPU memory: {doc['gpu_note']}")
+    for path, size in sorted(doc["files"].items())[:10]:
+        _say(f"  open: {path} ({human_bytes(size)})")
+    v = doc.get("verdict")
+    if v:
+        _say(f"verdict: {v['kind']}: {v['summary']}")
+        _say(f"fix: {v['fix']}")
+
+
+def cmd_watch(args) -> int:
+    from ckptbench.watch import verdict
+    from ckptbench.watch import sampler as watch
+
+    files, total = _source_files(args.source)  # a bad --source is one line before anything starts
+    pid, proc, marks = _target(args)
+    if args.results:
+        from ckptbench.records.results import check_writable
+
+        check_writable(args.results, kind="watch")  # before the job is watched: nothing fails after it
+    if args.tui:
+        from ckptbench.cli.ui import run_app
+
+        try:
+            run_app("watch", pid, proc=proc, marks=marks, interval=args.interval)
+        finally:
+            if marks:
+                os.unlink(marks)
+        return 0
+    cancel = threading.Event()
+    w = watch.Watch(pid, interval=args.interval, cancel=cancel, proc=proc, marks_path=marks,
+                    on_interval=None if args.json else _LiveLine(total))
+    try:
+        report = w.run()
+    except KeyboardInterrupt:
+        cancel.set()
+        raise Cancelled("watch interrupted") from None
+    finally:
+        if marks:
+            os.unlink(marks)
+        if not args.json and sys.stderr.isatty():
+            print(file=sys.stderr)
+    doc = report.to_json()
+    if total is not None:
+        doc["checkpoint"] = {"path": args.source, "bytes": total, "files": len(files)}
+    if not args.no_verdict:
+        probe = verdict.probe_storage(files or sorted(report.files))
+        doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
+        doc["verdict"] = verdict.judge(report, probe).to_json()
+    doc = redact_all(doc)  # the command is redacted already; its files and marks are the job's text too
+    if args.results:
+        import uuid
+
+        from ckptbench.system import env as envmod
+        from ckptbench.watch import results as watch_results
+
+        watch_results.record(args.results, uuid.uuid4().hex[:12], doc,
+                             envmod.snapshot(watch_results.source_of(sorted(report.files)) or None))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        _print(doc)
+    return 0 if report.exit_code in (None, 0) else 1

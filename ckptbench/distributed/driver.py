@@ -1,0 +1,263 @@
+"""A distributed restore, as every rank runs it: prepare the node's cache, meet at the start barrier, restore
+this rank's share (timed from the barrier), post the report; rank 0 gathers the reports into one result.
+
+A rank that fails still reports (its error, in one line) and goes on to the end, so the others are not left
+waiting; a rank that hangs or dies is named by rank 0 when its deadline passes. Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.stages import LIST
+
+BYE_S = 10.0  # how long rank 0 waits for the others to read its verdict before it exits (it may host the store)
+
+
+@dataclasses.dataclass
+class DistOptions:
+    policy: str = "part"
+    timeout_s: float = 300.0
+    digests: bool = False  # each rank lists a crc32c per local tensor (computed after the clock stops)
+    pick: str | None = None  # which checkpoint of a folder that holds several (resume.choose)
+
+
+def warm() -> float:
+    """A fresh process's one-time costs (imports, torch's first operations, DCP's heavy import) paid before the
+    first start barrier, as a single-process run pays them before its clock: reported apart from the RTO."""
+    from ckptbench.restore.warmup import warm_up
+
+    t = time.perf_counter()
+    from ckptbench.distributed import dcp_items, rank, shares  # noqa: F401
+
+    return warm_up() + time.perf_counter() - t
+
+
+def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0) -> dict:
+    """This rank's repeat, as a plain report (errors included)."""
+    from ckptbench.distributed.live import Poster
+    from ckptbench.distributed.rank import RankReport, RankRestore, tensor_digests
+    from ckptbench.distributed.shares import plan_share
+
+    rep = RankReport(world.rank, world.host, world.local_rank, warmup_s=warmup_s)
+    live = Poster(world, repeat)
+    live.on_stage("ready")  # before the barrier: rank 0's view finds every rank's key once it is past it
+    ready = {"ok": True}
+    try:
+        if world.local_rank == 0:  # one rank per node sets the page cache for the node's ranks
+            listing = source.list()
+            cond = source.prepare_cache(listing, opts.cache, drop_caches=opts.drop_caches)
+            ready = {"ok": True, "residency_before": cond.residency_before, "cache_verified": cond.verified,
+                     "note": cond.note}
+    except CkptbenchError as exc:
+        ready = {"ok": False, "error": str(exc)}
+    world.post(ready, *repeat, "ready", world.rank)
+    # the start barrier: the store releases every rank when the last arrives, and each clock starts there
+    _, late = world.gather_some(*repeat, "ready", fetch=False)
+    t0 = time.perf_counter()
+    try:
+        if late:  # not restored: reported, so that rank 0 names the rank that never came
+            raise CkptbenchError(f"not started: {late}")
+        if not ready["ok"]:
+            raise CkptbenchError(ready["error"])
+        t = time.perf_counter()
+        live.on_stage(LIST)
+        listing = source.list()
+        share = plan_share(listing, world.size, world.rank, dopts.policy)
+        rep.stages[LIST] = time.perf_counter() - t
+        man = listing.manifest
+        alg = opts.hash or (man.hash if man is not None else "none")
+        state = RankRestore(listing.source, listing.format, share, concurrency=opts.concurrency, read=opts.read,
+                            hash_alg=alg, manifest=man, device=_device(opts.device, world),
+                            block_size=opts.block_size, on_stage=live.on_stage,
+                            on_progress=lambda snap: live.on_bytes(int(snap.bytes), share.needed)).run(rep, t0)
+        if dopts.digests:
+            rep.digests = tensor_digests(state)
+        del state
+    except CkptbenchError as exc:
+        rep.status, rep.error = "failed", str(exc)
+        rep.end_s = time.perf_counter() - t0
+    live.on_bytes(rep.bytes_read, rep.bytes_needed)
+    live.on_stage("done" if rep.status == "ok" else "failed")
+    doc = dataclasses.asdict(rep)
+    doc["read_gbps"] = rep.read_gbps
+    # this rank's bytes read over the bytes its share needs; and what torch's DCP reader would have read for it
+    doc["amplification"] = rep.bytes_read / rep.bytes_needed if rep.bytes_needed else None
+    stock = rep.plan.get("dcp_reader")
+    doc["dcp_reader_amplification"] = stock["bytes"] / rep.bytes_needed if stock and rep.bytes_needed else None
+    doc["cache"] = ready if world.local_rank == 0 else None
+    return doc
+
+
+def _device(device: str, world) -> str:
+    """Each rank moves its share to its own GPU (cuda:LOCAL_RANK) when a CUDA device is asked for."""
+    return f"cuda:{world.local_rank}" if device.startswith("cuda") else device
+
+
+def _first_collective(world) -> float:
+    """One all-reduce on the group's backend after the restore: NCCL sets up its communicators lazily, on the
+    first collective, and a resumed job pays that before its first step; timed apart from the RTO."""
+    import torch
+    import torch.distributed as dist
+
+    dev = f"cuda:{world.local_rank}" if world.backend == "nccl" else "cpu"
+    t = torch.ones(1, device=dev)
+    t0 = time.perf_counter()
+    dist.all_reduce(t)
+    if world.backend == "nccl":
+        torch.cuda.synchronize(dev)
+    if int(t.item()) != world.size:
+        raise CkptbenchError(f"rank {world.rank}: the all-reduce gave {t.item()}, not {world.size}: the group is broken")
+    return time.perf_counter() - t0
+
+
+def _open(source_url: str, dopts: DistOptions):
+    from ckptbench.distributed.shares import POLICIES
+    from ckptbench.sources import open_source
+
+    if dopts.policy not in POLICIES:
+        raise CkptbenchError(f"--each-rank {dopts.policy!r}: choose part or all")
+    source = open_source(source_url, dopts.pick)
+    if not source.files_on_disk:
+        raise CkptbenchError(f"{source_url}: --distributed reads a checkpoint on a mounted filesystem shared by the "
+                             "ranks (local, NFS, Lustre, FUSE); for S3 mount it or run one restore per node")
+    return source
+
+
+def _repeats(world, source, opts, dopts, repeats: int, tag: str, show, errors: list[str],
+             warmup_s: float = 0.0) -> tuple[list[dict], bool]:
+    """`repeats` restores by every rank: rank 0 gets their combined figures (others an empty list), and every
+    rank whether all succeeded. Stops at the first failed repeat, on every rank alike (rank 0's verdict says)."""
+    from ckptbench.distributed.summary import combine
+
+    reps: list[dict] = []
+    for i in range(1, repeats + 1):
+        key = (tag, i)
+        with contextlib.ExitStack() as stack:
+            if world.rank == 0 and show is not None:  # every rank's stage and bytes, while they restore
+                from ckptbench.distributed.live import Watcher
+
+                stack.enter_context(Watcher(world, key, lambda summary: show(i, summary)))
+            mine = _one_repeat(world, source, opts, dopts, key, warmup_s if i == 1 else 0.0)
+            _post_report(world, mine, key, errors, i)
+            if world.rank == 0:
+                reports, missing = world.gather_some(*key, "report")
+        if world.rank == 0:
+            rep = combine([reports[r] for r in sorted(reports)])
+            if missing:
+                rep["status"] = "failed"
+                rep["problems"].insert(0, missing)
+            world.post({"ok": rep["status"] == "ok", "why": "; ".join(rep["problems"])}, *key, "verdict")
+            reps.append(rep)
+        if not world.wait_for(*key, "verdict")["ok"]:
+            return reps, False
+    return reps, True
+
+
+def _post_report(world, mine: dict, key: tuple, errors: list[str], i: int) -> None:
+    """This rank's report posted (and its error kept for its own stderr)."""
+    if mine["error"]:
+        errors.append(f"rank {world.rank}, repeat {i}: {mine['error']}")
+    world.post(mine, *key, "report", world.rank)
+
+
+def _finish(world, doc: dict | None, deliver) -> None:
+    """Rank 0 delivers (prints, records) and then lets the others go; they wait for that before exiting."""
+    if world.rank != 0:
+        world.wait_for("finished")  # rank 0 has printed and recorded: exiting now cannot cut it short
+        world.post(True, "bye", world.rank)
+        return
+    try:
+        if deliver and doc is not None:
+            deliver(doc)
+    finally:
+        world.post(True, "finished")
+    world.post(True, "bye", 0)
+    world.gather_some("bye", deadline_s=BYE_S, fetch=False)  # one that is gone is not waited for past BYE_S
+
+
+@dataclasses.dataclass
+class Outcome:
+    rc: int  # rank 0: the run's; other ranks: 0 once rank 0 has their reports (a failing worker's own non-zero
+    # exit would make torchrun stop rank 0 before it reports), 1 when rank 0 was not heard from
+    doc: dict | None  # rank 0 only
+    errors: list[str]  # this rank's own failures, one line each
+
+
+def _options(opts) -> dict:
+    return dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) else dict(vars(opts))
+
+
+def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str, show=None,
+        deliver=None) -> Outcome:
+    """Every rank calls this; rank 0 hands the run document to `deliver` (print, record) before the other ranks
+    are let go, and returns it."""
+    from ckptbench.system import env as envmod
+    from ckptbench.distributed import group
+    from ckptbench.distributed.shares import saved_world
+    from ckptbench.distributed.summary import summarize
+
+    source = _open(source_url, dopts)
+    world = group.join(opts.device, dopts.timeout_s)
+    try:
+        errors: list[str] = []
+        reps, ok = _repeats(world, source, opts, dopts, repeats, "run", show, errors, warm())
+        collective = _first_collective(world) if ok else None  # every rank knows `ok`: all or none call it
+        doc = None
+        if world.rank == 0:
+            listing = source.list()
+            doc = summarize(run_id, listing, world, _options(opts), dopts.policy, saved_world(listing), reps,
+                            envmod.snapshot(source_url))
+            doc["first_collective_s"] = collective
+        _finish(world, doc, deliver)
+        return Outcome(0 if doc is None or doc["status"] == "ok" else 1, doc, errors)
+    finally:
+        group.leave(world)
+
+
+def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats: int, *, deliver=None,
+          say=None) -> Outcome:
+    """The distributed restore at each per-rank concurrency level: the aggregate read rate by level and its knee
+    (the smallest level within 10 % of the best), for this many ranks on this storage."""
+    from ckptbench.distributed import group
+    from ckptbench.core.stats import spread
+    from ckptbench.restore.sweep import KNEE_MARGIN, knee
+
+    source = _open(source_url, dopts)
+    world = group.join(opts.device, dopts.timeout_s)
+    try:
+        errors: list[str] = []
+        by_level: dict[int, list[dict]] = {}
+        warmup_s = warm()
+        for level in levels:
+            reps, ok = _repeats(world, source, dataclasses.replace(opts, concurrency=level), dopts, repeats,
+                                f"sweep{level}", None, errors, warmup_s)
+            warmup_s = 0.0
+            by_level[level] = reps
+            if not ok:
+                break
+            if world.rank == 0 and say:
+                say(level, spread([r["aggregate_gbps"] for r in reps])["median"])
+        doc = None
+        if world.rank == 0:
+            good = {lv: reps for lv, reps in by_level.items() if reps and all(r["status"] == "ok" for r in reps)}
+            stats = {lv: spread([r["aggregate_gbps"] for r in reps]) for lv, reps in good.items()}
+            doc = {"kind": "dist-sweep", "source": source_url, "world_size": world.size, "each_rank": dopts.policy,
+                   "cache": opts.cache, "repeats": repeats, "levels": list(stats),
+                   "aggregate_gbps": {str(lv): st for lv, st in stats.items()},
+                   "rto_s": {str(lv): spread([r["rto_s"] for r in good[lv]]) for lv in good},
+                   "problems": [p for reps in by_level.values() for r in reps for p in r["problems"]],
+                   "status": "ok" if len(good) == len(levels) else "failed"}
+            if stats:
+                k, best = knee({lv: st["median"] for lv, st in stats.items()})
+                doc.update(knee=k, best=best, margin=KNEE_MARGIN, recommendation=f"--concurrency {k} per rank")
+        _finish(world, doc, deliver)
+        return Outcome(0 if doc is None or doc["status"] == "ok" else 1, doc, errors)
+    finally:
+        group.leave(world)
+
+
+__all__ = ["DistOptions", "Outcome", "run", "sweep"]

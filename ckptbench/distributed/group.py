@@ -1,0 +1,161 @@
+"""The ranks of a distributed restore, as torchrun starts them: the process group, and the exchanges between
+ranks — each with a deadline, so a rank that failed or hangs is named and no rank waits forever.
+
+The exchanges go through the group's key-value store (the one torchrun's rendezvous made): a rank posts under
+its own key, the waiting side waits in the store for all the keys it needs (one request, answered when the last
+arrives) until the deadline and, when it passes, asks key by key which ranks never posted. A collective would
+only say that it timed out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+from ckptbench.core.errors import CkptbenchError
+
+_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+class RankFailure(CkptbenchError):
+    """One or more ranks failed or did not answer in time; the message names them."""
+
+
+@dataclass
+class World:
+    rank: int
+    size: int
+    local_rank: int
+    host: str
+    backend: str
+    store: object
+    timeout_s: float
+    prefix: str
+
+    def key(self, *parts) -> str:
+        return "/".join((self.prefix,) + tuple(str(p) for p in parts))
+
+    def post(self, value, *parts) -> None:
+        self.store.set(self.key(*parts), json.dumps(value, default=str))
+
+    def _wait(self, keys: list[str], seconds: float) -> bool:
+        """Whether every key is there within `seconds`: the store's own wait (the server answers when the last
+        key is set, so ranks waiting on one barrier are released together, and no rank polls)."""
+        try:
+            self.store.wait(keys, timedelta(seconds=max(seconds, 0.001)))
+            return True
+        except RuntimeError:  # DistStoreError: the deadline passed
+            return False
+
+    def gather_some(self, *parts, deadline_s: float | None = None,
+                    fetch: bool = True) -> tuple[dict[int, object], str | None]:
+        """The posts under `parts` of every rank that posted by the deadline (none fetched with `fetch` False: a
+        barrier needs only to know they are there), and a line naming those that did not (None when all did)."""
+        keys = {r: self.key(*parts, r) for r in range(self.size)}
+        wait = self.timeout_s if deadline_s is None else deadline_s
+        if self._wait(list(keys.values()), wait):
+            waiting: set[int] = set()
+        else:  # key by key only now, to name the ranks that never posted
+            waiting = {r for r, k in keys.items() if not self.store.check([k])}
+        present = [r for r in keys if r not in waiting] if fetch else []
+        got = dict(zip(present, (json.loads(v) for v in self.store.multi_get([keys[r] for r in present])))) \
+            if present else {}
+        if not waiting:
+            return got, None
+        names = ", ".join(str(r) for r in sorted(waiting))
+        return got, (f"rank(s) {names} did not reach '{parts[-1]}' within {wait:g} s: failed, hung or killed (see "
+                     "that rank's own output); raise --rank-timeout if it is only slow")
+
+    def gather(self, *parts, deadline_s: float | None = None) -> dict[int, object]:
+        """Every rank's post under `parts`; RankFailure naming the ranks that had not posted by the deadline."""
+        got, missing = self.gather_some(*parts, deadline_s=deadline_s)
+        if missing:
+            raise RankFailure(missing)
+        return got
+
+    def wait_for(self, *parts, deadline_s: float | None = None):
+        """The value rank 0 posted under `parts`, waiting for it up to the deadline."""
+        k = self.key(*parts)
+        wait = self.timeout_s if deadline_s is None else deadline_s
+        if not self._wait([k], wait):
+            raise RankFailure(f"rank 0 did not post '{parts[-1]}' within {wait:g} s: it failed or hangs (see its "
+                              "output)")
+        return json.loads(self.store.get(k))
+
+    def barrier(self, name: str, deadline_s: float | None = None) -> None:
+        """Every rank posts its arrival and waits for all the others'; RankFailure naming those that never came."""
+        self.post(True, name, self.rank)
+        _, missing = self.gather_some(name, deadline_s=deadline_s, fetch=False)
+        if missing:
+            raise RankFailure(missing)
+
+
+def under_torchrun() -> bool:
+    return all(k in os.environ for k in _ENV)
+
+
+def _int_env(name: str, default: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None and default is not None:
+        return default
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise CkptbenchError(f"{name}={raw!r} in the environment: not a whole number; start the ranks with "
+                             "torchrun") from None
+
+
+def join(device: str, timeout_s: float) -> World:
+    """This process's place in the group torchrun started: the process group (nccl for a CUDA device, gloo
+    otherwise) initialized with `timeout_s` on every collective, and the store the ranks talk through."""
+    if not under_torchrun():
+        missing = [k for k in _ENV if k not in os.environ]
+        raise CkptbenchError(f"--distributed runs one process per rank under torchrun (missing {', '.join(missing)}"
+                             "): torchrun --nproc-per-node K -m ckptbench run SOURCE --distributed")
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    rank, size = _int_env("RANK"), _int_env("WORLD_SIZE")
+    local = _int_env("LOCAL_RANK", rank)
+    if not 0 <= rank < size:
+        raise CkptbenchError(f"RANK={rank} is outside WORLD_SIZE={size}; start the ranks with torchrun")
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(local)
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "none") + "-" + os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if dist.is_initialized():
+        store = distributed_c10d._get_default_store()
+    else:
+        try:  # the store torch's env:// rendezvous gives (torchrun's agent store, or one rank 0 hosts)
+            store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=size,
+                                               timeout=timedelta(seconds=timeout_s)))
+        except (RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise CkptbenchError(f"rank {rank}: cannot reach the rendezvous at {os.environ['MASTER_ADDR']}:"
+                                 f"{os.environ['MASTER_PORT']} ({first}); check that every rank was started") from None
+    # one namespace per run: keys from an earlier run on a long-lived store (torchrun's agent) are not ours
+    world = World(rank, size, local, socket.gethostname(), backend, store, timeout_s, f"ckptbench/{run}")
+    if not dist.is_initialized():
+        # every rank arrives before the process group is built: its constructor would wait for a missing rank
+        # with no name to give; this names it
+        world.barrier("joined")
+        try:
+            dist.init_process_group(backend, store=store, rank=rank, world_size=size,
+                                    timeout=timedelta(seconds=timeout_s))
+        except (RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise CkptbenchError(f"rank {rank}: cannot join the process group ({first}); check MASTER_ADDR, "
+                                 "MASTER_PORT and that every rank was started") from None
+    return world
+
+
+def leave(world: World) -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()

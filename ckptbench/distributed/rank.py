@@ -1,0 +1,315 @@
+"""One rank's restore of its share: plan, read (native, by byte range), verify, load, device, check — timed.
+
+Runs in the rank's own process; knows nothing of the other ranks (group.py does the talking). Every figure it
+returns is this rank's, with its clock started at the common start barrier.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import fastio
+import torch
+
+from ckptbench.distributed.shares import Share
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.manifest import MANIFEST_NAME
+from ckptbench.checkpoint.formats import CheckpointState, group_of, inert
+from ckptbench.sources import drive
+from ckptbench.sources.local import LocalReadHandle
+from ckptbench.core.stages import CHECK, DEVICE, LOAD, READ, VERIFY
+
+TIMELINE_S = 0.1  # progress samples during the read, for the per-rank lanes
+
+
+@dataclass
+class RankReport:
+    rank: int
+    host: str
+    local_rank: int
+    status: str = "ok"
+    error: str | None = None
+    how: str = ""
+    stages: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    read_start_s: float = 0.0  # from the start barrier
+    read_end_s: float = 0.0
+    end_s: float = 0.0
+    bytes_read: int = 0  # payload: the pieces the share names
+    bytes_needed: int = 0
+    index_bytes: int = 0  # headers, .metadata, chunk indexes read to plan
+    requests: int = 0
+    files: int = 0
+    read_mode: str = ""
+    verified: bool = False
+    tensors: int = 0
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+    plan: dict = field(default_factory=dict)  # the read plan's shape (plan_analysis)
+    intervals: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # bytes read, merged per file
+    digests: dict[str, str] = field(default_factory=dict)  # --tensor-digests: crc32c of each local tensor
+    assemble_s: float = 0.0  # within load: rows copied together from several stored chunks (resharding)
+    warmup_s: float = 0.0  # first repeat: this process's one-time costs, paid before the start barrier
+
+    @property
+    def read_gbps(self) -> float:
+        span = self.read_end_s - self.read_start_s
+        return self.bytes_read / span / 1e9 if span > 0 else 0.0
+
+
+def merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def plan_analysis(share: Share) -> dict:
+    """The read plan's shape: requests, bytes per request, backward seeks (a request that starts before the
+    previous one on the same file ended, in issue order), files touched; and for DCP what torch's own reader
+    would do with the same share: it reads every stored chunk whole, once per request that touches it."""
+    def shape(reqs: list[tuple[str, int, int]]) -> dict:
+        last: dict[str, int] = {}
+        back = 0
+        for rel, off, n in reqs:
+            if rel in last and off < last[rel]:
+                back += 1
+            last[rel] = off + n
+        total = sum(n for _, _, n in reqs)
+        return {"requests": len(reqs), "bytes": total, "bytes_per_request": total / len(reqs) if reqs else 0,
+                "backward_seeks": back, "files_touched": len(last)}
+
+    doc = {"ours": shape([(p.rel, p.offset, p.length) for p in share.pieces])}
+    stock = [(p.rel,) + p.item for p in share.pieces if p.item is not None]
+    if stock:
+        by_file: dict[str, list] = {}
+        for req in stock + [(p.rel, p.offset, p.length) for p in share.pieces if p.item is None]:
+            by_file.setdefault(req[0], []).append(req)  # DCP groups a rank's requests by file, in plan order
+        doc["dcp_reader"] = shape([r for reqs in by_file.values() for r in reqs])
+    return doc
+
+
+class RankRestore:
+    """The timed stages of one rank; `t0` is the start barrier's release on this rank's clock."""
+
+    def __init__(self, root: str, fmt: str, share: Share, *, concurrency: int, read: str, hash_alg: str, manifest,
+                 device: str, block_size: int = 1 << 20, on_progress=None, on_stage=None):
+        self.root, self.fmt, self.share, self.man = root, fmt, share, manifest
+        self.concurrency, self.read, self.hash = concurrency, read, hash_alg
+        self.device, self.block_size = device, block_size
+        self.on_progress = on_progress
+        self.on_stage = on_stage
+        self.cancel = threading.Event()
+
+    def _timed(self, rep: RankReport, name: str, fn, *args):
+        if self.on_stage:
+            self.on_stage(name)
+        t = time.perf_counter()
+        out = fn(*args)
+        rep.stages[name] = time.perf_counter() - t
+        return out
+
+    def run(self, rep: RankReport, t0: float) -> CheckpointState:
+        share = self.share
+        rep.how, rep.bytes_needed, rep.index_bytes = share.how, share.needed, share.index_bytes
+        rep.requests = len(share.pieces)
+        rep.files = len({p.rel for p in share.pieces})
+        rep.plan = plan_analysis(share)
+        per_file: dict[str, list[tuple[int, int]]] = {}
+        for p in share.pieces:
+            per_file.setdefault(p.rel, []).append((p.offset, p.offset + p.length))
+        rep.intervals = {rel: merged(iv) for rel, iv in per_file.items()}
+        rep.read_start_s = time.perf_counter() - t0
+        result = self._timed(rep, READ, self._read, rep, t0)
+        rep.read_end_s = time.perf_counter() - t0
+        self._timed(rep, VERIFY, self._verify, rep, result)
+        state = self._timed(rep, LOAD, self._load, result, rep)
+        del result  # the buffers live on as the tensors' storage; the result's other references go
+        rep.tensors = sum(1 for _ in state.tensors())
+        if state.inert:
+            rep.notes[LOAD] = inert.describe(state.inert)
+        self._timed(rep, DEVICE, self._to_device, state, rep)
+        report = self._timed(rep, CHECK, _check, state, self.concurrency)
+        rep.notes[CHECK] = report.summary
+        if not report.ok:
+            raise CkptbenchError(f"check failed: {report.problems[0]}")
+        rep.end_s = time.perf_counter() - t0
+        return state
+
+    def _mode(self, specs: list[fastio.FileSpec]) -> tuple[str, str]:
+        """`--read auto` for this rank's reads, as a single-process run chooses it (readmode: by the residency
+        the cache condition left, and what the filesystem accepts), except that byte ranges start where tensors
+        start and O_DIRECT needs 4096-aligned offsets."""
+        from ckptbench.system import pagecache as conditions
+        from ckptbench.system import readmode
+
+        if self.read != readmode.AUTO:
+            return self.read, f"{self.read}: as asked"
+        if any(s.offset is not None and s.offset % 4096 for s in specs):
+            return "pread", "pread: byte ranges at tensor offsets, and O_DIRECT needs 4096-aligned ones"
+        files = sorted({(s.path, s.size or 0) for s in specs})
+        choice = readmode.choose(files, conditions.residency_of([p for p, _ in files]), self.block_size)
+        return choice.mode, choice.why
+
+    def _read(self, rep: RankReport, t0: float) -> fastio.ReadResult:
+        from ckptbench.checkpoint import confine
+
+        pieces = self.share.pieces
+        # every path checked where it is read: a manifest or DCP metadata names them, and either may be crafted
+        real = {rel: confine.resolve(self.root, rel) for rel in {p.rel for p in pieces}}
+        specs = [fastio.FileSpec(real[p.rel], p.length) if p.whole else
+                 fastio.FileSpec(real[p.rel], p.length, offset=p.offset) for p in pieces]
+        mode, rep.notes[READ] = self._mode(specs)
+        rep.read_mode = mode
+
+        def progress(snap) -> None:
+            rep.timeline.append((round(time.perf_counter() - t0, 4), int(snap.bytes)))
+            if self.on_progress:
+                self.on_progress(snap)
+
+        driven = drive(lambda: LocalReadHandle(fastio.start(specs, concurrency=self.concurrency, read=mode,
+                                                            hash=self.hash, block_size=self.block_size,
+                                                            into_memory=True)),
+                       on_progress=progress, cancel=self.cancel, interval=TIMELINE_S)
+        res = driven.result
+        if res.failed:
+            f = res.failed[0]
+            rel = next(p.rel for p, r in zip(pieces, res.files) if r is f)
+            raise CkptbenchError(f"{rel}: unreadable ({f.error.message})"
+                                 + (f" and {len(res.failed) - 1} more" if len(res.failed) > 1 else ""))
+        rep.bytes_read = res.bytes
+        return res
+
+    def _verify(self, rep: RankReport, res: fastio.ReadResult) -> None:
+        """Whole files against the manifest's digests; byte ranges have no reference (digests are per file)."""
+        man = self.man
+        whole = [(p, f) for p, f in zip(self.share.pieces, res.files) if p.whole]
+        if man is None or self.hash == "none" or man.hash != self.hash:
+            rep.notes[VERIFY] = "NOT VERIFIED: no manifest digests to compare with"
+            return
+        ref = {e.path: e for e in man.files}
+        for p, f in whole:
+            e = ref.get(p.rel)
+            if e is not None and (e.bytes != f.bytes or (e.digest is not None and e.digest != f.digest)):
+                raise CkptbenchError(f"{p.rel}: digest or size differs from the manifest (read {f.bytes} bytes); "
+                                     "the file changed or is corrupt: ckptbench verify names it")
+        ranged = len(self.share.pieces) - len(whole)
+        unlisted = sorted({p.rel for p, _ in whole if p.rel not in ref and p.rel != MANIFEST_NAME})  # no digest
+        rep.verified = ranged == 0 and bool(whole) and not unlisted
+        rep.notes[VERIFY] = (f"{len(whole) - len(unlisted)} whole file(s) matched the manifest" +
+                             (f"; {ranged} byte range(s) NOT VERIFIED (the manifest's digests cover whole files)"
+                              if ranged else "") +
+                             (f"; {len(unlisted)} file(s) NOT VERIFIED: not in the manifest (first {unlisted[0]})"
+                              if unlisted else ""))
+
+    def _load(self, res: fastio.ReadResult, rep: RankReport) -> CheckpointState:
+        share, bufs = self.share, res.buffers
+        state = CheckpointState({})
+        for sl in share.slices:
+            fills = sl.fills
+            if len(fills) == 1 and (not sl.full or fills[0].box[1:] == tuple((0, n) for n in sl.full[1:])):
+                t = torch.frombuffer(bufs[fills[0].piece], dtype=sl.dtype) if share.pieces[fills[0].piece].length \
+                    else torch.empty(0, dtype=sl.dtype)
+                t = t.reshape(sl.shape)  # the read buffer becomes the tensor's storage: no copy
+            else:  # rows from several stored chunks (another world size saved them): copied into one tensor
+                t0 = time.perf_counter()
+                t = torch.empty(sl.shape, dtype=sl.dtype)
+                for f in fills:
+                    view = t
+                    for dim, (start, n) in enumerate(f.box):
+                        view = view.narrow(dim, start, n)
+                    view.copy_(torch.frombuffer(bufs[f.piece], dtype=sl.dtype).reshape(view.shape))
+                rep.assemble_s += time.perf_counter() - t0
+            _put(state, sl.key, t, self.fmt)
+        if share.byte_entries:
+            from ckptbench.checkpoint.formats.dcp_format import load_byte_entry
+
+            for key, i in share.byte_entries:
+                state.extra[key] = load_byte_entry(bytes(bufs[i]))
+        whole = {os.path.join(self.root, p.rel): b for p, b in zip(share.pieces, bufs) if p.whole}
+        if whole:
+            state.merge(_load_whole(self.root, self.fmt, share, whole))
+        return state
+
+    def _to_device(self, state: CheckpointState, rep: RankReport) -> None:
+        if self.device == "cpu":
+            rep.notes[DEVICE] = "cpu: nothing to move"
+            return
+        moved = 0
+        for name, t in list(state.model.items()):
+            state.model[name] = t.pin_memory().to(self.device, non_blocking=True)
+            moved += t.nbytes
+        for name, parts in state.optim.items():
+            for k, t in list(parts.items()):
+                parts[k] = t.pin_memory().to(self.device, non_blocking=True)
+                moved += t.nbytes
+        for name, v in list(state.extra.items()):
+            if isinstance(v, torch.Tensor):
+                state.extra[name] = v.pin_memory().to(self.device, non_blocking=True)
+                moved += v.nbytes
+        torch.cuda.synchronize(self.device)
+        rep.notes[DEVICE] = f"{moved / 1e9:.3f} GB to {self.device} (pinned, asynchronous copies, synchronized)"
+
+
+def tensor_digests(state: CheckpointState) -> dict[str, str]:
+    """crc32c of every tensor's bytes as this rank holds it (after the RTO clock): restores at different world
+    sizes, or a distributed and a single-process one, can be compared tensor by tensor."""
+    out = {}
+    for _, name, t in state.tensors():
+        h = fastio.Hasher("crc32c")
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        out[name] = h.hexdigest()
+    return out
+
+
+def _put(state: CheckpointState, key: str, t: torch.Tensor, fmt: str) -> None:
+    """A slice under the name the single-process loader of its format gives it: DCP's `model.` is the state dict's
+    container (dcp_format drops it), a safetensors or torch key's `model.` is part of the weight's own name."""
+    if group_of(key) == "model":
+        state.model[key.removeprefix("model.") if fmt == "dcp" else key] = t
+    else:
+        state.extra[key] = t
+
+
+def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview]) -> CheckpointState:
+    """Whole files through their format's own loader (checked as a single-process restore checks them)."""
+    from ckptbench.restore import load as restore
+
+    paths = list(buffers)
+    if fmt == "dcp" and any(p.endswith(".distcp") for p in paths):
+        return restore.load_state(root, "dcp", buffers=buffers)
+    ext = restore.SHARD_EXT.get(fmt, ())
+    shards = [p for p in paths if p.endswith(ext)]
+    state = CheckpointState({})
+    if share.state_files:  # a Trainer's torch.save state beside the weights: whoever reads it loads it
+        from ckptbench.checkpoint.formats.torch_shards import load_shards
+
+        state.merge(load_shards([os.path.join(root, r) for r in share.state_files], buffers))
+    if not shards:
+        return state  # otherwise only small files (config, tokenizer): read, as a restore reads them
+    if fmt == "torch":
+        from ckptbench.checkpoint.formats import torch_format
+
+        if share.complete:
+            return restore.load_state(root, fmt, buffers=buffers, shards=shards)
+        for p in shards:  # a rank's subset: the index's cross-file check needs every shard, so none here
+            state.merge(torch_format.load_buffer(buffers[p], p))
+        return state
+    if fmt == "safetensors":
+        from ckptbench.checkpoint.formats import safetensors_format
+
+        for p in shards:
+            state.merge(safetensors_format.load_buffer(buffers[p], p))
+        return state
+    return restore.load_state(root, fmt, buffers=buffers, shards=shards)
+
+
+def _check(state: CheckpointState, concurrency: int):
+    from ckptbench.restore.load import structural_check
+
+    return structural_check(state, concurrency)

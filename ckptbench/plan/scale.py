@@ -1,0 +1,312 @@
+"""`plan --nodes`: where a restore on N nodes saturates the storage, and its RTO floor.
+
+No cluster is involved: per-rank read rates (measured in results.csv, else assumed from the preset) are
+multiplied out and held against the storage preset's per-client, aggregate and request-rate ceilings."""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass
+
+from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.plan.shape import plan
+from ckptbench.checkpoint.profiles import Profile
+from ckptbench.core.paths import PROFILES_DIR
+
+MAX_READ_GBPS = 1000.0  # far beyond any storage a rank reads from: a recorded rate above it is damaged, not measured
+COORDINATION_S = 5.0  # process-group init, a barrier and the index broadcast: an assumption, not measured
+RESTORE_STATUSES = ("ok", "unverified")  # an unverified restore still read every byte at the rate recorded
+
+
+@dataclass(frozen=True)
+class ScalePreset:
+    """The figures of a storage preset that a multi-node restore runs into."""
+
+    name: str
+    path: str
+    client_gbps: float  # one node's mount or NIC
+    shared: bool  # False: every node reads its own copy, nothing is shared between nodes
+    aggregate_gbps: float | None  # the whole file system; None where nothing shared caps it
+    metadata_ops_per_s: float | None  # opens and stats per second, file system wide
+    per_prefix_get_per_s: float | None  # object stores: GET/HEAD per second per partitioned prefix
+    prefixes: int
+    part_bytes: int | None  # object stores: bytes per ranged GET
+    per_connection_gbps: float | None
+    head_per_file: bool  # a FUSE mount of an object store: every open is a HEAD as well
+
+
+def _preset_path(name: str) -> str:
+    folder = os.path.join(PROFILES_DIR, "storage")
+    path = name if name.endswith(".toml") else os.path.join(folder, f"{name}.toml")
+    if not os.path.isfile(path):
+        known = sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".toml"))
+        raise CkptbenchError(f"unknown storage preset {name!r}: choose one of {', '.join(known)} or a .toml path")
+    return path
+
+
+MAX_FIGURE = 1e12  # beyond any real storage; 1e308 GB/s times the nodes was inf, and --json printed Infinity
+
+
+def _number(doc: dict, path: str, key: str, *, whole: bool = False, default=None):
+    """A positive finite number from the preset, or `default` when absent; one line naming file and field else."""
+    if key not in doc:
+        return default
+    v = doc[key]
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 < v <= MAX_FIGURE
+    if ok and whole and v != int(v):
+        ok = False
+    if not ok:
+        kind = f"a positive {'whole ' if whole else ''}number at most {MAX_FIGURE:g}"
+        raise CkptbenchError(f"{path}: {key} must be {kind}, got {v!r}; fix the storage preset")
+    return int(v) if whole else float(v)
+
+
+def _flag(doc: dict, path: str, key: str, default: bool) -> bool:
+    v = doc.get(key, default)
+    if not isinstance(v, bool):
+        raise CkptbenchError(f"{path}: {key} must be true or false, got {v!r}; fix the storage preset")
+    return v
+
+
+def load_preset(name: str) -> ScalePreset:
+    """A storage preset by name, or by path to a .toml file, with its scale figures validated."""
+    path = _preset_path(name)
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CkptbenchError(f"{path}: not a valid storage preset ({exc})") from None
+    ceiling = _number(doc, path, "ceiling_gbps")
+    if ceiling is None:
+        raise CkptbenchError(f"{path}: ceiling_gbps is missing; compare with profiles/storage/efs.toml")
+    preset = ScalePreset(
+        name=str(doc.get("name", os.path.basename(path)[:-5])), path=path,
+        client_gbps=_number(doc, path, "client_gbps", default=ceiling),
+        shared=_flag(doc, path, "shared", True),
+        aggregate_gbps=_number(doc, path, "aggregate_gbps"),
+        metadata_ops_per_s=_number(doc, path, "metadata_ops_per_s"),
+        per_prefix_get_per_s=_number(doc, path, "per_prefix_get_per_s"),
+        prefixes=_number(doc, path, "prefixes", whole=True, default=1),
+        part_bytes=_number(doc, path, "part_bytes", whole=True),
+        per_connection_gbps=_number(doc, path, "per_connection_gbps"),
+        head_per_file=_flag(doc, path, "head_per_file", False),
+    )
+    if not preset.shared and preset.aggregate_gbps is not None:
+        raise CkptbenchError(f"{path}: aggregate_gbps on a preset with shared = false; remove one of them")
+    if preset.per_prefix_get_per_s is not None and preset.part_bytes is None:
+        raise CkptbenchError(f"{path}: per_prefix_get_per_s needs part_bytes (bytes per ranged GET); add it")
+    return preset
+
+
+def _runs(rows: list[dict], keep) -> dict[str, list[dict]]:
+    runs: dict[str, list[dict]] = {}
+    for r in rows:
+        if keep(r) and isinstance(r.get("read_gbps"), float) and 0 < r["read_gbps"] <= MAX_READ_GBPS:
+            runs.setdefault(r["run_id"], []).append(r)
+    return runs
+
+
+def _median(values: list[float]) -> float:
+    from ckptbench.core.stats import spread
+
+    return spread(values)["median"]
+
+
+def measured_rank_read(results_path: str) -> dict | None:
+    """The per-rank read rate of the newest distributed run (its aggregate rate ÷ its ranks), else of the
+    newest restore run, neither read hot from the page cache; None when results.csv holds neither."""
+    from ckptbench.records.results import read_rows
+
+    if not results_path or not os.path.exists(results_path):
+        return None
+    # a hot run read the page cache: it says nothing of the storage
+    rows = [r for r in read_rows(results_path) if r.get("cache") != "hot"]
+    dist = _runs(rows, lambda r: r["kind"] == "dist" and r["status"] == "ok"
+                 and isinstance(r.get("ranks"), float) and r["ranks"] >= 1)
+    if dist:
+        run = list(dist.values())[-1]
+        return {"source": "measured-dist", "run_id": printable(run[0]["run_id"]),
+                "date": printable(run[0]["timestamp"]), "where": printable(run[0]["source"]),
+                "ranks": int(run[0]["ranks"]),
+                "gbps": _median([r["read_gbps"] / r["ranks"] for r in run])}
+    restore = _runs(rows, lambda r: r["kind"] == "restore" and r["status"] in RESTORE_STATUSES)
+    if restore:
+        run = list(restore.values())[-1]
+        return {"source": "measured-restore", "run_id": printable(run[0]["run_id"]),
+                "date": printable(run[0]["timestamp"]), "where": printable(run[0]["source"]), "ranks": 1,
+                "gbps": _median([r["read_gbps"] for r in run])}
+    return None
+
+
+def _requests(profile: Profile, base: dict, preset: ScalePreset) -> dict | None:
+    """What a matching-world restore asks of the request or metadata rate: how many, how fast, of what."""
+    files = base["files"]
+    if preset.per_prefix_get_per_s is not None:
+        part, world = preset.part_bytes, profile.world_size
+        shards = world * (math.ceil(profile.weights_bytes / world / part)
+                          + math.ceil(profile.optimizer_bytes / world / part))
+        count = shards + (files - 2 * world) + (files if preset.head_per_file else 0)  # small files: one GET each
+        return {"kind": "GET" + ("+HEAD" if preset.head_per_file else ""), "count": count,
+                "per_s": preset.prefixes * preset.per_prefix_get_per_s, "part_bytes": part,
+                "prefixes": preset.prefixes}
+    if preset.metadata_ops_per_s is not None:
+        return {"kind": "open", "count": files, "per_s": preset.metadata_ops_per_s}
+    return None
+
+
+def _floor(read_bytes: int, gbps: float, requests: int | None, per_s: float | None, coordination_s: float):
+    read_s = read_bytes / (gbps * 1e9)
+    requests_s = requests / per_s if requests is not None else 0.0
+    return {"read_s": read_s, "requests_s": requests_s, "rto_floor_s": max(read_s, requests_s) + coordination_s,
+            "bound": "requests" if requests_s > read_s else "bandwidth"}
+
+
+def _at(nodes: int, ranks_per_node: int, per_node: float, preset: ScalePreset, total: int, req: dict | None,
+        coordination_s: float) -> dict:
+    """Aggregate rate, what binds it, and the RTO floors (matching world; every rank reads everything) at `nodes`."""
+    ranks = nodes * ranks_per_node
+    rates = {}
+    if preset.aggregate_gbps is not None:
+        rates["aggregate"] = preset.aggregate_gbps
+    if req is not None:
+        rates["requests"] = total / (req["count"] / req["per_s"]) / 1e9  # the bandwidth the request rate allows
+    rates["per_node"] = nodes * per_node  # last: on a tie the storage binds, it is saturated
+    binding = min(rates, key=lambda k: rates[k])
+    bw = min(rates["per_node"], rates.get("aggregate", math.inf))
+    count = req["count"] if req else None
+    match = _floor(total, bw, count, req and req["per_s"], coordination_s)
+    every = _floor(total * ranks, bw, count * ranks if req else None, req and req["per_s"], coordination_s)
+    return {"nodes": nodes, "ranks": ranks, "gbps": rates[binding], "binding": binding, "rates_gbps": rates,
+            "rto_floor_s": match["rto_floor_s"], "rto_floor_everything_s": every["rto_floor_s"],
+            "matching": match, "everything": every}
+
+
+def _node_counts(nodes: int) -> list[int]:
+    counts, n = [], 1
+    while n < nodes:
+        counts.append(n)
+        n *= 2
+    return counts + [nodes]
+
+
+def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: ScalePreset, measured: dict | None = None,
+          coordination_s: float = COORDINATION_S) -> dict:
+    """The restore of `profile` on `nodes` × `ranks_per_node` ranks from `storage`: ceilings, the binding one,
+    where the storage saturates, the RTO floor, and a table over node counts (1, 2, 4, ... nodes)."""
+    if nodes < 1 or ranks_per_node < 1:
+        raise CkptbenchError(f"nodes and ranks per node must be at least 1, got {nodes} and {ranks_per_node}")
+    base = plan(profile)
+    total, ranks = base["total_bytes"], nodes * ranks_per_node
+    if measured is not None:
+        rank = dict(measured)
+    else:
+        rank = {"source": "assumed", "gbps": storage.client_gbps / ranks_per_node,
+                "why": f"no distributed or restore run measured: {storage.name}'s per-client ceiling "
+                       f"{storage.client_gbps:g} GB/s shared by {ranks_per_node} ranks"}
+    from_ranks = ranks_per_node * rank["gbps"]
+    per_node = min(from_ranks, storage.client_gbps)
+    req = _requests(profile, base, storage)
+    row = _at(nodes, ranks_per_node, per_node, storage, total, req, coordination_s)
+    limit = min((v for k, v in row["rates_gbps"].items() if k != "per_node"), default=None)
+    out = {
+        "profile": profile.name,
+        "storage": storage.name,
+        "nodes": nodes,
+        "ranks_per_node": ranks_per_node,
+        "ranks": ranks,
+        "total_bytes": total,
+        "files": base["files"],
+        "bytes_per_rank": total / ranks,
+        "bytes_per_rank_everything": total,
+        "per_rank": rank,
+        "ceilings": {
+            "per_node_gbps": per_node,
+            "per_node_capped_by": "client" if storage.client_gbps <= from_ranks * (1 + 1e-9) else "ranks",
+            "client_gbps": storage.client_gbps,
+            "nodes_gbps": row["rates_gbps"]["per_node"],
+            "aggregate_gbps": storage.aggregate_gbps,
+            "shared": storage.shared,
+            "requests": None if req is None else req | {"s": req["count"] / req["per_s"],
+                                                        "implied_gbps": row["rates_gbps"]["requests"]},
+        },
+        "binding": row["binding"],
+        "gbps": row["gbps"],
+        # the first node count at which the nodes together reach the storage's own limit
+        "saturates_at_nodes": None if limit is None else max(1, math.ceil(limit / per_node - 1e-9)),
+        "coordination_s": coordination_s,
+        "read_s": row["matching"]["read_s"],
+        "requests_s": row["matching"]["requests_s"],
+        "rto_floor_s": row["rto_floor_s"],
+        "everything": {"read_amplification": ranks, "bytes_read": total * ranks,
+                       "requests": None if req is None else req["count"] * ranks,
+                       "read_s": row["everything"]["read_s"], "requests_s": row["everything"]["requests_s"],
+                       "rto_floor_s": row["rto_floor_everything_s"], "bound": row["everything"]["bound"]},
+        "table": [{k: r[k] for k in ("nodes", "ranks", "gbps", "binding", "rto_floor_s", "rto_floor_everything_s")}
+                  for r in (_at(n, ranks_per_node, per_node, storage, total, req, coordination_s)
+                            for n in _node_counts(nodes))],
+        "assumptions": _assumptions(storage, coordination_s),
+    }
+    if storage.per_connection_gbps:
+        out["ceilings"]["connections_per_node"] = math.ceil(per_node / storage.per_connection_gbps)
+    return out
+
+
+def _assumptions(storage: ScalePreset, coordination_s: float) -> list[str]:
+    notes = [f"a fixed {coordination_s:g} s of coordination (process groups, a barrier, the index) is added",
+             "a matching-world restore reads each byte once; the everything case reads all of it on every rank"]
+    if not storage.shared:
+        notes.append(f"{storage.name} is not shared: every node reads its own copy, so nodes add bandwidth freely")
+    elif storage.aggregate_gbps is None:
+        notes.append(f"{storage.name} publishes no aggregate bandwidth ceiling: only the request rate caps the nodes")
+    return notes
+
+
+def _rate(doc: dict) -> str:
+    r = doc["per_rank"]
+    if r["source"] == "assumed":
+        return f"per-rank read {r['gbps']:.3f} GB/s ASSUMED ({r['why']})"
+    what = f"distributed run {r['run_id']}, {r['ranks']} ranks" if r["source"] == "measured-dist" \
+        else f"restore run {r['run_id']}"
+    return f"per-rank read {r['gbps']:.3f} GB/s MEASURED ({what}, {r['date']}, from {r['where']})"
+
+
+def _ceilings(doc: dict) -> str:
+    c = doc["ceilings"]
+    by = "the client ceiling" if c["per_node_capped_by"] == "client" else "its ranks"
+    parts = [f"per node {c['per_node_gbps']:.2f} GB/s ({by}), {doc['nodes']} nodes {c['nodes_gbps']:.2f} GB/s"]
+    if c["aggregate_gbps"] is not None:
+        parts.append(f"aggregate {c['aggregate_gbps']:.2f} GB/s")
+    elif not c["shared"]:
+        parts.append("no shared aggregate (each node reads its own copy)")
+    q = c["requests"]
+    if q is not None:
+        parts.append(f"{q['count']} {q['kind']} requests at {q['per_s']:,.0f}/s take {q['s']:.2f} s "
+                     f"(as bandwidth {q['implied_gbps']:.2f} GB/s)")
+    return "ceilings: " + "; ".join(parts)
+
+
+def text(doc: dict) -> list[str]:
+    """The scale document as the lines `plan --nodes` prints."""
+    from ckptbench.core.units import human_bytes
+
+    e = doc["everything"]
+    sat = doc["saturates_at_nodes"]
+    lines = [
+        f"{doc['profile']} on {doc['nodes']} nodes × {doc['ranks_per_node']} ranks ({doc['ranks']} ranks) from "
+        f"{doc['storage']}: {human_bytes(doc['total_bytes'])} in {doc['files']} files; each rank reads "
+        f"{human_bytes(doc['bytes_per_rank'])} (or all {human_bytes(doc['bytes_per_rank_everything'])})",
+        _rate(doc),
+        _ceilings(doc),
+        f"binding: {doc['binding']} at {doc['gbps']:.2f} GB/s; "
+        + ("the storage never saturates" if sat is None else f"the storage saturates at {sat} nodes"),
+        f"RTO floor {doc['rto_floor_s']:.1f} s (read {doc['read_s']:.1f} s, requests {doc['requests_s']:.1f} s, "
+        f"+ {doc['coordination_s']:g} s coordination); every rank reading everything (read amplification "
+        f"×{e['read_amplification']}): {e['rto_floor_s']:.1f} s",
+        f"{'nodes':>7} {'ranks':>7} {'GB/s':>9}  {'binding':<10} {'RTO floor':>10} {'everything':>11}",
+    ]
+    for r in doc["table"]:
+        lines.append(f"{r['nodes']:>7} {r['ranks']:>7} {r['gbps']:>9.2f}  {r['binding']:<10} "
+                     f"{r['rto_floor_s']:>8.1f} s {r['rto_floor_everything_s']:>9.1f} s")
+    return lines

@@ -1,0 +1,106 @@
+"""`plan`: the arithmetic of a checkpoint shape — sizes by part, files, save bandwidth, restore memory."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from ckptbench.core.errors import printable
+from ckptbench.checkpoint.profiles import DTYPE_BYTES, Profile
+from ckptbench.save.report import HEADROOM
+
+SMALL_FILE_AVG = 56 << 10  # the generator's data-loader files average 56 KiB
+MAX_WRITE_GBPS = 1000.0  # far beyond any one machine's storage: a recorded figure above it is damaged, not measured
+
+
+def _in_range(gbps) -> bool:
+    return isinstance(gbps, float) and math.isfinite(gbps) and 0 < gbps <= MAX_WRITE_GBPS
+
+
+def measured_save(results_path: str, target: str | None = None) -> dict | None:
+    """The newest recorded save run (to `target` when given, compared by real path): its sustained durable
+    throughput, the median over its saves after the first, as `save` reports it; None when there is none.
+
+    A run whose throughput is out of range (negative, zero, absurd: a damaged or hand-edited row) is unknown:
+    `sustained_gbps` None and `unknown` saying why in one line, never a figure an interval is judged by."""
+    from ckptbench.records.results import read_rows
+    from ckptbench.core.stats import spread
+
+    if not os.path.exists(results_path):
+        return None
+    runs: dict[str, list[dict]] = {}
+    for r in read_rows(results_path):
+        if r["kind"] == "save" and r["status"] == "ok" and r["write_gbps"] is not None and (
+                target is None or os.path.realpath(r["target"]) == os.path.realpath(target)):
+            runs.setdefault(r["run_id"], []).append(r)
+    if not runs:
+        return None
+    rows = list(runs.values())[-1]
+    steady = [r for r in rows if r["repeat"] != 1] or rows
+    out = {"run_id": printable(rows[0]["run_id"]), "date": printable(rows[0]["timestamp"]),
+           "target": printable(rows[0]["target"]), "format": printable(rows[0]["format"]), "saves": len(rows),
+           "sustained_gbps": None,
+           "dirty_peak_fraction": max((r["dirty_peak_fraction"] for r in rows
+                                       if _fraction(r.get("dirty_peak_fraction"))), default=None),
+           "throttled": any(str(r.get("throttled")) == "True" for r in rows),
+           "overran": sum(1 for r in rows if str(r.get("overran")) == "True")}
+    bad = [r["write_gbps"] for r in rows if not _in_range(r["write_gbps"])]
+    if bad:
+        out["unknown"] = (f"save run {out['run_id']} in {printable(results_path)} records write_gbps {bad[0]:g}, out "
+                          f"of range (above 0, at most {MAX_WRITE_GBPS:g} GB/s): its save time is unknown; run "
+                          "`ckptbench save` again")
+        return out
+    out["sustained_gbps"] = spread([r["write_gbps"] for r in steady])["median"]
+    return out
+
+
+def _fraction(x) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and 0 <= x <= 100
+
+
+def _against(total: int, interval_s: float, measured: dict) -> dict:
+    durable = total / (measured["sustained_gbps"] * 1e9)
+    return measured | {"durable_s_estimate": durable, "shortest_safe_interval_s": durable * HEADROOM,
+                       "meets_interval": durable * HEADROOM <= interval_s}
+
+
+def plan(profile: Profile, interval_s: float | None = None, measured: dict | None = None) -> dict:
+    p = profile.dims.param_count
+    obytes = DTYPE_BYTES[profile.optimizer_dtype]
+    parts = {
+        "weights": profile.weights_bytes,
+        "optimizer_master": p * obytes,
+        "optimizer_exp_avg": p * obytes,
+        "optimizer_exp_avg_sq": p * obytes,
+        "small_files": profile.small_files * SMALL_FILE_AVG,
+    }
+    total = sum(parts.values())
+    world = profile.world_size
+    files = 2 * world + 1 + profile.small_files + 1  # model+optimizer shard per rank, index, tail, manifest
+    largest_shard = (profile.weights_bytes + profile.optimizer_bytes) // world
+    out = {
+        "profile": profile.name,
+        "reference": profile.reference,
+        "params": p,
+        "dims": vars(profile.dims),
+        "world_size": world,
+        "bytes": parts,
+        "total_bytes": total,
+        "files": files,
+        "avg_file_bytes": total // files,
+        "restore_memory": {
+            # model and optimizer hold every tensor; a shard being deserialized adds one more copy at most
+            "held_bytes": profile.weights_bytes + profile.optimizer_bytes,
+            "peak_bytes_mmap_or_safetensors": profile.weights_bytes + profile.optimizer_bytes,
+            "peak_bytes_full_read": profile.weights_bytes + profile.optimizer_bytes + largest_shard,
+            "per_rank_bytes": (profile.weights_bytes + profile.optimizer_bytes) // world,
+        },
+    }
+    if interval_s:
+        out["save"] = {"interval_s": interval_s, "required_gbps": total / interval_s / 1e9,
+                       "per_rank_gbps": total / interval_s / 1e9 / world}
+        if measured is not None and _in_range(measured.get("sustained_gbps")):
+            out["save"]["measured"] = _against(total, interval_s, measured)
+        elif measured is not None and measured.get("unknown"):
+            out["save"]["measured_unknown"] = measured["unknown"]
+    return out

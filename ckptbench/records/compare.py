@@ -1,0 +1,118 @@
+"""Compare: the newest run against a baseline, figure by figure, with the run-to-run noise taken into account."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ckptbench.system.env import KEY_FIELDS
+from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.records.results import STAGES, read_rows
+from ckptbench.core.stats import spread
+
+# figure -> True when higher is better, by kind of run
+FIGURES = {"rto_s": False, **{f"{s}_s": False for s in STAGES}, "read_gbps": True, "peak_rss_bytes": False,
+           "cpu_s": False}
+SAVE_FIGURES = {"write_gbps": True, "durable_s": False, "written_s": False, "blocking_s": False}
+
+# runs that differ in these measured different things
+SETTINGS = ("source", "format", "mode", "cache", "concurrency", "read", "hash", "block_size", "device")
+SAVE_SETTINGS = ("source", "format", "mode", "target", "ranks", "stagger_s")
+
+
+@dataclass(frozen=True)
+class FigureDelta:
+    figure: str
+    baseline: dict
+    newest: dict
+    change_pct: float | None
+    regression: bool
+    beyond_noise: bool
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline_id: str
+    newest_id: str
+    figures: list[FigureDelta]
+    env_diff: dict[str, tuple]
+    threshold_pct: float
+
+    @property
+    def regressed(self) -> list[FigureDelta]:
+        return [f for f in self.figures if f.regression]
+
+
+# restores that ran to the end: "unverified" ones (no reference digest to compare with) are timed all the same
+COMPLETED = ("ok", "unverified")
+
+
+def _runs(rows: list[dict]) -> dict[str, list[dict]]:
+    runs: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["status"] in COMPLETED:
+            runs.setdefault(r["run_id"], []).append(r)
+    return runs
+
+
+def _steady(rows: list[dict]) -> list[dict]:
+    """A save run's rows after its first save (cold files and page cache), as its sustained figures are taken."""
+    if rows[0]["kind"] == "save" and len(rows) > 1:
+        return [r for r in rows if r["repeat"] != 1] or rows
+    return rows
+
+
+def _shown(value):
+    """A recorded value as it may be shown: results fields are text anyone could have written (a terminal escape in a
+    source path or a kernel string would retitle or wipe the terminal)."""
+    return printable(value) if isinstance(value, str) else value
+
+
+def _known(ids: list[str]) -> str:
+    return ", ".join(printable(i) for i in ids[-5:])
+
+
+def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, newest: str | None = None) -> Comparison:
+    if threshold_pct < 0:
+        raise CkptbenchError(f"--threshold must be ≥ 0, got {threshold_pct}")
+    runs = _runs(read_rows(path))
+    ids = list(runs)
+    if len(ids) < 2:
+        raise CkptbenchError(f"{path}: {len(ids)} successful run(s) recorded; compare needs two (run the benchmark again)")
+    if newest is None:
+        newest = ids[-1]
+    elif newest not in runs:
+        raise CkptbenchError(f"{path}: no successful run {printable(newest)!r}; known runs: {_known(ids)}")
+    kind = runs[newest][0]["kind"]
+    if baseline is None:
+        same = [i for i in ids[:ids.index(newest)] if runs[i][0]["kind"] == kind]
+        if not same:
+            raise CkptbenchError(f"{path}: the newest run {printable(newest)} is a {kind} and no earlier {kind} run is "
+                                 "recorded; compare needs two of one kind")
+        baseline = same[-1]
+    elif baseline not in runs:
+        raise CkptbenchError(f"{path}: no successful run {printable(baseline)!r}; known runs: {_known(ids)}")
+    if baseline == newest:
+        raise CkptbenchError(f"--baseline {printable(baseline)} is the newest run; pick an earlier one")
+    if runs[baseline][0]["kind"] != kind:
+        raise CkptbenchError(f"--baseline {printable(baseline)} is a {runs[baseline][0]['kind']} run and "
+                             f"{printable(newest)} a {kind} run; "
+                             "compare runs of one kind")
+    base_rows, new_rows = _steady(runs[baseline]), _steady(runs[newest])
+    figures = []
+    for fig, higher_better in (SAVE_FIGURES if kind == "save" else FIGURES).items():
+        b = spread([r[fig] for r in base_rows])
+        n = spread([r[fig] for r in new_rows])
+        if b["median"] is None or n["median"] is None:
+            continue
+        change = (n["median"] - b["median"]) / b["median"] * 100 if b["median"] else None
+        worse = change is not None and (change < -threshold_pct if higher_better else change > threshold_pct)
+        # beyond noise: the newest run's best repeat is worse than the baseline's worst
+        beyond = (n["max"] < b["min"]) if higher_better else (n["min"] > b["max"])
+        figures.append(FigureDelta(fig, b, n, change, bool(worse and beyond), beyond))
+    env_b, env_n = base_rows[-1]["env"], new_rows[-1]["env"]
+    diff = {k: (env_b.get(k), env_n.get(k)) for k in KEY_FIELDS if env_b.get(k) != env_n.get(k)}
+    for k in SAVE_SETTINGS if kind == "save" else SETTINGS:
+        if base_rows[-1][k] != new_rows[-1][k]:
+            diff[k] = (base_rows[-1][k], new_rows[-1][k])
+    shown = {printable(k): (_shown(a), _shown(b)) for k, (a, b) in diff.items()}
+    return Comparison(printable(baseline), printable(newest), figures, shown, threshold_pct)

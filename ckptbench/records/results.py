@@ -1,0 +1,413 @@
+"""results.csv: one row per repeat, append-only, each row carrying its environment; and reading it back.
+
+Beside it, results.csv.jsonl: one JSON document per line, {"record": "repeat"} as each repeat ends and
+{"record": "run"} (the summary) when the run ends; both files only ever grow.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import stat
+import tempfile
+
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.stages import STAGES
+from ckptbench.core.stats import spread
+
+SCHEMA = 2
+# schema 1 (restores only) is still read and appended to; schema 2 adds `kind` (restore | save) and the save figures
+COLUMNS_V1 = tuple(
+    ["schema", "run_id", "repeat", "timestamp", "source", "format", "mode", "status", "cache", "cache_verified",
+     "residency_before", "residency_after", "concurrency", "read", "hash", "block_size", "device"]
+    + [f"{s}_s" for s in STAGES]
+    + ["rto_s", "bytes", "files", "files_restored", "read_gbps", "success_rate", "retries", "errors",
+       "peak_rss_bytes", "cpu_s", "env"]
+)
+SAVE_COLUMNS = ("target", "ranks", "stagger_s", "interval_s", "blocking_s", "written_s", "durable_s", "write_gbps",
+                "overran", "dirty_peak_fraction", "throttled", "write_amplification")
+COLUMNS = ("schema", "kind") + COLUMNS_V1[1:-1] + SAVE_COLUMNS + ("env",)
+KINDS = ("restore", "save", "watch", "dist")  # watch: a restore ckptbench did not run (watch_results.py);
+# dist: a distributed restore under torchrun, one row per repeat for all its ranks (dist/summary.py)
+_TEXT = {"env", "run_id", "timestamp", "source", "format", "mode", "status", "cache", "read", "hash", "device",
+         "cache_verified", "errors", "kind", "target", "overran", "throttled"}
+
+
+def _line(values: list) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue()
+
+
+def jsonl_path(path: str) -> str:
+    """The run documents' file beside a results file."""
+    return path + ".jsonl"
+
+
+def recorded_text(text: str) -> str:
+    """`text` as valid UTF-8: bytes that are not (a path's surrogate escapes) become backslash escapes, e.g. \\xff."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # lone surrogates that are not escaped bytes
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def plain(value):
+    """`value` as JSON allows it: non-finite floats become null, text valid UTF-8, anything else its str."""
+    if isinstance(value, str):
+        return recorded_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, dict):
+        return {recorded_text(str(k)): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return recorded_text(str(value))
+
+
+def _cannot(path: str, what: str, exc: OSError) -> CkptbenchError:
+    return CkptbenchError(f"{recorded_text(path)}: cannot {what} ({exc.strerror}); choose a writable --results path")
+
+
+def _check_appendable(path: str) -> None:
+    """Opens `path` for append without creating or changing it; a missing file: its folder must take a new one."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        _check_creatable(path)
+        return
+    except OSError as exc:
+        raise _cannot(path, "append to it", exc) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CkptbenchError(f"{recorded_text(path)}: not a regular file; choose another --results path")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO swapped in refuses
+    except OSError as exc:
+        raise _cannot(path, "append to it", exc) from None
+    os.close(fd)
+
+
+def _check_creatable(path: str) -> None:
+    """Creates and removes a temporary file beside `path`, as append() does: no empty results file is left."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{name}.probe-", dir=folder)
+    except OSError as exc:
+        raise _cannot(path, "create the results file there", exc) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_writable(path: str, kind: str = "restore") -> None:
+    """Before a run: both the results file and its .jsonl can be appended to (or created), and an existing
+    results file is ours (same header) and takes this kind of row, so that nothing fails after the run and
+    nothing lands in a foreign file."""
+    _check_appendable(path)
+    _check_appendable(jsonl_path(path))
+    if os.path.exists(path):
+        read_rows(path)
+        if kind != "restore" and header_of(path) == COLUMNS_V1:
+            raise CkptbenchError(f"{recorded_text(path)}: a schema-1 results file holds restores only; record "
+                                 f"{kind}s in a new --results path")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fsync_dir(path: str) -> None:
+    """A new file's name is durable only once its folder is synced; best effort, as some filesystems refuse."""
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _check_regular(path: str) -> None:
+    """A FIFO or a device named as a results file would block the read or never end it: refused by its type."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise CkptbenchError(f"{recorded_text(path)}: not a regular file; not a ckptbench results file")
+
+
+def header_of(path: str) -> tuple[str, ...]:
+    """The columns an existing results file was started with (schema 1 or 2)."""
+    try:
+        with open(path, newline="") as f:
+            return tuple(next(csv.reader(f), ()))
+    except OSError as exc:
+        raise CkptbenchError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _ends_a_line(path: str, size: int) -> bool:
+    """Whether the file's last byte ends a line (an unreadable file is taken on trust)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            return f.read(1) == b"\n"
+    except OSError:
+        return True
+
+
+def append(path: str, rows: list[dict]) -> None:
+    """Appends rows with one write each to an O_APPEND file: a crash loses at most the row being written."""
+    if not os.path.exists(path):
+        header = _line(list(COLUMNS))
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(header)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # fails if another writer created it meanwhile: then keep theirs
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+        _fsync_dir(path)
+    read_rows(path)  # refuses a foreign or damaged file before touching it
+    columns = header_of(path)
+    if columns == COLUMNS_V1 and any(row.get("kind", "restore") != "restore" for row in rows):
+        raise CkptbenchError(f"{recorded_text(path)}: a schema-1 results file holds restores only; record saves in "
+                             "a new --results path")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        for row in rows:
+            row = {"kind": "restore"} | row
+            if columns == COLUMNS_V1:
+                row["schema"] = 1  # an old file keeps its schema: its rows stay readable by older versions
+            values = [json.dumps(plain(row[c]), sort_keys=True, allow_nan=False) if c == "env"
+                      else plain(row.get(c, "")) for c in columns]
+            _write_all(fd, _line(values).encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append_document(path: str, doc: dict) -> None:
+    """Appends one JSON document as one line of the results file's .jsonl, fsync'd before returning."""
+    target = jsonl_path(path)
+    line = json.dumps(plain(doc), allow_nan=False) + "\n"
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        if size and not _ends_a_line(target, size):
+            line = "\n" + line  # a line torn by a crash stays apart from this one
+        _write_all(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if size == 0:
+        _fsync_dir(target)
+
+
+def read_documents(path: str, record: str | None = None) -> list[dict]:
+    """The documents in a results file's .jsonl, oldest first; only `record` ("repeat" or "run") when given.
+
+    Documents written before records were tagged are runs; a line torn by a crash is skipped."""
+    docs = []
+    try:
+        _check_regular(jsonl_path(path))
+        with open(jsonl_path(path), encoding="utf-8") as f:
+            for line in f:
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(doc, dict) and (record is None or doc.get("record", "run") == record):
+                    docs.append(doc)
+    except FileNotFoundError:
+        return []
+    except UnicodeDecodeError:
+        raise CkptbenchError(f"{jsonl_path(path)}: not a text file; not a ckptbench results file") from None
+    except OSError as exc:
+        raise CkptbenchError(f"{jsonl_path(path)}: cannot read ({exc.strerror})") from None
+    return docs
+
+
+def read_rows(path: str) -> list[dict]:
+    """Rows as dicts with numbers parsed and env decoded; one clear error for anything that is not our file."""
+    try:
+        _check_regular(path)
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                raise CkptbenchError(f"{path}: empty; not a ckptbench results file")
+            columns = tuple(header)
+            if columns not in (COLUMNS, COLUMNS_V1):
+                raise CkptbenchError(f"{path}: not a ckptbench results file of schema 1 or {SCHEMA} (its header "
+                                     "differs); use another --results path")
+            rows = []
+            for lineno, values in enumerate(reader, start=2):
+                if len(values) != len(columns):
+                    raise CkptbenchError(f"{path}:{lineno}: malformed row ({len(values)} fields, expected "
+                                         f"{len(columns)}); repair or move the file")
+                row = dict.fromkeys(COLUMNS, "") | {"kind": "restore"} | dict(zip(columns, values))
+                rows.append(_parse(row, path, lineno))
+            return rows
+    except csv.Error as exc:  # e.g. a field over csv's size limit
+        raise CkptbenchError(f"{path}:{reader.line_num}: malformed row ({exc}); repair or move the file") from None
+    except UnicodeDecodeError:
+        raise CkptbenchError(f"{path}: not a text file; not a ckptbench results file") from None
+    except OSError as exc:
+        raise CkptbenchError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _parse(row: dict, path: str, lineno: int) -> dict:
+    out = dict(row)
+    try:
+        out["env"] = json.loads(row["env"]) if row["env"] else {}
+        if not isinstance(out["env"], dict):
+            raise ValueError("env is not an object")
+        for k, v in row.items():
+            if k in _TEXT:
+                continue
+            x = float(v) if v not in ("", "None") else None
+            out[k] = x if x is None or math.isfinite(x) else None  # nan (older files) is unknown, never a figure
+    except (ValueError, RecursionError):
+        raise CkptbenchError(f"{path}:{lineno}: malformed value; repair or move the file") from None
+    return out
+
+
+def repeat_doc(r) -> dict:
+    return {"status": r.status, "stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps,
+            "engine_gbps": r.engine_gbps, "warmup_s": r.warmup_s, "success_rate": r.success_rate,
+            "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors, "cache": r.cache.to_dict(),
+            "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "problems": r.problems, "notes": r.notes,
+            "verified": r.verified, "read": {"mode": r.read_mode, "why": r.read_why}, "check": r.check_kind}
+
+
+def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -> dict:
+    """The run document: medians with min/max over the repeats, every repeat, the environment."""
+    stage_stats = {s: spread([r.stages.get(s) for r in reps]) for s in STAGES}
+    rto = spread([r.rto_s for r in reps])
+    gbps = spread([r.read_gbps for r in reps])
+    notes: dict[str, str] = {}
+    for r in reps:
+        notes.update(r.notes)
+    return {
+        "record": "run",
+        "run_id": run_id,
+        "source": source,
+        "format": fmt,
+        "options": vars(opts),
+        "status": "ok" if all(r.status == "ok" for r in reps) else "failed",
+        "verified": all(r.verified for r in reps),
+        # what `--read auto` picked, per repeat (a cold and a warm repeat can differ), and why
+        "read": {"modes": sorted({r.read_mode for r in reps}), "why": reps[0].read_why},
+        "check": reps[0].check_kind,
+        "stages": {s: st["median"] for s, st in stage_stats.items()},
+        "stages_stats": stage_stats,
+        "rto_s": rto["median"],
+        "rto_stats": rto,
+        "warmup_s": sum(r.warmup_s for r in reps),
+        "bytes": reps[0].bytes,
+        "files": reps[0].files,
+        "read_gbps": gbps["median"],
+        "read_gbps_stats": gbps,
+        "engine_gbps": spread([r.engine_gbps for r in reps])["median"],
+        "success_rate": min(r.success_rate for r in reps),
+        "retries": sum(r.retries for r in reps),
+        "retry_classes": _merged([r.retry_classes for r in reps]),
+        "errors": _merged([r.errors for r in reps]),
+        "cache": {"requested": opts.cache, "residency_before": max(r.cache.residency_before for r in reps),
+                  "residency_after": max((r.cache.residency_after or 0.0) for r in reps),
+                  "verified": all(r.cache.verified for r in reps),
+                  "notes": sorted({r.cache.note for r in reps if r.cache.note})},
+        "peak_rss_bytes": max(r.peak_rss_bytes for r in reps),
+        "cpu_s": spread([r.cpu_s for r in reps])["median"],
+        "notes": notes,
+        "repeats": [repeat_doc(r) for r in reps],
+        "env": env,
+    }
+
+
+def _row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, status: str) -> dict:
+    row = {"schema": SCHEMA, "kind": "restore", "run_id": run_id, "repeat": i, "timestamp": env["date"], "source": source,
+           "format": fmt, "mode": opts.mode, "status": status, "cache": opts.cache, "cache_verified": "",
+           "concurrency": opts.concurrency, "read": opts.read, "hash": opts.hash or "",
+           "block_size": opts.block_size, "device": opts.device, "env": env}
+    return row
+
+
+def repeat_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, r) -> dict:
+    """One finished repeat as a results.csv row."""
+    # a restore whose digests had no reference is never on record as a verified success
+    row = _row(run_id, i, source, fmt, opts, env, "unverified" if r.status == "ok" and not r.verified else r.status)
+    row.update({"cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
+                "residency_after": r.cache.residency_after, "read": r.read_mode or opts.read, "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files,
+                "files_restored": r.files_restored, "read_gbps": r.read_gbps, "success_rate": r.success_rate,
+                "retries": r.retries, "errors": ";".join(f"{k}={v}" for k, v in sorted(r.errors.items())),
+                "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s})
+    row.update({f"{s}_s": r.stages.get(s) for s in STAGES})
+    return row
+
+
+def stopped_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, stages: dict, status: str) -> dict:
+    """A repeat that did not end (cancelled, or failed with an error): recorded with the stages it finished."""
+    row = _row(run_id, i, source, fmt, opts, env, status)
+    row.update({f"{s}_s": stages.get(s, "") for s in STAGES})
+    return row
+
+
+class Recorder:
+    """Records one run as it goes: as each repeat ends, its document then its row (a row always has its
+    document); the summary document when the run ends."""
+
+    def __init__(self, path: str | None, run_id: str, source: str, fmt: str, opts, env: dict):
+        self.path, self.run_id, self.fmt, self.opts, self.env = path, run_id, fmt, opts, env
+        self.source = recorded_text(source)
+        self.done = 0
+
+    def _repeat_record(self, i: int, fields: dict) -> dict:
+        return {"record": "repeat", "schema": SCHEMA, "run_id": self.run_id, "repeat": i, "source": self.source,
+                "format": self.fmt, "options": vars(self.opts)} | fields | {"env": self.env}
+
+    def repeat(self, rep) -> None:
+        self.done += 1
+        if self.path:
+            append_document(self.path, self._repeat_record(self.done, repeat_doc(rep) | {
+                "bytes": rep.bytes, "files": rep.files, "files_restored": rep.files_restored}))
+            append(self.path, [repeat_row(self.run_id, self.done, self.source, self.fmt, self.opts, self.env, rep)])
+
+    def stopped(self, stages: dict, status: str) -> None:
+        """The repeat under way did not end: `status` is "cancelled" or "failed"."""
+        if self.path:
+            i = self.done + 1
+            append_document(self.path, self._repeat_record(i, {"status": status, "stages": dict(stages)}))
+            append(self.path, [stopped_row(self.run_id, i, self.source, self.fmt, self.opts, self.env, stages,
+                                           status)])
+
+    def finish(self, reps: list, extra: dict | None = None) -> dict:
+        """The summary document, as recorded: text valid UTF-8 and non-finite figures null."""
+        doc = plain(summarize(self.run_id, self.source, self.fmt, self.opts, reps, self.env) | (extra or {}))
+        if self.path:
+            append_document(self.path, doc)
+        return doc

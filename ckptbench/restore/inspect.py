@@ -1,0 +1,237 @@
+"""`ckptbench inspect`: what a checkpoint holds and what restoring it will do, from headers and metadata only.
+
+Nothing here reads tensor data: safetensors headers, DCP's .metadata, torch.save pickles mapped lazily (the
+data pages are never touched). Every header is parsed by the same checked parsers the restore uses.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.sources import Listing, Source
+
+# how trainers name per-rank files (the first group is the rank); DeepSpeed's ranks come from the layout. Hugging
+# Face's -0000N-of-0000M shards are not ranks: one process writes them all
+_RANK_PATTERNS = (
+    re.compile(r"^__(\d+)_\d+\.distcp$"),  # DCP
+    re.compile(r"(?:^|_)rank_?(\d+)\.(?:pt|pth|bin)$"),  # ckptbench's own torch shards
+)
+
+
+@dataclass
+class Group:
+    tensors: int = 0
+    bytes: int = 0
+    params: int = 0  # elements
+    dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> bytes
+
+    def add(self, t: "Tensor") -> None:
+        self.tensors += 1
+        self.bytes += t.bytes
+        self.params += t.numel
+        self.dtypes[t.dtype] = self.dtypes.get(t.dtype, 0) + t.bytes
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One row of inspect's tensor table, from a header: nothing of its data is read."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    bytes: int
+    file: str
+    group: str
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def row(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "bytes": self.bytes,
+                "file": self.file, "group": self.group}
+
+
+def _ranks(names: list[str]) -> int | None:
+    found = set()
+    for n in names:
+        for pat in _RANK_PATTERNS:
+            m = pat.search(os.path.basename(n))
+            if m:
+                found.add(int(m.group(1)))
+                break
+    return len(found) or None
+
+
+def _dtype(d) -> str:
+    return str(d).removeprefix("torch.")
+
+
+def _torch_entries(directory: str, rels: list[str]):
+    """Tensor rows of torch.save files, mapped lazily (no data read), the count of other entries, and the classes
+    their pickles name that are kept as plain data (formats/inert.py); a Trainer's state file is grouped under its
+    stem (optimizer.pt → optimizer)."""
+    from ckptbench.checkpoint.formats import group_of
+    from ckptbench.checkpoint.formats import torch_format as tf
+
+    out, others, inert = [], 0, set()
+    for rel in rels:
+        state = tf.peek_file(os.path.join(directory, rel))
+        inert |= state.inert
+        stem = layouts.state_stem(os.path.basename(rel))
+        for group, name, t in state.tensors():
+            if stem:
+                group = group_of(f"{stem}.{name}")
+            if stem and not name.startswith(stem + "."):
+                name = f"{stem}.{name}"
+            out.append(Tensor(name, _dtype(t.dtype), tuple(t.shape),
+                              t.numel() * t.element_size(), rel, group))
+        others += sum(1 for v in state.extra.values() if not hasattr(v, "dtype"))
+    return out, others, inert
+
+
+def _entries(directory: str, listing: Listing):
+    """Tensor rows of every tensor, the count of non-tensor entries, and the classes kept as plain data, from
+    headers only."""
+    from ckptbench.checkpoint.formats import group_of
+
+    fmt = listing.format
+    lay = listing.layout
+    out, others = [], 0
+    if fmt == "dcp":
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+        from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
+
+        meta = SafeReader(directory).read_metadata()
+        for fqn, md in meta.state_dict_metadata.items():
+            if isinstance(md, TensorStorageMetadata):
+                shape = tuple(md.size)
+                n = 1
+                for d in shape:
+                    n *= d
+                group = group_of(fqn)  # named as the restore names it: a model weight without DCP's `model.`
+                out.append(Tensor(fqn.removeprefix("model.") if group == "model" else fqn, _dtype(md.properties.dtype),
+                                  shape, n * md.properties.dtype.itemsize, ".metadata", group))
+            else:
+                others += 1
+        return out, others, set()
+    state_files = list(lay.state_files) if lay is not None else []
+    if fmt == "safetensors":
+        from ckptbench.checkpoint.formats import safetensors_format as st
+
+        for rel in listing.rels:
+            if not rel.endswith(".safetensors"):
+                continue
+            optim = os.path.basename(rel).startswith("optimizer")
+            for key, (dtype, shape, start, end) in st.header_entries(os.path.join(directory, rel)).items():
+                out.append(Tensor(key, _dtype(dtype), tuple(shape), end - start, rel,
+                                  "optimizer" if optim else group_of(key)))
+        torch_out, others, inert = _torch_entries(directory, state_files)
+        return out + torch_out, others, inert
+    if fmt == "torch":
+        return _torch_entries(directory, [r for r in listing.rels if r.endswith(layouts.TORCH_EXT)])
+    raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
+                         "point at a checkpoint directory")
+
+
+def _notes(lay, entries: list[Tensor]) -> list[str]:
+    """What the figures do not say by themselves: ZeRO-3's placeholder weights."""
+    notes = []
+    empty = [t for t in entries if t.group == "model" and t.numel == 0]
+    if lay is not None and lay.name == "deepspeed" and empty:
+        notes.append(f"ZeRO-3: {len(empty)} model weight(s) in {', '.join(sorted({t.file for t in empty})[:2])} are "
+                     "placeholders (0 elements); the weights live partitioned in the optimizer states "
+                     "(zero_pp_rank_N_…_optim_states.pt), counted in the optimizer group")
+    return notes
+
+
+def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None) -> dict:
+    """The inspect document: layout, tensors by group, the read plan, and what the check stage will do."""
+    from ckptbench.restore import load as restore
+    from ckptbench.checkpoint.packs import read_member
+    from ckptbench.sources import ReadOptions
+
+    listing = source.list()
+    if listing.format == "unknown":
+        raise CkptbenchError(f"{listing.source}: no safetensors, torch or torch.distributed.checkpoint files "
+                             "found; point at a checkpoint directory")
+    if not source.files_on_disk:
+        raise CkptbenchError(f"{listing.source}: inspect reads headers from local files; for an object store, "
+                             "copy the checkpoint's headers down or run `ckptbench run` against it")
+    directory = listing.source
+    man = listing.manifest
+    rels = listing.rels
+    shard_ext = restore.SHARD_EXT[listing.format]
+    shards = [r for r in rels if r.endswith(shard_ext)]
+    tail = restore.tail_names(directory, man, rels)
+    lay = listing.layout or layouts.Layout("files", tuple(rels))  # resume.choose's, as every command's
+    entries, others, inert = _entries(directory, listing)
+    groups: dict[str, Group] = defaultdict(Group)
+    for t in entries:
+        groups[t.group].add(t)
+    sizes = {listing.rel(f.path): f.size or 0 for f in listing.files}
+    total = sum(sizes.values())
+    payload = sum(g.bytes for g in groups.values())
+    largest = max(sizes.items(), key=lambda kv: kv[1]) if sizes else ("", 0)
+    opts, read_why = source.choose_read(listing, ReadOptions(concurrency=concurrency, read="auto", hash="none"))
+    tail_bytes = sum(sizes.get(r, 0) for r in tail)
+    dims, why_not = None, "no model shape is known"
+    if man is not None and man.dims or "config.json" in rels:
+        config = {"config.json": read_member(directory, man, "config.json")} if "config.json" in rels else {}
+        dims, why = restore.model_dims(man, config, {t.name for t in entries if t.group == "model"})
+        why_not = why or why_not
+    floating = sum(b for g in groups.values() for d, b in g.dtypes.items()
+                   if d.startswith(("float", "bfloat", "complex")))
+    check = ("model step: the manifest (or config.json) gives the model's shape, so the restored model runs one "
+             "forward step and its output must be finite" if dims is not None else
+             f"structural, no model step ({why_not}): every floating value ({floating} bytes) is scanned natively "
+             "for NaN/Inf and optimizer parts are checked against their weights")
+    return {
+        "source": listing.source,
+        "format": listing.format,
+        "layout": {
+            "name": lay.name,
+            "tag": lay.tag,
+            "root": lay.root,  # the checkpoint below the folder given, where it held several
+            "why": lay.why,
+            "manifest": man is not None,
+            "ranks": len(lay.ranks) if lay.ranks else _ranks(shards),
+            "shards": len(shards),
+            "tail_files": len(tail),
+            "tail_bytes": tail_bytes,
+            "other_entries": others,
+            "kept_as_data": sorted(inert),  # classes its pickles name, never imported or run (formats/inert.py)
+            "not_read": [{"path": p, "why": why} for p, why in lay.skipped],  # present, deliberately not read
+            "unloaded": [{"path": p, "why": why} for p, why in lay.unloaded],  # read, never deserialized
+            "notes": _notes(lay, entries),
+        },
+        "groups": {name: {"tensors": g.tensors, "params": g.params, "bytes": g.bytes,
+                          "dtypes": dict(sorted(g.dtypes.items()))} for name, g in sorted(groups.items())},
+        "params": sum(g.params for g in groups.values()),
+        "tensor_filter": tensors,
+        "tensors": [t.row() for t in entries if tensors is None or fnmatch.fnmatchcase(t.name, tensors)],
+        "read_plan": {
+            "files": len(sizes),
+            "bytes": total,
+            "largest_file": {"path": largest[0], "bytes": largest[1]},
+            "payload_bytes": payload,
+            # bytes read per byte of tensors: headers, pickles, per-chunk framing, and files nothing loads
+            "amplification": total / payload if payload else None,
+            "read": opts.read,
+            "read_why": read_why,
+            "unreadable_dirs": [{"path": d, "error": w} for d, w in listing.skipped],
+        },
+        "check": check,
+        "manifest_hash": man.hash if isinstance(man, mf.Manifest) else None,
+    }

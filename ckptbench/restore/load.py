@@ -1,0 +1,321 @@
+"""From checkpoint files (or bytes already read) to a model and optimizer that run: load and check."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint import resume
+from ckptbench.checkpoint import tree
+from ckptbench.checkpoint import manifest as mf
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
+from ckptbench.checkpoint.model import GPT, build_on_meta, master_optimizer, sample_batch
+from ckptbench.checkpoint.packs import read_member
+
+if TYPE_CHECKING:
+    from ckptbench.checkpoint.verify import VerifyReport
+from ckptbench.checkpoint.profiles import ModelDims
+from ckptbench.core.units import human_bytes
+
+
+@dataclass
+class Restored:
+    model: GPT | None
+    optimizer: torch.optim.Optimizer | None
+    master: dict[str, torch.Tensor]
+    state: CheckpointState
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    ok: bool
+    param_count: int
+    dtypes: dict[str, str]
+    finite_output: bool | None
+    optimizer_step: bool | None
+    problems: tuple[str, ...]
+    structural_only: bool
+    summary: str = ""  # what was checked, in one line
+
+
+SHARD_EXT = {"safetensors": (".safetensors",), "torch": layouts.TORCH_EXT, "dcp": (".distcp",)}
+
+
+def shard_files(directory: str, fmt: str, lay: layouts.Layout | None = None) -> list[str]:
+    """The files that hold tensors, for this format, in a stable order; only those of the checkpoint its layout
+    names (resume.choose's pick, DeepSpeed's `latest` step, the shards an index names, never training_args.bin)."""
+    if lay is None:
+        lay = resume.choose(directory, tree.rels(directory))
+        directory = os.path.join(directory, lay.root) if lay.root else directory
+    return [os.path.join(directory, r) for r in lay.files if r.endswith(SHARD_EXT[fmt])]
+
+
+def _state_files(directory: str, lay: layouts.Layout | None) -> list[str]:
+    """A Trainer's (or Accelerate's) torch.save state files (optimizer.pt, scheduler.pt, rng_state*.pth, scaler.pt,
+    optimizer.bin) beside safetensors weights, as the layout names them."""
+    if lay is None:
+        lay = layouts.select(directory, tree.rels(directory))
+    return [os.path.join(directory, r) for r in lay.state_files]
+
+
+def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None,
+               shards: list[str] | None = None, lay: layouts.Layout | None = None) -> CheckpointState:
+    """All shards merged into one state; from `buffers` (path → bytes already read) when given.
+
+    `shards` names the shard paths when there is no directory to walk (an S3 prefix read into memory); `lay` the
+    listing's layout (resume.choose, computed once), else it is chosen here from the directory. A Trainer's
+    torch.save state beside safetensors weights is loaded too (into `extra`, under each file's stem)."""
+    fmt = fmt or detect(directory)
+    mod = module_for(fmt)
+    if fmt == "dcp":
+        named = {os.path.basename(p): b for p, b in (buffers or {}).items() if b is not None}
+        return mod.load_dir(directory, buffers=named or None)
+    if lay is None and shards is None:
+        lay = resume.choose(directory, tree.rels(directory))
+        directory = os.path.join(directory, lay.root) if lay.root else directory
+    paths = shards if shards is not None else shard_files(directory, fmt, lay)
+    if fmt == "torch":  # checked across files: keys two files disagree on, a Hugging Face index's weight map
+        from ckptbench.checkpoint.formats.torch_shards import load_shards
+
+        state = load_shards(paths, buffers)
+    else:
+        state = CheckpointState({})
+        for path in paths:
+            if buffers is not None and path in buffers:
+                state.merge(mod.load_buffer(buffers[path], path))
+            else:
+                state.merge(mod.load_file(path))
+        trainer = _state_files(directory, lay)
+        if trainer:
+            from ckptbench.checkpoint.formats.torch_shards import load_shards
+
+            state.merge(load_shards(trainer, buffers))
+    if not any(True for _ in state.tensors()):
+        raise FormatError(f"{directory}: no tensors found in its {fmt} files")
+    return state
+
+
+def tail_names(directory: str, man: mf.Manifest | None, rels: list[str] | None = None) -> list[str]:
+    """The small files a trainer reads on resume: config, tokenizer, scheduler, RNG, data-loader state."""
+    if man is not None:
+        return [e.path for e in man.files if e.kind == "small"] + [r for i in man.packs.values() for r in i]
+    if rels is None:
+        rels = tree.rels(directory)
+    return [r for r in rels if r.endswith((".json", ".idx", ".txt", ".model")) and not r.endswith(".index.json")
+            and os.path.basename(r) != mf.MANIFEST_NAME]
+
+
+def load_tail(directory: str, man: mf.Manifest | None, reader=None, rels: list[str] | None = None) -> dict[str, bytes]:
+    """The tail's bytes, from packs when packed; `reader(rel)` supplies bytes already in memory."""
+    read = reader or (lambda rel: read_member(directory, man, rel))
+    return {rel: read(rel) for rel in tail_names(directory, man, rels)}
+
+
+def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None:
+    """The model's shape: from the manifest, else from a GPT config.json; None when unknown."""
+    if man is not None and man.dims:
+        return ModelDims(**man.dims)
+    raw = tail.get("config.json")
+    if raw is None:
+        return None
+    try:
+        c = json.loads(bytes(raw))  # bytes, or a slice of a read buffer (json takes no memoryview)
+        return ModelDims(c["n_layer"], c["n_embd"], c["n_head"], c["vocab_size"], c["n_positions"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def model_dims(man: mf.Manifest | None, tail: dict[str, bytes], names) -> tuple[ModelDims | None, str]:
+    """The model the check stage runs a step of, or None and why not. The manifest's shape is ckptbench's own
+    model's; a config.json's is only when the weights' `names` are those of ckptbench's GPT of that shape (shapes
+    that then differ fail the load): a Hugging Face GPT-2 has the same config fields over other weights."""
+    dims = dims_of(man, tail)
+    if dims is None or (man is not None and man.dims):
+        return dims, ""
+    ours, theirs = set(build_on_meta(dims, "float32").state_dict()), set(names)
+    if theirs == ours:
+        return dims, ""
+    alien = sorted(theirs - ours) or sorted(ours - theirs)
+    return None, (f"config.json gives a model shape, but the weights are not ckptbench's GPT's (e.g. "
+                  f"{alien[0][:60]!r} {'is not one of its' if theirs - ours else 'is missing'}), so there "
+                  "is no model to run a step of")
+
+
+def restore(state: CheckpointState, dims: ModelDims, weights_dtype: str) -> Restored:
+    """The model built on the meta device takes the checkpoint's tensors (assign=True, no second copy)."""
+    model = build_on_meta(dims, weights_dtype)
+    try:
+        model.load_state_dict(state.model, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise FormatError(f"checkpoint does not fit the model: {str(exc).splitlines()[0][:200]}") from None
+    optimizer, master = None, {}
+    if state.optim:
+        missing = [n for n in state.model if n not in state.optim or set(state.optim[n]) != set(OPTIM_KEYS)]
+        if missing:
+            raise FormatError(f"optimizer state lacks {len(missing)} parameter(s), e.g. {missing[0]!r}")
+        master = {n: state.optim[n]["master"].requires_grad_(True) for n in state.model}
+        optimizer, master, names = master_optimizer(model, master)
+        step = torch.tensor(float(state.step))
+        sd = optimizer.state_dict()
+        sd["state"] = {i: {"step": step.clone(), "exp_avg": state.optim[n]["exp_avg"],
+                           "exp_avg_sq": state.optim[n]["exp_avg_sq"]} for i, n in enumerate(names)}
+        optimizer.load_state_dict(sd)
+    return Restored(model, optimizer, master, state)
+
+
+def check(restored: Restored, man: mf.Manifest | None, *, optimizer_step: bool = False) -> CheckReport:
+    """Parameter count and dtypes against the manifest; one forward step gives finite output."""
+    problems: list[str] = []
+    model = restored.model
+    params = dict(model.named_parameters())
+    count = sum(p.numel() for p in params.values())
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params.values()})
+    if man is not None and man.dims:
+        if count != man.param_count:
+            problems.append(f"parameter count {count} != manifest {man.param_count}")
+        if dtypes != [man.weights_dtype]:
+            problems.append(f"weight dtypes {dtypes} != manifest {man.weights_dtype}")
+        odt = {str(t.dtype).removeprefix("torch.") for parts in restored.state.optim.values() for t in parts.values()}
+        if restored.state.optim and odt != {man.optimizer_dtype}:
+            problems.append(f"optimizer dtypes {sorted(odt)} != manifest {man.optimizer_dtype}")
+    if any(p.is_meta for p in params.values()):
+        problems.append("some parameters were never loaded (still on the meta device)")
+        return CheckReport(False, count, {"weights": ",".join(dtypes)}, None, None, tuple(problems), man is None)
+    device = next(iter(params.values())).device
+    with torch.no_grad():
+        out = model(sample_batch(model.dims, device=str(device)))
+    finite = bool(torch.isfinite(out).all())
+    if not finite:
+        problems.append("forward step gave non-finite output")
+    stepped = None
+    if optimizer_step and restored.optimizer is not None:
+        stepped = _optimizer_step(restored)
+        if not stepped:
+            problems.append("optimizer step changed no master weight or produced non-finite values")
+    return CheckReport(not problems, count, {"weights": ",".join(dtypes)}, finite, stepped, tuple(problems), False)
+
+
+def _optimizer_step(r: Restored) -> bool:
+    """Mixed precision: gradients of the bf16 model, applied to the fp32 masters."""
+    model = r.model
+    idx = sample_batch(model.dims)
+    logits = model(idx)
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), idx[:, 1:].reshape(-1))
+    loss.backward()
+    before = {n: m.detach().clone() for n, m in r.master.items()}
+    for n, p in model.named_parameters():
+        r.master[n].grad = p.grad.float() if p.grad is not None else None
+    r.optimizer.step()
+    moved = any(not torch.equal(before[n], m) for n, m in r.master.items())
+    finite = all(bool(torch.isfinite(m).all()) for m in r.master.values())
+    return moved and finite
+
+
+def structural_check(state: CheckpointState, concurrency: int = 8,
+                     known: dict[tuple[int, int], int] | None = None) -> CheckReport:
+    """For a checkpoint with no model to run (no manifest or known config): every floating value finite,
+    optimizer parts shaped like their weights. Says so in its summary: no model step was run. `known`: what an
+    EarlyScan already counted during the read."""
+    from ckptbench.restore.scan import nonfinite
+
+    floating, nbytes, found, early = nonfinite(((n, t) for _, n, t in state.tensors()), concurrency, known)
+    kinds = {n: value_kind(g, n, t) for g, n, t in state.tensors() if n in found}
+    bad = {n: c for n, c in found.items() if kinds[n] != BOOKKEEPING}
+    normal = sorted(n for n in found if kinds[n] == BOOKKEEPING)
+    problems = [f"{name}: {n} non-finite value(s) in {kinds[name]}" for name, n in sorted(bad.items())[:20]]
+    if len(bad) > 20:
+        problems.append(f"... and {len(bad) - 20} more tensor(s) with non-finite values")
+    for name, parts in state.optim.items():
+        w = state.model.get(name)
+        for k, t in parts.items():
+            if w is not None and t.shape != w.shape:
+                problems.append(f"{name}.{k}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")
+    count = sum(t.numel() for t in state.model.values())
+    during = f" ({early} of them during the read, as their files completed)" if early else ""
+    kept = (f"; {len(normal)} bookkeeping value(s) hold NaN/Inf on purpose, as their library saves them (e.g. "
+            f"{_tail(normal[0])}): normal, not corruption" if normal else "")
+    summary = (f"structural check, no model step: {floating} floating tensors ({human_bytes(nbytes)}) scanned "
+               f"natively for NaN/Inf{during}, "
+               f"{'none found in weights or optimizer moments' if not bad else f'{len(bad)} with non-finite values'}"
+               f"{kept}")
+    return CheckReport(not problems, count, {"weights": main_dtype(state)}, None, None, tuple(problems), True,
+                       summary)
+
+
+WEIGHTS, MOMENTS, BOOKKEEPING = "weights", "optimizer moments", "bookkeeping"
+
+
+def _tail(name: str, n: int = 60) -> str:
+    """A long flat key by its end, where it says what it is (…ModelCheckpoint{…}.kth_value)."""
+    return name if len(name) <= n else "…" + name[-n:]
+
+
+def value_kind(group: str, name: str, t: torch.Tensor) -> str:
+    """Where NaN/Inf means corruption (a model weight, an optimizer moment) and where a library puts it on purpose:
+    a scalar outside the weights (Lightning's ModelCheckpoint kth_value/best_model_score = ±inf, a loss scaler's or
+    an optimizer's inf sentinel, a scheduler's last value) and anything that is neither weights nor optimizer."""
+    if group == "model":
+        return WEIGHTS
+    if group == "optimizer" and t.numel() > 1:
+        return MOMENTS
+    return BOOKKEEPING
+
+
+def require_dir(directory: str) -> None:
+    if not os.path.isdir(directory):
+        raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
+
+
+def main_dtype(state: CheckpointState) -> str:
+    counts: dict[torch.dtype, int] = {}
+    for t in state.model.values():
+        counts[t.dtype] = counts.get(t.dtype, 0) + t.numel()
+    return str(max(counts, key=counts.get)).removeprefix("torch.") if counts else "float32"
+
+
+@dataclass(frozen=True)
+class RestoreOutcome:
+    format: str
+    verify: VerifyReport | None
+    check: CheckReport
+    tail_files: int
+    tail_bytes: int
+    layout: layouts.Layout | None = None
+    source: str = ""  # the checkpoint restored (below the directory given, where it held several)
+
+
+def restore_dir(directory: str, *, verify: bool = True, optimizer_step: bool = False,
+                concurrency: int = 8, pick: str | None = None) -> RestoreOutcome:
+    """Verify, load the tail and the shards, restore into model and optimizer, check — untimed building blocks, on
+    the checkpoint a resume loads (resume.choose, as `run` picks it)."""
+    from ckptbench.sources.local import LocalSource
+    from ckptbench.checkpoint.verify import verify as verify_dir
+
+    require_dir(directory)
+    listing = LocalSource(directory, checkpoint=True, pick=pick).list()
+    directory, man, lay = listing.source, listing.manifest, listing.layout
+    if listing.format == "unknown":
+        raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
+                             "point at a checkpoint directory")
+    fmt = listing.format
+    ver = verify_dir(listing, concurrency=concurrency) if verify else None
+    if ver is not None and ver.has_reference and not ver.ok:
+        rel, what = ver.problems[0]
+        raise CkptbenchError(f"{directory}: {len(ver.problems)} file(s) do not match the manifest, first "
+                             f"{rel}: {what}; regenerate or re-copy the checkpoint")
+    tail = load_tail(directory, man, rels=listing.rels)
+    state = load_state(directory, fmt, shards=[f.path for f in listing.files if f.path.endswith(SHARD_EXT[fmt])],
+                       lay=lay)
+    dims, _ = model_dims(man, tail, state.model)
+    if dims is None:
+        report = structural_check(state, concurrency)
+    else:
+        dtype = man.weights_dtype if man is not None and man.weights_dtype else main_dtype(state)
+        report = check(restore(state, dims, dtype), man, optimizer_step=optimizer_step)
+    return RestoreOutcome(fmt, ver, report, len(tail), sum(len(b) for b in tail.values()), lay, directory)

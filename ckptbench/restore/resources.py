@@ -1,0 +1,60 @@
+"""What a restore costs the box: memory it will need (checked before reading), peak RSS and CPU time."""
+
+from __future__ import annotations
+
+import psutil
+
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.sources import Listing
+
+
+def memory_needed(listing: Listing, mode: str) -> int:
+    """What the loader will hold at its peak: the checkpoint's bytes, plus one shard's copy while staged loads it."""
+    total = listing.bytes
+    if mode == "staged":
+        return total + max(((f.size or 0) for f in listing.files), default=0)
+    return total
+
+
+def oom_precheck(listing: Listing, mode: str) -> None:
+    need = memory_needed(listing, mode)
+    avail = psutil.virtual_memory().available
+    if need > avail * 0.9:
+        raise CkptbenchError(
+            f"{listing.source}: a {mode} restore holds about {need / 2**30:.1f} GiB, {avail / 2**30:.1f} GiB is "
+            "available; stop before reading. Fix: --mode fused (tensors over the read buffers, no second copy), "
+            "safetensors shards, or restore per rank under torchrun")
+
+
+class PeakRSS:
+    """Peak RSS of this repeat: resets the kernel's high-water mark when it may, else samples."""
+
+    def __init__(self) -> None:
+        self.proc = psutil.Process()
+        self.sampled = 0
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.reset = True
+        except OSError:
+            self.reset = False
+
+    def sample(self) -> None:
+        self.sampled = max(self.sampled, self.proc.memory_info().rss)
+
+    def peak(self) -> int:
+        self.sample()
+        if self.reset:
+            try:
+                with open("/proc/self/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            return max(self.sampled, int(line.split()[1]) * 1024)
+            except OSError:
+                pass
+        return self.sampled
+
+
+def cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system

@@ -1,0 +1,196 @@
+"""`save`: the write side — a checkpoint saved N times into a target, atomically, timed (blocking, written,
+durable) while the page cache's dirty pages and the device are sampled; then the sustained durable throughput
+against the checkpoint interval."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import threading
+import time
+from dataclasses import asdict
+
+from ckptbench.save import preflight as pf
+from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.checkpoint.manifest import MANIFEST_NAME
+from ckptbench.checkpoint.profiles import FORMATS
+from ckptbench.save.report import SaveOptions, SaveReport, SaveTiming
+from ckptbench.system.writeback import WritebackSampler
+
+STEP = re.compile(r"step-([0-9]{6,})")  # ASCII digits: \\d also takes "١٢٣" and fullwidth digits
+LOOKS_LIKE_STEP = re.compile(r"step-.+")
+
+
+MAX_WAIT_S = 7 * 86400  # a week: longer waits overflowed the clock (time_t) after the first save was written
+
+
+def validate(opts: SaveOptions) -> None:
+    """Options a user can get wrong, each one line before anything is written."""
+    if opts.format not in FORMATS:
+        raise CkptbenchError(f"unknown format {opts.format!r}: choose one of {', '.join(FORMATS)}")
+    if opts.interval_s is not None and not 0 < opts.interval_s <= MAX_WAIT_S:
+        raise CkptbenchError(f"--interval must be above 0 and at most {MAX_WAIT_S} seconds, got {opts.interval_s:g}")
+    if opts.count < 1:
+        raise CkptbenchError(f"--count must be at least 1, got {opts.count}")
+    if opts.keep < 1:
+        raise CkptbenchError(f"--keep must be at least 1 (the newest save is always kept), got {opts.keep}")
+    if not 1 <= opts.ranks <= 1024:
+        raise CkptbenchError(f"--ranks must be 1..1024, got {opts.ranks}")
+    if not 0 <= opts.stagger_s <= MAX_WAIT_S:
+        raise CkptbenchError(f"--stagger must be 0..{MAX_WAIT_S} seconds, got {opts.stagger_s:g}")
+    if opts.async_save and opts.format != "dcp":
+        raise CkptbenchError("--async uses torch.distributed.checkpoint's async_save: add --format dcp")
+    if opts.stagger_s and opts.format == "dcp":
+        raise CkptbenchError("--stagger offsets the ranks' shard writers of safetensors or torch saves; "
+                             "DCP writes with its own threads: drop --stagger or choose another --format")
+
+
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def prepare_target(target: str, source: str | None) -> str:
+    """The target as an existing directory (created when its parent exists); never inside the source."""
+    if source is not None and _inside(target, source):
+        raise CkptbenchError(f"{target}: inside the source checkpoint {source}; save somewhere else, or the "
+                             "saves would become part of what is saved")
+    if source is not None and _inside(source, target):
+        first = os.path.relpath(os.path.realpath(source), os.path.realpath(target)).split(os.sep)[0]
+        if STEP.fullmatch(first):  # pruning the older saves would delete the source
+            raise CkptbenchError(f"{source}: is the save {first} in the target {target}, which --keep removes; "
+                                 "save to another target")
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise CkptbenchError(f"{target}: exists and is not a directory; choose a directory")
+    if not os.path.isdir(target):
+        parent = os.path.dirname(os.path.abspath(target))
+        if not os.path.isdir(parent):
+            raise CkptbenchError(f"{parent}: no such directory; create it first")
+        try:
+            os.mkdir(target)
+        except OSError as exc:
+            raise CkptbenchError(f"{target}: cannot create the target directory ({exc.strerror}); choose a "
+                                 "writable place", exit_code=1) from None
+    return os.path.abspath(target)
+
+
+def _is_save(target: str, name: str) -> bool:
+    """A save ckptbench wrote: a real folder (not a link to one) named step-NNNNNN that holds its manifest."""
+    path = os.path.join(target, name)
+    return (STEP.fullmatch(name) is not None and os.path.isdir(path) and not os.path.islink(path)
+            and os.path.isfile(os.path.join(path, MANIFEST_NAME)))
+
+
+def existing_steps(target: str) -> list[tuple[int, str]]:
+    """(step, name) of the saves ckptbench wrote in the target, oldest first: only these are numbered on from
+    and pruned."""
+    return sorted((int(STEP.fullmatch(n).group(1)), n) for n in os.listdir(target) if _is_save(target, n))
+
+
+def foreign_steps(target: str) -> list[str]:
+    """Entries named like a save that ckptbench did not write (a user's step-000005 of evals, a file): left alone."""
+    return sorted(n for n in os.listdir(target) if LOOKS_LIKE_STEP.fullmatch(n) and not _is_save(target, n))
+
+
+def next_name(target: str) -> str:
+    """The step after the newest save, skipping past any name something else already holds."""
+    steps = existing_steps(target)
+    n = (steps[-1][0] if steps else 0) + 1
+    while os.path.lexists(os.path.join(target, f"step-{n:06d}")):
+        n += 1
+    return f"step-{n:06d}"
+
+
+def prune(target: str, keep: int) -> list[str]:
+    """Removes all but the newest `keep` saves ckptbench wrote; returns the names removed."""
+    steps = existing_steps(target)
+    gone = [n for _, n in steps[:-keep]] if len(steps) > keep else []
+    for n in gone:
+        shutil.rmtree(os.path.join(target, n), ignore_errors=True)
+    return gone
+
+
+def _errno_of(exc: BaseException) -> int | None:
+    """The errno behind a failed write: OSError's own (write_save turns a full or read-only target into one), or
+    safetensors' "(os error N)"."""
+    if isinstance(exc, OSError) and exc.errno:
+        return exc.errno
+    m = re.search(r"os error (\d+)", str(exc))
+    return int(m.group(1)) if m else None
+
+
+def _fail_line(exc: BaseException, target: str, name: str, previous: str | None) -> CkptbenchError:
+    kept = f"{previous} is intact" if previous else "no earlier save was there"
+    code = _errno_of(exc)
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    what = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the filesystem is read-only",
+            errno.EDQUOT: "the disk quota is exceeded"}.get(code, os.strerror(code) if code else first)
+    fix = {errno.ENOSPC: "free space, lower --keep or use --scale", errno.EROFS: "choose a writable target",
+           errno.EDQUOT: "raise the quota or lower --keep"}.get(code, "check the target and its permissions")
+    return CkptbenchError(f"{target}: {what} while writing {name}; the partial save was removed and {kept}; {fix}",
+                          exit_code=1)
+
+
+def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_sample=None,
+             cancel: threading.Event | None = None, scale: float = 1.0, force: bool = False,
+             on_preflight=None) -> SaveReport:
+    """Saves the state of `what` (a profile name, or a checkpoint directory) `opts.count` times into `target`.
+
+    Runs in any thread; `cancel` stops between saves and between a save's rank writes (the partial save removed).
+    `on_save(SaveTiming)` after each save, `on_sample(WritebackSample)` from the sampler's thread every 250 ms."""
+    from ckptbench.save.analysis import analyze
+    from ckptbench.save.state import load_what
+    from ckptbench.save.write import write_save
+
+    validate(opts)
+    source = what if os.path.isdir(what) else None
+    target = prepare_target(target, source)
+    loaded = load_what(what, opts, scale)
+    checks = pf.preflight(target, int(loaded.bytes * 1.02) * (opts.keep + 1))
+    if on_preflight is not None:
+        on_preflight(checks)
+    bad = pf.blocking(checks)
+    if bad and not force:
+        c = bad[0]
+        raise CkptbenchError(f"{target}: preflight failed: {c.name}: {c.evidence}; {c.consequence}; {c.fix} "
+                             "(--force saves anyway)", exit_code=1)
+    foreign = foreign_steps(target)
+    if foreign:  # named once, so a user sees why their folders are not counted or pruned
+        shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
+        loaded.notes.append(f"left alone in the target (not saves ckptbench wrote: no {MANIFEST_NAME}): {shown}")
+    sampler = WritebackSampler(target, on_sample=on_sample).start()
+    saves: list[SaveTiming] = []
+    try:
+        start = time.perf_counter()
+        for i in range(opts.count):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled(f"save cancelled after {len(saves)} save(s)")
+            steps = existing_steps(target)
+            name = next_name(target)
+            try:
+                out = write_save(target, name, loaded.state, loaded.assignment, loaded.info,
+                                 async_save=opts.async_save, stagger_s=opts.stagger_s, fsync=opts.fsync, cancel=cancel)
+            except CkptbenchError:
+                raise
+            except BaseException as exc:  # a writer's failure (OSError, safetensors', torch's, DCP's) is one line
+                if not isinstance(exc, Exception) and type(exc).__name__ != "CheckpointException":
+                    raise  # KeyboardInterrupt, SystemExit (DCP's CheckpointException is a BaseException too)
+                raise _fail_line(exc, target, name, steps[-1][1] if steps else None) from None
+            timing = SaveTiming(i + 1, name, out.bytes, out.blocking_s if out.blocking_s is not None else out.durable_s,
+                                out.written_s, out.durable_s,
+                                opts.interval_s is not None and out.durable_s > opts.interval_s,
+                                [asdict(s) for s in out.spans])
+            saves.append(timing)
+            if on_save is not None:
+                on_save(timing)
+            prune(target, opts.keep)
+            if opts.interval_s is not None and i + 1 < opts.count:
+                wait = start + (i + 1) * opts.interval_s - time.perf_counter()
+                if wait > 0 and (cancel.wait(wait) if cancel is not None else time.sleep(wait)):
+                    raise Cancelled(f"save cancelled after {len(saves)} save(s)")
+                start = max(start, time.perf_counter() - (i + 1) * opts.interval_s)  # an overrun shifts the grid
+    finally:
+        samples = sampler.stop()
+    return analyze(target, opts, saves, samples, checks, sampler.sectors_written_bytes(), loaded.notes)

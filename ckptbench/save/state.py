@@ -1,0 +1,73 @@
+"""What `save` writes: the in-memory state of a profile (generated once, scaled like `gen --scale`) or of an
+existing checkpoint directory (loaded with the restore's loaders), split over the ranks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.formats import CheckpointState
+
+
+@dataclass
+class Loaded:
+    state: CheckpointState
+    assignment: list[list[str]]
+    info: dict  # what the manifest of each save records about the model
+    bytes: int  # tensor bytes: about what one save writes
+    notes: list[str] = field(default_factory=list)
+
+
+def _from_profile(name: str, scale: float) -> tuple[CheckpointState, dict]:
+    from ckptbench.checkpoint import profiles
+    from ckptbench.checkpoint.generate import train_one_step
+
+    p = profiles.load(name)
+    p = p if scale == 1.0 else p.scaled(scale)
+    if p.reference:
+        raise CkptbenchError(f"profile {p.name} is a real-model shape for plan's arithmetic "
+                             f"({p.total_bytes / 2**30:.0f} GiB); save a laptop-sized one (small, medium, large)")
+    info = {"profile": p.name, "dims": vars(p.dims) | {}, "param_count": p.dims.param_count,
+            "weights_dtype": p.weights_dtype, "optimizer_dtype": p.optimizer_dtype, "seed": 0}
+    return train_one_step(p, seed=0), info
+
+
+def _from_directory(directory: str) -> tuple[CheckpointState, dict, list[str]]:
+    from ckptbench.checkpoint import manifest as mf
+    from ckptbench.restore.load import load_state, main_dtype
+
+    man = mf.read(directory)
+    state = load_state(directory, man.format if man is not None and man.format != "unknown" else None)
+    notes = []
+    dropped = [k for k, v in state.extra.items() if hasattr(v, "numel")]
+    if dropped:
+        notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {dropped[0]}) are not saved")
+    if not state.model:
+        raise CkptbenchError(f"{directory}: no model weights found to save; point at a checkpoint with weights")
+    if man is not None and man.dims:
+        info = {"profile": man.profile, "dims": dict(man.dims), "param_count": man.param_count,
+                "weights_dtype": man.weights_dtype, "optimizer_dtype": man.optimizer_dtype, "seed": man.seed}
+    else:
+        dtype = main_dtype(state)
+        info = {"profile": "unknown", "dims": {}, "param_count": sum(t.numel() for t in state.model.values()),
+                "weights_dtype": dtype, "optimizer_dtype": dtype, "seed": 0}
+    return state, info, notes
+
+
+def load_what(what: str, opts, scale: float = 1.0) -> Loaded:
+    import os
+
+    from ckptbench.checkpoint.generate import assign_ranks
+
+    notes: list[str] = []
+    if os.path.isdir(what):
+        if scale != 1.0:
+            raise CkptbenchError("--scale resizes a profile; a checkpoint directory is saved as it is: drop --scale")
+        state, info, notes = _from_directory(what)
+    else:
+        state, info = _from_profile(what, scale)
+    state.optim = {n: parts for n, parts in state.optim.items() if n in state.model}
+    info["format"] = opts.format
+    return Loaded(state, assign_ranks(state, opts.ranks), info,
+                  sum(t.numel() * t.element_size() for t in state.model.values())
+                  + sum(t.numel() * t.element_size() for p in state.optim.values() for t in p.values()), notes)

@@ -1,0 +1,228 @@
+"""What /proc says about a process tree someone else started: bytes read, CPU per thread, faults, memory and
+the files it has open with how far it is in each. No ptrace: /proc/PID/io and fdinfo need the same user (or
+root), which the kernel checks; a refusal is one line saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass, field
+
+from ckptbench.core.errors import CkptbenchError, redact
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+PID = re.compile(r"[0-9]+")  # a /proc entry that is a process (ASCII digits only)
+MAX_TREE = 4096  # processes followed under one watched root: a fork bomb is not a restore
+
+
+class ProcessGone(CkptbenchError):
+    exit_code = 2  # a PID that is not running is bad input, as the README says (the job's own failure is 1)
+
+
+@dataclass(frozen=True)
+class OpenFile:
+    path: str
+    pos: int  # the descriptor's offset now (pread and mmap readers do not move it: 0)
+    size: int
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    t: float  # monotonic seconds
+    pids: tuple[int, ...]  # the watched process and its descendants, alive at this sample
+    rchar: int  # bytes returned by read-like calls (page cache included)
+    read_bytes: int  # bytes the block layer fetched for them (0 on NFS/FUSE/tmpfs, where nothing is "read" from a disk)
+    threads: dict[int, float] = field(default_factory=dict)  # tid -> CPU seconds so far
+    waits: dict[int, float] = field(default_factory=dict)  # tid -> seconds runnable but waiting for a CPU (schedstat)
+    rss_bytes: int = 0
+    majflt: int = 0
+    minflt: int = 0
+    files: tuple[OpenFile, ...] = ()
+    state: str = "R"  # the watched process's state letter: "Z" once it has exited and awaits its parent
+    sockets: int = 0  # sockets the tree has open
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self.threads.values())
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _stat_fields(text: str) -> list[str]:
+    """The fields after the command name (which may hold spaces and parentheses)."""
+    return text.rsplit(")", 1)[1].split()
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of every thread of `pid` (/proc/PID/task/TID/children)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            out += [int(c) for c in _read(f"/proc/{pid}/task/{tid}/children").split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its descendants (torchrun's workers, a loader's helper processes), at most MAX_TREE."""
+    seen, todo = [], [pid]
+    while todo and len(seen) < MAX_TREE:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.append(p)
+        todo += children(p)
+    return seen
+
+
+def _io(pid: int) -> dict[str, int]:
+    out = {}
+    for line in _read(f"/proc/{pid}/io").splitlines():
+        k, _, v = line.partition(":")
+        out[k.strip()] = int(v)
+    return out
+
+
+def _open_files(pid: int, under: tuple[str, ...]) -> tuple[list[OpenFile], int]:
+    """Regular files open by `pid`, with their offsets (only those under `under` when it is given), and how many
+    sockets it has open (a loader reading over the network has some; a local one may have none)."""
+    out, sockets = [], 0
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out, sockets
+    for fd in fds:
+        try:
+            path = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if path.startswith("socket:"):
+                sockets += 1
+                continue
+            if not path.startswith("/") or (under and not path.startswith(under)):
+                continue
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            pos = 0
+            for line in _read(f"/proc/{pid}/fdinfo/{fd}").splitlines():
+                if line.startswith("pos:"):
+                    pos = int(line.split()[1])
+                    break
+            out.append(OpenFile(path, pos, st.st_size))
+        except (OSError, ValueError):
+            continue  # closed between listing and reading: it is simply not open any more
+    return out, sockets
+
+
+def sample(pid: int, under: tuple[str, ...] = ()) -> ProcSample:
+    """One reading of the process tree rooted at `pid`. Raises ProcessGone when `pid` no longer exists, and
+    CkptbenchError when the kernel refuses its counters (another user's process, without root)."""
+    now = time.monotonic()
+    pids = tree(pid)
+    rchar = read_bytes = rss = majflt = minflt = 0
+    threads: dict[int, float] = {}
+    waits: dict[int, float] = {}
+    files: list[OpenFile] = []
+    sockets = 0
+    state = "R"
+    for i, p in enumerate(pids):
+        try:
+            io = _io(p)
+            f = _stat_fields(_read(f"/proc/{p}/stat"))
+        except PermissionError:
+            raise CkptbenchError(f"process {p}: /proc/{p}/io is not readable (permission denied); watch as the "
+                                 "job's user or as root") from None
+        except (FileNotFoundError, ProcessLookupError):
+            if i == 0:
+                raise ProcessGone(f"process {pid} is not running (it exited, or the PID is wrong)") from None
+            continue  # a child that ended between listing and reading
+        if i == 0:
+            state = f[0]
+        rchar += io.get("rchar", 0)
+        read_bytes += io.get("read_bytes", 0)
+        minflt += int(f[7])
+        majflt += int(f[9])
+        rss += int(f[21]) * _PAGE
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            tids = []
+        for tid in tids:
+            try:
+                tf = _stat_fields(_read(f"/proc/{p}/task/{tid}/stat"))
+                threads[int(tid)] = (int(tf[11]) + int(tf[12])) / _TICK
+            except (OSError, ValueError, IndexError):
+                continue
+            try:  # a thread that wants the CPU but shares it with other work shows here, not in its CPU time
+                waits[int(tid)] = int(_read(f"/proc/{p}/task/{tid}/schedstat").split()[1]) / 1e9
+            except (OSError, ValueError, IndexError):
+                pass
+        opened, n = _open_files(p, under)
+        files += opened
+        sockets += n
+    return ProcSample(now, tuple(pids), rchar, read_bytes, threads, waits, rss, majflt, minflt, tuple(files), state,
+                      sockets)
+
+
+def zombie_error(pid: int) -> ProcessGone:
+    return ProcessGone(f"process {pid} has exited and is a zombie (its parent has not reaped it): nothing to watch; "
+                       "give the PID of a running job")
+
+
+def watchable(pid: int) -> ProcSample:
+    """The first sample of a job someone else started: one line now when it is gone, unreadable or a zombie
+    (whose counters never move again: watching it would record an empty restore)."""
+    first = sample(pid)
+    if first.state in ("Z", "X"):
+        raise zombie_error(pid)
+    return first
+
+
+def ancestors(pid: int) -> list[int]:
+    """`pid`'s parent, its parent's parent, ... up to PID 1 (the shell and terminal that started a watcher)."""
+    out: list[int] = []
+    while pid > 1 and len(out) < MAX_TREE:
+        try:
+            pid = int(_stat_fields(_read(f"/proc/{pid}/stat"))[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if pid <= 0 or pid in out:
+            break
+        out.append(pid)
+    return out
+
+
+def find(pattern: str, *, exclude: int | None = None) -> int:
+    """The one process whose command line contains `pattern`; one line when none or several match.
+
+    The watcher (`exclude`, else this process) is left out by identity: itself, its ancestors (the shell whose
+    command line holds the pattern too) and its descendants; never by what a command line says."""
+    me = exclude or os.getpid()
+    mine = set(tree(me)) | set(ancestors(me))
+    found = []
+    for name in os.listdir("/proc"):
+        if not PID.fullmatch(name) or int(name) in mine:
+            continue
+        try:
+            cmd = _read(f"/proc/{name}/cmdline").replace("\0", " ").strip()
+        except OSError:
+            continue
+        if pattern in cmd:
+            found.append((int(name), cmd))
+    if not found:
+        raise CkptbenchError(f"--match {pattern!r}: no running process has it in its command line; give a PID")
+    if len(found) > 1:
+        listed = "; ".join(f"{p}: {redact(c)[:60]}" for p, c in found[:4])  # redacted whole: a cut hides the @
+        raise CkptbenchError(f"--match {pattern!r}: {len(found)} processes match ({listed}); narrow it or give a PID")
+    return found[0][0]

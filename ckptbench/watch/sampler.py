@@ -1,0 +1,304 @@
+"""Watching a restore ckptbench did not start: samples of the user's job every interval, the phases they show,
+and (verdict.py) why it is slow. Runs in the caller's thread, cancellable; the UI or CLI only renders.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+from ckptbench import mark
+from ckptbench.system import probes
+from ckptbench.system import procstat
+from ckptbench.core.errors import CkptbenchError, redact
+
+PHASES = ("reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
+GPU_COPY_MIN_BPS = 50e6  # the job's GPU memory growing this fast, with little read I/O: it is copying to the GPU
+GPU_EVERY_S = 0.5  # nvidia-smi takes tens of milliseconds: asked at most this often
+IO_MIN_BPS = 20e6  # below this an interval is not "reading": a job's logging and imports read a little
+FAULT_MIN_PER_S = 2000  # major faults per second that make an interval "faulting" (an mmap load from disk)
+CPU_BUSY = 0.5  # cores: a thread or process above this is doing work, not waiting
+SATURATED = 0.9  # a thread this busy is the bottleneck, whatever it reads meanwhile
+FAULT_BYTES = 32 << 10  # what one major fault brings in, roughly (read-around of a mapped file)
+
+
+@dataclass(frozen=True)
+class Interval:
+    t0: float  # seconds since the watch started
+    t1: float
+    bytes: int  # returned to the job by read calls in this interval (rchar: page-cache hits included)
+    disk_bytes: int  # fetched by the block layer for it (read_bytes: mmap faults and read-ahead included)
+    cpu_cores: float  # all the job's threads
+    top_thread_cores: float  # its busiest thread's demand: CPU got plus runnable time spent waiting for a CPU
+    busy_threads: int  # threads above CPU_BUSY cores
+    majflt_per_s: float
+    rss_bytes: int
+    phase: str
+    ckpt_files: int = 0  # checkpoint files open at the interval's end
+    device_util_pct: float | None = None  # the checkpoint's block device, as iostat -x (None: no device known)
+    gpu_bytes: int | None = None  # GPU memory the job's processes held at the interval's end (None: not known)
+
+    @property
+    def gbps(self) -> float:
+        return max(self.bytes, self.disk_bytes) / (self.t1 - self.t0) / 1e9 if self.t1 > self.t0 else 0.0
+
+
+@dataclass
+class WatchReport:
+    pid: int
+    command: str
+    wall_s: float
+    bytes: int
+    disk_bytes: int
+    files: dict[str, int]  # checkpoint-looking files the job had open -> size
+    intervals: list[Interval]
+    phases: list[dict]  # merged runs: {"phase", "t0", "t1"}
+    marks: list[dict] = field(default_factory=list)  # {"stage", "t"} from the job's CKPTBENCH_MARK file
+    positions: dict[str, int] = field(default_factory=dict)  # furthest offset seen per file (0: pread or mmap)
+    peak_rss_bytes: int = 0
+    cpu_s: float = 0.0
+    majflt: int = 0
+    exit_code: int | None = None
+    tcp_retransmit_rate: float | None = None  # the whole machine's: /proc/net/snmp does not split by process
+    sockets_peak: int = 0  # the most sockets the job had open: none, and retransmits are someone else's
+    ended: str = "exited"  # exited | cancelled
+    gpu_peak_bytes: int | None = None  # the most GPU memory the job held (nvidia-smi); None where not sampled
+    gpu_note: str = ""  # why GPU memory is missing or may read zero
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """The restore, in seconds since the watch started: between the job's first and last marks when it
+        marks; else while checkpoint files were open; else from the first to the last interval that read."""
+        if len(self.marks) >= 2:
+            return self.marks[0]["t"], self.marks[-1]["t"]
+        for test in (lambda i: i.ckpt_files > 0, lambda i: i.phase in ("reading", "faulting")):
+            hit = [i for i in self.intervals if test(i)]
+            if hit:
+                return hit[0].t0, hit[-1].t1
+        return 0.0, 0.0
+
+    @property
+    def io_span_s(self) -> float:
+        t0, t1 = self.window
+        return max(0.0, t1 - t0)
+
+    @property
+    def loader_gbps(self) -> float:
+        span = self.io_span_s
+        return self.bytes / span / 1e9 if span > 0 else 0.0
+
+    def to_json(self) -> dict:
+        doc = asdict(self)
+        doc["intervals"] = [{**asdict(i), "gbps": i.gbps} for i in self.intervals]
+        doc["loader_gbps"] = self.loader_gbps
+        doc["io_span_s"] = self.io_span_s
+        return doc
+
+
+CHECKPOINT_EXT = (".safetensors", ".pt", ".pth", ".bin", ".distcp", ".ckpt", ".metadata", ".gguf", ".npz")
+_LIBRARY = ("/usr/", "/lib", "/proc/", "/sys/", "/dev/")
+
+
+def is_checkpoint_file(path: str, size: int) -> bool:
+    """A file the job has open that may be checkpoint data: a checkpoint's extension, or a large file outside
+    the system and library trees (a Python job also has its modules and logs open)."""
+    if path.endswith(CHECKPOINT_EXT):
+        return True
+    return size >= 1 << 20 and not path.startswith(_LIBRARY) and "site-packages" not in path
+
+
+def phase_of(bytes_per_s: float, majflt_per_s: float, cpu_cores: float, top_thread: float = 0.0) -> str:
+    """What an interval was doing, from its signals alone (without the job's marks): faulting an mapping in,
+    reading (I/O in flight, threads mostly waiting on it), deserializing (CPU-bound: little I/O, or a thread
+    saturated between its reads), or waiting."""
+    if majflt_per_s >= FAULT_MIN_PER_S:
+        return "faulting"
+    if cpu_cores >= CPU_BUSY and (bytes_per_s < IO_MIN_BPS or top_thread >= SATURATED):
+        return "deserializing"
+    if bytes_per_s >= IO_MIN_BPS:
+        return "reading"
+    return "waiting"
+
+
+def _interval(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float) -> Interval:
+    dt = max(1e-6, b.t - a.t)
+    nbytes = max(0, b.rchar - a.rchar)
+    disk = max(0, b.read_bytes - a.read_bytes)
+    # a thread's demand: the CPU it got plus the time it was runnable but waited for one (other work on the box),
+    # so a loader that is its own bottleneck reads as saturated even on a busy machine; tick-grained, capped
+    per_thread = [min(1.0, (b.threads[t] - a.threads.get(t, 0.0) + b.waits.get(t, 0.0) - a.waits.get(t, 0.0)) / dt)
+                  for t in b.threads]
+    cpu = max(0.0, b.cpu_s - a.cpu_s) / dt
+    majflt = max(0, b.majflt - a.majflt) / dt
+    return Interval(a.t - t_start, b.t - t_start, nbytes, disk, cpu,
+                    max(per_thread, default=0.0), sum(1 for c in per_thread if c >= CPU_BUSY), majflt, b.rss_bytes,
+                    phase_of(max(nbytes, disk) / dt, majflt, cpu, max(per_thread, default=0.0)))
+
+
+def _with_gpu(iv: Interval, before: int | None, now: int | None, dt: float) -> Interval:
+    """The interval with the job's GPU memory; "copying-to-gpu" when that memory grew fast while the job read
+    little (a load's device stage: host tensors going to the GPU)."""
+    if now is None:
+        return iv
+    growing = before is not None and dt > 0 and (now - before) / dt >= GPU_COPY_MIN_BPS
+    if growing and iv.phase not in ("reading", "faulting"):
+        return replace(iv, gpu_bytes=now, phase="copying-to-gpu")
+    return replace(iv, gpu_bytes=now)
+
+
+def merge_phases(intervals: list[Interval]) -> list[dict]:
+    out: list[dict] = []
+    for i in intervals:
+        if out and out[-1]["phase"] == i.phase:
+            out[-1]["t1"] = i.t1
+        else:
+            out.append({"phase": i.phase, "t0": i.t0, "t1": i.t1})
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+class Watch:
+    """Samples process `pid` (and its children) every `interval` until it exits or `cancel` is set.
+
+    With `proc` (a job ckptbench started) the final counters are read from the exited process before it is
+    reaped, so nothing it read after the last sample is lost; a job started elsewhere keeps its last sample."""
+
+    def __init__(self, pid: int, *, interval: float = 0.25, cancel: threading.Event | None = None,
+                 on_interval: Callable[[Interval, procstat.ProcSample], None] | None = None,
+                 proc: subprocess.Popen | None = None, marks_path: str | None = None, gpu=None):
+        if not 0.01 <= interval <= 60:
+            raise CkptbenchError(f"--interval {interval}: give 0.01..60 seconds")
+        self.pid = pid
+        self.interval = interval
+        self.cancel = cancel or threading.Event()
+        self.on_interval = on_interval
+        self.proc = proc
+        self.marks_path = marks_path
+        if gpu is None:
+            from ckptbench.system.gpustat import GpuMemory
+
+            gpu = GpuMemory()
+        self.gpu = gpu
+
+    def _exited(self) -> bool:
+        """The started job has exited (a zombie until reaped: its counters are still readable)."""
+        if self.proc is None:
+            return False
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def run(self) -> WatchReport:
+        # printed and recorded: a URL's user:password or a secret key on the command line stays out
+        command = redact(" ".join(self.proc.args) if self.proc is not None else _cmdline(self.pid))
+        prev = procstat.sample(self.pid)
+        if self.proc is None and prev.state in ("Z", "X"):  # a job ckptbench started may exit before this sample
+            raise procstat.zombie_error(self.pid)
+        t_start = prev.t
+        tcp0 = probes.tcp_counters()
+        intervals: list[Interval] = []
+        files: dict[str, int] = {}
+        positions: dict[str, int] = {}  # the furthest offset seen per file (read() loaders move it)
+        device, disk_prev = None, None
+        peak = prev.rss_bytes
+        sockets = prev.sockets
+        ended = "exited"
+        last = prev
+        gpu_prev = self.gpu.sample(set(prev.pids)) if self.gpu.available else None
+        gpu_t = prev.t
+        while True:
+            if self.cancel.wait(self.interval):
+                ended = "cancelled"
+                break
+            done = self._exited()
+            try:
+                cur = procstat.sample(self.pid)
+            except procstat.ProcessGone:
+                break
+            ckpt = [f for f in cur.files if is_checkpoint_file(f.path, f.size)]
+            for f in ckpt:
+                files[f.path] = f.size
+                positions[f.path] = max(positions.get(f.path, 0), f.pos)
+            if device is None and ckpt:
+                m = probes.mount_of(ckpt[0].path)
+                device = m.device if isinstance(m, probes.Mount) else ""
+            util = None
+            disk = probes.diskstats(device) if device else None
+            if isinstance(disk, probes.DiskStats):
+                if isinstance(disk_prev, probes.DiskStats):
+                    util = probes.disk_util(disk_prev, disk, cur.t - prev.t)["util_pct"]
+                disk_prev = disk
+            iv = replace(_interval(prev, cur, t_start), ckpt_files=len(ckpt), device_util_pct=util)
+            if self.gpu.available and cur.t - gpu_t >= GPU_EVERY_S:
+                gpu_bytes = self.gpu.sample(set(cur.pids))  # the tree this sample already walked
+                iv = _with_gpu(iv, gpu_prev, gpu_bytes, cur.t - gpu_t)
+                gpu_prev, gpu_t = gpu_bytes, cur.t
+            elif gpu_prev is not None:
+                iv = replace(iv, gpu_bytes=gpu_prev)
+            intervals.append(iv)
+            peak = max(peak, cur.rss_bytes)
+            sockets = max(sockets, cur.sockets)
+            if self.on_interval:
+                self.on_interval(intervals[-1], cur)
+            prev = last = cur
+            if done or cur.state in ("Z", "X"):  # exited: a zombie's counters are its final ones
+                break
+        exit_code = self.proc.wait() if self.proc is not None and ended == "exited" else None
+        tcp1 = probes.tcp_counters()
+        retrans = (probes.retransmit_rate(tcp0, tcp1)
+                   if not isinstance(tcp0, probes.Unknown) and not isinstance(tcp1, probes.Unknown) else None)
+        marks = [{"stage": name, "t": t - t_start} for t, name in mark.read_marks(self.marks_path)] \
+            if self.marks_path else []
+        report = WatchReport(
+            pid=self.pid, command=command, wall_s=last.t - t_start, bytes=0,
+            disk_bytes=sum(i.disk_bytes for i in intervals), files=files, intervals=intervals,
+            phases=merge_phases(intervals), marks=marks, peak_rss_bytes=peak, positions=positions,
+            cpu_s=sum(i.cpu_cores * (i.t1 - i.t0) for i in intervals),
+            majflt=sum(round(i.majflt_per_s * (i.t1 - i.t0)) for i in intervals),
+            exit_code=exit_code, tcp_retransmit_rate=retrans, sockets_peak=sockets, ended=ended)
+        seen = [i.gpu_bytes for i in intervals if i.gpu_bytes is not None]
+        report.gpu_peak_bytes = max(seen) if seen else None
+        report.gpu_note = self.gpu.note(report.gpu_peak_bytes)
+        report.bytes = window_bytes(intervals, *report.window)
+        return report
+
+
+def window_bytes(intervals: list[Interval], t0: float, t1: float) -> int:
+    """Bytes read in the intervals that overlap [t0, t1]: what the job read well before the restore (a Python
+    job's imports) or after it is not the checkpoint's. An interval the window only partly covers counts whole:
+    a mark falls between samples, and the reads next to it are the restore's far more often than not (pro-rating
+    by time undercounted a 160 MiB torch.load by 7 % at 20 ms samples). The larger of what read calls returned
+    and what the disk delivered: a read() loader shows in the first, an mmap loader only in the second; summed
+    per interval they would count read-ahead twice."""
+    inside = [i for i in intervals if min(i.t1, t1) > max(i.t0, t0)]
+    return max(sum(i.bytes for i in inside), sum(i.disk_bytes for i in inside))
+
+
+def start_job(command: list[str], *, stdout_to_stderr: bool = False) -> tuple[subprocess.Popen, str]:
+    """The user's command, started with CKPTBENCH_MARK pointing at a fresh marks file; (process, marks path).
+    `stdout_to_stderr` keeps ckptbench's own stdout one document (--json) whatever the job prints."""
+    if not command:
+        raise CkptbenchError("watch: give a PID, --match PATTERN, or -- COMMAND ...")
+    fd, marks = tempfile.mkstemp(prefix="ckptbench-marks-")
+    os.close(fd)
+    try:
+        proc = subprocess.Popen(command, env={**os.environ, mark.ENV: marks},
+                                stdout=sys.stderr.fileno() if stdout_to_stderr else None)
+    except OSError as exc:
+        os.unlink(marks)
+        raise CkptbenchError(f"{command[0]}: cannot start ({exc.strerror}); check the command") from None
+    return proc, marks

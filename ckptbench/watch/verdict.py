@@ -1,0 +1,117 @@
+"""Why a watched restore was slow: the job's own figures against what this storage gives ckptbench on the same
+files, read the same way it measures everything (cold where it can evict, otherwise said), with the fix."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from ckptbench.system import probes
+from ckptbench.core.units import human_bytes
+from ckptbench.watch.sampler import CPU_BUSY, FAULT_BYTES, WatchReport
+
+KINDS = ("storage-bound", "loader-cpu-bound", "loader-parallelism-bound", "fault-bound", "network-bound",
+         "memory-pressure-bound", "unknown")
+HEADROOM = 1.5  # the storage gives at least this multiple of the loader's rate: the loader is what holds it back
+RETRANS_BAD = 0.01
+MEMORY_BAD = 0.9
+
+
+@dataclass(frozen=True)
+class StorageProbe:
+    gbps: float | None
+    cache: str  # what the probe read: "cold (verified)", "as-is, 87% cached", ...
+    files: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    summary: str
+    evidence: dict
+    fix: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def probe_storage(paths: list[str], *, concurrency: int = 16) -> StorageProbe:
+    """The same files read by ckptbench (fastio, --read auto), cold when they can be evicted."""
+    from ckptbench.restore.reading import read_source
+    from ckptbench.sources import ReadOptions, open_targets
+
+    paths = [p for p in paths if os.path.isfile(p)]
+    if not paths:
+        return StorageProbe(None, "no checkpoint file to read (none seen open, or gone since)", 0, 0)
+    source = open_targets(paths)
+    listing = source.list()
+    report = read_source(source, listing, ReadOptions(concurrency=concurrency, read="auto", hash="none"),
+                         cache="cold")
+    c = report.cache
+    cache = "cold (verified)" if c.verified else f"not cold: {c.residency_before:.0%} stayed cached ({c.note})"
+    return StorageProbe(report.read_gbps, cache, len(paths), report.result.bytes)
+
+
+def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem_total: int | None = None) -> Verdict:
+    """The class of bottleneck, with the evidence that decides it and the fix."""
+    cpus = cpus or os.cpu_count() or 1
+    if mem_total is None:
+        mi = probes.meminfo()
+        mem_total = mi.get("MemTotal") if isinstance(mi, dict) else None
+    io = [i for i in w.intervals if i.phase in ("reading", "faulting", "deserializing")]
+    loader = w.loader_gbps
+    top = max((i.top_thread_cores for i in io), default=0.0)
+    busy = sorted(i.busy_threads for i in io)[len(io) // 2] if io else 0
+    cores = sorted(i.cpu_cores for i in io)[len(io) // 2] if io else 0.0
+    fault_share = min(1.0, w.majflt * FAULT_BYTES / w.bytes) if w.bytes else 0.0
+    ratio = storage.gbps / loader if storage.gbps and loader > 0 else None
+    utils = sorted(i.device_util_pct for i in io if i.device_util_pct is not None)
+    util = utils[len(utils) // 2] if utils else None
+    evidence = {"loader_gbps": round(loader, 3), "storage_gbps": round(storage.gbps, 3) if storage.gbps else None,
+                "storage_read": storage.cache, "bytes": w.bytes, "io_span_s": round(w.io_span_s, 3),
+                "busiest_thread_cores": round(top, 2), "busy_threads_median": busy, "cpu_cores_median": round(cores, 2),
+                "cpus": cpus, "major_faults": w.majflt, "peak_rss_bytes": w.peak_rss_bytes,
+                "tcp_retransmit_rate": w.tcp_retransmit_rate, "sockets_peak": w.sockets_peak,
+                "device_util_pct_median": round(util, 1) if util is not None else None}
+    got = f"the loader got {loader:.2f} GB/s"
+    gives = f"this storage gives {storage.gbps:.2f} GB/s to ckptbench ({storage.cache})" if storage.gbps else \
+        f"the storage could not be measured ({storage.cache})"
+    if w.bytes == 0:
+        return Verdict("unknown", "the job read nothing while watched (it had finished, or reads through a page "
+                       "cache mapping that /proc does not count)", evidence,
+                       "watch from the start: `ckptbench watch -- COMMAND`, or give a longer restore")
+    if w.sockets_peak and w.tcp_retransmit_rate is not None and w.tcp_retransmit_rate > RETRANS_BAD:
+        return Verdict("network-bound", f"{got}; {w.tcp_retransmit_rate:.1%} of TCP segments were retransmitted "
+                       "while it read", evidence,
+                       "the network or the object store is dropping or throttling: fewer concurrent requests, "
+                       "larger parts, or a closer endpoint; check `ckptbench check` for the endpoint")
+    if mem_total and w.peak_rss_bytes > MEMORY_BAD * mem_total:
+        return Verdict("memory-pressure-bound", f"{got}; its memory peaked at {human_bytes(w.peak_rss_bytes)} of "
+                       f"{human_bytes(mem_total)}", evidence,
+                       "load shard by shard into the model (meta-device init, assign=True) instead of a whole "
+                       "state dict plus a model; or restore fewer ranks per node")
+    if ratio is not None and ratio >= HEADROOM:
+        if fault_share >= 0.5:
+            return Verdict("fault-bound", f"{got}; {gives}; most bytes came in through page faults "
+                           f"({w.majflt} major faults): the loader maps the files and reads them a fault at a time",
+                           evidence, "read the files with large parallel reads instead of through mmap (safetensors "
+                           "load from bytes, or ckptbench's loader); on a network filesystem raise read-ahead")
+        if top >= 0.8 and busy <= 1:
+            return Verdict("loader-cpu-bound", f"{got}; {gives}; one thread at {top:.0%} of a core did the work "
+                           f"({busy} busy thread(s)): single-threaded deserialization or read loop", evidence,
+                           "load shards in parallel (one thread or process per shard), avoid per-tensor Python "
+                           "work (safetensors instead of pickle), or use a parallel loader")
+        if cores >= CPU_BUSY * cpus:
+            return Verdict("loader-cpu-bound", f"{got}; {gives}; the job kept {cores:.1f} of {cpus} cores busy",
+                           evidence, "the CPUs are the limit: fewer copies (load in place), or more cores per rank")
+        return Verdict("loader-parallelism-bound", f"{got}; {gives}; the job's threads mostly waited "
+                       f"({cores:.1f} cores busy): too few reads in flight for this storage", evidence,
+                       "read with more concurrency (several files or chunks at once); `ckptbench sweep` shows "
+                       "the concurrency where this storage stops gaining")
+    if ratio is None:
+        return Verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check` on the checkpoint directory")
+    busy_dev = f"; the device was {util:.0f} % busy" if util is not None else ""
+    return Verdict("storage-bound", f"{got}; {gives}: the loader is within {HEADROOM:g}× of what the storage "
+                   f"delivers{busy_dev}", evidence, "the storage is the limit: faster or striped storage, a local cache of "
+                   "the checkpoint, or fewer bytes (compare formats); `ckptbench check` lists its settings")
