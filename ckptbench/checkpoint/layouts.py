@@ -45,8 +45,8 @@ MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
 # state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.
 TRAINER_STATE = re.compile(r"^(?:(optimizer|scheduler|scaler)\.pt|(rng_state(?:_\d+)?)\.pth|"
                            r"((?:optimizer|scheduler|sampler)(?:_\d+)?)\.bin)$")
-TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin", "optimizer.bin",
-                   "scheduler.bin", "random_states_0.pkl")
+TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "optimizer.bin", "scheduler.bin",
+                   "random_states_0.pkl")
 TRAINING_ARGS = "training_args.bin"
 SKIP_WHY = {TRAINING_ARGS: "a pickled TrainingArguments object: not state, and unpickling it could run code"}
 
@@ -74,10 +74,21 @@ class Layout:
     unloaded: tuple[tuple[str, str], ...] = ()  # (file, why) read with the checkpoint but never deserialized
 
     def describe(self) -> dict:
-        return {"layout": self.name, "tag": self.tag, "root": self.root, "why": self.why, "ranks": list(self.ranks), "model_files": list(self.model_files),
+        return {"name": self.name, "tag": self.tag, "root": self.root, "why": self.why, "ranks": list(self.ranks), "model_files": list(self.model_files),
                 "optimizer_files": list(self.optimizer_files), "state_files": list(self.state_files),
-                "skipped": [{"path": p, "why": why} for p, why in self.skipped],
+                "not_read": [{"path": p, "why": why} for p, why in self.skipped],
                 "unloaded": [{"path": p, "why": why} for p, why in self.unloaded]}
+
+
+MAX_DCP_METADATA = 1 << 30  # a 405B model's .metadata is tens of MB
+
+
+def check_sizes(where: str, sizes) -> None:
+    """Members whose size alone says the checkpoint is crafted, refused before a byte of them is read: a DCP
+    .metadata beyond any real one would cost its size in memory before its pickle is even looked at."""
+    for rel, size in sizes:
+        if rel.rsplit("/", 1)[-1] == ".metadata" and (size or 0) > MAX_DCP_METADATA:
+            raise too_large(f"{where}/{rel}", size, MAX_DCP_METADATA, "DCP metadata")
 
 
 def _refuse(where: str, what: str, todo: str) -> CkptbenchError:
@@ -211,8 +222,11 @@ def _deepspeed(where: str, rels: list[str], top: set[str], steps: set[str], fetc
         files = tuple(r for r in rels if r.startswith(prefix) or r.split("/")[0] not in steps)  # other steps: not read
     names = [(r, r[len(prefix):]) for r in files if r.startswith(prefix) and "/" not in r[len(prefix):]]
     ranks = sorted({int(m.group(1)) for _, n in names if (m := DS_OPTIM.match(n))})
+    why = "" if tag is None else (f"{tag}: the step `{LATEST}` names, as DeepSpeed's load_checkpoint takes it"
+                                  if LATEST in top else f"{tag}: the only step")
+    others = tuple((d, f"another step: DeepSpeed resumes {tag}") for d in sorted(steps - {tag})) if tag else ()
     return Layout("deepspeed", files, tag, tuple(ranks), tuple(r for r, n in names if DS_MODEL.match(n)),
-                  tuple(r for r, n in names if DS_OPTIM.match(n)), trainer_state_files(files))
+                  tuple(r for r, n in names if DS_OPTIM.match(n)), trainer_state_files(files), others, why=why)
 
 
 def _indexed(where: str, rels: list[str], index: str, shard: re.Pattern, fetch: Fetch | None) -> tuple[tuple, tuple]:
@@ -277,9 +291,12 @@ def _plain_pickles(files) -> tuple[tuple[str, str], ...]:
 SCRIPT_WHY = "a Python script (DeepSpeed copies zero_to_fp32.py beside its steps): code, not state; no resume reads it"
 
 
+DOC_WHY = "documentation (a model card): no resume reads it"
+
+
 def skip_why(rel: str) -> str | None:
     name = os.path.basename(rel)
-    return SKIP_WHY.get(name) or (SCRIPT_WHY if name.endswith(".py") else None)
+    return SKIP_WHY.get(name) or (SCRIPT_WHY if name.endswith(".py") else DOC_WHY if name.endswith(".md") else None)
 
 
 def _skip(lay: Layout) -> Layout:

@@ -4,26 +4,28 @@ One rule per container, applied level by level until one checkpoint remains, the
 - Megatron-LM: the iteration latest_checkpointed_iteration.txt names (else the only one);
 - numbered folders (torchtitan's step-N, a Trainer's checkpoint-N, ckptbench save's step-NNNNNN): the largest N,
   as torchtitan's resume and Trainer's resume_from_checkpoint=True pick it, even beside a final model
-  (trainer.save_model() at the top), which is then not read;
+  (trainer.save_model() at the top), which is then not read; a largest N that holds no checkpoint files, or is a
+  symlink, is one line (the library would pick it, ckptbench cannot restore it);
 - DCP checkpoints under other names, and Lightning .ckpt files (each a whole checkpoint): last.ckpt, else the only
   one, else ambiguous;
 - a folder whose checkpoint files all lie in one sub-folder (torchtitan's dump folder above checkpoint/,
-  lightning_logs/version_0/checkpoints): that sub-folder.
+  lightning_logs/version_0/checkpoints): that sub-folder; several such sub-folders (version_0, version_1) are
+  several checkpoints: ambiguous.
 Nothing is merged across checkpoints: where the rule cannot choose it is one line naming the candidates, and
 `pick` (a sub-folder, a .ckpt file, or "." for the files at the top) chooses. Computed once per listing; every
-command takes the Layout it returns.
+command takes the Layout it returns. Every path it names is relative to the folder it was given.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from dataclasses import replace
 
-from ckptbench.checkpoint import confine
-from ckptbench.checkpoint import layouts
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint import confine, layouts
 from ckptbench.checkpoint.layouts import Fetch, Layout
+from ckptbench.core.errors import CkptbenchError
 
 WEIGHT_EXT = (".safetensors", ".distcp", ".metadata", *layouts.TORCH_EXT)
 # ASCII digits only: `\d` takes any Unicode digit, and step-١٠ is nobody's step 10
@@ -31,6 +33,8 @@ _NUMBERED = re.compile(r"^(?:step|checkpoint)-([0-9]+)$", re.ASCII)
 LIGHTNING_LAST = "last.ckpt"
 MAX_LEVELS = 8  # containers nested deeper than any trainer writes them
 ONLY = "the only folder holding checkpoint files"
+# a top-level file that makes several sub-folders one checkpoint (a diffusers pipeline's components)
+BINDERS = ("model_index.json",)
 
 
 def _top(rels: list[str]) -> set[str]:
@@ -52,10 +56,10 @@ def _holding(rels: list[str]) -> set[str]:
     return {r.split("/", 1)[0] for r in rels if "/" in r and r.endswith(WEIGHT_EXT)}
 
 
-def _numbered(where: str, rels: list[str]) -> dict[int, str]:
-    """step-N / checkpoint-N folders that hold checkpoint files, by N; two spellings of one N are ambiguous."""
+def _numbered(where: str, names) -> dict[int, str]:
+    """step-N / checkpoint-N among `names`, by N; two spellings of one N are ambiguous."""
     out: dict[int, str] = {}
-    for d in sorted(_holding(rels)):
+    for d in sorted(names):
         m = _NUMBERED.match(d)
         if m is None:
             continue
@@ -66,9 +70,19 @@ def _numbered(where: str, rels: list[str]) -> dict[int, str]:
     return out
 
 
-def _level(where: str, rels: list[str], fetch: Fetch | None) -> tuple[str, str, tuple] | None:
-    """(sub-folder to descend into, why, (other candidates, why not)) at this level, or None when `rels` is one
-    checkpoint. Raises one line where the choice is ambiguous."""
+def _candidates(rels: list[str]) -> list[str]:
+    """What --pick can name at the top of a folder: its sub-folders that hold checkpoint files, its .ckpt files, and
+    "." when it holds checkpoint files itself."""
+    top = _top(rels)
+    return sorted(_holding(rels)) + sorted(r for r in top if r.endswith(".ckpt")) + (
+        ["."] if any(r.endswith(WEIGHT_EXT) and not r.endswith(".ckpt") for r in top) else [])
+
+
+def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
+           ) -> tuple[str, str, tuple] | None:
+    """(sub-folder to descend into, why, ((other candidate, why not), ...)) at this level, or None when `rels` is one
+    checkpoint. `odd`: sub-folders at this level the listing could not use (a symlink, an empty folder), by name,
+    with what they are. Raises one line where the choice is ambiguous or the one a library takes cannot be read."""
     top = _top(rels)
     iters = layouts.iterations(rels)
     if iters and not any(layouts.MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r):
@@ -76,31 +90,42 @@ def _level(where: str, rels: list[str], fetch: Fetch | None) -> tuple[str, str, 
         why = (f"the iteration {layouts.MEGATRON_LATEST} names" if layouts.MEGATRON_LATEST in top
                else "the only iteration")
         return tag, why, tuple((d, f"another iteration: {why} is {tag}") for d in sorted(iters - {tag}))
-    numbered = _numbered(where, rels)
-    if numbered:
+    holding = _holding(rels)
+    folders = {r.split("/", 1)[0] for r in rels if "/" in r} | set(odd)
+    numbered = _numbered(where, folders)
+    usable = {n: d for n, d in numbered.items() if d in holding}
+    if usable:
         n = max(numbered)
-        tag = numbered[n]
+        if n not in usable:  # the library takes the largest N and would fail on it: so does the restore, saying why
+            d = numbered[n]
+            what = odd.get(d) or "holds no checkpoint files (a save cut short?)"
+            raise CkptbenchError(f"{os.path.join(where, d)}: the newest checkpoint, which a resume picks, {what}; "
+                                 f"--pick {usable[max(usable)]} restores the newest complete one, or remove or "
+                                 "finish that folder")
+        tag = usable[n]
         who = ("as Trainer's resume_from_checkpoint=True picks it (get_last_checkpoint)" if tag.startswith("checkpoint")
                else "as torchtitan's resume (load_step -1) and ckptbench save pick it")
-        why = f"the highest {tag.split('-')[0]}-N of {len(numbered)}, {who}"
-        passed = [(numbered[k], f"an older checkpoint: a resume takes {tag}") for k in sorted(numbered) if k != n]
+        why = f"the highest {tag.split('-')[0]}-N of {len(usable)}, {who}"
+        passed = [(usable[k], f"an older checkpoint: a resume takes {tag}") for k in sorted(usable) if k != n]
         passed += [(d, f"not numbered as step-N or checkpoint-N (ASCII digits), so no candidate: a resume takes {tag}")
-                   for d in sorted(_holding(rels) - set(numbered.values()))]
+                   for d in sorted(holding - set(usable.values()))]
         finals = sorted(r for r in top if r.endswith(WEIGHT_EXT) and not layouts.skip_why(r))
         if finals:
             why += "; the final model at the top is not read (--pick . restores it)"
-            passed += [(r, f"the final model (trainer.save_model), not the state a resume loads from {tag}")
-                       for r in finals]
+        passed += [(r, f"the final model (trainer.save_model), not the state a resume loads from {tag}"
+                    if r in finals else f"beside the checkpoints, not part of {tag}") for r in sorted(top)]
         return tag, why, tuple(passed)
     if any(r.endswith(WEIGHT_EXT) for r in top):
         return None  # a checkpoint at the top; its own layout says which of its files are read
     dcp = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith("/.metadata")}
     if len(dcp) > 1:
         raise _ambiguous(where, f"{len(dcp)} DCP checkpoints", dcp)
-    holding = _holding(rels)
     if len(holding) == 1 and not layouts.is_one_checkpoint(rels):
         (tag,) = holding
-        return tag, ONLY, ()
+        return tag, ONLY, tuple((r, f"beside {tag}, not part of the checkpoint") for r in sorted(top))
+    if len(holding) > 1 and not layouts.is_one_checkpoint(rels) and not top & set(BINDERS):
+        # lightning_logs/version_0 and version_1, two runs side by side: two checkpoints, never one
+        raise _ambiguous(where, f"{len(holding)} folders of checkpoints", holding)
     return None
 
 
@@ -110,38 +135,54 @@ def _lightning(where: str, rels: list[str]) -> tuple[str, str, tuple] | None:
     ckpts = sorted(r for r in _top(rels) if r.endswith(".ckpt"))
     if len(ckpts) < 2:
         return None
-    if LIGHTNING_LAST in ckpts:
-        tag, why = LIGHTNING_LAST, "last.ckpt, as Lightning's fit(ckpt_path=\"last\") resumes"
-    else:
+    if LIGHTNING_LAST not in ckpts:
         raise _ambiguous(where, f"{len(ckpts)} Lightning checkpoints", ckpts, " (a .ckpt file)")
+    tag, why = LIGHTNING_LAST, "last.ckpt, as Lightning's fit(ckpt_path=\"last\") resumes"
     return tag, why, tuple((r, f"another checkpoint: a resume takes {tag}") for r in ckpts if r != tag)
 
 
-def _pick(where: str, rels: list[str], pick: str) -> tuple[str | None, list[str]]:
-    """The user's choice: "." (the files at the top), a .ckpt file at the top, or a sub-folder (any depth)."""
-    if pick in (".", "./"):
-        return None, sorted(_top(rels))
-    name = pick.strip("/")
-    if not name or not confine.is_plain(name):
-        raise CkptbenchError(f"--pick {pick[:80]!r}: not a plain path inside {where}; name one of the candidates "
-                             "the ambiguity line lists, or '.' for the files at the top")
-    if name in rels and name.endswith(".ckpt"):
-        return None, [r for r in rels if r == name or not r.endswith(layouts.TORCH_EXT)]
-    if not any(r.startswith(name + "/") for r in rels):
-        raise CkptbenchError(f"--pick {pick[:80]!r}: no such folder of checkpoint files in {where}; name one of the "
-                             "candidates the ambiguity line lists, or '.' for the files at the top")
-    return name, []
+def _bad_pick(where: str, pick: str, what: str, rels: list[str]) -> CkptbenchError:
+    return CkptbenchError(f"--pick {pick[:80]!r}: {what} in {where}; choose one of {_listed(_candidates(rels))} "
+                          "(a sub-folder, a .ckpt file, or '.' for the files at the top)")
 
 
-def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | None = None) -> Layout:
+def _pick(where: str, rels: list[str], pick: str) -> tuple[str, list[str], list[tuple[str, str]], str | None]:
+    """The user's choice as (root, its members, what is passed over, a .ckpt file chosen): "." (the files at the
+    top), a sub-folder at any depth, or a .ckpt file at any depth."""
+    if pick.strip() in (".", "./"):
+        only = sorted(_top(rels))
+        return "", only, [(d, "not picked (--pick .)") for d in sorted(_holding(rels))], None
+    name = posixpath.normpath(pick.strip()) if pick.strip() else ""
+    if not name or name == "." or not confine.is_plain(name):
+        raise _bad_pick(where, pick, "not a plain path inside the folder", rels)
+    head = name.split("/")[0]
+    passed = [(d, "not picked (--pick)") for d in sorted(_holding(rels)) if d != head]
+    passed += [(r, "not picked (--pick)") for r in sorted(_top(rels)) if r != name]
+    if name in rels:
+        if not name.endswith(".ckpt"):
+            raise _bad_pick(where, pick, "a file that is not a Lightning .ckpt", rels)
+        root, _, file = name.rpartition("/")
+        inside = [r[len(root) + 1:] if root else r for r in rels if not root or r.startswith(root + "/")]
+        only = [r for r in inside if r == file or ("/" not in r and not r.endswith(layouts.TORCH_EXT))]
+        passed += [(f"{root}/{r}" if root else r, "not picked (--pick)") for r in inside
+                   if "/" not in r and r.endswith(".ckpt") and r != file]
+        return root, only, [p for p in passed if p[0] not in (head, name)], file
+    if not any(r.startswith(name + "/") and r.endswith(WEIGHT_EXT) for r in rels):
+        what = "a folder that holds no checkpoint files" if any(r.startswith(name + "/") for r in rels) else \
+            "no such folder"
+        raise _bad_pick(where, pick, what, rels)
+    prefix = name + "/"
+    return name, [r[len(prefix):] for r in rels if r.startswith(prefix)], passed, None
+
+
+def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | None = None,
+           odd: dict[str, str] | None = None) -> Layout:
     """The one checkpoint a resume loads below `where` (whose members are `rels`) and the files of it a restore
     reads, relative to `root` (None: the checkpoint is `where` itself). `fetch` reads a small member (`latest`, an
-    index, Megatron's iteration file) of the folder it is given as rel; None: `where` is a directory on disk."""
-    root, whys, passed = "", [], []
-
-    def sub(tag: str, more: list[str]) -> list[str]:
-        prefix = tag + "/"
-        return [r[len(prefix):] for r in more if r.startswith(prefix)]
+    index, Megatron's iteration file) of the folder it is given as rel; None: `where` is a directory on disk. `odd`:
+    folders the listing holds no files of, by relative path, with what they are ("is a symlink", "is empty")."""
+    odd = odd or {}
+    root, whys, passed, chosen = "", [], [], None
 
     def at(rel: str) -> str:
         return os.path.join(where, rel) if rel else where
@@ -151,17 +192,16 @@ def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | 
             return fetch
         return lambda rel, limit, what: fetch(f"{prefix}/{rel}", limit, what)
 
-    if pick:
-        tag, only = _pick(where, rels, pick)
-        if tag is None:
-            passed = [(r, "not picked (--pick)") for r in rels if r not in set(only) and "/" not in r]
-            passed += [(d + "/", "not picked (--pick)") for d in sorted(_holding(rels))]
-            rels, whys = only, [f"--pick {pick}"]
-        else:
-            root, rels, whys = tag, sub(tag, rels), [f"--pick {pick}"]
+    def odd_in(prefix: str) -> dict[str, str]:
+        p = prefix + "/" if prefix else ""
+        return {k[len(p):]: v for k, v in odd.items() if k.startswith(p) and "/" not in k[len(p):]}
+
+    if pick is not None:
+        root, rels, passed, chosen = _pick(where, rels, pick)
+        whys = [f"--pick {pick}"]
     megatron, only = False, ""
     for _ in range(MAX_LEVELS):
-        step = _level(at(root), rels, fetch_in(root) if fetch is not None else None)
+        step = _level(at(root), rels, fetch_in(root), odd_in(root))
         if step is None:
             break
         tag, why, others = step
@@ -174,22 +214,26 @@ def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | 
             whys.append(f"{tag}: {why}")
             only = ""
         root = f"{root}/{tag}" if root else tag
-        rels = sub(tag, rels)
+        prefix = tag + "/"
+        rels = [r[len(prefix):] for r in rels if r.startswith(prefix)]
     else:
         raise CkptbenchError(f"{where}: checkpoint folders nested deeper than {MAX_LEVELS} levels; point at the "
                              "checkpoint itself")
     whys += [f"{only}: {ONLY}"] if only else []
-    if not (pick or "").endswith(".ckpt"):  # a .ckpt the user picked is the checkpoint already
-        one = _lightning(at(root), rels)
-        if one is not None:
-            tag, why, others = one
-            passed += [(f"{root}/{d}" if root else d, w) for d, w in others]
-            whys.append(why)
-            rels = [r for r in rels if r == tag or not r.endswith(".ckpt")]
-    lay = layouts.select(at(root), rels, fetch_in(root) if fetch is not None else None)
+    one = None if chosen else _lightning(at(root), rels)
+    if one is not None:
+        chosen, why, others = one
+        passed += [(f"{root}/{d}" if root else d, w) for d, w in others]
+        whys.append(why)
+    if chosen:
+        rels = [r for r in rels if r == chosen or not r.endswith(".ckpt")]
+    lay = layouts.select(at(root), rels, fetch_in(root))
     if megatron and lay.name in ("files", "dcp"):  # a torch_dist iteration
         lay = replace(lay, name="megatron")
-    return replace(lay, root=root or None, why="; ".join(whys), skipped=tuple(passed) + lay.skipped)
+    within = tuple((f"{root}/{p}" if root else p, w) for p, w in lay.skipped)  # named from the folder given
+    return replace(lay, root=root or None, why="; ".join(whys + [lay.why] if lay.why else whys),
+                   skipped=tuple(passed) + within,
+                   tag=lay.tag or chosen)
 
 
 _LOADED_EXT = {"safetensors": (".safetensors",), "torch": layouts.TORCH_EXT, "dcp": (".distcp", ".metadata")}

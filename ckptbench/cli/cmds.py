@@ -97,8 +97,9 @@ def cmd_read(args) -> int:
     from ckptbench.sources import open_targets
 
     opts = _read_options(args)
-    source = open_targets(args.targets)
+    source = open_targets(args.targets, args.pick)
     listing = source.list()
+    lay = listing.layout.describe() if listing.layout is not None else None
     line = ProgressLine(sys.stderr)
     cancel = threading.Event()
     try:
@@ -110,8 +111,11 @@ def cmd_read(args) -> int:
     finally:
         line.close()
     if args.json:
-        _emit(report.to_json())
+        _emit(report.to_json() | {"layout": lay})
     else:
+        from ckptbench.cli.show import print_pick
+
+        print_pick(lay, verb="read")
         _print_summary(report)
     return 0 if report.ok else 1
 
@@ -232,24 +236,23 @@ def cmd_gen(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from ckptbench.core.errors import EXIT_UNCHECKED as VERIFY_UNCHECKED
-    from ckptbench.cli.run import print_pick
-    from ckptbench.restore.load import require_dir
     from ckptbench.checkpoint.verify import verify
-
-    require_dir(args.directory)
+    from ckptbench.cli.show import print_pick
+    from ckptbench.core.errors import EXIT_UNCHECKED
+    from ckptbench.restore.load import require_dir
     from ckptbench.sources.local import LocalSource
 
-    rep = verify(LocalSource(args.directory, checkpoint=True, pick=args.pick).list(), concurrency=args.concurrency)
+    require_dir(args.directory)
+    listing = LocalSource(args.directory, checkpoint=True, pick=args.pick).list()
+    rep = verify(listing, concurrency=args.concurrency)
+    lay = listing.layout.describe() if listing.layout is not None else None
     if args.json:
         _emit({"ok": rep.ok, "verified": rep.verified, "has_reference": rep.has_reference, "source": rep.source,
-               "why": rep.why, "files": rep.files, "bytes": rep.bytes,
+               "why": rep.why, "layout": lay, "files": rep.files, "bytes": rep.bytes,
                "problems": [{"path": p, "problem": w} for p, w in rep.problems], "digests": rep.digests,
                "unlisted": list(rep.unlisted)})
     else:
-        if rep.why:
-            print_pick({"root": os.path.relpath(rep.source, args.directory), "layout": "checkpoint", "why": rep.why},
-                       verb="checked")
+        print_pick(lay, verb="checking")
         if not rep.has_reference:
             print(f"{rep.source}: no manifest with digests, so no reference: {rep.files} files read and their "
                   "digests computed, nothing checked against them")
@@ -260,11 +263,11 @@ def cmd_verify(args) -> int:
             print(f"  {rel}: {what}", file=sys.stderr)
         word = "MISMATCH" if not rep.ok else "OK" if rep.verified else "NOT VERIFIED"
         print(f"{word}: {rep.files} files, {rep.bytes / 2**20:.1f} MiB, {len(rep.problems)} problem(s)")
-    return 1 if not rep.ok else 0 if rep.verified else VERIFY_UNCHECKED
+    return 1 if not rep.ok else 0 if rep.verified else EXIT_UNCHECKED
 
 
 def cmd_load(args) -> int:
-    from ckptbench.cli.run import print_pick
+    from ckptbench.cli.show import print_pick
     from ckptbench.restore.load import restore_dir
 
     out = restore_dir(args.directory, verify=not args.no_verify, optimizer_step=args.optimizer_step, pick=args.pick)

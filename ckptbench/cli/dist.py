@@ -26,6 +26,9 @@ def print_dist(doc: dict) -> None:
     print(f"{doc['source']} ({doc['format']}): distributed restore on {doc['world_size']} rank(s), "
           f"{doc['nodes']} node(s), {doc['backend']}; each rank reads {doc['each_rank']}; cache {o['cache']}, "
           f"concurrency {o['concurrency']} per rank; {len(doc['repeats'])} repeat(s)")
+    from ckptbench.cli.show import print_pick
+
+    print_pick(doc.get("layout"))
     if doc["saved_world"] is not None:
         print(f"saved by {doc['saved_world']} rank(s)" + (f": resharded to {doc['world_size']}" if doc["resharded"]
                                                           else ": same world size"))

@@ -121,8 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("read", help="read and hash files in parallel (no deserialization)")
-    p.add_argument("targets", nargs="+", metavar="DIR|FILE", help="a directory (read recursively) or files")
+    p.add_argument("targets", nargs="+", metavar="DIR|FILE", help="a checkpoint directory (the checkpoint a resume "
+                   "loads from it, as every command picks it; see --pick), or files and directories read whole")
     _add_read_options(p)
+    _add_pick(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.set_defaults(handler=_lazy("cmd_read"))
 

@@ -8,6 +8,7 @@ import threading
 import uuid
 
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.cli.show import print_pick
 from ckptbench.core.stages import STAGES
 
 
@@ -29,21 +30,6 @@ class StageProgress:
 
     def close(self) -> None:
         self.line.close()
-
-
-def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
-    """Which checkpoint was restored and why, what was left unread and what was read but never deserialized."""
-    if not lay:
-        return
-    stream = stream or sys.stdout
-    if lay.get("why"):
-        print(f"{verb} {lay.get('root') or 'the files at the top'} ({lay['layout']}): {lay['why']}", file=stream)
-    for skip in lay.get("skipped", [])[:8]:
-        print(f"  not read: {skip['path']} ({skip['why']})", file=stream)
-    if len(lay.get("skipped", [])) > 8:
-        print(f"  not read: ... and {len(lay['skipped']) - 8} more", file=stream)
-    for u in lay.get("unloaded", []):
-        print(f"  read, not loaded: {u['path']} ({u['why']})", file=stream)
 
 
 def print_run(doc: dict) -> None:
@@ -184,6 +170,7 @@ def cmd_sweep(args) -> int:
         sys.stdout.write("\n")
         return rc
     best = res.gbps[res.best]["median"]
+    print_pick(res.layout, verb="swept")
     print(f"{res.source}: read throughput by concurrency ({res.cache} cache"
           f"{'' if res.cache_verified else ', NOT verified'}; median of {args.repeat})")
     print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s}  of best")

@@ -75,8 +75,10 @@ def _say(text: str) -> None:
 def _print(doc: dict) -> None:
     from ckptbench.core.units import human_bytes
 
-    _say(f"watched {doc['pid']} ({doc['command'][:80]}): {doc['wall_s']:.2f} s, {doc['ended']}"
-         + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))
+    # the command redacted alone: redacting the whole line took the ")" after a secret as part of its value
+    command = printable(redact(doc["command"]))[:80]
+    print(f"watched {doc['pid']} ({command}): " + printable(redact(
+        f"{doc['wall_s']:.2f} s, {doc['ended']}" + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))))
     _say(f"read {human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {doc['loader_gbps']:.2f} GB/s; "
          f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; major faults {doc['majflt']}")
     if doc["marks"]:

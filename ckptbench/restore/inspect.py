@@ -114,6 +114,9 @@ def _entries(directory: str, listing: Listing):
         from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
 
         meta = SafeReader(directory).read_metadata()
+        held: dict[str, set[str]] = {}  # the .distcp files a tensor's chunks lie in
+        for idx, info in (meta.storage_data or {}).items():
+            held.setdefault(idx.fqn, set()).add(str(info.relative_path))
         for fqn, md in meta.state_dict_metadata.items():
             if isinstance(md, TensorStorageMetadata):
                 shape = tuple(md.size)
@@ -122,7 +125,8 @@ def _entries(directory: str, listing: Listing):
                     n *= d
                 group = group_of(fqn)  # named as the restore names it: a model weight without DCP's `model.`
                 out.append(Tensor(fqn.removeprefix("model.") if group == "model" else fqn, _dtype(md.properties.dtype),
-                                  shape, n * md.properties.dtype.itemsize, ".metadata", group))
+                                  shape, n * md.properties.dtype.itemsize, ",".join(sorted(held.get(fqn, ()))) or
+                                  ".metadata", group))
             else:
                 others += 1
         return out, others, set()
@@ -218,7 +222,7 @@ def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None)
         },
         "groups": {name: {"tensors": g.tensors, "params": g.params, "bytes": g.bytes,
                           "dtypes": dict(sorted(g.dtypes.items()))} for name, g in sorted(groups.items())},
-        "params": sum(g.params for g in groups.values()),
+        "params": groups["model"].params if "model" in groups else 0,  # the model's parameter count
         "tensor_filter": tensors,
         "tensors": [t.row() for t in entries if tensors is None or fnmatch.fnmatchcase(t.name, tensors)],
         "read_plan": {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -251,8 +252,10 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
 WEIGHTS, MOMENTS, BOOKKEEPING = "weights", "optimizer moments", "bookkeeping"
 
 
-def _tail(name: str, n: int = 60) -> str:
-    """A long flat key by its end, where it says what it is (…ModelCheckpoint{…}.kth_value)."""
+def _tail(name: str, n: int = 80) -> str:
+    """A long flat key with its bracketed state names folded (callbacks.ModelCheckpoint{…}.kth_value), and by its
+    end where it is still long, where it says what it is."""
+    name = re.sub(r"\{[^{}]*\}", "{…}", name)
     return name if len(name) <= n else "…" + name[-n:]
 
 

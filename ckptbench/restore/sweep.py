@@ -26,13 +26,14 @@ class SweepResult:
     cache: str
     cache_verified: bool
     failed: tuple[tuple[str, str], ...] = ()  # (path, why) of what could not be read; the rest was measured
+    layout: dict | None = None  # which checkpoint of the folder was read, and why (resume.choose)
 
     def to_json(self) -> dict:
         return {"source": self.source, "levels": self.levels, "gbps": {str(k): v for k, v in self.gbps.items()},
                 "knee": self.knee, "best": self.best, "margin": self.margin, "cache": self.cache,
                 "cache_verified": self.cache_verified,
                 "failed": [{"path": p, "error": why} for p, why in self.failed],
-                "recommendation": f"--concurrency {self.knee}"}
+                "recommendation": f"--concurrency {self.knee}", "layout": self.layout}
 
 
 def knee(medians: dict[int, float], margin: float = KNEE_MARGIN) -> tuple[int, int]:
@@ -80,4 +81,5 @@ def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: s
     stats = {lv: spread(v) for lv, v in results.items()}
     k, best = knee({lv: s["median"] for lv, s in stats.items()})
     label = cache if src.has_page_cache else f"n/a ({src.scheme})"
-    return SweepResult(src.url, levels, stats, k, best, KNEE_MARGIN, label, verified, tuple(sorted(failed.items())))
+    return SweepResult(listing.source, levels, stats, k, best, KNEE_MARGIN, label, verified,
+                       tuple(sorted(failed.items())), listing.layout.describe() if listing.layout else None)

@@ -23,18 +23,19 @@ def open_source(url: str, pick: str | None = None) -> Source:
     return LocalSource(url, checkpoint=True, pick=pick)
 
 
-def open_targets(targets: list[str]) -> Source:
-    """What a plain read names: one s3:// prefix, or local files and directories together."""
+def open_targets(targets: list[str], pick: str | None = None) -> Source:
+    """What a plain read names: one s3:// prefix, or local files and directories together (one directory is the
+    checkpoint a resume loads from it, as every command picks it; `pick` chooses)."""
     from ckptbench.core.errors import CkptbenchError
 
     remote = [t for t in targets if t.startswith("s3://")]
     if remote:
         if len(targets) != 1:
             raise CkptbenchError("read takes one s3:// prefix at a time, without local paths")
-        return open_source(remote[0])
+        return open_source(remote[0], pick)
     from ckptbench.sources.local import LocalSource
 
-    return LocalSource(targets)
+    return LocalSource(targets, pick=pick)
 
 
 def source_summary(source: str) -> dict:

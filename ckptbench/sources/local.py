@@ -11,7 +11,7 @@ import fastio
 from ckptbench.system import pagecache as conditions
 from ckptbench.system import probes
 from ckptbench.system import readmode
-from ckptbench.checkpoint import resume
+from ckptbench.checkpoint import layouts, resume
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.checkpoint.detect import format_of
@@ -60,23 +60,26 @@ class LocalReadHandle:
         return self._h.__exit__(*exc)
 
 
-def _selected(directory: str, files: list[fastio.FileSpec], pick: str | None):
+def _selected(directory: str, files: list[fastio.FileSpec], pick: str | None, odd: dict[str, str]):
     """The directory of the one checkpoint a resume loads (resume.choose: the largest step, the iteration a pointer
     names…), its files, and the Layout saying which and why."""
     rels = [os.path.relpath(f.path, directory).replace(os.sep, "/") for f in files]
-    lay = resume.choose(directory, rels, pick=pick)
+    lay = resume.choose(directory, rels, pick=pick, odd=odd)
     if lay.root is not None:
         directory = os.path.join(directory, lay.root)
         prefix = lay.root + "/"
         inside = [(f, r[len(prefix):]) for f, r in zip(files, rels) if r.startswith(prefix)]
         files, rels = [f for f, _ in inside], [r for _, r in inside]
     keep = set(lay.files)
-    return directory, [f for f, r in zip(files, rels) if r in keep], lay
+    chosen = [(f, r) for f, r in zip(files, rels) if r in keep]
+    layouts.check_sizes(directory, [(r, f.size) for f, r in chosen])
+    return directory, [f for f, _ in chosen], lay
 
 
-def _target_files(target: str, skipped: list[tuple[str, str]]) -> list[fastio.FileSpec]:
+def _target_files(target: str, skipped: list[tuple[str, str]], odd: dict[str, str] | None = None
+                  ) -> list[fastio.FileSpec]:
     if os.path.isdir(target):
-        found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target, skipped)]
+        found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target, skipped, odd)]
         if not found and not skipped:
             raise CkptbenchError(f"{target}: empty: the directory holds no files; point at a checkpoint directory")
         return found
@@ -112,10 +115,14 @@ class LocalSource:
         """Every regular file (stat'ed) of the checkpoint its layout names, the manifest when there is one, and the
         format ("unknown" if none)."""
         skipped: list[tuple[str, str]] = []
-        files = [spec for t in self.targets for spec in _target_files(t, skipped)]
+        odd: dict[str, str] = {}
+        files = [spec for t in self.targets for spec in _target_files(t, skipped, odd)]
         if self.directory is None:
+            if self.pick is not None:
+                raise CkptbenchError(f"--pick {self.pick[:80]!r}: chooses within one checkpoint directory; name one "
+                                     "directory, or leave --pick out")
             return Listing(self.url, files, None, "unknown", tuple(skipped))
-        directory, files, lay = _selected(self.directory, files, self.pick)
+        directory, files, lay = _selected(self.directory, files, self.pick, odd)
         man = mf.read(directory)
         fmt = format_of(man, [f.path for f in files], directory)
         return Listing(directory, files, man, fmt, tuple(skipped), resume.with_unloaded(lay, fmt))

@@ -57,6 +57,7 @@ class S3Source:
         man = mf.parse(raw, f"{self.url}/{mf.MANIFEST_NAME}") if raw is not None else None
         keep = set(lay.files)
         objects = [o for o in objects if o.rel in keep]
+        layouts.check_sizes(self.url, [(o.rel, o.size) for o in objects])
         files = [fastio.FileSpec(f"{self.url}/{o.rel}", o.size) for o in objects]
         fmt = format_of(man, [o.rel for o in objects], self.url)
         return Listing(self.url, files, man, fmt, layout=resume.with_unloaded(lay, fmt))

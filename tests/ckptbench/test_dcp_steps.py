@@ -73,3 +73,32 @@ def test_pick_chooses_among_ambiguous_checkpoints_and_says_so(tmp_path, h):
     for bad in ("c", "../runs/a", "/etc"):
         r = h.run_cli("run", root, "--repeat", "1", "--pick", bad, "--results", tmp_path / "R.csv")
         assert r.rc == 2 and len(r.err_lines) == 1 and "--pick" in r.err_lines[0], r.err
+
+
+def test_metadata_with_bytes_after_its_pickle_or_beyond_any_real_size_is_refused(tmp_path, h):
+    root = tmp_path / "ck"
+    _save(root, 1.0)
+    with open(root / ".metadata", "ab") as f:
+        f.write(b"\0" * 4096)
+    for cmd in ("inspect", "load"):
+        r = h.run_cli(cmd, root)
+        assert r.rc != 0 and len(r.err_lines) == 1 and "bytes after the metadata's pickle" in r.err, r.err
+    os.truncate(root / ".metadata", (1 << 30) + 1)  # sparse: refused by its size, before a byte is read
+    r = h.run_cli("run", root, "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc != 0 and len(r.err_lines) == 1 and "more than DCP metadata holds" in r.err, r.err
+
+
+def test_read_and_sweep_name_the_checkpoint_they_read(tmp_path, h):
+    root = tmp_path / "runs"
+    for n in (1, 2):
+        _save(root / f"step-{n}", float(n))
+    r = h.run_cli("read", root, "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["layout"]["root"] == "step-2" and doc["layout"]["not_read"][0]["path"] == "step-1"
+    r = h.run_cli("read", root, "--pick", "step-1")
+    assert r.rc == 0 and r.out.startswith("read step-1 (dcp): --pick step-1"), r.out
+    r = h.run_cli("sweep", root, "--levels", "1,2", "--repeat", "1", "--cache", "as-is", "--json")
+    assert r.rc == 0 and json.loads(r.out)["layout"]["root"] == "step-2", r.err
+    r = h.run_cli("read", root / "step-1", root / "step-2", "--pick", "step-1")
+    assert r.rc == 2 and "one checkpoint directory" in r.err

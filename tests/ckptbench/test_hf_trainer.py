@@ -239,7 +239,7 @@ def test_layout_names_the_trainer_files_and_says_why_training_args_is_skipped(tr
     assert sorted(lay.state_files) == ["optimizer.pt", "rng_state.pth", "scaler.pt", "scheduler.pt"]
     assert sorted(lay.files) == _selected(root)
     assert lay.skipped == (("training_args.bin", layouts.SKIP_WHY["training_args.bin"]),)
-    assert "could run code" in lay.describe()["skipped"][0]["why"]
+    assert "could run code" in lay.describe()["not_read"][0]["why"]
 
 
 def test_save_model_output_with_only_training_args_beside_the_weights_restores(tmp_path, h):

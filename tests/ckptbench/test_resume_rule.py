@@ -30,7 +30,7 @@ def test_a_final_model_beside_checkpoints_is_not_merged_and_pick_dot_restores_it
     assert lay.root == "checkpoint-2" and "model.safetensors" in dict(lay.skipped) and "--pick ." in lay.why
     top = resume.choose("/out", rels, pick=".")
     assert top.root is None and set(top.files) == {"model.safetensors", "config.json"}
-    assert "checkpoint-1/" in dict(top.skipped) and "checkpoint-2/" in dict(top.skipped)
+    assert "checkpoint-1" in dict(top.skipped) and "checkpoint-2" in dict(top.skipped)
 
 
 def test_torchtitan_dump_folder_descends_to_the_highest_step():
@@ -38,7 +38,8 @@ def test_torchtitan_dump_folder_descends_to_the_highest_step():
     lay = resume.choose("/dump", rels + ["config.toml"])
     assert lay.root == "checkpoint/step-10" and lay.name == "dcp"
     assert set(lay.files) == {".metadata", "__0_0.distcp", "__1_0.distcp"}
-    assert dict(lay.skipped) == {"checkpoint/step-9": "an older checkpoint: a resume takes step-10"}
+    assert dict(lay.skipped)["checkpoint/step-9"] == "an older checkpoint: a resume takes step-10"
+    assert "checkpoint/step-10" not in dict(lay.skipped) and "config.toml" in dict(lay.skipped)
 
 
 @pytest.mark.parametrize("names", [["step-10", "step-010"], ["step-5", "step-05"]])
@@ -77,7 +78,73 @@ def test_deepspeed_and_megatron_folders_are_one_checkpoint_not_wrappers():
     assert resume.choose("/m", mp).name == "megatron"
 
 
-@pytest.mark.parametrize("pick", ["../x", "/etc", "nope", "a/../../b"])
-def test_pick_outside_or_missing_is_one_line(pick):
-    with pytest.raises(CkptbenchError, match="--pick"):
+@pytest.mark.parametrize("pick", ["../x", "/etc", "nope", "a/../../b", "", "a/.metadata"])
+def test_pick_outside_or_missing_is_one_line_naming_the_candidates(pick):
+    with pytest.raises(CkptbenchError, match=r"--pick .*choose one of a, b "):
         resume.choose("/d", ["a/.metadata", "b/.metadata"], pick=pick)
+
+
+def test_pick_of_a_subfolder_names_what_else_it_passes_over():
+    rels = _trainer(3) + _trainer(9) + ["model.safetensors"]
+    lay = resume.choose("/out", rels, pick="./checkpoint-3")
+    assert lay.root == "checkpoint-3" and {"checkpoint-9", "model.safetensors"} <= set(dict(lay.skipped))
+    assert "checkpoint-3/training_args.bin" in dict(lay.skipped)  # named from the folder given
+
+
+def test_two_lightning_runs_side_by_side_are_two_checkpoints_never_one():
+    rels = ["lightning_logs/version_0/checkpoints/epoch=0-step=2.ckpt",
+            "lightning_logs/version_1/checkpoints/epoch=3-step=8.ckpt"]
+    with pytest.raises(CkptbenchError, match=r"2 folders of checkpoints \(version_0, version_1\)"):
+        resume.choose("/l", rels)
+    lay = resume.choose("/l", rels, pick="lightning_logs/version_1/checkpoints/epoch=3-step=8.ckpt")
+    assert lay.root == "lightning_logs/version_1/checkpoints" and lay.files == ("epoch=3-step=8.ckpt",)
+    assert "lightning_logs/version_0" in dict(lay.skipped) or "lightning_logs" not in dict(lay.skipped)
+
+
+def test_a_diffusers_pipeline_is_one_checkpoint_of_several_folders():
+    rels = ["model_index.json", "unet/diffusion_pytorch_model.safetensors", "vae/diffusion_pytorch_model.safetensors"]
+    lay = resume.choose("/p", rels)
+    assert lay.root is None and set(lay.files) == set(rels)
+
+
+@pytest.mark.parametrize("what, odd", [("is a symlink", {"checkpoint-10": "is a symlink (only what lies inside "
+                                                                          "the folder is read)"}),
+                                       ("is empty", {"checkpoint-10": "is empty"})])
+def test_a_newest_checkpoint_that_cannot_be_read_is_one_line_not_an_older_one(what, odd):
+    rels = _trainer(3) + _trainer(9)
+    with pytest.raises(CkptbenchError, match=rf"checkpoint-10: the newest checkpoint, which a resume picks, {what}.*"
+                                             r"--pick checkpoint-9"):
+        resume.choose("/out", rels, odd=odd)
+    rels += ["checkpoint-10/trainer_state.json"]  # a save cut short: no weights
+    with pytest.raises(CkptbenchError, match="holds no checkpoint files"):
+        resume.choose("/out", rels)
+    assert resume.choose("/out", rels, pick="checkpoint-9").root == "checkpoint-9"
+
+
+def test_deepspeed_says_which_step_and_lists_the_others():
+    ds = ["latest"] + [f"global_step{n}/mp_rank_00_model_states.pt" for n in (1, 2)]
+    lay = resume.choose("/ds", ds, fetch=lambda rel, limit, what: b"global_step2")
+    assert lay.tag == "global_step2" and "`latest` names" in lay.why
+    assert dict(lay.skipped) == {"global_step1": "another step: DeepSpeed resumes global_step2"}
+
+
+def test_on_disk_a_symlinked_or_empty_newest_checkpoint_is_seen_by_the_listing(tmp_path):
+    """The directory walk lists files only and never follows a symlink: the folders it cannot show still count."""
+    from ckptbench.sources.local import LocalSource
+
+    out = tmp_path / "out"
+    for n in (3, 9):
+        (out / f"checkpoint-{n}").mkdir(parents=True)
+        (out / f"checkpoint-{n}" / "model.safetensors").write_bytes(b"x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "model.safetensors").write_bytes(b"x")
+    (out / "checkpoint-10").symlink_to(elsewhere)
+    with pytest.raises(CkptbenchError, match="checkpoint-10: the newest checkpoint, which a resume picks, is a symlink"):
+        LocalSource(str(out), checkpoint=True).list()
+    (out / "checkpoint-10").unlink()
+    (out / "checkpoint-10").mkdir()
+    with pytest.raises(CkptbenchError, match="checkpoint-10: the newest checkpoint, which a resume picks, is empty"):
+        LocalSource(str(out), checkpoint=True).list()
+    listing = LocalSource(str(out), checkpoint=True, pick="checkpoint-9").list()
+    assert listing.source == str(out / "checkpoint-9")

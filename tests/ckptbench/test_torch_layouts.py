@@ -181,7 +181,7 @@ def test_deepspeed_layout_is_described_and_other_steps_are_not_selected(ds_tree)
     assert sorted(lay.files) == sorted(STEP200)
     assert lay.model_files == ("global_step200/mp_rank_00_model_states.pt",)
     assert lay.optimizer_files == tuple(s for s in STEP200 if "optim_states" in s)
-    assert lay.describe()["layout"] == "deepspeed"
+    assert lay.describe()["name"] == "deepspeed"
     assert "code, not state" in dict(lay.skipped)["zero_to_fp32.py"]
 
 

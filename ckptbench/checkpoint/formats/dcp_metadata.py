@@ -51,6 +51,7 @@ class _MetadataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: a cra
 
 _CRAFTED = "the checkpoint is corrupt or crafted"
 MAX_DIMS = 64
+MAX_METADATA = 1 << 30  # a 405B model's .metadata is tens of MB; a GiB of it is crafted
 
 
 def _whole(v) -> bool:
@@ -221,8 +222,15 @@ class SafeReader(FileSystemReader):
     def read_metadata(self, *args, **kwargs):
         path = self._get_metadata_path(kwargs.get("rank"))
         with self.fs.create_stream(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(0)
+            if size > MAX_METADATA:
+                raise FormatError(f"{path}: {size} bytes, more than DCP metadata holds (at most {MAX_METADATA}); "
+                                  f"{_CRAFTED}")
             try:
                 metadata = _MetadataUnpickler(f).load()
+                if f.read(1):  # torch writes the pickle alone: anything after it was put there
+                    raise FormatError(f"{path}: bytes after the metadata's pickle; {_CRAFTED}")
                 metadata = _check_metadata(metadata, str(path), self.fs)
             except CkptbenchError:
                 raise

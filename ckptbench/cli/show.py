@@ -1,0 +1,22 @@
+"""What every command prints about the checkpoint it chose: which one, why, and what it left or did not load."""
+
+from __future__ import annotations
+
+import sys
+
+
+def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
+    """Which checkpoint was restored and why, what was left unread and what was read but never deserialized."""
+    if not lay:
+        return
+    stream = stream or sys.stdout
+    if lay.get("why"):
+        what = lay.get("root") or lay.get("tag") or "the files at the top"
+        print(f"{verb} {what} ({lay['name']}): {lay['why']}", file=stream)
+    skipped = lay.get("not_read", [])
+    for skip in skipped[:8]:
+        print(f"  not read: {skip['path']} ({skip['why']})", file=stream)
+    if len(skipped) > 8:
+        print(f"  not read: ... and {len(skipped) - 8} more", file=stream)
+    for u in lay.get("unloaded", []):
+        print(f"  read, not loaded: {u['path']} ({u['why']})", file=stream)
