@@ -14,7 +14,7 @@ import os
 import stat
 import tempfile
 
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, redact_all
 from ckptbench.core.stages import STAGES
 from ckptbench.core.stats import spread
 
@@ -191,7 +191,7 @@ def append(path: str, rows: list[dict]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
         for row in rows:
-            row = {"kind": "restore"} | row
+            row = redact_all({"kind": "restore"} | row)  # every kind's row: no credential is ever recorded
             if columns == COLUMNS_V1:
                 row["schema"] = 1  # an old file keeps its schema: its rows stay readable by older versions
             values = [json.dumps(plain(row[c]), sort_keys=True, allow_nan=False) if c == "env"
@@ -205,7 +205,7 @@ def append(path: str, rows: list[dict]) -> None:
 def append_document(path: str, doc: dict) -> None:
     """Appends one JSON document as one line of the results file's .jsonl, fsync'd before returning."""
     target = jsonl_path(path)
-    line = json.dumps(plain(doc), allow_nan=False) + "\n"
+    line = json.dumps(plain(redact_all(doc)), allow_nan=False) + "\n"  # every kind's document, credentials out
     fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         size = os.fstat(fd).st_size

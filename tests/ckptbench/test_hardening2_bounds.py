@@ -317,3 +317,19 @@ def test_malformed_chunk_pickles_are_one_line(tmp_path):
         finally:
             os.close(fd)
         assert str(exc.value).startswith(f"chunk{i}") and "\n" not in str(exc.value)
+
+
+def test_a_legacy_file_whose_storages_claim_more_than_it_holds_is_refused_first(tmp_path):
+    """The pre-zip format: torch allocates each storage from the size its pickle states before reading its bytes."""
+    path = str(tmp_path / "legacy.pt")
+    torch.save({"w": torch.arange(10.0)}, path, _use_new_zipfile_serialization=False)
+    raw = open(path, "rb").read()
+    assert raw.count(b"K\nN") == 1  # the storage's numel, 10, as BININT1 before the view metadata (None)
+    with open(path, "wb") as f:
+        f.write(raw.replace(b"K\nN", b"J\x00\x00\x00\x40N"))  # 2**30 elements: 4 GiB of float32
+    _refused_within(_in_child(_modes(path)), "its storages claim 4294967296 bytes")
+    honest = str(tmp_path / "honest.pt")
+    torch.save({"w": torch.arange(10.0)}, honest, _use_new_zipfile_serialization=False)
+    from ckptbench.checkpoint.formats import torch_format
+
+    assert torch.equal(torch_format.load_file(honest).model["w"], torch.arange(10.0))

@@ -275,3 +275,19 @@ def test_schema_1_file_stays_readable_and_takes_restores_in_its_own_schema(ckpt,
     back = read_rows(str(path))
     assert [x["kind"] for x in back] == ["restore", "restore"] and back[0]["rto_s"] == 1.5
     assert back[1]["run_id"] == json.loads(r.out)["run_id"]
+
+
+def test_no_credential_reaches_a_results_file_whatever_kind_writes_it(tmp_path):
+    """One writer for rows and one for documents, both redacted: a source URL with user-info, a secret in a note."""
+    from ckptbench.records import results
+
+    path = str(tmp_path / "r.csv")
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    row = {"run_id": "r1", "repeat": 1, "source": f"s3://AKIAIOSFODNN7EXAMPLE:{secret}@host/b/p", "status": "ok",
+           "env": {"endpoint": f"https://user:{secret}@s3.local"}}
+    results.append(path, [row])
+    results.append_document(path, {"record": "run", "source": row["source"],
+                                   "notes": {"load": f"--password={secret}"}})
+    for name in (path, path + ".jsonl"):
+        text = open(name).read()
+        assert secret not in text and "AKIAIOSFODNN7EXAMPLE" not in text, text

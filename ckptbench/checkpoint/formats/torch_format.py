@@ -342,6 +342,28 @@ def _prescan(f, records: dict[str, tuple[int, int]], where: str) -> int:
     return length
 
 
+def _prescan_legacy(f, size: int, where: str) -> int:
+    """A legacy (pre-zip) file: its magic, protocol and system pickles, then the object's pickle, then the storages.
+    The object's pickle is dry-run before torch reads the file (torch allocates each storage from the size the
+    pickle states, before reading its bytes): together they must fit in what follows it."""
+    import pickletools
+
+    f.seek(0)
+    try:
+        for _ in range(3):  # magic number, protocol version, system info: small plain pickles
+            for _op in pickletools.genops(f):
+                pass
+        start = f.tell()
+        for _op in pickletools.genops(f):
+            pass
+    except Exception as exc:  # a damaged pickle provokes whatever it provokes
+        raise FormatError(f"{where}: its legacy pickle is unreadable ({type(exc).__name__}); {_CRAFTED}") from None
+    end = f.tell()
+    f.seek(start)
+    torch_prescan.check(f.read(end - start), where, None, budget=size - end)
+    return end - start
+
+
 def _check_tensors(state: CheckpointState, where: str) -> CheckpointState:
     """What the scan and the clone may touch: CPU tensors with their data, each no larger than its storage (a
     stride-0 view claims more than the file holds: copying it would allocate the claim)."""
@@ -384,7 +406,7 @@ def peek_file(path: str) -> CheckpointState:
     with _open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         is_zip = _check_start(f.read(32), path)
-        limit = walk_limit(_prescan(f, _zip_records(f, size, path), path) if is_zip else size)
+        limit = walk_limit(_prescan(f, _zip_records(f, size, path), path) if is_zip else _prescan_legacy(f, size, path))
     # mmap needs the zip layout; the legacy format is read whole, as torch.load does
     obj, names = _safe_load(lambda: torch.load(path, weights_only=True, map_location="cpu", mmap=is_zip), path,
                             path if is_zip else None, limit)
@@ -431,8 +453,9 @@ def load_buffer(buf, name: str) -> CheckpointState:
     view = memoryview(buf).cast("B")
     is_zip = _check_start(bytes(view[:32]), name)
     if not is_zip:
+        limit = walk_limit(_prescan_legacy(MemoryFile(view), view.nbytes, name))
         obj, _ = _safe_load(lambda: torch.load(io.BytesIO(view), weights_only=True, map_location="cpu"), name,
-                            limit=walk_limit(view.nbytes))
+                            limit=limit)
         return _check_tensors(_from_obj(obj, name), name)
     records = _zip_records(MemoryFile(view), view.nbytes, name)
     limit = walk_limit(_prescan(MemoryFile(view), records, name))

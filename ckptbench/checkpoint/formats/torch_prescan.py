@@ -142,11 +142,17 @@ _DryRun.dispatch = dict(pickle._Unpickler.dispatch)
 _DryRun.dispatch[pickle.NEWOBJ[0]] = lambda self: self.stack.append(self.stack.pop(-2)(*self.stack.pop()))
 
 
-def check(data: bytes, where: str, members: dict[str, int] | None) -> None:
+def check(data: bytes, where: str, members: dict[str, int] | None, budget: int | None = None) -> None:
     """Dry-runs the pickle `data` (see the module docstring); `members` maps a storage key to its zip member's
-    length (None for the legacy format, whose storages follow the pickle)."""
+    length (None for the legacy format, whose storages follow the pickle: then all of them together are held to
+    `budget`, the bytes of the file after the pickle)."""
     try:
-        _DryRun(data, where, members).load()
+        run = _DryRun(data, where, members)
+        run.load()
+        claimed = sum(s.nbytes for s in run.storages.values())
+        if members is None and budget is not None and claimed > budget:
+            raise FormatError(f"{where}: its storages claim {claimed} bytes, the file holds {budget} after its "
+                              f"pickle; {_CRAFTED}")
     except FormatError:
         raise
     except RecursionError:
