@@ -41,6 +41,7 @@ def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0) -> di
     from ckptbench.distributed.live import Poster
     from ckptbench.distributed.rank import RankReport, RankRestore, tensor_digests
     from ckptbench.distributed.shares import plan_share
+    from ckptbench.restore.stages import StageClock
 
     rep = RankReport(world.rank, world.host, world.local_rank, warmup_s=warmup_s)
     live = Poster(world, repeat)
@@ -63,16 +64,13 @@ def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0) -> di
             raise CkptbenchError(f"not started: {late}")
         if not ready["ok"]:
             raise CkptbenchError(ready["error"])
-        t = time.perf_counter()
-        live.on_stage(LIST)
-        listing = source.list()
-        share = plan_share(listing, world.size, world.rank, dopts.policy)
-        rep.stages[LIST] = time.perf_counter() - t
+        clock = StageClock(on_stage=live.on_stage, stages=rep.stages, notes=rep.notes)
+        listing = clock.run(LIST, source.list)
+        share = clock.run(LIST, plan_share, listing, world.size, world.rank, dopts.policy)
         man = listing.manifest
         alg = opts.hash or (man.hash if man is not None else "none")
-        state = RankRestore(listing.source, listing.format, share, concurrency=opts.concurrency, read=opts.read,
-                            hash_alg=alg, manifest=man, device=_device(opts.device, world),
-                            block_size=opts.block_size, on_stage=live.on_stage,
+        state = RankRestore(source, listing, share, concurrency=opts.concurrency, read=opts.read, hash_alg=alg,
+                            device=_device(opts.device, world), block_size=opts.block_size, on_stage=live.on_stage,
                             on_progress=lambda snap: live.on_bytes(int(snap.bytes), share.needed)).run(rep, t0)
         if dopts.digests:
             rep.digests = tensor_digests(state)

@@ -18,9 +18,8 @@ from ckptbench.distributed.shares import Share
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.manifest import MANIFEST_NAME
 from ckptbench.checkpoint.formats import CheckpointState, group_of, inert
-from ckptbench.sources import drive
-from ckptbench.sources.local import LocalReadHandle
 from ckptbench.core.stages import CHECK, DEVICE, LOAD, READ, VERIFY
+from ckptbench.restore.stages import StageClock
 
 TIMELINE_S = 0.1  # progress samples during the read, for the per-rank lanes
 
@@ -95,26 +94,21 @@ def plan_analysis(share: Share) -> dict:
 
 
 class RankRestore:
-    """The timed stages of one rank; `t0` is the start barrier's release on this rank's clock."""
+    """The timed stages of one rank, on the one stage runner (restore.stages) a single process uses, reading through
+    the sources seam; `t0` is the start barrier's release on this rank's clock."""
 
-    def __init__(self, root: str, fmt: str, share: Share, *, concurrency: int, read: str, hash_alg: str, manifest,
-                 device: str, block_size: int = 1 << 20, on_progress=None, on_stage=None):
-        self.root, self.fmt, self.share, self.man = root, fmt, share, manifest
+    def __init__(self, source, listing, share: Share, *, concurrency: int, read: str, hash_alg: str, device: str,
+                 block_size: int = 1 << 20, on_progress=None, on_stage=None):
+        self.source, self.listing, self.share = source, listing, share
+        self.root, self.fmt, self.man = listing.source, listing.format, listing.manifest
         self.concurrency, self.read, self.hash = concurrency, read, hash_alg
         self.device, self.block_size = device, block_size
         self.on_progress = on_progress
         self.on_stage = on_stage
         self.cancel = threading.Event()
 
-    def _timed(self, rep: RankReport, name: str, fn, *args):
-        if self.on_stage:
-            self.on_stage(name)
-        t = time.perf_counter()
-        out = fn(*args)
-        rep.stages[name] = time.perf_counter() - t
-        return out
-
     def run(self, rep: RankReport, t0: float) -> CheckpointState:
+        clock = StageClock(self.cancel, self.on_stage, rep.stages, rep.notes)
         share = self.share
         rep.how, rep.bytes_needed, rep.index_bytes = share.how, share.needed, share.index_bytes
         rep.requests = len(share.pieces)
@@ -125,58 +119,44 @@ class RankRestore:
             per_file.setdefault(p.rel, []).append((p.offset, p.offset + p.length))
         rep.intervals = {rel: merged(iv) for rel, iv in per_file.items()}
         rep.read_start_s = time.perf_counter() - t0
-        result = self._timed(rep, READ, self._read, rep, t0)
+        result = clock.run(READ, self._read, clock, rep, t0)
         rep.read_end_s = time.perf_counter() - t0
-        self._timed(rep, VERIFY, self._verify, rep, result)
-        state = self._timed(rep, LOAD, self._load, result, rep)
+        clock.run(VERIFY, self._verify, rep, result)
+        state = clock.run(LOAD, self._load, result, rep)
         del result  # the buffers live on as the tensors' storage; the result's other references go
         rep.tensors = sum(1 for _ in state.tensors())
         if state.inert:
             rep.notes[LOAD] = inert.describe(state.inert)
-        self._timed(rep, DEVICE, self._to_device, state, rep)
-        report = self._timed(rep, CHECK, _check, state, self.concurrency)
+        clock.run(DEVICE, self._to_device, state, rep)
+        report = clock.run(CHECK, _check, state, self.concurrency)
         rep.notes[CHECK] = report.summary
         if not report.ok:
             raise CkptbenchError(f"check failed: {report.problems[0]}")
         rep.end_s = time.perf_counter() - t0
         return state
 
-    def _mode(self, specs: list[fastio.FileSpec]) -> tuple[str, str]:
-        """`--read auto` for this rank's reads, as a single-process run chooses it (readmode: by the residency
-        the cache condition left, and what the filesystem accepts), except that byte ranges start where tensors
-        start and O_DIRECT needs 4096-aligned offsets."""
-        from ckptbench.system import pagecache as conditions
-        from ckptbench.system import readmode
-
-        if self.read != readmode.AUTO:
-            return self.read, f"{self.read}: as asked"
-        if any(s.offset is not None and s.offset % 4096 for s in specs):
-            return "pread", "pread: byte ranges at tensor offsets, and O_DIRECT needs 4096-aligned ones"
-        files = sorted({(s.path, s.size or 0) for s in specs})
-        choice = readmode.choose(files, conditions.residency_of([p for p, _ in files]), self.block_size)
-        return choice.mode, choice.why
-
-    def _read(self, rep: RankReport, t0: float) -> fastio.ReadResult:
+    def _read(self, clock: StageClock, rep: RankReport, t0: float) -> fastio.ReadResult:
         from ckptbench.checkpoint import confine
+        from ckptbench.sources import Listing, ReadOptions
 
         pieces = self.share.pieces
         # every path checked where it is read: a manifest or DCP metadata names them, and either may be crafted
         real = {rel: confine.resolve(self.root, rel) for rel in {p.rel for p in pieces}}
         specs = [fastio.FileSpec(real[p.rel], p.length) if p.whole else
                  fastio.FileSpec(real[p.rel], p.length, offset=p.offset) for p in pieces]
-        mode, rep.notes[READ] = self._mode(specs)
-        rep.read_mode = mode
+        # this rank's pieces as a listing of its own: the source chooses the read path (`auto`: by residency, what
+        # the filesystem accepts, and whether the ranges are aligned for O_DIRECT) and reads them, as for one process
+        mine = Listing(self.root, specs, self.man, self.fmt)
+        opts, rep.notes[READ] = self.source.choose_read(mine, ReadOptions(
+            concurrency=self.concurrency, read=self.read, hash=self.hash, block_size=self.block_size))
+        rep.read_mode = opts.read
 
         def progress(snap) -> None:
             rep.timeline.append((round(time.perf_counter() - t0, 4), int(snap.bytes)))
             if self.on_progress:
                 self.on_progress(snap)
 
-        driven = drive(lambda: LocalReadHandle(fastio.start(specs, concurrency=self.concurrency, read=mode,
-                                                            hash=self.hash, block_size=self.block_size,
-                                                            into_memory=True)),
-                       on_progress=progress, cancel=self.cancel, interval=TIMELINE_S)
-        res = driven.result
+        res = clock.read(self.source, mine, opts, into="memory", on_progress=progress, interval=TIMELINE_S).result
         if res.failed:
             f = res.failed[0]
             rel = next(p.rel for p, r in zip(pieces, res.files) if r is f)

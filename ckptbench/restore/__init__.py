@@ -5,4 +5,5 @@ Other folders import only the modules named below (`from ckptbench.restore impor
 what is not named is this folder's own.
 """
 
-__all__ = ["runner", "load", "scan", "device", "session", "sweep", "loop", "autotune", "inspect", "reading", "warmup", "resources"]
+__all__ = ["runner", "stages", "load", "scan", "device", "session", "sweep", "loop", "autotune", "inspect", "reading",
+           "warmup", "resources"]

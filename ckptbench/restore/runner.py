@@ -22,13 +22,14 @@ from ckptbench.core import concurrency as conc
 from ckptbench.system import pagecache as conditions
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.restore.device import check_device, to_device
-from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.core.errors import CkptbenchError
 from ckptbench.restore.resources import PeakRSS, cpu_s, oom_precheck
-from ckptbench.sources import Listing, ReadOptions, Source, drive, open_source
+from ckptbench.sources import Listing, ReadOptions, Source, open_source
 from ckptbench.core.stages import CHECK, DEVICE, LIST, LOAD, READ, VERIFY
+from ckptbench.restore.stages import StageClock
 from ckptbench.restore.warmup import warm_up
 
-MODES = ("staged", "fused")
+from ckptbench.core.options import RESTORE_MODES as MODES  # noqa: E402  spelled once, in core
 Progress = Callable[[str, "fastio.Snapshot | None"], None]
 
 
@@ -103,30 +104,22 @@ class Run:
         self.listing = listing
         self.opts = opts
         self.progress = progress
-        self.cancel = cancel or threading.Event()
+        self.clock = StageClock(cancel, (lambda name: progress(name, None)) if progress else None)
+        self.cancel = self.clock.cancel
         self.handle = None
-        self.stage = LIST
         self.stage_dir: str | None = None
         self.own_stage = False
-        self.stages: dict[str, float] = {}
-        self.notes: dict[str, str] = {}
+        self.stages, self.notes = self.clock.stages, self.clock.notes
         self.error_classes: dict[str, int] = {}
         self.verified = False
         self.early = None  # the scan of files the fused read finished early (structural check only)
 
-    def _check_cancel(self) -> None:
-        if self.cancel.is_set():
-            raise Cancelled("restore cancelled")
+    @property
+    def stage(self) -> str:
+        return self.clock.stage
 
     def _timed(self, name: str, fn):
-        self._check_cancel()
-        self.stage = name
-        if self.progress:
-            self.progress(name, None)
-        t0 = time.perf_counter()
-        out = fn()
-        self.stages[name] = time.perf_counter() - t0
-        return out
+        return self.clock.run(name, fn)
 
     def _set_handle(self, handle) -> None:
         self.handle = handle
@@ -142,10 +135,9 @@ class Run:
 
             self.early = EarlyScan([f.path for f in self.listing.files])
         try:
-            driven = drive(lambda: self.source.start_read(self.listing, self.opts.read_options(alg), into=into,
-                                                          stage_dir=self.stage_dir),
-                           on_start=self._set_handle, on_tick=self.rss.sample, cancel=self.cancel,
-                           on_progress=(lambda snap: self.progress(READ, snap)) if self.progress else None)
+            driven = self.clock.read(self.source, self.listing, self.opts.read_options(alg), into=into,
+                                     stage_dir=self.stage_dir, on_start=self._set_handle, on_tick=self.rss.sample,
+                                     on_progress=(lambda snap: self.progress(READ, snap)) if self.progress else None)
         finally:
             if self.early is not None:
                 self.early.stop()
@@ -209,11 +201,7 @@ class Run:
         else:
             res = self._timed(READ, lambda: self._read("none"))
             digests = self._timed(VERIFY, partial(self._hash_buffers, res, alg))
-        self.stages.setdefault(VERIFY, 0.0)
-
-        t_verify = time.perf_counter()
-        problems = self._compare(res, digests, man, alg, listing)
-        self.stages[VERIFY] += time.perf_counter() - t_verify
+        problems = self._timed(VERIFY, partial(self._compare, res, digests, man, alg, listing))
         expected, errors = self._outcome(res, problems, man, listing)
         bad = {p for p, _ in problems}
         read_s = self.stages[READ]

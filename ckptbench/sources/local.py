@@ -142,6 +142,9 @@ class LocalSource:
         the cache) and what their filesystem accepts."""
         if opts.read != readmode.AUTO:
             return opts, f"{opts.read}: as asked"
+        if any(f.offset is not None and f.offset % 4096 for f in listing.files):  # a rank's byte ranges
+            return replace(opts, read="pread"), ("pread: byte ranges at tensor offsets, and O_DIRECT needs "
+                                                 "4096-aligned ones")
         if resident is None:
             resident = self.residency(listing)
         choice = readmode.choose([(f.path, f.size or 0) for f in listing.files], resident, opts.block_size)

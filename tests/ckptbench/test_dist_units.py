@@ -223,8 +223,11 @@ def test_a_failed_rank_is_named_in_the_problems():
 
 def test_a_rank_never_reads_outside_the_checkpoint(tmp_path):
     """A crafted manifest can put any path in a rank's share: the read refuses it before opening anything."""
-    from ckptbench.distributed.rank import RankReport, RankRestore
     from ckptbench.core.errors import CkptbenchError
+    from ckptbench.distributed.rank import RankReport, RankRestore
+    from ckptbench.restore.stages import StageClock
+    from ckptbench.sources import Listing
+    from ckptbench.sources.local import LocalSource
 
     secret = tmp_path / "secret"
     secret.write_bytes(b"s" * 100)
@@ -234,10 +237,10 @@ def test_a_rank_never_reads_outside_the_checkpoint(tmp_path):
     for rel in ("../secret", "link.pt"):
         share = Share(0, 1, "")
         share.add(Piece(rel, 0, 100, True))
-        rr = RankRestore(str(root), "torch", share, concurrency=1, read="pread", hash_alg="none", manifest=None,
-                         device="cpu")
+        rr = RankRestore(LocalSource(str(root)), Listing(str(root), [], None, "torch"), share, concurrency=1,
+                         read="pread", hash_alg="none", device="cpu")
         with pytest.raises(CkptbenchError, match="refusing it"):
-            rr._read(RankReport(0, "h", 0), time.perf_counter())
+            rr._read(StageClock(), RankReport(0, "h", 0), time.perf_counter())
 
 
 def test_deepspeed_shares_follow_its_layout_and_are_amplified(tmp_path):

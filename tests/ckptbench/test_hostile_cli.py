@@ -291,6 +291,9 @@ def test_a_ranks_file_the_manifest_does_not_list_is_never_verified(tmp_path):
 
     from ckptbench.distributed.rank import RankReport, RankRestore
     from ckptbench.distributed.shares import Piece, Share
+    from ckptbench.restore.stages import StageClock
+    from ckptbench.sources import Listing
+    from ckptbench.sources.local import LocalSource
 
     (tmp_path / "a.pt").write_bytes(b"a" * 100)
     (tmp_path / "b.pt").write_bytes(b"b" * 100)
@@ -299,10 +302,10 @@ def test_a_ranks_file_the_manifest_does_not_list_is_never_verified(tmp_path):
     for rel in ("a.pt", "b.pt"):
         share.add(Piece(rel, 0, 100, True))
     man = SimpleNamespace(hash="crc32c", files=[listed])
-    rr = RankRestore(str(tmp_path), "torch", share, concurrency=1, read="pread", hash_alg="crc32c", manifest=man,
-                     device="cpu")
+    rr = RankRestore(LocalSource(str(tmp_path)), Listing(str(tmp_path), [], man, "torch"), share, concurrency=1,
+                     read="pread", hash_alg="crc32c", device="cpu")
     rep = RankReport(0, "h", 0)
-    rr._verify(rep, rr._read(rep, time.perf_counter()))
+    rr._verify(rep, rr._read(StageClock(), rep, time.perf_counter()))
     assert rep.verified is False
     assert rep.notes["verify"].endswith("1 file(s) NOT VERIFIED: not in the manifest (first b.pt)")
 
