@@ -1,0 +1,325 @@
+"""The floor: what this box can physically do for a restore, measured, and the restore's time at those rates.
+
+Ceilings, each with its method, its spread over repeats and when it was measured:
+- storage: the source's own files read back cold (evicted and checked), at the best of a short concurrency sweep,
+  with O_DIRECT where the filesystem takes it (readmode decides, as for a restore);
+- fresh memory: anonymous pages populated, 4 KiB and transparent huge pages, with MADV_POPULATE_WRITE where the
+  kernel has it (a write per page where it has not), over 1..cores threads;
+- copy: into memory populated already, 1..cores threads;
+- every hash kernel and the finite scan, per core.
+Box figures are cached per box (kernel, CPU model and count, memory) and the storage figure per mount, in the user
+cache directory; a figure older than a day, or from another box or mount, is measured again, never used.
+
+The model: a restore's floor is the largest of its bytes over each resource it passes through (storage; fresh
+memory when it lands bytes in memory it did not own before) and of its CPU work (copying, hashing, scanning) over
+the cores; its efficiency is floor / measured, and the resource that sets the floor is named.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import platform
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import fastio
+
+from ckptbench.core.errors import CkptbenchError
+
+MADV_POPULATE_WRITE = 23  # Linux 5.14: populate (prefault) writable pages, in the kernel, without touching them
+MAX_AGE_S = 86400.0
+POP_BYTES = 256 << 20  # enough pages that faults, not setup, are what is timed
+HASH_BYTES = 64 << 20
+STORAGE_SAMPLE = 1 << 30  # the most of the source's files read per level
+REPEATS = 3
+SCHEMA = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+
+
+@dataclass
+class Ceiling:
+    """One measured rate: bytes per second (median of the repeats), their min and max, how it was measured."""
+
+    gbps: float
+    min_gbps: float
+    max_gbps: float
+    method: str
+    measured_at: float  # time.time()
+
+    @property
+    def age_s(self) -> float:
+        return max(0.0, time.time() - self.measured_at)
+
+
+def _ceiling(rates: list[float], method: str) -> Ceiling:
+    return Ceiling(statistics.median(rates) / 1e9, min(rates) / 1e9, max(rates) / 1e9, method, time.time())
+
+
+def _parallel(n: int, work) -> float:
+    """Seconds for `work(i)` run on n threads at once (each releases the GIL in native code)."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def _populate(size: int, threads: int, huge: bool) -> tuple[float, str]:
+    """Bytes/s of populating `size` fresh anonymous bytes on `threads` threads, and how it was done."""
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        region.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+        part = size // threads // mmap.PAGESIZE * mmap.PAGESIZE
+        how = ["MADV_POPULATE_WRITE"]
+
+        def one(i: int) -> None:
+            if _LIBC.madvise(base + i * part, part, MADV_POPULATE_WRITE) != 0:  # an older kernel: one write per page
+                how[0] = "a write per page"
+                ctypes.memset(base + i * part, 1, part)  # ctypes calls drop the GIL: the threads run in parallel
+
+        seconds = _parallel(threads, one)
+        return threads * part / seconds, how[0]
+    finally:
+        region.close()
+
+
+def _copy(size: int, threads: int) -> float:
+    """Bytes/s of copying into memory populated already (the pages exist: only the bytes move)."""
+    src = bytearray(os.urandom(1 << 20)) * (size >> 20)
+    dst = bytearray(size)  # zeroed by the allocator: populated
+    part = size // threads
+    s_addr = ctypes.addressof(ctypes.c_char.from_buffer(src))
+    d_addr = ctypes.addressof(ctypes.c_char.from_buffer(dst))
+    seconds = _parallel(threads, lambda i: ctypes.memmove(d_addr + i * part, s_addr + i * part, part))
+    return threads * part / seconds
+
+
+def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: int = REPEATS) -> dict[str, Ceiling]:
+    """Fresh-memory population (4 KiB pages and THP) and copy into populated memory, at the best thread count of
+    1..cores; each figure the median of `repeats`."""
+    cores = cores or os.cpu_count() or 1
+    out: dict[str, Ceiling] = {}
+    for key, huge in (("populate_4k", False), ("populate_thp", True)):
+        best, how, best_n = [], "", 1
+        for n in range(1, cores + 1):
+            runs = [_populate(size, n, huge) for _ in range(repeats)]
+            rates = [r for r, _ in runs]
+            if not best or statistics.median(rates) > statistics.median(best):
+                best, how, best_n = rates, runs[0][1], n
+        out[key] = _ceiling(best, f"{how}, {'transparent huge pages' if huge else '4 KiB pages'}, "
+                                  f"{best_n} thread(s) of 1..{cores}")
+    best, best_n = [], 1
+    for n in range(1, cores + 1):
+        rates = [_copy(size, n) for _ in range(repeats)]
+        if not best or statistics.median(rates) > statistics.median(best):
+            best, best_n = rates, n
+    out["copy"] = _ceiling(best, f"memmove into populated memory, {best_n} thread(s) of 1..{cores}")
+    return out
+
+
+def cpu_ceilings(size: int = HASH_BYTES, repeats: int = REPEATS) -> dict[str, Ceiling]:
+    """Every hash kernel and the finite scan, per core (one native thread, the GIL released)."""
+    buf = bytearray(os.urandom(1 << 20)) * (size >> 20)
+    out: dict[str, Ceiling] = {}
+    for alg in fastio.HASHES:
+        if alg == "none":
+            continue
+        rates = []
+        for _ in range(repeats):
+            h = fastio.Hasher(alg)
+            t0 = time.perf_counter()
+            h.update(buf)
+            rates.append(size / (time.perf_counter() - t0))
+        out[f"hash_{alg}"] = _ceiling(rates, f"fastio.Hasher({alg!r}) over {size >> 20} MiB, one core")
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fastio.count_nonfinite([(buf, "f32")], concurrency=1)
+        rates.append(size / (time.perf_counter() - t0))
+    out["scan"] = _ceiling(rates, f"fastio.count_nonfinite over {size >> 20} MiB of float32, one core")
+    return out
+
+
+def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] = (1, 4, 16),
+                    repeats: int = 1) -> tuple[Ceiling, str]:
+    """The source's own files read back cold (evicted, residency checked), at the best of `levels`; with the read
+    path a cold restore takes (readmode: O_DIRECT where the filesystem takes it). Returns the ceiling and a note
+    when the cold condition did not hold (then the figure is the page cache's, and it says so)."""
+    from ckptbench.system import pagecache, readmode
+
+    chosen, total = [], 0
+    for path, size in sorted(paths_sizes, key=lambda ps: -ps[1]):
+        if total >= STORAGE_SAMPLE:
+            break
+        chosen.append((path, size))
+        total += size
+    if not chosen or not total:
+        raise CkptbenchError("the floor's storage figure needs the source's files: none to read")
+    paths = [p for p, _ in chosen]
+    best, best_level, mode, note = [], levels[0], "pread", ""
+    for level in levels:
+        rates = []
+        for _ in range(repeats):
+            cond = pagecache.prepare(paths, "cold")
+            if not cond.verified:
+                note = f"not cold ({cond.residency_before:.0%} still cached): this is the page cache's rate"
+            mode = readmode.choose(chosen, cond.residency_before, 1 << 20).mode
+            res = fastio.read_files([fastio.FileSpec(p, s) for p, s in chosen], concurrency=level, read=mode,
+                                    hash="none")
+            if res.failed:
+                raise CkptbenchError(f"{res.failed[0].path}: unreadable ({res.failed[0].error.message}); the floor "
+                                     "reads the source's own files")
+            rates.append(res.read_gbps * 1e9)
+        if not best or statistics.median(rates) > statistics.median(best):
+            best, best_level = rates, level
+    return _ceiling(best, f"the source's {len(chosen)} largest file(s) ({total >> 20} MiB) read cold with {mode}, "
+                          f"concurrency {best_level} of {', '.join(map(str, levels))}"), note
+
+
+# ---- the cache ---------------------------------------------------------------------------------------------------
+
+def box_key() -> dict:
+    """What the box figures belong to: another kernel, CPU or memory size is another box."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    import psutil
+
+    return {"kernel": platform.release(), "cpu": model, "cores": os.cpu_count(),
+            "memory": psutil.virtual_memory().total}
+
+
+def cache_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ckptbench", "floor.json")
+
+
+@dataclass
+class Floor:
+    """The box's ceilings (and the storage ceiling of one mount), as measured or as cached."""
+
+    box: dict
+    ceilings: dict[str, Ceiling] = field(default_factory=dict)
+    storage: Ceiling | None = None
+    mount: str | None = None
+    notes: list[str] = field(default_factory=list)
+    cached: bool = False
+
+    def to_json(self) -> dict:
+        doc = {"schema": SCHEMA, "box": self.box, "mount": self.mount, "cached": self.cached, "notes": self.notes,
+               "ceilings": {k: asdict(c) | {"age_s": c.age_s} for k, c in self.ceilings.items()}}
+        doc["storage"] = asdict(self.storage) | {"age_s": self.storage.age_s} if self.storage else None
+        return doc
+
+
+def _load_cache(path: str) -> dict:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) and doc.get("schema") == SCHEMA else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _fresh(entry, now: float) -> Ceiling | None:
+    """A cached ceiling, when it is well formed and younger than a day."""
+    try:
+        c = Ceiling(**{k: float(entry[k]) if k != "method" else str(entry[k]) for k in
+                       ("gbps", "min_gbps", "max_gbps", "method", "measured_at")})
+    except (KeyError, TypeError, ValueError):
+        return None
+    return c if 0 <= now - c.measured_at <= MAX_AGE_S and c.gbps > 0 else None
+
+
+def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None = None, *, remeasure: bool = False,
+            path: str | None = None, size: int = POP_BYTES) -> Floor:
+    """This box's floor: the cached figures when they are this box's (and this mount's) and fresh, else measured
+    now and cached."""
+    path = path or cache_path()
+    box = box_key()
+    doc = {} if remeasure else _load_cache(path)
+    now = time.time()
+    floor = Floor(box, mount=mount)
+    mine = doc.get("box") == box
+    cached = {k: c for k, v in (doc.get("ceilings") or {}).items() if mine and (c := _fresh(v, now))}
+    want = ("populate_4k", "populate_thp", "copy", "scan", *(f"hash_{a}" for a in fastio.HASHES if a != "none"))
+    if all(k in cached for k in want):
+        floor.ceilings, floor.cached = cached, True
+    else:
+        floor.ceilings = memory_ceilings(size=size) | cpu_ceilings()
+    storages = doc.get("storage") if mine and isinstance(doc.get("storage"), dict) else {}
+    if paths_sizes:
+        kept = _fresh(storages.get(mount or ""), now) if storages and mount else None
+        if kept is not None:
+            floor.storage = kept
+        else:
+            floor.storage, note = storage_ceiling(paths_sizes)
+            floor.notes += [note] if note else []
+    _save(path, floor, storages if mine else {})
+    return floor
+
+
+def _save(path: str, floor: Floor, storages: dict) -> None:
+    if floor.storage is not None and floor.mount:
+        storages = dict(storages) | {floor.mount: asdict(floor.storage)}
+    doc = {"schema": SCHEMA, "box": floor.box, "ceilings": {k: asdict(c) for k, c in floor.ceilings.items()},
+           "storage": storages}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written is measured again next time
+
+
+# ---- the model ---------------------------------------------------------------------------------------------------
+
+FRESH, REUSED = "fresh", "reused"
+
+
+def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "none",
+          destination: str = FRESH, cores: int | None = None) -> dict:
+    """A restore's floor on this box: per resource, its bytes over its rate (storage; fresh memory for a fresh
+    owned destination, none for a reused or mapped one) and the CPU work (hashing, scanning) over the cores; the
+    floor is the largest, and names what binds."""
+    cores = cores or floor.box.get("cores") or 1
+    times: dict[str, float] = {}
+    if floor.storage is not None:
+        times["storage"] = bytes_read / (floor.storage.gbps * 1e9)
+    if destination == FRESH:
+        pop = max((floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings),
+                  key=lambda c: c.gbps, default=None)
+        if pop is not None:
+            times["fresh memory"] = bytes_read / (pop.gbps * 1e9)
+    cpu = 0.0
+    if hash_alg != "none" and f"hash_{hash_alg}" in floor.ceilings:
+        cpu += bytes_read / (floor.ceilings[f"hash_{hash_alg}"].gbps * 1e9)
+    if floating_bytes and "scan" in floor.ceilings:
+        cpu += floating_bytes / (floor.ceilings["scan"].gbps * 1e9)
+    if cpu:
+        times["cpu"] = cpu / cores
+    if not times:
+        return {"floor_s": None, "binding": None, "times_s": {}}
+    binding = max(times, key=times.get)
+    return {"floor_s": times[binding], "binding": binding, "times_s": times, "destination": destination}
+
+
+def efficiency(floor_s: float | None, measured_s: float | None) -> float | None:
+    """Floor over measured: 1.0 is this box's best; None when either is unknown."""
+    if not floor_s or not measured_s or measured_s <= 0:
+        return None
+    return floor_s / measured_s
