@@ -5,4 +5,5 @@ Other folders import only the modules named below (`from ckptbench.system import
 what is not named is this folder's own.
 """
 
-__all__ = ["probes", "procstat", "env", "pagecache", "readmode", "live", "fuse", "gpustat", "writeback", "storage", "floor"]
+__all__ = ["probes", "procstat", "env", "pagecache", "readmode", "live", "fuse", "gpustat", "writeback", "storage",
+           "floor"]
