@@ -7,9 +7,9 @@ import tomllib
 from dataclasses import dataclass, replace
 
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.options import FORMATS
 from ckptbench.core.paths import PROFILES_DIR
 
-FORMATS = ("safetensors", "torch", "dcp")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MAX_SMALL_FILES = 1 << 20
 # the bounds a checkpoint's shape is held to, in a profile and in a manifest alike

@@ -1,8 +1,8 @@
 """The domain's ground floor: the error family, units, repeat statistics, the concurrency bound, the stage names, the
-live progress line. Imports nothing of ckptbench.
+live progress line, the options a user sets. Imports nothing of ckptbench.
 
 Other folders import only the modules named below (`from ckptbench.core import X`, or names from one of them);
 what is not named is this folder's own.
 """
 
-__all__ = ["errors", "units", "stats", "concurrency", "stages", "progress", "paths"]
+__all__ = ["errors", "units", "stats", "concurrency", "stages", "progress", "paths", "options"]

@@ -9,14 +9,13 @@ from typing import Protocol, runtime_checkable
 import fastio
 
 from ckptbench.core import concurrency as conc
+from ckptbench.core.options import HASHES, READ_MODES, S3_CLIENTS
 from ckptbench.checkpoint import manifest as mf
-from ckptbench.system import readmode
 from ckptbench.system.pagecache import CacheCondition
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.layouts import Layout
 from ckptbench.core.units import human_bytes
 
-S3_CLIENTS = ("threads", "crt")  # threads: boto3 + ckptbench's pool (measured faster here); crt: awscrt
 INTO = ("hash", "memory", "stage")  # where read bytes go: hashed and dropped, page-aligned buffers, local files
 MIN_BLOCK, MAX_BLOCK = 4096, 1 << 30
 MIN_PART = 64 << 10
@@ -48,10 +47,10 @@ class ReadOptions:
 
     def __post_init__(self) -> None:
         conc.check(self.concurrency)
-        if self.read not in readmode.MODES:
-            raise CkptbenchError(f"--read {self.read!r}: choose one of {', '.join(readmode.MODES)}")
-        if self.hash not in fastio.HASHES:
-            raise CkptbenchError(f"--hash {self.hash!r}: choose one of {', '.join(fastio.HASHES)}")
+        if self.read not in READ_MODES:
+            raise CkptbenchError(f"--read {self.read!r}: choose one of {', '.join(READ_MODES)}")
+        if self.hash not in HASHES:
+            raise CkptbenchError(f"--hash {self.hash!r}: choose one of {', '.join(HASHES)}")
         _whole(self.block_size, "--block-size", MIN_BLOCK, MAX_BLOCK)
         if self.read == "direct" and self.block_size % 4096:
             raise CkptbenchError(f"--block-size {self.block_size}: direct reads need a multiple of 4096 (4K, 1M)")
@@ -65,7 +64,7 @@ class ReadOptions:
             raise CkptbenchError("--multipart needs a hash: choose --hash crc32c, md5 or another")
         _whole(self.part_size, "--part-size", MIN_PART, 5 << 30)
         if self.s3_client not in S3_CLIENTS:
-            raise CkptbenchError(f"--s3-client {self.s3_client!r}: choose threads or crt")
+            raise CkptbenchError(f"--s3-client {self.s3_client!r}: choose {' or '.join(S3_CLIENTS)}")
         if isinstance(self.part_retries, bool) or not isinstance(self.part_retries, int) \
                 or not 0 <= self.part_retries <= 100:
             raise CkptbenchError(f"part retries {self.part_retries!r}: give a whole number 0..100")

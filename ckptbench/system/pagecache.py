@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 
 import fastio
 
-CACHE_MODES = ("cold", "hot", "as-is")
+from ckptbench.core.options import CACHE_MODES  # noqa: F401  what restore checks --cache against
+
 COLD_MAX = 0.05  # a "cold" read with more than this resident is not cold
 HOT_MIN = 0.95
 

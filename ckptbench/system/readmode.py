@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import fastio
 
+from ckptbench.core.options import AUTO
 from ckptbench.system import probes
 
-AUTO = "auto"
-MODES = (AUTO, *fastio.READ_MODES)
 ALIGN = 4096  # fastio's O_DIRECT unit (buffers, offsets, request sizes)
 HOT_SHARE = 0.5  # at least this share of the bytes resident: the read is served from memory
 

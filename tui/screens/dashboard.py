@@ -17,6 +17,7 @@ from textual.widgets import Footer, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from ckptbench.core import concurrency as conc
+from ckptbench.core import options
 from ckptbench.system import readmode
 from ckptbench.system.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
@@ -27,10 +28,9 @@ from tui.widgets.syspanel import SystemPanel
 
 POLL_S = PROGRESS_INTERVAL_S  # the live figures are polled as often as the read reports progress
 SYSTEM_S = 1.0
-MODES = ("fused", "staged")
-CACHES = ("as-is", "cold", "hot")
-READS = ("auto", "pread", "mmap", "direct")
-HASHES = (None, "crc32c", "xxh64", "md5", "sha256", "none")
+# what m, o, e and a cycle through: the run command's own declarations (its default first, the off choice last)
+CHOICES = {"mode": options.MODE.values, "cache": options.CACHE.values, "read": options.READ.values,
+           "hash": options.RESTORE_HASH.values}
 
 
 def _gb(n: float) -> str:
@@ -164,7 +164,7 @@ class Dashboard(Screen):
         if self.running:
             self.notify("change mode, cache, read or hash between runs", severity="warning")
             return
-        choices = {"mode": MODES, "cache": CACHES, "read": READS, "hash": HASHES}[what]
+        choices = CHOICES[what]
         current = getattr(self.app.opts, what)
         self.app.update_opts(**{what: choices[(choices.index(current) + 1) % len(choices)]})
         self.show_settings()
