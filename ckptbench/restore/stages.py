@@ -30,16 +30,15 @@ class StageClock:
             raise Cancelled("restore cancelled")
 
     def run(self, name: str, fn, *args):
-        """`fn(*args)` timed as stage `name`."""
+        """`fn(*args)` timed as stage `name`; a stage that raises has no time (it did not finish)."""
         self.check_cancel()
         self.stage = name
         if self.on_stage:
             self.on_stage(name)
         t0 = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self.stages[name] = self.stages.get(name, 0.0) + time.perf_counter() - t0
+        out = fn(*args)
+        self.stages[name] = self.stages.get(name, 0.0) + time.perf_counter() - t0
+        return out
 
     def read(self, source: Source, listing: Listing, opts: ReadOptions, *, into: str = "memory",
              stage_dir: str | None = None, on_start=None, on_progress=None, on_tick=None,
