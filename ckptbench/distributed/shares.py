@@ -23,9 +23,10 @@ import torch
 from ckptbench.checkpoint import confine
 from ckptbench.checkpoint import layouts
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.options import EACH_RANK
 from ckptbench.restore.load import SHARD_EXT
 
-POLICIES = ("part", "all")
+POLICIES = EACH_RANK  # --each-rank: part (its own share) or all (every rank reads everything)
 _DS_TAG = re.compile(r"zero_pp_rank_(\d+)")
 _DS_MP = re.compile(r"(?:^|_)mp_rank_(\d+)_model_states\.pt$")
 
