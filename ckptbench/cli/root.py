@@ -121,6 +121,10 @@ COMMANDS = (
     Command("demo", "generate the small sample checkpoint (once) and restore it live in the TUI", _lazy("cmd_demo"),
             (o.DEMO_DIR, o.HEADLESS, o.SCALE.but(help="resize the sample (default: the small profile)"), o.DEMO_S3)),
     Command("sysinfo", "the dashboard's system figures, headless", _lazy("cmd_sysinfo"), (o.SOURCE, o.JSON)),
+    Command("floor", "what this box can physically do for a restore (storage, fresh memory, copy, hashing, scanning), "
+                     "measured in seconds and cached per box; with SOURCE, that checkpoint's floor",
+            _lazy("cmd_floor"), (o.SOURCE.but(nargs="?", help="a checkpoint: its own files give the storage figure"),
+                                 o.REMEASURE, o.JSON, o.PICK)),
 )
 
 

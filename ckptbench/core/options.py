@@ -200,6 +200,7 @@ TARGET_FILES = option("--target-files", parse=whole(1, 10000), default=4, metava
 
 # output and records
 JSON = switch("--json", "print one JSON document on stdout")
+REMEASURE = switch("--remeasure", "measure again even when this box's figures are cached and fresh")
 MARKDOWN = switch("--markdown", "print the checklist as Markdown")
 RESULTS = option("--results", default="results.csv", metavar="PATH", help="the append-only results CSV")
 

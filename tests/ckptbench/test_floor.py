@@ -81,3 +81,23 @@ def test_a_stale_or_foreign_cache_is_measured_again_not_used(tmp_path, monkeypat
     assert fl.measure(path=cache).ceilings["copy"].gbps == 1.0  # stale: measured again
     plant(fl.box_key(), now)
     assert fl.measure(path=cache, remeasure=True).ceilings["copy"].gbps == 1.0  # asked: measured again
+
+
+def test_the_floor_command_measures_once_then_says_it_is_cached(tmp_path, monkeypatch, h):
+    import json as _json
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "ck"
+    root.mkdir()
+    from safetensors.torch import save_file
+    import torch
+
+    save_file({"w": torch.randn(256, 256)}, str(root / "model.safetensors"))
+    r = h.run_cli("floor", root, "--json")
+    assert r.rc == 0, r.err
+    doc = _json.loads(r.out)
+    assert not doc["cached"] and doc["storage"]["gbps"] > 0 and doc["restore"]["binding"] in doc["restore"]["times_s"]
+    assert doc["restore"]["floor_s"] == max(doc["restore"]["times_s"].values())
+    r = h.run_cli("floor", root)
+    assert r.rc == 0 and "(cached figures)" in r.out and "bound by" in r.out, r.out
+    assert (tmp_path / "cache" / "ckptbench" / "floor.json").is_file()
