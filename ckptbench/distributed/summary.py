@@ -1,14 +1,16 @@
 """Rank 0's view of a distributed restore: the ranks' reports combined into one result, and on record.
 
 Each rank's clock starts when the start barrier releases it, so every rank starts at 0: the restore's RTO is the
-last rank's end, the aggregate read rate is all ranks' bytes over the span from the first read start to the last
-read end, skew is last done minus first done. Read amplification is bytes read by all ranks over the unique bytes
-they needed (the union of their byte ranges): 1.0 when no byte is read twice.
+last rank's end; the aggregate read rate (`aggregate_gbps`; `read_gbps` is one rank's bytes over its own read stage)
+is all ranks' bytes over the span from the first read start to the last read end; skew is last done minus first done.
+Read amplification is bytes read by all ranks over the unique bytes they needed (the union of their byte ranges): 1.0
+when no byte is read twice.
 """
 
 from __future__ import annotations
 
-from ckptbench.records.results import SCHEMA, append, append_document, plain, recorded_text
+from ckptbench.records.results import (RESTORE_SETTINGS, append, append_document, document, row,
+                                         settings_of)
 from ckptbench.core.stages import STAGES
 from ckptbench.core.stats import spread
 
@@ -44,7 +46,7 @@ def combine(reports: list[dict]) -> dict:
     nodes = [r["cache"] for r in reports if r.get("cache") and "residency_before" in r["cache"]]
     if nodes:  # one rank per node set the page cache for the node and measured it held
         doc["cache"] = {"residency_before": max(c["residency_before"] for c in nodes),
-                        "verified": all(c["cache_verified"] for c in nodes),
+                         "verified": all(c["cache_verified"] for c in nodes),
                         "notes": sorted({c["note"] for c in nodes if c.get("note")})}
     if not ok or failed:
         return doc
@@ -73,52 +75,47 @@ def summarize(run_id: str, listing, world, options: dict, policy: str, saved: in
               env: dict) -> dict:
     ok = [r for r in repeats if r["status"] == "ok"]
     hosts = sorted({r["host"] for rep in repeats for r in rep["ranks"]})
-    doc = {"record": "run", "kind": "dist", "schema": SCHEMA, "run_id": run_id,
-           "source": recorded_text(listing.source), "format": listing.format, "world_size": world.size,
-           "nodes": len(hosts), "hosts": hosts, "backend": world.backend, "each_rank": policy,
-           "saved_world": saved, "resharded": saved is not None and saved != world.size, "options": options,
-           "status": "ok" if len(ok) == len(repeats) else "failed",
-           "verified": bool(ok) and all(r.get("verified") for r in ok),
-           "success_rate": len(ok) / len(repeats) if repeats else 0.0,
-           "problems": [p for r in repeats for p in r["problems"]], "repeats": repeats}
+    body = {"format": listing.format, "world_size": world.size, "nodes": len(hosts), "hosts": hosts,
+            "backend": world.backend, "each_rank": policy, "saved_world": saved,
+            "resharded": saved is not None and saved != world.size, "options": options,
+            "problems": [p for r in repeats for p in r["problems"]], "repeats": repeats}
     lay = getattr(listing, "layout", None)
     if lay is not None:
-        doc["layout"] = lay.describe()
+        body["layout"] = lay.describe()
     if ok:
-        doc.update({"rto_stats": spread([r["rto_s"] for r in ok]),
-                    "aggregate_gbps_stats": spread([r["aggregate_gbps"] for r in ok if r["aggregate_gbps"]]),
-                    "skew_stats": spread([r["skew_s"] for r in ok]),
-                    "amplification": ok[0]["amplification"], "unique_bytes": ok[0]["unique_bytes"],
-                    "bytes_read": ok[0]["bytes_read"]})
+        body.update({"rto_stats": spread([r["rto_s"] for r in ok]),
+                     "aggregate_gbps_stats": spread([r["aggregate_gbps"] for r in ok if r["aggregate_gbps"]]),
+                     "skew_stats": spread([r["skew_s"] for r in ok]),
+                     "amplification": ok[0]["amplification"], "unique_bytes": ok[0]["unique_bytes"],
+                     "bytes_read": ok[0]["bytes_read"]})
         if "dcp_reader" in ok[0]:
-            doc["dcp_reader"] = ok[0]["dcp_reader"]
+            body["dcp_reader"] = ok[0]["dcp_reader"]
     caches = [r["cache"] for r in repeats if "cache" in r]
     if caches:
-        doc["cache"] = {"requested": options.get("cache"),
-                        "residency_before": max(c["residency_before"] for c in caches),
-                        "verified": all(c["verified"] for c in caches),
-                        "notes": sorted({n for c in caches for n in c["notes"]})}
-    return plain(doc | {"env": env})
+        body["cache"] = {"requested": options.get("cache"),
+                         "residency_before": max(c["residency_before"] for c in caches),
+                         "verified": all(c["verified"] for c in caches),
+                         "notes": sorted({n for c in caches for n in c["notes"]})}
+    return document("run", "dist", run_id, listing.source, body, env,
+                    status="ok" if len(ok) == len(repeats) else "failed",
+                    verified=bool(ok) and all(r.get("verified") for r in ok),
+                    success_rate=len(ok) / len(repeats) if repeats else 0.0)
 
 
 def record(path: str, doc: dict, options) -> None:
-    """The run document in results.csv.jsonl, and one results.csv row per repeat (kind `dist`: the RTO of the
-    slowest rank, the aggregate read rate, all ranks' bytes, `ranks` the world size)."""
+    """The run document in results.csv.jsonl, and one results.csv row per repeat (kind `dist`: the RTO and stages of
+    the slowest rank, the aggregate read rate, all ranks' bytes, `ranks` the world size)."""
     append_document(path, doc)
+    settings = settings_of(options, RESTORE_SETTINGS[1:]) | {
+        "format": doc["format"], "mode": f"distributed-{doc['each_rank']}", "ranks": doc["world_size"]}
     rows = []
     for i, rep in enumerate(doc["repeats"], 1):
-        slow = rep.get("slowest_stages") or {}
-        rows.append({"schema": SCHEMA, "kind": "dist", "run_id": doc["run_id"], "repeat": i,
-                     "timestamp": doc["env"]["date"], "source": doc["source"], "format": doc["format"],
-                     "mode": f"distributed-{doc['each_rank']}", "cache": options.cache,
-                     # the single-process rows' vocabulary: a restore with nothing matched is "unverified"
-                     "status": "unverified" if rep["status"] == "ok" and not rep.get("verified") else rep["status"],
-                     "cache_verified": rep.get("cache", {}).get("verified", ""),
-                     "residency_before": rep.get("cache", {}).get("residency_before", ""),
-                     "concurrency": options.concurrency, "read": options.read, "hash": options.hash or "",
-                     "block_size": options.block_size, "device": options.device,
-                     **{f"{s}_s": slow.get(s) for s in STAGES},
-                     "rto_s": rep.get("rto_s"), "bytes": rep["bytes_read"],
-                     "files": sum(r["files"] for r in rep["ranks"]), "read_gbps": rep.get("aggregate_gbps"),
-                     "ranks": doc["world_size"], "env": doc["env"]})
+        slow, cache = rep.get("slowest_stages") or {}, rep.get("cache", {})
+        figures = {"cache_verified": cache.get("verified", ""), "residency_before": cache.get("residency_before", ""),
+                   **{f"{s}_s": slow.get(s) for s in STAGES}, "rto_s": rep.get("rto_s"), "bytes": rep["bytes_read"],
+                   "files": sum(r["files"] for r in rep["ranks"]), "aggregate_gbps": rep.get("aggregate_gbps")}
+        ranks_ok = sum(r["status"] == "ok" for r in rep["ranks"])
+        rows.append(row("dist", doc["run_id"], i, doc["source"], settings, figures, doc["env"], status=rep["status"],
+                        verified=bool(rep.get("verified")), success_rate=ranks_ok / len(rep["ranks"])
+                        if rep["ranks"] else 0.0))
     append(path, rows)

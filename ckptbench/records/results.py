@@ -18,8 +18,9 @@ from ckptbench.core.errors import CkptbenchError, redact_all
 from ckptbench.core.stages import STAGES
 from ckptbench.core.stats import spread
 
-SCHEMA = 2
-# schema 1 (restores only) is still read and appended to; schema 2 adds `kind` (restore | save) and the save figures
+SCHEMA = 3
+# schema 1 (restores only) and schema 2 are still read and appended to, each in its own columns; schema 2 added `kind`
+# and the save figures, schema 3 `verified` and `aggregate_gbps` (a schema-2 dist row kept its aggregate in read_gbps)
 COLUMNS_V1 = tuple(
     ["schema", "run_id", "repeat", "timestamp", "source", "format", "mode", "status", "cache", "cache_verified",
      "residency_before", "residency_after", "concurrency", "read", "hash", "block_size", "device"]
@@ -29,11 +30,67 @@ COLUMNS_V1 = tuple(
 )
 SAVE_COLUMNS = ("target", "ranks", "stagger_s", "interval_s", "blocking_s", "written_s", "durable_s", "write_gbps",
                 "overran", "dirty_peak_fraction", "throttled", "write_amplification")
-COLUMNS = ("schema", "kind") + COLUMNS_V1[1:-1] + SAVE_COLUMNS + ("env",)
-KINDS = ("restore", "save", "watch", "dist")  # watch: a restore ckptbench did not run (watch_results.py);
-# dist: a distributed restore under torchrun, one row per repeat for all its ranks (dist/summary.py)
+COLUMNS_V2 = ("schema", "kind") + COLUMNS_V1[1:-1] + SAVE_COLUMNS + ("env",)
+COLUMNS = COLUMNS_V2[:-1] + ("verified", "aggregate_gbps", "env")
+_SCHEMA_OF = {COLUMNS_V1: 1, COLUMNS_V2: 2, COLUMNS: 3}
+KINDS = ("restore", "save", "watch", "dist")  # watch: a restore ckptbench did not run (watch/results.py);
+# dist: a distributed restore under torchrun, one row per repeat for all its ranks (distributed/summary.py)
+
+# Every kind's rows and documents say how a repeat or run ended in these words: `ok` (done, and verified where the
+# kind verifies), `unverified` (done, but no reference digest matched), `failed`, `cancelled`.
+STATUSES = ("ok", "unverified", "failed", "cancelled")
+# What a run was asked to do, declared once: restore and dist take the first from their RunOptions, save the second.
+RESTORE_SETTINGS = ("mode", "cache", "concurrency", "read", "hash", "block_size", "device")
+SAVE_SETTINGS = ("mode", "target", "ranks", "stagger_s", "interval_s")
+SETTINGS = ("format",) + RESTORE_SETTINGS + SAVE_SETTINGS[1:]
+# The rates, one clock each (the name means the same in every kind, row and document):
+#   read_gbps      one process's bytes over its read stage's wall time (restore; each rank of a dist; watch: the
+#                  job's reading window, first read to last)
+#   engine_gbps    the reader's own clock, first open to last byte (no start-up, no close-out); documents only
+#   aggregate_gbps all ranks' bytes over the span from the first rank's read start to the last rank's read end (dist)
+#   write_gbps     a save's bytes over its time until durable (save)
+_HEAD = ("schema", "kind", "run_id", "repeat", "timestamp", "source", "status", "verified", "success_rate", "env")
+FIGURES = tuple(c for c in COLUMNS if c not in _HEAD and c not in SETTINGS)
 _TEXT = {"env", "run_id", "timestamp", "source", "format", "mode", "status", "cache", "read", "hash", "device",
-         "cache_verified", "errors", "kind", "target", "overran", "throttled"}
+         "cache_verified", "errors", "kind", "target", "overran", "throttled", "verified"}
+
+
+def status_of(status: str, verified: bool | None) -> str:
+    """The shared word for how a repeat or run ended: a finished one with nothing matched is `unverified`;
+    `verified` None means the kind has nothing to verify (a save, a watched job)."""
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} is not one of {STATUSES}")
+    return "unverified" if status == "ok" and verified is False else status
+
+
+def settings_of(opts, names: tuple[str, ...] = RESTORE_SETTINGS) -> dict:
+    """The settings named in `names` as a run's options hold them."""
+    return {n: getattr(opts, n) if n != "hash" else (opts.hash or "") for n in names}
+
+
+def row(kind: str, run_id: str, repeat: int, source: str, settings: dict, figures: dict, env: dict, *,
+        status: str, verified: bool | None, success_rate: float | None) -> dict:
+    """The one results.csv row builder, for every kind: the head, the settings the run was made with, its figures."""
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {KINDS}")
+    unknown = set(settings) - set(SETTINGS) | set(figures) - set(FIGURES)
+    if unknown:
+        raise ValueError(f"not results.csv settings or figures: {sorted(unknown)}")
+    return {"schema": SCHEMA, "kind": kind, "run_id": run_id, "repeat": repeat, "timestamp": env["date"],
+            "source": recorded_text(source), "status": status_of(status, verified),
+            "verified": "" if verified is None else verified,
+            "success_rate": "" if success_rate is None else success_rate} | settings | figures | {"env": env}
+
+
+def document(record: str, kind: str, run_id: str, source: str, body: dict, env: dict, *, status: str,
+             verified: bool | None, success_rate: float | None, repeat: int | None = None) -> dict:
+    """The one document builder (`record` "repeat" or "run"), for every kind: the same head and status words."""
+    head = {"record": record, "kind": kind, "schema": SCHEMA, "run_id": run_id}
+    if repeat is not None:
+        head["repeat"] = repeat
+    head |= {"source": recorded_text(source), "status": status_of(status, verified), "verified": verified,
+             "success_rate": success_rate}
+    return plain(head | {k: v for k, v in body.items() if k not in head} | {"env": env})
 
 
 def _line(values: list) -> str:
@@ -167,6 +224,15 @@ def _ends_a_line(path: str, size: int) -> bool:
         return True
 
 
+def _in_schema(row: dict, columns: tuple[str, ...]) -> dict:
+    """An old file keeps its schema, so its rows stay readable by older versions: a dist row's aggregate goes
+    where schema 2 kept it."""
+    row["schema"] = _SCHEMA_OF[columns]
+    if columns != COLUMNS and row["kind"] == "dist":
+        row["read_gbps"] = row.get("aggregate_gbps", "")
+    return row
+
+
 def append(path: str, rows: list[dict]) -> None:
     """Appends rows with one write each to an O_APPEND file: a crash loses at most the row being written."""
     if not os.path.exists(path):
@@ -191,9 +257,7 @@ def append(path: str, rows: list[dict]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
         for row in rows:
-            row = redact_all({"kind": "restore"} | row)  # every kind's row: no credential is ever recorded
-            if columns == COLUMNS_V1:
-                row["schema"] = 1  # an old file keeps its schema: its rows stay readable by older versions
+            row = _in_schema(redact_all({"kind": "restore"} | row), columns)  # no credential is ever recorded
             values = [json.dumps(plain(row[c]), sort_keys=True, allow_nan=False) if c == "env"
                       else plain(row.get(c, "")) for c in columns]
             _write_all(fd, _line(values).encode("utf-8"))
@@ -253,8 +317,8 @@ def read_rows(path: str) -> list[dict]:
             if header is None:
                 raise CkptbenchError(f"{path}: empty; not a ckptbench results file")
             columns = tuple(header)
-            if columns not in (COLUMNS, COLUMNS_V1):
-                raise CkptbenchError(f"{path}: not a ckptbench results file of schema 1 or {SCHEMA} (its header "
+            if columns not in _SCHEMA_OF:
+                raise CkptbenchError(f"{path}: not a ckptbench results file of schema 1 to {SCHEMA} (its header "
                                      "differs); use another --results path")
             rows = []
             for lineno, values in enumerate(reader, start=2):
@@ -262,7 +326,7 @@ def read_rows(path: str) -> list[dict]:
                     raise CkptbenchError(f"{path}:{lineno}: malformed row ({len(values)} fields, expected "
                                          f"{len(columns)}); repair or move the file")
                 row = dict.fromkeys(COLUMNS, "") | {"kind": "restore"} | dict(zip(columns, values))
-                rows.append(_parse(row, path, lineno))
+                rows.append(_parse(_from_schema(row, columns), path, lineno))
             return rows
     except csv.Error as exc:  # e.g. a field over csv's size limit
         raise CkptbenchError(f"{path}:{reader.line_num}: malformed row ({exc}); repair or move the file") from None
@@ -272,8 +336,21 @@ def read_rows(path: str) -> list[dict]:
         raise CkptbenchError(f"{path}: cannot read ({exc.strerror})") from None
 
 
+def _from_schema(row: dict, columns: tuple[str, ...]) -> dict:
+    """An older row in today's meanings: a schema-2 dist row's read_gbps was its aggregate; an unverified one says
+    so by its status."""
+    if columns == COLUMNS:
+        return row
+    if row["kind"] == "dist":
+        row["aggregate_gbps"], row["read_gbps"] = row["read_gbps"], ""
+    if row["status"] == "unverified":
+        row["verified"] = "False"
+    return row
+
+
 def _parse(row: dict, path: str, lineno: int) -> dict:
     out = dict(row)
+    out["verified"] = {"True": True, "False": False}.get(row["verified"])
     try:
         out["env"] = json.loads(row["env"]) if row["env"] else {}
         if not isinstance(out["env"], dict):
@@ -289,11 +366,10 @@ def _parse(row: dict, path: str, lineno: int) -> dict:
 
 
 def repeat_doc(r) -> dict:
-    return {"status": r.status, "stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps,
-            "engine_gbps": r.engine_gbps, "warmup_s": r.warmup_s, "success_rate": r.success_rate,
-            "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors, "cache": r.cache.to_dict(),
-            "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "problems": r.problems, "notes": r.notes,
-            "verified": r.verified, "read": {"mode": r.read_mode, "why": r.read_why}, "check": r.check_kind}
+    return {"stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps, "engine_gbps": r.engine_gbps,
+            "warmup_s": r.warmup_s, "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors,
+            "cache": r.cache.to_dict(), "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "problems": r.problems,
+            "notes": r.notes, "read": {"mode": r.read_mode, "why": r.read_why}, "check": r.check_kind}
 
 
 def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
@@ -304,6 +380,10 @@ def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
     return out
 
 
+def _repeat_status(r) -> dict:
+    return {"status": status_of(r.status, r.verified), "verified": r.verified, "success_rate": r.success_rate}
+
+
 def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -> dict:
     """The run document: medians with min/max over the repeats, every repeat, the environment."""
     stage_stats = {s: spread([r.stages.get(s) for r in reps]) for s in STAGES}
@@ -312,14 +392,9 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
     notes: dict[str, str] = {}
     for r in reps:
         notes.update(r.notes)
-    return {
-        "record": "run",
-        "run_id": run_id,
-        "source": source,
+    body = {
         "format": fmt,
         "options": vars(opts),
-        "status": "ok" if all(r.status == "ok" for r in reps) else "failed",
-        "verified": all(r.verified for r in reps),
         # what `--read auto` picked, per repeat (a cold and a warm repeat can differ), and why
         "read": {"modes": sorted({r.read_mode for r in reps}), "why": reps[0].read_why},
         "check": reps[0].check_kind,
@@ -333,7 +408,6 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
         "read_gbps": gbps["median"],
         "read_gbps_stats": gbps,
         "engine_gbps": spread([r.engine_gbps for r in reps])["median"],
-        "success_rate": min(r.success_rate for r in reps),
         "retries": sum(r.retries for r in reps),
         "retry_classes": _merged([r.retry_classes for r in reps]),
         "errors": _merged([r.errors for r in reps]),
@@ -344,41 +418,15 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
         "peak_rss_bytes": max(r.peak_rss_bytes for r in reps),
         "cpu_s": spread([r.cpu_s for r in reps])["median"],
         "notes": notes,
-        "repeats": [repeat_doc(r) for r in reps],
-        "env": env,
+        "repeats": [repeat_doc(r) | _repeat_status(r) for r in reps],
     }
-
-
-def _row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, status: str) -> dict:
-    row = {"schema": SCHEMA, "kind": "restore", "run_id": run_id, "repeat": i, "timestamp": env["date"], "source": source,
-           "format": fmt, "mode": opts.mode, "status": status, "cache": opts.cache, "cache_verified": "",
-           "concurrency": opts.concurrency, "read": opts.read, "hash": opts.hash or "",
-           "block_size": opts.block_size, "device": opts.device, "env": env}
-    return row
-
-
-def repeat_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, r) -> dict:
-    """One finished repeat as a results.csv row."""
-    # a restore whose digests had no reference is never on record as a verified success
-    row = _row(run_id, i, source, fmt, opts, env, "unverified" if r.status == "ok" and not r.verified else r.status)
-    row.update({"cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
-                "residency_after": r.cache.residency_after, "read": r.read_mode or opts.read, "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files,
-                "files_restored": r.files_restored, "read_gbps": r.read_gbps, "success_rate": r.success_rate,
-                "retries": r.retries, "errors": ";".join(f"{k}={v}" for k, v in sorted(r.errors.items())),
-                "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s})
-    row.update({f"{s}_s": r.stages.get(s) for s in STAGES})
-    return row
-
-
-def stopped_row(run_id: str, i: int, source: str, fmt: str, opts, env: dict, stages: dict, status: str) -> dict:
-    """A repeat that did not end (cancelled, or failed with an error): recorded with the stages it finished."""
-    row = _row(run_id, i, source, fmt, opts, env, status)
-    row.update({f"{s}_s": stages.get(s, "") for s in STAGES})
-    return row
+    return document("run", "restore", run_id, source, body, env,
+                    status="ok" if all(r.status == "ok" for r in reps) else "failed",
+                    verified=all(r.verified for r in reps), success_rate=min(r.success_rate for r in reps))
 
 
 class Recorder:
-    """Records one run as it goes: as each repeat ends, its document then its row (a row always has its
+    """Records one restore run as it goes: as each repeat ends, its document then its row (a row always has its
     document); the summary document when the run ends."""
 
     def __init__(self, path: str | None, run_id: str, source: str, fmt: str, opts, env: dict):
@@ -386,24 +434,33 @@ class Recorder:
         self.source = recorded_text(source)
         self.done = 0
 
-    def _repeat_record(self, i: int, fields: dict) -> dict:
-        return {"record": "repeat", "schema": SCHEMA, "run_id": self.run_id, "repeat": i, "source": self.source,
-                "format": self.fmt, "options": vars(self.opts)} | fields | {"env": self.env}
+    def _record(self, i: int, body: dict, figures: dict, read: str, *, status: str, verified: bool | None,
+                success_rate: float | None) -> None:
+        said = {"status": status, "verified": verified, "success_rate": success_rate}
+        append_document(self.path, document("repeat", "restore", self.run_id, self.source, {
+            "format": self.fmt, "options": vars(self.opts)} | body, self.env, repeat=i, **said))
+        settings = settings_of(self.opts) | {"format": self.fmt, "read": read}
+        append(self.path, [row("restore", self.run_id, i, self.source, settings, figures, self.env, **said)])
 
-    def repeat(self, rep) -> None:
+    def repeat(self, r) -> None:
         self.done += 1
-        if self.path:
-            append_document(self.path, self._repeat_record(self.done, repeat_doc(rep) | {
-                "bytes": rep.bytes, "files": rep.files, "files_restored": rep.files_restored}))
-            append(self.path, [repeat_row(self.run_id, self.done, self.source, self.fmt, self.opts, self.env, rep)])
+        if not self.path:
+            return
+        figures = {"cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
+                   "residency_after": r.cache.residency_after, "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files,
+                   "files_restored": r.files_restored, "read_gbps": r.read_gbps, "retries": r.retries,
+                   "errors": ";".join(f"{k}={v}" for k, v in sorted(r.errors.items())),
+                   "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s} | {f"{s}_s": r.stages.get(s) for s in STAGES}
+        body = repeat_doc(r) | {"bytes": r.bytes, "files": r.files, "files_restored": r.files_restored}
+        self._record(self.done, body, figures, r.read_mode or self.opts.read, status=r.status, verified=r.verified,
+                     success_rate=r.success_rate)
 
     def stopped(self, stages: dict, status: str) -> None:
-        """The repeat under way did not end: `status` is "cancelled" or "failed"."""
+        """The repeat under way did not end: `status` is "cancelled" or "failed"; recorded with the stages it
+        finished."""
         if self.path:
-            i = self.done + 1
-            append_document(self.path, self._repeat_record(i, {"status": status, "stages": dict(stages)}))
-            append(self.path, [stopped_row(self.run_id, i, self.source, self.fmt, self.opts, self.env, stages,
-                                           status)])
+            self._record(self.done + 1, {"stages": dict(stages)}, {f"{s}_s": stages.get(s, "") for s in STAGES},
+                         self.opts.read, status=status, verified=False, success_rate=None)
 
     def finish(self, reps: list, extra: dict | None = None) -> dict:
         """The summary document, as recorded: text valid UTF-8 and non-finite figures null."""

@@ -14,7 +14,8 @@ from clirun import Run, assert_one_line_error, run_cli
 
 SCALE = "0.02"
 
-# the documented schema-2 header, written out by hand (schema 1 lacked kind and the save columns)
+# the documented schema-3 header, written out by hand (schema 1 lacked kind and the save columns, schema 2 verified
+# and aggregate_gbps)
 DOCUMENTED_COLUMNS = [
     "schema", "kind", "run_id", "repeat", "timestamp", "source", "format", "mode", "status", "cache", "cache_verified",
     "residency_before", "residency_after", "concurrency", "read", "hash", "block_size", "device",
@@ -22,8 +23,9 @@ DOCUMENTED_COLUMNS = [
     "rto_s", "bytes", "files", "files_restored", "read_gbps", "success_rate", "retries", "errors",
     "peak_rss_bytes", "cpu_s",
     "target", "ranks", "stagger_s", "interval_s", "blocking_s", "written_s", "durable_s", "write_gbps",
-    "overran", "dirty_peak_fraction", "throttled", "write_amplification", "env",
+    "overran", "dirty_peak_fraction", "throttled", "write_amplification", "verified", "aggregate_gbps", "env",
 ]
+V2_COLUMNS = [c for c in DOCUMENTED_COLUMNS if c not in ("verified", "aggregate_gbps")]
 
 
 Result = Run
@@ -75,7 +77,7 @@ def test_one_row_per_repeat_in_order(two_runs):
     assert [(r["run_id"], r["repeat"]) for r in rows] == [
         (first["run_id"], "1"), (first["run_id"], "2"), (second["run_id"], "1")]
     assert first["run_id"] != second["run_id"]
-    assert all(r["schema"] == "2" and r["kind"] == "restore" and r["status"] == "ok" for r in rows)
+    assert all(r["schema"] == "3" and r["kind"] == "restore" and r["status"] == "ok" for r in rows)
 
 
 def test_rows_carry_each_repeats_own_figures(two_runs):
@@ -258,7 +260,7 @@ def test_run_appends_after_a_failed_run(ckpt, after_failed_run):
 def test_schema_1_file_stays_readable_and_takes_restores_in_its_own_schema(ckpt, tmp_path):
     from ckptbench.records.results import read_rows
 
-    v1 = [c for c in DOCUMENTED_COLUMNS if c != "kind" and c not in (
+    v1 = [c for c in V2_COLUMNS if c != "kind" and c not in (
         "target", "ranks", "stagger_s", "interval_s", "blocking_s", "written_s", "durable_s", "write_gbps",
         "overran", "dirty_peak_fraction", "throttled", "write_amplification")]
     path = tmp_path / "old.csv"

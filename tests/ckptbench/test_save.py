@@ -77,7 +77,8 @@ def test_save_rows_in_results(three_saves):
     with open(results, newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["kind"], r["schema"], r["repeat"], r["status"]) for r in rows] == [
-        ("save", "2", str(i), "ok") for i in (1, 2, 3)]
+        ("save", "3", str(i), "ok") for i in (1, 2, 3)]
+    assert all(r["success_rate"] == "1.0" and r["verified"] == "" for r in rows)  # a save has nothing to verify
     assert {r["run_id"] for r in rows} == {doc["run_id"]}
     for r, s in zip(rows, doc["saves"]):
         assert float(r["durable_s"]) == pytest.approx(s["durable_s"])
@@ -85,6 +86,7 @@ def test_save_rows_in_results(three_saves):
     assert json.loads(rows[0]["env"])["source_fs"]  # the environment of the target, as for restores
     docs = [json.loads(line) for line in open(str(results) + ".jsonl")]
     assert [d["record"] for d in docs] == ["repeat"] * 3 + ["run"]
+    assert all((d["status"], d["verified"], d["success_rate"]) == ("ok", None, 1.0) for d in docs)
 
 
 def test_compare_works_on_save_runs_and_plan_uses_the_measured_throughput(three_saves, tmp_path):
