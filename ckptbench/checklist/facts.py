@@ -1,4 +1,5 @@
-"""The facts the checklist judges, gathered once from probes, the source and (optionally) a quick sweep."""
+"""The facts the checklist judges, gathered once from probes, the source, the results file (a knee, a save on record)
+and (optionally) a quick sweep."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ckptbench.system import fuse as fuse_probes
 from ckptbench.system import probes
 from ckptbench.system import storage
 from ckptbench.sources import open_source
+from ckptbench.restore.sweep import MeasuredKnee, measured_knee, recorded_knee
 
 SAMPLE_S = 1.0  # the window for rates (disk %util, TCP retransmits)
 
@@ -44,6 +46,7 @@ class Facts:
     s3: dict | None = None
     concurrency: int = conc.DEFAULT
     sweep: dict | None = None  # SweepResult.to_json()
+    knee: MeasuredKnee | None = None  # this check's quick sweep, else the newest knee recorded for the source
     thp: str | probes.Unknown | None = None
     unreadable: list = field(default_factory=list)  # (path, why): files and directories this user cannot read
     fuse: dict | probes.Unknown | None = None  # fuse_probes.fuse_daemon of a FUSE mount: kind, pid, its options
@@ -127,7 +130,11 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
         from ckptbench.restore.sweep import sweep
 
         levels = sorted({1, 4, 8, 16, 32, concurrency})
-        f.sweep = sweep(src, levels, repeats=1, cache="cold").to_json()
+        res = sweep(src, levels, repeats=1, cache="cold")
+        f.knee = measured_knee(source, {lv: s["median"] for lv, s in res.gbps.items()}, "quick sweep")
+        f.sweep = res.to_json() | {"date": f.knee.date}
+    elif results:
+        f.knee = recorded_knee(results, source)
     return f
 
 

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from ckptbench.checklist import fuse as checklist_fuse
 from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts
 from ckptbench.core.units import human_bytes
+from ckptbench.core.verdicts import Verdict
+from ckptbench.restore.sweep import MeasuredKnee, advice
 
 VERDICTS = ("ok", "warn", "fail", "unknown")
 SMALL_FILE_DEFAULT = 256 << 10
 NFS_MIN_RW = 1 << 20
-
-
-@dataclass(frozen=True)
-class Item:
-    id: str
-    title: str
-    verdict: str
-    evidence: dict
-    why: str
-    fix: str
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def _unknown(x) -> bool:
@@ -35,35 +22,54 @@ def _reason(x) -> str:
     return x.reason if isinstance(x, probes.Unknown) else "not measured"
 
 
-def concurrency(f: Facts) -> Item:
-    why = "too few parallel reads leave bandwidth unused; far more than the knee only adds contention"
+def _measured(f: Facts) -> MeasuredKnee | None:
+    """The knee measured for this source: this check's quick sweep, else the newest one recorded (sweep, auto-tune)."""
+    if f.knee is not None:
+        return f.knee
     if f.sweep is None:
-        floor = f.preset.min_concurrency if f.preset else None
-        ev = {"concurrency": f.concurrency, "preset": f.preset.name if f.preset else None, "preset_minimum": floor}
-        if floor and f.concurrency < floor:
-            return Item("concurrency", "Concurrency", "warn", ev, why,
-                        f"raise --concurrency to at least {floor} ({f.preset.name}); confirm with check --quick-sweep")
-        return Item("concurrency", "Concurrency", "unknown", ev, why, "run `ckptbench check SOURCE --quick-sweep`")
+        return None
     gbps = {int(k): v["median"] for k, v in f.sweep["gbps"].items()}
-    knee, best = f.sweep["knee"], f.sweep["best"]
+    return MeasuredKnee(f.source, f.sweep["knee"], f.sweep["best"], gbps, "quick sweep",
+                        f.sweep.get("date", "this check"))
+
+
+def concurrency(f: Facts) -> Verdict:
+    why = "too few parallel reads leave bandwidth unused; far more than the knee only adds contention"
+    title = "Concurrency"
+    advised = advice(_measured(f), f.preset)
+    m = advised.measured
+    if m is None:
+        floor = advised.concurrency
+        ev = {"concurrency": f.concurrency, "preset": f.preset.name if f.preset else None, "preset_minimum": floor,
+              "basis": advised.basis}
+        measure = ("measure it: `ckptbench check SOURCE --quick-sweep`, `ckptbench sweep`, or auto-tune (t) in the "
+                   "dashboard")
+        if floor and f.concurrency < floor:
+            return Verdict("concurrency", title, "warn", ev, why,
+                           f"raise --concurrency to at least {floor} ({advised.basis}); {measure}")
+        return Verdict("concurrency", title, "unknown", ev, why, measure)
+    gbps, knee, best = m.gbps, m.knee, m.best
     current = gbps.get(f.concurrency)
     ev = {"concurrency": f.concurrency, "knee": knee, "best": best, "gbps_by_level": gbps,
-          "gbps_at_current": current, "gbps_at_knee": gbps[knee]}
+          "gbps_at_current": current, "gbps_at_knee": gbps[knee], "basis": advised.basis}
     if f.concurrency < knee:
-        lost = 1 - (current or 0) / gbps[best] if gbps[best] else 0
+        if current is None:  # a level the measurement did not read (an auto-tune stops past the knee)
+            return Verdict("concurrency", title, "warn", ev, why, f"--concurrency {knee}, the {advised.basis}")
+        lost = 1 - current / gbps[best] if gbps[best] else 0
         verdict = "fail" if lost > 0.5 else "warn"
-        return Item("concurrency", "Concurrency", verdict, ev | {"throughput_left_pct": round(lost * 100, 1)}, why,
-                    f"--concurrency {knee} (the knee of the sweep)")
-    return Item("concurrency", "Concurrency", "ok", ev, why,
-                "none" if f.concurrency <= 4 * knee else f"--concurrency {knee} does as well with fewer threads")
+        return Verdict("concurrency", title, verdict, ev | {"throughput_left_pct": round(lost * 100, 1)}, why,
+                       f"--concurrency {knee}, the {advised.basis}")
+    return Verdict("concurrency", title, "ok", ev, why,
+                   "none" if f.concurrency <= 4 * knee else
+                   f"--concurrency {knee} does as well with fewer threads: the {advised.basis}")
 
 
-def small_files(f: Facts) -> Item:
+def small_files(f: Facts) -> Verdict:
     limit = f.preset.small_file_bytes if f.preset else SMALL_FILE_DEFAULT
     small = sum(1 for s in f.sizes if s < limit)
     avg = f.bytes / f.files if f.files else 0
     if f.files == 0:
-        return Item("small_files", "Too many small files", "unknown", {"files": 0},
+        return Verdict("small_files", "Too many small files", "unknown", {"files": 0},
                     "each file costs an open, a stat and a round trip", "list the source: no files were found")
     ev = {"files": f.files, "avg_bytes": int(avg), "small_files": small, "small_limit_bytes": limit,
           "histogram": probes.size_histogram(f.sizes),
@@ -73,26 +79,27 @@ def small_files(f: Facts) -> Item:
     why = "each file costs an open, a stat and (on NFS, Lustre, S3) a round trip; thousands of them dominate the list stage"
     fix = f"ckptbench pack {f.source} PACKED --target-files 4"
     if small >= 5000:
-        return Item("small_files", "Too many small files", "fail", ev, why, fix)
+        return Verdict("small_files", "Too many small files", "fail", ev, why, fix)
     if small >= 1000 or (f.files > 100 and avg < limit):
-        return Item("small_files", "Too many small files", "warn", ev, why, fix)
-    return Item("small_files", "Too many small files", "ok", ev, why, "none")
+        return Verdict("small_files", "Too many small files", "warn", ev, why, fix)
+    return Verdict("small_files", "Too many small files", "ok", ev, why, "none")
 
 
-def network_path(f: Facts) -> Item:
+def network_path(f: Facts) -> Verdict:
     why = "a restore over the network is bounded by the path: a global or proxied endpoint, a congested link, retransmits"
     title = "Network path"
     if f.scheme == "s3":
         s3 = f.s3 or {}
         ev = dict(s3)
         if s3.get("proxies"):
-            return Item("network_path", title, "warn", ev, why,
+            return Verdict("network_path", title, "warn", ev, why,
                         "route S3 traffic around the proxy: NO_PROXY=.amazonaws.com, or a VPC gateway endpoint")
         if not s3.get("regional"):
-            return Item("network_path", title, "warn", ev, why, "set AWS_REGION so the client uses the regional endpoint")
-        return Item("network_path", title, "ok", ev, why, "none")
+            return Verdict("network_path", title, "warn", ev, why,
+                           "set AWS_REGION so the client uses the regional endpoint")
+        return Verdict("network_path", title, "ok", ev, why, "none")
     if _unknown(f.mount):
-        return Item("network_path", title, "unknown", {"reason": _reason(f.mount)}, why,
+        return Verdict("network_path", title, "unknown", {"reason": _reason(f.mount)}, why,
                     "find the mount with `findmnt -T SOURCE`")
     m = f.mount
     ev = {"fs_type": m.fs_type, "mount_source": m.source}
@@ -100,29 +107,31 @@ def network_path(f: Facts) -> Item:
         kind, endpoint = checklist_fuse.endpoint(f)
         ev |= {"daemon": kind, "endpoint": endpoint}
         where = f"{kind} reads from {endpoint}" if endpoint else f"the {kind or 'FUSE'} daemon hides its backend"
-        return Item("network_path", title, "unknown", ev, why,
+        return Verdict("network_path", title, "unknown", ev, why,
                     f"{where}: check that it is the regional (or VPC) endpoint of the bucket's region and that no "
                     "proxy sits in between; for S3, compare with `ckptbench check s3://BUCKET/PREFIX`")
     if not (m.fs_type.startswith("nfs") or m.fs_type in ("lustre", "cifs", "smb3", "ceph", "glusterfs")):
-        return Item("network_path", title, "ok", ev | {"network": False}, why, "none: local storage, no network path")
+        return Verdict("network_path", title, "ok", ev | {"network": False}, why,
+                       "none: local storage, no network path")
     ev["server"] = probes.nfs_server(m) or m.source.split(":", 1)[0]
     if _unknown(f.retransmit_rate):
-        return Item("network_path", title, "unknown", ev | {"reason": _reason(f.retransmit_rate)}, why,
+        return Verdict("network_path", title, "unknown", ev | {"reason": _reason(f.retransmit_rate)}, why,
                     "check retransmits with `nstat -az TcpRetransSegs` while a restore runs")
     ev["tcp_retransmit_pct"] = round(f.retransmit_rate * 100, 3)
     if f.retransmit_rate > 0.01:
-        return Item("network_path", title, "warn", ev, why,
+        return Verdict("network_path", title, "warn", ev, why,
                     "retransmits above 1 %: check the link (ethtool -S, MTU), or move the mount to the server's subnet")
-    return Item("network_path", title, "ok", ev, why, "none")
+    return Verdict("network_path", title, "ok", ev, why, "none")
 
 
-def mount_options(f: Facts) -> Item:
+def mount_options(f: Facts) -> Verdict:
     why = "small rsize/wsize, soft mounts, atime updates and short read-ahead each cut sequential read throughput"
     title = "Mount options"
     if f.scheme == "s3":
-        return Item("mount_options", title, "ok", {"scheme": "s3"}, why, "none: no mount")
+        return Verdict("mount_options", title, "ok", {"scheme": "s3"}, why, "none: no mount")
     if _unknown(f.mount):
-        return Item("mount_options", title, "unknown", {"reason": _reason(f.mount)}, why, "check `findmnt -T SOURCE`")
+        return Verdict("mount_options", title, "unknown", {"reason": _reason(f.mount)}, why,
+                       "check `findmnt -T SOURCE`")
     m = f.mount
     opts = probes.mount_options(m)
     ev = {"fs_type": m.fs_type, "options": m.options, "preset": f.preset.name if f.preset else None}
@@ -133,7 +142,7 @@ def mount_options(f: Facts) -> Item:
     if m.fs_type.startswith("fuse"):
         unjudged = checklist_fuse.option_problems(f, ev, problems, fixes)
         if unjudged:
-            return Item("mount_options", title, "unknown", ev, why, unjudged)
+            return Verdict("mount_options", title, "unknown", ev, why, unjudged)
     if m.fs_type.startswith("nfs"):
         for key in ("rsize", "wsize"):
             v = int(opts.get(key, 0) or 0)
@@ -168,17 +177,17 @@ def mount_options(f: Facts) -> Item:
             fixes.append(f"lfs setstripe -c {f.preset.min_stripe_count} (or -1) on the checkpoint directory before saving")
     ev["problems"] = problems
     if not problems:
-        return Item("mount_options", title, "ok", ev, why, "none")
-    return Item("mount_options", title, "fail" if severe else "warn", ev, why, "; ".join(fixes))
+        return Verdict("mount_options", title, "ok", ev, why, "none")
+    return Verdict("mount_options", title, "fail" if severe else "warn", ev, why, "; ".join(fixes))
 
 
-def fuse_mount(f: Facts) -> Item:
+def fuse_mount(f: Facts) -> Verdict:
     """What a FUSE mount of an object store does to a checkpoint (judged only for a source on one: see evaluate)."""
     verdict, ev, fix = checklist_fuse.judge(f, f.preset.small_file_bytes if f.preset else SMALL_FILE_DEFAULT)
-    return Item("fuse", "FUSE object-store mount", verdict, ev, checklist_fuse.WHY, fix)
+    return Verdict("fuse", "FUSE object-store mount", verdict, ev, checklist_fuse.WHY, fix)
 
 
-def limits_and_interference(f: Facts) -> Item:
+def limits_and_interference(f: Facts) -> Verdict:
     why = "too low an open-file limit fails a restore outright; a scanner or indexer reading the same files halves it"
     title = "System limits and scanning agents"
     ev: dict = {"concurrency": f.concurrency, "files": f.files}
@@ -205,68 +214,70 @@ def limits_and_interference(f: Facts) -> Item:
         if f.openers and verdict in ("ok", "unknown"):
             names = ", ".join(sorted({c for _, c, _ in f.openers}))
             verdict, fix = "warn", f"exclude the checkpoint directory from {names} (antivirus, backup, indexer)"
-    return Item("limits", title, verdict, ev, why, fix)
+    return Verdict("limits", title, verdict, ev, why, fix)
 
 
-def oom(f: Facts) -> Item:
+def oom(f: Facts) -> Verdict:
     why = "a restore that holds more than the box has is killed, usually after most of the read"
     title = "Out of memory at restore"
     if _unknown(f.meminfo) or "MemAvailable" not in f.meminfo:
-        return Item("oom", title, "unknown", {"reason": _reason(f.meminfo)}, why, "check `free -g` before the restore")
+        return Verdict("oom", title, "unknown", {"reason": _reason(f.meminfo)}, why,
+                       "check `free -g` before the restore")
     avail = f.meminfo["MemAvailable"]
     need = f.bytes
     ev = {"checkpoint_bytes": need, "mem_available_bytes": avail, "ratio": round(need / avail, 3) if avail else None}
     fix = ("load with mmap or safetensors and meta-device init (ckptbench run --mode fused), or restore per rank "
            "under torchrun so each process holds only its shard")
     if need > 0.9 * avail:
-        return Item("oom", title, "fail", ev, why, fix)
+        return Verdict("oom", title, "fail", ev, why, fix)
     if need > 0.6 * avail:
-        return Item("oom", title, "warn", ev, why, fix)
-    return Item("oom", title, "ok", ev, why, "none")
+        return Verdict("oom", title, "warn", ev, why, fix)
+    return Verdict("oom", title, "ok", ev, why, "none")
 
 
-def device_mapping(f: Facts) -> Item:
+def device_mapping(f: Facts) -> Verdict:
     why = "a checkpoint saved on N ranks restored on M GPUs needs resharding, or ranks load the wrong shards"
     title = "Device mapping"
     ev = {"checkpoint_ranks": f.world_size}
     if _unknown(f.gpus):
-        return Item("device_mapping", title, "unknown", ev | {"reason": _reason(f.gpus)}, why, "check `nvidia-smi -L`")
+        return Verdict("device_mapping", title, "unknown", ev | {"reason": _reason(f.gpus)}, why,
+                       "check `nvidia-smi -L`")
     ev["gpus"] = f.gpus["count"]
     if f.gpus["count"] == 0:
-        return Item("device_mapping", title, "unknown", ev | {"reason": "no GPU on this box"}, why,
+        return Verdict("device_mapping", title, "unknown", ev | {"reason": "no GPU on this box"}, why,
                     "run the check on the training node")
     if f.world_size is None:
-        return Item("device_mapping", title, "unknown", ev | {"reason": "rank count unknown (no manifest)"}, why,
+        return Verdict("device_mapping", title, "unknown", ev | {"reason": "rank count unknown (no manifest)"}, why,
                     "compare the checkpoint's shard count with the job's world size")
     if f.world_size % f.gpus["count"] and f.gpus["count"] % f.world_size:
-        return Item("device_mapping", title, "warn", ev, why,
+        return Verdict("device_mapping", title, "warn", ev, why,
                     "reshard: save/load with torch.distributed.checkpoint, which maps shards to the new world size")
-    return Item("device_mapping", title, "ok", ev, why, "none")
+    return Verdict("device_mapping", title, "ok", ev, why, "none")
 
 
-def cold_cache(f: Facts) -> Item:
+def cold_cache(f: Facts) -> Verdict:
     why = "a 'cold' benchmark that reads from the page cache reports the cache, not the storage"
     title = "Cold-cache validity"
     ev = {"residency_now": f.residency_now}
     if _unknown(f.evict_residency):
-        return Item("cold_cache", title, "unknown", ev | {"reason": _reason(f.evict_residency)}, why,
+        return Verdict("cold_cache", title, "unknown", ev | {"reason": _reason(f.evict_residency)}, why,
                     "run as a user who can open the files")
     ev["residency_after_evict"] = round(f.evict_residency, 4)
     if f.evict_residency > 0.05:
         fs = f.mount.fs_type if isinstance(f.mount, probes.Mount) else "this filesystem"
-        return Item("cold_cache", title, "fail", ev, why,
+        return Verdict("cold_cache", title, "fail", ev, why,
                     f"pages stay resident after eviction on {fs} (tmpfs? pages mapped elsewhere?): measure cold reads "
                     "on a disk-backed copy, or drop caches as root (sync; echo 1 > /proc/sys/vm/drop_caches)")
-    return Item("cold_cache", title, "ok", ev, why, "none: --cache cold evicts and verifies")
+    return Verdict("cold_cache", title, "ok", ev, why, "none: --cache cold evicts and verifies")
 
 
-def write_side(f: Facts) -> Item:
+def write_side(f: Facts) -> Verdict:
     why = "a save larger than the dirty limit blocks the trainer on writeback; writeback in flight slows reads"
     title = "Write side: dirty pages"
     ratio, bg = f.sysctls.get("vm.dirty_ratio"), f.sysctls.get("vm.dirty_background_ratio")
     dbytes = f.sysctls.get("vm.dirty_bytes")
     if _unknown(f.meminfo) or _unknown(ratio) and _unknown(dbytes):
-        return Item("write_side", title, "unknown", {"reason": _reason(f.meminfo if _unknown(f.meminfo) else ratio)},
+        return Verdict("write_side", title, "unknown", {"reason": _reason(f.meminfo if _unknown(f.meminfo) else ratio)},
                     why, "check `sysctl vm.dirty_ratio vm.dirty_background_ratio` and Dirty in /proc/meminfo")
     avail = f.meminfo.get("MemAvailable", 0)
     limit = dbytes if isinstance(dbytes, int) and dbytes > 0 else (ratio * avail // 100 if isinstance(ratio, int) else 0)
@@ -281,32 +292,32 @@ def write_side(f: Facts) -> Item:
                "measured_dirty_peak_fraction": m["dirty_peak_fraction"], "measured_throttled": m["throttled"],
                "measured_overruns": m["overran"]}
         if m["throttled"]:
-            return Item("write_side", title, "warn", ev, why,
+            return Verdict("write_side", title, "warn", ev, why,
                         f"the last measured save (run {m['run_id']}) was throttled at the dirty limit: writeback "
                         "could not keep up; sysctl -w vm.dirty_background_ratio=5 so it starts early, fsync per "
                         "shard, or save to faster local storage and drain asynchronously")
         if m["overran"]:
-            return Item("write_side", title, "warn", ev, why,
+            return Verdict("write_side", title, "warn", ev, why,
                         f"{m['overran']} save(s) of run {m['run_id']} ran into the next interval: lengthen the "
                         "interval, save asynchronously (DCP async_save), or write to faster storage")
     if total and dirty_now > 0.1 * total:
-        return Item("write_side", title, "warn", ev, why,
+        return Verdict("write_side", title, "warn", ev, why,
                     f"{human_bytes(dirty_now)} waiting for writeback now: stagger saves, or lower vm.dirty_background_ratio")
     if limit and f.bytes > limit:
-        return Item("write_side", title, "warn", ev, why,
+        return Verdict("write_side", title, "warn", ev, why,
                     "a save of this size stalls at the dirty limit: sysctl -w vm.dirty_background_ratio=5 so writeback "
                     "starts early, and fsync per shard; or save to local NVMe and drain asynchronously")
-    return Item("write_side", title, "ok", ev, why, "none")
+    return Verdict("write_side", title, "ok", ev, why, "none")
 
 
-def readable(f: Facts) -> Item:
+def readable(f: Facts) -> Verdict:
     why = "a file the restoring user cannot read fails the restore; a directory it cannot enter hides files"
     title = "Readable by this user"
     ev = {"unreadable": [f"{p}: {why_}" for p, why_ in f.unreadable[:20]], "count": len(f.unreadable)}
     if f.unreadable:
-        return Item("readable", title, "fail", ev, why,
+        return Verdict("readable", title, "fail", ev, why,
                     "give the job's user read access (chmod -R u+rX, or chown to that user), or run as that user")
-    return Item("readable", title, "ok", ev, why, "none")
+    return Verdict("readable", title, "ok", ev, why, "none")
 
 
 RULES = (concurrency, small_files, network_path, mount_options, limits_and_interference, oom, device_mapping,
@@ -316,7 +327,7 @@ RULES = (concurrency, small_files, network_path, mount_options, limits_and_inter
 on_fuse = checklist_fuse.on_fuse
 
 
-def evaluate(f: Facts) -> list[Item]:
+def evaluate(f: Facts) -> list[Verdict]:
     """Every rule, plus the FUSE item after the mount options when the source sits on a FUSE mount."""
     items = [rule(f) for rule in RULES]
     if on_fuse(f):
@@ -324,7 +335,7 @@ def evaluate(f: Facts) -> list[Item]:
     return items
 
 
-def report(source: str, items: list[Item]) -> dict:
+def report(source: str, items: list[Verdict]) -> dict:
     counts = {v: sum(1 for i in items if i.verdict == v) for v in VERDICTS}
     return {"source": source, "items": [i.to_json() for i in items], "summary": counts, "ok": counts["fail"] == 0}
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ckptbench.core import concurrency as conc
 from ckptbench.restore.loop import ReadLoop, Sample
-from ckptbench.restore.sweep import KNEE_MARGIN, knee
+from ckptbench.restore.sweep import KNEE_MARGIN, MeasuredKnee, knee, measured_knee
 
 SETTLE_S = 0.25  # of reader time at a new level before it counts: workers start or wind down
 HOLD_S = 1.0
@@ -101,6 +101,12 @@ class AutoTune:
 
     def knee_level(self) -> Level | None:
         return next((m for m in self.measured if m.concurrency == self.knee), None)
+
+    def result(self, source: str, date: str | None = None) -> MeasuredKnee | None:
+        """The knee as a measurement of `source` (what `sweep.record_knee` keeps for the checklist); None until done."""
+        if not self.done:
+            return None
+        return measured_knee(source, self.rates, "auto-tune", date, margin=self.margin)
 
 
 def attach(loop: ReadLoop, tuner: AutoTune, *, on_level: Callable[[Level], None] | None = None,

@@ -1,21 +1,25 @@
 """Loop mode: a source read pass after pass, so each concurrency level has time to show the rate it settles at.
 
-Each pass is a plain read (reading.read_source) with the cache prepared before it (cold evicts where the source
-can). `run` blocks in the caller's thread (a UI worker); other threads read `snapshot`, call `set_concurrency`
-(the read in hand takes it live, later passes start with it) and `cancel` (the pass in hand is cancelled and the
-loop ends). Watchers get a Sample at each pass's start and at each progress report (about four a second).
+Each pass is a restore's path without the load: the source listed, then read (reading.read_source) with the cache
+prepared before it (cold evicts where the source can); each PassResult carries those two stages, timed, and its RTO.
+`run` blocks in the caller's thread (a UI worker); other threads read `snapshot`, `stage` and `stages`, call
+`set_concurrency` (the read in hand takes it live, later passes start with it) and `cancel` (the pass in hand is
+cancelled and the loop ends). Watchers get a Sample at each pass's start and at each progress report (about four a
+second).
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import fastio
 
 from ckptbench.core import concurrency as conc
 from ckptbench.core.errors import Cancelled
+from ckptbench.core.stages import LIST, READ
 from ckptbench.restore.reading import read_source
 from ckptbench.sources import ReadHandle, ReadOptions, Source, open_source
 
@@ -39,6 +43,11 @@ class PassResult:
     read_gbps: float
     files_failed: int
     cache: str  # the cache condition the pass started in, e.g. "cold" or "cold (not verified)"
+    stages: dict = field(default_factory=dict)  # {"list": s, "read": s}: the stages a pass has, timed
+
+    @property
+    def rto_s(self) -> float:
+        return sum(self.stages.values())
 
 
 Watcher = Callable[[Sample], None]
@@ -57,6 +66,8 @@ class ReadLoop:
         self.passes = 0  # passes read to the end
         self.status = "idle"  # idle | looping | stopped | failed
         self.last: PassResult | None = None
+        self.stage: str | None = None  # the stage of the pass in hand (LIST, READ), None between passes
+        self.stages: dict[str, float] = {}  # the stages of the pass in hand that have finished
         self._handle: ReadHandle | None = None
         self._watchers: list[Watcher] = []
         self._lock = threading.Lock()
@@ -129,13 +140,16 @@ class ReadLoop:
         self.status = "looping"
         try:
             src = open_source(self.source) if isinstance(self.source, str) else self.source
-            listing = src.list()
+            listing, list_s = self._list(src)
             if self.manifest_hash:
                 man = listing.manifest
                 with self._lock:
                     self.opts = replace(self.opts, hash=man.hash if man is not None else "none")
             while not self.cancel_event.is_set() and (max_passes is None or self.passes < max_passes):
                 n = self.pass_no
+                if n > 1:  # the first pass's listing is the one above
+                    listing, list_s = self._list(src)
+                self.stages, self.stage = {LIST: list_s}, READ
                 try:
                     report = read_source(src, listing, self.opts, cache=self.cache, drop_caches=self.drop_caches,
                                          cancel=self.cancel_event, on_start=lambda h, n=n: self._started(n, h),
@@ -145,15 +159,26 @@ class ReadLoop:
                 finally:
                     with self._lock:
                         self._handle = None
+                    self.stage = None
                 r = report.result
                 c = report.cache
                 self.last = PassResult(n, r.concurrency, r.bytes, report.driven.wall_s, report.read_gbps,
-                                       len(r.failed), c.requested if c.verified else f"{c.requested} (not verified)")
+                                       len(r.failed), c.requested if c.verified else f"{c.requested} (not verified)",
+                                       {LIST: list_s, READ: report.driven.wall_s})
                 self.passes = n
                 if on_pass:
                     on_pass(self.last)
         except BaseException:
             self.status = "failed"
             raise
+        finally:
+            self.stage, self.stages = None, {}
         self.status = "stopped"
         return self.passes
+
+    def _list(self, src: Source):
+        """The listing and its time: a pass's list stage."""
+        self.stages, self.stage = {}, LIST
+        t0 = time.perf_counter()
+        listing = src.list()
+        return listing, time.perf_counter() - t0

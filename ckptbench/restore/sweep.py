@@ -1,10 +1,12 @@
-"""Sweep: read throughput against concurrency, and the knee where more concurrency stops paying."""
+"""Sweep: read throughput against concurrency, and the knee where more concurrency stops paying — measured here or
+by an auto-tune, kept in the results file, and the one figure concurrency advice goes by (`advice`)."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from dataclasses import dataclass, replace
-
 
 from ckptbench.core import concurrency as conc
 from ckptbench.core.errors import Cancelled, CkptbenchError
@@ -43,6 +45,86 @@ def knee(medians: dict[int, float], margin: float = KNEE_MARGIN) -> tuple[int, i
         if medians[level] >= (1 - margin) * medians[best]:
             return level, best
     return best, best
+
+
+@dataclass(frozen=True)
+class MeasuredKnee:
+    """A knee someone measured on a source — a sweep, a quick sweep, an auto-tune — and when: the one figure every
+    piece of concurrency advice goes by while there is one (`advice`)."""
+
+    source: str
+    knee: int
+    best: int
+    gbps: dict[int, float]  # median GB/s by level measured
+    how: str  # "sweep", "quick sweep", "auto-tune"
+    date: str  # UTC, "2025-01-31 12:00"
+
+    @property
+    def basis(self) -> str:
+        return f"measured knee {self.knee} ({self.how} of {self.date})"
+
+    def to_json(self) -> dict:
+        return {"record": "knee", "source": self.source, "knee": self.knee, "best": self.best,
+                "gbps": {str(k): v for k, v in self.gbps.items()}, "how": self.how, "date": self.date}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "MeasuredKnee | None":
+        """None for a document that is not a whole knee record (hand-edited, torn)."""
+        try:
+            gbps = {int(k): float(v) for k, v in doc["gbps"].items()}
+            mk = cls(str(doc["source"]), int(doc["knee"]), int(doc["best"]), gbps, str(doc["how"]), str(doc["date"]))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return mk if mk.knee in gbps and conc.MIN <= mk.knee <= conc.MAX else None
+
+
+def measured_knee(source: str, medians: dict[int, float], how: str, date: str | None = None, *,
+                  margin: float = KNEE_MARGIN) -> MeasuredKnee:
+    """The knee of these medians by `knee`'s rule, as a measurement of `source` made `how`, now unless `date`."""
+    k, best = knee(medians, margin)
+    return MeasuredKnee(source, k, best, dict(sorted(medians.items())), how,
+                        date or time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
+
+
+def _same_source(a: str, b: str) -> bool:
+    if "://" in a or "://" in b:
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def record_knee(results_path: str, measured: MeasuredKnee) -> None:
+    """Appends the knee to the results file's documents, where `recorded_knee` (the checklist) finds it."""
+    from ckptbench.records.results import append_document
+
+    append_document(results_path, measured.to_json())
+
+
+def recorded_knee(results_path: str, source: str) -> MeasuredKnee | None:
+    """The newest knee recorded for `source` in a results file; None when none was (or there is no file)."""
+    from ckptbench.records.results import read_documents
+
+    if not results_path:
+        return None
+    found = [MeasuredKnee.from_json(d) for d in read_documents(results_path, "knee")]
+    return next((m for m in reversed(found) if m is not None and _same_source(m.source, source)), None)
+
+
+@dataclass(frozen=True)
+class Advice:
+    concurrency: int | None  # None: nothing measured and no preset
+    basis: str  # "measured knee 2 (auto-tune of …)" or "no measurement: the local-nvme preset says 4"
+    measured: MeasuredKnee | None
+
+
+def advice(measured: MeasuredKnee | None, preset=None) -> Advice:
+    """The concurrency to advise: the measured knee when there is one, the storage preset's minimum only when nothing
+    was measured."""
+    if measured is not None:
+        return Advice(measured.knee, measured.basis, measured)
+    if preset is not None and preset.min_concurrency:
+        return Advice(preset.min_concurrency,
+                      f"no measurement: the {preset.name} preset says {preset.min_concurrency}", None)
+    return Advice(None, "no measurement and no preset for this storage", None)
 
 
 def parse_levels(text: str) -> list[int]:

@@ -4,15 +4,16 @@ files, read the same way it measures everything (cold where it can evict, otherw
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ckptbench.system import probes
 from ckptbench.core.units import human_bytes
+from ckptbench.core.verdicts import Verdict
 from ckptbench.watch.sampler import CPU_BUSY, FAULT_BYTES, WatchReport
 
 KINDS = ("storage-bound", "loader-cpu-bound", "loader-parallelism-bound", "fault-bound", "network-bound",
          "memory-pressure-bound", "unknown")
-HEADROOM = 1.5  # the storage gives at least this multiple of the loader's rate: the loader is what holds it back
+LOADER_BOUND_RATIO = 1.5  # the storage gives at least this multiple of the loader's rate: the loader holds it back
 RETRANS_BAD = 0.01
 MEMORY_BAD = 0.9
 
@@ -25,15 +26,13 @@ class StorageProbe:
     bytes: int
 
 
-@dataclass(frozen=True)
-class Verdict:
-    kind: str
-    summary: str
-    evidence: dict
-    fix: str
+BOTTLENECK = "bottleneck"
+TITLE = "Why the restore was slow"
+ALIASES = {"kind": "verdict", "summary": "why"}  # a watch document's keys before verdicts were one type
 
-    def to_json(self) -> dict:
-        return asdict(self)
+
+def _verdict(kind: str, summary: str, evidence: dict, fix: str) -> Verdict:
+    return Verdict(BOTTLENECK, TITLE, kind, evidence, summary, fix, ALIASES)
 
 
 def probe_storage(paths: list[str], *, concurrency: int = 16) -> StorageProbe:
@@ -78,40 +77,40 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
     gives = f"this storage gives {storage.gbps:.2f} GB/s to ckptbench ({storage.cache})" if storage.gbps else \
         f"the storage could not be measured ({storage.cache})"
     if w.bytes == 0:
-        return Verdict("unknown", "the job read nothing while watched (it had finished, or reads through a page "
+        return _verdict("unknown", "the job read nothing while watched (it had finished, or reads through a page "
                        "cache mapping that /proc does not count)", evidence,
                        "watch from the start: `ckptbench watch -- COMMAND`, or give a longer restore")
     if w.sockets_peak and w.tcp_retransmit_rate is not None and w.tcp_retransmit_rate > RETRANS_BAD:
-        return Verdict("network-bound", f"{got}; {w.tcp_retransmit_rate:.1%} of TCP segments were retransmitted "
+        return _verdict("network-bound", f"{got}; {w.tcp_retransmit_rate:.1%} of TCP segments were retransmitted "
                        "while it read", evidence,
                        "the network or the object store is dropping or throttling: fewer concurrent requests, "
                        "larger parts, or a closer endpoint; check `ckptbench check` for the endpoint")
     if mem_total and w.peak_rss_bytes > MEMORY_BAD * mem_total:
-        return Verdict("memory-pressure-bound", f"{got}; its memory peaked at {human_bytes(w.peak_rss_bytes)} of "
+        return _verdict("memory-pressure-bound", f"{got}; its memory peaked at {human_bytes(w.peak_rss_bytes)} of "
                        f"{human_bytes(mem_total)}", evidence,
                        "load shard by shard into the model (meta-device init, assign=True) instead of a whole "
                        "state dict plus a model; or restore fewer ranks per node")
-    if ratio is not None and ratio >= HEADROOM:
+    if ratio is not None and ratio >= LOADER_BOUND_RATIO:
         if fault_share >= 0.5:
-            return Verdict("fault-bound", f"{got}; {gives}; most bytes came in through page faults "
+            return _verdict("fault-bound", f"{got}; {gives}; most bytes came in through page faults "
                            f"({w.majflt} major faults): the loader maps the files and reads them a fault at a time",
                            evidence, "read the files with large parallel reads instead of through mmap (safetensors "
                            "load from bytes, or ckptbench's loader); on a network filesystem raise read-ahead")
         if top >= 0.8 and busy <= 1:
-            return Verdict("loader-cpu-bound", f"{got}; {gives}; one thread at {top:.0%} of a core did the work "
+            return _verdict("loader-cpu-bound", f"{got}; {gives}; one thread at {top:.0%} of a core did the work "
                            f"({busy} busy thread(s)): single-threaded deserialization or read loop", evidence,
                            "load shards in parallel (one thread or process per shard), avoid per-tensor Python "
                            "work (safetensors instead of pickle), or use a parallel loader")
         if cores >= CPU_BUSY * cpus:
-            return Verdict("loader-cpu-bound", f"{got}; {gives}; the job kept {cores:.1f} of {cpus} cores busy",
+            return _verdict("loader-cpu-bound", f"{got}; {gives}; the job kept {cores:.1f} of {cpus} cores busy",
                            evidence, "the CPUs are the limit: fewer copies (load in place), or more cores per rank")
-        return Verdict("loader-parallelism-bound", f"{got}; {gives}; the job's threads mostly waited "
+        return _verdict("loader-parallelism-bound", f"{got}; {gives}; the job's threads mostly waited "
                        f"({cores:.1f} cores busy): too few reads in flight for this storage", evidence,
                        "read with more concurrency (several files or chunks at once); `ckptbench sweep` shows "
                        "the concurrency where this storage stops gaining")
     if ratio is None:
-        return Verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check` on the checkpoint directory")
+        return _verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check` on the checkpoint directory")
     busy_dev = f"; the device was {util:.0f} % busy" if util is not None else ""
-    return Verdict("storage-bound", f"{got}; {gives}: the loader is within {HEADROOM:g}× of what the storage "
+    return _verdict("storage-bound", f"{got}; {gives}: the loader is within {LOADER_BOUND_RATIO:g}× of what the storage "
                    f"delivers{busy_dev}", evidence, "the storage is the limit: faster or striped storage, a local cache of "
                    "the checkpoint, or fewer bytes (compare formats); `ckptbench check` lists its settings")

@@ -24,6 +24,7 @@ from ckptbench.system import probes
 from ckptbench.checklist.rules import VERDICTS, evaluate, markdown, report
 from ckptbench.checklist.facts import Facts, gather
 from ckptbench.system.probes import Unknown
+from ckptbench.core.verdicts import Verdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -85,7 +86,7 @@ def env(tmp_path, monkeypatch) -> Env:
     return Env(tmp_path, monkeypatch)
 
 
-def judge(f: Facts) -> dict[str, checklist.Item]:
+def judge(f: Facts) -> dict[str, Verdict]:
     items = evaluate(f)
     fuse = ["fuse"] if checklist.on_fuse(f) else []  # the FUSE item follows the mount options on a FUSE mount
     assert [i.id for i in items] == RULE_IDS[:4] + fuse + RULE_IDS[4:]
@@ -109,7 +110,8 @@ def test_concurrency_unknown_without_sweep(env):
     f = env.gather("proc_ok", env.source("local/ckpt", FOUR_GIB))  # ext4 on nvme → ebs-gp3, minimum 8
     it = judge(f)["concurrency"]
     assert it.verdict == "unknown"
-    assert it.evidence == {"concurrency": 8, "preset": "ebs-gp3", "preset_minimum": 8}
+    assert it.evidence == {"concurrency": 8, "preset": "ebs-gp3", "preset_minimum": 8,
+                           "basis": "no measurement: the ebs-gp3 preset says 8"}
     assert "--quick-sweep" in it.fix
 
 
@@ -123,8 +125,9 @@ def test_concurrency_warn_below_the_presets_minimum(env):
     f = env.gather("proc_ok", env.source("efs/ckpt", FOUR_GIB))  # EFS preset wants 16
     it = judge(f)["concurrency"]
     assert it.verdict == "warn"
-    assert it.evidence == {"concurrency": 8, "preset": "efs", "preset_minimum": 16}
-    assert "--concurrency" in it.fix and "16" in it.fix
+    assert it.evidence == {"concurrency": 8, "preset": "efs", "preset_minimum": 16,
+                           "basis": "no measurement: the efs preset says 16"}
+    assert it.fix.startswith("raise --concurrency to at least 16 (no measurement: the efs preset says 16)")
 
 
 @pytest.mark.parametrize("level, verdict, left_pct, gbps_now", [
@@ -141,7 +144,7 @@ def test_concurrency_below_the_knee(env, level, verdict, left_pct, gbps_now):
     assert ev["gbps_at_current"] == gbps_now and ev["gbps_at_knee"] == 2.9
     assert ev["throughput_left_pct"] == left_pct
     assert ev["gbps_by_level"] == {1: 0.4, 4: 1.2, 8: 2.0, 16: 2.9, 32: 3.0}
-    assert it.fix == "--concurrency 16 (the knee of the sweep)"
+    assert it.fix == "--concurrency 16, the measured knee 16 (quick sweep of this check)"
 
 
 def test_concurrency_ok_at_or_above_the_knee(env):
@@ -152,6 +155,49 @@ def test_concurrency_ok_at_or_above_the_knee(env):
     over = judge(dataclasses.replace(f, sweep=SWEEP, concurrency=128))["concurrency"]
     assert over.verdict == "ok"
     assert "--concurrency 16" in over.fix  # 128 > 4 × knee: fewer threads do as well
+
+
+def test_concurrency_goes_by_a_recorded_auto_tune_not_the_preset(env):
+    """issue #24 item 6a: the dashboard's auto-tune settled on 1 (1.74 vs 1.91 GB/s at 2, within the knee's 10 %);
+    the checklist then raised --concurrency to the EFS preset's 16. A recorded knee is the truth; the preset only
+    speaks when nothing was measured, and the item says which it used."""
+    from ckptbench.restore.autotune import AutoTune
+    from ckptbench.restore.loop import Sample
+    from ckptbench.restore.sweep import recorded_knee, record_knee
+
+    src = env.source("efs/ckpt", FOUR_GIB)
+    tuner = AutoTune([1, 2, 4], settle_s=0, hold_s=1.0)
+    for c, gbps in ((1, 1.74), (2, 1.91), (4, 1.80)):  # one second at each level
+        tuner.feed(Sample(c, c, 0, 0.0))
+        tuner.feed(Sample(c, c, int(gbps * 1e9), 1.0))
+    assert tuner.done and tuner.knee == 1
+    results = str(env.tmp / "results.csv")
+    record_knee(results, tuner.result(src, date="2025-01-31 12:00"))
+    record_knee(results, dataclasses.replace(tuner.result("/elsewhere"), knee=2))  # another source: not this one's
+    assert recorded_knee(results, src + "/").knee == 1
+
+    f = env.gather("proc_ok", src, concurrency=1, results=results)
+    it = judge(f)["concurrency"]
+    assert it.verdict == "ok" and it.fix == "none", it
+    assert it.evidence["basis"] == "measured knee 1 (auto-tune of 2025-01-31 12:00)"
+    assert it.evidence["gbps_by_level"] == {1: 1.74, 2: 1.91}  # the tuner stopped once 2 did not pay
+    above = judge(env.gather("proc_ok", src, concurrency=8, results=results))["concurrency"]
+    assert above.verdict == "ok" and "preset" not in above.evidence
+    assert above.fix == "--concurrency 1 does as well with fewer threads: the measured knee 1 (auto-tune of 2025-01-31 12:00)"
+    # nothing recorded: the preset, and the item says so
+    bare = judge(env.gather("proc_ok", src, concurrency=1, results=str(env.tmp / "none.csv")))["concurrency"]
+    assert bare.verdict == "warn" and bare.evidence["basis"] == "no measurement: the efs preset says 16"
+
+
+def test_concurrency_below_a_recorded_knee_at_a_level_it_did_not_read(env):
+    from ckptbench.restore.sweep import measured_knee, record_knee
+
+    src = env.source("efs/ckpt", FOUR_GIB)
+    results = str(env.tmp / "results.csv")
+    record_knee(results, measured_knee(src, {8: 1.0, 16: 2.0, 32: 2.05}, "sweep", date="2025-02-01 09:30"))
+    it = judge(env.gather("proc_ok", src, concurrency=4, results=results))["concurrency"]
+    assert it.verdict == "warn" and it.evidence["gbps_at_current"] is None
+    assert it.fix == "--concurrency 16, the measured knee 16 (sweep of 2025-02-01 09:30)"
 
 
 # ================================================================ small files

@@ -48,6 +48,21 @@ def test_loop_reads_every_byte_once_per_pass(file_set):
     assert loop.snapshot() is None and loop.live_concurrency() is None  # between passes: no read in hand
 
 
+def test_each_pass_carries_its_list_and_read_stages_and_its_rto(file_set):
+    """issue #24 item 6c: the dashboard's stage box shows each pass's breakdown and RTO from these."""
+    loop = ReadLoop(file_set, opts(2))
+    seen = []
+    loop.watch(lambda s: seen.append((loop.stage, dict(loop.stages))))
+    done = []
+    loop.run(max_passes=2, on_pass=done.append)
+    for p in done:
+        assert set(p.stages) == {"list", "read"} and p.stages["read"] == p.seconds and p.stages["list"] > 0
+        assert p.rto_s == pytest.approx(p.stages["list"] + p.stages["read"])
+    assert seen and all(stage == "read" and set(stages) == {"list"} for stage, stages in seen)  # mid-read
+    assert done[0].stages["list"] != done[1].stages["list"]  # each pass lists again, as a restore does
+    assert loop.stage is None and loop.stages == {}
+
+
 def test_cancel_from_a_pass_ends_the_loop_with_that_pass(file_set):
     loop = ReadLoop(file_set, opts())
     samples: list[Sample] = []

@@ -268,7 +268,29 @@ def test_retransmits_make_a_network_verdict_only_for_a_job_with_sockets():
     report = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=100 << 20, disk_bytes=0, files={},
                                intervals=[reading], phases=[], tcp_retransmit_rate=0.05)
     probe = verdict.StorageProbe(2.0, "cold (verified)", 1, 100 << 20)
-    assert verdict.judge(report, probe, cpus=2, mem_total=64 << 30).kind == "loader-cpu-bound"
+    assert verdict.judge(report, probe, cpus=2, mem_total=64 << 30).verdict == "loader-cpu-bound"
     report.sockets_peak = 4
     v = verdict.judge(report, probe, cpus=2, mem_total=64 << 30)
-    assert v.kind == "network-bound" and "5.0% of TCP segments" in v.summary
+    assert v.verdict == "network-bound" and "5.0% of TCP segments" in v.why
+
+
+def test_a_watch_verdict_and_a_checklist_item_are_one_type_and_headroom_is_not_two_ideas():
+    """issue #24 item 6d: one judgement type for both; a save's spare and a loader-bound ratio are named apart."""
+    import dataclasses
+
+    from ckptbench.checklist import rules
+    from ckptbench.core.verdicts import Verdict
+    from ckptbench.save import report as save_report
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch import verdict
+
+    report = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=0, disk_bytes=0, files={}, intervals=[],
+                               phases=[])
+    v = verdict.judge(report, verdict.StorageProbe(2.0, "cold (verified)", 1, 1 << 20), cpus=2, mem_total=64 << 30)
+    assert type(v) is Verdict and v.verdict == "unknown" and v.id == "bottleneck"
+    doc = v.to_json()
+    assert (doc["kind"], doc["summary"]) == (doc["verdict"], doc["why"])  # readers of older watch documents
+    assert "aliases" not in doc
+    assert rules.readable(rules.Facts(source="x")).__class__ is Verdict
+    assert [f.name for f in dataclasses.fields(Verdict)][:6] == ["id", "title", "verdict", "evidence", "why", "fix"]
+    assert not hasattr(verdict, "HEADROOM") and verdict.LOADER_BOUND_RATIO == 1.5 and save_report.HEADROOM == 1.25

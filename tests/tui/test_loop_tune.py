@@ -12,7 +12,7 @@ import threading
 from textual import events
 from textual.widgets import Static
 
-from ckptbench.restore.sweep import knee
+from ckptbench.restore.sweep import knee, recorded_knee
 from tui.screens.dashboard import Dashboard
 from tui.widgets.chart import ThroughputChart
 
@@ -20,6 +20,11 @@ from tui.widgets.chart import ThroughputChart
 def tap(app, key: str, char: str | None = None) -> None:
     """A key delivered without Pilot.press's wait for idle (the loop keeps the CPU busy)."""
     app.post_message(events.Key(key, char))
+
+
+def chart_top(chart) -> str:
+    """The figure at the top of the chart's y-scale."""
+    return chart.render().plain.splitlines()[0].split()[0]
 
 
 def settings(dash, h) -> str:
@@ -119,6 +124,48 @@ async def test_t_tunes_to_the_knee_and_marks_each_level(make_app, small_ckpt, h)
         assert "looping" in settings(dash, h)  # the loop goes on at the knee
         await h.wait_until(pilot, lambda: f"concurrency {tuner.knee} " in settings(dash, h), "the knee on screen")
         await stop_loop(app, pilot, dash, h)
+    # on record, where the checklist's concurrency item reads it (issue #24 item 6a)
+    recorded = recorded_knee(app.results_path, small_ckpt)
+    assert recorded is not None and recorded.how == "auto-tune"
+    assert (recorded.knee, recorded.gbps) == (tuner.knee, tuner.rates)
+
+
+async def test_each_pass_shows_its_stages_and_rto_and_a_stopped_loop_leaves_no_partial_pass(make_app, big_ckpt, h):
+    """issue #24 item 6c: the stage box follows the loop pass by pass (list and read, the RTO of the last finished
+    pass) instead of "RTO —"; stopped mid-pass, the progress bar and figures show the last finished pass, not the
+    cancelled one; and the chart's scale reads the figures line's peak (item 6b)."""
+    from textual.widgets import ProgressBar
+
+    from tui.widgets.stagebar import StageBar
+
+    app = make_app(big_ckpt, concurrency=1, read="direct", block_size=4096)  # slow passes: x lands mid-pass
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        bar = dash.query_one("#stages", StageBar)
+        tap(app, "l", "l")
+        loop = await h.wait_until(pilot, lambda: dash.loop, "the loop to start")
+        await h.wait_until(pilot, lambda: loop.passes >= 1, "a first pass", 60)
+        await h.wait_until(pilot, lambda: bar.stages == loop.last.stages, "the pass's stages in the box", 10)
+        text = h.text_of(bar)
+        assert f"RTO {loop.last.rto_s:.3f}s" in text and "RTO —" not in text, text
+        assert " list " in text and " read " in text and "verify" not in text and "load" not in text, text
+
+        def mid_pass():
+            snap = loop.snapshot()
+            return snap is not None and 0 < snap.bytes < snap.bytes_planned / 2 and loop.passes >= 1
+
+        await h.wait_until(pilot, mid_pass, "a pass in its first half", 30, step=0.005)
+        await h.wait_until(pilot, lambda: dash.query_one("#progress", ProgressBar).progress < loop.last.bytes,
+                           "the pass in hand on the progress bar", 10)
+        await stop_loop(app, pilot, dash, h)
+        last = loop.last
+        progress = dash.query_one("#progress", ProgressBar)
+        assert (progress.progress, progress.total) == (last.bytes, last.bytes)  # no cancelled pass standing
+        assert bar.stages == last.stages and f"RTO {last.rto_s:.3f}s" in h.text_of(bar)
+        figures = h.text_of(dash.query_one("#figures", Static))
+        assert f"last pass {last.pass_no}: {last.read_gbps:.2f} GB/s" in figures, figures
+        chart = dash.query_one("#chart", ThroughputChart)
+        assert chart.peak == dash.rates.peak > 0 and chart_top(chart) == f"{dash.rates.peak:.2f}"
 
 
 async def test_x_during_auto_tune_stops_both(make_app, small_ckpt, h):

@@ -52,7 +52,8 @@ class ChecklistScreen(Screen):
         from ckptbench.core.errors import CkptbenchError, printable, redact
 
         try:
-            facts = gather(self.app.source, concurrency=self.app.opts.concurrency)
+            facts = gather(self.app.source, concurrency=self.app.opts.concurrency,
+                           results=self.app.results_path or None)  # a knee or save on record is advice's truth
         except CkptbenchError as exc:
             self.post_message(WorkFailed(printable(redact(str(exc)))))
             return
@@ -63,9 +64,9 @@ class ChecklistScreen(Screen):
             items.append(item)
             self.post_message(ChecklistItem(i, item))
         if only is None:
-            from ckptbench.checklist.rules import Item
+            from ckptbench.core.verdicts import Verdict
 
-            self.post_message(ChecklistDone(report(self.app.source, [Item(**x) for x in items])))
+            self.post_message(ChecklistDone(report(self.app.source, [Verdict(**x) for x in items])))
 
     @on(ChecklistItem)
     def add_item(self, msg: ChecklistItem) -> None:

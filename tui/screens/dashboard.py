@@ -17,6 +17,7 @@ from textual.widgets import Footer, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from ckptbench.core import concurrency as conc
+from ckptbench.core.stages import LIST, READ
 from ckptbench.core import options
 from ckptbench.system import readmode
 from ckptbench.system.live import LiveRates
@@ -26,6 +27,7 @@ from tui.widgets.chart import ThroughputChart
 from tui.widgets.stagebar import StageBar
 from tui.widgets.syspanel import SystemPanel
 
+LOOP_STAGES = (LIST, READ)  # a loop pass lists and reads: no verify or load
 POLL_S = PROGRESS_INTERVAL_S  # the live figures are polled as often as the read reports progress
 SYSTEM_S = 1.0
 # what m, o, e and a cycle through: the run command's own declarations (its default first, the off choice last)
@@ -201,6 +203,8 @@ class Dashboard(Screen):
             return False
         self.loop = ReadLoop.for_run(self.app.source, self.app.opts)
         self.query_one("#chart", ThroughputChart).clear()
+        self.query_one("#stages", StageBar).update_stages({}, LIST, "loop: list and read, no verify or load",
+                                                          LOOP_STAGES)
         self.rates = LiveRates()
         self._rates_pass = 0
         self.running = True
@@ -215,14 +219,28 @@ class Dashboard(Screen):
             return
         if self.loop is None and not self.start_loop():
             return
-        self.tuner = AutoTune()
+        tuner = self.tuner = AutoTune()
         self.tuning = True
         chart = self.query_one("#chart", ThroughputChart)
         chart.border_subtitle = "auto-tune: walking up from c=1"
         # the tuner runs on the loop's thread; it speaks to the screen only through messages
-        attach(self.loop, self.tuner, on_level=lambda lv: self.post_message(TuneLevel(lv.concurrency, lv.label)),
-               on_done=lambda lv: self.post_message(TuneDone(lv.concurrency, lv.gbps)))
+        attach(self.loop, tuner, on_level=lambda lv: self.post_message(TuneLevel(lv.concurrency, lv.label)),
+               on_done=lambda lv: self.tuned(tuner, lv))
         self.show_settings()
+
+    def tuned(self, tuner, level) -> None:
+        """On the loop's thread: the knee goes on record, where the checklist's concurrency advice finds it (one
+        truth for advice), then to the screen."""
+        from ckptbench.core.errors import CkptbenchError, printable, redact
+        from ckptbench.restore.sweep import record_knee
+
+        if self.app.results_path:
+            try:
+                record_knee(self.app.results_path, tuner.result(self.app.source))
+            except (CkptbenchError, OSError) as exc:
+                self.app.call_from_thread(self.notify, printable(redact(
+                    f"the knee was not recorded in {self.app.results_path}: {exc}")), severity="warning")
+        self.post_message(TuneDone(level.concurrency, level.gbps))
 
     def on_unmount(self) -> None:
         if self.loop is not None:
@@ -274,14 +292,12 @@ class Dashboard(Screen):
             return
         self.fixed = session.live_concurrency() is False
         self.show_settings(snap.concurrency)
-        live = self.rates.update(snap)
-        if session.stage == "read" and not snap.finished:
-            self.query_one("#chart", ThroughputChart).add_sample(time.monotonic(), live["now_gbps"])
-        self.show_figures(live, snap)
+        self.show_figures(self.take_rates(snap), snap)
 
     def poll_loop(self) -> None:
         loop = self.loop
         pass_no = loop.pass_no
+        self.show_pass_stages(loop)
         snap = loop.snapshot()
         if snap is None:
             self.show_settings()
@@ -294,10 +310,26 @@ class Dashboard(Screen):
             self._rates_pass = pass_no
         self.fixed = loop.live_concurrency() is False
         self.show_settings(snap.concurrency)
+        self.show_figures(self.take_rates(snap), snap)
+
+    def take_rates(self, snap) -> dict:
+        """The live figures of `snap`; each new rate goes on the chart with the figures' peak, so the chart's scale
+        and the figures line below it read the same peak."""
+        before = self.rates.points[-1] if self.rates.points else None
         live = self.rates.update(snap)
-        if not snap.finished:
-            self.query_one("#chart", ThroughputChart).add_sample(time.monotonic(), live["now_gbps"])
-        self.show_figures(live, snap)
+        if self.rates.points and self.rates.points[-1] != before:
+            self.query_one("#chart", ThroughputChart).add_sample(time.monotonic(), live["now_gbps"], live["peak_gbps"])
+        return live
+
+    def show_pass_stages(self, loop) -> None:
+        """The stage box in a loop: the last finished pass's stages and RTO; until one has, the pass in hand."""
+        bar = self.query_one("#stages", StageBar)
+        last = loop.last
+        if last is None:
+            bar.update_stages(dict(loop.stages), loop.stage, None, LOOP_STAGES)
+            return
+        bar.update_stages(last.stages, None, f"pass {last.pass_no}: {last.read_gbps:.2f} GB/s, cache {last.cache}",
+                          LOOP_STAGES)
 
     def show_figures(self, live: dict, snap) -> None:
         self._set("#figures",
@@ -352,8 +384,17 @@ class Dashboard(Screen):
 
     @on(LoopEnded)
     def loop_ended(self, msg: LoopEnded) -> None:
-        self.loop = None
+        loop, self.loop = self.loop, None
         self.running = False
+        if loop is not None:
+            self.show_pass_stages(loop)  # the last finished pass; a cancelled one leaves nothing standing
+            last = loop.last
+            self.query_one("#progress", ProgressBar).update(total=max(1, last.bytes if last else 1),
+                                                            progress=last.bytes if last else 0)
+            if last is not None:
+                self._set("#figures", f"loop stopped after {msg.passes} passes · last pass {last.pass_no}: "
+                                      f"[b]{last.read_gbps:.2f}[/b] GB/s, RTO {last.rto_s:.3f} s, "
+                                      f"c={last.concurrency}")
         if self.tuning:
             self.tuning = False
             self.query_one("#chart", ThroughputChart).border_subtitle = "auto-tune stopped before the knee"

@@ -19,8 +19,12 @@ class ThroughputChart(Widget):
         self.unit, self.waiting = unit, waiting
         self.samples: list[tuple[float, float]] = []  # (t, GB/s)
         self.marks: list[tuple[float, str]] = []
+        self.peak = 0.0  # the peak the figures beside the chart show: the y-scale never reads below it
 
-    def add_sample(self, t: float, gbps: float) -> None:
+    def add_sample(self, t: float, gbps: float, peak: float | None = None) -> None:
+        """`peak`: the figures' peak, so the scale and the figures line agree (it may predate the window)."""
+        if peak is not None:
+            self.peak = max(self.peak, peak)
         self.samples.append((t, gbps))
         self.samples = [s for s in self.samples if s[0] >= t - WINDOW_S]
         self.marks = [m for m in self.marks if m[0] >= t - WINDOW_S]
@@ -31,7 +35,7 @@ class ThroughputChart(Widget):
         self.refresh()
 
     def clear(self) -> None:
-        self.samples, self.marks = [], []
+        self.samples, self.marks, self.peak = [], [], 0.0
         self.refresh()
 
     def render(self) -> Text:
@@ -46,7 +50,7 @@ class ThroughputChart(Widget):
             c = min(width - 1, max(0, int((t - t0) / WINDOW_S * width)))
             cols[c] = max(cols[c], v)
         mark_cols = {min(width - 1, max(0, int((t - t0) / WINDOW_S * width))): label for t, label in self.marks}
-        top = max(cols) or 1.0
+        top = max(max(cols), self.peak) or 1.0
         out = Text()
         for r in range(rows, 0, -1):
             label = f"{top * r / rows:6.2f} " if r in (rows, 1) else " " * 7

@@ -20,14 +20,18 @@ class StageBar(Widget):
         self.stages: dict[str, float] = {}
         self.active: str | None = None
         self.note = ""
+        self.shown: tuple[str, ...] = STAGES
 
-    def update_stages(self, stages: dict[str, float], active: str | None, note: str | None = None) -> None:
-        """`note` follows the RTO (e.g. the one-time warm-up that was kept out of it); None keeps the current one."""
+    def update_stages(self, stages: dict[str, float], active: str | None, note: str | None = None,
+                      shown: tuple[str, ...] = STAGES) -> None:
+        """`note` follows the RTO (e.g. the one-time warm-up that was kept out of it); None keeps the current one.
+        `shown`: the stages this kind of run has (a loop pass: list and read), in STAGES order."""
         # a run that stopped early (failed verify) has no figure for the stages it never reached
         stages = {k: v for k, v in stages.items() if v is not None}
         note = self.note if note is None else note
-        if (stages, active, note) != (self.stages, self.active, self.note):  # a redraw costs the readers CPU
-            self.stages, self.active, self.note = stages, active, note
+        shown = tuple(s for s in STAGES if s in shown)
+        if (stages, active, note, shown) != (self.stages, self.active, self.note, self.shown):  # a redraw costs CPU
+            self.stages, self.active, self.note, self.shown = stages, active, note, shown
             self.refresh()
 
     def render(self) -> Text:
@@ -36,7 +40,7 @@ class StageBar(Widget):
         out = Text()
         if total > 0:
             used = 0
-            for s in STAGES:
+            for s in self.shown:
                 v = self.stages.get(s)
                 if v is None:
                     continue
@@ -45,7 +49,7 @@ class StageBar(Widget):
                 out.append("█" * n, style=COLORS[s])
                 used += n
         out.append("\n")
-        for s in STAGES:
+        for s in self.shown:
             v = self.stages.get(s)
             mark = "▶" if s == self.active and v is None else " "
             if v is None:
