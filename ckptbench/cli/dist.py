@@ -82,8 +82,8 @@ def print_dist(doc: dict) -> None:
 
 
 class RanksLine:
-    """Rank 0's live line on a terminal: how many ranks are in each stage, bytes so far of the ranks' shares,
-    the aggregate rate, and the rank furthest behind."""
+    """Rank 0's live line on a terminal: how many ranks are in each stage, then the shared progress line over the
+    ranks' shares (the clock: since the repeat's start barrier), and the rank furthest behind."""
 
     ORDER = ("ready", "list", "read", "verify", "load", "device", "check", "done", "failed")
 
@@ -95,13 +95,9 @@ class RanksLine:
     def __call__(self, repeat: int, s) -> None:
         if not self.line.live:
             return
-        from ckptbench.core.units import human_bytes
-
         counts = " ".join(f"{k} {s.stages[k]}" for k in self.ORDER if s.stages.get(k))
-        share = f"{s.bytes / s.needed:.0%} of {human_bytes(s.needed)}" if s.needed else "starting"
-        rate = f"{s.bytes / s.seconds / 1e9:.2f} GB/s" if s.seconds > 0 else ""
         behind = f"; behind: rank {s.behind} at {s.behind_fraction:.0%}" if s.behind is not None else ""
-        self.line.show(f"[{repeat}] ranks: {counts} | {share} {rate}{behind}")
+        self.line.progress(s.bytes, s.needed or None, s.seconds, head=f"[{repeat}] ranks: {counts} | ", tail=behind)
 
     def close(self) -> None:
         self.line.close()

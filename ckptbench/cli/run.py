@@ -13,7 +13,7 @@ from ckptbench.core.stages import STAGES
 
 
 class StageProgress:
-    """The live line while a restore runs: the stage, and during the read the engine's figures."""
+    """The live line while a restore runs: the repeat and stage, and during the read the shared progress line."""
 
     def __init__(self, stream=None):
         from ckptbench.core.progress import ProgressLine
@@ -26,7 +26,8 @@ class StageProgress:
             return
         from ckptbench.core.progress import progress_line
 
-        self.line.show(f"[{self.repeat}] {stage:6s} " + (progress_line(snap) if snap is not None else ""))
+        self.line.show(f"[{self.repeat}] {stage:6s} " + (progress_line(snap, self.line.rates) if snap is not None
+                                                         else ""))
 
     def close(self) -> None:
         self.line.close()

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import threading
+import time
 import uuid
 
 from ckptbench.core.errors import Cancelled, printable, redact, redact_all
@@ -31,6 +32,48 @@ def print_save(t, stream=None) -> None:
     late = "  OVERRAN the interval" if t.overran else ""
     _say(f"  {t.name}: {t.bytes / 2**20:.1f} MiB, blocking {t.blocking_s:.3f} s, written {t.written_s:.3f} s, "
          f"durable {t.durable_s:.3f} s ({t.bytes / t.durable_s / 1e9:.2f} GB/s){late}", stream)
+
+
+class SaveLine:
+    """The live line on a terminal while saves run: which save, the shared progress line over the series' bytes (the
+    clock: since the first save began, waits between saves included, so the ETA is the series' end), and the page
+    cache's dirty and writeback bytes as the sampler last saw them."""
+
+    def __init__(self, count: int, stream=None):
+        from ckptbench.core.progress import ProgressLine
+
+        self.count, self.done, self.each = count, 0, 0
+        self.line = ProgressLine(stream or sys.stderr)
+        self.start: float | None = None
+        self.pending = 0  # dirty + writeback bytes at the last sample
+
+    def begin(self) -> None:
+        self.start = time.monotonic()
+        self.show()
+
+    def saved(self, t, say) -> None:
+        """One save ended: `say()` prints its line above the live one."""
+        self.done += t.bytes
+        self.each = self.each or t.bytes  # every save writes the same state
+        self.line.clear()
+        say()
+        self.show()
+
+    def sample(self, s) -> None:
+        self.pending = s.dirty_bytes + s.writeback_bytes
+        self.show()
+
+    def show(self) -> None:
+        if self.start is None or not self.line.live:
+            return
+        from ckptbench.core.units import human_bytes
+
+        n = min(self.count, self.done // self.each + 1) if self.each else 1
+        self.line.progress(self.done, self.each * self.count or None, time.monotonic() - self.start,
+                           head=f"save {n}/{self.count}  ", tail=f"  dirty+writeback {human_bytes(self.pending)}")
+
+    def close(self) -> None:
+        self.line.close()
 
 
 def _fmt(x, spec: str, unit: str = "") -> str:
@@ -76,20 +119,28 @@ def cmd_save(args) -> int:
     done = []
     run_id = uuid.uuid4().hex[:12]
 
+    line = SaveLine(opts.count)
+
     def on_save(t) -> None:
         done.append(t)
-        print_save(t, out)
+        line.saved(t, lambda: print_save(t, out))
+
+    def on_preflight(checks) -> None:
+        print_preflight(checks, out)
+        line.begin()
 
     try:
-        report = run_save(args.what, args.target, opts, on_save=on_save, cancel=cancel, scale=args.scale,
-                          force=args.force, on_preflight=lambda checks: print_preflight(checks, out))
+        report = run_save(args.what, args.target, opts, on_save=on_save, on_sample=line.sample, cancel=cancel,
+                          scale=args.scale, force=args.force, on_preflight=on_preflight)
     except BaseException as exc:
+        line.close()
         cancel.set()
         if args.results and done:  # the saves before the failure were measured: on record, then the one that stopped
             status = "cancelled" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "failed"
             save_results.record_stopped(args.results, run_id, args.what, os.path.abspath(args.target), opts, done,
                                         status, envmod.snapshot(args.target))
         raise
+    line.close()
     doc = redact_all(report.to_json())
     if args.results:
         doc = save_results.record(args.results, run_id, args.what, report, envmod.snapshot(report.target))

@@ -34,27 +34,32 @@ def _target(args):
 
 
 class _LiveLine:
-    """The live line on a terminal: phase, rate, CPU, RSS; with --source, progress through it and the ETA."""
+    """The live line on a terminal: time and phase, the shared progress line over the bytes the job read (with
+    --source, against the checkpoint's size, so an ETA), then CPU, RSS and open files."""
 
     def __init__(self, total: int | None):
+        from ckptbench.core.progress import ProgressLine
+
         self.total = total
+        self.line = ProgressLine(sys.stderr)
         self.seen = 0  # bytes since the job started reading
+        self.started: float | None = None  # when it started reading: the clock of the average and the ETA
 
     def __call__(self, interval, sample) -> None:
         from ckptbench.core.units import human_bytes
 
         if interval.phase in ("reading", "faulting") or self.seen:
+            if self.started is None:
+                self.started = interval.t0
             self.seen += max(interval.bytes, interval.disk_bytes)
-        eta = ""
-        if self.total:
-            rate = interval.gbps * 1e9
-            left = max(0, self.total - self.seen)
-            eta = f"  {min(1.0, self.seen / self.total):4.0%}" + (f" ETA {left / rate:5.1f} s" if rate > 0 else "")
-        if sys.stderr.isatty():
-            print(f"\r{interval.t1:6.1f} s  {interval.phase:13s} {interval.gbps:6.2f} GB/s{eta}  CPU "
-                  f"{interval.cpu_cores:4.1f} cores (busiest thread {interval.top_thread_cores:.0%})  RSS "
-                  f"{human_bytes(sample.rss_bytes):>10s}  files open {len(sample.files)}", end="", file=sys.stderr,
-                  flush=True)
+        seconds = interval.t1 - self.started if self.started is not None else 0.0
+        self.line.progress(self.seen, self.total, seconds, head=f"{interval.t1:6.1f} s  {interval.phase:13s} ",
+                           tail=f"  CPU {interval.cpu_cores:4.1f} cores (busiest thread "
+                                f"{interval.top_thread_cores:.0%})  RSS {human_bytes(sample.rss_bytes):>10s}  "
+                                f"files open {len(sample.files)}")
+
+    def close(self) -> None:
+        self.line.close()
 
 
 def _source_files(source: str | None) -> tuple[list[str], int | None]:
@@ -117,8 +122,8 @@ def cmd_watch(args) -> int:
                 os.unlink(marks)
         return 0
     cancel = threading.Event()
-    w = watch.Watch(pid, interval=args.interval, cancel=cancel, proc=proc, marks_path=marks,
-                    on_interval=None if args.json else _LiveLine(total))
+    line = None if args.json else _LiveLine(total)
+    w = watch.Watch(pid, interval=args.interval, cancel=cancel, proc=proc, marks_path=marks, on_interval=line)
     try:
         report = w.run()
     except KeyboardInterrupt:
@@ -127,8 +132,8 @@ def cmd_watch(args) -> int:
     finally:
         if marks:
             os.unlink(marks)
-        if not args.json and sys.stderr.isatty():
-            print(file=sys.stderr)
+        if line is not None:
+            line.close()
     doc = report.to_json()
     if total is not None:
         doc["checkpoint"] = {"path": args.source, "bytes": total, "files": len(files)}
