@@ -20,6 +20,12 @@ COORDINATION_S = 5.0  # process-group init, a barrier and the index broadcast: a
 RESTORE_STATUSES = ("ok", "unverified")  # an unverified restore still read every byte at the rate recorded
 
 
+def _aggregate(row: dict) -> float | None:
+    """A distributed row's rate over all its ranks: aggregate_gbps (schema 3), read_gbps in older files."""
+    v = row.get("aggregate_gbps")
+    return v if isinstance(v, float) else row.get("read_gbps") if isinstance(row.get("read_gbps"), float) else None
+
+
 @dataclass(frozen=True)
 class ScalePreset:
     """The figures of a storage preset that a multi-node restore runs into."""
@@ -100,10 +106,11 @@ def load_preset(name: str) -> ScalePreset:
     return preset
 
 
-def _runs(rows: list[dict], keep) -> dict[str, list[dict]]:
+def _runs(rows: list[dict], keep, rate=lambda r: r.get("read_gbps")) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
     for r in rows:
-        if keep(r) and isinstance(r.get("read_gbps"), float) and 0 < r["read_gbps"] <= MAX_READ_GBPS:
+        v = rate(r)
+        if keep(r) and isinstance(v, float) and 0 < v <= MAX_READ_GBPS:
             runs.setdefault(r["run_id"], []).append(r)
     return runs
 
@@ -123,14 +130,14 @@ def measured_rank_read(results_path: str) -> dict | None:
         return None
     # a hot run read the page cache: it says nothing of the storage
     rows = [r for r in read_rows(results_path) if r.get("cache") != "hot"]
-    dist = _runs(rows, lambda r: r["kind"] == "dist" and r["status"] == "ok"
-                 and isinstance(r.get("ranks"), float) and r["ranks"] >= 1)
+    dist = _runs(rows, lambda r: r["kind"] == "dist" and r["status"] in RESTORE_STATUSES
+                 and isinstance(r.get("ranks"), float) and r["ranks"] >= 1, _aggregate)
     if dist:
         run = list(dist.values())[-1]
         return {"source": "measured-dist", "run_id": printable(run[0]["run_id"]),
                 "date": printable(run[0]["timestamp"]), "where": printable(run[0]["source"]),
                 "ranks": int(run[0]["ranks"]),
-                "gbps": _median([r["read_gbps"] / r["ranks"] for r in run])}
+                "gbps": _median([_aggregate(r) / r["ranks"] for r in run])}
     restore = _runs(rows, lambda r: r["kind"] == "restore" and r["status"] in RESTORE_STATUSES)
     if restore:
         run = list(restore.values())[-1]

@@ -23,7 +23,9 @@ def runs(path: str) -> list[dict]:
             "run_id": run_id, "date": rows[0]["timestamp"], "source": rows[0]["source"], "mode": rows[0]["mode"],
             "cache": rows[0]["cache"], "repeats": len(rows),
             "rto_s": spread([r["rto_s"] for r in ok])["median"] if ok else None,
-            "read_gbps": spread([r["read_gbps"] for r in ok])["median"] if ok else None,
+            # a distributed run's rate is its ranks' aggregate (schema 3 keeps read_gbps for one process's clock)
+            "read_gbps": spread([r.get("aggregate_gbps") if r.get("kind") == "dist" and r.get("aggregate_gbps")
+                                 is not None else r["read_gbps"] for r in ok])["median"] if ok else None,
             "status": statuses.pop() if len(statuses) == 1 else "mixed",
         })
     return out

@@ -11,6 +11,7 @@ from collections import deque
 
 import psutil
 
+from ckptbench.core.progress import eta_s
 from ckptbench.system import probes
 
 
@@ -93,9 +94,7 @@ class LiveRates:
         self.peak = max(self.peak, now)
         busy = snap.worker_busy_s
         busy_pct = sum(busy) / (len(busy) * snap.elapsed_s) * 100 if busy and snap.elapsed_s else 0.0
-        eta = None
-        if snap.bytes_planned and snap.bytes and snap.elapsed_s and not snap.finished:
-            eta = (snap.bytes_planned - snap.bytes) / (snap.bytes / snap.elapsed_s)
+        eta = None if snap.finished else eta_s(snap.bytes, snap.bytes_planned, snap.elapsed_s)
         return {"now_gbps": now, "avg_gbps": snap.gbps, "peak_gbps": self.peak, "busy_pct": min(100.0, busy_pct),
                 "latency_p50_us": snap.latency_us(0.5), "latency_p99_us": snap.latency_us(0.99), "eta_s": eta,
                 "files": snap.files_done + snap.files_failed, "files_total": snap.files_total,

@@ -157,6 +157,10 @@ def test_measured_per_rank_prefers_dist_then_restore(tmp_path, shared_fs):
     results.append(csv, [_row("d2", "dist", 4.0, ranks=8), _row("d3", "dist", 64.0, ranks=8, status="failed")])
     m = plan_scale.measured_rank_read(csv)
     assert m["run_id"] == "d2" and m["gbps"] == pytest.approx(0.5)
+    # schema 3: a distributed row's rate is its aggregate, its read_gbps left empty; an unverified run counts
+    results.append(csv, [_row("d4", "dist", None, aggregate_gbps=16.0, ranks=8, status="unverified")])
+    m4 = plan_scale.measured_rank_read(csv)
+    assert m4["run_id"] == "d4" and m4["gbps"] == pytest.approx(2.0)
     doc = plan_scale.scale(profiles.load("7b"), 3, 8, plan_scale.load_preset(shared_fs), m)
     assert doc["per_rank"]["source"] == "measured-dist"
     assert doc["ceilings"]["per_node_gbps"] == pytest.approx(min(8 * 0.5, 2.0))

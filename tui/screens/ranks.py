@@ -49,7 +49,9 @@ def run_lines(doc: dict) -> str:
         lines.append(f"torch's DCP reader, same shares: {human_bytes(dcp['bytes'])} read, amplification "
                      f"{'-' if damp is None else f'{damp:.2f}'}, {dcp['requests']} requests, "
                      f"{dcp['backward_seeks']} backward seeks")
-    if doc["status"] != "ok":
+    if doc["status"] == "unverified":
+        lines.append("[yellow]unverified[/]: restored, but no digest was matched against a reference")
+    elif doc["status"] != "ok":
         lines.append(f"[red]{doc['status']}[/]: {len(doc.get('problems') or [])} problem(s) over the repeats")
     return "\n".join(lines)
 
