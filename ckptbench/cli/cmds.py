@@ -439,8 +439,7 @@ def cmd_floor(args) -> int:
             raise CkptbenchError(f"{listing.source}: the floor reads a checkpoint's own files from a mount; for S3, "
                                  "measure the box without SOURCE (the link's figure is not measured yet)")
         files = [(f.path, f.size or 0) for f in listing.files]
-        where = source.describe()
-        mount = f"{where.get('mount_point')} ({where.get('fs_type')})"
+        mount = fl.mount_key(source.describe())
     f = fl.measure(files, mount, remeasure=args.remeasure)
     doc = f.to_json()
     if listing is not None:

@@ -33,6 +33,32 @@ class StageProgress:
         self.line.close()
 
 
+def _floor_fields(source, listing, reps, asked_hash: str | None) -> dict:
+    """The run against this box's floor, from the figures `ckptbench floor` cached (a run never measures them:
+    that would evict the checkpoint it is about to restore)."""
+    from ckptbench.core.stats import spread
+    from ckptbench.system import floor as fl
+
+    man = listing.manifest
+    alg = asked_hash or (man.hash if man is not None else "none")
+    ok = [r for r in reps if r.status == "ok"]
+    structural = bool(ok) and ok[0].check_kind == "structural"
+    hot = bool(ok) and ok[0].cache.residency_before >= 0.9  # read from the page cache, not the device
+    return fl.restore_fields(fl.cached(fl.mount_key(source.describe())), bytes_read=listing.bytes,
+                             measured_s=spread([r.rto_s for r in ok])["median"] if ok else None, hash_alg=alg,
+                             floating_bytes=listing.bytes if structural else 0, hot=hot)
+
+
+def print_floor(doc: dict) -> None:
+    """The line that holds the RTO against what the box can do."""
+    if doc.get("floor_s") is None:
+        print(f"  floor: {doc.get('floor_note') or 'unknown'}")
+        return
+    rate = f" ({doc['binding_gbps']:.2f} GB/s)" if doc.get("binding_gbps") else ""
+    eff = f" · {doc['efficiency']:.0%} of it" if doc.get("efficiency") is not None else ""
+    print(f"  floor    {doc['floor_s']:9.3f} s, bound by {doc['binding']}{rate}{eff} ({doc['floor_note']})")
+
+
 def print_run(doc: dict) -> None:
     from ckptbench.core.units import human_bytes
 
@@ -49,6 +75,7 @@ def print_run(doc: dict) -> None:
         share = st["median"] / rto["median"] if rto["median"] else 0
         print(f"  {s:8s} {st['median']:9.3f} {st['min']:8.3f} {st['max']:8.3f} {share:6.0%}")
     print(f"  {'RTO':8s} {rto['median']:9.3f} {rto['min']:8.3f} {rto['max']:8.3f}")
+    print_floor(doc)
     g = doc["read_gbps_stats"]
     print(f"read {g['median']:.2f} GB/s over the read stage (min {g['min']:.2f}, max {g['max']:.2f}; the reader "
           f"alone {doc['engine_gbps']:.2f}); success {doc['success_rate']:.0%}; retries {doc['retries']}; "
@@ -134,6 +161,7 @@ def cmd_run(args) -> int:
 
         rto = spread([r.rto_s for r in reps])["median"]
         extra["cost"] = restore_cost(rto, args.price_per_hour, args.spot_discount, args.restores_per_day)
+    extra |= _floor_fields(source, listing, reps, args.hash)
     doc = recorder.finish(reps, extra)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)

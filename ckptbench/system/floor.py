@@ -36,6 +36,7 @@ MAX_AGE_S = 86400.0
 POP_BYTES = 256 << 20  # enough pages that faults, not setup, are what is timed
 HASH_BYTES = 64 << 20
 STORAGE_SAMPLE = 1 << 30  # the most of the source's files read per level
+MIN_STORAGE_SAMPLE = 64 << 20  # below this, a read measures the device's latency, not its bandwidth
 REPEATS = 3
 SCHEMA = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -51,6 +52,7 @@ class Ceiling:
     max_gbps: float
     method: str
     measured_at: float  # time.time()
+    sample_bytes: int = 0  # storage: the bytes the figure read (a small sample measures latency, not bandwidth)
 
     @property
     def age_s(self) -> float:
@@ -181,8 +183,13 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
             rates.append(res.read_gbps * 1e9)
         if not best or statistics.median(rates) > statistics.median(best):
             best, best_level = rates, level
-    return _ceiling(best, f"the source's {len(chosen)} largest file(s) ({total >> 20} MiB) read cold with {mode}, "
-                          f"concurrency {best_level} of {', '.join(map(str, levels))}"), note
+    c = _ceiling(best, f"the source's {len(chosen)} largest file(s) ({total >> 20} MiB) read cold with {mode}, "
+                       f"concurrency {best_level} of {', '.join(map(str, levels))}")
+    c.sample_bytes = total
+    if total < MIN_STORAGE_SAMPLE:
+        note = (note + "; " if note else "") + (f"a {total >> 20} MiB sample measures latency more than bandwidth: "
+                                                "the floor does not use it (point at a larger checkpoint)")
+    return c, note
 
 
 # ---- the cache ---------------------------------------------------------------------------------------------------
@@ -238,6 +245,7 @@ def _fresh(entry, now: float) -> Ceiling | None:
     try:
         c = Ceiling(**{k: float(entry[k]) if k != "method" else str(entry[k]) for k in
                        ("gbps", "min_gbps", "max_gbps", "method", "measured_at")})
+        c.sample_bytes = int(entry.get("sample_bytes", 0))
     except (KeyError, TypeError, ValueError):
         return None
     return c if 0 <= now - c.measured_at <= MAX_AGE_S and c.gbps > 0 else None
@@ -262,7 +270,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     storages = doc.get("storage") if mine and isinstance(doc.get("storage"), dict) else {}
     if paths_sizes:
         kept = _fresh(storages.get(mount or ""), now) if storages and mount else None
-        if kept is not None:
+        wanted = min(STORAGE_SAMPLE, sum(s for _, s in paths_sizes))
+        if kept is not None and kept.sample_bytes >= wanted:  # a smaller sample than this source's is measured again
             floor.storage = kept
         else:
             floor.storage, note = storage_ceiling(paths_sizes)
@@ -291,14 +300,20 @@ def _save(path: str, floor: Floor, storages: dict) -> None:
 FRESH, REUSED = "fresh", "reused"
 
 
+def storage_usable(floor: Floor) -> bool:
+    return floor.storage is not None and floor.storage.sample_bytes >= MIN_STORAGE_SAMPLE
+
+
 def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "none",
-          destination: str = FRESH, cores: int | None = None) -> dict:
-    """A restore's floor on this box: per resource, its bytes over its rate (storage; fresh memory for a fresh
-    owned destination, none for a reused or mapped one) and the CPU work (hashing, scanning) over the cores; the
-    floor is the largest, and names what binds."""
+          destination: str = FRESH, cores: int | None = None, hot: bool = False) -> dict:
+    """A restore's floor on this box: per resource, its bytes over its rate (storage — the device when cold, the
+    page cache's copy when `hot`; fresh memory for a fresh owned destination, none for a reused or mapped one) and
+    the CPU work (hashing, scanning) over the cores; the floor is the largest, and names what binds."""
     cores = cores or floor.box.get("cores") or 1
     times: dict[str, float] = {}
-    if floor.storage is not None:
+    if hot and "copy" in floor.ceilings:
+        times["page cache"] = bytes_read / (floor.ceilings["copy"].gbps * 1e9)
+    elif not hot and storage_usable(floor):
         times["storage"] = bytes_read / (floor.storage.gbps * 1e9)
     if destination == FRESH:
         pop = max((floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings),
@@ -323,3 +338,42 @@ def efficiency(floor_s: float | None, measured_s: float | None) -> float | None:
     if not floor_s or not measured_s or measured_s <= 0:
         return None
     return floor_s / measured_s
+
+
+def mount_key(where: dict) -> str:
+    """The storage figure's key: a source's mount point and filesystem (what Source.describe gives)."""
+    return f"{where.get('mount_point')} ({where.get('fs_type')})"
+
+
+def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
+    """This box's cached floor (and `mount`'s storage figure) when fresh, else None; never measures."""
+    doc = _load_cache(path or cache_path())
+    if doc.get("box") != box_key():
+        return None
+    now = time.time()
+    ceilings = {k: c for k, v in (doc.get("ceilings") or {}).items() if (c := _fresh(v, now))}
+    if not ceilings:
+        return None
+    storages = doc.get("storage") if isinstance(doc.get("storage"), dict) else {}
+    return Floor(doc["box"], ceilings, _fresh(storages.get(mount or ""), now) if mount else None, mount, cached=True)
+
+
+NOT_MEASURED = "this box's floor is not measured yet: `ckptbench floor SOURCE` measures it in seconds"
+
+
+def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
+                   floating_bytes: int = 0, hot: bool = False) -> dict:
+    """What every restore document carries: floor_s, efficiency (floor / measured), binding, the per-resource
+    times, and a note saying what the floor stands on (or that it is not measured)."""
+    if floor is None:
+        return {"floor_s": None, "efficiency": None, "binding": None, "floor_times_s": {}, "floor_note": NOT_MEASURED}
+    m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot)
+    rate = {"storage": floor.storage, "page cache": floor.ceilings.get("copy"), "fresh memory": max(
+        (floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings), key=lambda c: c.gbps,
+        default=None)}.get(m["binding"])
+    note = ("the read was from the page cache; " if hot else "" if storage_usable(floor) else
+            "no storage figure for this mount (`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory "
+            "and CPU only; ")
+    note += f"ceilings measured {max(c.age_s for c in floor.ceilings.values()) / 3600:.1f} h ago at most"
+    return {"floor_s": m["floor_s"], "efficiency": efficiency(m["floor_s"], measured_s), "binding": m["binding"],
+            "binding_gbps": rate.gbps if rate is not None else None, "floor_times_s": m["times_s"], "floor_note": note}

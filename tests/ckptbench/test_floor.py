@@ -18,6 +18,7 @@ def _floor(**gbps) -> fl.Floor:
     for k, v in gbps.items():
         c = fl.Ceiling(v, v, v, "fixed", now)
         if k == "storage":
+            c.sample_bytes = fl.STORAGE_SAMPLE
             f.storage = c
         else:
             f.ceilings[k] = c
@@ -35,6 +36,11 @@ def test_the_floor_is_the_largest_resource_time_and_names_it():
     reused = fl.model(slow_memory, bytes_read=8 * 10**9, destination=fl.REUSED)
     assert reused["binding"] == "storage" and "fresh memory" not in reused["times_s"]
     assert fl.efficiency(4.0, 5.0) == pytest.approx(0.8) and fl.efficiency(None, 5.0) is None
+    hot = fl.model(_floor(storage=2.0, copy=8.0, populate_4k=1.0), bytes_read=8 * 10**9, hot=True)
+    assert hot["times_s"] == pytest.approx({"page cache": 1.0, "fresh memory": 8.0})  # a copy, not the device
+    small = _floor(storage=0.2, populate_4k=1.0)
+    small.storage.sample_bytes = 1 << 20  # a latency-bound sample is no bandwidth figure
+    assert "storage" not in fl.model(small, bytes_read=10**9)["times_s"]
 
 
 def test_a_real_measurement_of_this_box_on_a_tmpfs_file(tmp_path):
@@ -101,3 +107,27 @@ def test_the_floor_command_measures_once_then_says_it_is_cached(tmp_path, monkey
     r = h.run_cli("floor", root)
     assert r.rc == 0 and "(cached figures)" in r.out and "bound by" in r.out, r.out
     assert (tmp_path / "cache" / "ckptbench" / "floor.json").is_file()
+
+
+def test_a_run_document_carries_its_floor_or_says_it_is_not_measured(tmp_path, monkeypatch, h, ckpt):
+    import json as _json
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    r = h.run_cli("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc == 0, r.err
+    doc = _json.loads(r.out)
+    assert doc["floor_s"] is None and doc["efficiency"] is None and "ckptbench floor" in doc["floor_note"]
+    now = time.time()
+    c = {"gbps": 4.0, "min_gbps": 4.0, "max_gbps": 4.0, "method": "planted", "measured_at": now}
+    keys = ("populate_4k", "populate_thp", "copy", "scan", "hash_crc32c", "hash_xxh64", "hash_md5", "hash_sha256")
+    os.makedirs(tmp_path / "cache" / "ckptbench")
+    with open(tmp_path / "cache" / "ckptbench" / "floor.json", "w") as f:
+        _json.dump({"schema": fl.SCHEMA, "box": fl.box_key(), "ceilings": {k: c for k in keys}, "storage": {}}, f)
+    r = h.run_cli("run", root, "--json", "--repeat", "1", "--cache", "hot", "--results", tmp_path / "R.csv")
+    doc = _json.loads(r.out)
+    assert doc["binding"] in doc["floor_times_s"] and doc["floor_s"] == max(doc["floor_times_s"].values())
+    assert doc["floor_s"] == pytest.approx(doc["bytes"] / 4e9, rel=0.5)  # the page cache's copy, at 4 GB/s
+    assert doc["efficiency"] == pytest.approx(doc["floor_s"] / doc["rto_s"])
+    r = h.run_cli("run", root, "--repeat", "1", "--cache", "hot", "--results", tmp_path / "R.csv")
+    assert "  floor " in r.out and "bound by" in r.out and "% of it" in r.out, r.out
