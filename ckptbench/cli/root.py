@@ -75,7 +75,7 @@ COMMANDS = (
             (o.WATCHED, o.MATCH, o.SAMPLE_INTERVAL, o.NO_VERDICT,
              o.RESULTS.but(help="where the watch is recorded (kind watch)"), o.WATCH_SOURCE, (o.JSON, o.TUI)),
             description="ckptbench watch PID | --match PATTERN | -- COMMAND ..."),
-    Command("inspect", "what a checkpoint holds and what restoring it will do (headers only)", _lazy("cmd_inspect"),
+    Command("inspect", "what a checkpoint holds and what restoring it will do (headers only)", _lazy("cmd_inspect", "checkpoints"),
             (o.SOURCE, _RESTORE_CONCURRENCY, o.JSON, o.TENSORS, o.PICK)),
     Command("sweep", "read throughput per concurrency level and the knee", _lazy("cmd_sweep", "run"),
             (o.SOURCE, o.LEVELS, o.S3_CLIENT, o.REPEAT, o.CACHE.but(default="cold"), o.READ, o.HASH.but(default="none"),
@@ -107,9 +107,9 @@ COMMANDS = (
              o.RANKS.but(default=None, help="ranks the state is sharded over (default: the profile's)"), o.SEED,
              o.SCALE, o.DIGEST, o.FORCE.but(help="replace DIR when it holds a checkpoint gen wrote"))),
     Command("verify", "check every file against the checkpoint's manifest (exit 0 verified, 1 mismatch, "
-                      f"{EXIT_UNCHECKED} nothing to check against: no manifest or no digests)", _lazy("cmd_verify"),
+                      f"{EXIT_UNCHECKED} nothing to check against: no manifest or no digests)", _lazy("cmd_verify", "checkpoints"),
             (o.DIRECTORY, o.CONCURRENCY, o.JSON, o.PICK)),
-    Command("load", "verify, load into model and optimizer, and check one step (untimed)", _lazy("cmd_load"),
+    Command("load", "verify, load into model and optimizer, and check one step (untimed)", _lazy("cmd_load", "checkpoints"),
             (o.DIRECTORY, o.NO_VERIFY, o.OPTIMIZER_STEP, o.JSON, o.PICK)),
     Command("pack", "pack a checkpoint's small files into a few large pack files", _lazy("cmd_pack"),
             (o.DIRECTORY, o.OUT, o.TARGET_FILES)),
@@ -120,10 +120,10 @@ COMMANDS = (
             (o.SOURCE.but(nargs="?", help=None), o.RESULTS, (o.START_RUN, o.START_LOOP, o.START_WATCH, o.OPEN_RANKS))),
     Command("demo", "generate the small sample checkpoint (once) and restore it live in the TUI", _lazy("cmd_demo"),
             (o.DEMO_DIR, o.HEADLESS, o.SCALE.but(help="resize the sample (default: the small profile)"), o.DEMO_S3)),
-    Command("sysinfo", "the dashboard's system figures, headless", _lazy("cmd_sysinfo"), (o.SOURCE, o.JSON)),
+    Command("sysinfo", "the dashboard's system figures, headless", _lazy("cmd_sysinfo", "box"), (o.SOURCE, o.JSON)),
     Command("floor", "what this box can physically do for a restore (storage, fresh memory, copy, hashing, scanning), "
                      "measured in seconds and cached per box; with SOURCE, that checkpoint's floor",
-            _lazy("cmd_floor"), (o.SOURCE.but(nargs="?", help="a checkpoint: its own files give the storage figure"),
+            _lazy("cmd_floor", "box"), (o.SOURCE.but(nargs="?", help="a checkpoint: its own files give the storage figure"),
                                  o.REMEASURE, o.JSON, o.PICK)),
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 
@@ -20,3 +21,8 @@ def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
         print(f"  not read: ... and {len(skipped) - 8} more", file=stream)
     for u in lay.get("unloaded", []):
         print(f"  read, not loaded: {u['path']} ({u['why']})", file=stream)
+
+
+def emit(doc: dict) -> None:
+    json.dump(doc, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")

@@ -1,0 +1,117 @@
+"""Handlers of the commands about one checkpoint: inspect (headers only), verify (against its manifest), load (untimed
+restore and check) — each on the checkpoint a resume loads, as `run` picks it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ckptbench.cli.show import emit as _emit
+
+
+def cmd_inspect(args) -> int:
+    from ckptbench.checkpoint.formats.inert import describe
+    from ckptbench.restore.inspect import inspect
+    from ckptbench.sources import open_source
+    from ckptbench.core.units import human_bytes
+
+    doc = inspect(open_source(args.source, args.pick), concurrency=args.concurrency, tensors=args.tensors)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    lay, plan = doc["layout"], doc["read_plan"]
+    ranks = f"{lay['ranks']} rank(s), " if lay["ranks"] else ""
+    layout = (f" ({lay['name']}{', step ' + lay['tag'] if lay['tag'] else ''})"
+              if lay["name"] not in ("files", doc["format"]) else "")
+    if lay["why"]:
+        print(f"picked {lay['root'] or 'the files at the top'}: {lay['why']}")
+    print(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s), tail of {lay['tail_files']} "
+          f"small file(s) ({human_bytes(lay['tail_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")
+    print(f"  {'group':10s} {'tensors':>8s} {'params':>14s} {'bytes':>11s}  dtypes")
+    for name, g in doc["groups"].items():
+        dts = ", ".join(f"{d} {human_bytes(b)}" for d, b in g["dtypes"].items())
+        print(f"  {name:10s} {g['tensors']:8d} {g['params']:14,d} {human_bytes(g['bytes']):>11s}  {dts}")
+    if lay["other_entries"]:
+        print(f"  and {lay['other_entries']} non-tensor entries (scalars, configs, byte entries)")
+    for note in lay["notes"]:
+        print(f"  note: {note}")
+    for skip in lay["not_read"]:
+        print(f"  not read: {skip['path']} ({skip['why']})")
+    for u in lay["unloaded"]:
+        print(f"  read, not loaded: {u['path']} ({u['why']})")
+    if lay["kept_as_data"]:
+        print(f"  {describe(lay['kept_as_data'])}")
+    if args.tensors is not None:
+        rows = doc["tensors"]
+        print(f"tensors{'' if args.tensors == '*' else ' matching ' + repr(args.tensors)}: {len(rows)}")
+        width = min(60, max((len(t["name"]) for t in rows), default=4))
+        for t in rows:
+            shape = "×".join(map(str, t["shape"])) or "scalar"
+            print(f"  {t['name']:{width}s} {t['dtype']:9s} {shape:>16s} {human_bytes(t['bytes']):>10s}  {t['group']:9s} "
+                  f"{t['file']}")
+    amp = f"{plan['amplification']:.3f}×" if plan["amplification"] else "n/a"
+    print(f"read plan: {plan['files']} files, {human_bytes(plan['bytes'])}, largest {plan['largest_file']['path']} "
+          f"({human_bytes(plan['largest_file']['bytes'])}); read amplification {amp} (file bytes per tensor byte)")
+    print(f"read path: {plan['read']} ({plan['read_why']})")
+    print(f"check: {doc['check']}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from ckptbench.checkpoint.verify import verify
+    from ckptbench.cli.show import print_pick
+    from ckptbench.core.errors import EXIT_UNCHECKED
+    from ckptbench.restore.load import require_dir
+    from ckptbench.sources.local import LocalSource
+
+    require_dir(args.directory)
+    listing = LocalSource(args.directory, checkpoint=True, pick=args.pick).list()
+    rep = verify(listing, concurrency=args.concurrency)
+    lay = listing.layout.describe() if listing.layout is not None else None
+    if args.json:
+        _emit({"ok": rep.ok, "verified": rep.verified, "has_reference": rep.has_reference, "source": rep.source,
+               "why": rep.why, "layout": lay, "files": rep.files, "bytes": rep.bytes,
+               "problems": [{"path": p, "problem": w} for p, w in rep.problems], "digests": rep.digests,
+               "unlisted": list(rep.unlisted)})
+    else:
+        print_pick(lay, verb="checking")
+        if not rep.has_reference:
+            print(f"{rep.source}: no manifest with digests, so no reference: {rep.files} files read and their "
+                  "digests computed, nothing checked against them")
+        if rep.unlisted:
+            print(f"{rep.source}: {len(rep.unlisted)} file(s) not in the manifest, so not verified (first "
+                  f"{rep.unlisted[0]})")
+        for rel, what in rep.problems:
+            print(f"  {rel}: {what}", file=sys.stderr)
+        word = "MISMATCH" if not rep.ok else "OK" if rep.verified else "NOT VERIFIED"
+        print(f"{word}: {rep.files} files, {rep.bytes / 2**20:.1f} MiB, {len(rep.problems)} problem(s)")
+    return 1 if not rep.ok else 0 if rep.verified else EXIT_UNCHECKED
+
+
+def cmd_load(args) -> int:
+    from ckptbench.cli.show import print_pick
+    from ckptbench.restore.load import restore_dir
+
+    out = restore_dir(args.directory, verify=not args.no_verify, optimizer_step=args.optimizer_step, pick=args.pick)
+    c = out.check
+    if args.json:
+        _emit({"source": out.source, "format": out.format, "ok": c.ok, "param_count": c.param_count,
+               "dtypes": c.dtypes, "finite_output": c.finite_output, "optimizer_step": c.optimizer_step,
+               "problems": list(c.problems), "structural_only": c.structural_only, "summary": c.summary,
+               "tail_files": out.tail_files,
+               "layout": out.layout.describe() if out.layout is not None else None,
+               "verified": None if out.verify is None else out.verify.verified})
+    else:
+        print_pick(out.layout.describe() if out.layout is not None else None)
+        ref = "" if out.verify is None or out.verify.has_reference else " (no manifest: digests had no reference)"
+        if out.verify is not None and out.verify.unlisted:
+            ref = (f" ({len(out.verify.unlisted)} file(s) not in the manifest, so not verified: "
+                   f"{out.verify.unlisted[0]})")
+        kind = "structural check" if c.structural_only else "check"
+        print(f"{out.format}: {c.param_count / 1e6:.2f} M parameters {c.dtypes['weights']}, {out.tail_files} small "
+              f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")
+        if c.summary:
+            print(f"  {c.summary}")
+        for p in c.problems:
+            print(f"  {p}", file=sys.stderr)
+    return 0 if c.ok else 1
