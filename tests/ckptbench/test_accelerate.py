@@ -41,7 +41,7 @@ def test_the_optimizer_and_scheduler_are_loaded_under_their_stems(tmp_path, h, w
     saved = _save_state(root, weights)
     r = h.run_cli("run", root, "--json", "--repeat", "1", "--mode", mode, "--results", tmp_path / "R.csv")
     assert r.rc == 0, r.err
-    assert json.loads(r.out)["status"] == "ok"
+    assert json.loads(r.out)["status"] == "unverified"
 
     from ckptbench.restore import load as restore
     from ckptbench.sources.local import LocalSource

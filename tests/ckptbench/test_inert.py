@@ -102,7 +102,7 @@ def test_a_lightning_ckpt_restores_with_its_objects_kept_as_data(lightning_dir, 
     r = h.run_cli("run", root, "--json", "--repeat", "1", "--mode", mode, "--results", tmp_path / "R.csv")
     assert r.rc == 0, r.err
     doc = json.loads(r.out)
-    assert doc["status"] == "ok" and doc["format"] == "torch"
+    assert doc["status"] == "unverified" and doc["format"] == "torch"
     note = doc["notes"]["load"]
     assert note.startswith("kept as plain data, their classes never imported or run: ")
     assert note.endswith(", ".join(sorted(KEPT)))

@@ -95,7 +95,7 @@ def test_deepspeed_prefix_restores_only_the_step_latest_names(s3env, ds_prefix, 
     assert rc == 0, err
     doc = json.loads(out)
     local = files_under(root)
-    assert doc["status"] == "ok" and doc["format"] == "torch" and doc["source"] == url
+    assert doc["status"] == "unverified" and doc["format"] == "torch" and doc["source"] == url
     assert doc["files"] == len(STEP200) and doc["bytes"] == sum(len(local[r]) for r in STEP200)
     assert len(local) == len(STEP200) + 4  # step 100's three objects and zero_to_fp32.py were listed and left alone
 
@@ -179,7 +179,7 @@ def test_hf_index_on_s3_selects_the_shards_it_names(s3env, hf_prefix, tmp_path, 
     assert rc == 0, err
     doc = json.loads(out)
     read = {r: b for r, b in files_under(root).items() if r != "pytorch_model-00001-of-00003.bin"}
-    assert doc["status"] == "ok" and doc["files"] == len(read) == 3 and doc["bytes"] == sum(map(len, read.values()))
+    assert doc["status"] == "unverified" and doc["files"] == len(read) == 3 and doc["bytes"] == sum(map(len, read.values()))
 
 
 @pytest.mark.parametrize("edit, needles", [
@@ -236,7 +236,7 @@ def test_trainer_prefix_on_s3_loads_its_state_and_never_reads_training_args(s3en
     assert rc == 0, err
     doc = json.loads(out)
     read = {r: b for r, b in files_under(root).items() if r != "training_args.bin"}
-    assert doc["status"] == "ok" and doc["format"] == "safetensors"
+    assert doc["status"] == "unverified" and doc["format"] == "safetensors"
     assert doc["files"] == len(read) == 4 and doc["bytes"] == sum(map(len, read.values()))
     assert not (tmp_path / "MARKER").exists()
     (state,) = loaded  # fused: from the read buffers of the objects; staged: from the staged files
