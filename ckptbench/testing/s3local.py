@@ -5,7 +5,8 @@ latency of every GET, a per-connection throughput ceiling, and the 503 SlowDown 
 real S3 hands out under load. `ShapingProxy` adds those in front of moto, per request and per connection, so
 throughput grows with concurrency the way it does against S3.
 
-Everything binds to 127.0.0.1; nothing here touches os.environ (only an unconfigured werkzeug logger is quieted).
+Over 400 lines: one local server and the proxy it is only ever served through, kept in one module so that tests and
+benchmarks patch one place. Everything binds to 127.0.0.1; nothing here touches os.environ (only an unconfigured werkzeug logger is quieted).
 moto keeps buckets in process-global backends: servers in one process share buckets, so use distinct names.
 
 Design decisions:

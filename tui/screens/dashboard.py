@@ -1,7 +1,9 @@
 """The live restore dashboard: throughput, progress, latency, workers, the stage bar and the system panel.
 
 Loop mode (`l`) reads the source pass after pass (ckptbench.restore.loop) so each concurrency level has time to show;
-auto-tune (`t`) walks concurrency up on that loop to the knee (ckptbench.restore.autotune). The screen only displays."""
+auto-tune (`t`) walks concurrency up on that loop to the knee (ckptbench.restore.autotune). The screen only displays.
+Over 400 lines: one screen's compose, keys, poll and the three things it drives (a run, the loop, auto-tune) share
+its widgets and state; the next thing it drives goes into a module of its own."""
 
 from __future__ import annotations
 
