@@ -190,7 +190,16 @@ def cmd_sweep(args) -> int:
 
     from ckptbench.sources import open_source
 
-    res = sweep(open_source(args.source, args.pick), levels, repeats=args.repeat, cache=args.cache, opts=opts, progress=say)
+    if args.results:
+        from ckptbench.records import results
+
+        results.check_writable(args.results)
+    res = sweep(open_source(args.source, args.pick), levels, repeats=args.repeat, cache=args.cache, opts=opts,
+                progress=say)
+    if args.results:  # the checklist and the dashboard advise from the knee measured, not from a preset
+        from ckptbench.restore.sweep import measured_knee, record_knee
+
+        record_knee(args.results, measured_knee(res.source, {lv: s["median"] for lv, s in res.gbps.items()}, "sweep"))
     for path, why in res.failed:
         print(f"  failed: {path}: {why} (measured without it)", file=sys.stderr)
     rc = 1 if res.failed else 0

@@ -32,7 +32,8 @@ TODAY = {
     "inspect": "source --concurrency/-c=8 --json --tensors --pick",
     "sweep": "source --levels=1,8,16,32,64 --s3-client{threads,crt}=threads --repeat=3 --cache{cold,hot,as-is}=cold "
              "--read{auto,pread,mmap,direct}=auto --hash{none,crc32c,xxh64,md5,sha256}=none --block-size=1048576 "
-             "--part-size=8388608 --json --distributed --each-rank{part,all}=part --rank-timeout=300.0 --pick",
+             "--part-size=8388608 --json --distributed --each-rank{part,all}=part --rank-timeout=300.0 --pick "
+             "--results=",
     "compare": "results --baseline --threshold=5.0 --json",
     "check": "source --concurrency/-c=8 --quick-sweep --results=results.csv --json --markdown",
     "plan": "profile --interval --scale=1.0 --nodes --ranks-per-node --storage --results=results.csv --target --json",

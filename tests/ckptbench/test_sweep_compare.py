@@ -303,3 +303,14 @@ def test_compare_with_only_one_run_exits_2(recorded, tmp_path):
 
 def test_compare_missing_file_exits_2(tmp_path):
     assert_one_line_error(cli("compare", tmp_path / "none.csv"), "none.csv")
+
+
+def test_a_sweep_records_its_knee_where_the_checklist_reads_it(ckpt, tmp_path):
+    from ckptbench.restore.sweep import recorded_knee
+
+    results = str(tmp_path / "R.csv")
+    r = cli("sweep", ckpt, "--levels", "1,2", "--repeat", "1", "--cache", "hot", "--json", "--results", results)
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    knee = recorded_knee(results, doc["source"])
+    assert knee is not None and knee.knee == doc["knee"] and knee.how == "sweep"
