@@ -440,6 +440,10 @@ async def test_sweep_shows_the_knee_and_a_applies_it(make_app, small_ckpt, h):
         assert len(knee_lines) == 1 and knee_lines[0].split("│")[0].strip() == str(knee), chart
         assert "GB/s" in chart and "…" not in chart
         assert f"knee: concurrency {knee} " in h.text_of(screen.query_one("#sweep-summary", Static))
+        from ckptbench.restore.sweep import recorded_knee  # recorded where the checklist reads a measured knee
+
+        recorded = recorded_knee(app.results_path, small_ckpt)
+        assert recorded is not None and recorded.knee == knee and recorded.how == "sweep"
         await pilot.press("a")
         assert app.opts.concurrency == knee and dash.concurrency == knee
         assert (f"concurrency set to {knee}", "information") in app.notes

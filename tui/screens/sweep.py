@@ -37,11 +37,14 @@ class SweepScreen(Screen):
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
     def run_sweep(self) -> None:
         from ckptbench.core.errors import CkptbenchError, printable, redact
-        from ckptbench.restore.sweep import sweep
+        from ckptbench.restore.sweep import measured_knee, record_knee, sweep
 
         try:
             res = sweep(self.app.source, LEVELS, repeats=1, cache="cold",
                         progress=lambda lv, g: self.post_message(SweepPoint(lv, g)))
+            if self.app.results_path:  # the checklist advises from this knee, as from the CLI's sweep
+                record_knee(self.app.results_path, measured_knee(
+                    res.source, {lv: s["median"] for lv, s in res.gbps.items()}, "sweep"))
         except CkptbenchError as exc:
             self.post_message(WorkFailed(printable(redact(str(exc)))))
             return
