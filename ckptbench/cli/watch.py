@@ -81,7 +81,8 @@ def _print(doc: dict) -> None:
     from ckptbench.core.units import human_bytes
 
     # the command redacted alone: redacting the whole line took the ")" after a secret as part of its value
-    command = printable(redact(doc["command"]))[:80]
+    command = printable(redact(doc["command"]))
+    command = command if len(command) <= 80 else "…" + command[-79:]  # its end: the arguments, not the venv's path
     print(f"watched {doc['pid']} ({command}): " + printable(redact(
         f"{doc['wall_s']:.2f} s, {doc['ended']}" + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))))
     _say(f"read {human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {doc['loader_gbps']:.2f} GB/s; "
