@@ -76,7 +76,8 @@ def verify(listing, *, concurrency: int = 8, hash: str = "crc32c") -> VerifyRepo
     directory, man = listing.source, listing.manifest
     lay = listing.layout
     problems: list[tuple[str, str]] = []
-    if man is None or man.hash == "none":
+    reference = man is not None and man.hash != "none"  # digests to match: a manifest that records them
+    if not reference:
         alg = hash
         rels = [r for r in listing.rels if r != mf.MANIFEST_NAME]
         if not rels and not listing.skipped:  # nothing was checked: not "OK"
@@ -97,7 +98,7 @@ def verify(listing, *, concurrency: int = 8, hash: str = "crc32c") -> VerifyRepo
                 specs.append(fastio.FileSpec(path, e.bytes))
     res = fastio.read_files(specs, hash=alg, concurrency=concurrency)
     by_rel = dict(zip(rels, res.files))
-    if man is None or man.hash == "none":
+    if not reference:
         problems += [(r, f"unreadable: {f.error.message}") for r, f in by_rel.items() if f.error]
         if man is not None:
             problems += [p for p in compare(man, by_rel) if "manifest says" in p[1] and "bytes" in p[1]]
@@ -105,6 +106,6 @@ def verify(listing, *, concurrency: int = 8, hash: str = "crc32c") -> VerifyRepo
         refused = {p for p, _ in problems}
         problems += [p for p in compare(man, by_rel) if p[0] not in refused]
     problems += [(os.path.relpath(d, directory), f"unreadable directory ({why})") for d, why in listing.skipped]
-    return VerifyReport(man is not None and man.hash != "none", len(man.files) if man is not None else len(rels),
+    return VerifyReport(reference, len(man.files) if man is not None else len(rels),
                         res.bytes, tuple(problems), {r: f.digest for r, f in by_rel.items() if f.digest}, unlisted,
                         directory, lay.why if lay is not None else "")
