@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 
+import _floor_bench
 import _loaders
-from _harness import (COLD_MAX, GiB, HOT_MIN, MiB, Series, Target, fmt, judge, preface, section,
-                      series_table)
+from _harness import COLD_MAX, GiB, HOT_MIN, MiB, Series, Target, fmt, judge, preface, section
 from _peers_rounds import ATTEMPTS, Bench, PeerSeries
 
 HOT_SPEEDUP, COLD_SPEEDUP = 1.5, 1.3  # ckptbench RTO against the fastest peer
@@ -61,20 +61,24 @@ def ratio_cell(series: dict[str, PeerSeries], s: PeerSeries) -> str:
 
 
 def table(b: Bench) -> list[str]:
+    """A row per loader and stage; efficiency (this box's floor for the set / median seconds) leads."""
     tensor_bytes = b.meta["total_size"]
-
-    def cells(s: PeerSeries) -> list[str]:
+    head = ("condition", "loader", "efficiency", "median s", "min–max", "GB/s (tensor bytes)", "ratio",
+            "disk share per repeat", "check")
+    rows = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---|---:|---|---|---|"]
+    order = [f"{c}/{k}" for c in ("cold", "hot") for k in ("ckptbench", *b.peers, "ckptbench/read-stage",
+                                                            "ckptbench/read", "ckptbench/check-stage")]
+    for s in (b.series[k] for k in order if k in b.series):
+        eff = _floor_bench.efficiency(b.floors, s.key, s.median)
         gbps = fmt(tensor_bytes / s.median / 1e9, 2) if s.median else "—"
         disk = "/".join(f"{d:.2f}" for d in s.disk) if s.disk else "—"
         check = "ok" if s.ok and not s.problems else ("CHECK FAILED: " if not s.ok else "") + "; ".join(s.problems[:2])
-        return [gbps if s.loader in _loaders.LOADERS or s.key.endswith("/ckptbench") else "—", ratio_cell(b.series, s),
-                disk, check]
-
-    order = [f"{c}/{k}" for c in ("cold", "hot") for k in ("ckptbench", *b.peers, "ckptbench/read-stage",
-                                                            "ckptbench/read", "ckptbench/check-stage")]
-    rows = [b.series[k] for k in order if k in b.series]
-    return series_table(rows, ("condition", "loader", "median s", "min–max", "GB/s (tensor bytes)", "ratio",
-                               "disk share per repeat", "check"), lambda s: s.loader, lambda s, v: fmt(v, 3), cells)
+        span = f"{fmt(s.min, 3)}–{fmt(s.max, 3)}" if s.samples else "—"
+        rows.append("| " + " | ".join([
+            s.condition_label(), s.loader, f"**{eff:.2f}**" if eff is not None else "—", fmt(s.median, 3), span,
+            gbps if s.loader in _loaders.LOADERS or s.key.endswith("/ckptbench") else "—", ratio_cell(b.series, s),
+            disk, check]) + " |")
+    return rows
 
 
 def stage_table(b: Bench) -> list[str]:
@@ -138,7 +142,8 @@ def notes(b: Bench) -> list[str]:
     return out
 
 
-def report(b: Bench, verdicts: list[dict], args, date: str, facts: dict | None = None) -> str:
+def report(b: Bench, verdicts: list[dict], args, date: str, facts: dict | None = None,
+           agree: list[dict] | None = None) -> str:
     spec = b.meta["ckptbench_peers"]["spec"]
     lines = ["# ckptbench against the loaders users pick instead", ""]
     lines += preface(date, facts) if facts else [f"Date: {date}", ""]
@@ -146,7 +151,16 @@ def report(b: Bench, verdicts: list[dict], args, date: str, facts: dict | None =
               f"{spec['hidden']}, intermediate {spec['intermediate']}), {b.meta['ckptbench_peers']['tensors']} tensors, "
               f"{b.meta['total_size'] / GiB:.2f} GiB in {len(b.shards)} shard(s) + index, `{b.dir}`; median of "
               f"{b.repeat} round(s){' (--quick)' if args.quick else ''}; GB = 10^9 bytes.", ""]
+    lines += ["Efficiency = this box's floor for the set's bytes (measured in this run, below) / the row's median "
+              "seconds: 1.00 is the box's best; hot rows against the page cache's copy, cold rows against the storage "
+              "figure, both landing in fresh memory; `ckptbench read` (reused buffers) against storage alone.", ""]
     lines += table(b)
     lines += ["", "ckptbench run's stages (median seconds):", ""] + stage_table(b)
-    lines += section("Targets", verdict_lines(verdicts)) + section("Notes", notes(b))
+    lines += section("Targets", verdict_lines(verdicts))
+    if b.floor is not None:
+        lines += section("This box's floor, measured in this run on the set's files",
+                         _floor_bench.ceilings_lines(b.floor, b.floors, b.total))
+    if agree:
+        lines += section("Does the floor agree with independent tools? (floor / tool; ±10 %)", verdict_lines(agree))
+    lines += section("Notes", notes(b))
     return "\n".join(lines) + "\n"

@@ -51,6 +51,8 @@ class Bench:
         self.other = _peers.OtherWork()
         self.read_cmd: list[str] | None = None
         self.runs: list[dict] = []  # every ckptbench run summary, for the report's stage table
+        self.floor = None  # ckptbench.system.floor.Floor, measured in this run on these files
+        self.floors: dict[str, dict] = {}  # the set's floor per condition (_floor_bench.models)
 
     def get(self, key: str, condition: str, loader: str) -> PeerSeries:
         if key not in self.series:

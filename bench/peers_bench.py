@@ -13,8 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
+import _floor_agree
+import _floor_bench
 import _foreign
 import _loaders
 from _harness import GiB, OUT_DIR, ROOT, cache_dir, judge, log, machine, missing, utc_now, write_outputs
@@ -30,10 +33,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=None, help="rounds (default 5; 1 with --quick)")
     ap.add_argument("--peers", default=",".join(_loaders.LOADERS), help="comma-separated peers (default all: "
                     + ", ".join(_loaders.LOADERS) + ")")
+    ap.add_argument("--floor-runs", type=int, default=None, help="`ckptbench floor` runs for the floor's spread and "
+                    "wall time, before fio and the C loop check it (default 5; 2 with --quick; 0 skips the checks)")
     ap.add_argument("--quick", action="store_true", help="a 256 MiB checkpoint, 1 round")
     args = ap.parse_args(argv)
     args.size_gib = args.size_gib if args.size_gib is not None else (0.25 if args.quick else 4.0)
     args.repeat = args.repeat if args.repeat is not None else (1 if args.quick else 5)
+    args.floor_runs = args.floor_runs if args.floor_runs is not None else (2 if args.quick else 5)
     args.peers = [p for p in args.peers.split(",") if p]
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -64,21 +70,34 @@ def main(argv: list[str] | None = None) -> int:
     results = os.path.join(OUT_DIR, f"peers_bench-{stamp}-results.csv")
     b = Bench(args.dir, meta, args.repeat, args.peers, results)
     t0 = time.monotonic()
+    agree, agree_record = [], {}
+    with tempfile.TemporaryDirectory(prefix="ckptbench-peers-floor-") as floor_cache:
+        log("this box's floor, measured on the set's files")
+        paths_sizes = [(p, os.path.getsize(p)) for p in b.files]
+        b.floor = _floor_bench.measure(paths_sizes, args.dir, floor_cache)
+        b.floors = _floor_bench.models(b.floor, b.total)
+        if args.floor_runs:
+            agree, agree_record = _floor_agree.agreement(b.floor, paths_sizes, args.dir, args.floor_runs, floor_cache,
+                                                         _floor_agree.pop_bytes())
     for i in range(args.repeat):
         log(f"round {i + 1} of {args.repeat}")
         b.round(i)
     elapsed = time.monotonic() - t0
     log(f"done in {elapsed:.0f} s")
-    verdicts = [judge(t, b.series) for t in targets(b.series, args.peers)]
-    print(report(b, verdicts, args, date), end="")
+    verdicts = _floor_bench.targets(b.series, b.floors, args.peers)
+    verdicts += [judge(t, b.series) for t in targets(b.series, args.peers)]
+    print(report(b, verdicts, args, date, agree=agree), end="")
     facts = machine(args.dir) | {"peer_versions": _loaders.versions()}
     record = {"date": date, "elapsed_s": elapsed, "machine": facts, "args": vars(args),
               "checkpoint": {"dir": args.dir, "files": len(b.files), "bytes": b.total, "tensor_bytes": meta["total_size"],
                              **meta["ckptbench_peers"]},
-              "measurements": [s.as_dict() for s in b.series.values()], "targets": verdicts,
+              "measurements": [s.as_dict() | {"floor": _floor_bench.row_model(s.key), "efficiency":
+                               _floor_bench.efficiency(b.floors, s.key, s.median)} for s in b.series.values()],
+              "targets": verdicts, "floor": b.floor.to_json() | {"models": b.floors},
+              "floor_agreement": agree_record | {"verdicts": agree},
               "ckptbench_runs": b.runs, "read_command": b.read_cmd, "other_work_core_s": b.other.share()[0],
               "results_csv": results, "root": ROOT}
-    write_outputs(f"peers_bench-{stamp}", report(b, verdicts, args, date, facts), record)
+    write_outputs(f"peers_bench-{stamp}", report(b, verdicts, args, date, facts, agree=agree), record)
     log(f"wrote {OUT_DIR}/peers_bench-{stamp}.md and .json")
     return 0
 

@@ -391,14 +391,26 @@ def test_a_quick_run_on_a_tiny_checkpoint_writes_its_report(tmp_path, monkeypatc
     out = tmp_path / "out"
     monkeypatch.setattr(h, "OUT_DIR", str(out))
     monkeypatch.setattr(pb, "OUT_DIR", str(out))
-    rc = pb.main(["--quick", "--size-gib", "0.002", "--dir", str(tmp_path / "ckpt"), "--peers", "safetensors"])
+    rc = pb.main(["--quick", "--size-gib", "0.002", "--dir", str(tmp_path / "ckpt"), "--peers", "safetensors",
+                  "--floor-runs", "2"])
     assert rc == 0
     md = [p for p in out.iterdir() if p.suffix == ".md"]
     assert len(md) == 1 and md[0].name.startswith("peers_bench-")
     text = md[0].read_text()
     record = json.loads(md[0].with_suffix(".json").read_text())
     assert "| hot | ckptbench run |" in text and "| hot | safetensors |" in text
-    assert [v["target"].split(":")[0] for v in record["targets"]] == ["hot", "cold", "cold", "cold"]
+    assert [v["target"].split(":")[0] for v in record["targets"]] == ["hot"] * 2 + ["cold"] * 2 + ["hot", "cold",
+                                                                                                "cold", "cold"]
+    assert "efficiency" in record["targets"][0]["target"]
+    head = next(line for line in text.splitlines() if line.startswith("| condition |"))
+    assert head.split(" | ")[2] == "efficiency"  # the headline column, right after the loader
+    rows = {(m["condition"], m["loader"]): m["efficiency"] for m in record["measurements"]}
+    for row in (("hot", "ckptbench run"), ("cold", "ckptbench run"), ("hot", "safetensors"), ("cold", "safetensors")):
+        assert 0 < rows[row] <= 1.5, (row, rows[row])
+    assert record["floor"]["models"]["hot"]["floor_s"] > 0 and record["floor"]["models"]["cold"]["floor_s"] > 0
+    agree = record["floor_agreement"]["verdicts"]
+    assert len(agree) >= 4 and all(v["status"] in ("met", "MISSED", "not measured") for v in agree)
+    assert "## Does the floor agree" in text
     assert all(m["ok"] for m in record["measurements"]), [m["problems"] for m in record["measurements"]]
     assert record["read_command"] is None or record["read_command"][2:4] == ["ckptbench", "read"]
     assert (out / f"{md[0].stem}-results.csv").exists()

@@ -1,0 +1,288 @@
+"""Does the floor agree with independent tools on this box? Its storage figure against fio replaying the same reads
+(same files, block, O_DIRECT or not, concurrency as jobs); its fresh-memory figures against a plain C loop of
+MADV_POPULATE_WRITE (or a write per page) at the same thread count; its spread over repeated `ckptbench floor`
+runs, and their wall time. Each check is a ratio with a PASS/MISS band, never a test failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import _peers
+from _harness import child_env, log, make_cold
+
+AGREE_BAND = (0.9, 1.1)  # floor / independent tool
+SPREAD_MAX = 0.10  # (max - min) / median over the box runs
+WALL_MAX_S = 10.0  # `ckptbench floor SOURCE --remeasure`, Python start included
+ALIGN = 4096
+POP_C = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+static char *base;
+static size_t part;
+static int touch;
+static void *work(void *arg) {
+    volatile char *p = base + (size_t)arg * part;
+    if (!touch) {
+        if (madvise((void *)p, part, MADV_POPULATE_WRITE)) { perror("madvise"); exit(3); }
+    } else {
+        for (size_t o = 0; o < part; o += 4096) p[o] = 1;
+    }
+    return NULL;
+}
+int main(int argc, char **argv) {
+    if (argc != 6) { fprintf(stderr, "usage: pop BYTES THREADS HUGE(0|1) populate|touch REPEATS\n"); return 2; }
+    size_t size = strtoull(argv[1], NULL, 10);
+    long threads = atol(argv[2]), pg = sysconf(_SC_PAGESIZE);
+    int huge = atoi(argv[3]), repeats = atoi(argv[5]);
+    touch = strcmp(argv[4], "touch") == 0;
+    part = size / threads / pg * pg;
+    pthread_t t[256];
+    for (int r = 0; r < repeats; r++) {
+        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED) { perror("mmap"); return 3; }
+        madvise(base, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, work, (void *)i);
+        for (long i = 0; i < threads; i++) pthread_join(t[i], NULL);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        printf("%.0f\n", threads * part / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9));
+        munmap(base, size);
+    }
+    return 0;
+}
+"""
+
+
+def sample(paths_sizes: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The files the floor's storage figure reads: the largest first up to STORAGE_SAMPLE (floor.storage_ceiling's
+    choice)."""
+    from ckptbench.system import floor as fl
+
+    chosen, total = [], 0
+    for path, size in sorted(paths_sizes, key=lambda ps: -ps[1]):
+        if total >= fl.STORAGE_SAMPLE:
+            break
+        chosen.append((path, size))
+        total += size
+    return chosen
+
+
+def storage_how(method: str) -> tuple[str, int] | None:
+    """(read mode, concurrency) out of the storage figure's method line."""
+    m = re.search(r"read cold with (\w+), concurrency (\d+)", method)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def threads_of(method: str) -> int | None:
+    m = re.search(r"(\d+) thread\(s\)", method)
+    return int(m.group(1)) if m else None
+
+
+def ratio_verdict(name: str, value: float | None, band: tuple[float, float], detail: str = "",
+                  why_not: str = "") -> dict:
+    if value is None:
+        return {"target": name, "status": "not measured", "value": None, "detail": why_not}
+    status = "met" if band[0] <= value <= band[1] else "MISSED"
+    return {"target": name, "status": status, "value": value, "detail": f"{value:.3f}×" + (f"; {detail}" if detail
+                                                                                            else "")}
+
+
+def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int = 3) -> tuple[dict, dict]:
+    """fio psync replaying the floor's reads cold: same files, 1 MiB reads in 64 MiB units, O_DIRECT when the floor
+    read direct (each file cut to a multiple of 4 KiB: fio's O_DIRECT cannot read a short tail), jobs = the floor's
+    concurrency. Returns the verdict and what was measured."""
+    name = "the floor's storage figure within ±10 % of fio on the same files (floor / fio)"
+    fio = shutil.which("fio")
+    how = storage_how(method)
+    if fio is None or how is None or floor_gbps is None:
+        why = "fio not found" if fio is None else "no storage figure" if floor_gbps is None else "method unreadable"
+        log(f"floor agreement: fio check skipped ({why})")
+        return ratio_verdict(name, None, AGREE_BAND, why_not=why), {"skipped": why}
+    mode, level = how
+    direct = mode == "direct"
+    files = [(p, s // ALIGN * ALIGN if direct else s) for p, s in sample(paths_sizes)]
+    files = [(p, s) for p, s in files if s]
+    rates, residency = [], []
+    for i in range(repeats):
+        log(f"  fio, cold, {level} job(s){' direct' if direct else ''}, repeat {i + 1} of {repeats}")
+        residency.append(make_cold([p for p, _ in files]))
+        t, _ = _peers.run_fio_replay(fio, files, jobs=level, block=1 << 20, chunk=64 << 20, direct=direct)
+        rates.append(t.bytes / t.seconds / 1e9 if t.seconds else None)
+    rates = [r for r in rates if r]
+    fio_gbps = statistics.median(rates) if rates else None
+    value = floor_gbps / fio_gbps if fio_gbps else None
+    detail = (f"floor {floor_gbps:.2f} GB/s, fio psync {level} job(s){' direct' if direct else ''} "
+              f"{fio_gbps:.2f} GB/s (median of {len(rates)}; {min(rates):.2f}–{max(rates):.2f})") if fio_gbps else ""
+    return ratio_verdict(name, value, AGREE_BAND, detail), {
+        "fio_gbps": rates, "floor_gbps": floor_gbps, "mode": mode, "jobs": level, "direct": direct,
+        "bytes": sum(s for _, s in files), "residency_before": residency}
+
+
+def compile_pop(tmp: str) -> str | None:
+    """The C population loop built in `tmp`; None (and a printed line) when there is no compiler."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        log("floor agreement: no C compiler (cc): the fresh-memory check against a C loop is skipped")
+        return None
+    src, exe = os.path.join(tmp, "pop.c"), os.path.join(tmp, "pop")
+    with open(src, "w") as f:
+        f.write(POP_C)
+    out = subprocess.run([cc, "-O2", "-pthread", "-o", exe, src], capture_output=True, text=True, check=False)
+    if out.returncode:
+        log(f"floor agreement: the C loop did not compile ({out.stderr.strip()[-200:]}): check skipped")
+        return None
+    return exe
+
+
+def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict], dict]:
+    """The floor's populate_4k and populate_thp (a Ceiling each) against the C loop at the floor's best thread count
+    and method."""
+    out, record = [], {}
+    with tempfile.TemporaryDirectory(prefix="ckptbench-pop-") as tmp:
+        exe = compile_pop(tmp)
+        for key, huge in (("populate_4k", 0), ("populate_thp", 1)):
+            name = f"the floor's {key} within ±10 % of a plain C loop at the same thread count (floor / C)"
+            c = ceilings.get(key)
+            threads = threads_of(c.method) if c else None
+            if exe is None or threads is None:
+                out.append(ratio_verdict(name, None, AGREE_BAND, why_not="no C compiler" if exe is None
+                                         else "not measured"))
+                continue
+            how = "touch" if c.method.startswith("a write per page") else "populate"
+            rates = {}
+            for kind in dict.fromkeys((how, "touch", "populate")):
+                run = subprocess.run([exe, str(size), str(threads), str(huge), kind, str(repeats)], capture_output=True,
+                                     text=True, check=False)
+                rates[kind] = [float(x) / 1e9 for x in run.stdout.split()] if run.returncode == 0 else []
+            mine = rates[how]
+            ref = statistics.median(mine) if mine else None
+            value = c.gbps / ref if ref else None
+            other = {k: statistics.median(v) for k, v in rates.items() if v}
+            detail = (f"floor {c.gbps:.2f} GB/s, C {'MADV_POPULATE_WRITE' if how == 'populate' else 'write per page'} "
+                      f"{threads} thread(s) {ref:.2f} GB/s (median of {len(mine)}); C write per page "
+                      f"{other.get('touch', 0):.2f} GB/s") if ref else ""
+            out.append(ratio_verdict(name, value, AGREE_BAND, detail))
+            record[key] = {"floor_gbps": c.gbps, "threads": threads, "method": how, "c_gbps": rates, "bytes": size}
+    return out, record
+
+
+def box_runs(directory: str, runs: int, cache_dir: str) -> list[dict]:
+    """`ckptbench floor DIR --remeasure --json` in fresh processes, each its figures and its wall time."""
+    out = []
+    for i in range(runs):
+        log(f"  ckptbench floor --remeasure, run {i + 1} of {runs}")
+        env = child_env() | {"XDG_CACHE_HOME": cache_dir}  # the bench's own cache, never the user's
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "ckptbench", "floor", directory, "--remeasure", "--json"],
+                           capture_output=True, text=True, env=env, check=False)
+        wall = time.perf_counter() - t0
+        try:
+            doc = json.loads(p.stdout)
+        except ValueError:
+            doc = None
+        out.append({"wall_s": wall, "rc": p.returncode, "doc": doc,
+                    "problem": "" if doc else (p.stderr.strip().splitlines() or ["no output"])[-1][:300]})
+    return out
+
+
+def spread_of(runs: list[dict]) -> dict[str, float]:
+    """(max - min) / median of each ceiling's figure over the runs, storage included."""
+    figures: dict[str, list[float]] = {}
+    for r in runs:
+        doc = r["doc"] or {}
+        for k, c in (doc.get("ceilings") or {}).items():
+            figures.setdefault(k, []).append(c["gbps"])
+        if doc.get("storage"):
+            figures.setdefault("storage", []).append(doc["storage"]["gbps"])
+    return {k: (max(v) - min(v)) / statistics.median(v) for k, v in figures.items() if len(v) > 1}
+
+
+def box_verdicts(runs: list[dict]) -> list[dict]:
+    ok = [r for r in runs if r["doc"]]
+    spreads = spread_of(ok)
+    box = {k: v for k, v in spreads.items() if k != "storage"}
+    out = []
+    name = (f"{len(runs)} `ckptbench floor` box measurements: every ceiling's spread ≤ {SPREAD_MAX:.0%} "
+            "((max − min) / median)")
+    if box:
+        worst = max(box, key=box.get)
+        status = "met" if box[worst] <= SPREAD_MAX else "MISSED"
+        detail = f"largest {worst} {box[worst]:.1%}; " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(box.items()))
+        out.append({"target": name, "status": status, "value": box[worst], "detail": detail})
+    else:
+        out.append({"target": name, "status": "not measured", "value": None,
+                    "detail": "fewer than 2 runs gave figures" + (f": {runs[0]['problem']}" if runs else "")})
+    if "storage" in spreads:
+        v = spreads["storage"]
+        out.append({"target": f"the storage figure's spread over the same runs ≤ {SPREAD_MAX:.0%}",
+                    "status": "met" if v <= SPREAD_MAX else "MISSED", "value": v, "detail": f"{v:.1%}"})
+    walls = [r["wall_s"] for r in ok]
+    if walls:
+        med = statistics.median(walls)
+        out.append({"target": f"`ckptbench floor SOURCE --remeasure` wall time ≤ {WALL_MAX_S:g} s (median, Python "
+                              "start included)", "status": "met" if med <= WALL_MAX_S else "MISSED", "value": med,
+                    "detail": f"{med:.2f} s ({min(walls):.2f}–{max(walls):.2f} s over {len(walls)})"})
+    return out
+
+
+def pooled(floor, runs: list[dict], key: str):
+    """The floor's figure for `key` as the median over this run's measurements taken the same way (same method line:
+    same read mode and concurrency, or thread count), the in-process one included; a Ceiling, or None."""
+    import dataclasses
+
+    mine = floor.storage if key == "storage" else floor.ceilings.get(key)
+    if mine is None:
+        return None
+    same = [mine.gbps]
+    for r in runs:
+        doc = r["doc"] or {}
+        c = doc.get("storage") if key == "storage" else (doc.get("ceilings") or {}).get(key)
+        if c and c.get("method") == mine.method:
+            same.append(c["gbps"])
+    return dataclasses.replace(mine, gbps=statistics.median(same), min_gbps=min(same), max_gbps=max(same))
+
+
+def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str, pop_size: int) -> tuple[list[dict], dict]:
+    """Every agreement check, in order: the box runs (spread, wall time), fio against the storage figure, the C loop
+    against the population figures. Figures compared are pooled over this run's measurements taken the same way."""
+    log(f"floor agreement: {runs} `ckptbench floor` run(s), fio, a C population loop")
+    box = box_runs(directory, runs, cache_dir)
+    verdicts = box_verdicts(box)
+    storage = pooled(floor, box, "storage")
+    v, fio_rec = fio_storage(storage.gbps if storage else None, floor.storage.method if floor.storage else "",
+                             paths_sizes)
+    verdicts.append(v)
+    pops = {k: c for k in ("populate_4k", "populate_thp") if (c := pooled(floor, box, k))}
+    vs, pop_rec = c_population(pops, pop_size)
+    verdicts += vs
+    record = {"box_runs": [{k: r[k] for k in ("wall_s", "rc", "problem")} | {"figures": {
+        k: c["gbps"] for k, c in ((r["doc"] or {}).get("ceilings") or {}).items()} | (
+        {"storage": r["doc"]["storage"]["gbps"]} if (r["doc"] or {}).get("storage") else {})} for r in box],
+        "spread": spread_of([r for r in box if r["doc"]]), "fio": fio_rec, "c_population": pop_rec,
+        "pooled_gbps": {"storage": storage.gbps if storage else None} | {k: c.gbps for k, c in pops.items()}}
+    return verdicts, record
+
+
+def pop_bytes() -> int:
+    """The bytes the floor populates per figure: the C loop populates as many."""
+    from ckptbench.system import floor as fl
+
+    return fl.POP_BYTES

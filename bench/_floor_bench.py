@@ -1,0 +1,120 @@
+"""The floor in a benchmark's own run: this box's ceilings measured on the bench's files into a cache under the bench's
+temp dir, the floor of a restore of the set (hot: the page cache's copy; cold: the storage figure; both into fresh
+memory, or a reused destination), and every loader's efficiency against it (floor / median seconds)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from _harness import log
+
+EFFICIENCY_MIN = 0.85  # ckptbench's efficiency against the fresh-destination floor, hot and cold
+
+
+def measure(paths_sizes: list[tuple[str, int]], directory: str, cache_dir: str | None = None, size: int | None = None):
+    """floor.measure(remeasure=True) on the set's files; the cache is the bench's, never the user's."""
+    from ckptbench.system import floor as fl
+
+    cache_dir = cache_dir or tempfile.mkdtemp(prefix="ckptbench-floor-")
+    kw = {"size": size} if size else {}
+    return fl.measure(paths_sizes, mount_of(directory), remeasure=True, path=os.path.join(cache_dir, "floor.json"),
+                      **kw)
+
+
+def mount_of(directory: str) -> str:
+    """The storage figure's key, as `ckptbench floor` writes it; the directory itself when it cannot be known."""
+    from ckptbench.system import floor as fl
+
+    try:
+        from ckptbench.sources import open_source
+
+        return fl.mount_key(open_source(directory).describe())
+    except Exception as exc:  # a probe fails soft: the key only names the figure in a cache of our own
+        log(f"floor: the mount of {directory} is unknown ({exc}); the directory names the storage figure")
+        return directory
+
+
+def models(floor, nbytes: int) -> dict[str, dict]:
+    """The set's floor per condition and destination: `hot` and `cold` land in fresh memory (a restore's state dict),
+    `cold-reused` reads into buffers it owns already (`ckptbench read`)."""
+    from ckptbench.system import floor as fl
+
+    return {"hot": fl.model(floor, bytes_read=nbytes, hot=True),
+            "cold": fl.model(floor, bytes_read=nbytes),
+            "cold-reused": fl.model(floor, bytes_read=nbytes, destination=fl.REUSED)}
+
+
+def row_model(key: str) -> str | None:
+    """Which floor a row of the peers table is held against: none for a stage that is a share of another."""
+    condition, _, rest = key.partition("/")
+    if rest.endswith("check-stage"):
+        return None
+    if rest == "ckptbench/read":
+        return f"{condition}-reused" if condition == "cold" else None
+    return condition
+
+
+def efficiency(floors: dict[str, dict], key: str, median_s: float | None) -> float | None:
+    from ckptbench.system import floor as fl
+
+    which = row_model(key)
+    return fl.efficiency(floors[which]["floor_s"], median_s) if which and which in floors else None
+
+
+def targets(series: dict, floors: dict[str, dict], peers: list[str]) -> list[dict]:
+    """ckptbench's efficiency ≥ EFFICIENCY_MIN and ≥ every peer's, hot and cold; verdicts shaped as judge's."""
+    out = []
+    for cond in ("hot", "cold"):
+        s = series.get(f"{cond}/ckptbench")
+        mine = efficiency(floors, f"{cond}/ckptbench", s.median if s else None)
+        binding = floors[cond].get("binding") or "nothing measured"
+        out.append(_verdict(f"{cond}: ckptbench run's efficiency ≥ {EFFICIENCY_MIN:g} of this box's floor (fresh "
+                            f"destination, bound by {binding}; measured in this run)", mine, EFFICIENCY_MIN,
+                            [s] if s else []))
+        for p in peers:
+            ps = series.get(f"{cond}/{p}")
+            theirs = efficiency(floors, f"{cond}/{p}", ps.median if ps else None)
+            value = mine / theirs if mine is not None and theirs else None
+            v = _verdict(f"{cond}: ckptbench run's efficiency ≥ {p}'s (ckptbench / {p})", value, 1.0,
+                         [x for x in (s, ps) if x])
+            v["detail"] = (f"{mine:.3f} vs {theirs:.3f} ({value:.3f}×)" if value is not None else v.get("detail"))
+            out.append(v)
+    return out
+
+
+def _verdict(name: str, value: float | None, low: float, used: list) -> dict:
+    v = {"target": name, "status": "not measured", "value": value}
+    if value is not None:
+        if not all(s.verified for s in used):
+            status = "not verified (cache state)"
+        elif not all(s.ok for s in used):
+            status = "FAILED its check"
+        else:
+            status = "met" if value >= low else "MISSED"
+        v |= {"status": status, "detail": f"{value:.3f}"}
+    return v
+
+
+def ceilings_lines(floor, floors: dict[str, dict], nbytes: int) -> list[str]:
+    """The floor the efficiency column is held against: each ceiling with its method, and the set's floor."""
+    from ckptbench.system import floor as fl
+
+    out = []
+    rows = [(k, floor.ceilings[k]) for k in ("populate_4k", "populate_thp", "copy") if k in floor.ceilings]
+    rows += [("storage", floor.storage)] if floor.storage else []
+    for name, c in rows:
+        out.append(f"{name}: {c.gbps:.2f} GB/s ({c.min_gbps:.2f}–{c.max_gbps:.2f}; {c.method})")
+    if floor.storage is not None and not fl.storage_usable(floor):
+        out.append(f"the storage figure read {floor.storage.sample_bytes / (1 << 20):.1f} MiB, under the "
+                   f"{fl.MIN_STORAGE_SAMPLE >> 20} MiB the floor needs to measure bandwidth: the cold floor counts "
+                   "fresh memory only")
+    out += floor.notes
+    for cond, m in floors.items():
+        if m["floor_s"] is None:
+            out.append(f"{cond}: no floor (nothing measured that it passes through)")
+            continue
+        parts = ", ".join(f"{k} {v:.3f} s" for k, v in m["times_s"].items())
+        out.append(f"{cond} floor of the set's {nbytes / 1e9:.3f} GB: {m['floor_s']:.3f} s, bound by {m['binding']} "
+                   f"({parts})")
+    return out

@@ -1,0 +1,126 @@
+"""The floor in the peers benchmark: which floor each row is held against, the efficiency targets, and the agreement
+checks' pure parts (reading the floor's method lines, pooling, spread) and the C population loop. No timing is
+asserted."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+import _floor_agree as agree
+import _floor_bench as fb
+import _peers_rounds as rounds
+from ckptbench.system import floor as fl
+
+
+def series(key: str, samples: list[float]) -> rounds.PeerSeries:
+    cond = key.split("/")[0]
+    s = rounds.PeerSeries(key, cond, "s", loader=key.split("/", 1)[1])
+    for v in samples:
+        s.add(v, 0.0 if cond == "cold" else 1.0)
+    return s
+
+
+def ceiling(gbps: float, method: str, sample: int = 0) -> fl.Ceiling:
+    return fl.Ceiling(gbps, gbps, gbps, method, time.time(), sample)
+
+
+def a_floor(storage_gbps: float = 2.0, sample: int = 1 << 30) -> fl.Floor:
+    memory = {"populate_4k": ceiling(3.0, "MADV_POPULATE_WRITE, 4 KiB pages, 2 thread(s) of 1, 2"),
+              "populate_thp": ceiling(5.0, "MADV_POPULATE_WRITE, transparent huge pages, 1 thread(s) of 1, 2"),
+              "copy": ceiling(8.0, "memmove, 1 thread(s) of 1, 2")}
+    return fl.Floor({"cores": 2}, memory,
+                    ceiling(storage_gbps, "the source's 4 largest file(s) (1024 MiB) read cold with direct, "
+                                          "concurrency 16 of 1, 4, 16", sample), mount="/ (ext4)")
+
+
+def test_each_row_is_held_against_its_own_floor():
+    assert fb.row_model("hot/ckptbench") == "hot" and fb.row_model("cold/runai") == "cold"
+    assert fb.row_model("cold/ckptbench/read") == "cold-reused"
+    assert fb.row_model("cold/ckptbench/read-stage") == "cold"
+    assert fb.row_model("cold/ckptbench/check-stage") is None
+
+
+def test_the_set_floor_is_the_slowest_resource_fresh_or_reused():
+    floors = fb.models(a_floor(), 10 * 10**9)
+    assert floors["hot"]["binding"] == "fresh memory" and floors["hot"]["floor_s"] == pytest.approx(2.0)  # 10 GB / 5
+    assert floors["cold"]["binding"] == "storage" and floors["cold"]["floor_s"] == pytest.approx(5.0)
+    assert floors["cold-reused"]["times_s"] == {"storage": pytest.approx(5.0)}
+    assert fb.efficiency(floors, "cold/safetensors", 10.0) == pytest.approx(0.5)
+    assert fb.efficiency(floors, "cold/ckptbench/check-stage", 1.0) is None
+
+
+def test_a_storage_sample_too_small_leaves_the_cold_floor_to_memory():
+    floors = fb.models(a_floor(sample=1 << 20), 10 * 10**9)
+    assert floors["cold"]["binding"] == "fresh memory" and floors["cold-reused"]["floor_s"] is None
+    assert any("fresh memory only" in line for line in fb.ceilings_lines(a_floor(sample=1 << 20), floors, 10**10))
+
+
+@pytest.mark.parametrize("mine, peer, status", [(5.5, 8.0, "met"), (6.0, 8.0, "MISSED"), (5.5, 5.0, "MISSED")])
+def test_ckptbench_needs_085_of_the_floor_and_at_least_every_peers_efficiency(mine, peer, status):
+    floors = fb.models(a_floor(), 10 * 10**9)  # cold floor 5 s: 5.5 s is 0.91, 6 s is 0.83
+    sr = {s.key: s for s in (series("cold/ckptbench", [mine]), series("cold/runai", [peer]))}
+    v = fb.targets(sr, floors, ["runai"])
+    cold = [x for x in v if x["target"].startswith("cold")]
+    assert len(cold) == 2
+    assert [x["status"] for x in cold].count("MISSED") == (status == "MISSED")
+    assert cold[1]["value"] == pytest.approx(peer / mine)
+
+
+def test_an_unmeasured_peer_is_not_measured_not_met():
+    floors = fb.models(a_floor(), 10**9)
+    v = fb.targets({"hot/ckptbench": series("hot/ckptbench", [1.0])}, floors, ["runai"])
+    assert v[1]["status"] == "not measured"
+
+
+def test_the_floors_method_lines_give_the_read_path_and_the_threads():
+    f = a_floor()
+    assert agree.storage_how(f.storage.method) == ("direct", 16)
+    assert agree.storage_how("something else") is None
+    assert agree.threads_of(f.ceilings["populate_4k"].method) == 2
+
+
+def test_the_sample_is_the_largest_files_up_to_the_floors_sample():
+    files = [("a", 100), ("b", fl.STORAGE_SAMPLE), ("c", 5)]
+    assert agree.sample(files) == [("b", fl.STORAGE_SAMPLE)]
+    assert agree.sample([("a", 1), ("c", 5)]) == [("c", 5), ("a", 1)]
+
+
+def run(**gbps) -> dict:
+    return {"wall_s": 1.0, "rc": 0, "problem": "", "doc": {
+        "ceilings": {k: {"gbps": v, "method": "m"} for k, v in gbps.items() if k != "storage"},
+        "storage": {"gbps": gbps["storage"], "method": "m"} if "storage" in gbps else None}}
+
+
+def test_spread_is_max_minus_min_over_the_median_and_storage_is_judged_apart():
+    runs = [run(copy=10.0, storage=1.0), run(copy=11.0, storage=2.0), run(copy=10.5, storage=1.5)]
+    assert agree.spread_of(runs) == {"copy": pytest.approx(1 / 10.5), "storage": pytest.approx(1 / 1.5)}
+    v = agree.box_verdicts(runs)
+    assert [x["status"] for x in v] == ["met", "MISSED", "met"]
+    assert "wall time" in v[2]["target"]
+
+
+def test_pooled_figures_take_only_runs_measured_the_same_way():
+    f = a_floor()
+    same = {"wall_s": 1, "rc": 0, "problem": "", "doc": {"ceilings": {}, "storage": {
+        "gbps": 4.0, "method": f.storage.method}}}
+    other = {"wall_s": 1, "rc": 0, "problem": "", "doc": {"ceilings": {}, "storage": {"gbps": 100.0, "method": "x"}}}
+    assert agree.pooled(f, [same, other], "storage").gbps == pytest.approx(3.0)  # median of 2.0 and 4.0
+    assert agree.pooled(f, [], "hash_md5") is None
+
+
+def test_ratio_verdicts_take_the_ten_percent_band():
+    assert agree.ratio_verdict("x", 1.1, agree.AGREE_BAND)["status"] == "met"
+    assert agree.ratio_verdict("x", 0.89, agree.AGREE_BAND)["status"] == "MISSED"
+    assert agree.ratio_verdict("x", None, agree.AGREE_BAND, why_not="no fio")["detail"] == "no fio"
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_the_c_loop_populates_and_reports_a_rate_per_repeat():
+    ceilings = {k: c for k, c in a_floor().ceilings.items() if k.startswith("populate")}
+    verdicts, record = agree.c_population(ceilings, 8 << 20, repeats=2)
+    assert len(verdicts) == 2 and all(v["value"] > 0 for v in verdicts)
+    assert len(record["populate_4k"]["c_gbps"]["populate"]) == 2 and record["populate_4k"]["threads"] == 2
+    assert len(record["populate_thp"]["c_gbps"]["touch"]) == 2
