@@ -6,44 +6,103 @@ from __future__ import annotations
 from ckptbench.cli.show import emit as _emit
 from ckptbench.core.errors import CkptbenchError
 
+NOT_MEASURED = "not measured — run `ckptbench floor SOURCE`"
+
 
 def cmd_sysinfo(args) -> int:
-    from ckptbench.sources import source_summary
-    from ckptbench.system.live import SystemSampler
-
-    from ckptbench.sources import open_source
-
-    open_source(args.source)
-    sampler = SystemSampler(args.source)
-    sampler.sample()
     import time
 
+    from ckptbench.sources import open_source, source_summary
+    from ckptbench.system import floor as fl
+    from ckptbench.system.live import SystemSampler
+
+    where = open_source(args.source).describe()
+    sampler = SystemSampler(args.source)
+    sampler.sample()
     time.sleep(0.5)  # rates need two samples
-    doc = source_summary(args.source) | sampler.sample()
+    doc = source_summary(args.source) | sampler.sample() | where  # the sampler sees no mount behind an s3:// URL
+    mount = fl.mount_key(where)
+    doc["floor"] = cached_floor(mount)  # read from the cache only: measuring would evict the checkpoint
     if args.json:
         _emit(doc)
-    else:
-        for k, v in doc.items():
+        return 0
+    for k, v in doc.items():
+        if k != "floor":
             print(f"{k:24s} {v}")
+    print_cached_floor(doc["floor"])
     return 0
+
+
+def cached_floor(mount: str) -> dict:
+    """The floor figures cached for this box and `mount`, with their age; what is not cached says how to get it."""
+    from ckptbench.system import floor as fl
+
+    f = fl.cached(mount)
+    box = {k: {"gbps": c.gbps, "min_gbps": c.min_gbps, "max_gbps": c.max_gbps, "age_s": c.age_s, "method": c.method}
+           for k, c in f.ceilings.items()} if f is not None else None
+    storage = None
+    if f is not None and f.storage is not None:
+        s = f.storage
+        storage = {"gbps": s.gbps, "min_gbps": s.min_gbps, "max_gbps": s.max_gbps, "age_s": s.age_s,
+                   "method": s.method, "sample_bytes": s.sample_bytes}
+    return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else NOT_MEASURED,
+            "storage": storage if storage else NOT_MEASURED}
+
+
+def print_cached_floor(doc: dict) -> None:
+    rows = list(doc["box"].items()) if isinstance(doc["box"], dict) else []
+    if not rows:
+        print(f"{'floor (this box)':24s} {doc['box']}")
+    for name, c in rows:
+        print(f"{'floor ' + name:24s} {c['gbps']:.3f} GB/s ({c['age_s'] / 3600:.1f} h old)")
+    s = doc["storage"]
+    label = f"floor {doc['resource']}"
+    print(f"{label:24s} " + (f"{s['gbps']:.3f} GB/s for {doc['mount']} ({s['age_s'] / 3600:.1f} h old)"
+                             if isinstance(s, dict) else f"{s} (for {doc['mount']})"))
+
+
+def _link_reader(source, listing):
+    """What the floor's network figure reads for a source that is not files on a mount: its largest objects, up
+    to floor.LINK_SAMPLE, through the source's own client, hashed with none (the link, not the CPU, is measured).
+    Returns read(concurrency) -> bytes/s, the sample's bytes and how it reads."""
+    import dataclasses
+
+    from ckptbench.sources import ReadOptions, drive
+    from ckptbench.system import floor as fl
+
+    chosen = dict(fl.link_sample([(f.path, f.size or 0) for f in listing.files]))
+    sample = dataclasses.replace(listing, files=[f for f in listing.files if f.path in chosen])
+    part = ReadOptions().part_size
+
+    def read(level: int) -> float:
+        driven = drive(lambda: source.start_read(sample, ReadOptions(concurrency=level, hash="none"), into="hash"))
+        if driven.result.failed:
+            bad = driven.result.failed[0]
+            raise CkptbenchError(f"{bad.path}: unreadable ({bad.error.message}); the floor reads the source's own "
+                                 "objects")
+        return driven.engine_gbps * 1e9
+
+    what = f"the source's {len(chosen)} largest object(s) read through its S3 client in {part >> 20} MiB ranged GETs"
+    return read, sum(chosen.values()), what
 
 
 def cmd_floor(args) -> int:
     from ckptbench.core.units import human_bytes
     from ckptbench.system import floor as fl
 
-    files, mount, listing = None, None, None
+    files, mount, listing, link = None, None, None, {}
     if args.source:
         from ckptbench.sources import open_source
 
         source = open_source(args.source, args.pick)
         listing = source.list()
-        if not source.files_on_disk:
-            raise CkptbenchError(f"{listing.source}: the floor reads a checkpoint's own files from a mount; for S3, "
-                                 "measure the box without SOURCE (the link's figure is not measured yet)")
-        files = [(f.path, f.size or 0) for f in listing.files]
         mount = fl.mount_key(source.describe())
-    f = fl.measure(files, mount, remeasure=args.remeasure)
+        if source.files_on_disk:
+            files = [(f.path, f.size or 0) for f in listing.files]
+        else:
+            read, nbytes, what = _link_reader(source, listing)
+            link = {"read": read, "read_bytes": nbytes, "read_what": what}
+    f = fl.measure(files, mount, remeasure=args.remeasure, **link)
     doc = f.to_json()
     if listing is not None:
         man = listing.manifest
@@ -55,9 +114,12 @@ def cmd_floor(args) -> int:
         return 0
     print(f"this box: {doc['box']['cores']} cores, {human_bytes(doc['box']['memory'])}, kernel {doc['box']['kernel']}"
           f"{' (cached figures)' if f.cached else ''}")
-    rows = list(f.ceilings.items()) + ([("storage", f.storage)] if f.storage else [])
+    rows = list(f.ceilings.items()) + ([(f.resource, f.storage)] if f.storage else [])
     for name, c in rows:
-        print(f"  {name:14s} {c.gbps:7.2f} GB/s  ({c.min_gbps:.2f}..{c.max_gbps:.2f}, {c.age_s:5.0f} s old)  {c.method}")
+        print(f"  {name:14s} {c.gbps:7.3f} GB/s  ({c.min_gbps:.3f}..{c.max_gbps:.3f}, {c.age_s:5.0f} s old)  "
+              f"{c.method}")
+    if f.storage is not None:
+        print(f"  ({f.resource} for {mount})")
     for note in f.notes:
         print(f"  note: {note}")
     r = doc.get("restore")

@@ -2,13 +2,16 @@
 
 Ceilings, each with its method, its spread over repeats and when it was measured:
 - storage: the source's own files read back cold (evicted and checked), at the best of a short concurrency sweep,
-  with O_DIRECT where the filesystem takes it (readmode decides, as for a restore);
+  with O_DIRECT where the filesystem takes it (readmode decides, as for a restore); for an object store, the
+  network: the source's own objects read through its client (a callable the caller gives: this floor is below the
+  sources), at the best of a short concurrency sweep;
 - fresh memory: anonymous pages populated, 4 KiB and transparent huge pages, with MADV_POPULATE_WRITE where the
-  kernel has it (a write per page where it has not), over 1..cores threads;
-- copy: into memory populated already, 1..cores threads;
+  kernel has it (a write per page where it has not), over 1, 2, 4.. cores threads;
+- copy: into memory populated already, 1, 2, 4.. cores threads;
 - every hash kernel and the finite scan, per core.
-Box figures are cached per box (kernel, CPU model and count, memory) and the storage figure per mount, in the user
-cache directory; a figure older than a day, or from another box or mount, is measured again, never used.
+Box figures are cached per box (kernel, CPU model and count, memory) and the storage figure per mount (an object
+store's per endpoint and bucket, never with credentials), in the user cache directory; a figure older than a day,
+or from another box or mount, is measured again, never used.
 
 The model: a restore's floor is the largest of its bytes over each resource it passes through (storage; fresh
 memory when it lands bytes in memory it did not own before) and of its CPU work (copying, hashing, scanning) over
@@ -37,6 +40,9 @@ POP_BYTES = 256 << 20  # enough pages that faults, not setup, are what is timed
 HASH_BYTES = 64 << 20
 STORAGE_SAMPLE = 1 << 30  # the most of the source's files read per level
 MIN_STORAGE_SAMPLE = 64 << 20  # below this, a read measures the device's latency, not its bandwidth
+LINK_SAMPLE = 256 << 20  # the most of an object store's bytes read per level: seconds, not minutes, on a slow link
+LINK_LEVELS = (4, 16, 64)  # an object store wants many connections; one would measure a request's latency
+KNEE_GAIN = 1.1  # a level that gains less than this over the best so far ends a link sweep: the link is full
 REPEATS = 3
 SCHEMA = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -105,26 +111,35 @@ def _copy(size: int, threads: int) -> float:
     return threads * part / seconds
 
 
+def thread_counts(cores: int) -> list[int]:
+    """1, 2, 4, ... and the core count itself: a many-core box is swept in seconds, not one count at a time."""
+    return sorted({1 << i for i in range(cores.bit_length()) if 1 << i <= cores} | {cores})
+
+
+def _counts(cores: int) -> str:
+    return ", ".join(map(str, thread_counts(cores)))
+
+
 def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: int = REPEATS) -> dict[str, Ceiling]:
     """Fresh-memory population (4 KiB pages and THP) and copy into populated memory, at the best thread count of
-    1..cores; each figure the median of `repeats`."""
+    1, 2, 4.. cores; each figure the median of `repeats`."""
     cores = cores or os.cpu_count() or 1
     out: dict[str, Ceiling] = {}
     for key, huge in (("populate_4k", False), ("populate_thp", True)):
         best, how, best_n = [], "", 1
-        for n in range(1, cores + 1):
+        for n in thread_counts(cores):
             runs = [_populate(size, n, huge) for _ in range(repeats)]
             rates = [r for r, _ in runs]
             if not best or statistics.median(rates) > statistics.median(best):
                 best, how, best_n = rates, runs[0][1], n
         out[key] = _ceiling(best, f"{how}, {'transparent huge pages' if huge else '4 KiB pages'}, "
-                                  f"{best_n} thread(s) of 1..{cores}")
+                                  f"{best_n} thread(s) of {_counts(cores)}")
     best, best_n = [], 1
-    for n in range(1, cores + 1):
+    for n in thread_counts(cores):
         rates = [_copy(size, n) for _ in range(repeats)]
         if not best or statistics.median(rates) > statistics.median(best):
             best, best_n = rates, n
-    out["copy"] = _ceiling(best, f"memmove into populated memory, {best_n} thread(s) of 1..{cores}")
+    out["copy"] = _ceiling(best, f"memmove into populated memory, {best_n} thread(s) of {_counts(cores)}")
     return out
 
 
@@ -192,6 +207,44 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
     return c, note
 
 
+def link_sample(names_sizes: list[tuple[str, int]], cap: int = LINK_SAMPLE) -> list[tuple[str, int]]:
+    """The largest of an object store's files that fit in `cap` together (the smallest one when none fits: the
+    figure then costs one whole object per level)."""
+    chosen, total = [], 0
+    for name, size in sorted(names_sizes, key=lambda ns: -ns[1]):
+        if size and total + size <= cap:
+            chosen.append((name, size))
+            total += size
+    sized = [ns for ns in names_sizes if ns[1]]
+    return chosen or ([min(sized, key=lambda ns: ns[1])] if sized else [])
+
+
+def link_ceiling(read, sample_bytes: int, what: str, levels: tuple[int, ...] = LINK_LEVELS,
+                 repeats: int = 1) -> tuple[Ceiling, str]:
+    """An object store's rate through its own client: `read(concurrency)` reads the sample once and returns its
+    bytes per second; the best of `levels` (the sweep ends where a level gains under 10 %: the link is full).
+    Returns the ceiling and a note when the sample is too small to be a bandwidth figure."""
+    if sample_bytes <= 0:
+        raise CkptbenchError("the floor's network figure needs the source's objects: none to read")
+    best, best_level, tried = [], levels[0], []
+    for level in levels:
+        rates = [float(read(level)) for _ in range(repeats)]
+        tried.append(level)
+        if not best or statistics.median(rates) > statistics.median(best):
+            gain = statistics.median(rates) / statistics.median(best) if best else float("inf")
+            best, best_level = rates, level
+            if gain >= KNEE_GAIN:
+                continue
+        break
+    c = _ceiling(best, f"{what} ({sample_bytes >> 20} MiB), concurrency {best_level} of "
+                       f"{', '.join(map(str, tried))}")
+    c.sample_bytes = sample_bytes
+    note = "" if sample_bytes >= MIN_STORAGE_SAMPLE else (
+        f"a {sample_bytes >> 20} MiB sample measures request latency more than the link: the floor does not use it "
+        "(point at a larger checkpoint)")
+    return c, note
+
+
 # ---- the cache ---------------------------------------------------------------------------------------------------
 
 def box_key() -> dict:
@@ -224,8 +277,14 @@ class Floor:
     notes: list[str] = field(default_factory=list)
     cached: bool = False
 
+    @property
+    def resource(self) -> str:
+        """What the storage figure is the rate of: an object store's is the network's, not a device's."""
+        return resource_of(self.mount)
+
     def to_json(self) -> dict:
-        doc = {"schema": SCHEMA, "box": self.box, "mount": self.mount, "cached": self.cached, "notes": self.notes,
+        doc = {"schema": SCHEMA, "box": self.box, "mount": self.mount, "resource": self.resource,
+               "cached": self.cached, "notes": self.notes,
                "ceilings": {k: asdict(c) | {"age_s": c.age_s} for k, c in self.ceilings.items()}}
         doc["storage"] = asdict(self.storage) | {"age_s": self.storage.age_s} if self.storage else None
         return doc
@@ -252,9 +311,11 @@ def _fresh(entry, now: float) -> Ceiling | None:
 
 
 def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None = None, *, remeasure: bool = False,
-            path: str | None = None, size: int = POP_BYTES) -> Floor:
+            path: str | None = None, size: int = POP_BYTES, read=None, read_bytes: int = 0,
+            read_what: str = "the source's objects read through its client") -> Floor:
     """This box's floor: the cached figures when they are this box's (and this mount's) and fresh, else measured
-    now and cached."""
+    now and cached. The storage figure comes from `paths_sizes` (local files, read here cold) or, for a source
+    that is not files on a mount, from `read(concurrency) -> bytes/s` over `read_bytes` (link_ceiling)."""
     path = path or cache_path()
     box = box_key()
     doc = {} if remeasure else _load_cache(path)
@@ -268,13 +329,14 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     else:
         floor.ceilings = memory_ceilings(size=size) | cpu_ceilings()
     storages = doc.get("storage") if mine and isinstance(doc.get("storage"), dict) else {}
-    if paths_sizes:
+    if paths_sizes or read is not None:
         kept = _fresh(storages.get(mount or ""), now) if storages and mount else None
-        wanted = min(STORAGE_SAMPLE, sum(s for _, s in paths_sizes))
+        wanted = read_bytes if read is not None else min(STORAGE_SAMPLE, sum(s for _, s in paths_sizes))
         if kept is not None and kept.sample_bytes >= wanted:  # a smaller sample than this source's is measured again
             floor.storage = kept
         else:
-            floor.storage, note = storage_ceiling(paths_sizes)
+            floor.storage, note = (link_ceiling(read, read_bytes, read_what) if read is not None
+                                   else storage_ceiling(paths_sizes))
             floor.notes += [note] if note else []
     _save(path, floor, storages if mine else {})
     return floor
@@ -314,7 +376,7 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     if hot and "copy" in floor.ceilings:
         times["page cache"] = bytes_read / (floor.ceilings["copy"].gbps * 1e9)
     elif not hot and storage_usable(floor):
-        times["storage"] = bytes_read / (floor.storage.gbps * 1e9)
+        times[floor.resource] = bytes_read / (floor.storage.gbps * 1e9)
     if destination == FRESH:
         pop = max((floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings),
                   key=lambda c: c.gbps, default=None)
@@ -340,9 +402,24 @@ def efficiency(floor_s: float | None, measured_s: float | None) -> float | None:
     return floor_s / measured_s
 
 
+S3_KEY = " (s3)"
+
+
 def mount_key(where: dict) -> str:
-    """The storage figure's key: a source's mount point and filesystem (what Source.describe gives)."""
-    return f"{where.get('mount_point')} ({where.get('fs_type')})"
+    """The storage figure's key: a source's mount point and filesystem (what Source.describe gives); for S3 its
+    endpoint (and bucket, when describe names it) without user-info, query or fragment: no credential is a key."""
+    if where.get("fs_type") != "s3":
+        return f"{where.get('mount_point')} ({where.get('fs_type')})"
+    from ckptbench.core.errors import redact
+
+    endpoint = redact(str(where.get("mount_point") or "AWS")).split("?")[0].split("#")[0].rstrip("/")
+    bucket = where.get("bucket")
+    return f"{endpoint}/{bucket}{S3_KEY}" if bucket else f"{endpoint}{S3_KEY}"
+
+
+def resource_of(mount: str | None) -> str:
+    """The model's name for what a mount's figure measures: an object store is reached over the network."""
+    return "network" if mount and mount.endswith(S3_KEY) else "storage"
 
 
 def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
@@ -368,12 +445,12 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     if floor is None:
         return {"floor_s": None, "efficiency": None, "binding": None, "floor_times_s": {}, "floor_note": NOT_MEASURED}
     m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot)
-    rate = {"storage": floor.storage, "page cache": floor.ceilings.get("copy"), "fresh memory": max(
+    rate = {floor.resource: floor.storage, "page cache": floor.ceilings.get("copy"), "fresh memory": max(
         (floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings), key=lambda c: c.gbps,
         default=None)}.get(m["binding"])
     note = ("the read was from the page cache; " if hot else "" if storage_usable(floor) else
-            "no storage figure for this mount (`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory "
-            "and CPU only; ")
+            f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
+            "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only; ")
     note += f"ceilings measured {max(c.age_s for c in floor.ceilings.values()) / 3600:.1f} h ago at most"
     return {"floor_s": m["floor_s"], "efficiency": efficiency(m["floor_s"], measured_s), "binding": m["binding"],
             "binding_gbps": rate.gbps if rate is not None else None, "floor_times_s": m["times_s"], "floor_note": note}

@@ -66,21 +66,25 @@ def start_moto():
 
 
 class _TokenBucket:
-    """Per-connection pacing: holds at most one CHUNK of credit, so a stream's rate is capped from its start."""
+    """Pacing: holds at most one CHUNK of credit, so a stream's rate is capped from its start. One per connection,
+    and one shared by all (the link): takers share the debt, so together they get the rate, each a fair part."""
 
     def __init__(self) -> None:
         self.tokens = float(CHUNK)
         self.stamp = time.monotonic()
+        self.lock = threading.Lock()
 
     def take(self, n: int, rate: float | None) -> None:
-        now = time.monotonic()
-        if not rate:  # unlimited: keep the bucket full for when a cap is set live
-            self.tokens, self.stamp = float(CHUNK), now
-            return
-        self.tokens = min(float(CHUNK), self.tokens + (now - self.stamp) * rate) - n
-        self.stamp = now
-        if self.tokens < 0:  # in debt: wait until the refill pays it back; the next take() counts the wait
-            time.sleep(-self.tokens / rate)
+        with self.lock:
+            now = time.monotonic()
+            if not rate:  # unlimited: keep the bucket full for when a cap is set live
+                self.tokens, self.stamp = float(CHUNK), now
+                return
+            self.tokens = min(float(CHUNK), self.tokens + (now - self.stamp) * rate) - n
+            self.stamp = now
+            debt = -self.tokens
+        if debt > 0:  # wait until the refill pays it back (outside the lock); the next take() counts the wait
+            time.sleep(debt / rate)
 
 
 class _UpstreamConnection(http.client.HTTPConnection):
@@ -248,6 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _write_paced(self, data: bytes, payload: int) -> None:
         self.bucket.take(payload, self.proxy.bandwidth_bps)
+        self.proxy._link.take(payload, self.proxy.link_bps)
         self.wfile.write(data)
         self.proxy._count("bytes_out", n=payload)
 
@@ -292,18 +297,22 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ShapingProxy:
-    """HTTP/1.1 keep-alive proxy adding S3-like latency, per-connection bandwidth and faults in front of upstream.
+    """HTTP/1.1 keep-alive proxy adding S3-like latency, per-connection bandwidth, a link cap and faults in front of
+    upstream.
 
-    latency_s, bandwidth_bps (bytes per second per client connection; None = unlimited), fault_rate and
-    fault_kinds may be changed while it runs; each request reads them afresh.
+    latency_s, bandwidth_bps (bytes per second per client connection; None = unlimited), link_bps (bytes per second
+    over all connections together, as a real link has one capacity; None = unlimited), fault_rate and fault_kinds
+    may be changed while it runs; each request reads them afresh.
     """
 
     def __init__(self, upstream_url: str, latency_s: float = 0.020, bandwidth_bps: float | None = None,
                  fault_rate: float = 0.0, fault_kinds: tuple[str, ...] = ("slowdown", "reset"),
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, link_bps: float | None = None) -> None:
         self.upstream_url = upstream_url.rstrip("/")
         self.latency_s = latency_s
         self.bandwidth_bps = bandwidth_bps
+        self.link_bps = link_bps
+        self._link = _TokenBucket()
         self.fault_rate = fault_rate
         self.fault_kinds = tuple(fault_kinds)
         self.reset_points: tuple[str, ...] = ("before", "mid")  # narrow to test one failure point
@@ -412,12 +421,13 @@ class LocalS3:
 
 @contextlib.contextmanager
 def local_s3(latency_s: float = 0.020, bandwidth_bps: float | None = None, fault_rate: float = 0.0,
-             fault_kinds: tuple[str, ...] = ("slowdown", "reset"), seed: int | None = None):
+             fault_kinds: tuple[str, ...] = ("slowdown", "reset"), seed: int | None = None,
+             link_bps: float | None = None):
     """Start moto and a ShapingProxy in front of it; yield a LocalS3; stop both on exit."""
     moto_server, direct_url = start_moto()
     try:
         proxy = ShapingProxy(direct_url, latency_s=latency_s, bandwidth_bps=bandwidth_bps, fault_rate=fault_rate,
-                             fault_kinds=fault_kinds, seed=seed)
+                             fault_kinds=fault_kinds, seed=seed, link_bps=link_bps)
         proxy.start()
         try:
             yield LocalS3(moto_server, direct_url, proxy)

@@ -131,3 +131,101 @@ def test_a_run_document_carries_its_floor_or_says_it_is_not_measured(tmp_path, m
     assert doc["efficiency"] == pytest.approx(doc["floor_s"] / doc["rto_s"])
     r = h.run_cli("run", root, "--repeat", "1", "--cache", "hot", "--results", tmp_path / "R.csv")
     assert "  floor " in r.out and "bound by" in r.out and "% of it" in r.out, r.out
+
+
+def test_an_s3_source_is_keyed_by_endpoint_without_credentials_and_its_figure_is_the_network():
+    where = {"fs_type": "s3", "mount_point": "http://alice:hunter2@s3.example:9000/?X-Amz-Signature=abc123#frag"}
+    key = fl.mount_key(where)
+    assert "hunter2" not in key and "abc123" not in key and "Signature" not in key and "s3.example:9000" in key
+    assert fl.mount_key(where | {"bucket": "b1"}) != fl.mount_key(where | {"bucket": "b2"})  # per bucket when named
+    assert fl.resource_of(key) == "network" and fl.mount_key({"fs_type": "ext4", "mount_point": "/"}) == "/ (ext4)"
+    assert fl.resource_of("/ (ext4)") == "storage" and fl.resource_of(None) == "storage"
+    f = _floor(storage=0.05, populate_4k=1.0)
+    f.mount = key
+    m = fl.model(f, bytes_read=10**9)
+    assert m["binding"] == "network" and m["times_s"]["network"] == pytest.approx(20.0)
+    doc = fl.restore_fields(f, bytes_read=10**9, measured_s=25.0, hash_alg="none")
+    assert doc["binding"] == "network" and doc["binding_gbps"] == 0.05 and doc["efficiency"] == pytest.approx(0.8)
+    f.storage = None
+    assert "no network figure for this endpoint" in fl.restore_fields(f, bytes_read=10**9, measured_s=1.0,
+                                                                       hash_alg="none")["floor_note"]
+
+
+def test_the_link_sweep_keeps_the_best_level_and_stops_where_the_link_is_full():
+    asked = []
+
+    def read(rates):
+        def one(level):
+            asked.append(level)
+            return rates[level]
+        return one
+
+    c, note = fl.link_ceiling(read({4: 100e6, 16: 105e6, 64: 500e6}), 128 << 20, "planted")
+    assert asked == [4, 16] and c.gbps == pytest.approx(0.105) and "concurrency 16 of 4, 16" in c.method
+    assert c.sample_bytes == 128 << 20 and not note
+    asked.clear()
+    c, note = fl.link_ceiling(read({4: 1e8, 16: 2e8, 64: 1.9e8}), 1 << 20, "planted")
+    assert asked == [4, 16, 64] and c.gbps == pytest.approx(0.2) and "latency" in note  # 1 MiB: no bandwidth figure
+    mib = 1 << 20
+    assert fl.link_sample([("a", 200 * mib), ("b", 100 * mib), ("c", 50 * mib)]) == [("a", 200 * mib), ("c", 50 * mib)]
+    assert fl.link_sample([("a", 900 * mib), ("b", 300 * mib)]) == [("b", 300 * mib)]  # none fits: the smallest
+    assert fl.thread_counts(1) == [1] and fl.thread_counts(6) == [1, 2, 4, 6] and fl.thread_counts(8) == [1, 2, 4, 8]
+
+
+def test_a_stale_or_foreign_network_figure_is_measured_again_not_used(tmp_path, monkeypatch):
+    cache = str(tmp_path / "floor.json")
+    now = time.time()
+    keys = ("populate_4k", "populate_thp", "copy", "scan", *(f"hash_{a}" for a in ("crc32c", "xxh64", "md5",
+                                                                                   "sha256")))
+    box = {k: {"gbps": 5.0, "min_gbps": 5.0, "max_gbps": 5.0, "method": "planted", "measured_at": now} for k in keys}
+    mine = fl.mount_key({"fs_type": "s3", "mount_point": "http://127.0.0.1:1"})
+    calls = []
+
+    def read(level):
+        calls.append(level)
+        return 50e6
+
+    def plant(key, at, box_key=None):
+        entry = {"gbps": 0.099, "min_gbps": 0.099, "max_gbps": 0.099, "method": "planted", "measured_at": at,
+                 "sample_bytes": 128 << 20}
+        with open(cache, "w") as f:
+            json.dump({"schema": fl.SCHEMA, "box": box_key or fl.box_key(), "ceilings": box,
+                       "storage": {key: entry}}, f)
+
+    def network(mount=mine):
+        calls.clear()
+        f = fl.measure(mount=mount, read=read, read_bytes=100 << 20, path=cache)
+        return f.storage.gbps, bool(calls)
+
+    monkeypatch.setattr(fl, "memory_ceilings", lambda size=0: {})
+    monkeypatch.setattr(fl, "cpu_ceilings", lambda: {})
+    plant(mine, now)
+    assert network() == (0.099, False)  # this endpoint's, fresh: used, nothing read
+    assert fl.cached(mine, path=cache).storage.gbps == 0.099 and fl.cached(mine, path=cache).resource == "network"
+    other = fl.mount_key({"fs_type": "s3", "mount_point": "http://127.0.0.1:2"})
+    assert network(other) == (pytest.approx(0.05), True)  # another endpoint's: measured
+    plant(mine, now - 2 * fl.MAX_AGE_S)
+    assert network() == (pytest.approx(0.05), True)  # stale: measured again
+    plant(mine, now, fl.box_key() | {"cores": -1})
+    assert network() == (pytest.approx(0.05), True)  # another box's: measured again
+    saved = json.load(open(cache))["storage"]
+    assert saved[mine]["gbps"] == pytest.approx(0.05) and "127.0.0.1:1" in mine
+
+
+def test_sysinfo_shows_the_cached_floor_and_never_measures_it(tmp_path, monkeypatch):
+    from ckptbench.cli import box
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(fl, "measure", lambda *a, **k: pytest.fail("sysinfo measured the floor"))
+    doc = box.cached_floor("/ (ext4)")
+    assert doc["box"] == box.NOT_MEASURED and doc["storage"] == box.NOT_MEASURED and "ckptbench floor" in doc["box"]
+    now = time.time()
+    c = {"gbps": 4.0, "min_gbps": 4.0, "max_gbps": 4.0, "method": "planted", "measured_at": now - 7200}
+    os.makedirs(tmp_path / "ckptbench")
+    with open(tmp_path / "ckptbench" / "floor.json", "w") as f:
+        json.dump({"schema": fl.SCHEMA, "box": fl.box_key(), "ceilings": {"copy": c},
+                   "storage": {"/ (ext4)": c | {"sample_bytes": 1 << 30}}}, f)
+    doc = box.cached_floor("/ (ext4)")
+    assert doc["box"]["copy"]["gbps"] == 4.0 and doc["box"]["copy"]["age_s"] == pytest.approx(7200, abs=60)
+    assert doc["storage"]["gbps"] == 4.0 and doc["resource"] == "storage"
+    assert box.cached_floor("/data (xfs)")["storage"] == box.NOT_MEASURED  # another mount's figure is not this one's
