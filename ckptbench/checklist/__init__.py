@@ -4,4 +4,4 @@ Other folders import only the modules named below (`from ckptbench.checklist imp
 what is not named is this folder's own.
 """
 
-__all__ = ["rules", "facts", "fuse"]
+__all__ = ["rules", "facts", "fuse", "efficiency"]

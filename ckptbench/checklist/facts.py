@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import fastio
 
+from ckptbench.checklist import efficiency
 from ckptbench.core import concurrency as conc
 from ckptbench.system import pagecache as conditions
 from ckptbench.system import fuse as fuse_probes
@@ -51,6 +52,7 @@ class Facts:
     unreadable: list = field(default_factory=list)  # (path, why): files and directories this user cannot read
     fuse: dict | probes.Unknown | None = None  # fuse_probes.fuse_daemon of a FUSE mount: kind, pid, its options
     measured_save: dict | None = None  # plan.measured_save: the newest save recorded in the results file
+    floor_facts: efficiency.FloorFacts | None = None  # the floor and a short restore; None: not asked for
 
     @property
     def bytes(self) -> int:
@@ -79,8 +81,11 @@ def _open_probe(paths: list[str], limit: int = 2000) -> tuple[float | None, list
 
 
 def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, quick_sweep: bool = False,
-           environ: dict | None = None, probe_cache: bool = True, results: str | None = None) -> Facts:
+           environ: dict | None = None, probe_cache: bool = True, results: str | None = None,
+           floor: bool = False) -> Facts:
     """Reads every fact; each probe fails soft, so a missing one becomes 'unknown' in its item, not a crash.
+    With `floor` it also measures this box's floor (or reads it cached) and runs a short cold restore: that evicts
+    the checkpoint, so a screen beside a running restore leaves it off.
 
     What differs between storage kinds comes from the source (its scheme, mount, page cache), never from a
     branch on the URL here."""
@@ -135,6 +140,8 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
         f.sweep = res.to_json() | {"date": f.knee.date}
     elif results:
         f.knee = recorded_knee(results, source)
+    if floor:
+        f.floor_facts = efficiency.gather(src, listing, concurrency, root, frozenset(p for p, _ in f.unreadable))
     return f
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ckptbench.checklist import efficiency
 from ckptbench.checklist import fuse as checklist_fuse
 from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts
@@ -320,6 +321,12 @@ def readable(f: Facts) -> Verdict:
     return Verdict("readable", title, "ok", ev, why, "none")
 
 
+def restore_efficiency(f: Facts) -> Verdict:
+    """A short cold restore against this box's floor (judged only when the check measured one: see evaluate)."""
+    return efficiency.judge(f.floor_facts or efficiency.FloorFacts(why="not measured by this check"),
+                            advice(_measured(f), f.preset))
+
+
 RULES = (concurrency, small_files, network_path, mount_options, limits_and_interference, oom, device_mapping,
          cold_cache, write_side, readable)
 
@@ -328,10 +335,13 @@ on_fuse = checklist_fuse.on_fuse
 
 
 def evaluate(f: Facts) -> list[Verdict]:
-    """Every rule, plus the FUSE item after the mount options when the source sits on a FUSE mount."""
+    """Every rule, plus the FUSE item after the mount options when the source sits on a FUSE mount, and the restore
+    efficiency last when the check measured the floor."""
     items = [rule(f) for rule in RULES]
     if on_fuse(f):
         items.insert(RULES.index(mount_options) + 1, fuse_mount(f))
+    if f.floor_facts is not None:
+        items.append(restore_efficiency(f))
     return items
 
 

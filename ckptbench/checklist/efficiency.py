@@ -1,0 +1,243 @@
+"""Restore efficiency: a short cold restore of the source's largest files held against this box's floor (its measured
+ceilings), the resource that binds named, and a fix for where the gap is."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import fastio
+
+from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.verdicts import Verdict
+from ckptbench.restore.sweep import Advice
+from ckptbench.system import floor as fl
+from ckptbench.system import pagecache, probes, readmode
+
+ID, TITLE = "efficiency", "Restore efficiency"
+GOOD = 0.85  # at or above this share of the floor a restore is as fast as this box allows
+WHY = ("a restore slower than the box's own ceilings (storage, fresh memory, copy, hashing) leaves time on the table; "
+       "the ceiling that binds says where to look")
+FLOOR_CMD = "`ckptbench floor SOURCE` (64 MiB or more of files on the same mount)"
+
+
+@dataclass(frozen=True)
+class RestoreProbe:
+    """The short restore this check ran: the sample's bytes read cold into fresh memory and hashed."""
+
+    bytes: int
+    files: int
+    seconds: float
+    hash: str
+    read: str
+    concurrency: int
+    cold: bool  # eviction verified: the bytes came from the device, not the page cache
+    residency_before: float
+
+
+@dataclass(frozen=True)
+class FloorFacts:
+    """The floor and the short restore, or why there are none (then `why` says what to run)."""
+
+    floor: fl.Floor | None = None
+    restore: RestoreProbe | None = None
+    why: str = ""
+    thp_enabled: str | probes.Unknown | None = None
+    thp_defrag: str | probes.Unknown | None = None
+
+
+def thp_mode(name: str, root: str = "/") -> str | probes.Unknown:
+    """The [selected] word of /sys/kernel/mm/transparent_hugepage/<name> (enabled, defrag)."""
+    path = os.path.join(root, "sys/kernel/mm/transparent_hugepage", name)
+    try:
+        with open(path) as f:
+            words = f.read().split()
+    except OSError as exc:
+        return probes.Unknown(f"{path}: {exc.strerror or exc}")
+    return next((w.strip("[]") for w in words if w.startswith("[")), probes.Unknown(f"{path}: no [selected] mode"))
+
+
+def _sample(files: list[tuple[str, int]]) -> list[fastio.FileSpec]:
+    """The largest files up to the floor's storage sample; the last one cut to a prefix so no more is read."""
+    out, total = [], 0
+    for path, size in sorted(files, key=lambda ps: -ps[1]):
+        if total >= fl.STORAGE_SAMPLE:
+            break
+        take = min(size, fl.STORAGE_SAMPLE - total)
+        out.append(fastio.FileSpec(path, size) if take == size else fastio.FileSpec(path, take, 0))
+        total += take
+    return out
+
+
+def short_restore(files: list[tuple[str, int]], concurrency: int, hash_alg: str) -> RestoreProbe:
+    """Reads the sample cold (evicted, checked) into fresh anonymous memory with the read path a cold restore takes,
+    hashing as the manifest does; raises CkptbenchError when a file cannot be read."""
+    specs = _sample(files)
+    paths = sorted({s.path for s in specs})
+    cond = pagecache.prepare(paths, "cold")
+    mode = readmode.choose([(s.path, s.size) for s in specs], cond.residency_before, 1 << 20).mode
+    t0 = time.perf_counter()
+    res = fastio.read_files(specs, concurrency=concurrency, read=mode, hash=hash_alg, into_memory=True)
+    seconds = time.perf_counter() - t0
+    if res.failed:
+        raise CkptbenchError(f"{res.failed[0].path}: unreadable ({res.failed[0].error.message})")
+    return RestoreProbe(res.bytes, len(specs), seconds, hash_alg, mode, concurrency, cond.verified,
+                        cond.residency_before)
+
+
+def gather(source, listing, concurrency: int, root: str = "/", unreadable: frozenset[str] = frozenset()) -> FloorFacts:
+    """The floor (measured now, or this box's cached figures) and a short restore of the files this user can read
+    (the readable item judges the rest); fails soft into `why`."""
+    thp = {"thp_enabled": thp_mode("enabled", root), "thp_defrag": thp_mode("defrag", root)}
+    if not source.files_on_disk:
+        return FloorFacts(why=f"{listing.source}: the floor's storage figure reads a checkpoint's own files from a "
+                              "mount, and a link's rate is not measured yet; run `ckptbench floor` for this box's "
+                              "memory and CPU ceilings and `ckptbench check SOURCE --quick-sweep` for the link's",
+                          **thp)
+    files = [(f.path, f.size) for f in listing.files if f.size and f.path not in unreadable]
+    if not files:
+        return FloorFacts(why=f"{listing.source}: no readable file with bytes; point check at a checkpoint", **thp)
+    man = listing.manifest
+    alg = man.hash if man is not None and man.hash in fastio.HASHES else "none"
+    try:
+        floor = fl.measure(files, fl.mount_key(source.describe()))
+        probe = short_restore(files, concurrency, alg)
+    except (CkptbenchError, fastio.FastIOError, OSError) as exc:
+        return FloorFacts(why=f"the floor could not be measured: {exc}; fix that, then run {FLOOR_CMD}", **thp)
+    return FloorFacts(floor, probe, **thp)
+
+
+# ---- the verdict -------------------------------------------------------------------------------------------------
+
+def _ceiling(c: fl.Ceiling | None) -> dict | None:
+    return None if c is None else {"gbps": round(c.gbps, 3), "method": c.method, "age_s": round(c.age_s)}
+
+
+def _populate(floor: fl.Floor) -> fl.Ceiling | None:
+    return max((floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings),
+               key=lambda c: c.gbps, default=None)
+
+
+def _kernels(floor: fl.Floor) -> dict[str, float]:
+    return {k.removeprefix("hash_"): c.gbps for k, c in floor.ceilings.items() if k.startswith("hash_")}
+
+
+def ceilings(floor: fl.Floor, hash_alg: str) -> dict:
+    """Every ceiling the model holds a restore against: rate, method, age (storage, fresh memory, copy, cpu)."""
+    storage = _ceiling(floor.storage)
+    if storage is not None:
+        storage["sample_bytes"] = floor.storage.sample_bytes
+        storage["usable"] = fl.storage_usable(floor)
+    else:
+        storage = {"missing": "not measured for this mount"}
+    fresh = _ceiling(_populate(floor))
+    if fresh is not None:
+        fresh |= {f"{k}_gbps": round(floor.ceilings[k].gbps, 3) for k in ("populate_4k", "populate_thp")
+                  if k in floor.ceilings}
+    cpu = _ceiling(floor.ceilings.get(f"hash_{hash_alg}")) or {"hash": "none"}
+    cpu |= {"hash": hash_alg, "per": "core", "cores": floor.box.get("cores"),
+            "kernels_gbps": {k: round(v, 3) for k, v in _kernels(floor).items()}}
+    if "scan" in floor.ceilings:
+        cpu["scan_gbps"] = round(floor.ceilings["scan"].gbps, 3)
+    return {"storage": storage, "fresh memory": fresh, "page cache copy": _ceiling(floor.ceilings.get("copy")),
+            "cpu": cpu}
+
+
+def _storage_fix(probe: RestoreProbe, advised: Advice) -> str:
+    m = advised.measured
+    if m is not None and probe.concurrency < m.knee:
+        parts = [f"raise --concurrency from {probe.concurrency} to {m.knee}, the {m.basis}"]
+    elif m is not None:
+        parts = [f"--concurrency {probe.concurrency} is at or past the knee already ({m.basis}), so the gap is not it"]
+    else:
+        parts = ["measure the knee (`ckptbench check SOURCE --quick-sweep`) and raise --concurrency to it"]
+    if probe.read != "direct":
+        parts.append(f"this read used {probe.read}: read with O_DIRECT (--read direct) where the mount takes it")
+    parts.append("check the mount (the mount-options item: read_ahead_kb, rsize, stripes)")
+    return "; ".join(parts)
+
+
+def _thp_advice(enabled, defrag) -> str:
+    state = (f"transparent_hugepage is {enabled if isinstance(enabled, str) else 'unknown'} "
+             f"(defrag {defrag if isinstance(defrag, str) else 'unknown'})")
+    if enabled == "never":
+        return f"{state}: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled, then madvise(MADV_HUGEPAGE)"
+    if enabled == "madvise":
+        return f"{state}: madvise(MADV_HUGEPAGE) the destination before it is touched"
+    return state
+
+
+def _memory_fix(floor: fl.Floor, ff: FloorFacts) -> str:
+    c4k, thp = floor.ceilings.get("populate_4k"), floor.ceilings.get("populate_thp")
+    rates = ", ".join(f"{c.gbps:.2f} GB/s with {label}" for c, label in ((c4k, "4 KiB pages"), (thp, "huge pages"))
+                      if c is not None)
+    fix = (f"this box populates fresh memory at {rates}: that rate limits every loader that lands bytes in memory "
+           "it did not own; pre-populate the destination before the restore (MADV_POPULATE_WRITE), or reuse one "
+           "allocated once")
+    state = _thp_advice(ff.thp_enabled, ff.thp_defrag)
+    if thp is not None and (c4k is None or thp.gbps > c4k.gbps):
+        return f"{fix}, or back it with huge pages ({thp.gbps:.2f} GB/s here): {state}"
+    return f"{fix}; huge pages measured no faster here, so they are not the lever ({state})"
+
+
+def _cpu_fix(floor: fl.Floor, probe: RestoreProbe) -> str:
+    kernels = _kernels(floor)
+    cores = floor.box.get("cores") or 1
+    fastest = max(kernels, key=kernels.get) if kernels else None
+    mine = kernels.get(probe.hash)
+    what = f"hashing with {probe.hash} ({mine:.2f} GB/s per core) on {cores} core(s)" if mine else "the CPU work"
+    if fastest and fastest != probe.hash:
+        return (f"{what} binds: a lighter hash ({fastest}, measured {kernels[fastest]:.2f} GB/s per core here), or "
+                "more cores")
+    return f"{what} binds: more cores, or a structural check instead of a digest where that suffices"
+
+
+def _fix(binding: str | None, floor: fl.Floor, ff: FloorFacts, advised: Advice) -> str:
+    probe = ff.restore
+    if binding == "storage":
+        return _storage_fix(probe, advised)
+    if binding == "page cache":
+        return ("the bytes came from the page cache (eviction did not hold): its copy binds; raise --concurrency so "
+                "more cores copy, or read with mmap; for a device figure see the cold-cache item")
+    if binding == "fresh memory":
+        return _memory_fix(floor, ff)
+    if binding == "cpu":
+        return _cpu_fix(floor, probe)
+    return f"nothing binds in the model; measure the floor again: {FLOOR_CMD}"
+
+
+def judge(ff: FloorFacts, advised: Advice) -> Verdict:
+    """ok at or above GOOD of the floor; warn below, with a fix for the binding resource; unknown without a floor."""
+    if ff.floor is None or ff.restore is None:
+        return Verdict(ID, TITLE, "unknown", {"reason": ff.why or "not measured"}, WHY,
+                       ff.why or f"run {FLOOR_CMD}")
+    floor, probe = ff.floor, ff.restore
+    m = fl.model(floor, bytes_read=probe.bytes, hash_alg=probe.hash, destination=fl.FRESH, hot=not probe.cold)
+    ev = {"sample_bytes": probe.bytes, "sample_files": probe.files, "measured_s": round(probe.seconds, 4),
+          "measured_gbps": round(probe.bytes / probe.seconds / 1e9, 3) if probe.seconds > 0 else None,
+          "concurrency": probe.concurrency, "read": probe.read, "hash": probe.hash, "cold": probe.cold,
+          "floor_cached": floor.cached, "ceilings": ceilings(floor, probe.hash), "notes": list(floor.notes)}
+    if m["floor_s"] is None:
+        return Verdict(ID, TITLE, "unknown", ev | {"reason": "no ceiling applies to this restore"}, WHY,
+                       f"run {FLOOR_CMD}")
+    eff = fl.efficiency(m["floor_s"], probe.seconds)
+    if eff is None:
+        return Verdict(ID, TITLE, "unknown", ev | {"reason": "the short restore took no measurable time"}, WHY,
+                       "point check at a larger checkpoint")
+    ev |= {"efficiency": round(eff, 3), "binding": m["binding"],
+           "floor_s": round(m["floor_s"], 4), "gap_s": round(max(0.0, probe.seconds - m["floor_s"]), 4),
+           "times_s": {k: round(v, 4) for k, v in m["times_s"].items()}}
+    if probe.cold and not fl.storage_usable(floor):
+        sample = floor.storage.sample_bytes if floor.storage else 0
+        ev["storage_missing"] = (f"a {sample >> 20} MiB sample, under the {fl.MIN_STORAGE_SAMPLE >> 20} MiB a "
+                                 "bandwidth figure needs")
+        if eff < GOOD:
+            return Verdict(ID, TITLE, "warn", ev, WHY,
+                           f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, "
+                           f"so the gap ({eff:.0%} of that floor, bound by {m['binding']}) is likely the storage's; "
+                           f"point {FLOOR_CMD} at a larger checkpoint, then check again")
+    if eff >= GOOD:
+        return Verdict(ID, TITLE, "ok", ev, WHY, "none")
+    return Verdict(ID, TITLE, "warn", ev, WHY,
+                   f"at {eff:.0%} of the floor, bound by {m['binding']}: {_fix(m['binding'], floor, ff, advised)}")

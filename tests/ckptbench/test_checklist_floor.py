@@ -1,0 +1,189 @@
+"""The checklist's restore-efficiency item: a short cold restore held against the box's floor. The rules with fixed
+ceilings (ok at 85 % of the floor and above, warn below, the binding resource named and its fix), an honest unknown
+without a floor, and one real `ckptbench check SOURCE --json` that measures the floor into a temporary cache."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from ckptbench.checklist import efficiency as eff
+from ckptbench.checklist.facts import Facts
+from ckptbench.checklist.rules import evaluate
+from ckptbench.restore.sweep import MeasuredKnee, advice
+from ckptbench.system import floor as fl
+from ckptbench.system.probes import Unknown
+
+GB = 10**9
+NO_KNEE = advice(None, None)
+KNEE_16 = advice(MeasuredKnee("/ckpt", 16, 32, {4: 1.0, 16: 2.9, 32: 3.0}, "quick sweep", "2025-01-31 12:00"))
+
+
+def _floor(cores: int = 2, **gbps) -> fl.Floor:
+    now = time.time()
+    f = fl.Floor({"cores": cores})
+    for k, v in gbps.items():
+        c = fl.Ceiling(v, v, v, f"fixed {k}", now - 60)
+        if k == "storage":
+            c.sample_bytes = fl.STORAGE_SAMPLE
+            f.storage = c
+        else:
+            f.ceilings[k] = c
+    return f
+
+
+def _facts(floor: fl.Floor, seconds: float, *, nbytes: int = GB, hash_alg: str = "crc32c", read: str = "direct",
+           cold: bool = True, concurrency: int = 4, thp: str = "madvise", defrag: str = "madvise") -> eff.FloorFacts:
+    probe = eff.RestoreProbe(nbytes, 4, seconds, hash_alg, read, concurrency, cold, 0.0 if cold else 1.0)
+    return eff.FloorFacts(floor, probe, thp_enabled=thp, thp_defrag=defrag)
+
+
+FAST = dict(populate_4k=10.0, populate_thp=10.0, copy=20.0, hash_crc32c=10.0, hash_xxh64=8.0, hash_sha256=0.5,
+            scan=10.0)
+
+
+def test_ok_at_85_percent_of_the_floor_and_above():
+    f = _floor(storage=1.0, **FAST)  # 1 GB at 1 GB/s: the floor is 1 s, bound by storage
+    for seconds, verdict in ((1.0, "ok"), (1 / 0.85, "ok"), (1 / 0.84, "warn"), (2.0, "warn")):
+        it = eff.judge(_facts(f, seconds), NO_KNEE)
+        assert it.verdict == verdict, seconds
+        assert it.evidence["binding"] == "storage"
+        assert it.evidence["floor_s"] == pytest.approx(1.0)
+        assert it.evidence["efficiency"] == pytest.approx(1 / seconds, abs=1e-3)
+        assert (it.fix == "none") is (verdict == "ok")
+
+
+def test_evidence_carries_every_ceiling_with_rate_method_and_age_and_the_times():
+    it = eff.judge(_facts(_floor(storage=1.0, **FAST), 2.0), NO_KNEE)
+    ev = it.evidence
+    assert ev["times_s"] == pytest.approx({"storage": 1.0, "fresh memory": 0.1, "cpu": 0.05})
+    assert ev["gap_s"] == pytest.approx(1.0) and ev["measured_gbps"] == pytest.approx(0.5)
+    c = ev["ceilings"]
+    assert set(c) == {"storage", "fresh memory", "page cache copy", "cpu"}
+    for name in c:
+        assert c[name]["gbps"] > 0 and c[name]["method"].startswith("fixed") and 59 <= c[name]["age_s"] <= 70, name
+    assert c["storage"]["usable"] is True and c["storage"]["sample_bytes"] == fl.STORAGE_SAMPLE
+    assert c["cpu"]["hash"] == "crc32c" and c["cpu"]["kernels_gbps"]["sha256"] == 0.5 and c["cpu"]["cores"] == 2
+    assert c["fresh memory"]["populate_4k_gbps"] == 10.0
+    json.dumps(it.to_json(), allow_nan=False)
+
+
+def test_storage_bound_fix_raises_concurrency_to_the_knee_and_asks_for_o_direct():
+    f = _floor(storage=1.0, **FAST)
+    it = eff.judge(_facts(f, 2.0, read="pread", concurrency=4), KNEE_16)
+    assert it.verdict == "warn" and it.fix.startswith("at 50% of the floor, bound by storage: ")
+    assert "raise --concurrency from 4 to 16, the measured knee 16" in it.fix
+    assert "O_DIRECT" in it.fix and "mount" in it.fix
+    at_knee = eff.judge(_facts(f, 2.0, read="direct", concurrency=16), KNEE_16).fix
+    assert "at or past the knee already (measured knee 16" in at_knee and "O_DIRECT" not in at_knee
+    unmeasured = eff.judge(_facts(f, 2.0), NO_KNEE).fix
+    assert "--quick-sweep" in unmeasured
+
+
+def test_fresh_memory_bound_fix_names_the_population_rate_and_the_thp_setting():
+    f = _floor(storage=10.0, populate_4k=1.0, populate_thp=2.0, copy=20.0, hash_crc32c=10.0)
+    it = eff.judge(_facts(f, 1.0, thp="never", defrag="defer"), NO_KNEE)
+    assert it.verdict == "warn" and it.evidence["binding"] == "fresh memory"
+    assert it.evidence["floor_s"] == pytest.approx(0.5)  # the faster of 4 KiB and THP
+    assert "1.00 GB/s with 4 KiB pages, 2.00 GB/s with huge pages" in it.fix
+    assert "limits every loader" in it.fix and "pre-populate" in it.fix
+    assert "transparent_hugepage is never (defrag defer)" in it.fix and "echo madvise >" in it.fix
+    slow_thp = _floor(storage=10.0, populate_4k=2.0, populate_thp=1.0, hash_crc32c=10.0)
+    fix = eff.judge(_facts(slow_thp, 1.0), NO_KNEE).fix
+    assert "huge pages measured no faster here" in fix and "transparent_hugepage is madvise" in fix
+
+
+def test_cpu_bound_fix_names_the_faster_kernel_measured():
+    f = _floor(storage=10.0, **FAST)  # sha256 at 0.5 GB/s per core on 2 cores: 1 s for 1 GB
+    it = eff.judge(_facts(f, 2.0, hash_alg="sha256"), NO_KNEE)
+    assert it.evidence["binding"] == "cpu" and it.evidence["times_s"]["cpu"] == pytest.approx(1.0)
+    assert "hashing with sha256 (0.50 GB/s per core) on 2 core(s)" in it.fix
+    assert "a lighter hash (crc32c, measured 10.00 GB/s per core here)" in it.fix and "more cores" in it.fix
+    fastest = eff.judge(_facts(_floor(storage=10.0, populate_4k=10.0, hash_crc32c=0.5), 2.0), NO_KNEE).fix
+    assert "lighter hash" not in fastest and "more cores" in fastest
+
+
+def test_a_read_from_the_page_cache_is_held_against_the_copy():
+    f = _floor(storage=1.0, **FAST)
+    hot = _floor(storage=1.0, populate_4k=40.0, copy=4.0, hash_crc32c=40.0)  # the copy: 0.25 s for 1 GB
+    it = eff.judge(_facts(hot, 0.5, cold=False), NO_KNEE)
+    assert it.evidence["binding"] == "page cache" and it.evidence["cold"] is False
+    assert "storage" not in it.evidence["times_s"]
+    assert it.verdict == "warn" and "page cache" in it.fix and "mmap" in it.fix
+    assert eff.judge(_facts(f, 1.0, cold=False), NO_KNEE).evidence["binding"] == "fresh memory"
+
+
+def test_a_storage_sample_under_64_mib_is_said_and_not_used():
+    f = _floor(**FAST)
+    f.storage = fl.Ceiling(0.5, 0.5, 0.5, "fixed storage", time.time())
+    f.storage.sample_bytes = 5 << 20
+    it = eff.judge(_facts(f, 1.0), KNEE_16)
+    assert it.verdict == "warn" and "storage" not in it.evidence["times_s"]
+    assert it.evidence["storage_missing"] == "a 5 MiB sample, under the 64 MiB a bandwidth figure needs"
+    assert it.fix.startswith("the floor has no storage figure (a 5 MiB sample")
+    assert "likely the storage's" in it.fix and "ckptbench floor SOURCE" in it.fix
+    assert it.evidence["ceilings"]["storage"]["usable"] is False
+
+
+def test_unknown_without_a_floor_says_why_and_what_to_run():
+    it = eff.judge(eff.FloorFacts(why="s3://b/ckpt: no mount; run `ckptbench floor`"), NO_KNEE)
+    assert it.verdict == "unknown" and it.evidence == {"reason": "s3://b/ckpt: no mount; run `ckptbench floor`"}
+    assert "ckptbench floor" in it.fix
+    none_applies = eff.judge(_facts(fl.Floor({"cores": 2}), 1.0), NO_KNEE)  # no ceilings at all
+    assert none_applies.verdict == "unknown" and "ckptbench floor SOURCE" in none_applies.fix
+
+
+def test_gather_is_unknown_for_a_source_without_files_on_disk_or_without_bytes(tmp_path):
+    s3 = SimpleNamespace(files_on_disk=False)
+    listing = SimpleNamespace(source="s3://bucket/ckpt", files=[], manifest=None)
+    ff = eff.gather(s3, listing, 8, root=str(tmp_path))
+    assert ff.floor is None and "s3://bucket/ckpt" in ff.why and "ckptbench floor" in ff.why
+    assert isinstance(ff.thp_enabled, Unknown)  # no sysfs under this root: unknown, not a crash
+    local = SimpleNamespace(files_on_disk=True)
+    empty = SimpleNamespace(source=str(tmp_path), files=[SimpleNamespace(path="x", size=0)], manifest=None)
+    assert "no readable file with bytes" in eff.gather(local, empty, 8, root=str(tmp_path)).why
+
+
+def test_thp_mode_reads_the_selected_word(tmp_path):
+    d = tmp_path / "sys/kernel/mm/transparent_hugepage"
+    d.mkdir(parents=True)
+    (d / "enabled").write_text("always [madvise] never\n")
+    (d / "defrag").write_text("always defer defer+madvise madvise never\n")  # nothing selected
+    assert eff.thp_mode("enabled", str(tmp_path)) == "madvise"
+    assert isinstance(eff.thp_mode("defrag", str(tmp_path)), Unknown)
+    assert isinstance(eff.thp_mode("absent", str(tmp_path)), Unknown)
+
+
+def test_the_item_is_judged_only_when_the_check_measured_the_floor():
+    bare = Facts(source="/ckpt")
+    assert "efficiency" not in [i.id for i in evaluate(bare)]
+    bare.floor_facts = eff.FloorFacts(why="not measured")
+    items = evaluate(bare)
+    assert items[-1].id == "efficiency" and items[-1].title == "Restore efficiency"
+
+
+def test_cli_check_json_measures_the_floor_and_carries_the_item(tmp_path, h, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    src = tmp_path / "src"
+    r = h.run_cli("gen", "small", src, "--scale", "0.02")
+    assert r.rc == 0, r.err
+    r = h.run_cli("check", src, "--json")
+    assert r.rc in (0, 1), r.err
+    it = json.loads(r.out)["items"][-1]
+    assert it["id"] == "efficiency" and it["title"] == "Restore efficiency" and it["verdict"] in ("ok", "warn")
+    ev = it["evidence"]
+    assert 0 < ev["sample_bytes"] == ev["ceilings"]["storage"]["sample_bytes"]  # the floor read the same files
+    assert ev["measured_s"] > 0 and ev["floor_s"] > 0 and 0 < ev["efficiency"]
+    assert ev["binding"] in ev["times_s"] and ev["cold"] in (True, False) and ev["floor_cached"] is False
+    for name in ("fresh memory", "page cache copy", "storage"):
+        assert ev["ceilings"][name]["gbps"] > 0 and ev["ceilings"][name]["method"], name
+    assert ev["ceilings"]["cpu"]["kernels_gbps"]["crc32c"] > 0
+    if ev["ceilings"]["storage"]["sample_bytes"] < fl.MIN_STORAGE_SAMPLE and ev["cold"]:
+        assert "MiB sample" in ev["storage_missing"]
+    assert (cache / "ckptbench" / "floor.json").exists()
+    again = json.loads(h.run_cli("check", src, "--json").out)["items"][-1]
+    assert again["evidence"]["floor_cached"] is True  # the box's figures came from the cache this time
