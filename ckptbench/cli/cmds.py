@@ -145,7 +145,8 @@ def cmd_check(args) -> int:
     from ckptbench.checklist.rules import evaluate, markdown, report
     from ckptbench.checklist.facts import gather
 
-    facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results)
+    facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results,
+                   floor=True)
     doc = report(args.source, evaluate(facts))
     if args.json:
         _emit(doc)
