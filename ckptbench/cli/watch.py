@@ -51,7 +51,7 @@ class _LiveLine:
         if interval.phase in ("reading", "faulting") or self.seen:
             if self.started is None:
                 self.started = interval.t0
-            self.seen += max(interval.bytes, interval.disk_bytes)
+            self.seen += round(interval.gbps * 1e9 * (interval.t1 - interval.t0))  # read calls, mappings or disk
         seconds = interval.t1 - self.started if self.started is not None else 0.0
         self.line.progress(self.seen, self.total, seconds, head=f"{interval.t1:6.1f} s  {interval.phase:13s} ",
                            tail=f"  CPU {interval.cpu_cores:4.1f} cores (busiest thread "
@@ -95,8 +95,13 @@ def _print(doc: dict) -> None:
              + (f" ({doc['gpu_note']})" if doc.get("gpu_note") else ""))
     elif doc.get("gpu_note"):
         _say(f"GPU memory: {doc['gpu_note']}")
+    mapped = set(doc.get("mapped") or ())
     for path, size in sorted(doc["files"].items())[:10]:
-        _say(f"  open: {path} ({human_bytes(size)})")
+        _say(f"  {'mapped' if path in mapped else 'open'}: {path} ({human_bytes(size)})")
+    if "floor_s" in doc:
+        rate = f" at {doc['binding_gbps']:.2f} GB/s" if doc.get("binding_gbps") else ""
+        _say(f"floor: {doc['floor_s']:.2f} s, bound by {doc['binding']}{rate} ({doc['floor_note']})"
+             if doc["floor_s"] is not None else f"floor: {doc['floor_note']}")
     v = doc.get("verdict")
     if v:
         _say(f"verdict: {v['kind']}: {v['summary']}")
@@ -138,10 +143,12 @@ def cmd_watch(args) -> int:
     doc = report.to_json()
     if total is not None:
         doc["checkpoint"] = {"path": args.source, "bytes": total, "files": len(files)}
+    floor = verdict.floor_fields(report, files)  # from the floor `ckptbench floor` cached: never measured here
+    doc |= floor
     if not args.no_verdict:
         probe = verdict.probe_storage(files or sorted(report.files))
         doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
-        doc["verdict"] = verdict.judge(report, probe).to_json()
+        doc["verdict"] = verdict.judge(report, probe, floor=floor).to_json()
     doc = redact_all(doc)  # the command is redacted already; its files and marks are the job's text too
     if args.results:
         import uuid

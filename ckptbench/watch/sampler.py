@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from ckptbench import mark
+from ckptbench.system import pagecache
 from ckptbench.system import probes
 from ckptbench.system import procstat
+from ckptbench.watch.maps import MapReader, is_checkpoint_file
 from ckptbench.core.errors import CkptbenchError, redact
 
 PHASES = ("reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
@@ -39,13 +41,21 @@ class Interval:
     majflt_per_s: float
     rss_bytes: int
     phase: str
-    ckpt_files: int = 0  # checkpoint files open at the interval's end
+    ckpt_files: int = 0  # checkpoint files open or mapped at the interval's end
     device_util_pct: float | None = None  # the checkpoint's block device, as iostat -x (None: no device known)
     gpu_bytes: int | None = None  # GPU memory the job's processes held at the interval's end (None: not known)
+    mapped_bytes: int = 0  # checkpoint pages that came into the job's mappings (maps.py: faults, from disk or cache)
 
     @property
     def gbps(self) -> float:
-        return max(self.bytes, self.disk_bytes) / (self.t1 - self.t0) / 1e9 if self.t1 > self.t0 else 0.0
+        return got(self.bytes, self.mapped_bytes, self.disk_bytes) / (self.t1 - self.t0) / 1e9 \
+            if self.t1 > self.t0 else 0.0
+
+
+def got(read_calls: int, mapped: int, disk: int) -> int:
+    """The bytes a job brought in: read calls and mappings are two ways in (added); the disk's count overlaps both
+    (a fault from disk, read-ahead), so it is the larger of the two, never added."""
+    return max(read_calls + mapped, disk)
 
 
 @dataclass
@@ -55,7 +65,7 @@ class WatchReport:
     wall_s: float
     bytes: int
     disk_bytes: int
-    files: dict[str, int]  # checkpoint-looking files the job had open -> size
+    files: dict[str, int]  # checkpoint-looking files the job had open or mapped -> size
     intervals: list[Interval]
     phases: list[dict]  # merged runs: {"phase", "t0", "t1"}
     marks: list[dict] = field(default_factory=list)  # {"stage", "t"} from the job's CKPTBENCH_MARK file
@@ -69,6 +79,20 @@ class WatchReport:
     ended: str = "exited"  # exited | cancelled
     gpu_peak_bytes: int | None = None  # the most GPU memory the job held (nvidia-smi); None where not sampled
     gpu_note: str = ""  # why GPU memory is missing or may read zero
+    mapped: list[str] = field(default_factory=list)  # of `files`, those the job mapped (read by page faults)
+    residency_first: dict[str, float] = field(default_factory=dict)  # each file's page-cache share when first seen
+
+    @property
+    def hot(self) -> bool | None:
+        """Whether the job read its files from the page cache: they were 90 % cached when first seen and the disk
+        did not deliver most of what the job got (a fast loader may have read a cold file before it was seen);
+        None when no file was seen."""
+        sizes = {p: self.files.get(p, 0) for p in self.residency_first}
+        total = sum(sizes.values())
+        if not total:
+            return None
+        cached = sum(self.residency_first[p] * n for p, n in sizes.items()) / total
+        return cached >= 0.9 and not (self.bytes and self.disk_bytes >= 0.5 * self.bytes)
 
     @property
     def window(self) -> tuple[float, float]:
@@ -97,19 +121,8 @@ class WatchReport:
         doc["intervals"] = [{**asdict(i), "gbps": i.gbps} for i in self.intervals]
         doc["loader_gbps"] = self.loader_gbps
         doc["io_span_s"] = self.io_span_s
+        doc["hot"] = self.hot
         return doc
-
-
-CHECKPOINT_EXT = (".safetensors", ".pt", ".pth", ".bin", ".distcp", ".ckpt", ".metadata", ".gguf", ".npz")
-_LIBRARY = ("/usr/", "/lib", "/proc/", "/sys/", "/dev/")
-
-
-def is_checkpoint_file(path: str, size: int) -> bool:
-    """A file the job has open that may be checkpoint data: a checkpoint's extension, or a large file outside
-    the system and library trees (a Python job also has its modules and logs open)."""
-    if path.endswith(CHECKPOINT_EXT):
-        return True
-    return size >= 1 << 20 and not path.startswith(_LIBRARY) and "site-packages" not in path
 
 
 def phase_of(bytes_per_s: float, majflt_per_s: float, cpu_cores: float, top_thread: float = 0.0) -> str:
@@ -125,7 +138,7 @@ def phase_of(bytes_per_s: float, majflt_per_s: float, cpu_cores: float, top_thre
     return "waiting"
 
 
-def _interval(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float) -> Interval:
+def _interval(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float, mapped: int = 0) -> Interval:
     dt = max(1e-6, b.t - a.t)
     nbytes = max(0, b.rchar - a.rchar)
     disk = max(0, b.read_bytes - a.read_bytes)
@@ -137,7 +150,8 @@ def _interval(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float) ->
     majflt = max(0, b.majflt - a.majflt) / dt
     return Interval(a.t - t_start, b.t - t_start, nbytes, disk, cpu,
                     max(per_thread, default=0.0), sum(1 for c in per_thread if c >= CPU_BUSY), majflt, b.rss_bytes,
-                    phase_of(max(nbytes, disk) / dt, majflt, cpu, max(per_thread, default=0.0)))
+                    phase_of(got(nbytes, mapped, disk) / dt, majflt, cpu, max(per_thread, default=0.0)),
+                    mapped_bytes=mapped)
 
 
 def _with_gpu(iv: Interval, before: int | None, now: int | None, dt: float) -> Interval:
@@ -213,6 +227,10 @@ class Watch:
         intervals: list[Interval] = []
         files: dict[str, int] = {}
         positions: dict[str, int] = {}  # the furthest offset seen per file (read() loaders move it)
+        mapper = MapReader()
+        mapped: set[str] = set()
+        _, peaks = mapper.sample(prev.pids)  # what a job watched mid-load had mapped already is not this watch's
+        residency: dict[str, float] = {}
         device, disk_prev = None, None
         peak = prev.rss_bytes
         sockets = prev.sockets
@@ -233,8 +251,18 @@ class Watch:
             for f in ckpt:
                 files[f.path] = f.size
                 positions[f.path] = max(positions.get(f.path, 0), f.pos)
-            if device is None and ckpt:
-                m = probes.mount_of(ckpt[0].path)
+            in_maps, resident = mapper.sample(cur.pids)
+            files |= in_maps
+            mapped |= set(in_maps)
+            # growth past each mapping's peak: a page touched twice counts once; what a mapping gained after the last
+            # sample before it was unmapped is not seen (an undercount, never a double count)
+            grew = sum(max(0, n - peaks.get(k, 0)) for k, n in resident.items())
+            peaks |= {k: max(n, peaks.get(k, 0)) for k, n in resident.items()}
+            here = {f.path for f in ckpt} | set(in_maps)
+            for path in here - set(residency):  # hot or cold when the job came to it (a mincore, no read)
+                residency[path] = pagecache.residency_of([path])
+            if device is None and here:
+                m = probes.mount_of(min(here))
                 device = m.device if isinstance(m, probes.Mount) else ""
             util = None
             disk = probes.diskstats(device) if device else None
@@ -242,7 +270,7 @@ class Watch:
                 if isinstance(disk_prev, probes.DiskStats):
                     util = probes.disk_util(disk_prev, disk, cur.t - prev.t)["util_pct"]
                 disk_prev = disk
-            iv = replace(_interval(prev, cur, t_start), ckpt_files=len(ckpt), device_util_pct=util)
+            iv = replace(_interval(prev, cur, t_start, grew), ckpt_files=len(here), device_util_pct=util)
             if self.gpu.available and cur.t - gpu_t >= GPU_EVERY_S:
                 gpu_bytes = self.gpu.sample(set(cur.pids))  # the tree this sample already walked
                 iv = _with_gpu(iv, gpu_prev, gpu_bytes, cur.t - gpu_t)
@@ -269,7 +297,8 @@ class Watch:
             phases=merge_phases(intervals), marks=marks, peak_rss_bytes=peak, positions=positions,
             cpu_s=sum(i.cpu_cores * (i.t1 - i.t0) for i in intervals),
             majflt=sum(round(i.majflt_per_s * (i.t1 - i.t0)) for i in intervals),
-            exit_code=exit_code, tcp_retransmit_rate=retrans, sockets_peak=sockets, ended=ended)
+            exit_code=exit_code, tcp_retransmit_rate=retrans, sockets_peak=sockets, ended=ended,
+            mapped=sorted(mapped), residency_first=residency)
         seen = [i.gpu_bytes for i in intervals if i.gpu_bytes is not None]
         report.gpu_peak_bytes = max(seen) if seen else None
         report.gpu_note = self.gpu.note(report.gpu_peak_bytes)
@@ -281,11 +310,11 @@ def window_bytes(intervals: list[Interval], t0: float, t1: float) -> int:
     """Bytes read in the intervals that overlap [t0, t1]: what the job read well before the restore (a Python
     job's imports) or after it is not the checkpoint's. An interval the window only partly covers counts whole:
     a mark falls between samples, and the reads next to it are the restore's far more often than not (pro-rating
-    by time undercounted a 160 MiB torch.load by 7 % at 20 ms samples). The larger of what read calls returned
-    and what the disk delivered: a read() loader shows in the first, an mmap loader only in the second; summed
-    per interval they would count read-ahead twice."""
+    by time undercounted a 160 MiB torch.load by 7 % at 20 ms samples). What read calls returned plus what came
+    into the job's mappings, or what the disk delivered when that is more (`got`): summing the disk's count with
+    the others would count read-ahead and faults twice."""
     inside = [i for i in intervals if min(i.t1, t1) > max(i.t0, t0)]
-    return max(sum(i.bytes for i in inside), sum(i.disk_bytes for i in inside))
+    return got(sum(i.bytes for i in inside), sum(i.mapped_bytes for i in inside), sum(i.disk_bytes for i in inside))
 
 
 def start_job(command: list[str], *, stdout_to_stderr: bool = False) -> tuple[subprocess.Popen, str]:

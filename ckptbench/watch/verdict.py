@@ -1,14 +1,17 @@
 """Why a watched restore was slow: the job's own figures against what this storage gives ckptbench on the same
-files, read the same way it measures everything (cold where it can evict, otherwise said), with the fix."""
+files, read the same way it measures everything (cold where it can evict, otherwise said), and against this box's
+floor (what `ckptbench floor` measured and cached), with the fix."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, replace
 
 from ckptbench.system import probes
 from ckptbench.core.units import human_bytes
 from ckptbench.core.verdicts import Verdict
+from ckptbench.watch.results import source_of
 from ckptbench.watch.sampler import CPU_BUSY, FAULT_BYTES, WatchReport
 
 KINDS = ("storage-bound", "loader-cpu-bound", "loader-parallelism-bound", "fault-bound", "network-bound",
@@ -42,7 +45,7 @@ def probe_storage(paths: list[str], *, concurrency: int = 16) -> StorageProbe:
 
     paths = [p for p in paths if os.path.isfile(p)]
     if not paths:
-        return StorageProbe(None, "no checkpoint file to read (none seen open, or gone since)", 0, 0)
+        return StorageProbe(None, "no checkpoint file to read (none seen open or mapped, or gone since)", 0, 0)
     source = open_targets(paths)
     listing = source.list()
     report = read_source(source, listing, ReadOptions(concurrency=concurrency, read="auto", hash="none"),
@@ -52,8 +55,52 @@ def probe_storage(paths: list[str], *, concurrency: int = 16) -> StorageProbe:
     return StorageProbe(report.read_gbps, cache, len(paths), report.result.bytes)
 
 
-def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem_total: int | None = None) -> Verdict:
-    """The class of bottleneck, with the evidence that decides it and the fix."""
+FLOOR_KEYS = ("floor_s", "efficiency", "binding", "binding_gbps", "floor_times_s", "floor_note")
+
+
+def floor_fields(w: WatchReport, files: list[str] | None = None) -> dict:
+    """The watched restore against this box's floor: its bytes over the figures `ckptbench floor` cached for the
+    files' mount, against its reading window. A watch never measures the floor: that would evict the loader's
+    files while it reads them. `files` are the checkpoint's (--source), else the ones the job opened or mapped."""
+    from ckptbench.system import floor as fl
+
+    paths = files or sorted(w.files)
+    if not w.bytes or not paths:
+        return dict.fromkeys(FLOOR_KEYS) | {"floor_times_s": {}, "floor_note": "no checkpoint bytes seen read: "
+                                            "nothing to hold against this box's floor"}
+    m = probes.mount_of(paths[0])
+    mount = fl.mount_key({"mount_point": m.mount_point, "fs_type": m.fs_type}) if isinstance(m, probes.Mount) else None
+    out = dict.fromkeys(FLOOR_KEYS) | fl.restore_fields(fl.cached(mount), bytes_read=w.bytes,
+                                                        measured_s=w.io_span_s or None, hash_alg="none",
+                                                        hot=bool(w.hot))
+    # the way to measure it, for these files: their directory, not a placeholder
+    out["floor_note"] = out["floor_note"].replace("`ckptbench floor SOURCE`",
+                                                  f"`ckptbench floor {shlex.quote(source_of(paths) or 'SOURCE')}`")
+    return out
+
+
+def floor_sentence(floor: dict | None) -> str:
+    """"your loader runs at 31 % of this box's floor (floor 1.71 s, bound by storage 2.1 GB/s)", or "" unknown."""
+    if not floor or floor.get("floor_s") is None or floor.get("efficiency") is None:
+        return ""
+    rate = f" {floor['binding_gbps']:.1f} GB/s" if floor.get("binding_gbps") else ""
+    return (f"your loader runs at {floor['efficiency'] * 100:.0f} % of this box's floor "
+            f"(floor {floor['floor_s']:.2f} s, bound by {floor['binding']}{rate})")
+
+
+def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem_total: int | None = None,
+          floor: dict | None = None) -> Verdict:
+    """The class of bottleneck, with the evidence that decides it and the fix; with `floor` (floor_fields), the
+    loader's share of this box's floor leads the summary and joins the evidence."""
+    v = _judge(w, storage, cpus=cpus, mem_total=mem_total)
+    if floor is None:
+        return v
+    evidence = v.evidence | {k: floor.get(k) for k in ("floor_s", "efficiency", "binding", "binding_gbps")}
+    said = floor_sentence(floor)
+    return replace(v, evidence=evidence, why=f"{said}; {v.why}" if said and w.bytes else v.why)
+
+
+def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total: int | None) -> Verdict:
     cpus = cpus or os.cpu_count() or 1
     if mem_total is None:
         mi = probes.meminfo()
@@ -77,8 +124,8 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
     gives = f"this storage gives {storage.gbps:.2f} GB/s to ckptbench ({storage.cache})" if storage.gbps else \
         f"the storage could not be measured ({storage.cache})"
     if w.bytes == 0:
-        return _verdict("unknown", "the job read nothing while watched (it had finished, or reads through a page "
-                       "cache mapping that /proc does not count)", evidence,
+        return _verdict("unknown", "the job read nothing while watched (it had finished before the first sample, or "
+                       "it maps files that do not look like a checkpoint's)", evidence,
                        "watch from the start: `ckptbench watch -- COMMAND`, or give a longer restore")
     if w.sockets_peak and w.tcp_retransmit_rate is not None and w.tcp_retransmit_rate > RETRANS_BAD:
         return _verdict("network-bound", f"{got}; {w.tcp_retransmit_rate:.1%} of TCP segments were retransmitted "

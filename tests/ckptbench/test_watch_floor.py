@@ -1,0 +1,205 @@
+"""`ckptbench watch` on a loader that maps its checkpoint (safetensors): the mapped file is named and judged without
+--source, only checkpoint files are listed (never a mapped library), and the watch document holds the loader against
+this box's floor: none and a note saying how to measure it when nothing is cached, real figures once
+`ckptbench floor` has measured it."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import fastio
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FLOOR_KEYS = ("floor_s", "efficiency", "binding", "binding_gbps", "floor_times_s", "floor_note")
+
+MAPPING_LOADER = """
+    import sys
+    from safetensors.torch import load_file
+    from ckptbench.mark import stage
+    import time
+    time.sleep(0.3)  # imports done: the interval the mark falls in reads nothing else
+    stage("load")
+    sd = {k: v.clone() for k, v in load_file(sys.argv[1]).items()}  # every byte touched through the mapping
+    stage("done")
+    print(len(sd))
+"""
+
+
+def _run(*args, cache: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ckptbench", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, "XDG_CACHE_HOME": cache})
+
+
+def _watch(job: str, ckpt: str, cache: str, *extra) -> dict:
+    fastio.evict([ckpt])
+    r = _run("watch", "--json", "--interval", "0.05", *extra, "--", sys.executable, job, ckpt, cache=cache)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A 64 MiB safetensors checkpoint alone in its directory (what `ckptbench floor` reads), and the loader."""
+    from safetensors.torch import save_file
+
+    d = tmp_path_factory.mktemp("mapped")
+    ckpt = d / "ckpt" / "model.safetensors"
+    ckpt.parent.mkdir()
+    save_file({f"w{i}": torch.randn(1 << 20) for i in range(16)}, str(ckpt))
+    job = d / "load.py"
+    job.write_text(textwrap.dedent(MAPPING_LOADER))
+    return str(ckpt), str(job)
+
+
+def test_a_mapped_checkpoint_is_named_and_judged_without_source(tmp_path, checkpoint):
+    ckpt, job = checkpoint
+    doc = _watch(job, ckpt, str(tmp_path / "cache"))
+    size = os.path.getsize(ckpt)
+    assert doc["files"] == {ckpt: size}  # the interpreter, libpython and the extensions it maps are not listed
+    assert doc["mapped"] == [ckpt]
+    assert abs(doc["bytes"] - size) <= 0.1 * size, (doc["bytes"], size)  # cold: the faults came from the disk
+    assert doc["storage"]["files"] == 1 and doc["storage"]["gbps"] > 0  # the verdict read the mapped file itself
+    v = doc["verdict"]
+    assert v["kind"] != "unknown" and "none seen open" not in doc["storage"]["cache"], v
+    assert doc["hot"] is False
+    # no floor cached in this cache directory: none, and the note says how to measure it for these files
+    assert all(k in doc for k in FLOOR_KEYS)
+    assert doc["floor_s"] is None and doc["efficiency"] is None and doc["binding"] is None
+    assert f"ckptbench floor {os.path.dirname(ckpt)}" in doc["floor_note"]
+    assert "of this box's floor" not in v["summary"]
+
+
+def test_the_watch_holds_the_loader_against_a_measured_floor(tmp_path, checkpoint):
+    ckpt, job = checkpoint
+    cache = str(tmp_path / "cache")
+    r = _run("floor", os.path.dirname(ckpt), cache=cache)
+    assert r.returncode == 0, r.stderr
+    doc = _watch(job, ckpt, cache)
+    assert doc["floor_s"] > 0 and doc["binding"] in doc["floor_times_s"]
+    assert "storage" in doc["floor_times_s"]  # a cold read of 64 MiB or more: the mount's storage figure is used
+    assert doc["floor_s"] == max(doc["floor_times_s"].values())
+    assert doc["efficiency"] == pytest.approx(doc["floor_s"] / doc["io_span_s"], rel=1e-9)
+    assert doc["binding_gbps"] > 0
+    want = (f"your loader runs at {doc['efficiency'] * 100:.0f} % of this box's floor (floor {doc['floor_s']:.2f} s, "
+            f"bound by {doc['binding']} {doc['binding_gbps']:.1f} GB/s); ")
+    assert doc["verdict"]["summary"].startswith(want), doc["verdict"]["summary"]
+    assert doc["verdict"]["evidence"]["floor_s"] == doc["floor_s"]
+    r = _run("watch", "--interval", "0.05", "--", sys.executable, job, ckpt, cache=cache)  # the text a user reads
+    assert r.returncode == 0, r.stderr
+    assert f"mapped: {ckpt}" in r.stdout and "of this box's floor" in r.stdout and "floor: " in r.stdout
+
+
+def test_a_mapped_library_is_never_listed_and_a_mapped_checkpoint_is(tmp_path):
+    """Copies of fastio's extension (a large ELF file outside the library trees) loaded under a checkpoint's name
+    and under its own, beside a plain file mapped read-only: only the plain file is a checkpoint."""
+    engine = next(os.path.join(REPO, "fastio", n) for n in os.listdir(os.path.join(REPO, "fastio"))
+                  if n.endswith(".so"))
+    for name in ("weights.bin", "libcopy.so"):
+        shutil.copy(engine, tmp_path / name)
+    data = tmp_path / "data.pt"
+    data.write_bytes(os.urandom(2 << 20))
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent("""
+        import ctypes, mmap, sys, time
+        libs = [ctypes.CDLL(p) for p in sys.argv[1:3]]
+        with open(sys.argv[3], "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        total = sum(m[i] for i in range(0, len(m), 4096))
+        time.sleep(0.5)  # mapped, its descriptor closed: only /proc/PID/maps shows it
+    """))
+    r = _run("watch", "--json", "--no-verdict", "--interval", "0.05", "--", sys.executable, job,
+             tmp_path / "weights.bin", tmp_path / "libcopy.so", data, cache=str(tmp_path / "cache"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["files"] == {str(data): 2 << 20} and doc["mapped"] == [str(data)]
+    assert doc["bytes"] >= 2 << 20  # the touched pages, read through the mapping
+
+
+def test_the_map_reader_sees_a_mapping_and_the_pages_it_touched(tmp_path):
+    from ckptbench.watch.maps import MapReader
+
+    path = tmp_path / "shard.safetensors"
+    path.write_bytes(os.urandom(8 << 20))
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    try:
+        reader = MapReader()
+        files, resident = reader.sample([os.getpid()])
+        assert files == {str(path): 8 << 20} and resident.get((os.getpid(), str(path)), 0) <= 1 << 20
+        sum(m[i] for i in range(0, 4 << 20, mmap.PAGESIZE))  # half the file, a byte a page
+        _, resident = reader.sample([os.getpid()])
+        assert 4 << 20 <= resident[(os.getpid(), str(path))] <= 5 << 20  # fault-around maps a few pages more
+    finally:
+        m.close()
+    assert reader.sample([os.getpid()]) == ({}, {})
+
+
+def test_code_mapped_read_only_under_a_checkpoint_name_is_not_a_checkpoint(tmp_path):
+    """An ELF file mapped without execute permission (its name says checkpoint, its magic says code)."""
+    from ckptbench.watch.maps import MapReader
+
+    engine = next(os.path.join(REPO, "fastio", n) for n in os.listdir(os.path.join(REPO, "fastio"))
+                  if n.endswith(".so"))
+    code = tmp_path / "code.ckpt"
+    shutil.copy(engine, code)
+    assert os.path.getsize(code) >= 1 << 20
+    with open(code, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    try:
+        assert m[:4] == b"\x7fELF" and MapReader().sample([os.getpid()]) == ({}, {})
+    finally:
+        m.close()
+
+
+def test_a_mapping_of_a_file_deleted_or_replaced_since_is_not_a_checkpoint(tmp_path):
+    from ckptbench.watch.maps import MapReader
+
+    gone, replaced = tmp_path / "gone.safetensors", tmp_path / "replaced.safetensors"
+    maps = []
+    for p in (gone, replaced):
+        p.write_bytes(os.urandom(1 << 20))
+        with open(p, "rb") as f:
+            maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+    gone.unlink()
+    replaced.unlink()
+    replaced.write_bytes(os.urandom(1 << 20))  # the same name, another inode: not the file the mapping reads
+    try:
+        assert MapReader().sample([os.getpid()]) == ({}, {})
+    finally:
+        for m in maps:
+            m.close()
+
+
+def test_bytes_through_mappings_add_to_read_calls_and_the_disk_is_not_counted_twice():
+    from ckptbench.watch import sampler as watch
+
+    iv = watch.Interval(0.0, 1.0, 10 << 20, 50 << 20, 1.0, 1.0, 1, 0.0, 1 << 30, "reading", mapped_bytes=40 << 20)
+    assert watch.window_bytes([iv], 0.0, 1.0) == 50 << 20  # read calls + mapped equal what the disk gave
+    iv = watch.Interval(0.0, 1.0, 10 << 20, 0, 1.0, 1.0, 1, 0.0, 1 << 30, "reading", mapped_bytes=40 << 20)
+    assert watch.window_bytes([iv], 0.0, 1.0) == 50 << 20 and iv.gbps == pytest.approx(50 * 2 ** 20 / 1e9)
+
+
+def test_the_floor_sentence_leads_the_verdict_and_a_missing_floor_says_nothing():
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch import verdict
+
+    reading = watch.Interval(0.0, 1.0, 100 << 20, 0, 1.0, 1.0, 1, 0.0, 1 << 30, "reading")
+    report = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=100 << 20, disk_bytes=0, files={},
+                               intervals=[reading], phases=[])
+    probe = verdict.StorageProbe(2.0, "cold (verified)", 1, 100 << 20)
+    floor = {"floor_s": 1.71, "efficiency": 0.31, "binding": "storage", "binding_gbps": 2.1}
+    v = verdict.judge(report, probe, cpus=2, mem_total=64 << 30, floor=floor)
+    assert v.verdict == "loader-cpu-bound" and v.why.startswith(
+        "your loader runs at 31 % of this box's floor (floor 1.71 s, bound by storage 2.1 GB/s); the loader got")
+    assert v.evidence["efficiency"] == 0.31
+    bare = verdict.judge(report, probe, cpus=2, mem_total=64 << 30, floor=dict(floor, floor_s=None, efficiency=None))
+    assert bare.why == verdict.judge(report, probe, cpus=2, mem_total=64 << 30).why
