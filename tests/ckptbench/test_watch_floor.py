@@ -83,7 +83,8 @@ def test_the_watch_holds_the_loader_against_a_measured_floor(tmp_path, checkpoin
     cache = str(tmp_path / "cache")
     r = _run("floor", os.path.dirname(ckpt), cache=cache)
     assert r.returncode == 0, r.stderr
-    doc = _watch(job, ckpt, cache)
+    results = tmp_path / "results.csv"
+    doc = _watch(job, ckpt, cache, "--results", results)
     assert doc["floor_s"] > 0 and doc["binding"] in doc["floor_times_s"]
     assert "storage" in doc["floor_times_s"]  # a cold read of 64 MiB or more: the mount's storage figure is used
     assert doc["floor_s"] == max(doc["floor_times_s"].values())
@@ -93,6 +94,10 @@ def test_the_watch_holds_the_loader_against_a_measured_floor(tmp_path, checkpoin
             f"bound by {doc['binding']} {doc['binding_gbps']:.1f} GB/s); ")
     assert doc["verdict"]["summary"].startswith(want), doc["verdict"]["summary"]
     assert doc["verdict"]["evidence"]["floor_s"] == doc["floor_s"]
+    from ckptbench.records.results import read_documents
+
+    recorded = read_documents(str(results), "run")[0]  # the record beside ckptbench's runs carries them too
+    assert {k: recorded[k] for k in FLOOR_KEYS} == {k: doc[k] for k in FLOOR_KEYS}
     r = _run("watch", "--interval", "0.05", "--", sys.executable, job, ckpt, cache=cache)  # the text a user reads
     assert r.returncode == 0, r.stderr
     assert f"mapped: {ckpt}" in r.stdout and "of this box's floor" in r.stdout and "floor: " in r.stdout
