@@ -69,7 +69,7 @@ def pipeline_once(listing, **opts):
         if not start:
             start.append(disk_read_bytes())
 
-    r = pipeline.run(listing.source, pipeline.RunOptions(**opts), repeats=1, listing=listing, progress=progress)[0]
+    r = pipeline.run(listing.source, pipeline.RunOptions.make(**opts), repeats=1, listing=listing, progress=progress)[0]
     return r, disk_read_bytes() - (start[0] if start else 0)
 
 

@@ -83,7 +83,7 @@ def main() -> int:
     warm_up()
     os.makedirs(OUT_DIR, exist_ok=True)
     results = os.path.join(OUT_DIR, "tui_bench_results.csv")
-    opts = RunOptions(mode="fused", cache="hot", concurrency=2)
+    opts = RunOptions.make(mode="fused", cache="hot", concurrency=2)
     load0 = os.getloadavg()[0]
     headless, attached = Series("headless", "headless", "GB/s"), Series("attached", "TUI attached", "GB/s")
     keys = Series("keys", "TUI attached", "ms")
@@ -93,7 +93,7 @@ def main() -> int:
         gbps, _ = asyncio.run(tui_read_gbps(source, opts, results, keys=False))
         attached.samples.append(gbps)
     # a sha256 read keeps the 2 workers busy long enough to press keys during it
-    slow = RunOptions(mode="fused", cache="hot", concurrency=2, hash="sha256")
+    slow = RunOptions.make(mode="fused", cache="hot", concurrency=2, hash="sha256")
     for _ in range(max(2, repeats // 2)):
         _, lat = asyncio.run(tui_read_gbps(source, slow, results, keys=True))
         keys.samples += lat

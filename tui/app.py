@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from textual.app import App
 from textual.binding import Binding
 
@@ -75,7 +73,7 @@ class CkptbenchApp(App):
     def set_concurrency(self, n: int) -> int | None:
         """The concurrency the next run starts with; returns what the running read now reports, or None
         (no read runs, or it cannot change concurrency live)."""
-        self.opts = replace(self.opts, concurrency=n)
+        self.opts = self.opts.but(concurrency=n)
         live = self.session.set_concurrency(n) if self.session is not None else None
         for screen in self.screen_stack:
             if isinstance(screen, Dashboard) and screen.concurrency != n:
@@ -83,7 +81,7 @@ class CkptbenchApp(App):
         return live
 
     def update_opts(self, **changes) -> None:
-        self.opts = replace(self.opts, **changes)
+        self.opts = self.opts.but(**changes)
 
     def system_sample(self) -> dict | None:
         return self._sampler.sample() if self._sampler is not None else None

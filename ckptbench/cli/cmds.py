@@ -11,14 +11,6 @@ from ckptbench.cli.show import emit as _emit
 from ckptbench.core.errors import CkptbenchError
 
 
-def _read_options(args):
-    from ckptbench.sources import ReadOptions
-
-    return ReadOptions(concurrency=args.concurrency, read=args.read, hash=args.hash, block_size=args.block_size,
-                       chunk_size=args.chunk_size, multipart=args.multipart, part_size=args.part_size,
-                       s3_client=args.s3_client)
-
-
 def _print_summary(report) -> None:
     from ckptbench.core.progress import fmt_us
     from ckptbench.core.units import human_bytes
@@ -48,7 +40,9 @@ def cmd_read(args) -> int:
     from ckptbench.restore.reading import read_source
     from ckptbench.sources import open_targets
 
-    opts = _read_options(args)
+    from ckptbench.cli.settings import read_options
+
+    opts = read_options(args)
     source = open_targets(args.targets, args.pick)
     listing = source.list()
     lay = listing.layout.describe() if listing.layout is not None else None

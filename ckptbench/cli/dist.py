@@ -106,13 +106,11 @@ class RanksLine:
 def cmd_run_distributed(args) -> int:
     import uuid
 
-    from ckptbench.restore import runner as pipeline
+    from ckptbench.cli.settings import run_options
     from ckptbench.records import results
     from ckptbench.distributed.driver import DistOptions, run
 
-    opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
-                               hash=args.hash, block_size=args.block_size, device=args.device,
-                               drop_caches=args.drop_caches)
+    opts = run_options(args)
     rank0 = os.environ.get("RANK", "0") == "0"
     if args.results and rank0:
         results.check_writable(args.results)
@@ -161,13 +159,12 @@ def print_sweep(doc: dict) -> None:
 
 
 def cmd_sweep_distributed(args) -> int:
-    from ckptbench.restore import runner as pipeline
+    from ckptbench.cli.settings import run_options
     from ckptbench.distributed.driver import DistOptions, sweep
     from ckptbench.restore.sweep import parse_levels
 
     levels = parse_levels(args.levels)
-    opts = pipeline.RunOptions(cache=args.cache, concurrency=levels[0], read=args.read, hash=args.hash,
-                               block_size=args.block_size)
+    opts = run_options(args, concurrency=levels[0])
 
     def deliver(doc: dict) -> None:
         _emit(doc, args.json, print_sweep)

@@ -117,16 +117,14 @@ def cmd_run(args) -> int:
 
         return cmd_run_distributed(args)
     from ckptbench.system import env as envmod
+    from ckptbench.cli.settings import run_options
     from ckptbench.restore import runner as pipeline
     from ckptbench.records import results
     from ckptbench.plan.cost import restore_cost
     from ckptbench.core.errors import Cancelled
     from ckptbench.sources import open_source
 
-    opts = pipeline.RunOptions(mode=args.mode, cache=args.cache, concurrency=args.concurrency, read=args.read,
-                               hash=args.hash, block_size=args.block_size, device=args.device,
-                               drop_caches=args.drop_caches, optimizer_step=args.optimizer_step,
-                               part_size=args.part_size, stage_dir=args.stage_dir, s3_client=args.s3_client)
+    opts = run_options(args)
     if args.results:
         results.check_writable(args.results)
     if args.price_per_hour is not None:
@@ -177,12 +175,11 @@ def cmd_sweep(args) -> int:
         from ckptbench.cli.dist import cmd_sweep_distributed
 
         return cmd_sweep_distributed(args)
-    from ckptbench.sources import ReadOptions
+    from ckptbench.cli.settings import read_options
     from ckptbench.restore.sweep import parse_levels, sweep
 
     levels = parse_levels(args.levels)
-    opts = ReadOptions(read=args.read, hash=args.hash, block_size=args.block_size, part_size=args.part_size,
-                       s3_client=args.s3_client)
+    opts = read_options(args)
 
     def say(level, gbps):
         if sys.stderr.isatty():

@@ -186,7 +186,7 @@ class Outcome:
 
 
 def _options(opts) -> dict:
-    return dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) else dict(vars(opts))
+    return opts.settings() if hasattr(opts, "settings") else dict(vars(opts))
 
 
 def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str, show=None,
@@ -231,7 +231,7 @@ def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats:
         by_level: dict[int, list[dict]] = {}
         warmup_s = warm()
         for level in levels:
-            reps, ok = _repeats(world, source, dataclasses.replace(opts, concurrency=level), dopts, repeats,
+            reps, ok = _repeats(world, source, opts.but(concurrency=level), dopts, repeats,
                                 f"sweep{level}", None, errors, warmup_s)
             warmup_s = 0.0
             by_level[level] = reps

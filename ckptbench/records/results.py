@@ -294,7 +294,7 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
         notes.update(r.notes)
     body = {
         "format": fmt,
-        "options": vars(opts),
+        "options": opts.settings(),
         # what `--read auto` picked, per repeat (a cold and a warm repeat can differ), and why
         "read": {"modes": sorted({r.read_mode for r in reps}), "why": reps[0].read_why},
         "check": reps[0].check_kind,
@@ -338,7 +338,7 @@ class Recorder:
                 success_rate: float | None) -> None:
         said = {"status": status, "verified": verified, "success_rate": success_rate}
         append_document(self.path, document("repeat", "restore", self.run_id, self.source, {
-            "format": self.fmt, "options": vars(self.opts)} | body, self.env, repeat=i, **said))
+            "format": self.fmt, "options": self.opts.settings()} | body, self.env, repeat=i, **said))
         settings = settings_of(self.opts) | {"format": self.fmt, "read": read}
         append(self.path, [row("restore", self.run_id, i, self.source, settings, figures, self.env, **said)])
 

@@ -11,14 +11,13 @@ import threading
 import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Callable
 
 import fastio
 import psutil
 
-from ckptbench.core import concurrency as conc
 from ckptbench.system import pagecache as conditions
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.restore.device import check_device, to_device
@@ -33,22 +32,23 @@ from ckptbench.core.options import RESTORE_MODES as MODES  # noqa: E402  spelled
 Progress = Callable[[str, "fastio.Snapshot | None"], None]
 
 
+_AUTO_READ = ReadOptions(read="auto")  # a restore's read path: chosen per repeat from the cache and the filesystem
+
+
 @dataclass(frozen=True)
 class RunOptions:
-    """A restore's settings; the read settings are checked by ReadOptions when the options are made."""
+    """A restore's settings: how it loads (mode, cache, device, ...) and how it reads, a ReadOptions, whose fields are
+    declared and checked there once. `hash` stays here: None means the manifest's digest, which only a restore
+    knows (a ReadOptions always names one)."""
 
     mode: str = "fused"
     cache: str = "as-is"
-    concurrency: int = conc.DEFAULT
-    read: str = "auto"  # pread | mmap | direct, or auto: chosen per repeat from the cache and the filesystem
+    reading: ReadOptions = _AUTO_READ
     hash: str | None = None  # None: the manifest's hash, else crc32c
-    block_size: int = 1 << 20
     device: str = "cpu"
     drop_caches: bool = False
     optimizer_step: bool = False
-    part_size: int = 8 << 20  # S3 ranged GET size
     stage_dir: str | None = None  # S3: download here (temporary names, renamed when whole and verified)
-    s3_client: str = "threads"  # threads (boto3 + our pool) or crt (awscrt)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -57,9 +57,41 @@ class RunOptions:
             raise CkptbenchError(f"--cache {self.cache!r}: choose cold, hot or as-is")
         self.read_options(self.hash or "crc32c")
 
+    @classmethod
+    def make(cls, **settings) -> "RunOptions":
+        """Options from flat settings (as the CLI and the TUI hold them): ReadOptions' fields go to `reading`."""
+        return cls().but(**settings)
+
+    def but(self, **changes) -> "RunOptions":
+        """These options with `changes`, each to where it is declared (a read setting to `reading`)."""
+        mine = {k: v for k, v in changes.items() if k != "reading" and k in _OWN}
+        read = {k: v for k, v in changes.items() if k in _READ}
+        unknown = set(changes) - set(mine) - set(read) - {"reading"}
+        if unknown:
+            raise TypeError(f"not a restore setting: {sorted(unknown)}")
+        reading = changes.get("reading", self.reading)
+        if "block_size" in read and "chunk_size" not in read:
+            read["chunk_size"] = None  # derived from the block size: derived again, as a new ReadOptions would
+        return replace(self, **mine, reading=replace(reading, **read) if read else reading)
+
     def read_options(self, alg: str) -> ReadOptions:
-        return ReadOptions(concurrency=self.concurrency, read=self.read, hash=alg, block_size=self.block_size,
-                           part_size=self.part_size, s3_client=self.s3_client)
+        return replace(self.reading, hash=alg)
+
+    def settings(self) -> dict:
+        """The flat view documents record: this restore's own settings and the read settings it was made with."""
+        return {k: getattr(self, k) for k in _OWN if k != "reading"} | {k: getattr(self.reading, k) for k in _SHOWN}
+
+    # the read settings a restore is known by, read through from `reading` (never stored twice)
+    concurrency = property(lambda self: self.reading.concurrency)
+    read = property(lambda self: self.reading.read)
+    block_size = property(lambda self: self.reading.block_size)
+    part_size = property(lambda self: self.reading.part_size)
+    s3_client = property(lambda self: self.reading.s3_client)
+
+
+_OWN = tuple(f.name for f in fields(RunOptions))
+_READ = tuple(f.name for f in fields(ReadOptions) if f.name != "hash")
+_SHOWN = ("concurrency", "read", "block_size", "part_size", "s3_client")
 
 
 @dataclass
@@ -177,7 +209,7 @@ class Run:
         cache = self.source.prepare_cache(self.listing, o.cache, drop_caches=o.drop_caches)
         # chosen after the cache is prepared: `auto` goes by what is resident now
         chosen, self.read_why = self.source.choose_read(self.listing, o.read_options("none"), cache.residency_before)
-        self.opts = replace(o, read=chosen.read)
+        self.opts = o.but(read=chosen.read)
         try:
             return self._execute(cache, psutil.Process())
         finally:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from dataclasses import replace
 
 import fastio
 
@@ -64,7 +63,7 @@ class RestoreSession:
         runs, or it cannot change live)."""
         n = conc.clamp(n)
         with self._lock:
-            self.opts = replace(self.opts, concurrency=n)
+            self.opts = self.opts.but(concurrency=n)
             run = self.current
             if run is not None:
                 run.opts = self.opts

@@ -784,7 +784,7 @@ def test_cli_check_json_on_the_real_system(tmp_path):
     doc = json.loads(out)
     assert set(doc) == {"source", "items", "summary", "ok"}
     assert doc["source"] == str(src)
-    assert [i["id"] for i in doc["items"]] == RULE_IDS
+    assert [i["id"] for i in doc["items"]] == RULE_IDS + ["efficiency"]
     assert all(set(i) == ITEM_KEYS and i["verdict"] in VERDICTS for i in doc["items"])
     assert set(doc["summary"]) == set(VERDICTS) and sum(doc["summary"].values()) == len(doc["items"])
     fails = sum(1 for i in doc["items"] if i["verdict"] == "fail")

@@ -34,3 +34,26 @@ def test_bad_numbers_are_one_line_and_exit_2(tmp_path, args, needle):
     assert len(lines) == 1 and needle in lines[0], r.err
     assert "Traceback" not in r.err and r.out == ""
     assert not (tmp_path / "g").exists()
+
+
+def test_run_options_hold_one_read_options():
+    """A restore's read settings live in its ReadOptions, declared and checked there once; the flat view documents
+    record names each once, and a change goes to where the setting is declared."""
+    from ckptbench.core.errors import CkptbenchError
+    from ckptbench.restore.runner import RunOptions
+    from ckptbench.sources import ReadOptions
+
+    o = RunOptions.make(mode="staged", concurrency=3, read="mmap", block_size=4 << 20, hash="sha256")
+    assert isinstance(o.reading, ReadOptions) and o.reading.concurrency == 3 and o.concurrency == 3
+    assert o.hash == "sha256" and o.read_options("sha256").hash == "sha256"
+    assert o.settings() == {"mode": "staged", "cache": "as-is", "hash": "sha256", "device": "cpu",
+                            "drop_caches": False, "optimizer_step": False, "stage_dir": None, "concurrency": 3,
+                            "read": "mmap", "block_size": 4 << 20, "part_size": 8 << 20, "s3_client": "threads"}
+    # a new block size derives the chunk size again (64 MiB is not a multiple of 3 MiB)
+    assert o.but(block_size=3 << 20).reading.chunk_size % (3 << 20) == 0
+    assert o.but(concurrency=5).concurrency == 5 and o.concurrency == 3
+    assert RunOptions().read == "auto"  # a restore picks its read path per repeat unless told
+    with pytest.raises(CkptbenchError, match="--block-size"):
+        o.but(read="direct", block_size=4097)
+    with pytest.raises(TypeError, match="not a restore setting"):
+        o.but(concurency=2)

@@ -202,7 +202,7 @@ def test_run_retries_faults_and_classifies_them(s3faulty, upload_to, ckpts, monk
     set_env(monkeypatch, server.env)
     server.proxy.fault_rate = 0.12
     stage = tmp_path / "stage"
-    (rep,) = pipeline.run(url, pipeline.RunOptions(mode="staged", concurrency=4, part_size=256 * 1024,
+    (rep,) = pipeline.run(url, pipeline.RunOptions.make(mode="staged", concurrency=4, part_size=256 * 1024,
                                                    stage_dir=str(stage)), repeats=1)
     faults = server.proxy.counters()["faults"]
     assert rep.status == "ok" and rep.problems == [], rep.problems
@@ -290,7 +290,7 @@ def test_files_count_only_when_every_byte_arrived(s3faulty, upload_to, monkeypat
             server.proxy.fault_rate = 1.0
 
     stage = tmp_path / "stage"
-    (rep,) = pipeline.run(url, pipeline.RunOptions(mode="staged", concurrency=16, part_size=1 * MiB,
+    (rep,) = pipeline.run(url, pipeline.RunOptions.make(mode="staged", concurrency=16, part_size=1 * MiB,
                                                    stage_dir=str(stage)), repeats=1, progress=progress)
     assert rep.status == "failed"
     assert rep.files_restored == 0 and rep.success_rate == 0.0
@@ -314,7 +314,7 @@ def test_object_outside_the_manifest_that_fails_is_not_restored(s3server, s3env,
         if stage == "read" and snap is None:  # the listing is done, no byte read yet
             direct.delete_object(Bucket=bucket, Key="c/ckptbench.json")
 
-    (rep,) = pipeline.run(f"s3://{bucket}/c", pipeline.RunOptions(concurrency=4, stage_dir=str(tmp_path / "st")),
+    (rep,) = pipeline.run(f"s3://{bucket}/c", pipeline.RunOptions.make(concurrency=4, stage_dir=str(tmp_path / "st")),
                           repeats=1, progress=progress)
     assert rep.errors == {s3mod.MISSING: 1}  # the read did fail
     assert rep.files_restored == rep.files - 1

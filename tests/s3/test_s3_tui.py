@@ -90,7 +90,7 @@ def test_crt_read_keeps_its_concurrency_and_threads_read_takes_plus(slow_url, tm
 
 
 async def _crt_then_threads(url: str, results: str) -> None:
-    app = CkptbenchApp(url, RunOptions(s3_client="crt", concurrency=1), results_path=results)
+    app = CkptbenchApp(url, RunOptions.make(s3_client="crt", concurrency=1), results_path=results)
     async with app.run_test(size=SIZE) as pilot:
         dash, session = await start_read(app, pilot)
         chart = dash.query_one("#chart", ThroughputChart)

@@ -110,7 +110,7 @@ def make_app(tmp_path):
     from tui.app import CkptbenchApp
 
     def make(source, **opts):
-        app = CkptbenchApp(source, RunOptions(**opts), results_path=str(tmp_path / "results.csv"), autostart=False)
+        app = CkptbenchApp(source, RunOptions.make(**opts), results_path=str(tmp_path / "results.csv"), autostart=False)
         app.notes = []
         original = app.notify
 

@@ -56,7 +56,7 @@ def dashboard_app():
     from ckptbench.restore.runner import RunOptions
     from tui.app import CkptbenchApp
 
-    app = CkptbenchApp(None, RunOptions(concurrency=16, cache="cold"), results_path="/nonexistent/results.csv")
+    app = CkptbenchApp(None, RunOptions.make(concurrency=16, cache="cold"), results_path="/nonexistent/results.csv")
     app.animation_level = "none"
     app.source = SOURCE
     app.source_info = dict(SOURCE_INFO)
