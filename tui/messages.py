@@ -11,6 +11,7 @@ from textual.message import Message
 class RunFinished(Message):
     doc: dict
     source_info: dict | None = None
+    floor: dict | None = None  # ckptbench.cli.ui.restore_floor for the run: its efficiency
 
 
 @dataclass
@@ -92,3 +93,8 @@ class SaveFailed(Message):
 @dataclass
 class SaveCancelled(Message):
     reason: str
+
+
+@dataclass
+class FloorKnown(Message):
+    fields: dict  # ckptbench.cli.ui.restore_floor: the restore's floor from the box's cached figures

@@ -1,6 +1,9 @@
-"""The one door from the command line to the UI (tui/): imported lazily, so headless commands never load Textual."""
+"""The one door between the UI (tui/) and the domain: the UI is started here, imported lazily (headless commands never
+load Textual), and asks here for the figures it shows that the domain works out."""
 
 from __future__ import annotations
+
+HOT = 0.9  # residency before the read from which a run counts as read from the page cache (as `run` counts it)
 
 
 def run_app(name: str, *args, **kwargs) -> int:
@@ -13,3 +16,73 @@ def run_app(name: str, *args, **kwargs) -> int:
         from tui.app import CkptbenchApp as App
     App(*args, **kwargs).run()
     return 0
+
+
+def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict | None = None) -> dict | None:
+    """A restore of `source` with `opts` held against this box's floor, from the figures `ckptbench floor` cached
+    (never measured here: that would evict the checkpoint): floor.restore_fields, plus `floor_gbps`, the rate the
+    floor moves the restore's bytes at (the binding resource's; the cores' when the CPU binds). Before a run, the
+    cache condition is `opts.cache` (as-is: the residency in `info`, the source's summary); with `doc`, a finished
+    run's RTO, check and residency. Lists the source: call it from a worker. None when there is no source or it
+    cannot be listed (the run says why)."""
+    from ckptbench.core.errors import CkptbenchError
+    from ckptbench.sources import open_source
+    from ckptbench.system import floor as fl
+
+    if source is None:
+        return None
+    try:
+        src = open_source(source)
+        listing = src.list()
+    except (CkptbenchError, OSError):
+        return None
+    alg = opts.hash or (listing.manifest.hash if listing.manifest is not None else "none")
+    residency = (info or {}).get("residency") or 0.0
+    hot, measured_s, floating = opts.cache == "hot" or (opts.cache == "as-is" and residency >= HOT), None, 0
+    if doc is not None:
+        hot = (doc.get("cache", {}).get("residency_before") or 0.0) >= HOT
+        measured_s = doc.get("rto_s") if doc.get("status") in ("ok", "unverified") else None
+        floating = listing.bytes if doc.get("check") == "structural" else 0  # a structural check scans every byte
+    fields = fl.restore_fields(fl.cached(fl.mount_key(src.describe())), bytes_read=listing.bytes,
+                               measured_s=measured_s, hash_alg=alg, floating_bytes=floating, hot=hot)
+    fields["floor_gbps"] = listing.bytes / fields["floor_s"] / 1e9 if fields["floor_s"] else None
+    fields["bytes_read"] = listing.bytes
+    return fields
+
+
+def floor_share(fields: dict | None, read_gbps: float | None) -> float | None:
+    """A read's rate over the floor's rate: how near the read runs to what binds it (None when either is unknown)."""
+    rate = (fields or {}).get("floor_gbps")
+    return read_gbps / rate if rate and read_gbps is not None else None
+
+
+def efficiency(fields: dict | None, measured_s: float | None) -> float | None:
+    """The floor's time over a measured one (a loop pass's RTO): 1.0 is this box's best."""
+    from ckptbench.system import floor as fl
+
+    return fl.efficiency((fields or {}).get("floor_s"), measured_s)
+
+
+def record_knee(results_path: str | None, tuner, source: str) -> str | None:
+    """An auto-tune's knee on record in `results_path`, where the checklist's concurrency advice finds it (one truth
+    for advice, as `sweep --results`); the line to show when it could not be recorded, else None."""
+    from ckptbench.core.errors import CkptbenchError, printable, redact
+    from ckptbench.restore.sweep import record_knee as record
+
+    if not results_path:
+        return None
+    try:
+        record(results_path, tuner.result(source))
+    except (CkptbenchError, OSError) as exc:
+        return printable(redact(f"the knee was not recorded in {results_path}: {exc}"))
+    return None
+
+
+def failure(exc: BaseException, what: str) -> str:
+    """One printable, redacted line for a failure a screen shows: the package's own message when it has one, else
+    `what` failed, the exception's type and its first line."""
+    from ckptbench.core.errors import printable, redact, translate
+
+    err = translate(exc)
+    first = str(exc).splitlines()[0] if str(exc) else "no message"
+    return printable(redact(str(err) if err is not None else f"{what}: {type(exc).__name__}: {first}"))

@@ -18,15 +18,16 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
+from ckptbench.cli import ui
 from ckptbench.core import concurrency as conc
-from ckptbench.core.stages import LIST, READ
+from ckptbench.core.stages import LIST, READ, STAGES
 from ckptbench.core import options
-from ckptbench.system import readmode
 from ckptbench.system.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
-from tui.messages import LoopEnded, RunCancelled, RunFailed, RunFinished, TuneDone, TuneLevel
+from tui.messages import FloorKnown, LoopEnded, RunCancelled, RunFailed, RunFinished, TuneDone, TuneLevel
 from tui.widgets.chart import ThroughputChart
-from tui.widgets.stagebar import StageBar
+from tui.widgets.floorline import FloorView
+from tui.widgets.stagebar import StageBar, run_note
 from tui.widgets.syspanel import SystemPanel
 
 LOOP_STAGES = (LIST, READ)  # a loop pass lists and reads: no verify or load
@@ -35,10 +36,6 @@ SYSTEM_S = 1.0
 # what m, o, e and a cycle through: the run command's own declarations (its default first, the off choice last)
 CHOICES = {"mode": options.MODE.values, "cache": options.CACHE.values, "read": options.READ.values,
            "hash": options.RESTORE_HASH.values}
-
-
-def _gb(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 class Dashboard(Screen):
@@ -97,18 +94,19 @@ class Dashboard(Screen):
     def on_mount(self) -> None:
         app = self.app
         self.concurrency = app.opts.concurrency
-        self.rates = LiveRates()
+        self.rates, self._rates_pass = LiveRates(), 0  # the live figures, and the loop pass they follow
         self.read_picked = ""  # what `--read auto` chose in the last run
         self.loop = None  # the ReadLoop while loop mode runs
         self.tuner = None  # the AutoTune of the last `t`
-        self._rates_pass = 0  # the loop pass self.rates follows
         self._applying_knee = False
         self._texts: dict[str, str] = {}
+        self.floor = FloorView(self.query_one("#chart", ThroughputChart), self.query_one("#stages", StageBar))
         self.query_one("#chart", ThroughputChart).border_title = "read throughput, last minute"
         self.set_interval(POLL_S, self.poll)
         self.set_interval(SYSTEM_S, self.poll_system)
         self.show_settings()
         self.show_source()
+        self.look_up_floor()
         if app.source is None:
             self.query_one("#figures", Static).update("no source: start with `ckptbench tui DIR`")
         elif app.autostart == "loop":
@@ -122,8 +120,8 @@ class Dashboard(Screen):
             self.query_one("#source", Static).update("no source")
             return
         self.query_one("#source", Static).update(
-            f"[b]{s['source']}[/b]  {s['fs_type']} on {s['mount_point']}  ·  {s['files']} files, {_gb(s['bytes'])}"
-            f"  ·  page-cache residency {s['residency']:.0%}")
+            f"[b]{s['source']}[/b]  {s['fs_type']} on {s['mount_point']}  ·  {s['files']} files, "
+            f"{s['bytes'] / 2**30:.2f} GiB  ·  page-cache residency {s['residency']:.0%}")
 
     def show_settings(self, live: int | None = None) -> None:
         """The settings line; while a read runs, the concurrency is the one the read itself reports."""
@@ -171,16 +169,13 @@ class Dashboard(Screen):
         choices = CHOICES[what]
         current = getattr(self.app.opts, what)
         self.app.update_opts(**{what: choices[(choices.index(current) + 1) % len(choices)]})
+        self.look_up_floor()  # the cache condition and the hash change the floor
         self.show_settings()
 
     def action_run(self) -> None:
         if self.app.source is None or self.running:
             return
-        self.query_one("#chart", ThroughputChart).clear()
-        self.query_one("#stages", StageBar).update_stages({}, None, "")
-        self.rates = LiveRates()
-        self.running = True
-        self.show_settings()
+        self.begin(None, "")
         self.restore(self.app.new_session())  # made here, so a cancel pressed at once reaches this run
 
     def action_cancel(self) -> None:
@@ -204,15 +199,17 @@ class Dashboard(Screen):
             self.notify("a restore is running: loop once it ends", severity="warning")
             return False
         self.loop = ReadLoop.for_run(self.app.source, self.app.opts)
-        self.query_one("#chart", ThroughputChart).clear()
-        self.query_one("#stages", StageBar).update_stages({}, LIST, "loop: list and read, no verify or load",
-                                                          LOOP_STAGES)
-        self.rates = LiveRates()
-        self._rates_pass = 0
-        self.running = True
-        self.show_settings()
+        self.begin(LIST, "loop: list and read, no verify or load", LOOP_STAGES)
         self.read_loop(self.loop)
         return True
+
+    def begin(self, active: str | None, note: str, shown: tuple[str, ...] = STAGES) -> None:
+        """A run or a loop starts: a clear chart, stage box and rates (the floor looked up for its settings stands)."""
+        self.query_one("#chart", ThroughputChart).clear()
+        self.query_one("#stages", StageBar).update_stages({}, active, note, shown)
+        self.rates, self._rates_pass, self.running = LiveRates(), 0, True
+        self.floor.new_run()
+        self.show_settings()
 
     def action_tune(self) -> None:
         from ckptbench.restore.autotune import AutoTune, attach
@@ -231,17 +228,11 @@ class Dashboard(Screen):
         self.show_settings()
 
     def tuned(self, tuner, level) -> None:
-        """On the loop's thread: the knee goes on record, where the checklist's concurrency advice finds it (one
-        truth for advice), then to the screen."""
-        from ckptbench.core.errors import CkptbenchError, printable, redact
-        from ckptbench.restore.sweep import record_knee
-
-        if self.app.results_path:
-            try:
-                record_knee(self.app.results_path, tuner.result(self.app.source))
-            except (CkptbenchError, OSError) as exc:
-                self.app.call_from_thread(self.notify, printable(redact(
-                    f"the knee was not recorded in {self.app.results_path}: {exc}")), severity="warning")
+        """On the loop's thread: the knee goes on record (where the checklist's advice finds it), then to the
+        screen."""
+        error = ui.record_knee(self.app.results_path, tuner, self.app.source)
+        if error:
+            self.app.call_from_thread(self.notify, error, severity="warning")
         self.post_message(TuneDone(level.concurrency, level.gbps))
 
     def on_unmount(self) -> None:
@@ -250,20 +241,16 @@ class Dashboard(Screen):
 
     @work(thread=True, exclusive=True, group="loop", exit_on_error=False)
     def read_loop(self, loop) -> None:
-        from ckptbench.core.errors import printable, redact, translate
-
         try:
             passes = loop.run()
         except Exception as exc:  # any failure ends the loop on screen, back to idle
-            err = translate(exc)
-            self.post_message(LoopEnded(loop.passes, printable(redact(str(err) if err is not None else
-                                        f"loop failed: {type(exc).__name__}: {exc}"))))
+            self.post_message(LoopEnded(loop.passes, ui.failure(exc, "loop failed")))
             return
         self.post_message(LoopEnded(passes))
 
     @work(thread=True, exclusive=True, group="restore", exit_on_error=False)
     def restore(self, session) -> None:
-        from ckptbench.core.errors import Cancelled, printable, redact, translate
+        from ckptbench.core.errors import Cancelled
 
         try:
             doc = session.run(repeats=1)
@@ -271,14 +258,24 @@ class Dashboard(Screen):
             self.post_message(RunCancelled())
             return
         except Exception as exc:  # any failure ends the run on screen: marked failed, back to idle
-            err = translate(exc)
-            self.post_message(RunFailed(printable(redact(
-                str(err) if err is not None else f"restore failed: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else 'no message'}"))))
+            self.post_message(RunFailed(ui.failure(exc, "restore failed")))
             return
         if not get_current_worker().is_cancelled:
-            # the source's residency after the run is measured here, off the UI thread
-            self.post_message(RunFinished(doc, self.app.measure_source()))
+            # the source's residency after the run and the run against the floor are worked out here, off the UI
+            # thread, in the run's own worker (one more thread would outlive it in the executor's pool)
+            self.post_message(RunFinished(doc, self.app.measure_source(),
+                                          ui.restore_floor(self.app.source, session.opts, self.app.source_info, doc)))
+
+    @work(thread=True, exclusive=True, group="floor", exit_on_error=False)
+    def look_up_floor(self) -> None:
+        """The floor for the source and settings from the box's cached figures (it lists the source: a worker)."""
+        fields = ui.restore_floor(self.app.source, self.app.opts, self.app.source_info)
+        if fields is not None and not get_current_worker().is_cancelled:
+            self.post_message(FloorKnown(fields))
+
+    @on(FloorKnown)
+    def floor_known(self, msg: FloorKnown) -> None:
+        self.floor.known(msg.fields)
 
     def poll(self) -> None:
         if self.loop is not None:
@@ -325,8 +322,8 @@ class Dashboard(Screen):
 
     def show_pass_stages(self, loop) -> None:
         """The stage box in a loop: the last finished pass's stages and RTO; until one has, the pass in hand."""
-        bar = self.query_one("#stages", StageBar)
-        last = loop.last
+        bar, last = self.query_one("#stages", StageBar), loop.last
+        self.floor.pass_done(last)
         if last is None:
             bar.update_stages(dict(loop.stages), loop.stage, None, LOOP_STAGES)
             return
@@ -340,8 +337,8 @@ class Dashboard(Screen):
             f"latency p50 {live['latency_p50_us'] or 0:.0f} µs  p99 {live['latency_p99_us'] or 0:.0f} µs\n"
             f"workers {live['active_workers']} active / {live['concurrency']} target, busy {live['busy_pct']:.0f} %"
             f"   ·   errors {live['errors']}  retries {live['retries']}")
-        bar = self.query_one("#progress", ProgressBar)
-        bar.update(total=max(1, snap.bytes_planned), progress=snap.bytes)
+        self.query_one("#progress", ProgressBar).update(total=max(1, snap.bytes_planned), progress=snap.bytes)
+        self.floor.show(live["avg_gbps"])
 
     def _set(self, selector: str, text: str) -> None:
         """Updates a Static only when its text changes: every redraw takes CPU from the readers."""
@@ -359,14 +356,10 @@ class Dashboard(Screen):
         self.poll()  # the final figures, before `running` goes off and poll stops drawing them
         self.running = False
         doc = msg.doc
-        warm = doc.get("warmup_s") or 0.0
         self.read_picked = ", ".join(doc["read"]["modes"])
-        notes = [f"read {self.read_picked}: {readmode.short(doc['read']['why'])}"]
-        if warm:
-            notes.append(f"one-time warm-up {warm:.2f} s before the clock, not counted")
-        if doc.get("check") == "structural":
-            notes.append("check: structural, no model step")
-        self.query_one("#stages", StageBar).update_stages(doc["stages"], None, "; ".join(notes))
+        self.query_one("#stages", StageBar).update_stages(doc["stages"], None, run_note(doc))
+        if msg.floor is not None:  # the run's efficiency, against the floor of the cache condition it met
+            self.floor.known(msg.floor)
         unverified = "" if doc["verified"] or doc["status"] != "ok" else ", NOT VERIFIED"
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "
                     f"success {doc['success_rate']:.0%} ({doc['status']}{unverified})",
@@ -381,6 +374,7 @@ class Dashboard(Screen):
         self.running = False
         self.notify(msg.error, severity="error", timeout=10)
         self.query_one("#stages", StageBar).update_stages(self.app.session.stages() if self.app.session else {}, None)
+        self.floor.show()
         self._set("#figures", f"[b red]restore failed[/]: {msg.error}")
         self.show_settings()
 
@@ -424,9 +418,9 @@ class Dashboard(Screen):
         finally:
             self._applying_knee = False
         note = f"knee at c={msg.concurrency} ({msg.gbps:.2f} GB/s)"
-        chart = self.query_one("#chart", ThroughputChart)
         if self.tuner is not None:
-            chart.border_subtitle = "auto-tune: " + " · ".join(m.label for m in self.tuner.measured) + f" → {note}"
+            self.query_one("#chart", ThroughputChart).border_subtitle = (
+                "auto-tune: " + " · ".join(m.label for m in self.tuner.measured) + f" → {note}")
         self.notify(note)
         self.show_settings()
 
@@ -434,4 +428,5 @@ class Dashboard(Screen):
     def cancelled(self, _msg: RunCancelled) -> None:
         self.running = False
         self.notify("restore cancelled (recorded as cancelled)", severity="warning")
+        self.floor.show()
         self.show_settings()

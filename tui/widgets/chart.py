@@ -1,6 +1,9 @@
-"""Throughput over the last minute, with a mark where concurrency changed (reads) or a save ended (writes)."""
+"""Throughput over the last minute, with a mark where concurrency changed (reads) or a save ended (writes), and a
+level line (the floor's rate: what this box can do for this restore)."""
 
 from __future__ import annotations
+
+import math
 
 from rich.text import Text
 from textual.widget import Widget
@@ -20,6 +23,8 @@ class ThroughputChart(Widget):
         self.samples: list[tuple[float, float]] = []  # (t, GB/s)
         self.marks: list[tuple[float, str]] = []
         self.peak = 0.0  # the peak the figures beside the chart show: the y-scale never reads below it
+        self.level: float | None = None  # a rate drawn across the chart (the floor's), kept when the chart clears
+        self.level_label = ""
 
     def add_sample(self, t: float, gbps: float, peak: float | None = None) -> None:
         """`peak`: the figures' peak, so the scale and the figures line agree (it may predate the window)."""
@@ -34,6 +39,12 @@ class ThroughputChart(Widget):
         self.marks.append((t, label))
         self.refresh()
 
+    def set_floor(self, gbps: float | None, label: str) -> None:
+        """A horizontal line at `gbps`, labelled at its left end (the window's oldest part); None removes it."""
+        if (gbps, label) != (self.level, self.level_label):
+            self.level, self.level_label = gbps, label
+            self.refresh()
+
     def clear(self) -> None:
         self.samples, self.marks, self.peak = [], [], 0.0
         self.refresh()
@@ -42,7 +53,8 @@ class ThroughputChart(Widget):
         width = max(10, self.size.width - 8)
         rows = max(2, self.size.height - 1)
         if not self.samples:
-            return Text(self.waiting, style="dim")
+            out = Text(self.waiting, style="dim")
+            return out.append(f"\n{self.level_label}", style="yellow") if self.level else out
         t_end = self.samples[-1][0]
         t0 = t_end - WINDOW_S
         cols = [0.0] * width
@@ -50,15 +62,21 @@ class ThroughputChart(Widget):
             c = min(width - 1, max(0, int((t - t0) / WINDOW_S * width)))
             cols[c] = max(cols[c], v)
         mark_cols = {min(width - 1, max(0, int((t - t0) / WINDOW_S * width))): label for t, label in self.marks}
-        top = max(max(cols), self.peak) or 1.0
+        top = max(max(cols), self.peak, self.level or 0.0) or 1.0  # the line stays on the chart
+        level_row = max(1, math.ceil(self.level / top * rows - 1e-9)) if self.level else None  # the row it falls in
         out = Text()
         for r in range(rows, 0, -1):
-            label = f"{top * r / rows:6.2f} " if r in (rows, 1) else " " * 7
-            out.append(label, style="dim")
+            label = (f"{self.level:6.2f} " if r == level_row else f"{top * r / rows:6.2f} " if r in (rows, 1)
+                     else " " * 7)
+            out.append(label, style="yellow" if r == level_row else "dim")
             cells = []
             for v in cols:
                 level = v / top * rows
                 cells.append(BLOCKS[8] if level >= r else BLOCKS[int((level - (r - 1)) * 8)] if level > r - 1 else " ")
+            if r == level_row:
+                out.append_text(self._level_row(cells, mark_cols))
+                out.append("\n")
+                continue
             # one span per run of columns, not one per cell: the chart redraws four times a second
             start = 0
             for c in sorted(mark_cols) + [width]:
@@ -75,3 +93,17 @@ class ThroughputChart(Widget):
         out.append(f"{self.unit:>6} ", style="dim")
         out.append("".join(axis), style="yellow")
         return out
+
+    def _level_row(self, cells: list[str], mark_cols: dict) -> Text:
+        """The row the level falls in: its label at the left end, a dashed line through the empty cells, bars kept
+        (one span per run of a style, as the other rows)."""
+        text = f"╌ {self.level_label} " if len(self.level_label) + 3 < len(cells) else ""
+        styled = [(text[c], "bold yellow") if c < len(text) else ("╌", "yellow") if cell == " " else
+                  (cell, "bold yellow" if c in mark_cols else "green") for c, cell in enumerate(cells)]
+        line = Text()
+        start = 0
+        for c in range(1, len(styled) + 1):
+            if c == len(styled) or styled[c][1] != styled[start][1]:
+                line.append("".join(ch for ch, _ in styled[start:c]), style=styled[start][1])
+                start = c
+        return line

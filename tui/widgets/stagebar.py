@@ -1,4 +1,5 @@
-"""The RTO split into stages: a proportional bar and seconds and shares, filling in as stages finish."""
+"""The RTO split into stages: a proportional bar and seconds and shares, filling in as stages finish; under them, the
+floor's line (tui.widgets.floorline)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ from rich.text import Text
 from textual.widget import Widget
 
 from ckptbench.core.stages import STAGES
+from ckptbench.system import readmode
 
 COLORS = dict(zip(STAGES, ("magenta", "green", "cyan", "blue", "yellow", "red")))
 
 
 class StageBar(Widget):
     DEFAULT_CSS = """
-    StageBar { height: 3; }
+    StageBar { height: 4; }
     """
 
     def __init__(self, **kw):
@@ -21,6 +23,7 @@ class StageBar(Widget):
         self.active: str | None = None
         self.note = ""
         self.shown: tuple[str, ...] = STAGES
+        self.floor = Text()
 
     def update_stages(self, stages: dict[str, float], active: str | None, note: str | None = None,
                       shown: tuple[str, ...] = STAGES) -> None:
@@ -32,6 +35,11 @@ class StageBar(Widget):
         shown = tuple(s for s in STAGES if s in shown)
         if (stages, active, note, shown) != (self.stages, self.active, self.note, self.shown):  # a redraw costs CPU
             self.stages, self.active, self.note, self.shown = stages, active, note, shown
+            self.refresh()
+
+    def show_floor(self, line: Text) -> None:
+        if line != self.floor:  # a redraw costs CPU
+            self.floor = line
             self.refresh()
 
     def render(self) -> Text:
@@ -61,4 +69,14 @@ class StageBar(Widget):
         out.append(f"\n RTO {total:.3f}s" if total else "\n RTO —")
         if self.note:
             out.append(f"   ({self.note})", style="dim")
-        return out
+        return out.append("\n").append_text(self.floor)
+
+
+def run_note(doc: dict) -> str:
+    """What follows a finished run's RTO: the read path and why, a warm-up kept out of the clock, a structural check."""
+    notes = [f"read {', '.join(doc['read']['modes'])}: {readmode.short(doc['read']['why'])}"]
+    if doc.get("warmup_s"):
+        notes.append(f"one-time warm-up {doc['warmup_s']:.2f} s before the clock, not counted")
+    if doc.get("check") == "structural":
+        notes.append("check: structural, no model step")
+    return "; ".join(notes)

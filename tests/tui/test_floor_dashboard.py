@@ -1,0 +1,148 @@
+"""The dashboard holds the restore against this box's floor: a floor line on the throughput chart at the binding
+resource's rate, and in the stage box the floor's time, what binds it and the efficiency (floor / RTO) after a run, per
+pass in a loop, and the read's share of the floor's rate while it runs; with no floor measured, it says so and how.
+
+The floor is a floor.json written through the module's own save path from Ceiling objects with fixed rates, into a
+temporary XDG_CACHE_HOME: the figures are known, the test is fast, and the box's real cache is left alone. Expected
+values are worked out here from those rates and the run's own document, not read back from the widgets' code."""
+
+from __future__ import annotations
+
+import time
+
+import fastio
+import pytest
+from textual import events
+
+from ckptbench.sources import open_source
+from ckptbench.system import floor as fl
+from tui.screens.dashboard import Dashboard
+from tui.widgets.chart import ThroughputChart
+from tui.widgets.stagebar import StageBar
+
+STORAGE_GBPS = 2.0  # binds a cold read: fresh memory, copy and the CPU are all faster
+FRESH_GBPS = 8.0
+COPY_GBPS = 20.0
+CPU_GBPS = 50.0
+
+
+def ceiling(gbps: float, sample: int = 0) -> fl.Ceiling:
+    return fl.Ceiling(gbps, gbps, gbps, "fixed by the test", time.time(), sample)
+
+
+@pytest.fixture
+def no_floor(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+
+
+@pytest.fixture
+def floor_cached(tmp_path, monkeypatch, small_ckpt):
+    """This box's floor cached with fixed rates, the storage figure under the small checkpoint's mount."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ceilings = {"populate_4k": ceiling(FRESH_GBPS / 2), "populate_thp": ceiling(FRESH_GBPS),
+                "copy": ceiling(COPY_GBPS), "scan": ceiling(CPU_GBPS)}
+    ceilings |= {f"hash_{a}": ceiling(CPU_GBPS) for a in fastio.HASHES if a != "none"}
+    mount = fl.mount_key(open_source(small_ckpt).describe())
+    floor = fl.Floor(fl.box_key(), ceilings, ceiling(STORAGE_GBPS, 1 << 30), mount)
+    fl._save(fl.cache_path(), floor, {})
+    assert fl.cached(mount) is not None and fl.cached(mount).storage.gbps == STORAGE_GBPS
+
+
+def chart_text(dash) -> str:
+    return dash.query_one("#chart", ThroughputChart).render().plain
+
+
+def stage_text(dash) -> str:
+    return dash.query_one("#stages", StageBar).render().plain
+
+
+def floor_row(chart: str) -> str:
+    rows = [r for r in chart.splitlines() if "floor " in r]
+    assert len(rows) == 1, chart
+    return rows[0]
+
+
+async def test_floor_line_and_efficiency_after_a_run(make_app, small_ckpt, floor_cached, h):
+    app = make_app(small_ckpt, concurrency=4, cache="cold")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        assert isinstance(dash, Dashboard)
+        # before a run: the floor looked up for the settings (cold: the storage binds), no live share
+        await h.wait_until(pilot, lambda: "bound by" in stage_text(dash), "the floor before a run")
+        assert f"floor {STORAGE_GBPS:.2f} GB/s · storage" in chart_text(dash)
+        assert "bound by storage" in stage_text(dash) and "efficiency" not in stage_text(dash)
+
+        await pilot.press("r")
+        await h.wait_until(pilot, lambda: app.session is not None and app.session.doc is not None, "the run to end")
+        await app.workers.wait_for_complete()
+        await h.wait_until(pilot, lambda: "efficiency" in stage_text(dash), "the run's efficiency")
+        doc = app.session.doc
+        assert doc["status"] in ("ok", "unverified"), doc["status"]
+        hot = doc["cache"]["residency_before"] >= 0.9  # an eviction the box refused: the page cache's copy binds
+        binding, rate = ("page cache", COPY_GBPS) if hot else ("storage", STORAGE_GBPS)
+
+        # the chart: one floor row, its y label the binding rate, a dashed line through the empty cells
+        await pilot.pause()
+        row = floor_row(chart_text(dash))
+        assert float(row.split()[0]) == pytest.approx(rate)
+        assert f"floor {rate:.2f} GB/s · {binding}" in row and "╌╌╌" in row
+        # its height: the row the rate falls in, on a scale that reaches at least the floor
+        rows = chart_text(dash).splitlines()[:-1]
+        top = float(rows[0].split()[0])
+        assert top >= rate and rows.index(row) == len(rows) - max(1, -(-rate * len(rows) // top))
+
+        stages = stage_text(dash).splitlines()[-1]
+        floor_s = doc["bytes"] / (rate * 1e9)
+        assert f"floor {floor_s:.3f}s, bound by {binding} ({rate:.2f} GB/s)" in stages, stages
+        assert f"efficiency {floor_s / doc['rto_s']:.0%}" in stages, stages
+        assert "not measured" not in stages and "read now" not in stages
+
+
+async def test_live_share_of_the_floor_rate(make_app, small_ckpt, floor_cached, h):
+    """While a read runs, the stage box says the read's average rate over the floor's rate (the dashboard feeds the
+    average it shows; fed here, so that no timing decides what the test sees)."""
+    app = make_app(small_ckpt, cache="cold")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        await h.wait_until(pilot, lambda: "bound by" in stage_text(dash), "the floor before a run")
+        dash.floor.show(STORAGE_GBPS / 4)
+        await pilot.pause()
+        assert "read now at 25% of the floor's rate" in stage_text(dash).splitlines()[-1]
+        dash.floor.show()
+        await pilot.pause()
+        assert "read now" not in stage_text(dash)
+
+
+async def test_loop_shows_each_pass_against_the_floor(make_app, small_ckpt, floor_cached, h):
+    app = make_app(small_ckpt, concurrency=2, cache="cold")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        await pilot.press("l")
+        await h.wait_until(pilot, lambda: dash.loop is not None and dash.loop.passes >= 2, "two loop passes", 60)
+        await h.wait_until(pilot, lambda: "pass " in stage_text(dash).splitlines()[-1], "a pass's efficiency")
+        loop = dash.loop
+        app.post_message(events.Key("l", "l"))  # a key without Pilot.press's wait for idle: the loop is busy
+        await h.wait_until(pilot, lambda: dash.loop is None, "the loop to stop", 30)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        line = stage_text(dash).splitlines()[-1]
+        last = loop.last  # the loop's last pass, as the loop itself recorded it
+        floor_s = last.bytes / (STORAGE_GBPS * 1e9)  # settings cold: the storage binds
+        assert f"floor {floor_s:.3f}s, bound by storage" in line, line
+        assert f"pass {last.pass_no}: efficiency {floor_s / last.rto_s:.0%}" in line, line
+        assert "read now" not in line
+
+
+async def test_without_a_floor_the_stage_box_says_how_to_measure_it(make_app, small_ckpt, no_floor, h):
+    app = make_app(small_ckpt, cache="cold")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        await h.wait_until(pilot, lambda: "not measured" in stage_text(dash), "the not-measured line")
+        await pilot.press("r")
+        await h.wait_until(pilot, lambda: app.session is not None and app.session.doc is not None, "the run to end")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        line = stage_text(dash).splitlines()[-1]
+        assert line.startswith("floor: not measured · `ckptbench floor SOURCE`"), line
+        assert "efficiency" not in line
+        assert "floor " not in chart_text(dash) and "╌" not in chart_text(dash)
