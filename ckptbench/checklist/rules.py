@@ -71,7 +71,7 @@ def small_files(f: Facts) -> Verdict:
     avg = f.bytes / f.files if f.files else 0
     if f.files == 0:
         return Verdict("small_files", "Too many small files", "unknown", {"files": 0},
-                    "each file costs an open, a stat and a round trip", "list the source: no files were found")
+                       "each file costs an open, a stat and a round trip", "list the source: no files were found")
     ev = {"files": f.files, "avg_bytes": int(avg), "small_files": small, "small_limit_bytes": limit,
           "histogram": probes.size_histogram(f.sizes),
           "open_per_s": round(f.open_rate, 1) if f.open_rate else None}
@@ -101,7 +101,7 @@ def network_path(f: Facts) -> Verdict:
         return Verdict("network_path", title, "ok", ev, why, "none")
     if _unknown(f.mount):
         return Verdict("network_path", title, "unknown", {"reason": _reason(f.mount)}, why,
-                    "find the mount with `findmnt -T SOURCE`")
+                       "find the mount with `findmnt -T SOURCE`")
     m = f.mount
     ev = {"fs_type": m.fs_type, "mount_source": m.source}
     if m.fs_type.startswith("fuse"):
@@ -109,7 +109,7 @@ def network_path(f: Facts) -> Verdict:
         ev |= {"daemon": kind, "endpoint": endpoint}
         where = f"{kind} reads from {endpoint}" if endpoint else f"the {kind or 'FUSE'} daemon hides its backend"
         return Verdict("network_path", title, "unknown", ev, why,
-                    f"{where}: check that it is the regional (or VPC) endpoint of the bucket's region and that no "
+                       f"{where}: check that it is the regional (or VPC) endpoint of the bucket's region and that no "
                     "proxy sits in between; for S3, compare with `ckptbench check s3://BUCKET/PREFIX`")
     if not (m.fs_type.startswith("nfs") or m.fs_type in ("lustre", "cifs", "smb3", "ceph", "glusterfs")):
         return Verdict("network_path", title, "ok", ev | {"network": False}, why,
@@ -117,11 +117,11 @@ def network_path(f: Facts) -> Verdict:
     ev["server"] = probes.nfs_server(m) or m.source.split(":", 1)[0]
     if _unknown(f.retransmit_rate):
         return Verdict("network_path", title, "unknown", ev | {"reason": _reason(f.retransmit_rate)}, why,
-                    "check retransmits with `nstat -az TcpRetransSegs` while a restore runs")
+                       "check retransmits with `nstat -az TcpRetransSegs` while a restore runs")
     ev["tcp_retransmit_pct"] = round(f.retransmit_rate * 100, 3)
     if f.retransmit_rate > 0.01:
         return Verdict("network_path", title, "warn", ev, why,
-                    "retransmits above 1 %: check the link (ethtool -S, MTU), or move the mount to the server's subnet")
+                       "retransmits above 1 %: check the link (ethtool -S, MTU), or move the mount to the server's subnet")
     return Verdict("network_path", title, "ok", ev, why, "none")
 
 
@@ -246,13 +246,13 @@ def device_mapping(f: Facts) -> Verdict:
     ev["gpus"] = f.gpus["count"]
     if f.gpus["count"] == 0:
         return Verdict("device_mapping", title, "unknown", ev | {"reason": "no GPU on this box"}, why,
-                    "run the check on the training node")
+                       "run the check on the training node")
     if f.world_size is None:
         return Verdict("device_mapping", title, "unknown", ev | {"reason": "rank count unknown (no manifest)"}, why,
-                    "compare the checkpoint's shard count with the job's world size")
+                       "compare the checkpoint's shard count with the job's world size")
     if f.world_size % f.gpus["count"] and f.gpus["count"] % f.world_size:
         return Verdict("device_mapping", title, "warn", ev, why,
-                    "reshard: save/load with torch.distributed.checkpoint, which maps shards to the new world size")
+                       "reshard: save/load with torch.distributed.checkpoint, which maps shards to the new world size")
     return Verdict("device_mapping", title, "ok", ev, why, "none")
 
 
@@ -262,12 +262,12 @@ def cold_cache(f: Facts) -> Verdict:
     ev = {"residency_now": f.residency_now}
     if _unknown(f.evict_residency):
         return Verdict("cold_cache", title, "unknown", ev | {"reason": _reason(f.evict_residency)}, why,
-                    "run as a user who can open the files")
+                       "run as a user who can open the files")
     ev["residency_after_evict"] = round(f.evict_residency, 4)
     if f.evict_residency > 0.05:
         fs = f.mount.fs_type if isinstance(f.mount, probes.Mount) else "this filesystem"
         return Verdict("cold_cache", title, "fail", ev, why,
-                    f"pages stay resident after eviction on {fs} (tmpfs? pages mapped elsewhere?): measure cold reads "
+                       f"pages stay resident after eviction on {fs} (tmpfs? pages mapped elsewhere?): measure cold reads "
                     "on a disk-backed copy, or drop caches as root (sync; echo 1 > /proc/sys/vm/drop_caches)")
     return Verdict("cold_cache", title, "ok", ev, why, "none: --cache cold evicts and verifies")
 
@@ -279,7 +279,7 @@ def write_side(f: Facts) -> Verdict:
     dbytes = f.sysctls.get("vm.dirty_bytes")
     if _unknown(f.meminfo) or _unknown(ratio) and _unknown(dbytes):
         return Verdict("write_side", title, "unknown", {"reason": _reason(f.meminfo if _unknown(f.meminfo) else ratio)},
-                    why, "check `sysctl vm.dirty_ratio vm.dirty_background_ratio` and Dirty in /proc/meminfo")
+                       why, "check `sysctl vm.dirty_ratio vm.dirty_background_ratio` and Dirty in /proc/meminfo")
     avail = f.meminfo.get("MemAvailable", 0)
     limit = dbytes if isinstance(dbytes, int) and dbytes > 0 else (ratio * avail // 100 if isinstance(ratio, int) else 0)
     dirty_now = f.meminfo.get("Dirty", 0) + f.meminfo.get("Writeback", 0)
@@ -303,10 +303,10 @@ def write_side(f: Facts) -> Verdict:
                         "interval, save asynchronously (DCP async_save), or write to faster storage")
     if total and dirty_now > 0.1 * total:
         return Verdict("write_side", title, "warn", ev, why,
-                    f"{human_bytes(dirty_now)} waiting for writeback now: stagger saves, or lower vm.dirty_background_ratio")
+                       f"{human_bytes(dirty_now)} waiting for writeback now: stagger saves, or lower vm.dirty_background_ratio")
     if limit and f.bytes > limit:
         return Verdict("write_side", title, "warn", ev, why,
-                    "a save of this size stalls at the dirty limit: sysctl -w vm.dirty_background_ratio=5 so writeback "
+                       "a save of this size stalls at the dirty limit: sysctl -w vm.dirty_background_ratio=5 so writeback "
                     "starts early, and fsync per shard; or save to local NVMe and drain asynchronously")
     return Verdict("write_side", title, "ok", ev, why, "none")
 
@@ -317,7 +317,7 @@ def readable(f: Facts) -> Verdict:
     ev = {"unreadable": [f"{p}: {why_}" for p, why_ in f.unreadable[:20]], "count": len(f.unreadable)}
     if f.unreadable:
         return Verdict("readable", title, "fail", ev, why,
-                    "give the job's user read access (chmod -R u+rX, or chown to that user), or run as that user")
+                       "give the job's user read access (chmod -R u+rX, or chown to that user), or run as that user")
     return Verdict("readable", title, "ok", ev, why, "none")
 
 
