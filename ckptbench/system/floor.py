@@ -100,11 +100,9 @@ def _populate(size: int, threads: int, huge: bool) -> tuple[float, str]:
         region.close()
 
 
-def _copy(size: int, threads: int) -> float:
+def _copy(src: bytearray, dst: bytearray, threads: int) -> float:
     """Bytes/s of copying into memory populated already (the pages exist: only the bytes move)."""
-    src = bytearray(os.urandom(1 << 20)) * (size >> 20)
-    dst = bytearray(size)  # zeroed by the allocator: populated
-    part = size // threads
+    part = len(dst) // threads
     s_addr = ctypes.addressof(ctypes.c_char.from_buffer(src))
     d_addr = ctypes.addressof(ctypes.c_char.from_buffer(dst))
     seconds = _parallel(threads, lambda i: ctypes.memmove(d_addr + i * part, s_addr + i * part, part))
@@ -135,8 +133,10 @@ def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: in
         out[key] = _ceiling(best, f"{how}, {'transparent huge pages' if huge else '4 KiB pages'}, "
                                   f"{best_n} thread(s) of {_counts(cores)}")
     best, best_n = [], 1
+    src = bytearray(os.urandom(1 << 20)) * (size >> 20)  # made once: making them costs more than copying them
+    dst = bytearray(len(src))  # zeroed by the allocator: populated
     for n in thread_counts(cores):
-        rates = [_copy(size, n) for _ in range(repeats)]
+        rates = [_copy(src, dst, n) for _ in range(repeats)]
         if not best or statistics.median(rates) > statistics.median(best):
             best, best_n = rates, n
     out["copy"] = _ceiling(best, f"memmove into populated memory, {best_n} thread(s) of {_counts(cores)}")
@@ -310,6 +310,16 @@ def _fresh(entry, now: float) -> Ceiling | None:
     return c if 0 <= now - c.measured_at <= MAX_AGE_S and c.gbps > 0 else None
 
 
+def _busy() -> str:
+    """A note when other work held the cores while the box was measured: its figures are then low."""
+    try:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    except OSError:
+        return ""
+    return (f"the box was busy (load {load:.1f} on {cores} cores): these figures may be low; `ckptbench floor "
+            "--remeasure` when it is quiet") if load > cores else ""
+
+
 def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None = None, *, remeasure: bool = False,
             path: str | None = None, size: int = POP_BYTES, read=None, read_bytes: int = 0,
             read_what: str = "the source's objects read through its client") -> Floor:
@@ -328,6 +338,7 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
         floor.ceilings, floor.cached = cached, True
     else:
         floor.ceilings = memory_ceilings(size=size) | cpu_ceilings()
+        floor.notes += [note] if (note := _busy()) else []
     storages = doc.get("storage") if mine and isinstance(doc.get("storage"), dict) else {}
     if paths_sizes or read is not None:
         kept = _fresh(storages.get(mount or ""), now) if storages and mount else None

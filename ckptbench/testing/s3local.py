@@ -67,12 +67,14 @@ def start_moto():
 
 class _TokenBucket:
     """Pacing: holds at most one CHUNK of credit, so a stream's rate is capped from its start. One per connection,
-    and one shared by all (the link): takers share the debt, so together they get the rate, each a fair part."""
+    and one shared by all (the link): takers share the debt, so together they get the rate, each a fair part; the
+    link holds `window_s` of credit too, as a link's buffer does, so a sleeper woken late does not lose the rate."""
 
-    def __init__(self) -> None:
+    def __init__(self, window_s: float = 0.0) -> None:
         self.tokens = float(CHUNK)
         self.stamp = time.monotonic()
         self.lock = threading.Lock()
+        self.window_s = window_s
 
     def take(self, n: int, rate: float | None) -> None:
         with self.lock:
@@ -80,7 +82,7 @@ class _TokenBucket:
             if not rate:  # unlimited: keep the bucket full for when a cap is set live
                 self.tokens, self.stamp = float(CHUNK), now
                 return
-            self.tokens = min(float(CHUNK), self.tokens + (now - self.stamp) * rate) - n
+            self.tokens = min(max(float(CHUNK), rate * self.window_s), self.tokens + (now - self.stamp) * rate) - n
             self.stamp = now
             debt = -self.tokens
         if debt > 0:  # wait until the refill pays it back (outside the lock); the next take() counts the wait
@@ -312,7 +314,7 @@ class ShapingProxy:
         self.latency_s = latency_s
         self.bandwidth_bps = bandwidth_bps
         self.link_bps = link_bps
-        self._link = _TokenBucket()
+        self._link = _TokenBucket(window_s=0.05)
         self.fault_rate = fault_rate
         self.fault_kinds = tuple(fault_kinds)
         self.reset_points: tuple[str, ...] = ("before", "mid")  # narrow to test one failure point
