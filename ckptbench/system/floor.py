@@ -134,7 +134,8 @@ def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: in
                                   f"{best_n} thread(s) of {_counts(cores)}")
     best, best_n = [], 1
     src = bytearray(os.urandom(1 << 20)) * (size >> 20)  # made once: making them costs more than copying them
-    dst = bytearray(len(src))  # zeroed by the allocator: populated
+    dst = bytearray(len(src))
+    dst[:] = src  # calloc maps zero pages lazily: write every page once, untimed, so only the bytes move
     for n in thread_counts(cores):
         rates = [_copy(src, dst, n) for _ in range(repeats)]
         if not best or statistics.median(rates) > statistics.median(best):
@@ -447,21 +448,33 @@ def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
 
 
 NOT_MEASURED = "this box's floor is not measured yet: `ckptbench floor SOURCE` measures it in seconds"
+# The floor fields every run document carries, in every kind (records/schema.py fills the ones a kind leaves out):
+# floor_s, efficiency (floor / measured), the binding resource and its rate, each resource's time, what the floor
+# stands on, and the rate the floor moves the bytes at (what a throughput chart draws).
+FIELDS = ("floor_s", "efficiency", "binding", "binding_gbps", "floor_times_s", "floor_note", "floor_gbps")
+
+
+def unmeasured(note: str = NOT_MEASURED) -> dict:
+    """The floor fields when there is no floor to hold a figure against, and `note` saying why."""
+    return dict.fromkeys(FIELDS) | {"floor_times_s": {}, "floor_note": note}
 
 
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
-                   floating_bytes: int = 0, hot: bool = False) -> dict:
+                   floating_bytes: int = 0, hot: bool = False, destination: str = FRESH) -> dict:
     """What every restore document carries: floor_s, efficiency (floor / measured), binding, the per-resource
     times, and a note saying what the floor stands on (or that it is not measured)."""
     if floor is None:
-        return {"floor_s": None, "efficiency": None, "binding": None, "floor_times_s": {}, "floor_note": NOT_MEASURED}
-    m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot)
+        return unmeasured()
+    m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot,
+              destination=destination)
     rate = {floor.resource: floor.storage, "page cache": floor.ceilings.get("copy"), "fresh memory": max(
         (floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings), key=lambda c: c.gbps,
         default=None)}.get(m["binding"])
     note = ("the read was from the page cache; " if hot else "" if storage_usable(floor) else
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
             "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only; ")
+    note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else ""
     note += f"ceilings measured {max(c.age_s for c in floor.ceilings.values()) / 3600:.1f} h ago at most"
     return {"floor_s": m["floor_s"], "efficiency": efficiency(m["floor_s"], measured_s), "binding": m["binding"],
-            "binding_gbps": rate.gbps if rate is not None else None, "floor_times_s": m["times_s"], "floor_note": note}
+            "binding_gbps": rate.gbps if rate is not None else None, "floor_times_s": m["times_s"], "floor_note": note,
+            "floor_gbps": bytes_read / m["floor_s"] / 1e9 if m["floor_s"] else None}
