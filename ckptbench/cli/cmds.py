@@ -56,13 +56,17 @@ def cmd_read(args) -> int:
         raise
     finally:
         line.close()
+    from ckptbench.restore import efficiency
+
+    floor = efficiency.of_read(source, report, opts.hash)
     if args.json:
-        _emit(report.to_json() | {"layout": lay})
+        _emit(report.to_json() | {"layout": lay} | floor)
     else:
-        from ckptbench.cli.show import print_pick
+        from ckptbench.cli.show import print_floor, print_pick
 
         print_pick(lay, verb="read")
         _print_summary(report)
+        print_floor(floor)
     return 0 if report.ok else 1
 
 

@@ -8,7 +8,7 @@ import threading
 import uuid
 
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.cli.show import print_pick
+from ckptbench.cli.show import print_floor, print_pick
 from ckptbench.core.stages import STAGES
 
 
@@ -31,32 +31,6 @@ class StageProgress:
 
     def close(self) -> None:
         self.line.close()
-
-
-def _floor_fields(source, listing, reps, asked_hash: str | None) -> dict:
-    """The run against this box's floor, from the figures `ckptbench floor` cached (a run never measures them:
-    that would evict the checkpoint it is about to restore)."""
-    from ckptbench.core.stats import spread
-    from ckptbench.system import floor as fl
-
-    man = listing.manifest
-    alg = asked_hash or (man.hash if man is not None else "none")
-    ok = [r for r in reps if r.status == "ok"]
-    structural = bool(ok) and ok[0].check_kind == "structural"
-    hot = bool(ok) and ok[0].cache.residency_before >= 0.9  # read from the page cache, not the device
-    return fl.restore_fields(fl.cached(fl.mount_key(source.describe())), bytes_read=listing.bytes,
-                             measured_s=spread([r.rto_s for r in ok])["median"] if ok else None, hash_alg=alg,
-                             floating_bytes=listing.bytes if structural else 0, hot=hot)
-
-
-def print_floor(doc: dict) -> None:
-    """The line that holds the RTO against what the box can do."""
-    if doc.get("floor_s") is None:
-        print(f"  floor: {doc.get('floor_note') or 'unknown'}")
-        return
-    rate = f" ({doc['binding_gbps']:.2f} GB/s)" if doc.get("binding_gbps") else ""
-    eff = f" · {doc['efficiency']:.0%} of it" if doc.get("efficiency") is not None else ""
-    print(f"  floor    {doc['floor_s']:9.3f} s, bound by {doc['binding']}{rate}{eff} ({doc['floor_note']})")
 
 
 def print_run(doc: dict) -> None:
@@ -118,7 +92,7 @@ def cmd_run(args) -> int:
         return cmd_run_distributed(args)
     from ckptbench.system import env as envmod
     from ckptbench.cli.settings import run_options
-    from ckptbench.restore import runner as pipeline
+    from ckptbench.restore import efficiency, runner as pipeline
     from ckptbench.records import results
     from ckptbench.plan.cost import restore_cost
     from ckptbench.core.errors import Cancelled
@@ -159,7 +133,7 @@ def cmd_run(args) -> int:
 
         rto = spread([r.rto_s for r in reps])["median"]
         extra["cost"] = restore_cost(rto, args.price_per_hour, args.spot_discount, args.restores_per_day)
-    extra |= _floor_fields(source, listing, reps, args.hash)
+    extra |= efficiency.of_repeats(source, listing, opts, reps)
     doc = recorder.finish(reps, extra)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)
@@ -208,11 +182,17 @@ def cmd_sweep(args) -> int:
     print_pick(res.layout, verb="swept")
     print(f"{res.source}: read throughput by concurrency ({res.cache} cache"
           f"{'' if res.cache_verified else ', NOT verified'}; median of {args.repeat})")
-    print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s}  of best")
+    effs = (res.floor or {}).get("efficiency_by_level") or {}
+    print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s}  of best  of floor")
     for lv in res.levels:
         s = res.gbps[lv]
         mark = "  ← knee" if lv == res.knee else ""
-        print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best:6.0%}{mark}")
+        eff = f"{effs[lv]:8.0%}" if effs.get(lv) is not None else f"{'—':>8s}"
+        print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best:6.0%}  {eff}{mark}")
+    if res.floor:
+        rate = res.floor.get("floor_gbps")
+        print(f"floor: {rate:.2f} GB/s, bound by {res.floor['binding']} ({res.floor['floor_note']})" if rate else
+              f"floor: {res.floor['floor_note']}")
     print(f"knee: {res.knee} (smallest level within {res.margin:.0%} of the best, {res.best}); "
           f"recommendation: --concurrency {res.knee}")
     return rc

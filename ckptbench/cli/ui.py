@@ -3,9 +3,6 @@ load Textual), and asks here for the figures it shows that the domain works out.
 
 from __future__ import annotations
 
-HOT = 0.9  # residency before the read from which a run counts as read from the page cache (as `run` counts it)
-
-
 def run_app(name: str, *args, **kwargs) -> int:
     """The one door from the domain to the UI: handlers ask for the dashboard ("dashboard") or the watch app
     ("watch") here, so that only this composition root imports `tui`, lazily (headless commands never load
@@ -19,16 +16,17 @@ def run_app(name: str, *args, **kwargs) -> int:
 
 
 def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict | None = None) -> dict | None:
-    """A restore of `source` with `opts` held against this box's floor, from the figures `ckptbench floor` cached
-    (never measured here: that would evict the checkpoint): floor.restore_fields, plus `floor_gbps`, the rate the
-    floor moves the restore's bytes at (the binding resource's; the cores' when the CPU binds). Before a run, the
-    cache condition is `opts.cache` (as-is: the residency in `info`, the source's summary); with `doc`, a finished
-    run's RTO, check and residency. Lists the source: call it from a worker. None when there is no source or it
-    cannot be listed (the run says why)."""
+    """A restore of `source` with `opts` held against this box's floor (restore/efficiency.py: from the figures
+    `ckptbench floor` cached, never measured here, as that would evict the checkpoint), plus `bytes_read`. Before a
+    run, the cache condition is `opts.cache` (as-is: the residency in `info`, the source's summary); with `doc`, a
+    finished run's document, which carries its own. Lists the source: call it from a worker. None when there is no
+    source or it cannot be listed (the run says why)."""
     from ckptbench.core.errors import CkptbenchError
+    from ckptbench.restore import efficiency as eff
     from ckptbench.sources import open_source
-    from ckptbench.system import floor as fl
 
+    if doc is not None and "floor_s" in doc:
+        return {k: doc.get(k) for k in eff.FIELDS} | {"bytes_read": doc.get("bytes")}
     if source is None:
         return None
     try:
@@ -36,18 +34,7 @@ def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict 
         listing = src.list()
     except (CkptbenchError, OSError):
         return None
-    alg = opts.hash or (listing.manifest.hash if listing.manifest is not None else "none")
-    residency = (info or {}).get("residency") or 0.0
-    hot, measured_s, floating = opts.cache == "hot" or (opts.cache == "as-is" and residency >= HOT), None, 0
-    if doc is not None:
-        hot = (doc.get("cache", {}).get("residency_before") or 0.0) >= HOT
-        measured_s = doc.get("rto_s") if doc.get("status") in ("ok", "unverified") else None
-        floating = listing.bytes if doc.get("check") == "structural" else 0  # a structural check scans every byte
-    fields = fl.restore_fields(fl.cached(fl.mount_key(src.describe())), bytes_read=listing.bytes,
-                               measured_s=measured_s, hash_alg=alg, floating_bytes=floating, hot=hot)
-    fields["floor_gbps"] = listing.bytes / fields["floor_s"] / 1e9 if fields["floor_s"] else None
-    fields["bytes_read"] = listing.bytes
-    return fields
+    return eff.of_restore(src, listing, opts, residency=(info or {}).get("residency")) | {"bytes_read": listing.bytes}
 
 
 def floor_share(fields: dict | None, read_gbps: float | None) -> float | None:

@@ -197,6 +197,7 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
     from ckptbench.distributed import group
     from ckptbench.distributed.shares import saved_world
     from ckptbench.distributed.summary import summarize
+    from ckptbench.restore import efficiency
 
     source = _open(source_url, dopts)
     world = group.join(opts.device, dopts.timeout_s)
@@ -210,6 +211,7 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
             doc = summarize(run_id, listing, world, _options(opts), dopts.policy, saved_world(listing), reps,
                             envmod.snapshot(source_url))
             doc["first_collective_s"] = collective
+            doc |= efficiency.of_ranks(source, listing, opts, doc)
         _finish(world, doc, deliver)
         return Outcome(0 if doc is None or doc["status"] in ("ok", "unverified") else 1, doc, errors)
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ckptbench.core.stages import STAGES
+from ckptbench.system import floor
 
 SCHEMA = 3
 # schema 1 (restores only) and schema 2 are still read and appended to, each in its own columns; schema 2 added `kind`
@@ -44,6 +45,10 @@ _TEXT = {"env", "run_id", "timestamp", "source", "format", "mode", "status", "ca
          "cache_verified", "errors", "kind", "target", "overran", "throttled", "verified"}
 
 
+# Why a run document has no floor when its kind did not work one out (a kind that does puts its own fields in)
+NO_FLOOR = {"save": "`ckptbench floor --write-to DIR` measures the write rate a save is held against"}
+
+
 def status_of(status: str, verified: bool | None) -> str:
     """The shared word for how a repeat or run ended: a finished one with nothing matched is `unverified`;
     `verified` None means the kind has nothing to verify (a save, a watched job)."""
@@ -79,6 +84,8 @@ def document(record: str, kind: str, run_id: str, source: str, body: dict, env: 
         head["repeat"] = repeat
     head |= {"source": recorded_text(source), "status": status_of(status, verified), "verified": verified,
              "success_rate": success_rate}
+    if record == "run":  # every kind's run is held against the box's floor, or says why it is not
+        body = floor.unmeasured(f"no floor for this {kind}: {NO_FLOOR.get(kind, 'not worked out')}") | body
     return plain(head | {k: v for k, v in body.items() if k not in head} | {"env": env})
 
 

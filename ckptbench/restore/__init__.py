@@ -6,4 +6,5 @@ what is not named is this folder's own.
 """
 
 __all__ = ["runner", "stages", "load", "scan", "device", "session", "sweep", "loop", "autotune", "inspect", "reading",
+           "efficiency",
            "warmup", "resources"]

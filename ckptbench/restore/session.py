@@ -14,7 +14,7 @@ import fastio
 
 from ckptbench.core import concurrency as conc
 from ckptbench.system import env as envmod
-from ckptbench.restore import runner as pipeline
+from ckptbench.restore import efficiency, runner as pipeline
 from ckptbench.records import results
 from ckptbench.core.errors import Cancelled
 from ckptbench.sources import open_source
@@ -99,6 +99,7 @@ class RestoreSession:
                 recorder.stopped(self.stages(), self.status)
             raise
         # the row and the document both carry the settings the run started with; live changes are listed
-        self.doc = recorder.finish(reps, {"concurrency_changes": list(self.live_changes)})
+        self.doc = recorder.finish(reps, {"concurrency_changes": list(self.live_changes)}
+                                   | efficiency.of_repeats(src, listing, self.opts, reps))
         self.status = self.doc["status"]
         return self.doc

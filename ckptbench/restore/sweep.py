@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from ckptbench.core import concurrency as conc
 from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.restore import efficiency
 from ckptbench.restore.reading import read_source
 from ckptbench.sources import ReadOptions, Source, open_source
 from ckptbench.core.stats import spread
@@ -29,13 +30,14 @@ class SweepResult:
     cache_verified: bool
     failed: tuple[tuple[str, str], ...] = ()  # (path, why) of what could not be read; the rest was measured
     layout: dict | None = None  # which checkpoint of the folder was read, and why (resume.choose)
+    floor: dict | None = None  # the box's floor for these reads and each level's efficiency (restore/efficiency.py)
 
     def to_json(self) -> dict:
         return {"source": self.source, "levels": self.levels, "gbps": {str(k): v for k, v in self.gbps.items()},
                 "knee": self.knee, "best": self.best, "margin": self.margin, "cache": self.cache,
                 "cache_verified": self.cache_verified,
                 "failed": [{"path": p, "error": why} for p, why in self.failed],
-                "recommendation": f"--concurrency {self.knee}", "layout": self.layout}
+                "recommendation": f"--concurrency {self.knee}", "layout": self.layout} | (self.floor or {})
 
 
 def knee(medians: dict[int, float], margin: float = KNEE_MARGIN) -> tuple[int, int]:
@@ -149,13 +151,14 @@ def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: s
     listing = src.list()
     results: dict[int, list[float]] = {lv: [] for lv in levels}
     failed = {d: f"directory not readable ({why})" for d, why in listing.skipped}
-    verified = True
+    verified, hot = True, False
     for _ in range(repeats):
         for level in levels:
             if cancel is not None and cancel.is_set():
                 raise Cancelled("sweep cancelled")
             rep = read_source(src, listing, replace(base, concurrency=level), cache=cache, cancel=cancel)
             verified &= rep.cache.verified
+            hot = rep.cache.residency_before >= efficiency.HOT  # the last read: what the floor holds levels against
             failed.update({f.path: f.error.message for f in rep.result.failed})
             results[level].append(rep.read_gbps)
             if progress:
@@ -163,5 +166,6 @@ def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: s
     stats = {lv: spread(v) for lv, v in results.items()}
     k, best = knee({lv: s["median"] for lv, s in stats.items()})
     label = cache if src.has_page_cache else f"n/a ({src.scheme})"
+    floor = efficiency.of_sweep(src, listing.bytes, {lv: s["median"] for lv, s in stats.items()}, base.hash, hot)
     return SweepResult(listing.source, levels, stats, k, best, KNEE_MARGIN, label, verified,
-                       tuple(sorted(failed.items())), listing.layout.describe() if listing.layout else None)
+                       tuple(sorted(failed.items())), listing.layout.describe() if listing.layout else None, floor)

@@ -173,3 +173,29 @@ def ckpt(tmp_path_factory):
         return made[key]
 
     return make
+
+
+@pytest.fixture
+def plant_floor():
+    """Writes this box's floor cache (in the test's own XDG_CACHE_HOME, see tests/conftest.py) with fixed rates:
+    every box ceiling at `gbps`, and `source`'s storage figure at `storage_gbps` when given (a full sample, so the
+    model uses it). Returns the Floor as the cache now holds it."""
+    import time
+
+    import fastio
+
+    from ckptbench.sources import open_source
+    from ckptbench.system import floor as fl
+
+    def plant(gbps: float = 4.0, source=None, storage_gbps: float | None = None) -> fl.Floor:
+        now = time.time()
+        keys = ("populate_4k", "populate_thp", "copy", "scan", *(f"hash_{a}" for a in fastio.HASHES if a != "none"))
+        f = fl.Floor(fl.box_key(), {k: fl.Ceiling(gbps, gbps, gbps, "planted by the test", now) for k in keys})
+        if source is not None and storage_gbps is not None:
+            f.mount = fl.mount_key(open_source(str(source)).describe())
+            f.storage = fl.Ceiling(storage_gbps, storage_gbps, storage_gbps, "planted by the test", now,
+                                   fl.STORAGE_SAMPLE)
+        fl._save(fl.cache_path(), f, {})
+        return fl.cached(f.mount)
+
+    return plant

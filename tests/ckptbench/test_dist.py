@@ -162,8 +162,9 @@ def test_dcp_saved_by_2_ranks_restores_on_4(dcp2):
     assert 0 <= slow < 4 and doc["repeats"][0]["rto_s"] == max(r["end_s"] for r in doc["repeats"][0]["ranks"])
 
 
-def test_two_rank_checkpoint_on_two_ranks_reads_each_file_once(torch2):
+def test_two_rank_checkpoint_on_two_ranks_reads_each_file_once(torch2, plant_floor):
     man = json.loads((torch2 / "ckptbench.json").read_text())
+    plant_floor(4.0)
     doc = _doc(2, torch2, "--cache", "cold")
     assert doc["status"] == "ok" and doc["saved_world"] == 2 and not doc["resharded"]
     assert doc["cache"]["requested"] == "cold" and doc["cache"]["verified"]  # evicted by the node, and measured
@@ -178,6 +179,10 @@ def test_two_rank_checkpoint_on_two_ranks_reads_each_file_once(torch2):
         assert r["bytes_read"] == own + (manifest_size if r["rank"] == 0 else 0)
         assert r["verified"] and "matched the manifest" in r["notes"]["verify"]
     assert rep["aggregate_gbps"] > 0 and rep["skew_s"] >= 0
+    # held against this box's floor (planted: each resource at 4 GB/s), the node's bytes over the slowest rank's RTO
+    assert doc["binding"] in doc["floor_times_s"] and doc["floor_s"] == max(doc["floor_times_s"].values())
+    assert doc["floor_gbps"] == pytest.approx(rep["bytes_read"] / doc["floor_s"] / 1e9)
+    assert doc["efficiency"] == pytest.approx(doc["floor_s"] / doc["rto_stats"]["median"])
 
 
 def test_every_rank_reading_everything_is_amplified(torch2):

@@ -1,0 +1,72 @@
+"""Every restore, read and sweep held against this box's floor: the floor fields their documents carry (floor_s,
+efficiency, binding, binding_gbps, floor_times_s, floor_note, floor_gbps), said one way for every kind.
+
+From the figures `ckptbench floor` cached, never measured here: measuring reads the checkpoint cold, which would
+evict the very files a restore is about to read (or has just made hot).
+"""
+
+from __future__ import annotations
+
+from ckptbench.core.stats import spread
+from ckptbench.system import floor as fl
+
+HOT = 0.9  # a read of files at least this resident came from the page cache, not from the device
+FIELDS = fl.FIELDS
+
+
+def hash_of(asked: str | None, listing) -> str:
+    """The digest a restore computes: the one asked for, else the manifest's, else none (runner.execute's rule)."""
+    return asked or (listing.manifest.hash if listing.manifest is not None else "none")
+
+
+def fields(source, bytes_read: int, *, measured_s: float | None, hash_alg: str, hot: bool,
+           floating_bytes: int = 0, destination: str = fl.FRESH) -> dict:
+    """The floor fields of `bytes_read` moved from `source` in `measured_s`: a restore lands them in memory it did
+    not own before (`fresh`), a read or a sweep in buffers it reuses (`reused`: no population in the floor)."""
+    return fl.restore_fields(fl.cached(fl.mount_key(source.describe())), bytes_read=bytes_read, measured_s=measured_s,
+                             hash_alg=hash_alg, floating_bytes=floating_bytes, hot=hot, destination=destination)
+
+
+def of_restore(source, listing, opts, *, measured_s: float | None = None, residency: float | None = None,
+               structural: bool = False) -> dict:
+    """A restore's floor: before it runs (`residency` what the source holds now, `opts.cache` what it will do) or
+    after (`measured_s` its RTO, `residency` what it found, `structural` when its check scanned every byte)."""
+    hot = opts.cache == "hot" or (opts.cache == "as-is" and (residency or 0.0) >= HOT)
+    if residency is not None and measured_s is not None:
+        hot = residency >= HOT  # what the run found, not what it was asked for
+    return fields(source, listing.bytes, measured_s=measured_s, hash_alg=hash_of(opts.hash, listing), hot=hot,
+                  floating_bytes=listing.bytes if structural else 0)
+
+
+def of_repeats(source, listing, opts, reps) -> dict:
+    """A finished run's floor, against the median RTO of its repeats that finished."""
+    ok = [r for r in reps if r.status == "ok"]
+    if not ok:
+        return of_restore(source, listing, opts)
+    return of_restore(source, listing, opts, measured_s=spread([r.rto_s for r in ok])["median"],
+                      residency=ok[0].cache.residency_before, structural=ok[0].check_kind == "structural")
+
+
+def of_read(source, report, hash_alg: str) -> dict:
+    """A plain read's floor (`ckptbench read`): its bytes into reused buffers, hashed with `hash_alg`."""
+    return fields(source, report.result.bytes, measured_s=report.driven.wall_s, hash_alg=hash_alg,
+                  hot=report.cache.residency_before >= HOT, destination=fl.REUSED)
+
+
+def of_sweep(source, bytes_read: int, medians_gbps: dict[int, float], hash_alg: str, hot: bool) -> dict:
+    """A sweep's floor, and each level's efficiency (its median rate over the floor's)."""
+    out = fields(source, bytes_read, measured_s=None, hash_alg=hash_alg, hot=hot, destination=fl.REUSED)
+    rate = out["floor_gbps"]
+    out["efficiency_by_level"] = {lv: (g / rate if rate and g else None) for lv, g in medians_gbps.items()}
+    best = max(medians_gbps.values(), default=0.0)
+    out["efficiency"] = best / rate if rate and best else None
+    return out
+
+
+def of_ranks(source, listing, opts, doc: dict) -> dict:
+    """A distributed run's floor: each node's share of the bytes its ranks read (they share the node's storage
+    path, memory and cores), against the run's median RTO (the slowest rank's)."""
+    rto = (doc.get("rto_stats") or {}).get("median")
+    per_node = (doc.get("bytes_read") or listing.bytes) // max(1, doc.get("nodes") or 1)
+    hot = ((doc.get("cache") or {}).get("residency_before") or 0.0) >= HOT
+    return fields(source, per_node, measured_s=rto, hash_alg=hash_of(opts.hash, listing), hot=hot)

@@ -1,0 +1,80 @@
+"""Every document kind is held against the box's floor, from the figures cached (planted here with fixed rates, so
+the arithmetic is the test's own): a read and a sweep into reused buffers, a dashboard session's restore, and every
+kind's run document at least says why it has none."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ckptbench.system import floor as fl
+
+
+def _assert_floor(doc: dict, measured_s: float) -> None:
+    assert set(fl.FIELDS) <= set(doc), sorted(set(fl.FIELDS) - set(doc))
+    assert doc["binding"] in doc["floor_times_s"] and doc["floor_s"] == max(doc["floor_times_s"].values())
+    assert doc["efficiency"] == pytest.approx(doc["floor_s"] / measured_s)
+    assert doc["floor_gbps"] == pytest.approx(doc["bytes"] / doc["floor_s"] / 1e9)
+
+
+def test_a_read_is_held_against_storage_cold_and_the_page_cache_hot_with_no_fresh_memory(tmp_path, h, ckpt,
+                                                                                         plant_floor):
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    r = h.run_cli("read", root, "--json", "--cache", "hot")
+    doc = json.loads(r.out)
+    assert r.rc == 0 and doc["floor_s"] is None and "ckptbench floor" in doc["floor_note"]  # nothing cached yet
+    plant_floor(8.0, root, storage_gbps=0.5)  # the device binds cold, the page cache's copy hot
+    for cache, binding in (("cold", "storage"), ("hot", "page cache")):
+        r = h.run_cli("read", root, "--json", "--cache", cache)
+        doc = json.loads(r.out)
+        assert r.rc == 0, r.err
+        _assert_floor(doc, doc["seconds"])
+        assert doc["binding"] == binding and "fresh memory" not in doc["floor_times_s"], doc  # reused buffers
+        assert "reused buffers" in doc["floor_note"]
+    r = h.run_cli("read", root, "--cache", "hot")
+    assert "  floor " in r.out and "bound by page cache" in r.out and "% of it" in r.out, r.out
+
+
+def test_a_sweep_gives_each_level_its_efficiency(tmp_path, h, ckpt, plant_floor):
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    plant_floor(8.0, root, storage_gbps=0.5)
+    r = h.run_cli("sweep", root, "--levels", "1,2", "--repeat", "1", "--cache", "hot", "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["binding"] == "page cache" and doc["floor_gbps"] > 0
+    assert set(doc["efficiency_by_level"]) == {"1", "2"}
+    for level, eff in doc["efficiency_by_level"].items():
+        assert eff == pytest.approx(doc["gbps"][level]["median"] / doc["floor_gbps"])
+    assert doc["efficiency"] == pytest.approx(max(doc["efficiency_by_level"].values()))
+    r = h.run_cli("sweep", root, "--levels", "1,2", "--repeat", "1", "--cache", "hot")
+    assert "of floor" in r.out and "bound by page cache" in r.out, r.out
+
+
+def test_a_dashboard_session_records_its_restore_against_the_floor(tmp_path, h, ckpt, plant_floor):
+    from ckptbench.restore.runner import RunOptions
+    from ckptbench.restore.session import RestoreSession
+
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    plant_floor(2.0)
+    results = tmp_path / "R.csv"
+    doc = RestoreSession(str(root), RunOptions(cache="hot"), results_path=str(results)).run()
+    _assert_floor(doc, doc["rto_s"])
+    assert doc["binding"] in ("page cache", "fresh memory")  # a restore lands its bytes in fresh memory
+    assert "fresh memory" in doc["floor_times_s"]
+    recorded = [json.loads(ln) for ln in (tmp_path / "R.csv.jsonl").read_text().splitlines()]
+    assert recorded[-1]["record"] == "run" and recorded[-1]["floor_s"] == doc["floor_s"]
+
+
+@pytest.mark.parametrize("kind", ["restore", "save", "watch", "dist"])
+def test_every_kind_of_run_document_carries_the_floor_fields_or_says_why_not(kind):
+    from ckptbench.records.schema import document
+
+    doc = document("run", kind, "r1", "/ck", {}, {"date": "2026-12-01"}, status="ok", verified=None,
+                   success_rate=1.0)
+    assert set(fl.FIELDS) <= set(doc) and doc["floor_s"] is None and doc["floor_note"]
+    if kind == "save":
+        assert "--write-to" in doc["floor_note"]  # what would measure it
+    kept = document("run", kind, "r1", "/ck", {"floor_s": 1.5, "floor_note": "measured"}, {"date": "x"},
+                    status="ok", verified=None, success_rate=1.0)
+    assert kept["floor_s"] == 1.5 and kept["floor_note"] == "measured"  # a kind's own figures are not replaced
