@@ -98,6 +98,10 @@ def print_report(r) -> None:
              f"writing at once, overlapping {s['overlap_fraction']:.0%} of the writing time; peak application write "
              f"{s['peak_write_gbps']:.2f} GB/s against {s['peak_write_gbps_all_at_once']:.2f} GB/s with every rank at "
              f"once; device peak {_fmt(s['device_peak_write_mbps'], '.0f', ' MB/s')}")
+    if r.floor:
+        from ckptbench.cli.show import floor_line
+
+        _say(floor_line(r.floor))
     for n in r.notes:
         _say(f"  note: {n}")
 

@@ -28,11 +28,15 @@ def emit(doc: dict) -> None:
     sys.stdout.write("\n")
 
 
-def print_floor(doc: dict) -> None:
-    """The line that holds a measured time (a restore's RTO, a read's wall time) against what the box can do."""
+def floor_line(doc: dict) -> str:
+    """The line that holds a measured time (a restore's RTO, a read's wall time, a save's until durable) against
+    what the box can do."""
     if doc.get("floor_s") is None:
-        print(f"  floor: {doc.get('floor_note') or 'unknown'}")
-        return
+        return f"  floor: {doc.get('floor_note') or 'unknown'}"
     rate = f" ({doc['binding_gbps']:.2f} GB/s)" if doc.get("binding_gbps") else ""
     eff = f" · {doc['efficiency']:.0%} of it" if doc.get("efficiency") is not None else ""
-    print(f"  floor    {doc['floor_s']:9.3f} s, bound by {doc['binding']}{rate}{eff} ({doc['floor_note']})")
+    return f"  floor    {doc['floor_s']:9.3f} s, bound by {doc['binding']}{rate}{eff} ({doc['floor_note']})"
+
+
+def print_floor(doc: dict) -> None:
+    print(floor_line(doc))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from ckptbench.save.report import HEADROOM, SaveReport
+from ckptbench.system import writefloor
 
 
 def sustained(saves: list) -> tuple[float | None, float | None]:
@@ -95,4 +96,4 @@ def analyze(target: str, opts, saves: list, samples: list, checks: list, device_
                       shortest_safe_interval_s=durable * HEADROOM if durable is not None else None,
                       dirty_peak_fraction=dirty_peak(samples), throttled=throttled(samples),
                       write_amplification=amplification, options=opts, stagger=stagger_summary(saves, samples, opts),
-                      notes=notes)
+                      notes=notes, floor=writefloor.save_fields(target, size, [t.durable_s for t in saves]))

@@ -51,8 +51,9 @@ class SaveReport:
     options: SaveOptions = field(default_factory=SaveOptions)
     stagger: dict | None = None
     notes: list[str] = field(default_factory=list)
+    floor: dict = field(default_factory=dict)  # the saves against the box's write floor (system/writefloor.py)
 
     def to_json(self) -> dict:
         doc = asdict(self)
         doc["options"] = asdict(self.options)
-        return doc
+        return doc | doc.pop("floor")  # the floor fields at the top, as every kind's run document has them

@@ -6,4 +6,4 @@ what is not named is this folder's own.
 """
 
 __all__ = ["probes", "procstat", "env", "pagecache", "readmode", "live", "fuse", "gpustat", "writeback", "storage",
-           "floor"]
+           "floor", "writefloor"]

@@ -359,6 +359,9 @@ def _save(path: str, floor: Floor, storages: dict) -> None:
         storages = dict(storages) | {floor.mount: asdict(floor.storage)}
     doc = {"schema": SCHEMA, "box": floor.box, "ceilings": {k: asdict(c) for k, c in floor.ceilings.items()},
            "storage": storages}
+    before = _load_cache(path)
+    if before.get("box") == floor.box and isinstance(before.get("write"), dict):
+        doc["write"] = before["write"]  # the save side's figures (writefloor.py) stay beside the restore's
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{os.getpid()}"
