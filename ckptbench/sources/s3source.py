@@ -130,7 +130,10 @@ class S3Source:
         return probes.Unknown("an S3 prefix is not mounted")
 
     def describe(self, root: str = "/") -> dict:
-        return {"fs_type": "s3", "mount_point": s3.endpoint_label() if s3.endpoint_url() else "AWS"}
+        """Where the bytes live: the endpoint (credentials stripped by endpoint_label) and the bucket, so the floor's
+        network figure is kept per endpoint and bucket (buckets of one endpoint may sit in other regions)."""
+        return {"fs_type": "s3", "mount_point": s3.endpoint_label() if s3.endpoint_url() else "AWS",
+                "bucket": self.given.bucket}
 
 
 def start(client, url: s3.S3Url, objects: list[s3.S3Object], opts: ReadOptions, retry_log: s3.RetryLog,

@@ -151,6 +151,21 @@ def test_an_s3_source_is_keyed_by_endpoint_without_credentials_and_its_figure_is
                                                                        hash_alg="none")["floor_note"]
 
 
+def test_an_s3_source_names_its_bucket_so_each_bucket_of_an_endpoint_has_its_own_figure(monkeypatch):
+    from ckptbench.sources.s3source import S3Source
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://alice:hunter2@s3.example:9000")
+    where = S3Source("s3://ckpts-eu/run7/step-100").describe()  # parses the URL only: nothing is listed
+    assert where["bucket"] == "ckpts-eu" and where["fs_type"] == "s3"
+    key = fl.mount_key(where)
+    assert key.endswith("/ckpts-eu (s3)") and "s3.example:9000" in key and "hunter2" not in key
+    assert "run7" not in key  # one figure per bucket, whatever prefix or step is restored
+    assert key != fl.mount_key(S3Source("s3://ckpts-us/run7").describe()) and fl.resource_of(key) == "network"
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    assert fl.mount_key(S3Source("s3://b/x").describe()) == "AWS/b (s3)"
+
+
 def test_the_link_sweep_keeps_the_best_level_and_stops_where_the_link_is_full():
     asked = []
 

@@ -83,7 +83,8 @@ def test_floor_through_s3_then_a_run_bound_by_the_network(linked, remote, tmp_pa
     r = cli(env, "floor", remote, "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["resource"] == "network" and doc["mount"].endswith("(s3)"), doc
+    bucket = remote.split("/")[2]
+    assert doc["resource"] == "network" and doc["mount"].endswith(f"/{bucket} (s3)"), doc  # per endpoint and bucket
     assert not [n for n in doc["notes"] if "latency" in n]  # 70 MiB is a bandwidth figure
     assert doc["storage"]["gbps"] * 1e9 == pytest.approx(LINK, rel=0.15), doc["storage"]
     assert doc["restore"]["binding"] == "network"
