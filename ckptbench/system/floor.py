@@ -174,15 +174,17 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
     when the cold condition did not hold (then the figure is the page cache's, and it says so)."""
     from ckptbench.system import pagecache, readmode
 
-    chosen, total = [], 0
+    chosen, total = [], 0  # the largest files up to the sample; the last one read only as far as the sample goes
     for path, size in sorted(paths_sizes, key=lambda ps: -ps[1]):
         if total >= STORAGE_SAMPLE:
             break
-        chosen.append((path, size))
-        total += size
+        take = min(size, max(1 << 20, (STORAGE_SAMPLE - total) >> 20 << 20))  # whole MiB: O_DIRECT's alignment
+        chosen.append((path, take, take < size))
+        total += take
     if not chosen or not total:
         raise CkptbenchError("the floor's storage figure needs the source's files: none to read")
-    paths = [p for p, _ in chosen]
+    paths = [p for p, _, _ in chosen]
+    specs = [fastio.FileSpec(p, n, 0) if part else fastio.FileSpec(p, n) for p, n, part in chosen]
     best, best_level, mode, note = [], levels[0], "pread", ""
     for level in levels:
         rates = []
@@ -190,9 +192,8 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
             cond = pagecache.prepare(paths, "cold")
             if not cond.verified:
                 note = f"not cold ({cond.residency_before:.0%} still cached): this is the page cache's rate"
-            mode = readmode.choose(chosen, cond.residency_before, 1 << 20).mode
-            res = fastio.read_files([fastio.FileSpec(p, s) for p, s in chosen], concurrency=level, read=mode,
-                                    hash="none")
+            mode = readmode.choose([(p, n) for p, n, _ in chosen], cond.residency_before, 1 << 20).mode
+            res = fastio.read_files(specs, concurrency=level, read=mode, hash="none")
             if res.failed:
                 raise CkptbenchError(f"{res.failed[0].path}: unreadable ({res.failed[0].error.message}); the floor "
                                      "reads the source's own files")
