@@ -1,9 +1,16 @@
 """Restore efficiency: a short cold restore of the source's largest files held against this box's floor (its measured
-ceilings), the resource that binds named, and a fix for where the gap is."""
+ceilings), the resource that binds named, and a fix for where the gap is.
+
+An object store's floor is its network figure, taken from the cache `ckptbench floor s3://...` fills, never measured
+here: that figure is the best of a concurrency sweep (up to three reads of 256 MiB, each egress and seconds to
+minutes on a slow link), and the one read check can afford, at its own concurrency, would hold the restore against
+itself. So check reads the floor's sample once, as the restore, and only when there is a figure to hold it against.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -20,6 +27,7 @@ GOOD = 0.85  # at or above this share of the floor a restore is as fast as this 
 WHY = ("a restore slower than the box's own ceilings (storage, fresh memory, copy, hashing) leaves time on the table; "
        "the ceiling that binds says where to look")
 FLOOR_CMD = "`ckptbench floor SOURCE` (64 MiB or more of files on the same mount)"
+LINK_CMD = "`ckptbench floor {source}` (the link's rate per endpoint and bucket, cached for a day)"
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class RestoreProbe:
     concurrency: int
     cold: bool  # eviction verified: the bytes came from the device, not the page cache
     residency_before: float
+    part_size: int = 0  # an object store's bytes per ranged GET; 0 for files
 
 
 @dataclass(frozen=True)
@@ -91,10 +100,7 @@ def gather(source, listing, concurrency: int, root: str = "/", unreadable: froze
     (the readable item judges the rest); fails soft into `why`."""
     thp = {"thp_enabled": thp_mode("enabled", root), "thp_defrag": thp_mode("defrag", root)}
     if not source.files_on_disk:
-        return FloorFacts(why=f"{listing.source}: the floor's storage figure reads a checkpoint's own files from a "
-                              "mount, and a link's rate is not measured yet; run `ckptbench floor` for this box's "
-                              "memory and CPU ceilings and `ckptbench check SOURCE --quick-sweep` for the link's",
-                          **thp)
+        return _gather_link(source, listing, concurrency, thp)
     files = [(f.path, f.size) for f in listing.files if f.size and f.path not in unreadable]
     if not files:
         return FloorFacts(why=f"{listing.source}: no readable file with bytes; point check at a checkpoint", **thp)
@@ -106,6 +112,43 @@ def gather(source, listing, concurrency: int, root: str = "/", unreadable: froze
     except (CkptbenchError, fastio.FastIOError, OSError) as exc:
         return FloorFacts(why=f"the floor could not be measured: {exc}; fix that, then run {FLOOR_CMD}", **thp)
     return FloorFacts(floor, probe, **thp)
+
+
+def _gather_link(source, listing, concurrency: int, thp: dict) -> FloorFacts:
+    """An object store's floor from the cache (see the module's note) and one read of the floor's own sample."""
+    mount = fl.mount_key(source.describe())
+    floor = fl.cached(mount)
+    if floor is None or not fl.storage_usable(floor):
+        return FloorFacts(why=f"{listing.source}: no network figure cached for {mount} on this box (check does not "
+                              f"sweep the link); run {LINK_CMD.format(source=listing.source)}, then check again",
+                          **thp)
+    chosen = dict(fl.link_sample([(f.path, f.size or 0) for f in listing.files]))
+    if not chosen:
+        return FloorFacts(why=f"{listing.source}: no object with bytes; point check at a checkpoint", **thp)
+    man = listing.manifest
+    alg = man.hash if man is not None and man.hash in fastio.HASHES else "none"
+    try:
+        probe = short_link_read(source, listing, chosen, concurrency, alg)
+    except (CkptbenchError, fastio.FastIOError, OSError) as exc:
+        return FloorFacts(why=f"the short restore could not read {listing.source}: {exc}", **thp)
+    return FloorFacts(floor, probe, **thp)
+
+
+def short_link_read(source, listing, chosen: dict[str, int], concurrency: int, hash_alg: str) -> RestoreProbe:
+    """The floor's sample (its largest objects, up to floor.LINK_SAMPLE) read once into fresh memory through the
+    source's own client at `concurrency`, hashed as the manifest does: the restore at the check's settings."""
+    import dataclasses
+
+    from ckptbench.sources import ReadOptions, drive
+
+    sample = dataclasses.replace(listing, files=[f for f in listing.files if f.path in chosen])
+    opts = ReadOptions(concurrency=concurrency, hash=hash_alg)
+    driven = drive(lambda: source.start_read(sample, opts, into="memory"))
+    if driven.result.failed:
+        bad = driven.result.failed[0]
+        raise CkptbenchError(f"{bad.path}: unreadable ({bad.error.message})")
+    return RestoreProbe(driven.result.bytes, len(sample.files), driven.wall_s, hash_alg, "ranged GET", concurrency,
+                        True, 0.0, opts.part_size)  # no local page cache: every read is cold
 
 
 # ---- the verdict -------------------------------------------------------------------------------------------------
@@ -130,7 +173,7 @@ def ceilings(floor: fl.Floor, hash_alg: str) -> dict:
         storage["sample_bytes"] = floor.storage.sample_bytes
         storage["usable"] = fl.storage_usable(floor)
     else:
-        storage = {"missing": "not measured for this mount"}
+        storage = {"missing": f"not measured for this {'endpoint' if floor.resource == 'network' else 'mount'}"}
     fresh = _ceiling(_populate(floor))
     if fresh is not None:
         fresh |= {f"{k}_gbps": round(floor.ceilings[k].gbps, 3) for k in ("populate_4k", "populate_thp")
@@ -140,7 +183,7 @@ def ceilings(floor: fl.Floor, hash_alg: str) -> dict:
             "kernels_gbps": {k: round(v, 3) for k, v in _kernels(floor).items()}}
     if "scan" in floor.ceilings:
         cpu["scan_gbps"] = round(floor.ceilings["scan"].gbps, 3)
-    return {"storage": storage, "fresh memory": fresh, "page cache copy": _ceiling(floor.ceilings.get("copy")),
+    return {floor.resource: storage, "fresh memory": fresh, "page cache copy": _ceiling(floor.ceilings.get("copy")),
             "cpu": cpu}
 
 
@@ -155,6 +198,32 @@ def _storage_fix(probe: RestoreProbe, advised: Advice) -> str:
     if probe.read != "direct":
         parts.append(f"this read used {probe.read}: read with O_DIRECT (--read direct) where the mount takes it")
     parts.append("check the mount (the mount-options item: read_ahead_kb, rsize, stripes)")
+    return "; ".join(parts)
+
+
+def _link_level(floor: fl.Floor) -> int | None:
+    """The concurrency at which `ckptbench floor` measured the link's rate (its method says so)."""
+    found = re.search(r"concurrency (\d+) of", floor.storage.method) if floor.storage else None
+    return int(found.group(1)) if found else None
+
+
+def _network_fix(floor: fl.Floor, probe: RestoreProbe, advised: Advice) -> str:
+    m, level = advised.measured, _link_level(floor)
+    if m is not None and probe.concurrency < m.knee:
+        parts = [f"raise --concurrency from {probe.concurrency} to {m.knee}, the {m.basis}"]
+    elif m is None and level and probe.concurrency < level:
+        parts = [f"raise --concurrency from {probe.concurrency} to {level}, where `ckptbench floor` measured the "
+                 f"link's {floor.storage.gbps:.2f} GB/s (or measure the knee: `ckptbench check SOURCE --quick-sweep`)"]
+    elif m is not None or level:
+        parts = [f"--concurrency {probe.concurrency} is at or past the knee already "
+                 f"({m.basis if m is not None else f'the floor measured the link at concurrency {level}'}), so the "
+                 "gap is not it"]
+    else:
+        parts = ["measure the knee (`ckptbench check SOURCE --quick-sweep`) and raise --concurrency to it"]
+    now = f" ({probe.part_size >> 20} MiB now)" if probe.part_size else ""
+    parts.append(f"larger ranged GETs (--part-size 16M or 32M{now}) pay a request's latency fewer times per byte")
+    parts.append("check the link: the endpoint's region against this box's (each request pays the distance), and any "
+                 "HTTP(S) proxy on the way (HTTPS_PROXY, NO_PROXY; the network-path item)")
     return "; ".join(parts)
 
 
@@ -197,6 +266,8 @@ def _fix(binding: str | None, floor: fl.Floor, ff: FloorFacts, advised: Advice) 
     probe = ff.restore
     if binding == "storage":
         return _storage_fix(probe, advised)
+    if binding == "network":
+        return _network_fix(floor, probe, advised)
     if binding == "page cache":
         return ("the bytes came from the page cache (eviction did not hold): its copy binds; raise --concurrency so "
                 "more cores copy, or read with mmap; for a device figure see the cold-cache item")

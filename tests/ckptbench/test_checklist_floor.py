@@ -136,11 +136,31 @@ def test_unknown_without_a_floor_says_why_and_what_to_run():
     assert none_applies.verdict == "unknown" and "ckptbench floor SOURCE" in none_applies.fix
 
 
-def test_gather_is_unknown_for_a_source_without_files_on_disk_or_without_bytes(tmp_path):
-    s3 = SimpleNamespace(files_on_disk=False)
+S3_WHERE = {"fs_type": "s3", "mount_point": "http://127.0.0.1:9", "bucket": "bucket"}
+
+
+def _s3_source():
+    return SimpleNamespace(files_on_disk=False, describe=lambda root="/": S3_WHERE)
+
+
+def _link_floor(gbps: float = 0.1, level: int = 16) -> fl.Floor:
+    f = _floor(storage=gbps, **FAST)
+    f.mount = fl.mount_key(S3_WHERE)
+    f.storage.method = f"the source's 2 largest object(s) read through its S3 client, concurrency {level} of 4, 16, 64"
+    return f
+
+
+def _link_facts(floor: fl.Floor, seconds: float, concurrency: int = 4) -> eff.FloorFacts:
+    probe = eff.RestoreProbe(GB, 2, seconds, "crc32c", "ranged GET", concurrency, True, 0.0, 8 << 20)
+    return eff.FloorFacts(floor, probe, thp_enabled="madvise", thp_defrag="madvise")
+
+
+def test_gather_is_unknown_for_a_source_without_files_on_disk_or_without_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(eff, "short_link_read", lambda *a: pytest.fail("no figure to hold it against: no read"))
     listing = SimpleNamespace(source="s3://bucket/ckpt", files=[], manifest=None)
-    ff = eff.gather(s3, listing, 8, root=str(tmp_path))
-    assert ff.floor is None and "s3://bucket/ckpt" in ff.why and "ckptbench floor" in ff.why
+    ff = eff.gather(_s3_source(), listing, 8, root=str(tmp_path))
+    assert ff.floor is None and "s3://bucket/ckpt" in ff.why and "`ckptbench floor s3://bucket/ckpt`" in ff.why
+    assert "no network figure cached for http://127.0.0.1:9/bucket (s3)" in ff.why
     assert isinstance(ff.thp_enabled, Unknown)  # no sysfs under this root: unknown, not a crash
     local = SimpleNamespace(files_on_disk=True)
     empty = SimpleNamespace(source=str(tmp_path), files=[SimpleNamespace(path="x", size=0)], manifest=None)
@@ -187,3 +207,50 @@ def test_cli_check_json_measures_the_floor_and_carries_the_item(tmp_path, h, mon
     assert (cache / "ckptbench" / "floor.json").exists()
     again = json.loads(h.run_cli("check", src, "--json").out)["items"][-1]
     assert again["evidence"]["floor_cached"] is True  # the box's figures came from the cache this time
+
+
+def test_an_s3_source_is_held_against_the_cached_network_figure_and_check_never_sweeps_the_link(
+        tmp_path, monkeypatch, plant_floor):
+    plant_floor(4.0)  # the box's figures only: no network figure yet
+    reads = []
+
+    def short_link_read(source, listing, chosen, concurrency, alg):
+        reads.append((sorted(chosen), concurrency, alg))
+        return eff.RestoreProbe(sum(chosen.values()), len(chosen), 4.0, alg, "ranged GET", concurrency, True, 0.0,
+                                8 << 20)
+
+    monkeypatch.setattr(eff, "short_link_read", short_link_read)
+    monkeypatch.setattr(fl, "link_ceiling", lambda *a, **k: pytest.fail("check must not measure the link"))
+    mib = 1 << 20
+    files = [SimpleNamespace(path=f"s3://bucket/ckpt/{n}", size=sz * mib) for n, sz in (("a", 200), ("b", 100),
+                                                                                        ("c", 50))]
+    listing = SimpleNamespace(source="s3://bucket/ckpt", files=files, manifest=None)
+    ff = eff.gather(_s3_source(), listing, 8, root=str(tmp_path))
+    assert ff.floor is None and "no network figure cached" in ff.why and not reads
+    cached = fl.cached(fl.mount_key(S3_WHERE))  # what `ckptbench floor s3://bucket/ckpt` leaves behind
+    cached.mount, cached.storage = fl.mount_key(S3_WHERE), fl.Ceiling(0.0625, 0.06, 0.065, "planted", time.time(),
+                                                                      fl.LINK_SAMPLE)
+    fl._save(fl.cache_path(), cached, {})
+    ff = eff.gather(_s3_source(), listing, 8, root=str(tmp_path))
+    assert reads == [(["s3://bucket/ckpt/a", "s3://bucket/ckpt/c"], 8, "none")]  # the floor's own sample, once
+    assert ff.floor.storage.gbps == 0.0625 and ff.floor.resource == "network" and ff.restore.bytes == 250 * mib
+    it = eff.judge(ff, NO_KNEE)  # 250 MiB at 62.5 MB/s: a 4.19 s floor against 4 s measured
+    assert it.verdict == "ok" and it.evidence["binding"] == "network"
+    assert it.evidence["ceilings"]["network"]["gbps"] == 0.062 and it.evidence["ceilings"]["network"]["usable"]
+
+
+def test_network_bound_fix_raises_concurrency_to_the_knee_and_names_part_size_region_and_proxy():
+    f = _link_floor(0.1, level=16)  # 1 GB at 100 MB/s: a 10 s floor
+    it = eff.judge(_link_facts(f, 20.0, concurrency=4), NO_KNEE)
+    assert it.verdict == "warn" and it.fix.startswith("at 50% of the floor, bound by network: ")
+    assert it.evidence["times_s"]["network"] == pytest.approx(10.0) and "storage" not in it.evidence["ceilings"]
+    assert "raise --concurrency from 4 to 16, where `ckptbench floor` measured the link's 0.10 GB/s" in it.fix
+    assert "--part-size 16M or 32M (8 MiB now)" in it.fix and "region" in it.fix and "HTTPS_PROXY" in it.fix
+    assert "O_DIRECT" not in it.fix and "read_ahead_kb" not in it.fix  # a mount's levers, not a link's
+    knee = eff.judge(_link_facts(f, 20.0, concurrency=4), KNEE_16).fix
+    assert "raise --concurrency from 4 to 16, the measured knee 16 (quick sweep" in knee
+    past = eff.judge(_link_facts(f, 20.0, concurrency=64), NO_KNEE).fix
+    assert "--concurrency 64 is at or past the knee already (the floor measured the link at concurrency 16)" in past
+    f.storage.method = "planted"  # no level recorded and no knee: measure one
+    assert "--quick-sweep" in eff.judge(_link_facts(f, 20.0), NO_KNEE).fix
+    assert eff.judge(_link_facts(f, 10.5), NO_KNEE).verdict == "ok"
