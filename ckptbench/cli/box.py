@@ -61,10 +61,10 @@ def print_cached_floor(doc: dict) -> None:
                              if isinstance(s, dict) else f"{s} (for {doc['mount']})"))
 
 
-def _link_reader(source, listing):
+def _link_reader(source, listing, s3_client: str = "threads"):
     """What the floor's network figure reads for a source that is not files on a mount: its largest objects, up
-    to floor.LINK_SAMPLE, through the source's own client, hashed with none (the link, not the CPU, is measured).
-    Returns read(concurrency) -> bytes/s, the sample's bytes and how it reads."""
+    to floor.LINK_SAMPLE, through the source's own client (`s3_client`: threads or crt), hashed with none (the
+    link, not the CPU, is measured). Returns read(concurrency) -> bytes/s, the sample's bytes and how it reads."""
     import dataclasses
 
     from ckptbench.sources import ReadOptions, drive
@@ -72,18 +72,36 @@ def _link_reader(source, listing):
 
     chosen = dict(fl.link_sample([(f.path, f.size or 0) for f in listing.files]))
     sample = dataclasses.replace(listing, files=[f for f in listing.files if f.path in chosen])
-    part = ReadOptions().part_size
+    part = ReadOptions(s3_client=s3_client).part_size
 
     def read(level: int) -> float:
-        driven = drive(lambda: source.start_read(sample, ReadOptions(concurrency=level, hash="none"), into="hash"))
+        opts = ReadOptions(concurrency=level, hash="none", s3_client=s3_client)
+        driven = drive(lambda: source.start_read(sample, opts, into="hash"))
         if driven.result.failed:
             bad = driven.result.failed[0]
             raise CkptbenchError(f"{bad.path}: unreadable ({bad.error.message}); the floor reads the source's own "
                                  "objects")
         return driven.engine_gbps * 1e9
 
-    what = f"the source's {len(chosen)} largest object(s) read through its S3 client in {part >> 20} MiB ranged GETs"
+    what = (f"the source's {len(chosen)} largest object(s) read through its S3 client ({_client_words(s3_client)}) "
+            f"in {part >> 20} MiB ranged GETs")
     return read, sum(chosen.values()), what
+
+
+def _client_words(s3_client: str) -> str:
+    return f"--s3-client {s3_client}"
+
+
+def other_client_note(storage, s3_client: str) -> str:
+    """A note when the cached network figure was measured through another S3 client than the one asked for (the
+    cache keeps one figure per endpoint and bucket, whichever client measured it)."""
+    import re
+
+    found = re.search(r"--s3-client (\w+)", storage.method) if storage is not None else None
+    if found is None or found.group(1) == s3_client:
+        return ""
+    return (f"this network figure was measured with --s3-client {found.group(1)}: `ckptbench floor SOURCE "
+            f"--s3-client {s3_client} --remeasure` measures it with {s3_client}")
 
 
 def cmd_floor(args) -> int:
@@ -100,9 +118,11 @@ def cmd_floor(args) -> int:
         if source.files_on_disk:
             files = [(f.path, f.size or 0) for f in listing.files]
         else:
-            read, nbytes, what = _link_reader(source, listing)
+            read, nbytes, what = _link_reader(source, listing, args.s3_client)
             link = {"read": read, "read_bytes": nbytes, "read_what": what}
     f = fl.measure(files, mount, remeasure=args.remeasure, **link)
+    if link and (note := other_client_note(f.storage, args.s3_client)):
+        f.notes.append(note)
     doc = f.to_json()
     if listing is not None:
         man = listing.manifest

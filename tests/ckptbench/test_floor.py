@@ -244,3 +244,30 @@ def test_sysinfo_shows_the_cached_floor_and_never_measures_it(tmp_path, monkeypa
     assert doc["box"]["copy"]["gbps"] == 4.0 and doc["box"]["copy"]["age_s"] == pytest.approx(7200, abs=60)
     assert doc["storage"]["gbps"] == 4.0 and doc["resource"] == "storage"
     assert box.cached_floor("/data (xfs)")["storage"] == box.NOT_MEASURED  # another mount's figure is not this one's
+
+
+def test_floor_reads_the_link_through_the_s3_client_asked_for(monkeypatch):
+    import ckptbench.sources as sources
+    from types import SimpleNamespace
+
+    from ckptbench.cli import box
+
+    asked = []
+
+    def start_read(sample, opts, into):
+        asked.append((opts.s3_client, opts.concurrency, opts.hash, into, [f.path for f in sample.files]))
+        return None
+
+    done = SimpleNamespace(result=SimpleNamespace(failed=[]), engine_gbps=0.5)
+    monkeypatch.setattr(sources, "drive", lambda start: (start(), done)[1])
+    import fastio
+
+    listing = sources.Listing("s3://b/c", [fastio.FileSpec("s3://b/c/a", 100 << 20)], None, "safetensors")
+    read, nbytes, what = box._link_reader(SimpleNamespace(start_read=start_read), listing, "crt")
+    assert read(16) == 0.5e9 and nbytes == 100 << 20 and "(--s3-client crt)" in what
+    assert asked == [("crt", 16, "none", "hash", ["s3://b/c/a"])]
+    cached = fl.Ceiling(0.1, 0.1, 0.1, what, time.time(), 100 << 20)
+    assert box.other_client_note(cached, "crt") == "" and box.other_client_note(None, "crt") == ""
+    note = box.other_client_note(cached, "threads")
+    assert note.startswith("this network figure was measured with --s3-client crt") and "--remeasure" in note
+    assert box.other_client_note(fl.Ceiling(0.1, 0.1, 0.1, "read cold with pread", time.time()), "crt") == ""

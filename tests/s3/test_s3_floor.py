@@ -79,6 +79,11 @@ def test_floor_through_s3_then_a_run_bound_by_the_network(linked, remote, tmp_pa
     r = cli(env, "sysinfo", remote, "--json")
     assert r.returncode == 0, r.stderr
     assert "not measured" in json.loads(r.stdout)["floor"]["storage"]  # sysinfo never measures
+    r = cli(env, "check", remote, "--json")
+    assert r.returncode in (0, 1), r.stderr
+    item = json.loads(r.stdout)["items"][-1]  # no figure yet: check says how to get one, and does not sweep
+    assert item["id"] == "efficiency" and item["verdict"] == "unknown", item
+    assert f"`ckptbench floor {remote}`" in item["fix"]
 
     r = cli(env, "floor", remote, "--json")
     assert r.returncode == 0, r.stderr
@@ -87,6 +92,7 @@ def test_floor_through_s3_then_a_run_bound_by_the_network(linked, remote, tmp_pa
     assert doc["resource"] == "network" and doc["mount"].endswith(f"/{bucket} (s3)"), doc  # per endpoint and bucket
     assert not [n for n in doc["notes"] if "latency" in n]  # 70 MiB is a bandwidth figure
     assert doc["storage"]["gbps"] * 1e9 == pytest.approx(LINK, rel=0.15), doc["storage"]
+    assert "(--s3-client threads)" in doc["storage"]["method"]  # the client that measured it
     assert doc["restore"]["binding"] == "network"
     assert doc["restore"]["floor_s"] == pytest.approx(doc["restore"]["bytes"] / LINK, rel=0.15)
 
@@ -97,11 +103,23 @@ def test_floor_through_s3_then_a_run_bound_by_the_network(linked, remote, tmp_pa
     assert run["floor_s"] == pytest.approx(run["bytes"] / LINK, rel=0.15)
     assert 0.5 <= run["efficiency"] <= 1.15, (run["efficiency"], run["rto_s"])
 
+    r = cli(env, "check", remote, "--json", "--concurrency", "16")
+    assert r.returncode in (0, 1), r.stderr
+    ev = json.loads(r.stdout)["items"][-1]["evidence"]  # the cached figure, the floor's sample read once
+    assert ev["binding"] == "network" and ev["floor_cached"] is True and ev["read"] == "ranged GET", ev
+    assert ev["ceilings"]["network"]["gbps"] == round(doc["storage"]["gbps"], 3) and ev["sample_bytes"] > 0
+    assert ev["measured_gbps"] * 1e9 == pytest.approx(LINK, rel=0.2) and 0.5 <= ev["efficiency"] <= 1.2, ev
+
     r = cli(env, "sysinfo", remote)
     assert r.returncode == 0 and "floor network" in r.stdout and "GB/s for" in r.stdout, r.stdout
 
     r = cli(env, "floor", remote)  # the second time: from the cache, no new sweep
     assert r.returncode == 0 and "(cached figures)" in r.stdout and "bound by network" in r.stdout, r.stdout
+    assert "measured with --s3-client" not in r.stdout
+    r = cli(env, "floor", remote, "--s3-client", "crt", "--json")  # the cached figure is the threads client's: said
+    assert r.returncode == 0, r.stderr
+    assert any("measured with --s3-client threads" in n and "--s3-client crt --remeasure" in n
+               for n in json.loads(r.stdout)["notes"]), r.stdout
     cache = (tmp_path / "cache" / "ckptbench" / "floor.json").read_text()
     for secret in (linked.env["AWS_SECRET_ACCESS_KEY"], linked.env["AWS_ACCESS_KEY_ID"]):
         assert secret not in cache and secret not in r.stdout + r.stderr
