@@ -1,4 +1,6 @@
-"""Watching the user's own restore live: its read rate, CPU, phase and files, then the verdict.
+"""Watching the user's own restore live: its read rate, CPU, phase and files, then the verdict and the restore
+against this box's floor (the figures `ckptbench floor` cached, never measured here: that would evict the job's files
+while it reads them), as `ckptbench watch` says them.
 
 The sampling and the verdict are ckptbench.watch.sampler and ckptbench.watch.verdict, run in a worker thread; this screen
 only draws what the worker posts."""
@@ -8,6 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.message import Message
@@ -59,6 +62,7 @@ class WatchScreen(Screen):
         yield Static(id="watch-figures")
         yield Static(id="watch-phases")
         yield Static(id="watch-verdict")
+        yield Static(id="watch-floor")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -83,9 +87,11 @@ class WatchScreen(Screen):
             report = watch.Watch(self.pid, interval=self.interval, cancel=self.cancel, on_interval=sampled,
                                  proc=self.proc, marks_path=self.marks).run()
             doc = report.to_json()
+            floor = verdict.floor_fields(report)
+            doc |= floor | {"floor_sentence": verdict.floor_sentence(floor)}
             probe = verdict.probe_storage(sorted(report.files))
             doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache}
-            doc["verdict"] = verdict.judge(report, probe).to_json()
+            doc["verdict"] = verdict.judge(report, probe, floor=floor).to_json()
         except CkptbenchError as exc:
             self.post_message(WatchFailed(printable(redact(str(exc)))))
             return
@@ -113,6 +119,8 @@ class WatchScreen(Screen):
             f"at {d['loader_gbps']:.2f} GB/s{gpu}")
         self.query_one("#watch-verdict", Static).update(
             f"[b]verdict: {v['kind']}[/b]\n{v['summary']}\n[b]fix:[/b] {v['fix']}")
+        said = d["floor_sentence"] + (f" ({d['floor_note']})" if d["floor_sentence"] else d["floor_note"] or "unknown")
+        self.query_one("#watch-floor", Static).update(f"[b]floor:[/b] {escape(said)}")
         self.notify(f"verdict: {v['kind']}", severity="warning" if v["kind"] != "storage-bound" else "information")
 
     @on(WatchFailed)
