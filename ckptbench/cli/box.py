@@ -124,6 +124,14 @@ def cmd_floor(args) -> int:
     if link and (note := other_client_note(f.storage, args.s3_client)):
         f.notes.append(note)
     doc = f.to_json()
+    write = None
+    if args.write_to:  # the save side: measured after the restore side, so its dirty pages do not slow that one
+        from dataclasses import asdict
+
+        from ckptbench.system import writefloor
+
+        wmount, write = writefloor.measure_write(args.write_to, remeasure=args.remeasure)
+        doc["write"] = asdict(write) | {"age_s": write.age_s, "mount": wmount}
     if listing is not None:
         man = listing.manifest
         hash_alg = man.hash if man is not None else "none"  # what a restore computes: the manifest's digest, or none
@@ -140,6 +148,9 @@ def cmd_floor(args) -> int:
               f"{c.method}")
     if f.storage is not None:
         print(f"  ({f.resource} for {mount})")
+    if write is not None:
+        print(f"  {'write':14s} {write.gbps:7.3f} GB/s  ({write.min_gbps:.3f}..{write.max_gbps:.3f}, "
+              f"{write.age_s:5.0f} s old)  {write.method} (for {doc['write']['mount']})")
     for note in f.notes:
         print(f"  note: {note}")
     r = doc.get("restore")

@@ -127,7 +127,7 @@ COMMANDS = (
     Command("floor", "what this box can physically do for a restore (storage, fresh memory, copy, hashing, scanning), "
                      "measured in seconds and cached per box; with SOURCE, that checkpoint's floor",
             _lazy("cmd_floor", "box"), (o.SOURCE.but(nargs="?", help="a checkpoint: its own files give the storage figure"),
-                                 o.REMEASURE, o.JSON, o.PICK, o.S3_CLIENT)),
+                                 o.REMEASURE, o.JSON, o.PICK, o.S3_CLIENT, o.WRITE_TO)),
 )
 
 

@@ -201,6 +201,8 @@ TARGET_FILES = option("--target-files", parse=whole(1, 10000), default=4, metava
 # output and records
 JSON = switch("--json", "print one JSON document on stdout")
 REMEASURE = switch("--remeasure", "measure again even when this box's figures are cached and fresh")
+WRITE_TO = option("--write-to", metavar="DIR", help="also the write figure a save is held against: 256 MiB written "
+                  "and fsync'd in DIR (where your saves go), then removed")
 MARKDOWN = switch("--markdown", "print the checklist as Markdown")
 RESULTS = option("--results", default="results.csv", metavar="PATH", help="the append-only results CSV")
 

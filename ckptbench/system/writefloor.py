@@ -33,6 +33,11 @@ def mount_key_of(path: str) -> str:
     return fl.mount_key({"mount_point": getattr(m, "mount_point", None), "fs_type": getattr(m, "fs_type", None)})
 
 
+def _check_directory(directory: str) -> None:
+    if not os.path.isdir(directory):
+        raise CkptbenchError(f"{directory}: not a directory; --write-to names the directory your saves go to")
+
+
 def _write_files(directory: str, level: int, size: int, block: bytes) -> float:
     """Seconds to write `size` bytes over `level` new files in `directory`, each fsync'd; the files are removed."""
     names = [os.path.join(directory, f".ckptbench-floor-write-{os.getpid()}-{i}") for i in range(level)]
@@ -80,8 +85,7 @@ def _write_files(directory: str, level: int, size: int, block: bytes) -> float:
 def write_ceiling(directory: str, size: int = WRITE_SAMPLE, levels: tuple[int, ...] = LEVELS,
                   repeats: int = 1) -> fl.Ceiling:
     """How fast bytes become durable in `directory`, at the best of `levels` files written at once."""
-    if not os.path.isdir(directory):
-        raise CkptbenchError(f"{directory}: not a directory; --write-to names the directory your saves go to")
+    _check_directory(directory)
     free = shutil.disk_usage(directory).free
     if free < 2 * size:
         raise CkptbenchError(f"{directory}: {free >> 20} MiB free, the write figure needs {2 * size >> 20} MiB; "
@@ -100,6 +104,7 @@ def write_ceiling(directory: str, size: int = WRITE_SAMPLE, levels: tuple[int, .
 
 def measure_write(directory: str, *, remeasure: bool = False, path: str | None = None) -> tuple[str, fl.Ceiling]:
     """The write figure of `directory`'s mount: cached when this box's and fresh, else measured and cached."""
+    _check_directory(directory)  # first: a cached figure of the same mount must not hide a mistyped directory
     path = path or fl.cache_path()
     mount = mount_key_of(directory)
     if not remeasure and (kept := cached_write(mount, path)) is not None:

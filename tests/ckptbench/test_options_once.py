@@ -49,7 +49,7 @@ TODAY = {
     "tui": "source --results=results.csv --run --loop --watch --ranks",
     "demo": "--dir --headless --scale=1.0 --s3",
     "sysinfo": "source --json",
-    "floor": "source --remeasure --json --pick --s3-client{threads,crt}=threads",
+    "floor": "source --remeasure --json --pick --s3-client{threads,crt}=threads --write-to",
 }
 # each group of flags that exclude each other, per command
 EXCLUSIVE = {"watch": [["json", "tui"]], "check": [["json", "markdown"]], "tui": [["run", "loop", "watch", "ranks"]]}

@@ -74,3 +74,16 @@ def test_a_save_is_held_against_the_write_floor(tmp_path, plant_floor):
     assert recorded[-1]["record"] == "run" and recorded[-1]["floor_s"] == pytest.approx(doc["floor_s"])
     r = run_cli("save", "small", target, "--scale", "0.02", "--count", "1")
     assert "bound by storage write (0.20 GB/s)" in r.out and "% of it" in r.out, r.out
+
+
+def test_the_floor_command_measures_the_write_figure_where_saves_go(tmp_path):
+    out = tmp_path / "saves"
+    out.mkdir()
+    r = run_cli("floor", "--write-to", out, "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["write"]["gbps"] > 0 and doc["write"]["mount"] == wf.mount_key_of(str(out))
+    assert os.listdir(out) == []  # its sample files are gone
+    assert wf.cached_write(doc["write"]["mount"]) is not None  # a save now finds it
+    r = run_cli("floor", "--write-to", tmp_path / "missing")
+    assert r.rc != 0 and len(r.err.strip().splitlines()) == 1 and "not a directory" in r.err, r.err
