@@ -1,0 +1,236 @@
+"""This box's ceilings, measured: each rate a restore's bytes can pass at, with its method and its spread.
+
+- storage: the source's own files read back cold (evicted and checked), at the best of a short concurrency sweep,
+  with O_DIRECT where the filesystem takes it (readmode decides, as for a restore); for an object store, the
+  network: the source's own objects read through its client (a callable the caller gives: this folder is below the
+  sources), at the best of a short concurrency sweep;
+- fresh memory: anonymous pages populated, 4 KiB and transparent huge pages, with MADV_POPULATE_WRITE where the
+  kernel has it (a write per page where it has not), over 1, 2, 4.. cores threads;
+- copy: into memory populated already, 1, 2, 4.. cores threads;
+- every hash kernel and the finite scan, per core.
+floor.py caches them and models a restore from them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+import fastio
+
+from ckptbench.core.errors import CkptbenchError
+
+MADV_POPULATE_WRITE = 23  # Linux 5.14: populate (prefault) writable pages, in the kernel, without touching them
+POP_BYTES = 256 << 20  # enough pages that faults, not setup, are what is timed
+HASH_BYTES = 64 << 20
+STORAGE_SAMPLE = 1 << 30  # the most of the source's files read per level
+MIN_STORAGE_SAMPLE = 64 << 20  # below this, a read measures the device's latency, not its bandwidth
+LINK_SAMPLE = 256 << 20  # the most of an object store's bytes read per level: seconds, not minutes, on a slow link
+LINK_LEVELS = (4, 16, 64)  # an object store wants many connections; one would measure a request's latency
+KNEE_GAIN = 1.1  # a level that gains less than this over the best so far ends a link sweep: the link is full
+REPEATS = 3
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+
+
+@dataclass
+class Ceiling:
+    """One measured rate: bytes per second (median of the repeats), their min and max, how it was measured."""
+
+    gbps: float
+    min_gbps: float
+    max_gbps: float
+    method: str
+    measured_at: float  # time.time()
+    sample_bytes: int = 0  # storage: the bytes the figure read (a small sample measures latency, not bandwidth)
+
+    @property
+    def age_s(self) -> float:
+        return max(0.0, time.time() - self.measured_at)
+
+
+def _ceiling(rates: list[float], method: str) -> Ceiling:
+    return Ceiling(statistics.median(rates) / 1e9, min(rates) / 1e9, max(rates) / 1e9, method, time.time())
+
+
+def _parallel(n: int, work) -> float:
+    """Seconds for `work(i)` run on n threads at once (each releases the GIL in native code)."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def _populate(size: int, threads: int, huge: bool) -> tuple[float, str]:
+    """Bytes/s of populating `size` fresh anonymous bytes on `threads` threads, and how it was done."""
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        region.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+        part = size // threads // mmap.PAGESIZE * mmap.PAGESIZE
+        how = ["MADV_POPULATE_WRITE"]
+
+        def one(i: int) -> None:
+            if _LIBC.madvise(base + i * part, part, MADV_POPULATE_WRITE) != 0:  # an older kernel: one write per page
+                how[0] = "a write per page"
+                ctypes.memset(base + i * part, 1, part)  # ctypes calls drop the GIL: the threads run in parallel
+
+        seconds = _parallel(threads, one)
+        return threads * part / seconds, how[0]
+    finally:
+        region.close()
+
+
+def _copy(src: bytearray, dst: bytearray, threads: int) -> float:
+    """Bytes/s of copying into memory populated already (the pages exist: only the bytes move)."""
+    part = len(dst) // threads
+    s_addr = ctypes.addressof(ctypes.c_char.from_buffer(src))
+    d_addr = ctypes.addressof(ctypes.c_char.from_buffer(dst))
+    seconds = _parallel(threads, lambda i: ctypes.memmove(d_addr + i * part, s_addr + i * part, part))
+    return threads * part / seconds
+
+
+def thread_counts(cores: int) -> list[int]:
+    """1, 2, 4, ... and the core count itself: a many-core box is swept in seconds, not one count at a time."""
+    return sorted({1 << i for i in range(cores.bit_length()) if 1 << i <= cores} | {cores})
+
+
+def _counts(cores: int) -> str:
+    return ", ".join(map(str, thread_counts(cores)))
+
+
+def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: int = REPEATS) -> dict[str, Ceiling]:
+    """Fresh-memory population (4 KiB pages and THP) and copy into populated memory, at the best thread count of
+    1, 2, 4.. cores; each figure the median of `repeats`."""
+    cores = cores or os.cpu_count() or 1
+    out: dict[str, Ceiling] = {}
+    for key, huge in (("populate_4k", False), ("populate_thp", True)):
+        best, how, best_n = [], "", 1
+        for n in thread_counts(cores):
+            runs = [_populate(size, n, huge) for _ in range(repeats)]
+            rates = [r for r, _ in runs]
+            if not best or statistics.median(rates) > statistics.median(best):
+                best, how, best_n = rates, runs[0][1], n
+        out[key] = _ceiling(best, f"{how}, {'transparent huge pages' if huge else '4 KiB pages'}, "
+                                  f"{best_n} thread(s) of {_counts(cores)}")
+    best, best_n = [], 1
+    src = bytearray(os.urandom(1 << 20)) * (size >> 20)  # made once: making them costs more than copying them
+    dst = bytearray(len(src))
+    dst[:] = src  # calloc maps zero pages lazily: write every page once, untimed, so only the bytes move
+    for n in thread_counts(cores):
+        rates = [_copy(src, dst, n) for _ in range(repeats)]
+        if not best or statistics.median(rates) > statistics.median(best):
+            best, best_n = rates, n
+    out["copy"] = _ceiling(best, f"memmove into populated memory, {best_n} thread(s) of {_counts(cores)}")
+    return out
+
+
+def cpu_ceilings(size: int = HASH_BYTES, repeats: int = REPEATS) -> dict[str, Ceiling]:
+    """Every hash kernel and the finite scan, per core (one native thread, the GIL released)."""
+    buf = bytearray(os.urandom(1 << 20)) * (size >> 20)
+    out: dict[str, Ceiling] = {}
+    for alg in fastio.HASHES:
+        if alg == "none":
+            continue
+        rates = []
+        for _ in range(repeats):
+            h = fastio.Hasher(alg)
+            t0 = time.perf_counter()
+            h.update(buf)
+            rates.append(size / (time.perf_counter() - t0))
+        out[f"hash_{alg}"] = _ceiling(rates, f"fastio.Hasher({alg!r}) over {size >> 20} MiB, one core")
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fastio.count_nonfinite([(buf, "f32")], concurrency=1)
+        rates.append(size / (time.perf_counter() - t0))
+    out["scan"] = _ceiling(rates, f"fastio.count_nonfinite over {size >> 20} MiB of float32, one core")
+    return out
+
+
+def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] = (1, 4, 16),
+                    repeats: int = 1) -> tuple[Ceiling, str]:
+    """The source's own files read back cold (evicted, residency checked), at the best of `levels`; with the read
+    path a cold restore takes (readmode: O_DIRECT where the filesystem takes it). Returns the ceiling and a note
+    when the cold condition did not hold (then the figure is the page cache's, and it says so)."""
+    from ckptbench.system import pagecache, readmode
+
+    chosen, total = [], 0  # the largest files up to the sample; the last one read only as far as the sample goes
+    for path, size in sorted(paths_sizes, key=lambda ps: -ps[1]):
+        if total >= STORAGE_SAMPLE:
+            break
+        take = min(size, max(1 << 20, (STORAGE_SAMPLE - total) >> 20 << 20))  # whole MiB: O_DIRECT's alignment
+        chosen.append((path, take, take < size))
+        total += take
+    if not chosen or not total:
+        raise CkptbenchError("the floor's storage figure needs the source's files: none to read")
+    paths = [p for p, _, _ in chosen]
+    specs = [fastio.FileSpec(p, n, 0) if part else fastio.FileSpec(p, n) for p, n, part in chosen]
+    best, best_level, mode, note = [], levels[0], "pread", ""
+    for level in levels:
+        rates = []
+        for _ in range(repeats):
+            cond = pagecache.prepare(paths, "cold")
+            if not cond.verified:
+                note = f"not cold ({cond.residency_before:.0%} still cached): this is the page cache's rate"
+            mode = readmode.choose([(p, n) for p, n, _ in chosen], cond.residency_before, 1 << 20).mode
+            res = fastio.read_files(specs, concurrency=level, read=mode, hash="none")
+            if res.failed:
+                raise CkptbenchError(f"{res.failed[0].path}: unreadable ({res.failed[0].error.message}); the floor "
+                                     "reads the source's own files")
+            rates.append(res.read_gbps * 1e9)
+        if not best or statistics.median(rates) > statistics.median(best):
+            best, best_level = rates, level
+    c = _ceiling(best, f"the source's {len(chosen)} largest file(s) ({total >> 20} MiB) read cold with {mode}, "
+                       f"concurrency {best_level} of {', '.join(map(str, levels))}")
+    c.sample_bytes = total
+    if total < MIN_STORAGE_SAMPLE:
+        note = (note + "; " if note else "") + (f"a {total >> 20} MiB sample measures latency more than bandwidth: "
+                                                "the floor does not use it (point at a larger checkpoint)")
+    return c, note
+
+
+def link_sample(names_sizes: list[tuple[str, int]], cap: int = LINK_SAMPLE) -> list[tuple[str, int]]:
+    """The largest of an object store's files that fit in `cap` together (the smallest one when none fits: the
+    figure then costs one whole object per level)."""
+    chosen, total = [], 0
+    for name, size in sorted(names_sizes, key=lambda ns: -ns[1]):
+        if size and total + size <= cap:
+            chosen.append((name, size))
+            total += size
+    sized = [ns for ns in names_sizes if ns[1]]
+    return chosen or ([min(sized, key=lambda ns: ns[1])] if sized else [])
+
+
+def link_ceiling(read, sample_bytes: int, what: str, levels: tuple[int, ...] = LINK_LEVELS,
+                 repeats: int = 1) -> tuple[Ceiling, str]:
+    """An object store's rate through its own client: `read(concurrency)` reads the sample once and returns its
+    bytes per second; the best of `levels` (the sweep ends where a level gains under 10 %: the link is full).
+    Returns the ceiling and a note when the sample is too small to be a bandwidth figure."""
+    if sample_bytes <= 0:
+        raise CkptbenchError("the floor's network figure needs the source's objects: none to read")
+    best, best_level, tried = [], levels[0], []
+    for level in levels:
+        rates = [float(read(level)) for _ in range(repeats)]
+        tried.append(level)
+        if not best or statistics.median(rates) > statistics.median(best):
+            gain = statistics.median(rates) / statistics.median(best) if best else float("inf")
+            best, best_level = rates, level
+            if gain >= KNEE_GAIN:
+                continue
+        break
+    c = _ceiling(best, f"{what} ({sample_bytes >> 20} MiB), concurrency {best_level} of "
+                       f"{', '.join(map(str, tried))}")
+    c.sample_bytes = sample_bytes
+    note = "" if sample_bytes >= MIN_STORAGE_SAMPLE else (
+        f"a {sample_bytes >> 20} MiB sample measures request latency more than the link: the floor does not use it "
+        "(point at a larger checkpoint)")
+    return c, note
