@@ -1,5 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Python face of the native read+hash engine, the Hasher, the page-cache calls and the finite-value scan."""
+"""Python face of the native read+hash engine, the Hasher, the page-cache calls and the finite-value scan.
+
+Over 400 lines: one .pyx is one compiled extension; split, each part would be another module to build, load and
+keep in step with the C structs it declares (the C itself is in csrc/, in small files)."""
 
 import mmap
 import os
