@@ -6,13 +6,17 @@ from dataclasses import dataclass
 
 from ckptbench.system.env import KEY_FIELDS
 from ckptbench.core.errors import CkptbenchError, printable
-from ckptbench.records.results import STAGES, read_rows
+from ckptbench.records.results import STAGES, read_documents, read_rows
 from ckptbench.core.stats import spread
 
 # figure -> True when higher is better, by kind of run
 FIGURES = {"rto_s": False, **{f"{s}_s": False for s in STAGES}, "read_gbps": True, "aggregate_gbps": True,
            "peak_rss_bytes": False, "cpu_s": False}
 SAVE_FIGURES = {"write_gbps": True, "durable_s": False, "written_s": False, "blocking_s": False}
+# each repeat's efficiency against its run's floor (floor_s from the run document): the time a repeat took per
+# kind, and a floor that moved more than this is said, as the box changed under the runs
+EFFICIENCY_OF = {"restore": "rto_s", "dist": "rto_s", "save": "durable_s"}
+FLOOR_MOVED = 0.10
 
 # runs that differ in these measured different things
 SETTINGS = ("source", "format", "mode", "cache", "concurrency", "read", "hash", "block_size", "device")
@@ -71,6 +75,31 @@ def _known(ids: list[str]) -> str:
     return ", ".join(printable(i) for i in ids[-5:])
 
 
+def _delta(fig: str, base: list, new: list, higher_better: bool, threshold_pct: float) -> FigureDelta | None:
+    b, n = spread(base), spread(new)
+    if b["median"] is None or n["median"] is None:
+        return None
+    change = (n["median"] - b["median"]) / b["median"] * 100 if b["median"] else None
+    worse = change is not None and (change < -threshold_pct if higher_better else change > threshold_pct)
+    # beyond noise: the newest run's best repeat is worse than the baseline's worst
+    beyond = (n["max"] < b["min"]) if higher_better else (n["min"] > b["max"])
+    return FigureDelta(fig, b, n, change, bool(worse and beyond), beyond)
+
+
+def _floors(path: str) -> dict[str, dict]:
+    """run_id -> its run document's floor, for the runs held against one (floor_s a positive number)."""
+    out = {}
+    for d in read_documents(path, "run"):
+        f = d.get("floor_s")
+        if isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 and isinstance(d.get("run_id"), str):
+            out[d["run_id"]] = {"floor_s": float(f)}
+    return out
+
+
+def _efficiency(floor: dict, measured) -> float | None:
+    return floor["floor_s"] / measured if isinstance(measured, (int, float)) and measured > 0 else None
+
+
 def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, newest: str | None = None) -> Comparison:
     if threshold_pct < 0:
         raise CkptbenchError(f"--threshold must be ≥ 0, got {threshold_pct}")
@@ -100,19 +129,21 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     base_rows, new_rows = _steady(runs[baseline]), _steady(runs[newest])
     figures = []
     for fig, higher_better in (SAVE_FIGURES if kind == "save" else FIGURES).items():
-        b = spread([r[fig] for r in base_rows])
-        n = spread([r[fig] for r in new_rows])
-        if b["median"] is None or n["median"] is None:
-            continue
-        change = (n["median"] - b["median"]) / b["median"] * 100 if b["median"] else None
-        worse = change is not None and (change < -threshold_pct if higher_better else change > threshold_pct)
-        # beyond noise: the newest run's best repeat is worse than the baseline's worst
-        beyond = (n["max"] < b["min"]) if higher_better else (n["min"] > b["max"])
-        figures.append(FigureDelta(fig, b, n, change, bool(worse and beyond), beyond))
+        figures.append(_delta(fig, [r[fig] for r in base_rows], [r[fig] for r in new_rows], higher_better,
+                              threshold_pct))
+    figures = [f for f in figures if f is not None]
+    floors = _floors(path)
+    if kind in EFFICIENCY_OF and baseline in floors and newest in floors:
+        figures.append(_delta("efficiency", [_efficiency(floors[baseline], r[EFFICIENCY_OF[kind]]) for r in base_rows],
+                              [_efficiency(floors[newest], r[EFFICIENCY_OF[kind]]) for r in new_rows], True,
+                              threshold_pct))
     env_b, env_n = base_rows[-1]["env"], new_rows[-1]["env"]
     diff = {k: (env_b.get(k), env_n.get(k)) for k in KEY_FIELDS if env_b.get(k) != env_n.get(k)}
     for k in SAVE_SETTINGS if kind == "save" else SETTINGS:
         if base_rows[-1][k] != new_rows[-1][k]:
             diff[k] = (base_rows[-1][k], new_rows[-1][k])
+    fb, fn = (floors.get(baseline) or {}).get("floor_s"), (floors.get(newest) or {}).get("floor_s")
+    if fb and fn and abs(fn - fb) / fb > FLOOR_MOVED:  # the box itself did more or less: the efficiency says how much
+        diff["floor_s"] = (round(fb, 4), round(fn, 4))  # of a change is the restore's
     shown = {printable(k): (_shown(a), _shown(b)) for k, (a, b) in diff.items()}
     return Comparison(printable(baseline), printable(newest), figures, shown, threshold_pct)

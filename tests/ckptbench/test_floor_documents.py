@@ -89,3 +89,26 @@ def test_the_storage_figure_reads_no_more_than_its_sample_of_a_large_file(tmp_pa
     monkeypatch.setattr(ceilings, "STORAGE_SAMPLE", 24 << 20)  # the 1 GiB sample, scaled down with the file
     c, _ = fl.storage_ceiling([(str(big), 40 << 20)], levels=(1,))
     assert c.sample_bytes == 24 << 20 and "(24 MiB)" in c.method
+
+
+def test_compare_holds_each_repeat_against_its_runs_floor_and_says_when_the_floor_moved(tmp_path, h, ckpt,
+                                                                                         plant_floor):
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    results = tmp_path / "R.csv"
+    plant_floor(4.0)
+    for _ in range(2):
+        r = h.run_cli("run", root, "--repeat", "2", "--cache", "hot", "--results", results, "--json")
+        assert r.rc == 0, r.err
+    r = h.run_cli("compare", results, "--json")
+    doc = json.loads(r.out)
+    eff = next(f for f in doc["figures"] if f["figure"] == "efficiency")
+    runs = [d for d in (json.loads(ln) for ln in open(f"{results}.jsonl")) if d["record"] == "run"]
+    rows = [d for d in (json.loads(ln) for ln in open(f"{results}.jsonl")) if d["record"] == "repeat"]
+    newest = [runs[-1]["floor_s"] / d["rto_s"] for d in rows if d["run_id"] == runs[-1]["run_id"]]
+    assert eff["newest"]["median"] == pytest.approx(sorted(newest)[len(newest) // 2] if len(newest) % 2 else
+                                                    sum(newest) / 2)
+    assert "floor_s" not in doc["env_diff"]  # the same box, the same floor
+    plant_floor(1.0)  # the box now does a quarter of what it did: the floor moved, and compare says so
+    assert h.run_cli("run", root, "--repeat", "2", "--cache", "hot", "--results", results).rc == 0
+    doc = json.loads(h.run_cli("compare", results, "--json").out)
+    assert "floor_s" in doc["env_diff"], doc["env_diff"]
