@@ -130,8 +130,10 @@ def _plan_nodes(args) -> int:
     if args.interval:
         raise CkptbenchError("--interval plans saves and --nodes plans a restore: run plan once for each")
     preset = plan_scale.load_preset(args.storage)
+    from ckptbench.system import floor
+
     doc = plan_scale.scale(_profile(args.profile, args.scale), args.nodes, args.ranks_per_node or 8, preset,
-                           plan_scale.measured_rank_read(args.results))
+                           plan_scale.measured_rank_read(args.results), memory=plan_scale.box_memory(floor.cached()))
     if args.json:
         _emit(doc)
     else:

@@ -198,8 +198,19 @@ def _node_counts(nodes: int) -> list[int]:
     return counts + [nodes]
 
 
+def box_memory(floor) -> dict | None:
+    """This box's fresh-memory figure (the floor's best population rate) as a node's ceiling: every node lands its
+    share of the bytes in memory it did not own, so no node restores faster than its memory is populated. The
+    plan runs on a training node; its figure stands in for each node's."""
+    pops = [c for k, c in (floor.ceilings.items() if floor is not None else ()) if k.startswith("populate_")]
+    if not pops:
+        return None
+    best = max(pops, key=lambda c: c.gbps)
+    return {"gbps": best.gbps, "method": best.method, "age_s": best.age_s}
+
+
 def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: ScalePreset, measured: dict | None = None,
-          coordination_s: float = COORDINATION_S) -> dict:
+          coordination_s: float = COORDINATION_S, memory: dict | None = None) -> dict:
     """The restore of `profile` on `nodes` × `ranks_per_node` ranks from `storage`: ceilings, the binding one,
     where the storage saturates, the RTO floor, and a table over node counts (1, 2, 4, ... nodes)."""
     if nodes < 1 or ranks_per_node < 1:
@@ -213,7 +224,11 @@ def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: ScalePrese
                 "why": f"no distributed or restore run measured: {storage.name}'s per-client ceiling "
                        f"{storage.client_gbps:g} GB/s shared by {ranks_per_node} ranks"}
     from_ranks = ranks_per_node * rank["gbps"]
-    per_node = min(from_ranks, storage.client_gbps)
+    caps = {"ranks": from_ranks, "client": storage.client_gbps}  # on a tie the client binds: it is saturated
+    if memory is not None:
+        caps["fresh memory"] = memory["gbps"]
+    capped_by = min(reversed(list(caps)), key=lambda k: caps[k])
+    per_node = caps[capped_by]
     req = _requests(profile, base, storage)
     row = _at(nodes, ranks_per_node, per_node, storage, total, req, coordination_s)
     limit = min((v for k, v in row["rates_gbps"].items() if k != "per_node"), default=None)
@@ -230,7 +245,8 @@ def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: ScalePrese
         "per_rank": rank,
         "ceilings": {
             "per_node_gbps": per_node,
-            "per_node_capped_by": "client" if storage.client_gbps <= from_ranks * (1 + 1e-9) else "ranks",
+            "per_node_capped_by": capped_by,
+            "fresh_memory": memory,
             "client_gbps": storage.client_gbps,
             "nodes_gbps": row["rates_gbps"]["per_node"],
             "aggregate_gbps": storage.aggregate_gbps,
@@ -281,7 +297,8 @@ def _rate(doc: dict) -> str:
 
 def _ceilings(doc: dict) -> str:
     c = doc["ceilings"]
-    by = "the client ceiling" if c["per_node_capped_by"] == "client" else "its ranks"
+    by = {"client": "the client ceiling", "ranks": "its ranks",
+          "fresh memory": "this box's fresh memory, measured"}[c["per_node_capped_by"]]
     parts = [f"per node {c['per_node_gbps']:.2f} GB/s ({by}), {doc['nodes']} nodes {c['nodes_gbps']:.2f} GB/s"]
     if c["aggregate_gbps"] is not None:
         parts.append(f"aggregate {c['aggregate_gbps']:.2f} GB/s")

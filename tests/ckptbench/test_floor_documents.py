@@ -112,3 +112,17 @@ def test_compare_holds_each_repeat_against_its_runs_floor_and_says_when_the_floo
     assert h.run_cli("run", root, "--repeat", "2", "--cache", "hot", "--results", results).rc == 0
     doc = json.loads(h.run_cli("compare", results, "--json").out)
     assert "floor_s" in doc["env_diff"], doc["env_diff"]
+
+
+def test_plan_at_scale_caps_each_node_at_this_boxs_fresh_memory(tmp_path, h, plant_floor):
+    args = ("plan", "7b", "--nodes", "4", "--storage", "local-nvme", "--results", tmp_path / "none.csv", "--json")
+    before = json.loads(h.run_cli(*args).out)
+    assert before["ceilings"]["fresh_memory"] is None and before["ceilings"]["per_node_capped_by"] != "fresh memory"
+    slow = before["ceilings"]["per_node_gbps"] / 4  # a node populates memory at a quarter of what it reads
+    plant_floor(slow)
+    doc = json.loads(h.run_cli(*args).out)
+    assert doc["ceilings"]["per_node_capped_by"] == "fresh memory"
+    assert doc["ceilings"]["per_node_gbps"] == pytest.approx(slow)
+    assert doc["rto_floor_s"] > before["rto_floor_s"]
+    text = h.run_cli(*args[:-1]).out
+    assert "this box's fresh memory, measured" in text, text
