@@ -1,14 +1,7 @@
 """The floor: what this box can physically do for a restore, measured, and the restore's time at those rates.
 
-Ceilings (measured in ceilings.py), each with its method, its spread over repeats and when it was measured:
-- storage: the source's own files read back cold (evicted and checked), at the best of a short concurrency sweep,
-  with O_DIRECT where the filesystem takes it (readmode decides, as for a restore); for an object store, the
-  network: the source's own objects read through its client (a callable the caller gives: this floor is below the
-  sources), at the best of a short concurrency sweep;
-- fresh memory: anonymous pages populated, 4 KiB and transparent huge pages, with MADV_POPULATE_WRITE where the
-  kernel has it (a write per page where it has not), over 1, 2, 4.. cores threads;
-- copy: into memory populated already, 1, 2, 4.. cores threads;
-- every hash kernel and the finite scan, per core.
+The ceilings (storage or network, fresh memory, copy, hashes and scan; each with its method, its spread over
+repeats and when it was measured) are measured in ceilings.py, the save side's write figure in writefloor.py.
 Box figures are cached per box (kernel, CPU model and count, memory) and the storage figure per mount (an object
 store's per endpoint and bucket, never with credentials), in the user cache directory; a figure older than a day,
 or from another box or mount, is measured again, never used.
@@ -155,6 +148,11 @@ def _save(path: str, floor: Floor, storages: dict) -> None:
     before = _load_cache(path)
     if before.get("box") == floor.box and isinstance(before.get("write"), dict):
         doc["write"] = before["write"]  # the save side's figures (writefloor.py) stay beside the restore's
+    write_cache(path, doc)
+
+
+def write_cache(path: str, doc: dict) -> None:
+    """The cache file replaced whole (a reader sees the old one or the new one, never half of one)."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{os.getpid()}"

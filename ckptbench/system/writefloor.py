@@ -10,7 +10,6 @@ its efficiency is the floor over the median time until durable.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -115,14 +114,7 @@ def measure_write(directory: str, *, remeasure: bool = False, path: str | None =
         doc = {"schema": fl.SCHEMA, "box": fl.box_key(), "ceilings": {}, "storage": {}}
     writes = doc.get("write") if isinstance(doc.get("write"), dict) else {}
     doc["write"] = writes | {mount: asdict(c)}
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a cache that cannot be written is measured again next time
+    fl.write_cache(path, doc)
     return mount, c
 
 
