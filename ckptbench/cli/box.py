@@ -4,7 +4,7 @@ physically do for a restore)."""
 from __future__ import annotations
 
 from ckptbench.cli.show import emit as _emit
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, printable
 
 NOT_MEASURED = "not measured — run `ckptbench floor SOURCE`"
 
@@ -57,8 +57,9 @@ def print_cached_floor(doc: dict) -> None:
         print(f"{'floor ' + name:24s} {c['gbps']:.3f} GB/s ({c['age_s'] / 3600:.1f} h old)")
     s = doc["storage"]
     label = f"floor {doc['resource']}"
-    print(f"{label:24s} " + (f"{s['gbps']:.3f} GB/s for {doc['mount']} ({s['age_s'] / 3600:.1f} h old)"
-                             if isinstance(s, dict) else f"{s} (for {doc['mount']})"))
+    mount = printable(doc["mount"])
+    print(f"{label:24s} " + (f"{s['gbps']:.3f} GB/s for {mount} ({s['age_s'] / 3600:.1f} h old)"
+                             if isinstance(s, dict) else f"{s} (for {mount})"))
 
 
 def _link_reader(source, listing, s3_client: str = "threads"):
@@ -136,7 +137,7 @@ def cmd_floor(args) -> int:
         man = listing.manifest
         hash_alg = man.hash if man is not None else "none"  # what a restore computes: the manifest's digest, or none
         doc["restore"] = {"source": listing.source, "bytes": listing.bytes, "hash": hash_alg,
-                          **fl.model(f, bytes_read=listing.bytes, floating_bytes=listing.bytes, hash_alg=hash_alg)}
+                          **fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg)}  # as `run` holds it
     if args.json:
         _emit(doc)
         return 0
@@ -144,18 +145,18 @@ def cmd_floor(args) -> int:
           f"{' (cached figures)' if f.cached else ''}")
     rows = list(f.ceilings.items()) + ([(f.resource, f.storage)] if f.storage else [])
     for name, c in rows:
-        print(f"  {name:14s} {c.gbps:7.3f} GB/s  ({c.min_gbps:.3f}..{c.max_gbps:.3f}, {c.age_s:5.0f} s old)  "
-              f"{c.method}")
+        print(f"  {name:14s} {c.gbps:7.3f} GB/s  ({c.min_gbps:.3f}..{c.max_gbps:.3f}, {c.age_s:.0f} s old)  "
+              f"{printable(c.method)}")
     if f.storage is not None:
-        print(f"  ({f.resource} for {mount})")
+        print(f"  ({f.resource} for {printable(mount)})")
     if write is not None:
         print(f"  {'write':14s} {write.gbps:7.3f} GB/s  ({write.min_gbps:.3f}..{write.max_gbps:.3f}, "
-              f"{write.age_s:5.0f} s old)  {write.method} (for {doc['write']['mount']})")
+              f"{write.age_s:.0f} s old)  {printable(write.method)} (for {printable(doc['write']['mount'])})")
     for note in f.notes:
-        print(f"  note: {note}")
+        print(f"  note: {printable(note)}")
     r = doc.get("restore")
     if r and r["floor_s"] is not None:
         parts = ", ".join(f"{k} {v:.3f} s" for k, v in r["times_s"].items())
-        print(f"restore of {r['source']} ({human_bytes(r['bytes'])}): floor {r['floor_s']:.3f} s, bound by "
+        print(f"restore of {printable(r['source'])} ({human_bytes(r['bytes'])}): floor {r['floor_s']:.3f} s, bound by "
               f"{r['binding']} ({parts})")
     return 0

@@ -78,23 +78,41 @@ class Floor:
 
 
 def _load_cache(path: str) -> dict:
+    """The cache as far as it has the expected shape: a section of another type is dropped (then measured again),
+    never trusted. The file is written by us, but anyone who can write the user's cache can write it."""
     try:
         with open(path) as f:
             doc = json.load(f)
-        return doc if isinstance(doc, dict) and doc.get("schema") == SCHEMA else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("box"), dict):
+        return {}
+    return {"schema": SCHEMA, "box": doc["box"]} | {k: doc[k] for k in ("ceilings", "storage", "write")
+                                                    if isinstance(doc.get(k), dict)}
+
+
+MIN_GBPS, MAX_GBPS = 1e-4, 1e4  # 100 kB/s .. 10 TB/s: a cached rate outside any box's range is damaged, not measured
 
 
 def _fresh(entry, now: float) -> Ceiling | None:
-    """A cached ceiling, when it is well formed and younger than a day."""
+    """A cached ceiling, when it is well formed, in range and younger than a day; else None (measured again)."""
+    from ckptbench.core.errors import printable
+
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     try:
-        c = Ceiling(**{k: float(entry[k]) if k != "method" else str(entry[k]) for k in
-                       ("gbps", "min_gbps", "max_gbps", "method", "measured_at")})
-        c.sample_bytes = int(entry.get("sample_bytes", 0))
-    except (KeyError, TypeError, ValueError):
+        raw = [entry[k] for k in ("gbps", "min_gbps", "max_gbps", "measured_at")] + [entry.get("sample_bytes", 0)]
+        if not all(map(number, raw)):
+            return None
+        rates, at, sample = [float(v) for v in raw[:3]], float(raw[3]), int(raw[4])
+        method = entry["method"]
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
-    return c if 0 <= now - c.measured_at <= MAX_AGE_S and c.gbps > 0 else None
+    if not isinstance(method, str) or not all(MIN_GBPS <= r <= MAX_GBPS for r in rates) or not \
+            rates[1] <= rates[0] <= rates[2] or not 0 <= sample <= 1 << 50 or not 0 <= now - at <= MAX_AGE_S:
+        return None  # NaN and infinities fail the range checks too
+    return Ceiling(*rates, printable(method)[:300], at, sample)
 
 
 def _busy() -> str:
@@ -132,44 +150,58 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
         wanted = read_bytes if read is not None else min(STORAGE_SAMPLE, sum(s for _, s in paths_sizes))
         if kept is not None and kept.sample_bytes >= wanted:  # a smaller sample than this source's is measured again
             floor.storage = kept
+            if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
+                floor.notes.append(f"the {kept.sample_bytes >> 20} MiB sample measures latency more than "
+                                   "bandwidth: the floor does not use it (point at a larger checkpoint)")
         else:
             floor.storage, note = (link_ceiling(read, read_bytes, read_what) if read is not None
                                    else storage_ceiling(paths_sizes))
             floor.notes += [note] if note else []
-    _save(path, floor, storages if mine else {})
+    if (trouble := _save(path, floor, storages if mine else {})):
+        floor.notes.append(f"{path}: cannot keep these figures ({trouble}); every run will say the floor is not "
+                           "measured: set XDG_CACHE_HOME to a directory you can write")
     return floor
 
 
-def _save(path: str, floor: Floor, storages: dict) -> None:
-    if floor.storage is not None and floor.mount:
+def _save(path: str, floor: Floor, storages: dict) -> str | None:
+    """Keeps the figures (a storage figure only when it was read cold); why it could not, or None."""
+    if floor.storage is not None and floor.mount and floor.storage.cold:
         storages = dict(storages) | {floor.mount: asdict(floor.storage)}
     doc = {"schema": SCHEMA, "box": floor.box, "ceilings": {k: asdict(c) for k, c in floor.ceilings.items()},
            "storage": storages}
     before = _load_cache(path)
     if before.get("box") == floor.box and isinstance(before.get("write"), dict):
         doc["write"] = before["write"]  # the save side's figures (writefloor.py) stay beside the restore's
-    write_cache(path, doc)
+    return write_cache(path, doc)
 
 
-def write_cache(path: str, doc: dict) -> None:
-    """The cache file replaced whole (a reader sees the old one or the new one, never half of one)."""
+def write_cache(path: str, doc: dict) -> str | None:
+    """The cache file replaced whole (a reader sees the old one or the new one, never half of one); why it could
+    not be written, or None (then the figures are measured again next time)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(doc, f)
         os.replace(tmp, path)
-    except OSError:
-        pass  # a cache that cannot be written is measured again next time
+        return None
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return exc.strerror or str(exc)
 
 
 # ---- the model ---------------------------------------------------------------------------------------------------
 
 FRESH, REUSED = "fresh", "reused"
+OVER_FLOOR = 1.05  # an efficiency above this is beyond the spread of a good ceiling: the ceiling is what is wrong
 
 
 def storage_usable(floor: Floor) -> bool:
-    return floor.storage is not None and floor.storage.sample_bytes >= MIN_STORAGE_SAMPLE
+    """A storage figure the model may use: read cold, from a sample large enough to measure bandwidth."""
+    return floor.storage is not None and floor.storage.cold and floor.storage.sample_bytes >= MIN_STORAGE_SAMPLE
 
 
 def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "none",
@@ -269,6 +301,10 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
             "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only; ")
     note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else ""
     note += f"ceilings measured {max(c.age_s for c in floor.ceilings.values()) / 3600:.1f} h ago at most"
-    return {"floor_s": m["floor_s"], "efficiency": efficiency(m["floor_s"], measured_s), "binding": m["binding"],
+    eff = efficiency(m["floor_s"], measured_s)
+    if eff is not None and eff > OVER_FLOOR:  # kept as measured: hiding it would hide a ceiling that reads low
+        note += (f"; faster than the floor ({eff:.0%}): a ceiling measured low (a busy box, a noisy sample, another "
+                 "checkpoint's figure): `ckptbench floor SOURCE --remeasure` when the box is quiet")
+    return {"floor_s": m["floor_s"], "efficiency": eff, "binding": m["binding"],
             "binding_gbps": rate.gbps if rate is not None else None, "floor_times_s": m["times_s"], "floor_note": note,
             "floor_gbps": bytes_read / m["floor_s"] / 1e9 if m["floor_s"] else None}

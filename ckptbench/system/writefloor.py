@@ -114,7 +114,8 @@ def measure_write(directory: str, *, remeasure: bool = False, path: str | None =
         doc = {"schema": fl.SCHEMA, "box": fl.box_key(), "ceilings": {}, "storage": {}}
     writes = doc.get("write") if isinstance(doc.get("write"), dict) else {}
     doc["write"] = writes | {mount: asdict(c)}
-    fl.write_cache(path, doc)
+    if (trouble := fl.write_cache(path, doc)):
+        c.method += f" (NOT kept: {path}: {trouble}; a save will not find it)"
     return mount, c
 
 

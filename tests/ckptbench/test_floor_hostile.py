@@ -1,0 +1,104 @@
+"""The floor's cache is input like any other: a damaged or planted floor.json is measured again, never trusted and
+never a traceback; a figure that was not read cold is never kept; a cache that cannot be written is said."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from ckptbench.system import floor as fl
+from ckptbench.system import pagecache
+
+GOOD = {"gbps": 2.0, "min_gbps": 1.9, "max_gbps": 2.1, "method": "planted", "measured_at": None}
+
+
+def _write(doc: dict) -> None:
+    os.makedirs(os.path.dirname(fl.cache_path()), exist_ok=True)
+    with open(fl.cache_path(), "w") as f:
+        f.write(json.dumps(doc))
+
+
+def _doc(ceilings=None, storage=None) -> dict:
+    return {"schema": fl.SCHEMA, "box": fl.box_key(), "ceilings": ceilings, "storage": storage}
+
+
+def _good(**change) -> dict:
+    return dict(GOOD, measured_at=time.time()) | change
+
+
+@pytest.mark.parametrize("entry", [
+    _good(gbps=1e300, max_gbps=1e300), _good(gbps=1e-300, min_gbps=1e-300), _good(gbps=float("inf")),
+    _good(min_gbps=float("nan")), _good(measured_at=10 ** 400), _good(sample_bytes=float("inf")),
+    _good(gbps="2"), _good(method=7), _good(min_gbps=3.0), {"gbps": 2.0},
+], ids=["huge", "tiny", "inf", "nan", "huge-int-date", "inf-sample", "text-rate", "method-number", "min-above",
+        "partial"])
+def test_a_damaged_ceiling_is_not_used(entry):
+    _write(_doc({"copy": entry, "scan": _good()}))
+    f = fl.cached()
+    assert f is not None and "copy" not in f.ceilings and f.ceilings["scan"].gbps == 2.0
+
+
+@pytest.mark.parametrize("doc", [_doc([1, 2]), _doc("x"), _doc({"copy": [1]}, [3]), {"schema": fl.SCHEMA, "box": 3},
+                                 [1], "text"], ids=["ceilings-list", "ceilings-text", "storage-list", "box-int",
+                                                    "list", "string"])
+def test_a_cache_of_the_wrong_shape_is_no_cache_and_no_traceback(tmp_path, h, ckpt, doc):
+    _write(doc)
+    assert fl.cached("x") is None or not fl.cached("x").ceilings
+    root = h.copy_ckpt(ckpt("safetensors", 1), tmp_path / "ck")
+    for args in (("run", root, "--repeat", "1", "--results", tmp_path / "R.csv"), ("sysinfo", root)):
+        r = h.run_cli(*args)
+        assert r.rc == 0 and "Traceback" not in r.err, r.err
+
+
+def test_an_escape_in_a_cached_method_never_reaches_the_terminal():
+    _write(_doc({"copy": _good(method="\x1b]0;pwned\x07\x1b[2J")}))
+    assert "\x1b" not in fl.cached().ceilings["copy"].method
+
+
+def test_a_storage_figure_that_was_not_cold_is_shown_but_neither_kept_nor_used(tmp_path, monkeypatch):
+    files = []
+    for i in range(2):
+        p = tmp_path / f"shard-{i}.bin"
+        p.write_bytes(os.urandom(1 << 20) * 40)
+        files.append((str(p), 40 << 20))
+    real = pagecache.prepare
+
+    def stays_cached(paths, requested, **kw):  # as for a user who may not evict: the files stay in the page cache
+        c = real(paths, "hot")
+        return pagecache.CacheCondition("cold", c.residency_before, False, "eviction refused")
+
+    monkeypatch.setattr(pagecache, "prepare", stays_cached)
+    monkeypatch.setattr(fl, "memory_ceilings", lambda size=0: {k: fl.Ceiling(4, 4, 4, "fixed", time.time())
+                                                              for k in ("populate_4k", "populate_thp", "copy")})
+    f = fl.measure(files, "/x (ext4)")
+    assert f.storage is not None and not f.storage.cold and "NOT cold" in f.storage.method
+    assert any("neither kept nor used" in n for n in f.notes)
+    assert not fl.storage_usable(f) and "storage" not in fl.model(f, bytes_read=80 << 20)["times_s"]
+    assert fl.cached("/x (ext4)").storage is None  # not kept: a later run is not held against the page cache
+
+
+def test_a_cache_that_cannot_be_written_is_said_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(fl, "memory_ceilings", lambda size=0: {})
+    monkeypatch.setattr(fl, "cpu_ceilings", lambda: {})
+    os.makedirs(fl.cache_path())  # floor.json is a directory
+    f = fl.measure()
+    assert any("cannot keep these figures" in n for n in f.notes), f.notes
+    assert os.listdir(os.path.dirname(fl.cache_path())) == ["floor.json"]  # no temporary file left
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # the cache's parent is a file
+    assert any("cannot keep these figures" in n for n in fl.measure().notes)
+
+
+def test_a_restore_faster_than_its_floor_says_the_ceiling_is_what_is_wrong():
+    now = time.time()
+    f = fl.Floor({"cores": 2}, {"copy": fl.Ceiling(1.0, 1.0, 1.0, "fixed", now)})
+    fields = fl.restore_fields(f, bytes_read=10 ** 9, measured_s=0.5, hash_alg="none", hot=True,
+                               destination=fl.REUSED)
+    assert fields["efficiency"] == pytest.approx(2.0) and "--remeasure" in fields["floor_note"]
+    fields = fl.restore_fields(f, bytes_read=10 ** 9, measured_s=1.0, hash_alg="none", hot=True,
+                               destination=fl.REUSED)
+    assert "--remeasure" not in fields["floor_note"]
