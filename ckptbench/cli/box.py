@@ -110,7 +110,7 @@ def cmd_floor(args) -> int:
     from ckptbench.system import floor as fl
 
     files, mount, listing, link = None, None, None, {}
-    if args.source:
+    if args.source is not None:  # an empty SOURCE is a mistake to say, not "no source"
         from ckptbench.sources import open_source
 
         source = open_source(args.source, args.pick)
