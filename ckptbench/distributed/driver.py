@@ -218,6 +218,21 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
         group.leave(world)
 
 
+def _sweep_floor(source, opts, good: dict[int, list[dict]], rto_s: dict[str, dict]) -> dict:
+    """A distributed sweep against the floor: each node's share of the bytes, and each level's efficiency (the
+    floor over the level's median RTO, the slowest rank's)."""
+    from ckptbench.restore import efficiency
+
+    first = next(iter(good.values()))[0]
+    nodes = len({r["host"] for r in first["ranks"]}) or 1
+    hot = ((first.get("cache") or {}).get("residency_before") or 0.0) >= efficiency.HOT
+    out = efficiency.fields(source, first["bytes_read"] // nodes, measured_s=None,
+                            hash_alg=efficiency.hash_of(opts.hash, source.list()), hot=hot)
+    out["efficiency_by_level"] = {lv: out["floor_s"] / st["median"] if out["floor_s"] and st["median"] else None
+                                  for lv, st in rto_s.items()}
+    return out
+
+
 def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats: int, *, deliver=None,
           say=None) -> Outcome:
     """The distributed restore at each per-rank concurrency level: the aggregate read rate by level and its knee
@@ -254,6 +269,7 @@ def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats:
             if stats:
                 k, best = knee({lv: st["median"] for lv, st in stats.items()})
                 doc.update(knee=k, best=best, margin=KNEE_MARGIN, recommendation=f"--concurrency {k} per rank")
+                doc |= _sweep_floor(source, opts, good, doc["rto_s"])
         _finish(world, doc, deliver)
         return Outcome(0 if doc is None or doc["status"] in ("ok", "unverified") else 1, doc, errors)
     finally:

@@ -273,7 +273,8 @@ def test_a_rank_that_hangs_is_named_when_its_deadline_passes(torch2):
     assert "rank(s) 1 did not reach" in err, err[-3000:]
 
 
-def test_a_distributed_sweep_gives_the_aggregate_rate_per_level_and_its_knee(torch2):
+def test_a_distributed_sweep_gives_the_aggregate_rate_per_level_and_its_knee(torch2, plant_floor):
+    plant_floor(4.0)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "ckptbench",
            "sweep", str(torch2), "--distributed", "--levels", "1,4", "--repeat", "2", "--cache", "hot", "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -286,6 +287,10 @@ def test_a_distributed_sweep_gives_the_aggregate_rate_per_level_and_its_knee(tor
     assert doc["best"] == best
     # the knee: the smallest level within 10 % of the best, computed here from the figures themselves
     assert doc["knee"] == min(lv for lv, g in medians.items() if g >= 0.9 * medians[best])
+    # each level against the floor (planted at 4 GB/s): the floor over the level's median RTO
+    assert doc["binding"] in ("page cache", "fresh memory") and doc["floor_s"] == max(doc["floor_times_s"].values())
+    for lv, eff in doc["efficiency_by_level"].items():
+        assert eff == pytest.approx(doc["floor_s"] / doc["rto_s"][lv]["median"])
 
 
 def test_a_trainer_checkpoint_in_safetensors_splits_rows_and_loads_its_state_once(tmp_path):
