@@ -1,4 +1,5 @@
-"""The checkpoint files a job maps (/proc/PID/maps) and how much of each its page tables hold (/proc/PID/smaps).
+"""Which files a job holds are its checkpoint's, and the ones it maps (/proc/PID/maps) with how much of each its
+page tables hold (/proc/PID/smaps).
 
 A loader that maps its files (safetensors, torch.load(mmap=True)) reads them by page faults, not read() calls: they
 show in no descriptor once it has closed it, and in no rchar. Its mappings name them; a mapping's Rss is the part of
@@ -14,19 +15,91 @@ import os
 import re
 import stat
 
-CHECKPOINT_EXT = (".safetensors", ".pt", ".pth", ".bin", ".distcp", ".ckpt", ".metadata", ".gguf", ".npz")
-_LIBRARY = ("/usr/", "/lib", "/proc/", "/sys/", "/dev/")
+from ckptbench.checkpoint import resume
+
+# the checkpoint's own names (DeepSpeed's and Megatron's are torch.save .pt files among them), and GGUF, which
+# llama.cpp-style loaders map: ckptbench loads none, but a job it watches may
+CHECKPOINT_EXT = (*resume.WEIGHT_EXT, ".gguf")
 _SHARED_OBJECT = re.compile(r"\.so(\.[0-9]+)*$")
+_ELF = b"\x7fELF"
 _HEADER = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
 
 
-def is_checkpoint_file(path: str, size: int) -> bool:
-    """A file the job has open or maps that may be checkpoint data: a checkpoint's extension, or a large file
-    outside the system and library trees (a Python job also has its modules and logs open); nothing in an installed
-    package (a site-packages .pth is a path file Python reads at start, not a torch checkpoint)."""
-    if "/site-packages/" in path or "/dist-packages/" in path:
+def source_root(source: str | None) -> str | None:
+    """The checkpoint named with --source as /proc names its files (symbolic links resolved); None when it is no
+    local path (an S3 URL): then the names alone decide."""
+    if not source or not os.path.exists(source):
+        return None
+    return os.path.realpath(source)
+
+
+def is_checkpoint_file(path: str, size: int | None = None, source: str | None = None) -> bool:
+    """Whether a file the job has open or maps is checkpoint data by its name and place: under `source` (a
+    source_root), or a checkpoint format's extension. Its size says nothing: a job maps and opens databases and
+    data sets (cache.db, index.sqlite, a datasets .arrow, an .npy memmap) as large as any shard, and counting them put
+    their bytes in the restore's, its floor and the verdict's re-read (`size` is taken for callers that pass it).
+    Never a shared object, nor anything in an installed package (a site-packages .pth is a path file Python reads at
+    start, not a torch checkpoint). The bytes are not looked at here: FileJudge does, once per file."""
+    if "/site-packages/" in path or "/dist-packages/" in path or _SHARED_OBJECT.search(path):
         return False
-    return path.endswith(CHECKPOINT_EXT) or (size >= 1 << 20 and not path.startswith(_LIBRARY))
+    if source and (path == source or path.startswith(source.rstrip("/") + "/")):
+        return True
+    return path.endswith(CHECKPOINT_EXT)
+
+
+def _is_code(path: str) -> bool | None:
+    """Whether the file is an ELF object by its magic (a library or an executable copied under a checkpoint's
+    name: weights.bin, exe.ckpt); None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == _ELF
+    except OSError:
+        return None
+
+
+class FileJudge:
+    """Which of the files a job holds are its checkpoint's: by name and place (is_checkpoint_file), then by their
+    first bytes, read once per file (a job holds the same files interval after interval)."""
+
+    def __init__(self, source: str | None = None):
+        self.source = source_root(source)
+        self._open: dict[tuple[str, int], bool] = {}  # (path, size) -> a checkpoint file
+        self._mapped: dict[tuple[str, str, int], int | None] = {}  # (path, dev, inode) -> size, None: not one
+
+    def open_file(self, path: str, size: int) -> bool:
+        """An open file is the checkpoint's: named or placed as one, and readable and not code (what cannot be
+        read cannot be judged, nor re-read by the verdict)."""
+        if not is_checkpoint_file(path, source=self.source):
+            return False
+        key = (path, size)
+        if key not in self._open:
+            self._open[key] = _is_code(path) is False
+        return self._open[key]
+
+    def mapped_file(self, path: str, dev: str, inode: int, execs: bool) -> int | None:
+        """The size of a mapped file that is the checkpoint's, else None; an executable mapping is code."""
+        key = (path, dev, inode)
+        if key not in self._mapped:
+            self._mapped[key] = None if execs else self._judge_mapping(path, dev, inode)
+        return self._mapped[key]
+
+    def _judge_mapping(self, path: str, dev: str, inode: int) -> int | None:
+        """The file's size when the mapping names a checkpoint: a regular file still at that path (same device and
+        inode), checkpoint-like as an open file must be, and not code by its magic."""
+        if not is_checkpoint_file(path, source=self.source):
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        major, _, minor = dev.partition(":")
+        try:
+            same = st.st_ino == inode and (os.major(st.st_dev), os.minor(st.st_dev)) == (int(major, 16), int(minor, 16))
+        except ValueError:
+            return None
+        if not same or not stat.S_ISREG(st.st_mode) or _is_code(path) is not False:
+            return None
+        return st.st_size
 
 
 def _read(path: str) -> str:
@@ -52,17 +125,11 @@ def _mappings(text: str) -> dict[str, tuple[str, int, bool]]:
 
 
 class MapReader:
-    """Reads the checkpoint files a process tree maps, remembering which paths were judged (a Python job maps
-    hundreds of libraries; each is looked at once)."""
+    """Reads the checkpoint files a process tree maps; its judge looks at each mapped path once (a Python job maps
+    hundreds of libraries)."""
 
-    def __init__(self):
-        self._judged: dict[tuple[str, str, int], int | None] = {}  # (path, dev, inode) -> size, None: not a checkpoint
-
-    def _checkpoint_size(self, path: str, dev: str, inode: int, execs: bool) -> int | None:
-        key = (path, dev, inode)
-        if key not in self._judged:
-            self._judged[key] = None if execs else _judge(path, dev, inode)
-        return self._judged[key]
+    def __init__(self, judge: FileJudge | None = None):
+        self.judge = judge or FileJudge()
 
     def sample(self, pids) -> tuple[dict[str, int], dict[tuple[int, str], int]]:
         """(path -> size of every checkpoint file the tree maps, (pid, path) -> bytes of it resident in that
@@ -76,7 +143,7 @@ class MapReader:
                 continue
             mine = {}
             for path, (dev, inode, execs) in maps.items():
-                size = self._checkpoint_size(path, dev, inode, execs)
+                size = self.judge.mapped_file(path, dev, inode, execs)
                 if size is not None:
                     mine[path] = size
             if not mine:
@@ -87,33 +154,6 @@ class MapReader:
             except OSError:
                 continue
         return files, resident
-
-
-def _judge(path: str, dev: str, inode: int) -> int | None:
-    """The file's size when the mapping names a checkpoint: a regular file still at that path (same device and
-    inode), checkpoint-like as an open file must be, and not code (a shared object, or an ELF file by its magic)."""
-    if _SHARED_OBJECT.search(path):
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    major, _, minor = dev.partition(":")
-    try:
-        same = st.st_ino == inode and (os.major(st.st_dev), os.minor(st.st_dev)) == (int(major, 16), int(minor, 16))
-    except ValueError:
-        return None
-    if not same or not stat.S_ISREG(st.st_mode):
-        return None
-    if not is_checkpoint_file(path, st.st_size):
-        return None
-    try:
-        with open(path, "rb") as f:
-            if f.read(4) == b"\x7fELF":
-                return None
-    except OSError:
-        return None
-    return st.st_size
 
 
 def _rss(text: str, paths: set[str]) -> dict[str, int]:

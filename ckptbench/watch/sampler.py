@@ -16,7 +16,8 @@ from ckptbench import mark
 from ckptbench.system import pagecache
 from ckptbench.system import probes
 from ckptbench.system import procstat
-from ckptbench.watch.maps import MapReader, is_checkpoint_file
+from ckptbench.watch.maps import FileJudge, MapReader
+from ckptbench.watch.maps import is_checkpoint_file  # noqa: F401  the screen's live count reaches it here
 from ckptbench.core.errors import CkptbenchError, redact
 
 PHASES = ("reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
@@ -187,11 +188,13 @@ class Watch:
     """Samples process `pid` (and its children) every `interval` until it exits or `cancel` is set.
 
     With `proc` (a job ckptbench started) the final counters are read from the exited process before it is
-    reaped, so nothing it read after the last sample is lost; a job started elsewhere keeps its last sample."""
+    reaped, so nothing it read after the last sample is lost; a job started elsewhere keeps its last sample.
+    With `source` (the checkpoint --source names) every file under it is the checkpoint's, whatever its name."""
 
     def __init__(self, pid: int, *, interval: float = 0.25, cancel: threading.Event | None = None,
                  on_interval: Callable[[Interval, procstat.ProcSample], None] | None = None,
-                 proc: subprocess.Popen | None = None, marks_path: str | None = None, gpu=None):
+                 proc: subprocess.Popen | None = None, marks_path: str | None = None, gpu=None,
+                 source: str | None = None):
         if not 0.01 <= interval <= 60:
             raise CkptbenchError(f"--interval {interval}: give 0.01..60 seconds")
         self.pid = pid
@@ -200,6 +203,7 @@ class Watch:
         self.on_interval = on_interval
         self.proc = proc
         self.marks_path = marks_path
+        self.source = source
         if gpu is None:
             from ckptbench.system.gpustat import GpuMemory
 
@@ -227,7 +231,8 @@ class Watch:
         intervals: list[Interval] = []
         files: dict[str, int] = {}
         positions: dict[str, int] = {}  # the furthest offset seen per file (read() loaders move it)
-        mapper = MapReader()
+        judge = FileJudge(self.source)  # open and mapped files alike: by name or place, never code
+        mapper = MapReader(judge)
         mapped: set[str] = set()
         _, peaks = mapper.sample(prev.pids)  # what a job watched mid-load had mapped already is not this watch's
         residency: dict[str, float] = {}
@@ -247,7 +252,7 @@ class Watch:
                 cur = procstat.sample(self.pid)
             except procstat.ProcessGone:
                 break
-            ckpt = [f for f in cur.files if is_checkpoint_file(f.path, f.size)]
+            ckpt = [f for f in cur.files if judge.open_file(f.path, f.size)]
             for f in ckpt:
                 files[f.path] = f.size
                 positions[f.path] = max(positions.get(f.path, 0), f.pos)

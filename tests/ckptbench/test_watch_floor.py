@@ -1,5 +1,6 @@
 """`ckptbench watch` on a loader that maps its checkpoint (safetensors): the mapped file is named and judged without
---source, only checkpoint files are listed (never a mapped library), and the watch document holds the loader against
+--source, only checkpoint files are listed (never a mapped or open library, database or data set: a name says
+checkpoint, a size does not), and the watch document holds the loader against
 this box's floor: none and a note saying how to measure it when nothing is cached, real figures once
 `ckptbench floor` has measured it."""
 
@@ -208,3 +209,97 @@ def test_the_floor_sentence_leads_the_verdict_and_a_missing_floor_says_nothing()
     assert v.evidence["efficiency"] == 0.31
     bare = verdict.judge(report, probe, cpus=2, mem_total=64 << 30, floor=dict(floor, floor_s=None, efficiency=None))
     assert bare.why == verdict.judge(report, probe, cpus=2, mem_total=64 << 30).why
+
+
+HOSTILE_MAP = """
+    import mmap, sys, time
+    import torch  # safe_open(..., "pt") imports it on first use: inside the window its modules would be read
+    from safetensors import safe_open
+    from ckptbench.mark import stage
+    ckpt, mapped, held = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
+    time.sleep(0.3)  # imports done: the interval the mark falls in reads nothing else
+    stage("load")
+    maps = []
+    for p in mapped:  # mapped and touched, the descriptor closed: only /proc/PID/maps shows them
+        with open(p, "rb") as f:
+            maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+        sum(maps[-1][i] for i in range(0, len(maps[-1]), mmap.PAGESIZE))
+    fds = [open(p, "rb") for p in held]  # open, never read: only /proc/PID/fd shows them
+    with safe_open(ckpt, "pt") as f:
+        sd = {k: f.get_tensor(k).clone() for k in f.keys()}  # every byte touched through its mapping
+        time.sleep(0.5)  # everything held at once for several samples
+    stage("done")
+    print(len(sd))
+"""
+
+
+def _libc() -> str:
+    with open("/proc/self/maps") as f:
+        return next(line.split()[-1] for line in f if "/libc.so" in line or "/libc-" in line)
+
+
+def test_only_files_that_look_like_a_checkpoint_are_listed_and_counted(tmp_path):
+    """A job that maps a database, a sqlite index, a datasets .arrow, an .npy memmap and a non-ELF `.so`, and holds
+    open a copy of libc named weights.bin, a copy of ls named exe.ckpt and the `.so`, beside the safetensors
+    checkpoint it loads: only the checkpoint is listed, and only its bytes count (the mapped others are 14 MiB)."""
+    from safetensors.torch import save_file
+
+    ckpt = tmp_path / "model.safetensors"
+    save_file({f"w{i}": torch.randn(1 << 20) for i in range(4)}, str(ckpt))  # 16 MiB
+    mapped = {"cache.db": 5 << 20, "index.sqlite": 3 << 20, "train.arrow": 2 << 20, "train.npy": 2 << 20,
+              "model.safetensors.so": 2 << 20}
+    for name, size in mapped.items():
+        (tmp_path / name).write_bytes(os.urandom(size))
+    shutil.copy(_libc(), tmp_path / "weights.bin")
+    shutil.copy(shutil.which("ls"), tmp_path / "exe.ckpt")
+    held = [tmp_path / "weights.bin", tmp_path / "exe.ckpt", tmp_path / "model.safetensors.so"]
+    job = tmp_path / "hostile_map.py"
+    job.write_text(textwrap.dedent(HOSTILE_MAP))
+    r = _run("watch", "--json", "--no-verdict", "--interval", "0.05", "--", sys.executable, job, ckpt,
+             ",".join(str(tmp_path / n) for n in mapped), ",".join(map(str, held)), cache=str(tmp_path / "cache"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    size = os.path.getsize(ckpt)
+    assert doc["files"] == {str(ckpt): size} and doc["mapped"] == [str(ckpt)]
+    assert 0.9 * size <= doc["bytes"] <= size + (2 << 20), (doc["bytes"], size)
+
+
+def test_a_name_says_checkpoint_its_size_does_not():
+    from ckptbench.watch.maps import is_checkpoint_file
+
+    for path in ("/d/model.safetensors", "/d/pytorch_model-00001-of-00002.bin", "/d/__0_0.distcp", "/d/.metadata",
+                 "/d/global_step5/mp_rank_00_model_states.pt", "/d/last.ckpt", "/d/rng_state.pth", "/d/m.gguf"):
+        assert is_checkpoint_file(path, 1), path
+    for path in ("/d/cache.db", "/d/index.sqlite", "/d/train.arrow", "/d/x.npy", "/d/x.parquet", "/d/big.raw",
+                 "/d/model.safetensors.so", "/d/libx.so.1.2", "/v/lib/python3.12/site-packages/torch/x.pt"):
+        assert not is_checkpoint_file(path, 1 << 40), path
+    assert is_checkpoint_file("/src/part.raw", source="/src") and is_checkpoint_file("/src/cache.db", source="/src")
+    assert not is_checkpoint_file("/srcx/part.raw", source="/src") and not is_checkpoint_file("/src/l.so", source="/src")
+
+
+def test_under_the_named_source_any_file_is_the_checkpoints_but_never_code(tmp_path):
+    """Watch(source=...) through a symbolic link to the checkpoint's folder: a shard with no checkpoint name under
+    it is listed, open or mapped; code under it and a database beside it are not."""
+    from ckptbench.watch import sampler as watch
+
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    (tmp_path / "link").symlink_to(src)
+    for name in ("part.raw", "part.map"):
+        (src / name).write_bytes(os.urandom(1 << 20))
+    shutil.copy(shutil.which("ls"), src / "tool.bin")
+    (tmp_path / "cache.db").write_bytes(os.urandom(1 << 20))
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent("""
+        import mmap, sys, time
+        held = [open(p, "rb") for p in sys.argv[1:4]]
+        with open(sys.argv[4], "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        time.sleep(0.6)
+    """))
+    proc = subprocess.Popen([sys.executable, str(job), str(src / "part.raw"), str(src / "tool.bin"),
+                             str(tmp_path / "cache.db"), str(src / "part.map")])
+    report = watch.Watch(proc.pid, interval=0.05, proc=proc, source=str(tmp_path / "link")).run()
+    assert report.exit_code == 0
+    assert report.files == {str(src / "part.raw"): 1 << 20, str(src / "part.map"): 1 << 20}
+    assert report.mapped == [str(src / "part.map")]
