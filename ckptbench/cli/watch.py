@@ -129,7 +129,8 @@ def cmd_watch(args) -> int:
         return 0
     cancel = threading.Event()
     line = None if args.json else _LiveLine(total)
-    w = watch.Watch(pid, interval=args.interval, cancel=cancel, proc=proc, marks_path=marks, on_interval=line)
+    w = watch.Watch(pid, interval=args.interval, cancel=cancel, proc=proc, marks_path=marks, on_interval=line,
+                    source=args.source)
     try:
         report = w.run()
     except KeyboardInterrupt:

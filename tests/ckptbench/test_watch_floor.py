@@ -303,3 +303,21 @@ def test_under_the_named_source_any_file_is_the_checkpoints_but_never_code(tmp_p
     assert report.exit_code == 0
     assert report.files == {str(src / "part.raw"): 1 << 20, str(src / "part.map"): 1 << 20}
     assert report.mapped == [str(src / "part.map")]
+
+
+def test_watch_source_names_the_checkpoints_files_whatever_their_names(tmp_path):
+    """`watch --source DIR`: a shard with no checkpoint extension, read by the job, is the checkpoint's; a database
+    beside the folder is not."""
+    src = tmp_path / "ck"
+    src.mkdir()
+    (src / "shard.raw").write_bytes(os.urandom(4 << 20))
+    (src / "model.safetensors").write_bytes(b"{}")  # the source must be a checkpoint folder to open
+    (tmp_path / "cache.db").write_bytes(os.urandom(4 << 20))
+    job = tmp_path / "job.py"
+    job.write_text("import sys, time\nfor p in sys.argv[1:]:\n    with open(p, 'rb') as f:\n"
+                   "        while f.read(1 << 16):\n            time.sleep(0.002)\n")
+    r = _run("watch", "--json", "--no-verdict", "--interval", "0.05", "--source", src, "--", sys.executable, job,
+             src / "shard.raw", tmp_path / "cache.db", cache=str(tmp_path / "cache"))
+    assert r.returncode == 0, r.stderr
+    files = json.loads(r.stdout)["files"]
+    assert str(src / "shard.raw") in files and str(tmp_path / "cache.db") not in files, files
