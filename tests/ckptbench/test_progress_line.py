@@ -88,8 +88,8 @@ def test_watch_line_is_the_shared_line_with_the_average_since_reading_began(monk
     sample = SimpleNamespace(rss_bytes=2**20, files=["a"])
 
     def interval(t0, t1, n, phase="reading"):
-        return SimpleNamespace(t0=t0, t1=t1, bytes=n, disk_bytes=0, phase=phase, cpu_cores=1.0,
-                               top_thread_cores=0.5)
+        return SimpleNamespace(t0=t0, t1=t1, bytes=n, disk_bytes=0, gbps=n / (t1 - t0) / 1e9, phase=phase,
+                               cpu_cores=1.0, top_thread_cores=0.5)
 
     line(interval(0.0, 5.0, 0, phase="importing"), sample)
     line(interval(5.0, 6.0, 1_000_000_000), sample)
