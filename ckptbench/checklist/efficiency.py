@@ -18,6 +18,7 @@ import fastio
 
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.core.verdicts import Verdict
+from ckptbench.restore.efficiency import hash_of
 from ckptbench.restore.sweep import Advice
 from ckptbench.system import floor as fl
 from ckptbench.system import pagecache, probes, readmode
@@ -104,8 +105,7 @@ def gather(source, listing, concurrency: int, root: str = "/", unreadable: froze
     files = [(f.path, f.size) for f in listing.files if f.size and f.path not in unreadable]
     if not files:
         return FloorFacts(why=f"{listing.source}: no readable file with bytes; point check at a checkpoint", **thp)
-    man = listing.manifest
-    alg = man.hash if man is not None and man.hash in fastio.HASHES else "none"
+    alg = hash_of(None, listing)  # the manifest's (validated when it was read), else none
     try:
         floor = fl.measure(files, fl.mount_key(source.describe()))
         probe = short_restore(files, concurrency, alg)
@@ -125,8 +125,7 @@ def _gather_link(source, listing, concurrency: int, thp: dict) -> FloorFacts:
     chosen = dict(fl.link_sample([(f.path, f.size or 0) for f in listing.files]))
     if not chosen:
         return FloorFacts(why=f"{listing.source}: no object with bytes; point check at a checkpoint", **thp)
-    man = listing.manifest
-    alg = man.hash if man is not None and man.hash in fastio.HASHES else "none"
+    alg = hash_of(None, listing)
     try:
         probe = short_link_read(source, listing, chosen, concurrency, alg)
     except (CkptbenchError, fastio.FastIOError, OSError) as exc:

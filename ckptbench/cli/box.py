@@ -134,8 +134,9 @@ def cmd_floor(args) -> int:
         wmount, write = writefloor.measure_write(args.write_to, remeasure=args.remeasure)
         doc["write"] = asdict(write) | {"age_s": write.age_s, "mount": wmount}
     if listing is not None:
-        man = listing.manifest
-        hash_alg = man.hash if man is not None else "none"  # what a restore computes: the manifest's digest, or none
+        from ckptbench.restore.efficiency import hash_of
+
+        hash_alg = hash_of(None, listing)  # what a restore computes
         doc["restore"] = {"source": listing.source, "bytes": listing.bytes, "hash": hash_alg,
                           **fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg)}  # as `run` holds it
     if args.json:

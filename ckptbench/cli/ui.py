@@ -3,6 +3,7 @@ load Textual), and asks here for the figures it shows that the domain works out.
 
 from __future__ import annotations
 
+
 def run_app(name: str, *args, **kwargs) -> int:
     """The one door from the domain to the UI: handlers ask for the dashboard ("dashboard") or the watch app
     ("watch") here, so that only this composition root imports `tui`, lazily (headless commands never load
@@ -24,9 +25,10 @@ def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict 
     from ckptbench.core.errors import CkptbenchError
     from ckptbench.restore import efficiency as eff
     from ckptbench.sources import open_source
+    from ckptbench.system import floor as fl
 
     if doc is not None and "floor_s" in doc:
-        return {k: doc.get(k) for k in eff.FIELDS} | {"bytes_read": doc.get("bytes")}
+        return {k: doc.get(k) for k in fl.FIELDS} | {"bytes_read": doc.get("bytes")}
     if source is None:
         return None
     try:

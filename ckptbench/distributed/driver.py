@@ -13,6 +13,7 @@ import time
 
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.core.stages import LIST
+from ckptbench.restore import efficiency
 
 BYE_S = 10.0  # how long rank 0 waits for the others to read its verdict before it exits (it may host the store)
 
@@ -67,8 +68,7 @@ def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0) -> di
         clock = StageClock(on_stage=live.on_stage, stages=rep.stages, notes=rep.notes)
         listing = clock.run(LIST, source.list)
         share = clock.run(LIST, plan_share, listing, world.size, world.rank, dopts.policy)
-        man = listing.manifest
-        alg = opts.hash or (man.hash if man is not None else "none")
+        alg = efficiency.hash_of(opts.hash, listing)
         state = RankRestore(source, listing, share, concurrency=opts.concurrency, read=opts.read, hash_alg=alg,
                             device=_device(opts.device, world), block_size=opts.block_size, on_stage=live.on_stage,
                             on_progress=lambda snap: live.on_bytes(int(snap.bytes), share.needed)).run(rep, t0)
@@ -197,8 +197,6 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
     from ckptbench.distributed import group
     from ckptbench.distributed.shares import saved_world
     from ckptbench.distributed.summary import summarize
-    from ckptbench.restore import efficiency
-
     source = _open(source_url, dopts)
     world = group.join(opts.device, dopts.timeout_s)
     try:
@@ -221,8 +219,6 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
 def _sweep_floor(source, opts, good: dict[int, list[dict]], rto_s: dict[str, dict]) -> dict:
     """A distributed sweep against the floor: each node's share of the bytes, and each level's efficiency (the
     floor over the level's median RTO, the slowest rank's)."""
-    from ckptbench.restore import efficiency
-
     first = next(iter(good.values()))[0]
     nodes = len({r["host"] for r in first["ranks"]}) or 1
     hot = ((first.get("cache") or {}).get("residency_before") or 0.0) >= efficiency.HOT

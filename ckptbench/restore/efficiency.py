@@ -11,11 +11,11 @@ from ckptbench.core.stats import spread
 from ckptbench.system import floor as fl
 
 HOT = 0.9  # a read of files at least this resident came from the page cache, not from the device
-FIELDS = fl.FIELDS
 
 
 def hash_of(asked: str | None, listing) -> str:
-    """The digest a restore computes: the one asked for, else the manifest's, else none (runner.execute's rule)."""
+    """The digest a restore computes: the one asked for, else the manifest's, else none (no manifest, no reference:
+    hashing would cost CPU for a digest nothing checks)."""
     return asked or (listing.manifest.hash if listing.manifest is not None else "none")
 
 

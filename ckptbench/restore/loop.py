@@ -20,6 +20,7 @@ import fastio
 from ckptbench.core import concurrency as conc
 from ckptbench.core.errors import Cancelled
 from ckptbench.core.stages import LIST, READ
+from ckptbench.restore.efficiency import hash_of
 from ckptbench.restore.reading import read_source
 from ckptbench.sources import ReadHandle, ReadOptions, Source, open_source
 
@@ -142,9 +143,8 @@ class ReadLoop:
             src = open_source(self.source) if isinstance(self.source, str) else self.source
             listing, list_s = self._list(src)
             if self.manifest_hash:
-                man = listing.manifest
                 with self._lock:
-                    self.opts = replace(self.opts, hash=man.hash if man is not None else "none")
+                    self.opts = replace(self.opts, hash=hash_of(None, listing))
             while not self.cancel_event.is_set() and (max_passes is None or self.passes < max_passes):
                 n = self.pass_no
                 if n > 1:  # the first pass's listing is the one above

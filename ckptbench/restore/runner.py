@@ -21,6 +21,7 @@ import psutil
 from ckptbench.system import pagecache as conditions
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.restore.device import check_device, to_device
+from ckptbench.restore.efficiency import hash_of
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.restore.resources import PeakRSS, cpu_s, oom_precheck
 from ckptbench.sources import Listing, ReadOptions, Source, open_source
@@ -224,8 +225,7 @@ class Run:
         t_start = time.perf_counter()
         self.listing = listing = self._timed(LIST, self.source.list)
         man = listing.manifest
-        # no manifest, no reference: hashing would cost CPU for a digest nothing checks, unless asked for
-        alg = o.hash or (man.hash if man is not None else "none")
+        alg = hash_of(o.hash, listing)
         if o.mode == "fused":
             res = self._timed(READ, lambda: self._read(alg))
             digests = {f.path: f.digest for f in res.files}

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from ckptbench import mark
+from ckptbench.restore.efficiency import HOT
 from ckptbench.system import pagecache
 from ckptbench.system import probes
 from ckptbench.system import procstat
@@ -93,7 +94,7 @@ class WatchReport:
         if not total:
             return None
         cached = sum(self.residency_first[p] * n for p, n in sizes.items()) / total
-        return cached >= 0.9 and not (self.bytes and self.disk_bytes >= 0.5 * self.bytes)
+        return cached >= HOT and not (self.bytes and self.disk_bytes >= 0.5 * self.bytes)
 
     @property
     def window(self) -> tuple[float, float]:
