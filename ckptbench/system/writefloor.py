@@ -42,6 +42,7 @@ def _write_files(directory: str, level: int, size: int, block: bytes) -> float:
     names = [os.path.join(directory, f".ckptbench-floor-write-{os.getpid()}-{i}") for i in range(level)]
     blocks = max(1, size // level // len(block))
     errors: list[OSError] = []
+    made: list[str] = []  # only what this call created is removed: a file already at one of the names is not ours
 
     def one(i: int) -> None:
         try:
@@ -49,6 +50,7 @@ def _write_files(directory: str, level: int, size: int, block: bytes) -> float:
         except OSError as exc:
             errors.append(exc)
             return
+        made.append(names[i])
         try:
             view = memoryview(block)
             for _ in range(blocks):
@@ -70,7 +72,7 @@ def _write_files(directory: str, level: int, size: int, block: bytes) -> float:
             t.join()
         seconds = time.perf_counter() - t0
     finally:
-        for n in names:
+        for n in made:
             try:
                 os.unlink(n)
             except FileNotFoundError:

@@ -87,3 +87,11 @@ def test_the_floor_command_measures_the_write_figure_where_saves_go(tmp_path):
     assert wf.cached_write(doc["write"]["mount"]) is not None  # a save now finds it
     r = run_cli("floor", "--write-to", tmp_path / "missing")
     assert r.rc != 0 and len(r.err.strip().splitlines()) == 1 and "not a directory" in r.err, r.err
+
+
+def test_a_file_already_at_a_sample_name_is_not_ours_and_stays(tmp_path):
+    theirs = tmp_path / f".ckptbench-floor-write-{os.getpid()}-0"
+    theirs.write_bytes(b"someone else's")
+    with pytest.raises(CkptbenchError, match="cannot write the floor's sample"):
+        wf.write_ceiling(str(tmp_path), size=1 << 20, levels=(1,))
+    assert theirs.read_bytes() == b"someone else's" and os.listdir(tmp_path) == [theirs.name]
