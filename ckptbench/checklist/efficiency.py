@@ -237,6 +237,11 @@ def _thp_advice(enabled, defrag) -> str:
 
 
 def _memory_fix(floor: fl.Floor, ff: FloorFacts) -> str:
+    if not ff.restore.cold:
+        land = fl.landing_gbps(floor, hot=True)
+        return (f"the bytes came from the page cache, and landing them in fresh memory binds ({land:.2f} GB/s here: "
+                "each fresh page is populated, then copied into): reuse a destination allocated once (the reused "
+                "contract), or more cores; the page cache's own copy is not what binds")
     c4k, thp = floor.ceilings.get("populate_4k"), floor.ceilings.get("populate_thp")
     rates = ", ".join(f"{c.gbps:.2f} GB/s with {label}" for c, label in ((c4k, "4 KiB pages"), (thp, "huge pages"))
                       if c is not None)

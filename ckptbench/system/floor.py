@@ -29,7 +29,7 @@ from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: ca
 )
 
 MAX_AGE_S = 86400.0
-SCHEMA = 1
+SCHEMA = 2  # 2: population measured on fresh samples; storage into fresh memory
 
 
 # ---- the cache ---------------------------------------------------------------------------------------------------
@@ -107,12 +107,15 @@ def _fresh(entry, now: float) -> Ceiling | None:
             return None
         rates, at, sample = [float(v) for v in raw[:3]], float(raw[3]), int(raw[4])
         method = entry["method"]
+        into_fresh = entry.get("fresh_gbps", 0.0)
+        if not number(into_fresh) or into_fresh and not MIN_GBPS <= into_fresh <= MAX_GBPS:
+            return None
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
     if not isinstance(method, str) or not all(MIN_GBPS <= r <= MAX_GBPS for r in rates) or not \
             rates[1] <= rates[0] <= rates[2] or not 0 <= sample <= 1 << 50 or not 0 <= now - at <= MAX_AGE_S:
         return None  # NaN and infinities fail the range checks too
-    return Ceiling(*rates, printable(method)[:300], at, sample)
+    return Ceiling(*rates, printable(method)[:300], at, sample, fresh_gbps=float(into_fresh))
 
 
 def _busy() -> str:
@@ -204,6 +207,34 @@ def storage_usable(floor: Floor) -> bool:
     return floor.storage is not None and floor.storage.cold and floor.storage.sample_bytes >= MIN_STORAGE_SAMPLE
 
 
+def populate_gbps(floor: Floor) -> float | None:
+    """The faster of populating fresh 4 KiB pages and fresh huge pages, in GB/s (None: not measured)."""
+    rates = [floor.ceilings[k].gbps for k in ("populate_4k", "populate_thp") if k in floor.ceilings]
+    return max(rates, default=None)
+
+
+def landing_gbps(floor: Floor, hot: bool) -> float | None:
+    """The rate bytes land in fresh memory at, in GB/s: from the device, the population's (the device's reads
+    and the faults overlap where the box lets them: the storage figure into fresh memory says how far); from the
+    page cache, populating then copying, one after the other (both are the cores' work, and a page is copied
+    into only once it exists).
+
+    Not the kernel's copy-on-write of a private file mapping, though it skips the zeroing (4.1-4.4 against
+    3.2-3.7 GB/s on 2 cores): truncating the file later takes the copied pages back out of the mapping (POSIX), so
+    the restored bytes would fault (SIGBUS) when a trainer rewrites its checkpoint; that memory is not owned."""
+    pop = populate_gbps(floor)
+    if not hot or pop is None or "copy" not in floor.ceilings:
+        return pop
+    return 1 / (1 / pop + 1 / floor.ceilings["copy"].gbps)
+
+
+def storage_gbps(floor: Floor, destination: str) -> float:
+    """The storage figure for this destination: into fresh memory where it was measured so (on a box whose
+    device reads and page faults share the cores, reads into fresh pages run slower than into reused buffers)."""
+    fresh = floor.storage.fresh_gbps if destination == FRESH else 0.0
+    return fresh or floor.storage.gbps
+
+
 def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "none",
           destination: str = FRESH, cores: int | None = None, hot: bool = False) -> dict:
     """A restore's floor on this box: per resource, its bytes over its rate (storage — the device when cold, the
@@ -211,15 +242,14 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     the CPU work (hashing, scanning) over the cores; the floor is the largest, and names what binds."""
     cores = cores or floor.box.get("cores") or 1
     times: dict[str, float] = {}
+    rates: dict[str, float] = {}
     if hot and "copy" in floor.ceilings:
-        times["page cache"] = bytes_read / (floor.ceilings["copy"].gbps * 1e9)
+        rates["page cache"] = floor.ceilings["copy"].gbps
     elif not hot and storage_usable(floor):
-        times[floor.resource] = bytes_read / (floor.storage.gbps * 1e9)
-    if destination == FRESH:
-        pop = max((floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings),
-                  key=lambda c: c.gbps, default=None)
-        if pop is not None:
-            times["fresh memory"] = bytes_read / (pop.gbps * 1e9)
+        rates[floor.resource] = storage_gbps(floor, destination)
+    if destination == FRESH and (land := landing_gbps(floor, hot)) is not None:
+        rates["fresh memory"] = land
+    times = {k: bytes_read / (r * 1e9) for k, r in rates.items()}
     cpu = 0.0
     if hash_alg != "none" and f"hash_{hash_alg}" in floor.ceilings:
         cpu += bytes_read / (floor.ceilings[f"hash_{hash_alg}"].gbps * 1e9)
@@ -230,7 +260,8 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     if not times:
         return {"floor_s": None, "binding": None, "times_s": {}}
     binding = max(times, key=times.get)
-    return {"floor_s": times[binding], "binding": binding, "times_s": times, "destination": destination}
+    return {"floor_s": times[binding], "binding": binding, "times_s": times, "destination": destination,
+            "gbps": rates.get(binding)}
 
 
 def efficiency(floor_s: float | None, measured_s: float | None) -> float | None:
@@ -293,9 +324,6 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
         return unmeasured()
     m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot,
               destination=destination)
-    rate = {floor.resource: floor.storage, "page cache": floor.ceilings.get("copy"), "fresh memory": max(
-        (floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings), key=lambda c: c.gbps,
-        default=None)}.get(m["binding"])
     note = ("the read was from the page cache; " if hot else "" if storage_usable(floor) else
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
             "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only; ")
@@ -306,5 +334,5 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
         note += (f"; faster than the floor ({eff:.0%}): a ceiling measured low (a busy box, a noisy sample, another "
                  "checkpoint's figure): `ckptbench floor SOURCE --remeasure` when the box is quiet")
     return {"floor_s": m["floor_s"], "efficiency": eff, "binding": m["binding"],
-            "binding_gbps": rate.gbps if rate is not None else None, "floor_times_s": m["times_s"], "floor_note": note,
+            "binding_gbps": m.get("gbps"), "floor_times_s": m["times_s"], "floor_note": note,
             "floor_gbps": bytes_read / m["floor_s"] / 1e9 if m["floor_s"] else None}

@@ -32,9 +32,10 @@ def _good(**change) -> dict:
 @pytest.mark.parametrize("entry", [
     _good(gbps=1e300, max_gbps=1e300), _good(gbps=1e-300, min_gbps=1e-300), _good(gbps=float("inf")),
     _good(min_gbps=float("nan")), _good(measured_at=10 ** 400), _good(sample_bytes=float("inf")),
-    _good(gbps="2"), _good(method=7), _good(min_gbps=3.0), {"gbps": 2.0},
+    _good(gbps="2"), _good(method=7), _good(min_gbps=3.0), {"gbps": 2.0}, _good(fresh_gbps=float("inf")),
+    _good(fresh_gbps="1"), _good(fresh_gbps=1e-9),
 ], ids=["huge", "tiny", "inf", "nan", "huge-int-date", "inf-sample", "text-rate", "method-number", "min-above",
-        "partial"])
+        "partial", "inf-into-fresh", "text-into-fresh", "tiny-into-fresh"])
 def test_a_damaged_ceiling_is_not_used(entry):
     _write(_doc({"copy": entry, "scan": _good()}))
     f = fl.cached()
