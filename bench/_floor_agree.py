@@ -316,8 +316,11 @@ def floors_of(doc: dict) -> dict[str, float]:
 
     def ceiling(c: dict):
         return fl.Ceiling(**{k: v for k, v in c.items() if k in names})
-    f = fl.Floor(doc.get("box") or {}, {k: ceiling(c) for k, c in (doc.get("ceilings") or {}).items()},
-                 ceiling(doc["storage"]) if doc.get("storage") else None, doc.get("mount"))
+    try:
+        f = fl.Floor(doc.get("box") or {}, {k: ceiling(c) for k, c in (doc.get("ceilings") or {}).items()},
+                     ceiling(doc["storage"]) if doc.get("storage") else None, doc.get("mount"))
+    except TypeError:  # a figure without its fields: no floor out of this run
+        return {}
     nbytes = (doc.get("restore") or {}).get("bytes") or 0
     out = {}
     for name, hot in (("cold floor", False), ("hot floor", True)):
