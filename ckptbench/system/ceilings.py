@@ -104,14 +104,28 @@ def _anonymous(size: int, huge: bool) -> mmap.mmap:
     return region
 
 
+HOLD_MAX = 2 << 30  # the most population samples held at once (a quarter of the available memory at most)
+
+
+def _hold_budget() -> int:
+    import psutil
+
+    return min(HOLD_MAX, psutil.virtual_memory().available // 4)
+
+
 def _best(make, close, cores: int, repeats: int) -> tuple[list[float], str, int]:
     """The repeats' rates at the best thread count of 1, 2, 4.. cores, how, and that count. Every sample is made
-    fresh by `make()` and held until all are measured (see the module's note on freed memory)."""
+    fresh by `make()` and held until all are measured (see the module's note on freed memory), within a budget:
+    past it the oldest sample goes first (a many-core box, a small one), so the floor never takes the box's
+    memory."""
     held, best, how, best_n = [], [], "", 1
+    budget = _hold_budget()
     try:
         for n in thread_counts(cores):
             runs = []
             for _ in range(repeats):
+                while held and sum(map(len, held)) + len(held[-1]) > budget:  # every sample is one size
+                    close(held.pop(0))
                 held.append(make())
                 runs.append(_populate(held[-1], n))
             rates = [r for r, _ in runs]

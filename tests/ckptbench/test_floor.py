@@ -289,3 +289,25 @@ def test_floor_reads_the_link_through_the_s3_client_asked_for(monkeypatch):
     note = box.other_client_note(cached, "threads")
     assert note.startswith("this network figure was measured with --s3-client crt") and "--remeasure" in note
     assert box.other_client_note(fl.Ceiling(0.1, 0.1, 0.1, "read cold with pread", time.time()), "crt") == ""
+
+
+def test_population_samples_are_held_within_a_budget(monkeypatch):
+    """Samples are held so that none reuses another's freed pages, but never more than the budget at once."""
+    from ckptbench.system import ceilings
+
+    live, peak = [], [0]
+
+    class Region(bytearray):
+        pass
+
+    def make():
+        r = Region(1 << 20)
+        live.append(r)
+        peak[0] = max(peak[0], sum(map(len, live)))
+        return r
+
+    monkeypatch.setattr(ceilings, "_hold_budget", lambda: 3 << 20)
+    monkeypatch.setattr(ceilings, "_populate", lambda region, n: (1e9 * n, "fixed"))
+    rates, how, threads = ceilings._best(make, live.remove, cores=4, repeats=3)
+    assert peak[0] == 3 << 20 and not live  # 9 samples, at most 3 held, every one closed at the end
+    assert threads == 4 and rates == [4e9] * 3 and how == "fixed"
