@@ -152,8 +152,9 @@ def report(b: Bench, verdicts: list[dict], args, date: str, facts: dict | None =
               f"{b.meta['total_size'] / GiB:.2f} GiB in {len(b.shards)} shard(s) + index, `{b.dir}`; median of "
               f"{b.repeat} round(s){' (--quick)' if args.quick else ''}; GB = 10^9 bytes.", ""]
     lines += ["Efficiency = this box's floor for the set's bytes (measured in this run, below) / the row's median "
-              "seconds: 1.00 is the box's best; hot rows against the page cache's copy, cold rows against the storage "
-              "figure, both landing in fresh memory; `ckptbench read` (reused buffers) against storage alone.", ""]
+              "seconds: 1.00 is the box's best; hot rows against fresh memory populated, then copied into from the "
+              "page cache; cold rows against the storage figure read into fresh memory; `ckptbench read` (reused "
+              "buffers) against storage alone.", ""]
     lines += table(b)
     lines += ["", "ckptbench run's stages (median seconds):", ""] + stage_table(b)
     lines += section("Targets", verdict_lines(verdicts))
