@@ -44,9 +44,10 @@ def cached_floor(mount: str) -> dict:
     if f is not None and f.storage is not None:
         s = f.storage
         storage = {"gbps": s.gbps, "min_gbps": s.min_gbps, "max_gbps": s.max_gbps, "age_s": s.age_s,
-                   "method": s.method, "sample_bytes": s.sample_bytes}
+                   "method": s.method, "sample_bytes": s.sample_bytes, "fresh_gbps": s.fresh_gbps or None}
     return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else NOT_MEASURED,
-            "storage": storage if storage else NOT_MEASURED}
+            "storage": storage if storage else NOT_MEASURED,
+            "landing_hot_gbps": fl.landing_gbps(f, hot=True) if f is not None else None}
 
 
 def print_cached_floor(doc: dict) -> None:
@@ -60,6 +61,11 @@ def print_cached_floor(doc: dict) -> None:
     mount = printable(doc["mount"])
     print(f"{label:24s} " + (f"{s['gbps']:.3f} GB/s for {mount} ({s['age_s'] / 3600:.1f} h old)"
                              if isinstance(s, dict) else f"{s} (for {mount})"))
+    if isinstance(s, dict) and s.get("fresh_gbps"):
+        print(f"{'  into fresh memory':24s} {s['fresh_gbps']:.3f} GB/s (what a cold restore's floor uses)")
+    if doc.get("landing_hot_gbps"):
+        print(f"{'floor landing (hot)':24s} {doc['landing_hot_gbps']:.3f} GB/s (fresh memory populated, then copied "
+              "into from the page cache: what a hot restore's floor uses)")
 
 
 def _link_reader(source, listing, s3_client: str = "threads"):
@@ -139,9 +145,11 @@ def cmd_floor(args) -> int:
         hash_alg = hash_of(None, listing)  # what a restore computes
         doc["restore"] = {"source": listing.source, "bytes": listing.bytes, "hash": hash_alg,
                           **fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg)}  # as `run` holds it
+    doc["landing_hot_gbps"] = fl.landing_gbps(f, hot=True)
+    unkept = any("cannot keep these figures" in n for n in f.notes)  # every later run would say "not measured"
     if args.json:
         _emit(doc)
-        return 0
+        return 1 if unkept else 0
     print(f"this box: {doc['box']['cores']} cores, {human_bytes(doc['box']['memory'])}, kernel {doc['box']['kernel']}"
           f"{' (cached figures)' if f.cached else ''}")
     rows = list(f.ceilings.items()) + ([(f.resource, f.storage)] if f.storage else [])
@@ -150,6 +158,12 @@ def cmd_floor(args) -> int:
               f"{printable(c.method)}")
     if f.storage is not None:
         print(f"  ({f.resource} for {printable(mount)})")
+        if f.storage.fresh_gbps:
+            print(f"  {'into fresh':14s} {f.storage.fresh_gbps:7.3f} GB/s  the {f.resource} figure read into fresh "
+                  "memory: what a cold restore's floor uses")
+    if (land := fl.landing_gbps(f, hot=True)) is not None:
+        print(f"  {'landing (hot)':14s} {land:7.3f} GB/s  fresh memory populated, then copied into from the page "
+              "cache: what a hot restore's floor uses")
     if write is not None:
         print(f"  {'write':14s} {write.gbps:7.3f} GB/s  ({write.min_gbps:.3f}..{write.max_gbps:.3f}, "
               f"{write.age_s:.0f} s old)  {printable(write.method)} (for {printable(doc['write']['mount'])})")
@@ -160,4 +174,4 @@ def cmd_floor(args) -> int:
         parts = ", ".join(f"{k} {v:.3f} s" for k, v in r["times_s"].items())
         print(f"restore of {printable(r['source'])} ({human_bytes(r['bytes'])}): floor {r['floor_s']:.3f} s, bound by "
               f"{r['binding']} ({parts})")
-    return 0
+    return 1 if unkept else 0

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 
 import fastio
 
+from ckptbench.core.errors import CkptbenchError
+
 # the measurements are ceilings.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
 from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: callers name these through it)
@@ -29,6 +31,8 @@ from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: ca
 )
 
 MAX_AGE_S = 86400.0
+# the box figures a floor needs, all of them: a cache missing any is measured again (measure) or not used (cached)
+BOX_FIGURES = ("populate_4k", "populate_thp", "copy", "scan", *(f"hash_{a}" for a in fastio.HASHES if a != "none"))
 SCHEMA = 2  # 2: population measured on fresh samples; storage into fresh memory
 
 
@@ -49,8 +53,14 @@ def box_key() -> dict:
 
 
 def cache_path() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the XDG rule: a relative path is ignored (it would write wherever we stand)
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "ckptbench", "floor.json")
+
+
+CACHE_MAX = 1 << 20  # a cache of one box and a few dozen mounts is a few kB: anything larger is not ours
+MOUNTS_MAX = 64  # storage figures kept, the freshest first
 
 
 @dataclass
@@ -80,11 +90,21 @@ class Floor:
 def _load_cache(path: str) -> dict:
     """The cache as far as it has the expected shape: a section of another type is dropped (then measured again),
     never trusted. The file is written by us, but anyone who can write the user's cache can write it."""
+    import stat
+
+    try:  # never blocks (a FIFO planted at the name) and never reads more than a cache can be (/dev/zero)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return {}
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > CACHE_MAX:
+            return {}
+        doc = json.loads(os.read(fd, CACHE_MAX + 1)[:CACHE_MAX + 1])
     except (OSError, ValueError, RecursionError):
         return {}
+    finally:
+        os.close(fd)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("box"), dict):
         return {}
     return {"schema": SCHEMA, "box": doc["box"]} | {k: doc[k] for k in ("ceilings", "storage", "write")
@@ -107,14 +127,16 @@ def _fresh(entry, now: float) -> Ceiling | None:
             return None
         rates, at, sample = [float(v) for v in raw[:3]], float(raw[3]), int(raw[4])
         method = entry["method"]
-        into_fresh = entry.get("fresh_gbps", 0.0)
-        if not number(into_fresh) or into_fresh and not MIN_GBPS <= into_fresh <= MAX_GBPS:
-            return None
+        into_fresh, cold = entry.get("fresh_gbps", 0.0), entry.get("cold", True)
+        if not number(into_fresh) or into_fresh and not MIN_GBPS <= into_fresh <= MAX_GBPS or cold is not True:
+            return None  # a figure that was not read cold is never kept: one that says so was written by hand
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
     if not isinstance(method, str) or not all(MIN_GBPS <= r <= MAX_GBPS for r in rates) or not \
             rates[1] <= rates[0] <= rates[2] or not 0 <= sample <= 1 << 50 or not 0 <= now - at <= MAX_AGE_S:
         return None  # NaN and infinities fail the range checks too
+    if float(into_fresh) > rates[2] * OVER_FLOOR:  # into fresh memory is never faster than into reused buffers
+        return None
     return Ceiling(*rates, printable(method)[:300], at, sample, fresh_gbps=float(into_fresh))
 
 
@@ -134,15 +156,20 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     """This box's floor: the cached figures when they are this box's (and this mount's) and fresh, else measured
     now and cached. The storage figure comes from `paths_sizes` (local files, read here cold) or, for a source
     that is not files on a mount, from `read(concurrency) -> bytes/s` over `read_bytes` (link_ceiling)."""
+    if paths_sizes is not None and read is None and not sum(s for _, s in paths_sizes):
+        raise CkptbenchError("the floor's storage figure needs the source's files: none to read (every file is "
+                             "empty)")
     path = path or cache_path()
     box = box_key()
-    doc = {} if remeasure else _load_cache(path)
+    kept_doc = _load_cache(path)
+    doc = {"box": kept_doc.get("box")} if remeasure else kept_doc  # other mounts' figures stay: not these
     now = time.time()
     floor = Floor(box, mount=mount)
-    mine = doc.get("box") == box
+    mine = kept_doc.get("box") == box
+    others = {k: asdict(c) for k, v in (kept_doc.get("storage") or {}).items()
+              if mine and isinstance(k, str) and k != mount and (c := _fresh(v, now))}
     cached = {k: c for k, v in (doc.get("ceilings") or {}).items() if mine and (c := _fresh(v, now))}
-    want = ("populate_4k", "populate_thp", "copy", "scan", *(f"hash_{a}" for a in fastio.HASHES if a != "none"))
-    if all(k in cached for k in want):
+    if all(k in cached for k in BOX_FIGURES):
         floor.ceilings, floor.cached = cached, True
     else:
         floor.ceilings = memory_ceilings(size=size) | cpu_ceilings()
@@ -160,7 +187,7 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
             floor.storage, note = (link_ceiling(read, read_bytes, read_what) if read is not None
                                    else storage_ceiling(paths_sizes))
             floor.notes += [note] if note else []
-    if (trouble := _save(path, floor, storages if mine else {})):
+    if (trouble := _save(path, floor, others)):
         floor.notes.append(f"{path}: cannot keep these figures ({trouble}); every run will say the floor is not "
                            "measured: set XDG_CACHE_HOME to a directory you can write")
     return floor
@@ -170,6 +197,7 @@ def _save(path: str, floor: Floor, storages: dict) -> str | None:
     """Keeps the figures (a storage figure only when it was read cold); why it could not, or None."""
     if floor.storage is not None and floor.mount and floor.storage.cold:
         storages = dict(storages) | {floor.mount: asdict(floor.storage)}
+    storages = dict(sorted(storages.items(), key=lambda kv: -kv[1]["measured_at"])[:MOUNTS_MAX])
     doc = {"schema": SCHEMA, "box": floor.box, "ceilings": {k: asdict(c) for k, c in floor.ceilings.items()},
            "storage": storages}
     before = _load_cache(path)
@@ -303,7 +331,7 @@ def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
         return None
     now = time.time()
     ceilings = {k: c for k, v in (doc.get("ceilings") or {}).items() if (c := _fresh(v, now))}
-    if not ceilings:
+    if not all(k in ceilings for k in BOX_FIGURES):  # a floor on part of the figures would be some other floor
         return None
     storages = doc.get("storage") if isinstance(doc.get("storage"), dict) else {}
     return Floor(doc["box"], ceilings, _fresh(storages.get(mount or ""), now) if mount else None, mount, cached=True)
@@ -334,7 +362,8 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
             "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only; ")
     note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else ""
     note += "every part on the cores, so the CPU work adds to the largest; " if m.get("cores_shared") else ""
-    note += f"ceilings measured {max(c.age_s for c in floor.ceilings.values()) / 3600:.1f} h ago at most"
+    ages = [c.age_s for c in floor.ceilings.values()] + ([floor.storage.age_s] if floor.storage else [])
+    note += f"ceilings measured {max(ages) / 3600:.1f} h ago at most"
     eff = efficiency(m["floor_s"], measured_s)
     if eff is not None and eff > OVER_FLOOR:  # kept as measured: hiding it would hide a ceiling that reads low
         note += (f"; faster than the floor ({eff:.0%}): a ceiling measured low (a busy box, a noisy sample, another "

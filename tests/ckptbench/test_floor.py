@@ -256,11 +256,12 @@ def test_sysinfo_shows_the_cached_floor_and_never_measures_it(tmp_path, monkeypa
     c = {"gbps": 4.0, "min_gbps": 4.0, "max_gbps": 4.0, "method": "planted", "measured_at": now - 7200}
     os.makedirs(tmp_path / "ckptbench")
     with open(tmp_path / "ckptbench" / "floor.json", "w") as f:
-        json.dump({"schema": fl.SCHEMA, "box": fl.box_key(), "ceilings": {"copy": c},
-                   "storage": {"/ (ext4)": c | {"sample_bytes": 1 << 30}}}, f)
+        json.dump({"schema": fl.SCHEMA, "box": fl.box_key(), "ceilings": {k: c for k in fl.BOX_FIGURES},
+                   "storage": {"/ (ext4)": c | {"sample_bytes": 1 << 30, "fresh_gbps": 2.0}}}, f)
     doc = box.cached_floor("/ (ext4)")
     assert doc["box"]["copy"]["gbps"] == 4.0 and doc["box"]["copy"]["age_s"] == pytest.approx(7200, abs=60)
-    assert doc["storage"]["gbps"] == 4.0 and doc["resource"] == "storage"
+    assert doc["storage"]["gbps"] == 4.0 and doc["resource"] == "storage" and doc["storage"]["fresh_gbps"] == 2.0
+    assert doc["landing_hot_gbps"] == pytest.approx(2.0)  # populated at 4 GB/s, then copied into at 4
     assert box.cached_floor("/data (xfs)")["storage"] == box.NOT_MEASURED  # another mount's figure is not this one's
 
 

@@ -37,9 +37,11 @@ def _good(**change) -> dict:
 ], ids=["huge", "tiny", "inf", "nan", "huge-int-date", "inf-sample", "text-rate", "method-number", "min-above",
         "partial", "inf-into-fresh", "text-into-fresh", "tiny-into-fresh"])
 def test_a_damaged_ceiling_is_not_used(entry):
-    _write(_doc({"copy": entry, "scan": _good()}))
-    f = fl.cached()
-    assert f is not None and "copy" not in f.ceilings and f.ceilings["scan"].gbps == 2.0
+    whole = {k: _good() for k in fl.BOX_FIGURES}
+    _write(_doc(whole))
+    assert fl.cached().ceilings["copy"].gbps == 2.0
+    _write(_doc(whole | {"copy": entry}))
+    assert fl.cached() is None  # no floor on part of the figures: the run says it is not measured
 
 
 @pytest.mark.parametrize("doc", [_doc([1, 2]), _doc("x"), _doc({"copy": [1]}, [3]), {"schema": fl.SCHEMA, "box": 3},
@@ -54,8 +56,36 @@ def test_a_cache_of_the_wrong_shape_is_no_cache_and_no_traceback(tmp_path, h, ck
         assert r.rc == 0 and "Traceback" not in r.err, r.err
 
 
+@pytest.mark.parametrize("kind", ["fifo", "zero", "huge"])
+def test_a_cache_that_is_not_a_small_regular_file_is_not_read(kind):
+    """A FIFO at the cache's name would block every command, /dev/zero or a huge file would fill the memory."""
+    path = fl.cache_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        os.symlink("/dev/zero", path)
+    else:
+        with open(path, "w") as f:
+            f.write(json.dumps(_doc({k: _good() for k in fl.BOX_FIGURES})) + " " * (fl.CACHE_MAX + 1))
+    assert fl.cached() is None and fl._load_cache(path) == {}
+
+
+def test_remeasuring_keeps_other_mounts_figures_and_drops_hand_made_ones(monkeypatch):
+    now = time.time()
+    box = {k: fl.Ceiling(2.0, 2.0, 2.0, "m", now) for k in fl.BOX_FIGURES}
+    monkeypatch.setattr(fl, "memory_ceilings", lambda size=0: box)
+    monkeypatch.setattr(fl, "cpu_ceilings", lambda: {})
+    other = _good(sample_bytes=1 << 30)
+    _write(_doc({k: _good() for k in fl.BOX_FIGURES}, {"/data (xfs)": other, "/hand (ext4)": other | {"cold": False},
+                                                       "/fast (ext4)": other | {"fresh_gbps": 500.0}}))
+    fl.measure(None, None, remeasure=True)
+    kept = fl._load_cache(fl.cache_path())["storage"]
+    assert list(kept) == ["/data (xfs)"]  # not cold by its own word, or faster into fresh memory than at all: gone
+
+
 def test_an_escape_in_a_cached_method_never_reaches_the_terminal():
-    _write(_doc({"copy": _good(method="\x1b]0;pwned\x07\x1b[2J")}))
+    _write(_doc({k: _good() for k in fl.BOX_FIGURES} | {"copy": _good(method="\x1b]0;pwned\x07\x1b[2J")}))
     assert "\x1b" not in fl.cached().ceilings["copy"].method
 
 
@@ -103,3 +133,15 @@ def test_a_restore_faster_than_its_floor_says_the_ceiling_is_what_is_wrong():
     fields = fl.restore_fields(f, bytes_read=10 ** 9, measured_s=1.0, hash_alg="none", hot=True,
                                destination=fl.REUSED)
     assert "--remeasure" not in fields["floor_note"]
+
+
+def test_a_relative_cache_home_is_ignored_and_empty_files_are_no_sample(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", "rel/cache")  # the XDG rule: it would write wherever the user stands
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert fl.cache_path() == str(tmp_path / ".cache" / "ckptbench" / "floor.json")
+    empty = tmp_path / "empty.safetensors"
+    empty.write_bytes(b"")
+    from ckptbench.core.errors import CkptbenchError
+
+    with pytest.raises(CkptbenchError, match="none to read"):
+        fl.measure([(str(empty), 0)], "/ (ext4)")
