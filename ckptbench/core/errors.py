@@ -90,7 +90,9 @@ def redact_all(value):
 
 # CSI (ESC [ … final), OSC (ESC ] … BEL or ESC \\), other two-byte escapes, then any C0/C1 control or DEL
 _ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# controls, and the bidirectional overrides and isolates that make a terminal show text in another order than
+# it is (a name or a cached method that reads as something it is not)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str) -> str:

@@ -107,10 +107,22 @@ def _anonymous(size: int, huge: bool) -> mmap.mmap:
 HOLD_MAX = 2 << 30  # the most population samples held at once (a quarter of the available memory at most)
 
 
-def _hold_budget() -> int:
+def _hold_budget(cgroup: str = "/sys/fs/cgroup") -> int:
+    """HOLD_MAX, or a quarter of the memory this process may still take: the box's available memory, and in a
+    container its cgroup's limit less its use (psutil sees the box, not the limit)."""
     import psutil
 
-    return min(HOLD_MAX, psutil.virtual_memory().available // 4)
+    room = psutil.virtual_memory().available
+    try:
+        with open(os.path.join(cgroup, "memory.max")) as f:
+            limit = f.read().strip()
+        with open(os.path.join(cgroup, "memory.current")) as f:
+            used = int(f.read().strip())
+        if limit.isdigit():
+            room = min(room, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 here: the box's figure stands
+    return min(HOLD_MAX, room // 4)
 
 
 def _best(make, close, cores: int, repeats: int) -> tuple[list[float], str, int]:

@@ -312,3 +312,19 @@ def test_population_samples_are_held_within_a_budget(monkeypatch):
     rates, how, threads = ceilings._best(make, live.remove, cores=4, repeats=3)
     assert peak[0] == 3 << 20 and not live  # 9 samples, at most 3 held, every one closed at the end
     assert threads == 4 and rates == [4e9] * 3 and how == "fixed"
+
+
+def test_the_hold_budget_minds_a_containers_memory_limit(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import psutil
+
+    from ckptbench.system import ceilings
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=4 << 30))  # the box: 4 GiB free
+    (tmp_path / "memory.max").write_text(f"{1 << 30}\n")
+    (tmp_path / "memory.current").write_text(f"{(1 << 30) - (400 << 20)}\n")
+    assert ceilings._hold_budget(str(tmp_path)) == 100 << 20  # a quarter of the 400 MiB left under the limit
+    (tmp_path / "memory.max").write_text("max\n")
+    assert ceilings._hold_budget(str(tmp_path)) == 1 << 30  # no limit: a quarter of the box's
+    assert ceilings._hold_budget(str(tmp_path / "none")) == 1 << 30  # no cgroup v2 at all

@@ -109,6 +109,7 @@ def test_author_and_tokenizer_lose_their_values_by_design():
     ("bell\x07 back\x08 nul\x00 del\x7f c1\x9b2J", "bell back nul del c12J"),
     ("tab\tand newline\nkept as spaces", "tab and newline kept as spaces"),
     ("ünïcödé → ok", "ünïcödé → ok"),
+    ("model\u202eorsnetsafes.\u2066x\u2069", "modelorsnetsafes.x"),  # bidi overrides: shown out of order
 ])
 def test_printable_strips_terminal_controls(text, want):
     assert printable(text) == want
