@@ -193,7 +193,7 @@ def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int
         "bytes": sum(s for _, s in files), "residency_before": residency}
 
 
-def compile_pop(tmp: str, source: str = POP_C, name: str = "pop") -> str | None:
+def compile_c(tmp: str, source: str = POP_C, name: str = "pop") -> str | None:
     """A C loop (the population loop unless told) built in `tmp`; None (and a printed line) when there is no
     compiler."""
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
@@ -215,7 +215,7 @@ def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict
     and method."""
     out, record = [], {}
     with tempfile.TemporaryDirectory(prefix="ckptbench-pop-") as tmp:
-        exe = compile_pop(tmp)
+        exe = compile_c(tmp)
         for key, huge in (("populate_thp", 1), ("populate_4k", 0)):  # THP first, as the floor
             name = f"the floor's {key} within ±10 % of a plain C loop at the same thread count (floor / C)"
             c = ceilings.get(key)
@@ -258,7 +258,7 @@ def c_landing(storage, paths_sizes, repeats: int = 3) -> tuple[dict, dict]:
     files = [p for p, _ in sample(paths_sizes)]
     rates = []
     with tempfile.TemporaryDirectory(prefix="ckptbench-land-") as tmp:
-        exe = compile_pop(tmp, LAND_C, "land")
+        exe = compile_c(tmp, LAND_C, "land")
         if exe is None:
             return ratio_verdict(name, None, AGREE_BAND, why_not="no C compiler"), {}
         for i in range(repeats):
@@ -308,19 +308,12 @@ def spread_of(runs: list[dict]) -> dict[str, float]:
 
 def floors_of(doc: dict) -> dict[str, float]:
     """The set's cold and hot floors (fresh destination) out of one `ckptbench floor SOURCE --json` document."""
-    import dataclasses
-
     from ckptbench.system import floor as fl
 
-    names = {f.name for f in dataclasses.fields(fl.Ceiling)}
-
-    def ceiling(c: dict):
-        return fl.Ceiling(**{k: v for k, v in c.items() if k in names})
-    try:
-        f = fl.Floor(doc.get("box") or {}, {k: ceiling(c) for k, c in (doc.get("ceilings") or {}).items()},
-                     ceiling(doc["storage"]) if doc.get("storage") else None, doc.get("mount"))
-    except TypeError:  # a figure without its fields: no floor out of this run
-        return {}
+    now = time.time()
+    f = fl.Floor(doc.get("box") or {}, {k: c for k, v in (doc.get("ceilings") or {}).items()
+                                        if (c := fl.valid_ceiling(v, now))},
+                 fl.valid_ceiling(doc.get("storage"), now), doc.get("mount"))
     nbytes = (doc.get("restore") or {}).get("bytes") or 0
     out = {}
     for name, hot in (("cold floor", False), ("hot floor", True)):

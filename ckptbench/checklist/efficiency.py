@@ -156,11 +156,6 @@ def _ceiling(c: fl.Ceiling | None) -> dict | None:
     return None if c is None else {"gbps": round(c.gbps, 3), "method": c.method, "age_s": round(c.age_s)}
 
 
-def _populate(floor: fl.Floor) -> fl.Ceiling | None:
-    return max((floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings),
-               key=lambda c: c.gbps, default=None)
-
-
 def _kernels(floor: fl.Floor) -> dict[str, float]:
     return {k.removeprefix("hash_"): c.gbps for k, c in floor.ceilings.items() if k.startswith("hash_")}
 
@@ -173,7 +168,7 @@ def ceilings(floor: fl.Floor, hash_alg: str) -> dict:
         storage["usable"] = fl.storage_usable(floor)
     else:
         storage = {"missing": f"not measured for this {'endpoint' if floor.resource == 'network' else 'mount'}"}
-    fresh = _ceiling(_populate(floor))
+    fresh = _ceiling(fl.populate_ceiling(floor))
     if fresh is not None:
         fresh |= {f"{k}_gbps": round(floor.ceilings[k].gbps, 3) for k in ("populate_4k", "populate_thp")
                   if k in floor.ceilings}

@@ -282,12 +282,11 @@ def _into_fresh(paths: list[str], specs: list, level: int, repeats: int) -> list
     and page faults share the cores this is below both the device's rate and the population's."""
     from ckptbench.system import pagecache, readmode
 
-    rates = []
+    rates, sizes = [], [(s.path, s.size) for s in specs]
     for _ in range(repeats):
         cond = pagecache.prepare(paths, "cold")
         if not cond.verified:
             return []
-        sizes = [(s.path, s.size) for s in specs]
         mode = readmode.choose(sizes, cond.residency_before, 1 << 20).mode
         t0 = time.perf_counter()
         res = fastio.read_files(specs, concurrency=level, read=mode, hash="none", into_memory=True)

@@ -73,6 +73,7 @@ class Floor:
     mount: str | None = None
     notes: list[str] = field(default_factory=list)
     cached: bool = False
+    kept: bool = True  # False when the figures could not be cached: every later run says "not measured"
 
     @property
     def resource(self) -> str:
@@ -100,7 +101,7 @@ def _load_cache(path: str) -> dict:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > CACHE_MAX:
             return {}
-        doc = json.loads(os.read(fd, CACHE_MAX + 1)[:CACHE_MAX + 1])
+        doc = json.loads(os.read(fd, CACHE_MAX + 1))
     except (OSError, ValueError, RecursionError):
         return {}
     finally:
@@ -114,8 +115,8 @@ def _load_cache(path: str) -> dict:
 MIN_GBPS, MAX_GBPS = 1e-4, 1e4  # 100 kB/s .. 10 TB/s: a cached rate outside any box's range is damaged, not measured
 
 
-def _fresh(entry, now: float) -> Ceiling | None:
-    """A cached ceiling, when it is well formed, in range and younger than a day; else None (measured again)."""
+def valid_ceiling(entry, now: float) -> Ceiling | None:
+    """A cached (or printed: `floor --json`) ceiling, when it is well formed, in range and younger than a day; else None (measured again)."""
     from ckptbench.core.errors import printable
 
     def number(v) -> bool:
@@ -167,8 +168,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     floor = Floor(box, mount=mount)
     mine = kept_doc.get("box") == box
     others = {k: asdict(c) for k, v in (kept_doc.get("storage") or {}).items()
-              if mine and isinstance(k, str) and k != mount and (c := _fresh(v, now))}
-    cached = {k: c for k, v in (doc.get("ceilings") or {}).items() if mine and (c := _fresh(v, now))}
+              if mine and isinstance(k, str) and k != mount and (c := valid_ceiling(v, now))}
+    cached = {k: c for k, v in (doc.get("ceilings") or {}).items() if mine and (c := valid_ceiling(v, now))}
     if all(k in cached for k in BOX_FIGURES):
         floor.ceilings, floor.cached = cached, True
     else:
@@ -176,7 +177,7 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
         floor.notes += [note] if (note := _busy()) else []
     storages = doc.get("storage") if mine and isinstance(doc.get("storage"), dict) else {}
     if paths_sizes or read is not None:
-        kept = _fresh(storages.get(mount or ""), now) if storages and mount else None
+        kept = valid_ceiling(storages.get(mount or ""), now) if storages and mount else None
         wanted = read_bytes if read is not None else min(STORAGE_SAMPLE, sum(s for _, s in paths_sizes))
         if kept is not None and kept.sample_bytes >= wanted:  # a smaller sample than this source's is measured again
             floor.storage = kept
@@ -188,6 +189,7 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                                    else storage_ceiling(paths_sizes))
             floor.notes += [note] if note else []
     if (trouble := _save(path, floor, others)):
+        floor.kept = False
         floor.notes.append(f"{path}: cannot keep these figures ({trouble}); every run will say the floor is not "
                            "measured: set XDG_CACHE_HOME to a directory you can write")
     return floor
@@ -235,10 +237,15 @@ def storage_usable(floor: Floor) -> bool:
     return floor.storage is not None and floor.storage.cold and floor.storage.sample_bytes >= MIN_STORAGE_SAMPLE
 
 
+def populate_ceiling(floor: Floor) -> Ceiling | None:
+    """The faster of populating fresh 4 KiB pages and fresh huge pages (None: not measured)."""
+    return max((floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings),
+               key=lambda c: c.gbps, default=None)
+
+
 def populate_gbps(floor: Floor) -> float | None:
-    """The faster of populating fresh 4 KiB pages and fresh huge pages, in GB/s (None: not measured)."""
-    rates = [floor.ceilings[k].gbps for k in ("populate_4k", "populate_thp") if k in floor.ceilings]
-    return max(rates, default=None)
+    c = populate_ceiling(floor)
+    return c.gbps if c is not None else None
 
 
 def landing_gbps(floor: Floor, hot: bool) -> float | None:
@@ -271,7 +278,6 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     cache (`hot`) every part is the cores' work, populating and copying as much as hashing and scanning: a core
     does not copy one page while it hashes another, so there the CPU work adds to the largest part."""
     cores = cores or floor.box.get("cores") or 1
-    times: dict[str, float] = {}
     rates: dict[str, float] = {}
     if hot and "copy" in floor.ceilings:
         rates["page cache"] = floor.ceilings["copy"].gbps
@@ -330,11 +336,12 @@ def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
     if doc.get("box") != box_key():
         return None
     now = time.time()
-    ceilings = {k: c for k, v in (doc.get("ceilings") or {}).items() if (c := _fresh(v, now))}
+    ceilings = {k: c for k, v in (doc.get("ceilings") or {}).items() if (c := valid_ceiling(v, now))}
     if not all(k in ceilings for k in BOX_FIGURES):  # a floor on part of the figures would be some other floor
         return None
     storages = doc.get("storage") if isinstance(doc.get("storage"), dict) else {}
-    return Floor(doc["box"], ceilings, _fresh(storages.get(mount or ""), now) if mount else None, mount, cached=True)
+    storage = valid_ceiling(storages.get(mount or ""), now) if mount else None
+    return Floor(doc["box"], ceilings, storage, mount, cached=True)
 
 
 NOT_MEASURED = "this box's floor is not measured yet: `ckptbench floor SOURCE` measures it in seconds"

@@ -126,7 +126,7 @@ def cached_write(mount: str, path: str | None = None) -> fl.Ceiling | None:
     doc = fl._load_cache(path or fl.cache_path())
     if doc.get("box") != fl.box_key() or not isinstance(doc.get("write"), dict):
         return None
-    return fl._fresh(doc["write"].get(mount), time.time())
+    return fl.valid_ceiling(doc["write"].get(mount), time.time())
 
 
 NO_WRITE = "no write figure for this mount: `ckptbench floor --write-to DIR` measures it (256 MiB, seconds)"

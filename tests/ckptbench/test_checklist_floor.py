@@ -16,23 +16,11 @@ from ckptbench.checklist.rules import evaluate
 from ckptbench.restore.sweep import MeasuredKnee, advice
 from ckptbench.system import floor as fl
 from ckptbench.system.probes import Unknown
+from floorhelp import fixed_floor as _floor
 
 GB = 10**9
 NO_KNEE = advice(None, None)
 KNEE_16 = advice(MeasuredKnee("/ckpt", 16, 32, {4: 1.0, 16: 2.9, 32: 3.0}, "quick sweep", "2025-01-31 12:00"))
-
-
-def _floor(cores: int = 2, **gbps) -> fl.Floor:
-    now = time.time()
-    f = fl.Floor({"cores": cores})
-    for k, v in gbps.items():
-        c = fl.Ceiling(v, v, v, f"fixed {k}", now - 60)
-        if k == "storage":
-            c.sample_bytes = fl.STORAGE_SAMPLE
-            f.storage = c
-        else:
-            f.ceilings[k] = c
-    return f
 
 
 def _facts(floor: fl.Floor, seconds: float, *, nbytes: int = GB, hash_alg: str = "crc32c", read: str = "direct",

@@ -10,19 +10,7 @@ import time
 import pytest
 
 from ckptbench.system import floor as fl
-
-
-def _floor(**gbps) -> fl.Floor:
-    now = time.time()
-    f = fl.Floor({"cores": 2})
-    for k, v in gbps.items():
-        c = fl.Ceiling(v, v, v, "fixed", now)
-        if k == "storage":
-            c.sample_bytes = fl.STORAGE_SAMPLE
-            f.storage = c
-        else:
-            f.ceilings[k] = c
-    return f
+from floorhelp import fixed_floor as _floor
 
 
 def test_the_floor_is_the_largest_resource_time_and_names_it():
