@@ -47,7 +47,7 @@ static void *work(void *arg) {
     return NULL;
 }
 int main(int argc, char **argv) {
-    if (argc != 6) { fprintf(stderr, "usage: pop BYTES THREADS HUGE(0|1) populate|touch REPEATS\n"); return 2; }
+    if (argc != 6) { fprintf(stderr, "usage: pop BYTES THREADS HUGE(0|1|2 none) populate|touch REPEATS\n"); return 2; }
     size_t size = strtoull(argv[1], NULL, 10);
     long threads = atol(argv[2]), pg = sysconf(_SC_PAGESIZE);
     int huge = atoi(argv[3]), repeats = atoi(argv[5]);
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < repeats; r++) {
         base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (base == MAP_FAILED) { perror("mmap"); return 3; }
-        madvise(base, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+        if (huge < 2) madvise(base, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
         for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, work, (void *)i);
@@ -162,10 +162,30 @@ def ratio_verdict(name: str, value: float | None, band: tuple[float, float], det
                                                                                             else "")}
 
 
+def device_block(path: str, most: int = 1 << 20) -> int:
+    """The largest read (a power of two, `most` at most) whose 4 KiB pages fit in one request of the device holding
+    `path` (queue/max_segments): fio's buffers are 4 KiB pages, so a 1 MiB O_DIRECT read on a virtio disk of 254
+    segments goes out as two requests, one of them two pages long, and fio measured 1.0-1.5 GB/s where the device
+    gave fastio (1 MiB reads into huge-page buffers: one request) 2.1-2.3. Same bytes, same files: the device's rate
+    is what both should measure."""
+    try:
+        dev = os.stat(path).st_dev
+        sys_dev = os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+        queue = next(q for q in (os.path.join(sys_dev, "queue"), os.path.join(sys_dev, "..", "queue"))
+                     if os.path.isdir(q))
+        with open(os.path.join(queue, "max_segments")) as f:
+            pages = int(f.read())
+    except (OSError, ValueError, StopIteration):
+        return most  # not a block device (tmpfs, FUSE, NFS): nothing to fit
+    fits = pages * ALIGN
+    return most if fits >= most else 1 << (fits.bit_length() - 1)
+
+
 def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int = 3) -> tuple[dict, dict]:
-    """fio psync replaying the floor's reads cold: same files, 1 MiB reads in 64 MiB units, O_DIRECT when the floor
-    read direct (each file cut to a multiple of 4 KiB: fio's O_DIRECT cannot read a short tail), jobs = the floor's
-    concurrency. Returns the verdict and what was measured."""
+    """fio psync replaying the floor's reads cold: same files, 64 MiB units, 1 MiB reads (or the largest that fits
+    one request of the device: device_block), O_DIRECT when the floor read direct (each file cut to a multiple of 4
+    KiB: fio's O_DIRECT cannot read a short tail), jobs = the floor's concurrency. Returns the verdict and what was
+    measured."""
     name = "the floor's storage figure within ±10 % of fio on the same files (floor / fio)"
     fio = shutil.which("fio")
     how = storage_how(method)
@@ -178,18 +198,20 @@ def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int
     files = [(p, s // ALIGN * ALIGN if direct else s) for p, s in sample(paths_sizes)]
     files = [(p, s) for p, s in files if s]
     rates, residency = [], []
+    block = device_block(files[0][0]) if direct else 1 << 20  # through the page cache the kernel sizes the reads
     for i in range(repeats):
-        log(f"  fio, cold, {level} job(s){' direct' if direct else ''}, repeat {i + 1} of {repeats}")
+        log(f"  fio, cold, {level} job(s){' direct' if direct else ''}, {block >> 10} KiB reads, repeat {i + 1} of "
+            f"{repeats}")
         residency.append(make_cold([p for p, _ in files]))
-        t, _ = _peers.run_fio_replay(fio, files, jobs=level, block=1 << 20, chunk=64 << 20, direct=direct)
+        t, _ = _peers.run_fio_replay(fio, files, jobs=level, block=block, chunk=64 << 20, direct=direct)
         rates.append(t.bytes / t.seconds / 1e9 if t.seconds else None)
     rates = [r for r in rates if r]
     fio_gbps = statistics.median(rates) if rates else None
     value = floor_gbps / fio_gbps if fio_gbps else None
-    detail = (f"floor {floor_gbps:.2f} GB/s, fio psync {level} job(s){' direct' if direct else ''} "
+    detail = (f"floor {floor_gbps:.2f} GB/s, fio psync {level} job(s){' direct' if direct else ''} {block >> 10} KiB "
               f"{fio_gbps:.2f} GB/s (median of {len(rates)}; {min(rates):.2f}–{max(rates):.2f})") if fio_gbps else ""
     return ratio_verdict(name, value, AGREE_BAND, detail), {
-        "fio_gbps": rates, "floor_gbps": floor_gbps, "mode": mode, "jobs": level, "direct": direct,
+        "fio_gbps": rates, "floor_gbps": floor_gbps, "mode": mode, "jobs": level, "direct": direct, "block": block,
         "bytes": sum(s for _, s in files), "residency_before": residency}
 
 
@@ -212,11 +234,16 @@ def compile_c(tmp: str, source: str = POP_C, name: str = "pop") -> str | None:
 
 def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict], dict]:
     """The floor's populate_4k and populate_thp (a Ceiling each) against the C loop at the floor's best thread count
-    and method."""
+    and method; a figure at a restore's size (populate_at_*) against one C sample of that size, no page advice (a
+    plain allocation, as the floor's), every thread the floor used."""
+    from ckptbench.system import floor as fl
+
     out, record = [], {}
+    large = [(k, 2, c.sample_bytes, 1) for k, c in ceilings.items() if fl.large_size(k)]
     with tempfile.TemporaryDirectory(prefix="ckptbench-pop-") as tmp:
         exe = compile_c(tmp)
-        for key, huge in (("populate_thp", 1), ("populate_4k", 0)):  # THP first, as the floor
+        for key, huge, nbytes, reps in [("populate_thp", 1, size, repeats), ("populate_4k", 0, size, repeats),
+                                        *large]:  # THP first, as the floor
             name = f"the floor's {key} within ±10 % of a plain C loop at the same thread count (floor / C)"
             c = ceilings.get(key)
             threads = threads_of(c.method) if c else None
@@ -227,8 +254,8 @@ def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict
             how = "touch" if c.method.startswith("a write per page") else "populate"
             rates = {}
             for kind in dict.fromkeys((how, "touch", "populate")):
-                run = subprocess.run([exe, str(size), str(threads), str(huge), kind, str(repeats)], capture_output=True,
-                                     text=True, check=False)
+                run = subprocess.run([exe, str(nbytes), str(threads), str(huge), kind, str(reps)],
+                                     capture_output=True, text=True, check=False)
                 rates[kind] = [float(x) / 1e9 for x in run.stdout.split()] if run.returncode == 0 else []
             mine = rates[how]
             ref = statistics.median(mine) if mine else None
@@ -238,7 +265,7 @@ def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict
                       f"{threads} thread(s) {ref:.2f} GB/s (median of {len(mine)}); C write per page "
                       f"{other.get('touch', 0):.2f} GB/s") if ref else ""
             out.append(ratio_verdict(name, value, AGREE_BAND, detail))
-            record[key] = {"floor_gbps": c.gbps, "threads": threads, "method": how, "c_gbps": rates, "bytes": size}
+            record[key] = {"floor_gbps": c.gbps, "threads": threads, "method": how, "c_gbps": rates, "bytes": nbytes}
     return out, record
 
 
@@ -380,6 +407,8 @@ def pooled(floor, runs: list[dict], key: str):
 def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str, pop_size: int) -> tuple[list[dict], dict]:
     """Every agreement check, in order: the box runs (spread, wall time), fio against the storage figure, the C loop
     against the population figures. Figures compared are pooled over this run's measurements taken the same way."""
+    from ckptbench.system import floor as fl
+
     log(f"floor agreement: {runs} `ckptbench floor` run(s), fio, a C population loop")
     box = box_runs(directory, runs, cache_dir)
     verdicts = box_verdicts(box)
@@ -389,7 +418,8 @@ def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str, pop
     verdicts.append(v)
     v, land_rec = c_landing(floor.storage, paths_sizes)
     verdicts.append(v)
-    pops = {k: c for k in ("populate_4k", "populate_thp") if (c := pooled(floor, box, k))}
+    pops = {k: c for k in ("populate_4k", "populate_thp", *filter(fl.large_size, floor.ceilings))
+            if (c := pooled(floor, box, k))}
     vs, pop_rec = c_population(pops, pop_size)
     verdicts += vs
     record = {"box_runs": [{k: r[k] for k in ("wall_s", "rc", "problem")} | {"figures": {

@@ -19,7 +19,7 @@ def measure(paths_sizes: list[tuple[str, int]], directory: str, cache_dir: str |
     cache_dir = cache_dir or tempfile.mkdtemp(prefix="ckptbench-floor-")
     kw = {"size": size} if size else {}
     return fl.measure(paths_sizes, mount_of(directory), remeasure=True, path=os.path.join(cache_dir, "floor.json"),
-                      **kw)
+                      restore_bytes=sum(s for _, s in paths_sizes), **kw)  # fresh memory at the set's size too
 
 
 def mount_of(directory: str) -> str:

@@ -160,7 +160,7 @@ def _kernels(floor: fl.Floor) -> dict[str, float]:
     return {k.removeprefix("hash_"): c.gbps for k, c in floor.ceilings.items() if k.startswith("hash_")}
 
 
-def ceilings(floor: fl.Floor, hash_alg: str) -> dict:
+def ceilings(floor: fl.Floor, hash_alg: str, nbytes: int = 0) -> dict:
     """Every ceiling the model holds a restore against: rate, method, age (storage, fresh memory, copy, cpu)."""
     storage = _ceiling(floor.storage)
     if storage is not None:
@@ -168,7 +168,7 @@ def ceilings(floor: fl.Floor, hash_alg: str) -> dict:
         storage["usable"] = fl.storage_usable(floor)
     else:
         storage = {"missing": f"not measured for this {'endpoint' if floor.resource == 'network' else 'mount'}"}
-    fresh = _ceiling(fl.populate_ceiling(floor))
+    fresh = _ceiling(fl.populate_ceiling(floor, nbytes))
     if fresh is not None:
         fresh |= {f"{k}_gbps": round(floor.ceilings[k].gbps, 3) for k in ("populate_4k", "populate_thp")
                   if k in floor.ceilings}
@@ -233,7 +233,7 @@ def _thp_advice(enabled, defrag) -> str:
 
 def _memory_fix(floor: fl.Floor, ff: FloorFacts) -> str:
     if not ff.restore.cold:
-        land = fl.landing_gbps(floor, hot=True)
+        land = fl.landing_gbps(floor, hot=True, nbytes=ff.restore.bytes)
         return (f"the bytes came from the page cache, and landing them in fresh memory binds ({land:.2f} GB/s here: "
                 "each fresh page is populated, then copied into): reuse a destination allocated once (the reused "
                 "contract), or more cores; the page cache's own copy is not what binds")
@@ -287,7 +287,8 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
     ev = {"sample_bytes": probe.bytes, "sample_files": probe.files, "measured_s": round(probe.seconds, 4),
           "measured_gbps": round(probe.bytes / probe.seconds / 1e9, 3) if probe.seconds > 0 else None,
           "concurrency": probe.concurrency, "read": probe.read, "hash": probe.hash, "cold": probe.cold,
-          "floor_cached": floor.cached, "ceilings": ceilings(floor, probe.hash), "notes": list(floor.notes)}
+          "floor_cached": floor.cached, "ceilings": ceilings(floor, probe.hash, probe.bytes),
+          "notes": list(floor.notes)}
     if m["floor_s"] is None:
         return Verdict(ID, TITLE, "unknown", ev | {"reason": "no ceiling applies to this restore"}, WHY,
                        f"run {FLOOR_CMD}")

@@ -127,7 +127,8 @@ def cmd_floor(args) -> int:
         else:
             read, nbytes, what = _link_reader(source, listing, args.s3_client)
             link = {"read": read, "read_bytes": nbytes, "read_what": what}
-    f = fl.measure(files, mount, remeasure=args.remeasure, **link)
+    f = fl.measure(files, mount, remeasure=args.remeasure, restore_bytes=listing.bytes if listing else 0,
+                   **link)  # fresh memory at the restore's own size as well
     if link and (note := other_client_note(f.storage, args.s3_client)):
         f.notes.append(note)
     doc = f.to_json()
@@ -145,7 +146,8 @@ def cmd_floor(args) -> int:
         hash_alg = hash_of(None, listing)  # what a restore computes
         doc["restore"] = {"source": listing.source, "bytes": listing.bytes, "hash": hash_alg,
                           **fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg)}  # as `run` holds it
-    doc["landing_hot_gbps"] = fl.landing_gbps(f, hot=True)
+    nbytes = listing.bytes if listing is not None else 0
+    doc["landing_hot_gbps"] = fl.landing_gbps(f, hot=True, nbytes=nbytes)
     if args.json:
         _emit(doc)
         return 0 if f.kept else 1
@@ -160,7 +162,7 @@ def cmd_floor(args) -> int:
         if f.storage.fresh_gbps:
             print(f"  {'into fresh':14s} {f.storage.fresh_gbps:7.3f} GB/s  the {f.resource} figure read into fresh "
                   "memory: what a cold restore's floor uses")
-    if (land := fl.landing_gbps(f, hot=True)) is not None:
+    if (land := doc["landing_hot_gbps"]) is not None:
         print(f"  {'landing (hot)':14s} {land:7.3f} GB/s  fresh memory populated, then copied into from the page "
               "cache: what a hot restore's floor uses")
     if write is not None:

@@ -167,10 +167,79 @@ def _counts(cores: int) -> str:
     return ", ".join(map(str, thread_counts(cores)))
 
 
-def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: int = REPEATS) -> dict[str, Ceiling]:
-    """Fresh-memory population (4 KiB pages and THP) and copy into populated memory, at the best thread count of
-    1, 2, 4.. cores; each figure the median of `repeats`."""
+LARGE_MIN = 1 << 30  # a restore this large has its fresh memory measured at its own size (size_class)
+LARGE_MAX = 16 << 30  # the largest such sample (and half the available memory at most)
+LARGE_KEY = "populate_at_"  # + the size class in MiB: "populate_at_4096m"
+
+
+def size_class(nbytes: int) -> int:
+    """The power of two nearest `nbytes` (in log terms): the sizes fresh memory is measured and cached at."""
+    if nbytes < LARGE_MIN:
+        return 0
+    low = 1 << (nbytes.bit_length() - 1)
+    return low if nbytes * nbytes < 2 * low * low else 2 * low  # nbytes < low * sqrt(2): nearer the lower one
+
+
+def large_key(size: int) -> str:
+    return f"{LARGE_KEY}{size >> 20}m"
+
+
+def large_size(key: str) -> int:
+    """The bytes a populate_at_ key was measured at (0: not such a key, or a malformed one)."""
+    digits = key[len(LARGE_KEY):-1] if key.startswith(LARGE_KEY) and key.endswith("m") else ""
+    return int(digits) << 20 if digits.isdigit() and len(digits) < 9 else 0
+
+
+def _plain_pages() -> str:
+    """The pages a plain allocation gets here (a restore's destination asks for none: fastio's and torch's alike)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "transparent huge pages" if "[always]" in f.read() else "4 KiB pages"
+    except OSError:
+        return "4 KiB pages"
+
+
+def populate_large(nbytes: int, cores: int | None = None) -> tuple[Ceiling | None, mmap.mmap | None]:
+    """Fresh memory as a restore of `nbytes` meets it: one plain allocation of its size class (the pages the box
+    gives an allocation that asks for none), populated once on every core. On a VM the host backs the first of a
+    guest's fresh memory and faults the rest in, so a restore's gigabytes populate slower than the base samples'
+    hundreds of megabytes (4 GiB at 2.2 GB/s where 256 MiB samples ran at 5.3, here). Returns the ceiling (None when
+    the box has not half its available memory to spare) and the region: the caller holds it while the base samples
+    are measured (they would reuse its freed pages, which come back faster) and closes it."""
+    import psutil
+
     cores = cores or os.cpu_count() or 1
+    size = min(size_class(nbytes), LARGE_MAX, psutil.virtual_memory().available // 2 >> 20 << 20)
+    if size < LARGE_MIN:
+        return None, None
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        rate, how = _populate(region, cores)
+    except BaseException:
+        region.close()
+        raise
+    c = _ceiling([rate], f"{how}, {_plain_pages()} (a plain allocation's), one sample of {size >> 20} MiB, "
+                         f"{cores} thread(s), fresh")
+    c.sample_bytes = size
+    return c, region
+
+
+def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: int = REPEATS,
+                    restore_bytes: int = 0) -> dict[str, Ceiling]:
+    """Fresh-memory population (4 KiB pages and THP) and copy into populated memory, at the best thread count of
+    1, 2, 4.. cores; each figure the median of `repeats`. With `restore_bytes` of LARGE_MIN or more, fresh memory
+    at that restore's size too (populate_large), measured first."""
+    cores = cores or os.cpu_count() or 1
+    large, held = populate_large(restore_bytes, cores) if restore_bytes else (None, None)
+    try:
+        out = _memory_ceilings(cores, size, repeats)
+    finally:
+        if held is not None:
+            held.close()
+    return out | ({large_key(large.sample_bytes): large} if large is not None else {})
+
+
+def _memory_ceilings(cores: int, size: int, repeats: int) -> dict[str, Ceiling]:
     out: dict[str, Ceiling] = {}
     # huge pages first: they need whole 2 MiB blocks, which the 4 KiB samples' freed pages would hand back warm
     for key, huge in (("populate_thp", True), ("populate_4k", False)):

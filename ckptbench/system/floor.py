@@ -26,8 +26,9 @@ from ckptbench.core.errors import CkptbenchError
 # the measurements are ceilings.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
 from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: callers name these through it)
-    LINK_SAMPLE, MIN_STORAGE_SAMPLE, POP_BYTES, STORAGE_SAMPLE, Ceiling, _ceiling, cpu_ceilings, link_ceiling,
-    link_sample, memory_ceilings, storage_ceiling, thread_counts,
+    LARGE_MIN, LINK_SAMPLE, MIN_STORAGE_SAMPLE, POP_BYTES, STORAGE_SAMPLE, Ceiling, _ceiling, cpu_ceilings,
+    large_key, large_size, link_ceiling, link_sample, memory_ceilings, populate_large, size_class, storage_ceiling,
+    thread_counts,
 )
 
 MAX_AGE_S = 86400.0
@@ -153,10 +154,12 @@ def _busy() -> str:
 
 def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None = None, *, remeasure: bool = False,
             path: str | None = None, size: int = POP_BYTES, read=None, read_bytes: int = 0,
-            read_what: str = "the source's objects read through its client") -> Floor:
+            read_what: str = "the source's objects read through its client", restore_bytes: int = 0) -> Floor:
     """This box's floor: the cached figures when they are this box's (and this mount's) and fresh, else measured
     now and cached. The storage figure comes from `paths_sizes` (local files, read here cold) or, for a source
-    that is not files on a mount, from `read(concurrency) -> bytes/s` over `read_bytes` (link_ceiling)."""
+    that is not files on a mount, from `read(concurrency) -> bytes/s` over `read_bytes` (link_ceiling). Fresh
+    memory is measured at the size of a restore of `restore_bytes` too, when that is LARGE_MIN or more: each size
+    class is cached beside the others."""
     if paths_sizes is not None and read is None and not sum(s for _, s in paths_sizes):
         raise CkptbenchError("the floor's storage figure needs the source's files: none to read (every file is "
                              "empty)")
@@ -169,11 +172,19 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     mine = kept_doc.get("box") == box
     others = {k: asdict(c) for k, v in (kept_doc.get("storage") or {}).items()
               if mine and isinstance(k, str) and k != mount and (c := valid_ceiling(v, now))}
-    cached = {k: c for k, v in (doc.get("ceilings") or {}).items() if mine and (c := valid_ceiling(v, now))}
+    cached = {k: c for k, v in (doc.get("ceilings") or {}).items() if mine and (c := valid_ceiling(v, now))
+              and (k in BOX_FIGURES or large_size(k))}
+    want = large_key(size_class(restore_bytes)) if size_class(restore_bytes) else None
     if all(k in cached for k in BOX_FIGURES):
         floor.ceilings, floor.cached = cached, True
-    else:
-        floor.ceilings = memory_ceilings(size=size) | cpu_ceilings()
+        if want and want not in cached:  # only this size is new: the box's other figures stand
+            large, held = populate_large(restore_bytes)
+            if held is not None:
+                held.close()
+            floor.ceilings |= {large_key(large.sample_bytes): large} if large is not None else {}
+    else:  # the box's figures again: a size class kept from before them would be from another moment of the host's
+        floor.ceilings = memory_ceilings(size=size, **({"restore_bytes": restore_bytes} if want else {})) | \
+            cpu_ceilings()
         floor.notes += [note] if (note := _busy()) else []
     storages = doc.get("storage") if mine and isinstance(doc.get("storage"), dict) else {}
     if paths_sizes or read is not None:
@@ -237,18 +248,41 @@ def storage_usable(floor: Floor) -> bool:
     return floor.storage is not None and floor.storage.cold and floor.storage.sample_bytes >= MIN_STORAGE_SAMPLE
 
 
-def populate_ceiling(floor: Floor) -> Ceiling | None:
-    """The faster of populating fresh 4 KiB pages and fresh huge pages (None: not measured)."""
+def populate_ceiling(floor: Floor, nbytes: int = 0) -> Ceiling | None:
+    """Fresh memory for a restore of `nbytes`: measured at its size class (or the nearest one measured, within a
+    factor of two) when it is LARGE_MIN or more; else, and when no such figure is cached, the faster of the base
+    samples' 4 KiB and huge pages (None: not measured)."""
+    if (want := size_class(nbytes)) and (near := _nearest_large(floor, want)) is not None:
+        return near
     return max((floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings),
                key=lambda c: c.gbps, default=None)
 
 
-def populate_gbps(floor: Floor) -> float | None:
-    c = populate_ceiling(floor)
+def _nearest_large(floor: Floor, want: int) -> Ceiling | None:
+    sizes = {large_size(k): c for k, c in floor.ceilings.items() if large_size(k)}
+    near = min(sizes, key=lambda s: abs(s.bit_length() - want.bit_length()), default=0)
+    return sizes[near] if near and want // 2 <= near <= want * 2 else None
+
+
+def size_note(floor: Floor, nbytes: int) -> str:
+    """What the fresh-memory figure a restore of `nbytes` is held to stands on, when it is not its own size."""
+    if not (want := size_class(nbytes)) or "populate_4k" not in floor.ceilings:
+        return ""
+    near = _nearest_large(floor, want)
+    if near is None:
+        return (f"fresh memory measured on {POP_BYTES >> 20} MiB samples, not at this restore's {nbytes / 2**30:.1f} "
+                "GiB (a VM's host may back a large allocation slower): `ckptbench floor SOURCE` measures it at this "
+                "size; ")
+    return "" if near.sample_bytes == want else (f"fresh memory measured at {near.sample_bytes >> 20} MiB, the size "
+                                                 f"nearest this restore's {nbytes >> 20} MiB; ")
+
+
+def populate_gbps(floor: Floor, nbytes: int = 0) -> float | None:
+    c = populate_ceiling(floor, nbytes)
     return c.gbps if c is not None else None
 
 
-def landing_gbps(floor: Floor, hot: bool) -> float | None:
+def landing_gbps(floor: Floor, hot: bool, nbytes: int = 0) -> float | None:
     """The rate bytes land in fresh memory at, in GB/s: from the device, the population's (the device's reads
     and the faults overlap where the box lets them: the storage figure into fresh memory says how far); from the
     page cache, populating then copying, one after the other (both are the cores' work, and a page is copied
@@ -257,7 +291,7 @@ def landing_gbps(floor: Floor, hot: bool) -> float | None:
     Not the kernel's copy-on-write of a private file mapping, though it skips the zeroing (4.1-4.4 against
     3.2-3.7 GB/s on 2 cores): truncating the file later takes the copied pages back out of the mapping (POSIX), so
     the restored bytes would fault (SIGBUS) when a trainer rewrites its checkpoint; that memory is not owned."""
-    pop = populate_gbps(floor)
+    pop = populate_gbps(floor, nbytes)
     if not hot or pop is None or "copy" not in floor.ceilings:
         return pop
     return 1 / (1 / pop + 1 / floor.ceilings["copy"].gbps)
@@ -283,7 +317,7 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
         rates["page cache"] = floor.ceilings["copy"].gbps
     elif not hot and storage_usable(floor):
         rates[floor.resource] = storage_gbps(floor, destination)
-    if destination == FRESH and (land := landing_gbps(floor, hot)) is not None:
+    if destination == FRESH and (land := landing_gbps(floor, hot, bytes_read)) is not None:
         rates["fresh memory"] = land
     times = {k: bytes_read / (r * 1e9) for k, r in rates.items()}
     cpu = 0.0
@@ -336,7 +370,8 @@ def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
     if doc.get("box") != box_key():
         return None
     now = time.time()
-    ceilings = {k: c for k, v in (doc.get("ceilings") or {}).items() if (c := valid_ceiling(v, now))}
+    ceilings = {k: c for k, v in (doc.get("ceilings") or {}).items()
+                if (k in BOX_FIGURES or large_size(k)) and (c := valid_ceiling(v, now))}
     if not all(k in ceilings for k in BOX_FIGURES):  # a floor on part of the figures would be some other floor
         return None
     storages = doc.get("storage") if isinstance(doc.get("storage"), dict) else {}
@@ -367,7 +402,8 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     note = ("the read was from the page cache; " if hot else "" if storage_usable(floor) else
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
             "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only; ")
-    note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else ""
+    note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else \
+        size_note(floor, bytes_read)
     note += "every part on the cores, so the CPU work adds to the largest; " if m.get("cores_shared") else ""
     ages = [c.age_s for c in floor.ceilings.values()] + ([floor.storage.age_s] if floor.storage else [])
     note += f"ceilings measured {max(ages) / 3600:.1f} h ago at most"

@@ -4,6 +4,7 @@ asserted."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 
@@ -134,7 +135,28 @@ def test_ratio_verdicts_take_the_ten_percent_band():
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_the_c_loop_populates_and_reports_a_rate_per_repeat():
     ceilings = {k: c for k, c in a_floor().ceilings.items() if k.startswith("populate")}
+    ceilings["populate_at_16m"] = ceiling(2.0, "MADV_POPULATE_WRITE, 4 KiB pages (a plain allocation's), one sample "
+                                               "of 16 MiB, 2 thread(s), fresh", 16 << 20)
     verdicts, record = agree.c_population(ceilings, 8 << 20, repeats=2)
-    assert len(verdicts) == 2 and all(v["value"] > 0 for v in verdicts)
+    assert len(verdicts) == 3 and all(v["value"] > 0 for v in verdicts)
     assert len(record["populate_4k"]["c_gbps"]["populate"]) == 2 and record["populate_4k"]["threads"] == 2
     assert len(record["populate_thp"]["c_gbps"]["touch"]) == 2
+    # the restore-size figure: one C sample of its own size, at its thread count
+    assert record["populate_at_16m"]["bytes"] == 16 << 20 and len(record["populate_at_16m"]["c_gbps"]["populate"]) == 1
+
+
+def test_fio_reads_as_large_as_one_request_of_the_device_takes(tmp_path):
+    assert agree.device_block(str(tmp_path / "absent")) == 1 << 20  # unknown: fio's usual 1 MiB
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    if shm:
+        assert agree.device_block(shm) == 1 << 20  # tmpfs: no block device, nothing to fit
+    block = agree.device_block(str(tmp_path))
+    assert block & (block - 1) == 0 and 4096 <= block <= 1 << 20
+    dev = os.stat(tmp_path).st_dev
+    sys_dev = os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    for queue in (os.path.join(sys_dev, "queue"), os.path.join(sys_dev, "..", "queue")):
+        if os.path.isfile(os.path.join(queue, "max_segments")):
+            with open(os.path.join(queue, "max_segments")) as f:
+                pages = int(f.read())
+            assert block // 4096 <= pages and (block == 1 << 20 or 2 * block // 4096 > pages)
+            break
