@@ -234,7 +234,7 @@ def iolog(units: list[tuple[str, int, int]], block: int) -> str:
 
 
 def run_fio_replay(fio: str, files: list[tuple[str, int]], *, jobs: int, block: int, chunk: int,
-                   direct: bool = False) -> tuple[Timed, dict]:
+                   direct: bool = False, huge: bool = False) -> tuple[Timed, dict]:
     """fio replays exactly the reads fastio issues (read_iolog): every byte, the short last read of a file
     included, `jobs` psync jobs in one group. A bs-based job file cannot: fio skips a file smaller than bs
     and a file's last partial block, so mixed sizes need one stonewalled group per size, and each group's
@@ -245,7 +245,9 @@ def run_fio_replay(fio: str, files: list[tuple[str, int]], *, jobs: int, block: 
     with tempfile.TemporaryDirectory(prefix="ckptbench-fio-") as tmp:
         lines = ["[global]", "ioengine=psync", f"direct={int(direct)}", "invalidate=0",  # the bench owns the cache
                  "fadvise_hint=sequential",  # what fastio advises for each unit it reads
-                 "replay_no_stall=1", "allow_file_create=0", ""]
+                 "replay_no_stall=1", "allow_file_create=0",
+                 *(["iomem=shmhuge", "hugepage-size=2M"] if huge else []),  # huge_buffers reserved them
+                 ""]
         for j, units in enumerate(plan):
             log_path = os.path.join(tmp, f"job{j}.iolog")
             with open(log_path, "w") as f:

@@ -143,20 +143,3 @@ def test_the_c_loop_populates_and_reports_a_rate_per_repeat():
     assert len(record["populate_thp"]["c_gbps"]["touch"]) == 2
     # the restore-size figure: one C sample of its own size, at its thread count
     assert record["populate_at_16m"]["bytes"] == 16 << 20 and len(record["populate_at_16m"]["c_gbps"]["populate"]) == 1
-
-
-def test_fio_reads_as_large_as_one_request_of_the_device_takes(tmp_path):
-    assert agree.device_block(str(tmp_path / "absent")) == 1 << 20  # unknown: fio's usual 1 MiB
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    if shm:
-        assert agree.device_block(shm) == 1 << 20  # tmpfs: no block device, nothing to fit
-    block = agree.device_block(str(tmp_path))
-    assert block & (block - 1) == 0 and 4096 <= block <= 1 << 20
-    dev = os.stat(tmp_path).st_dev
-    sys_dev = os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
-    for queue in (os.path.join(sys_dev, "queue"), os.path.join(sys_dev, "..", "queue")):
-        if os.path.isfile(os.path.join(queue, "max_segments")):
-            with open(os.path.join(queue, "max_segments")) as f:
-                pages = int(f.read())
-            assert block // 4096 <= pages and (block == 1 << 20 or 2 * block // 4096 > pages)
-            break
