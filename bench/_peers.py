@@ -173,7 +173,7 @@ def run_fio(fio: str, files: list[tuple[str, int]], *, jobs: int, engine: str, b
         f.write(text)
         jobfile = f.name
     try:
-        out = subprocess.run([fio, "--output-format=json", jobfile],
+        out = subprocess.run([fio, *FIO_SAFE, jobfile],
                              capture_output=True, text=True, check=False)
     finally:
         os.unlink(jobfile)
@@ -183,6 +183,12 @@ def run_fio(fio: str, files: list[tuple[str, int]], *, jobs: int, engine: str, b
         raise RuntimeError(f"fio read {total} bytes, the file set has {want}")
     seconds = sum(group_ms.values()) / 1e3
     return Timed(total, seconds), {"jobs": njobs, "group_ms": group_ms}
+
+
+# our job files name no size, so fio reads what each file has; --readonly (a command-line option only) makes any
+# write an error all the same: a job asking more of a file than it has would lay it out, rewriting it with fio's
+# bytes (a hand-run fio with size= past the end replaced three shards of a bench set that way)
+FIO_SAFE = ("--readonly", "--output-format=json")
 
 
 def fio_totals(out: subprocess.CompletedProcess) -> tuple[int, dict[int, int], int]:
@@ -257,7 +263,7 @@ def run_fio_replay(fio: str, files: list[tuple[str, int]], *, jobs: int, block: 
         with open(jobfile, "w") as f:
             f.write("\n".join(lines))
         t0 = time.perf_counter()
-        out = subprocess.run([fio, "--output-format=json", jobfile], capture_output=True, text=True, check=False)
+        out = subprocess.run([fio, *FIO_SAFE, jobfile], capture_output=True, text=True, check=False)
         wall = time.perf_counter() - t0
     total, group_ms, njobs = fio_totals(out)
     want = sum(s for _, s in files)

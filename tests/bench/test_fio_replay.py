@@ -80,3 +80,4 @@ def test_fio_reads_into_huge_pages_reserved_for_it_and_given_back(tmp_path):
     assert timed.bytes == sum(s for _, s in files)
     with open(agree.HUGEPAGES) as f:
         assert f.read() == before  # the box's reservation as it was
+
