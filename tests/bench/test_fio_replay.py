@@ -64,20 +64,3 @@ def test_fio_replays_every_byte(tmp_path):
     assert timed.bytes == sum(s for _, s in files)
     assert timed.seconds >= 0 and extra["jobs"] == 3 and extra["groups"] == 1
 
-
-def test_fio_reads_into_huge_pages_reserved_for_it_and_given_back(tmp_path):
-    import _floor_agree as agree
-
-    fio = shutil.which("fio")
-    assert fio, "fio is needed (make test installs it: apt-get install fio)"
-    files = [(p, s // 4096 * 4096) for p, s in _files(tmp_path, [1 << 20, 3 << 20])]
-    with open(agree.HUGEPAGES) as f:
-        before = f.read()
-    with agree.huge_buffers(2) as huge:
-        # root may reserve them (make test runs as root); anyone else reads into 4 KiB pages, and the record says so
-        assert huge == (os.geteuid() == 0 and os.access(agree.HUGEPAGES, os.W_OK))
-        timed, _ = _peers.run_fio_replay(fio, files, jobs=2, block=1 << 20, chunk=1 << 20, direct=True, huge=huge)
-    assert timed.bytes == sum(s for _, s in files)
-    with open(agree.HUGEPAGES) as f:
-        assert f.read() == before  # the box's reservation as it was
-

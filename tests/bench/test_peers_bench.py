@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ from safetensors.torch import load_file
 import _foreign
 import _harness as h
 import _loaders
+import _peers
 import _peers_docs as docs
 import _peers_report as report
 import _peers_rounds as rounds
@@ -414,3 +416,25 @@ def test_a_quick_run_on_a_tiny_checkpoint_writes_its_report(tmp_path, monkeypatc
     assert all(m["ok"] for m in record["measurements"]), [m["problems"] for m in record["measurements"]]
     assert record["read_command"] is None or record["read_command"][2:4] == ["ckptbench", "read"]
     assert (out / f"{md[0].stem}-results.csv").exists()
+
+
+def test_fio_reads_into_huge_pages_reserved_for_it_and_given_back(tmp_path):
+    # here, beside the quick run that reserves them too: a test file runs on one worker, so never both at once
+    import _floor_agree as agree
+
+    fio = shutil.which("fio")
+    assert fio, "fio is needed (make test installs it: apt-get install fio)"
+    files = []
+    for i, size in enumerate((1 << 20, 3 << 20)):
+        (tmp_path / f"f{i}").write_bytes(os.urandom(size))
+        files.append((str(tmp_path / f"f{i}"), size))
+    with open(agree.HUGEPAGES) as f:
+        before = f.read()
+    with agree.huge_buffers(2) as huge:
+        # root may reserve them (make test runs as root); anyone else reads into 4 KiB pages, and the record says so
+        assert huge == (os.geteuid() == 0 and os.access(agree.HUGEPAGES, os.W_OK))
+        timed, _ = _peers.run_fio_replay(fio, files, jobs=2, block=1 << 20, chunk=1 << 20, direct=True, huge=huge)
+    assert timed.bytes == sum(s for _, s in files)
+    with open(agree.HUGEPAGES) as f:
+        assert f.read() == before  # the box's reservation as it was
+
