@@ -255,12 +255,11 @@ def compile_c(tmp: str, source: str = POP_C, name: str = "pop") -> str | None:
 def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict], dict]:
     """The floor's populate_4k and populate_thp (a Ceiling each) against the C loop at the floor's best thread count
     and method; a figure at a restore's size (populate_at_*) against one C sample of that size, no page advice (a
-    plain allocation, as the floor's), every thread the floor used; one populated after as much again
-    (populate_after_*) against the second of two C samples, the first held."""
+    plain allocation, as the floor's), every thread the floor used."""
     from ckptbench.system import floor as fl
 
     out, record = [], {}
-    large = [(k, 2, c.sample_bytes, 2 if fl.is_after(k) else 1) for k, c in ceilings.items() if fl.large_size(k)]
+    large = [(k, 2, c.sample_bytes, 1) for k, c in ceilings.items() if fl.large_size(k)]
     with tempfile.TemporaryDirectory(prefix="ckptbench-pop-") as tmp:
         exe = compile_c(tmp)
         for key, huge, nbytes, reps in [("populate_thp", 1, size, repeats), ("populate_4k", 0, size, repeats),
@@ -277,8 +276,7 @@ def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict
             for kind in dict.fromkeys((how, "touch", "populate")):
                 run = subprocess.run([exe, str(nbytes), str(threads), str(huge), kind, str(reps)],
                                      capture_output=True, text=True, check=False)
-                got = [float(x) / 1e9 for x in run.stdout.split()] if run.returncode == 0 else []
-                rates[kind] = got[-1:] if fl.is_after(key) else got  # the C loop holds its samples: the second
+                rates[kind] = [float(x) / 1e9 for x in run.stdout.split()] if run.returncode == 0 else []
             mine = rates[how]
             ref = statistics.median(mine) if mine else None
             value = c.gbps / ref if ref else None

@@ -83,11 +83,11 @@ def _parallel(n: int, work) -> float:
     return time.perf_counter() - t0
 
 
-def _populate(region: mmap.mmap, threads: int, start: int = 0, length: int = 0) -> tuple[float, str]:
-    """Bytes/s of populating the `region` (fresh: mapped and never touched; `length` bytes from `start`, all of it
-    unless told) on `threads` threads, and how it was done."""
-    base = ctypes.addressof(ctypes.c_char.from_buffer(region)) + start  # the export is gone at once
-    part = (length or len(region) - start) // threads // mmap.PAGESIZE * mmap.PAGESIZE
+def _populate(region: mmap.mmap, threads: int) -> tuple[float, str]:
+    """Bytes/s of populating the `region` (fresh: mapped and never touched) on `threads` threads, and how it was
+    done."""
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))  # the export is gone at once: the caller closes it
+    part = len(region) // threads // mmap.PAGESIZE * mmap.PAGESIZE
     how = ["MADV_POPULATE_WRITE"]
 
     def one(i: int) -> None:
@@ -170,7 +170,6 @@ def _counts(cores: int) -> str:
 LARGE_MIN = 1 << 30  # a restore this large has its fresh memory measured at its own size (size_class)
 LARGE_MAX = 16 << 30  # the largest such sample (and half the available memory at most)
 LARGE_KEY = "populate_at_"  # + the size class in MiB: "populate_at_4096m"
-AFTER_KEY = "populate_after_"  # the same size, populated right after as much again was: what a hot restore meets
 
 
 def size_class(nbytes: int) -> int:
@@ -181,19 +180,14 @@ def size_class(nbytes: int) -> int:
     return low if nbytes * nbytes < 2 * low * low else 2 * low  # nbytes < low * sqrt(2): nearer the lower one
 
 
-def large_key(size: int, after: bool = False) -> str:
-    return f"{AFTER_KEY if after else LARGE_KEY}{size >> 20}m"
+def large_key(size: int) -> str:
+    return f"{LARGE_KEY}{size >> 20}m"
 
 
 def large_size(key: str) -> int:
-    """The bytes a populate_at_/populate_after_ key was measured at (0: not such a key, or a malformed one)."""
-    prefix = next((p for p in (LARGE_KEY, AFTER_KEY) if key.startswith(p)), "")
-    digits = key[len(prefix):-1] if prefix and key.endswith("m") else ""
+    """The bytes a populate_at_ key was measured at (0: not such a key, or a malformed one)."""
+    digits = key[len(LARGE_KEY):-1] if key.startswith(LARGE_KEY) and key.endswith("m") else ""
     return int(digits) << 20 if digits.isdigit() and len(digits) < 9 else 0
-
-
-def is_after(key: str) -> bool:
-    return key.startswith(AFTER_KEY) and large_size(key) > 0
 
 
 def _plain_pages() -> str:
@@ -205,37 +199,29 @@ def _plain_pages() -> str:
         return "4 KiB pages"
 
 
-def populate_large(nbytes: int, cores: int | None = None) -> tuple[dict[str, Ceiling], mmap.mmap | None]:
-    """Fresh memory as a restore of `nbytes` meets it: plain allocation (the pages the box gives an allocation that
-    asks for none) of its size class, populated on every core, once as the first memory taken (`populate_at_`:
-    a cold restore's, reading past the page cache) and once more right after it (`populate_after_`: a hot
-    restore's, whose checkpoint the page cache took first). On a VM the host backs what a guest freed a moment ago
-    and faults the rest in, so a restore's gigabytes populate slower than the base samples' hundreds of megabytes
-    (4 GiB at 1.5-3.2 GB/s after idle seconds where 256 MiB samples ran at 3.8-6.2, here), and the second slower
-    than the first when the first took what was freed. Returns the ceilings ({} when the box has not half its
-    available memory to spare; the first alone when not twice that) and the region: the caller holds it while the
-    base samples are measured (they would reuse its freed pages, which come back faster) and closes it."""
+def populate_large(nbytes: int, cores: int | None = None) -> tuple[Ceiling | None, mmap.mmap | None]:
+    """Fresh memory as a restore of `nbytes` meets it: one plain allocation of its size class (the pages the box
+    gives an allocation that asks for none), populated once on every core. On a VM the host backs the first of a
+    guest's fresh memory and faults the rest in, so a restore's gigabytes populate slower than the base samples'
+    hundreds of megabytes (4 GiB at 2.2 GB/s where 256 MiB samples ran at 5.3, here). Returns the ceiling (None when
+    the box has not half its available memory to spare) and the region: the caller holds it while the base samples
+    are measured (they would reuse its freed pages, which come back faster) and closes it."""
     import psutil
 
     cores = cores or os.cpu_count() or 1
-    room = psutil.virtual_memory().available // 2 >> 20 << 20
-    size = min(size_class(nbytes), LARGE_MAX, room)
+    size = min(size_class(nbytes), LARGE_MAX, psutil.virtual_memory().available // 2 >> 20 << 20)
     if size < LARGE_MIN:
-        return {}, None
-    twice = 2 * size <= room
-    region = mmap.mmap(-1, 2 * size if twice else size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    out, pages = {}, _plain_pages()
+        return None, None
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
-        for after in (False, True) if twice else (False,):
-            rate, how = _populate(region, cores, size if after else 0, size)
-            out[large_key(size, after)] = c = _ceiling([rate], (
-                f"{how}, {pages} (a plain allocation's), one sample of {size >> 20} MiB, {cores} thread(s), "
-                + ("right after as much again was populated" if after else "fresh")))
-            c.sample_bytes = size
+        rate, how = _populate(region, cores)
     except BaseException:
         region.close()
         raise
-    return out, region
+    c = _ceiling([rate], f"{how}, {_plain_pages()} (a plain allocation's), one sample of {size >> 20} MiB, "
+                         f"{cores} thread(s), fresh")
+    c.sample_bytes = size
+    return c, region
 
 
 def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: int = REPEATS,
@@ -244,13 +230,13 @@ def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: in
     1, 2, 4.. cores; each figure the median of `repeats`. With `restore_bytes` of LARGE_MIN or more, fresh memory
     at that restore's size too (populate_large), measured first."""
     cores = cores or os.cpu_count() or 1
-    large, held = populate_large(restore_bytes, cores) if restore_bytes else ({}, None)
+    large, held = populate_large(restore_bytes, cores) if restore_bytes else (None, None)
     try:
         out = _memory_ceilings(cores, size, repeats)
     finally:
         if held is not None:
             held.close()
-    return out | large
+    return out | ({large_key(large.sample_bytes): large} if large is not None else {})
 
 
 def _memory_ceilings(cores: int, size: int, repeats: int) -> dict[str, Ceiling]:

@@ -27,8 +27,8 @@ from ckptbench.core.errors import CkptbenchError
 # can stand in for one) where it looks them up
 from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: callers name these through it)
     LARGE_MIN, LINK_SAMPLE, MIN_STORAGE_SAMPLE, POP_BYTES, STORAGE_SAMPLE, Ceiling, _ceiling, cpu_ceilings,
-    is_after, large_key, large_size, link_ceiling, link_sample, memory_ceilings, populate_large, size_class,
-    storage_ceiling, thread_counts,
+    large_key, large_size, link_ceiling, link_sample, memory_ceilings, populate_large, size_class, storage_ceiling,
+    thread_counts,
 )
 
 MAX_AGE_S = 86400.0
@@ -181,7 +181,7 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
             large, held = populate_large(restore_bytes)
             if held is not None:
                 held.close()
-            floor.ceilings |= large
+            floor.ceilings |= {large_key(large.sample_bytes): large} if large is not None else {}
     else:  # the box's figures again: a size class kept from before them would be from another moment of the host's
         floor.ceilings = memory_ceilings(size=size, **({"restore_bytes": restore_bytes} if want else {})) | \
             cpu_ceilings()
@@ -248,47 +248,37 @@ def storage_usable(floor: Floor) -> bool:
     return floor.storage is not None and floor.storage.cold and floor.storage.sample_bytes >= MIN_STORAGE_SAMPLE
 
 
-def populate_ceiling(floor: Floor, nbytes: int = 0, hot: bool = False) -> Ceiling | None:
+def populate_ceiling(floor: Floor, nbytes: int = 0) -> Ceiling | None:
     """Fresh memory for a restore of `nbytes`: measured at its size class (or the nearest one measured, within a
-    factor of two) when it is LARGE_MIN or more, `hot` the one populated after as much again was (the page cache
-    holds the checkpoint: it took the memory freed a moment ago first); else, and when no such figure is cached,
-    the faster of the base samples' 4 KiB and huge pages (None: not measured)."""
-    if (want := size_class(nbytes)) and (near := _nearest_large(floor, want, hot)) is not None:
+    factor of two) when it is LARGE_MIN or more; else, and when no such figure is cached, the faster of the base
+    samples' 4 KiB and huge pages (None: not measured)."""
+    if (want := size_class(nbytes)) and (near := _nearest_large(floor, want)) is not None:
         return near
     return max((floor.ceilings[k] for k in ("populate_4k", "populate_thp") if k in floor.ceilings),
                key=lambda c: c.gbps, default=None)
 
 
-def _nearest_large(floor: Floor, want: int, hot: bool = False) -> Ceiling | None:
-    """The size-class figure nearest `want` (within a factor of two); `hot`: the one populated after as much again
-    was, where it was measured (memory short of twice the class measures the first only)."""
-    for after in (True, False) if hot else (False,):
-        sizes = {large_size(k): c for k, c in floor.ceilings.items() if large_size(k) and is_after(k) == after}
-        near = min(sizes, key=lambda s: abs(s.bit_length() - want.bit_length()), default=0)
-        if near and want // 2 <= near <= want * 2:
-            return sizes[near]
-    return None
+def _nearest_large(floor: Floor, want: int) -> Ceiling | None:
+    sizes = {large_size(k): c for k, c in floor.ceilings.items() if large_size(k)}
+    near = min(sizes, key=lambda s: abs(s.bit_length() - want.bit_length()), default=0)
+    return sizes[near] if near and want // 2 <= near <= want * 2 else None
 
 
-def size_note(floor: Floor, nbytes: int, hot: bool = False) -> str:
-    """What the fresh-memory figure a restore of `nbytes` is held to stands on, when it is not its own size's
-    first sample."""
+def size_note(floor: Floor, nbytes: int) -> str:
+    """What the fresh-memory figure a restore of `nbytes` is held to stands on, when it is not its own size."""
     if not (want := size_class(nbytes)) or "populate_4k" not in floor.ceilings:
         return ""
-    near = _nearest_large(floor, want, hot)
+    near = _nearest_large(floor, want)
     if near is None:
         return (f"fresh memory measured on {POP_BYTES >> 20} MiB samples, not at this restore's {nbytes / 2**30:.1f} "
                 "GiB (a VM's host may back a large allocation slower): `ckptbench floor SOURCE` measures it at this "
                 "size; ")
-    note = "" if near.sample_bytes == want else (f"fresh memory measured at {near.sample_bytes >> 20} MiB, the size "
+    return "" if near.sample_bytes == want else (f"fresh memory measured at {near.sample_bytes >> 20} MiB, the size "
                                                  f"nearest this restore's {nbytes >> 20} MiB; ")
-    if hot and near is _nearest_large(floor, want, True) and near is not _nearest_large(floor, want):
-        note += "fresh memory populated after as much again was taken (the page cache holds the checkpoint); "
-    return note
 
 
-def populate_gbps(floor: Floor, nbytes: int = 0, hot: bool = False) -> float | None:
-    c = populate_ceiling(floor, nbytes, hot)
+def populate_gbps(floor: Floor, nbytes: int = 0) -> float | None:
+    c = populate_ceiling(floor, nbytes)
     return c.gbps if c is not None else None
 
 
@@ -301,7 +291,7 @@ def landing_gbps(floor: Floor, hot: bool, nbytes: int = 0) -> float | None:
     Not the kernel's copy-on-write of a private file mapping, though it skips the zeroing (4.1-4.4 against
     3.2-3.7 GB/s on 2 cores): truncating the file later takes the copied pages back out of the mapping (POSIX), so
     the restored bytes would fault (SIGBUS) when a trainer rewrites its checkpoint; that memory is not owned."""
-    pop = populate_gbps(floor, nbytes, hot)
+    pop = populate_gbps(floor, nbytes)
     if not hot or pop is None or "copy" not in floor.ceilings:
         return pop
     return 1 / (1 / pop + 1 / floor.ceilings["copy"].gbps)
@@ -413,7 +403,7 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
             "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only; ")
     note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else \
-        size_note(floor, bytes_read, hot)
+        size_note(floor, bytes_read)
     note += "every part on the cores, so the CPU work adds to the largest; " if m.get("cores_shared") else ""
     ages = [c.age_s for c in floor.ceilings.values()] + ([floor.storage.age_s] if floor.storage else [])
     note += f"ceilings measured {max(ages) / 3600:.1f} h ago at most"

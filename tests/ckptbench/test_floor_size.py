@@ -23,17 +23,14 @@ def test_size_classes_are_the_nearest_power_of_two_and_keys_round_trip():
     assert fl.size_class(int(1.4 * GiB)) == GiB and fl.size_class(int(1.42 * GiB)) == 2 * GiB
     assert fl.size_class(4 * GiB) == 4 * GiB and fl.size_class(5 * GiB) == 4 * GiB and fl.size_class(6 * GiB) == 8 * GiB
     assert fl.large_size(fl.large_key(4 * GiB)) == 4 * GiB and fl.large_key(4 * GiB) == "populate_at_4096m"
-    assert fl.large_key(4 * GiB, after=True) == "populate_after_4096m" and fl.is_after("populate_after_4096m")
-    assert fl.large_size("populate_after_4096m") == 4 * GiB and not fl.is_after("populate_at_4096m")
-    for junk in ("populate_at_m", "populate_at_-1m", "populate_at_4096", "populate_4k", "populate_at_999999999999m",
-                 "populate_after_m", "populate_after_x1m"):
-        assert fl.large_size(junk) == 0 and not fl.is_after(junk), junk
+    for junk in ("populate_at_m", "populate_at_-1m", "populate_at_4096", "populate_4k", "populate_at_999999999999m"):
+        assert fl.large_size(junk) == 0, junk
 
 
-def _with_large(f: fl.Floor, size: int, gbps: float, after: bool = False) -> fl.Floor:
+def _with_large(f: fl.Floor, size: int, gbps: float) -> fl.Floor:
     c = fl.Ceiling(gbps, gbps, gbps, f"fixed at {size >> 20} MiB", time.time() - 60)
     c.sample_bytes = size
-    f.ceilings[fl.large_key(size, after)] = c
+    f.ceilings[fl.large_key(size)] = c
     return f
 
 
@@ -47,22 +44,6 @@ def test_a_large_restore_is_held_to_fresh_memory_at_its_size_and_a_small_one_to_
     m = fl.model(f, bytes_read=4 * GiB, hot=True)
     assert m["times_s"]["fresh memory"] == pytest.approx(4 * GiB / 1e9 * (1 / 2.0 + 1 / 10.0))
     assert fl.landing_gbps(f, hot=True, nbytes=4 * GiB) == pytest.approx(1 / (1 / 2.0 + 1 / 10.0))
-
-
-def test_a_hot_restore_is_held_to_fresh_memory_taken_after_its_checkpoints_size():
-    # the page cache holds a hot restore's checkpoint: it took the memory freed a moment ago, the restore gets what
-    # comes after; a cold restore (O_DIRECT, past the page cache) gets the first
-    f = _with_large(_with_large(_floor(populate_4k=5.0, copy=10.0), 4 * GiB, 4.0), 4 * GiB, 1.0, after=True)
-    assert fl.populate_gbps(f, 4 * GiB, hot=True) == 1.0 and fl.populate_gbps(f, 4 * GiB) == 4.0
-    assert fl.model(f, bytes_read=4 * GiB, hot=True)["times_s"]["fresh memory"] == pytest.approx(
-        4 * GiB / 1e9 * (1 / 1.0 + 1 / 10.0))
-    assert fl.model(f, bytes_read=4 * GiB)["times_s"]["fresh memory"] == pytest.approx(4 * GiB / 1e9 / 4.0)
-    hot = fl.restore_fields(f, bytes_read=4 * GiB, measured_s=5.0, hash_alg="none", hot=True)["floor_note"]
-    assert "after as much again was taken" in hot
-    cold = fl.restore_fields(f, bytes_read=4 * GiB, measured_s=5.0, hash_alg="none")["floor_note"]
-    assert "after as much again" not in cold
-    only_first = _with_large(_floor(populate_4k=5.0, copy=10.0), 4 * GiB, 4.0)  # memory short of twice the class
-    assert fl.populate_gbps(only_first, 4 * GiB, hot=True) == 4.0
 
 
 def test_the_note_says_when_fresh_memory_was_not_measured_at_the_restores_size():
@@ -80,29 +61,19 @@ def test_the_note_says_when_fresh_memory_was_not_measured_at_the_restores_size()
 
 def test_a_real_large_sample_is_one_plain_allocation_of_the_size_class(monkeypatch):
     monkeypatch.setattr(ceilings, "LARGE_MIN", 32 << 20)  # the real path, at a size a test can afford
-    got, held = ceilings.populate_large(40 << 20, cores=2)
+    c, held = ceilings.populate_large(40 << 20, cores=2)
     try:
-        assert held is not None and len(held) == 64 << 20  # the class (nearer 32 than 64 MiB), twice: both held
-        assert set(got) == {"populate_at_32m", "populate_after_32m"}
-        for key, c in got.items():
-            assert c.sample_bytes == 32 << 20 and c.gbps > 0 and "plain allocation" in c.method, key
-        assert "right after as much again" in got["populate_after_32m"].method
+        assert held is not None and len(held) == 32 << 20  # nearer 32 than 64 MiB
+        assert c.sample_bytes == 32 << 20 and c.gbps > 0 and "plain allocation" in c.method and "32 MiB" in c.method
     finally:
         held.close()
     out = ceilings.memory_ceilings(cores=1, size=8 << 20, repeats=1, restore_bytes=64 << 20)
     assert out["populate_at_64m"].sample_bytes == 64 << 20 and {"populate_4k", "populate_thp", "copy"} <= set(out)
-    assert "populate_after_64m" in out
-    assert ceilings.populate_large(16 << 20) == ({}, None)  # below LARGE_MIN: nothing measured
+    assert ceilings.populate_large(16 << 20) == (None, None)  # below LARGE_MIN: nothing measured
     import psutil
 
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=100 << 20))
-    got, held = ceilings.populate_large(40 << 20, cores=1)  # half the available memory holds the class once only
-    try:
-        assert set(got) == {"populate_at_32m"} and len(held) == 32 << 20
-    finally:
-        held.close()
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=40 << 20))
-    assert ceilings.populate_large(40 << 20) == ({}, None)  # not even once: the floor never takes the box's memory
+    assert ceilings.populate_large(40 << 20) == (None, None)  # half the available memory at most: the box's own
 
 
 def test_measure_adds_a_size_class_to_cached_box_figures_once_and_keeps_the_others(tmp_path, monkeypatch):
@@ -114,7 +85,7 @@ def test_measure_adds_a_size_class_to_cached_box_figures_once_and_keeps_the_othe
         measured.append(nbytes)
         c = fl.Ceiling(2.0, 2.0, 2.0, "large", time.time())
         c.sample_bytes = fl.size_class(nbytes)
-        return {fl.large_key(c.sample_bytes): c}, None
+        return c, None
 
     monkeypatch.setattr(fl, "populate_large", large)
     entry = {"gbps": 5.0, "min_gbps": 5.0, "max_gbps": 5.0, "method": "planted", "measured_at": now}
