@@ -62,7 +62,7 @@ class Checks:
         log("$ " + " ".join(cmd))
         try:
             return subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, min(limit, self.left())),
-                                  env=self.env, cwd=ROOT, **kw)
+                                  **({"env": self.env} | kw), cwd=ROOT)
         except subprocess.TimeoutExpired as exc:
             return subprocess.CompletedProcess(cmd, 124, _text(exc.stdout), _text(exc.stderr) + "\n(timed out)")
 
@@ -183,6 +183,27 @@ class Checks:
                                                                "bytes_read", "peak_rss_bytes")},
                              "torch": torch_view}
 
+    def floor_h2d(self):
+        """#23: the floor measures the GPU's link (pinned, pageable) and a run with --device cuda is held to it."""
+        ck = self.sample()
+        cache = os.path.join(self.work, "floor-cache")  # the check's own figures, never the lease's user cache
+        env = dict(self.env, XDG_CACHE_HOME=cache)
+        out = self.sh(self.ckpt("floor", ck, "--remeasure", "--json"), 120, env=env)
+        doc = _json(out.stdout)
+        if doc is None:
+            return False, f"floor: rc {out.returncode}: {_last(out.stderr)}", {"stderr": out.stderr[-3000:]}
+        link = {k: (doc["ceilings"].get(k) or {}).get("gbps") for k in ("h2d_pinned", "h2d_pageable")}
+        run = self.sh(self.ckpt("run", ck, "--device", self.device, "--repeat", "1", "--json", "--results",
+                                os.path.join(self.work, "floor-h2d.csv")), 180, env=env)
+        rdoc = _json(run.stdout) or {}
+        times = rdoc.get("floor_times_s") or {}
+        ok = bool(link["h2d_pinned"] and link["h2d_pageable"] and "host-to-device" in times
+                  and doc["box"].get("gpus"))
+        summary = (f"box gpus {doc['box'].get('gpus')}; pinned {link['h2d_pinned']} GB/s, pageable "
+                   f"{link['h2d_pageable']} GB/s; run --device {self.device}: floor {rdoc.get('floor_s')} s bound by "
+                   f"{rdoc.get('binding')}, efficiency {rdoc.get('efficiency')}, times {times}")
+        return ok, summary, {"floor_ceilings": doc.get("ceilings"), "run_floor_note": rdoc.get("floor_note")}
+
     def peers(self, size_gib: float, rounds: int, which: str | None):
         out = self.sh([sys.executable, os.path.join(ROOT, "bench", "peers_bench.py"), "--size-gib", f"{size_gib:g}",
                        "--repeat", str(rounds), "--dir", os.path.join(self.work, f"peers-{size_gib:g}g"),
@@ -262,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="/var/tmp/ckptbench-device", help="where checkpoints are written (a disk, "
                     "not tmpfs: cold reads must reach a device)")
     ap.add_argument("--budget", type=float, default=420, help="seconds for all checks together")
-    ap.add_argument("--only", default="device,nccl,watch-gpu,peers", help="comma-separated checks to run")
+    ap.add_argument("--only", default="device,floor-h2d,nccl,watch-gpu,peers", help="comma-separated checks to run")
     ap.add_argument("--watch-gib", type=float, default=6.0, help="size of the file the watched job moves to the GPU")
     ap.add_argument("--peers-gib", type=float, default=4.0)
     ap.add_argument("--peers-rounds", type=int, default=3)
@@ -276,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     env = c.environment()
     log(f"environment: {env}")
     plan = [("device", "#16 device stage", 40, c.device_stage),
+            ("floor-h2d", "#23 item 1 (host-to-device)", 40, c.floor_h2d),
             ("nccl", "#16 item 6", 60, c.nccl),
             ("watch-gpu", "#14", 60, lambda: c.watch_gpu(args.watch_gib)),
             ("peers", "#13", 150, lambda: c.peers(args.peers_gib, args.peers_rounds, args.peers))]

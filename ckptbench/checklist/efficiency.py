@@ -177,8 +177,12 @@ def ceilings(floor: fl.Floor, hash_alg: str, nbytes: int = 0) -> dict:
             "kernels_gbps": {k: round(v, 3) for k, v in _kernels(floor).items()}}
     if "scan" in floor.ceilings:
         cpu["scan_gbps"] = round(floor.ceilings["scan"].gbps, 3)
-    return {floor.resource: storage, "fresh memory": fresh, "page cache copy": _ceiling(floor.ceilings.get("copy")),
-            "cpu": cpu}
+    out = {floor.resource: storage, "fresh memory": fresh, "page cache copy": _ceiling(floor.ceilings.get("copy")),
+           "cpu": cpu}
+    if (link := _ceiling(floor.ceilings.get("h2d_pinned"))) is not None:  # a box with a GPU
+        out["host-to-device"] = link | ({"pageable_gbps": round(floor.ceilings["h2d_pageable"].gbps, 3)}
+                                        if "h2d_pageable" in floor.ceilings else {})
+    return out
 
 
 def _storage_fix(probe: RestoreProbe, advised: Advice) -> str:

@@ -150,6 +150,9 @@ def cmd_floor(args) -> int:
         # counts that scan too, so both are given (`floor` cannot know whether a run will have a model)
         doc["restore"]["floor_s_structural"] = fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg,
                                                         floating_bytes=listing.bytes)["floor_s"]
+        if "h2d_pinned" in f.ceilings:  # a run with --device cuda moves the state over the GPU's link as well
+            doc["restore"]["floor_s_device"] = fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg,
+                                                        device_bytes=listing.bytes)["floor_s"]
     nbytes = listing.bytes if listing is not None else 0
     doc["landing_hot_gbps"] = fl.landing_gbps(f, hot=True, nbytes=nbytes)
     if args.json:
@@ -182,4 +185,6 @@ def cmd_floor(args) -> int:
         if r["floor_s_structural"] and r["floor_s_structural"] > r["floor_s"] * 1.005:
             print(f"  with the structural check's NaN/Inf scan (a run without a model step): floor "
                   f"{r['floor_s_structural']:.3f} s")
+        if r.get("floor_s_device"):
+            print(f"  moved to the GPU as well (--device cuda): floor {r['floor_s_device']:.3f} s")
     return 0 if f.kept else 1

@@ -20,11 +20,12 @@ def hash_of(asked: str | None, listing) -> str:
 
 
 def fields(source, bytes_read: int, *, measured_s: float | None, hash_alg: str, hot: bool,
-           floating_bytes: int = 0, destination: str = fl.FRESH) -> dict:
+           floating_bytes: int = 0, destination: str = fl.FRESH, device_bytes: int = 0) -> dict:
     """The floor fields of `bytes_read` moved from `source` in `measured_s`: a restore lands them in memory it did
     not own before (`fresh`), a read or a sweep in buffers it reuses (`reused`: no population in the floor)."""
     return fl.restore_fields(fl.cached(fl.mount_key(source.describe())), bytes_read=bytes_read, measured_s=measured_s,
-                             hash_alg=hash_alg, floating_bytes=floating_bytes, hot=hot, destination=destination)
+                             hash_alg=hash_alg, floating_bytes=floating_bytes, hot=hot, destination=destination,
+                             device_bytes=device_bytes)
 
 
 def of_restore(source, listing, opts, *, measured_s: float | None = None, residency: float | None = None,
@@ -35,7 +36,8 @@ def of_restore(source, listing, opts, *, measured_s: float | None = None, reside
     if residency is not None and measured_s is not None:
         hot = residency >= HOT  # what the run found, not what it was asked for
     return fields(source, listing.bytes, measured_s=measured_s, hash_alg=hash_of(opts.hash, listing), hot=hot,
-                  floating_bytes=listing.bytes if structural else 0)
+                  floating_bytes=listing.bytes if structural else 0,
+                  device_bytes=listing.bytes if opts.device != "cpu" else 0)
 
 
 def of_repeats(source, listing, opts, reps) -> dict:

@@ -258,6 +258,56 @@ def _memory_ceilings(cores: int, size: int, repeats: int) -> dict[str, Ceiling]:
     return out
 
 
+H2D_BYTES = 256 << 20  # a copy this large is the link's rate, not a launch's latency
+DEVICE_FIGURES = ("h2d_pinned", "h2d_pageable")
+
+
+def gpu_models(root: str = "/") -> list[str]:
+    """The GPUs' model names as the NVIDIA driver lists them in /proc (no CUDA context, no torch import: this is
+    part of the box key, read by every command that looks at the cache); [] on a box without one."""
+    import glob
+
+    from ckptbench.core.errors import printable
+
+    out = []
+    for info in sorted(glob.glob(os.path.join(root, "proc/driver/nvidia/gpus/*/information")))[:64]:
+        try:
+            with open(info, errors="replace") as f:
+                text = f.read(8192)
+        except OSError:
+            continue
+        model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Model:")), "")
+        out.append(printable(model)[:100] or "unknown")
+    return out
+
+
+def device_ceilings(size: int = H2D_BYTES, repeats: int = REPEATS) -> dict[str, Ceiling]:
+    """Host-to-device copies into the first CUDA device, from pinned and from pageable host memory (the device
+    stage pins, then copies; a copy from pageable memory is staged through the driver's own pinned buffers), each
+    the median of `repeats` after an untimed one (the context and the first copy's setup); {} without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    dst = torch.empty(size, dtype=torch.uint8, device="cuda")
+    name = torch.cuda.get_device_name(0)
+    out: dict[str, Ceiling] = {}
+    for key, pinned in (("h2d_pinned", True), ("h2d_pageable", False)):
+        src = torch.ones(size, dtype=torch.uint8, pin_memory=pinned)
+        dst.copy_(src, non_blocking=pinned)
+        torch.cuda.synchronize()
+        rates = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            dst.copy_(src, non_blocking=pinned)
+            torch.cuda.synchronize()
+            rates.append(size / (time.perf_counter() - t0))
+        out[key] = _ceiling(rates, f"torch copy of {size >> 20} MiB from {'pinned' if pinned else 'pageable'} host "
+                                   f"memory to cuda:0 ({name}), {repeats} repeats after one untimed")
+        del src
+    return out
+
+
 def cpu_ceilings(size: int = HASH_BYTES, repeats: int = REPEATS) -> dict[str, Ceiling]:
     """Every hash kernel and the finite scan, per core (one native thread, the GIL released)."""
     buf = bytearray(os.urandom(1 << 20)) * (size >> 20)

@@ -26,9 +26,9 @@ from ckptbench.core.errors import CkptbenchError
 # the measurements are ceilings.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
 from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: callers name these through it)
-    LARGE_MIN, LINK_SAMPLE, MIN_STORAGE_SAMPLE, POP_BYTES, STORAGE_SAMPLE, Ceiling, _ceiling, cpu_ceilings,
-    large_key, large_size, link_ceiling, link_sample, memory_ceilings, populate_large, size_class, storage_ceiling,
-    thread_counts,
+    DEVICE_FIGURES, LARGE_MIN, LINK_SAMPLE, MIN_STORAGE_SAMPLE, POP_BYTES, STORAGE_SAMPLE, Ceiling, _ceiling,
+    cpu_ceilings, device_ceilings, gpu_models, large_key, large_size, link_ceiling, link_sample, memory_ceilings,
+    populate_large, size_class, storage_ceiling, thread_counts,
 )
 
 MAX_AGE_S = 86400.0
@@ -50,7 +50,7 @@ def box_key() -> dict:
     import psutil
 
     return {"kernel": platform.release(), "cpu": model, "cores": os.cpu_count(),
-            "memory": psutil.virtual_memory().total}
+            "memory": psutil.virtual_memory().total, "gpus": gpu_models()}
 
 
 def cache_path() -> str:
@@ -142,6 +142,12 @@ def valid_ceiling(entry, now: float) -> Ceiling | None:
     return Ceiling(*rates, printable(method)[:300], at, sample, fresh_gbps=float(into_fresh))
 
 
+def known_figure(key: str) -> bool:
+    """A ceiling the floor knows: the box's, a size class of fresh memory, a GPU's link. Anything else in a cache
+    was not written by us and is not carried."""
+    return key in BOX_FIGURES or key in DEVICE_FIGURES or bool(large_size(key))
+
+
 def _busy() -> str:
     """A note when other work held the cores while the box was measured: its figures are then low."""
     try:
@@ -173,7 +179,7 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     others = {k: asdict(c) for k, v in (kept_doc.get("storage") or {}).items()
               if mine and isinstance(k, str) and k != mount and (c := valid_ceiling(v, now))}
     cached = {k: c for k, v in (doc.get("ceilings") or {}).items() if mine and (c := valid_ceiling(v, now))
-              and (k in BOX_FIGURES or large_size(k))}
+              and known_figure(k)}
     want = large_key(size_class(restore_bytes)) if size_class(restore_bytes) else None
     if all(k in cached for k in BOX_FIGURES):
         floor.ceilings, floor.cached = cached, True
@@ -186,6 +192,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
         floor.ceilings = memory_ceilings(size=size, **({"restore_bytes": restore_bytes} if want else {})) | \
             cpu_ceilings()
         floor.notes += [note] if (note := _busy()) else []
+    if box.get("gpus") and not all(k in floor.ceilings for k in DEVICE_FIGURES):  # a GPU's link, when there is one
+        floor.ceilings |= device_ceilings()
     storages = doc.get("storage") if mine and isinstance(doc.get("storage"), dict) else {}
     if paths_sizes or read is not None:
         kept = valid_ceiling(storages.get(mount or ""), now) if storages and mount else None
@@ -305,7 +313,7 @@ def storage_gbps(floor: Floor, destination: str) -> float:
 
 
 def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "none",
-          destination: str = FRESH, cores: int | None = None, hot: bool = False) -> dict:
+          destination: str = FRESH, cores: int | None = None, hot: bool = False, device_bytes: int = 0) -> dict:
     """A restore's floor on this box: per resource, its bytes over its rate (storage — the device when cold, the
     page cache's copy when `hot`; fresh memory for a fresh owned destination, none for a reused or mapped one) and
     the CPU work (hashing, scanning) over the cores; the floor is the largest, and names what binds. From the page
@@ -319,7 +327,9 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
         rates[floor.resource] = storage_gbps(floor, destination)
     if destination == FRESH and (land := landing_gbps(floor, hot, bytes_read)) is not None:
         rates["fresh memory"] = land
-    times = {k: bytes_read / (r * 1e9) for k, r in rates.items()}
+    if device_bytes and "h2d_pinned" in floor.ceilings:  # the state moved to a GPU, at the pinned link's rate
+        rates["host-to-device"] = floor.ceilings["h2d_pinned"].gbps
+    times = {k: (device_bytes if k == "host-to-device" else bytes_read) / (r * 1e9) for k, r in rates.items()}
     cpu = 0.0
     if hash_alg != "none" and f"hash_{hash_alg}" in floor.ceilings:
         cpu += bytes_read / (floor.ceilings[f"hash_{hash_alg}"].gbps * 1e9)
@@ -371,7 +381,7 @@ def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
         return None
     now = time.time()
     ceilings = {k: c for k, v in (doc.get("ceilings") or {}).items()
-                if (k in BOX_FIGURES or large_size(k)) and (c := valid_ceiling(v, now))}
+                if known_figure(k) and (c := valid_ceiling(v, now))}
     if not all(k in ceilings for k in BOX_FIGURES):  # a floor on part of the figures would be some other floor
         return None
     storages = doc.get("storage") if isinstance(doc.get("storage"), dict) else {}
@@ -392,19 +402,23 @@ def unmeasured(note: str = NOT_MEASURED) -> dict:
 
 
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
-                   floating_bytes: int = 0, hot: bool = False, destination: str = FRESH) -> dict:
+                   floating_bytes: int = 0, hot: bool = False, destination: str = FRESH,
+                   device_bytes: int = 0) -> dict:
     """What every restore document carries: floor_s, efficiency (floor / measured), binding, the per-resource
     times, and a note saying what the floor stands on (or that it is not measured)."""
     if floor is None:
         return unmeasured()
     m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot,
-              destination=destination)
+              destination=destination, device_bytes=device_bytes)
     note = ("the read was from the page cache; " if hot else "" if storage_usable(floor) else
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
             "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only; ")
     note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else \
         size_note(floor, bytes_read)
     note += "every part on the cores, so the CPU work adds to the largest; " if m.get("cores_shared") else ""
+    if device_bytes and "h2d_pinned" not in floor.ceilings:
+        note += ("no host-to-device figure (`ckptbench floor` measures the GPU's link where there is one): the "
+                 "device stage is not in the floor; ")
     ages = [c.age_s for c in floor.ceilings.values()] + ([floor.storage.age_s] if floor.storage else [])
     note += f"ceilings measured {max(ages) / 3600:.1f} h ago at most"
     eff = efficiency(m["floor_s"], measured_s)
