@@ -12,10 +12,11 @@ class WatchApp(App):
     TITLE = "ckptbench watch"
     BINDINGS = [("q", "quit", "Quit")]
 
-    def __init__(self, pid: int, *, proc=None, marks: str | None = None, interval: float = 0.25):
+    def __init__(self, pid: int, *, proc=None, marks: str | None = None, interval: float = 0.25,
+                 source: str | None = None):
         super().__init__()
-        self.screen_args = (pid, proc, marks, interval)
+        self.screen_args = (pid, proc, marks, interval, source)
 
     def on_mount(self) -> None:
-        pid, proc, marks, interval = self.screen_args
-        self.push_screen(WatchScreen(pid, proc=proc, marks=marks, interval=interval))
+        pid, proc, marks, interval, source = self.screen_args
+        self.push_screen(WatchScreen(pid, proc=proc, marks=marks, interval=interval, source=source))

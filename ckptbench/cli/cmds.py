@@ -278,7 +278,11 @@ def cmd_tui(args) -> int:
         from ckptbench.system import procstat
 
         procstat.sample(args.watch)  # gone or unreadable: one line now, not inside the UI
-        return run_app("watch", args.watch)
+        if args.source is not None:  # `tui SOURCE --watch PID`: SOURCE is the checkpoint the job restores
+            from ckptbench.cli.watch import source_files
+
+            source_files(args.source)  # a bad one is one line here, as `watch --source` says it
+        return run_app("watch", args.watch, source=args.source)
     if args.source is not None:
         from ckptbench.sources import open_source
 

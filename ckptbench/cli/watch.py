@@ -62,7 +62,7 @@ class _LiveLine:
         self.line.close()
 
 
-def _source_files(source: str | None) -> tuple[list[str], int | None]:
+def source_files(source: str | None) -> tuple[list[str], int | None]:
     """The checkpoint the job restores, when named: its files (what the verdict reads) and its size (the ETA)."""
     if not source:
         return [], None
@@ -112,7 +112,7 @@ def cmd_watch(args) -> int:
     from ckptbench.watch import verdict
     from ckptbench.watch import sampler as watch
 
-    files, total = _source_files(args.source)  # a bad --source is one line before anything starts
+    files, total = source_files(args.source)  # a bad --source is one line before anything starts
     pid, proc, marks = _target(args)
     if args.results:
         from ckptbench.records.results import check_writable
@@ -122,7 +122,7 @@ def cmd_watch(args) -> int:
         from ckptbench.cli.ui import run_app
 
         try:
-            run_app("watch", pid, proc=proc, marks=marks, interval=args.interval)
+            run_app("watch", pid, proc=proc, marks=marks, interval=args.interval, source=args.source)
         finally:
             if marks:
                 os.unlink(marks)

@@ -215,7 +215,9 @@ WATCH_SOURCE = option("--source", metavar="DIR", help="the checkpoint the job re
 TUI = switch("--tui", "the live watch screen: rate, phases, then the verdict")
 START_RUN = switch("--run", "start a restore at once")
 START_LOOP = switch("--loop", "start loop mode at once (read pass after pass)")
-START_WATCH = option("--watch", parse=positive, metavar="PID", help="watch that process (as `watch PID --tui`)")
+START_WATCH = option("--watch", parse=positive, metavar="PID",
+                     help="watch that process (as `watch PID --tui`; SOURCE, when given, is the checkpoint it "
+                          "restores, as `watch --source`)")
 OPEN_RANKS = switch("--ranks", "open the newest distributed run (run --distributed) in --results: a lane per rank")
 DEMO_DIR = option("--dir", help="where the sample lives (default: the user cache directory)")
 HEADLESS = switch("--headless", "no TUI: a timed run with a progress line")

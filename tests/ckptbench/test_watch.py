@@ -223,6 +223,18 @@ def test_tui_watch_of_a_pid_that_is_not_running_is_one_line():
         f"ckptbench: error: process {p.pid} is not running (it exited, or the PID is wrong)"]
 
 
+def test_tui_watch_with_a_source_that_is_not_there_is_one_line(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        r = subprocess.run([sys.executable, "-m", "ckptbench", "tui", str(tmp_path / "absent"), "--watch", str(p.pid)],
+                           capture_output=True, text=True, timeout=60, cwd=REPO)
+    finally:
+        p.kill()
+        p.wait()
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "absent" in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
 def test_a_process_the_kernel_will_not_show_is_one_line():
     """Another user's process, watched without CAP_SYS_PTRACE: /proc/PID/io is refused by the kernel."""
     target = subprocess.Popen(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "sleep", "30"])

@@ -120,3 +120,26 @@ async def test_the_jobs_gpu_memory_is_on_screen_where_nvidia_smi_is(tmp_path, h,
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+async def test_the_checkpoint_named_as_source_is_judged_whatever_its_files_are_called(tmp_path, h):
+    """`tui SOURCE --watch PID` and `watch --tui --source DIR`: a file under the source counts as the checkpoint's,
+    as it does headless (blob.dat is no checkpoint by its name: without the source the verdict has no file)."""
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    data = ck / "blob.dat"
+    data.write_bytes(os.urandom(24 << 20))
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    fastio.evict([str(data)])
+    proc, marks = watch.start_job([sys.executable, str(script), str(data), "0"], stdout_to_stderr=True)
+    app = WatchApp(proc.pid, proc=proc, marks=marks, interval=0.1, source=str(ck))
+    try:
+        async with app.run_test(size=h.SIZE) as pilot:
+            verdict = app.screen.query_one("#watch-verdict", Static)
+            await _until(pilot, lambda: "verdict:" in h.text_of(verdict), "the verdict")
+            assert "verdict: loader-cpu-bound" in h.text_of(verdict), h.text_of(verdict)
+    finally:
+        os.unlink(marks)
+        proc.kill()
+        proc.wait()

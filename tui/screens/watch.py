@@ -49,9 +49,11 @@ class WatchScreen(Screen):
         ("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, pid: int, *, proc=None, marks: str | None = None, interval: float = 0.25):
+    def __init__(self, pid: int, *, proc=None, marks: str | None = None, interval: float = 0.25,
+                 source: str | None = None):
         super().__init__()
         self.pid, self.proc, self.marks, self.interval = pid, proc, marks, interval
+        self.source = source  # the checkpoint the job restores (--source): its files count whatever their names
         self.cancel = threading.Event()
         self.phases: dict[str, float] = {}
 
@@ -85,7 +87,7 @@ class WatchScreen(Screen):
 
         try:
             report = watch.Watch(self.pid, interval=self.interval, cancel=self.cancel, on_interval=sampled,
-                                 proc=self.proc, marks_path=self.marks).run()
+                                 proc=self.proc, marks_path=self.marks, source=self.source).run()
             doc = report.to_json()
             floor = verdict.floor_fields(report)
             doc |= floor | {"floor_sentence": verdict.floor_sentence(floor)}
