@@ -107,22 +107,30 @@ def _anonymous(size: int, huge: bool) -> mmap.mmap:
 HOLD_MAX = 2 << 30  # the most population samples held at once (a quarter of the available memory at most)
 
 
-def _hold_budget(cgroup: str = "/sys/fs/cgroup") -> int:
-    """HOLD_MAX, or a quarter of the memory this process may still take: the box's available memory, and in a
-    container its cgroup's limit less its use (psutil sees the box, not the limit)."""
+CGROUP = "/sys/fs/cgroup"
+
+
+def _hold_budget(cgroup: str | None = None) -> int:
+    """HOLD_MAX, or a quarter of the memory this process may still take (_room)."""
+    return min(HOLD_MAX, _room(cgroup) // 4)
+
+
+def _room(cgroup: str | None = None) -> int:
+    """The memory this process may still take: the box's available memory, and in a container its cgroup's limit
+    less its use (psutil sees the box, not the limit)."""
     import psutil
 
     room = psutil.virtual_memory().available
     try:
-        with open(os.path.join(cgroup, "memory.max")) as f:
+        with open(os.path.join(cgroup or CGROUP, "memory.max")) as f:
             limit = f.read().strip()
-        with open(os.path.join(cgroup, "memory.current")) as f:
+        with open(os.path.join(cgroup or CGROUP, "memory.current")) as f:
             used = int(f.read().strip())
         if limit.isdigit():
             room = min(room, max(0, int(limit) - used))
     except (OSError, ValueError):
         pass  # no cgroup v2 here: the box's figure stands
-    return min(HOLD_MAX, room // 4)
+    return room
 
 
 def _best(make, close, cores: int, repeats: int) -> tuple[list[float], str, int]:
@@ -187,7 +195,10 @@ def large_key(size: int) -> str:
 def large_size(key: str) -> int:
     """The bytes a populate_at_ key was measured at (0: not such a key, or a malformed one)."""
     digits = key[len(LARGE_KEY):-1] if key.startswith(LARGE_KEY) and key.endswith("m") else ""
-    return int(digits) << 20 if digits.isdigit() and len(digits) < 9 else 0
+    # ASCII digits, spelled as large_key spells them: '²'.isdigit() holds and int('²') raises (a traceback in every
+    # command); '٣' or '01024' parse, and a second spelling of a size class would stand in for the one written
+    size = int(digits) << 20 if digits.isascii() and digits.isdigit() and len(digits) < 9 else 0
+    return size if size and key == large_key(size) else 0
 
 
 def _plain_pages() -> str:
@@ -199,6 +210,17 @@ def _plain_pages() -> str:
         return "4 KiB pages"
 
 
+def large_reach(nbytes: int) -> int:
+    """The size the floor populates for a restore of `nbytes`: its size class, or less where the box has not half
+    its available memory (a container's limit included) to spare, LARGE_MAX at most; 0 when that is under LARGE_MIN
+    or under half the class (no restore of this class is held to a figure under half its size)."""
+    want = size_class(nbytes)
+    # whole LARGE_MINs (every class is some): the free memory moves a little between runs, and each run measuring
+    # its own slightly smaller size would never find the last one's figure in the cache
+    size = min(want, LARGE_MAX, _room() // 2 // LARGE_MIN * LARGE_MIN)  # a container's limit too (_room)
+    return size if size >= LARGE_MIN and 2 * size >= want else 0
+
+
 def populate_large(nbytes: int, cores: int | None = None) -> tuple[Ceiling | None, mmap.mmap | None]:
     """Fresh memory as a restore of `nbytes` meets it: one plain allocation of its size class (the pages the box
     gives an allocation that asks for none), populated once on every core. On a VM the host backs the first of a
@@ -206,11 +228,9 @@ def populate_large(nbytes: int, cores: int | None = None) -> tuple[Ceiling | Non
     hundreds of megabytes (4 GiB at 2.2 GB/s where 256 MiB samples ran at 5.3, here). Returns the ceiling (None when
     the box has not half its available memory to spare) and the region: the caller holds it while the base samples
     are measured (they would reuse its freed pages, which come back faster) and closes it."""
-    import psutil
-
     cores = cores or os.cpu_count() or 1
-    size = min(size_class(nbytes), LARGE_MAX, psutil.virtual_memory().available // 2 >> 20 << 20)
-    if size < LARGE_MIN:
+    size = large_reach(nbytes)
+    if not size:
         return None, None
     region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:

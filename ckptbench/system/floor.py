@@ -26,9 +26,9 @@ from ckptbench.core.errors import CkptbenchError
 # the measurements are ceilings.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
 from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: callers name these through it)
-    DEVICE_FIGURES, LARGE_MIN, LINK_SAMPLE, MIN_STORAGE_SAMPLE, POP_BYTES, STORAGE_SAMPLE, Ceiling, _ceiling,
-    cpu_ceilings, device_ceilings, gpu_models, large_key, large_size, link_ceiling, link_sample, memory_ceilings,
-    populate_large, size_class, storage_ceiling, thread_counts,
+    DEVICE_FIGURES, LARGE_MAX, LARGE_MIN, LINK_SAMPLE, MIN_STORAGE_SAMPLE, POP_BYTES, STORAGE_SAMPLE, Ceiling,
+    _ceiling, cpu_ceilings, device_ceilings, gpu_models, large_key, large_reach, large_size, link_ceiling,
+    link_sample, memory_ceilings, populate_large, size_class, storage_ceiling, thread_counts,
 )
 
 MAX_AGE_S = 86400.0
@@ -117,7 +117,8 @@ MIN_GBPS, MAX_GBPS = 1e-4, 1e4  # 100 kB/s .. 10 TB/s: a cached rate outside any
 
 
 def valid_ceiling(entry, now: float) -> Ceiling | None:
-    """A cached (or printed: `floor --json`) ceiling, when it is well formed, in range and younger than a day; else None (measured again)."""
+    """A cached (or printed: `floor --json`) ceiling, when it is well formed, in range and younger than a day; else
+    None (measured again)."""
     from ckptbench.core.errors import printable
 
     def number(v) -> bool:
@@ -180,10 +181,12 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
               if mine and isinstance(k, str) and k != mount and (c := valid_ceiling(v, now))}
     cached = {k: c for k, v in (doc.get("ceilings") or {}).items() if mine and (c := valid_ceiling(v, now))
               and known_figure(k)}
-    want = large_key(size_class(restore_bytes)) if size_class(restore_bytes) else None
+    want = size_class(restore_bytes)
     if all(k in cached for k in BOX_FIGURES):
         floor.ceilings, floor.cached = cached, True
-        if want and want not in cached:  # only this size is new: the box's other figures stand
+        # only this size is new: the box's other figures stand (the size this box can reach: its class, or less
+        # where memory is short, and then that one is the figure to find next time)
+        if want and (reach := large_reach(restore_bytes)) and large_key(reach) not in cached:
             large, held = populate_large(restore_bytes)
             if held is not None:
                 held.close()
@@ -193,7 +196,14 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
             cpu_ceilings()
         floor.notes += [note] if (note := _busy()) else []
     if box.get("gpus") and not all(k in floor.ceilings for k in DEVICE_FIGURES):  # a GPU's link, when there is one
-        floor.ceilings |= device_ceilings()
+        try:
+            floor.ceilings |= device_ceilings()
+        except RuntimeError as exc:  # a GPU another process holds (out of memory), a driver that fails: the box's
+            from ckptbench.core.errors import printable  # other figures stand and are kept
+
+            why = printable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:200]
+            floor.notes.append(f"the GPU's link is not measured ({why}): `ckptbench floor` again when the GPU is "
+                               "free")
     storages = doc.get("storage") if mine and isinstance(doc.get("storage"), dict) else {}
     if paths_sizes or read is not None:
         kept = valid_ceiling(storages.get(mount or ""), now) if storages and mount else None
@@ -267,7 +277,8 @@ def populate_ceiling(floor: Floor, nbytes: int = 0) -> Ceiling | None:
 
 
 def _nearest_large(floor: Floor, want: int) -> Ceiling | None:
-    sizes = {large_size(k): c for k, c in floor.ceilings.items() if large_size(k)}
+    # a figure is at its key's size (populate_large writes both): one that says otherwise was not written by us
+    sizes = {large_size(k): c for k, c in floor.ceilings.items() if large_size(k) and c.sample_bytes == large_size(k)}
     near = min(sizes, key=lambda s: abs(s.bit_length() - want.bit_length()), default=0)
     return sizes[near] if near and want // 2 <= near <= want * 2 else None
 
@@ -278,9 +289,11 @@ def size_note(floor: Floor, nbytes: int) -> str:
         return ""
     near = _nearest_large(floor, want)
     if near is None:
+        how = ("`ckptbench floor SOURCE` measures it at this size" if large_reach(nbytes) else
+               f"the floor populates {LARGE_MAX >> 30} GiB at most, and half the memory this box has free: not this "
+               "size")
         return (f"fresh memory measured on {POP_BYTES >> 20} MiB samples, not at this restore's {nbytes / 2**30:.1f} "
-                "GiB (a VM's host may back a large allocation slower): `ckptbench floor SOURCE` measures it at this "
-                "size; ")
+                f"GiB (a VM's host may back a large allocation slower): {how}; ")
     return "" if near.sample_bytes == want else (f"fresh memory measured at {near.sample_bytes >> 20} MiB, the size "
                                                  f"nearest this restore's {nbytes >> 20} MiB; ")
 

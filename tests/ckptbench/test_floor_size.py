@@ -102,3 +102,9 @@ def test_measure_adds_a_size_class_to_cached_box_figures_once_and_keeps_the_othe
     fl.measure(path=cache, restore_bytes=512 << 20)
     assert measured == [4 * GiB]  # a small restore needs no size class
     assert {"populate_at_4096m", "populate_at_8192m"} <= set(fl.cached(path=cache).ceilings)
+
+
+def test_a_restore_beyond_what_the_floor_populates_is_told_so_not_sent_to_measure_it():
+    bare = _floor(populate_4k=5.0, copy=10.0)
+    huge = fl.restore_fields(bare, bytes_read=64 * GiB, measured_s=30.0, hash_alg="none", hot=True)["floor_note"]
+    assert "16 GiB at most" in huge and "measures it at this size" not in huge  # 64 GiB: over twice LARGE_MAX
