@@ -423,9 +423,11 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
         return unmeasured()
     m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot,
               destination=destination, device_bytes=device_bytes)
-    note = ("the read was from the page cache; " if hot else "" if storage_usable(floor) else
+    partial = not hot and not storage_usable(floor)  # a cold read's floor without what it reads from
+    note = ("the read was from the page cache; " if hot else "" if not partial else
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
-            "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only; ")
+            "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only, so no efficiency "
+            "is given (a cold restore held to part of its floor read as slow as 15 %); ")
     note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else \
         size_note(floor, bytes_read)
     note += "every part on the cores, so the CPU work adds to the largest; " if m.get("cores_shared") else ""
@@ -434,7 +436,7 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
                  "device stage is not in the floor; ")
     ages = [c.age_s for c in floor.ceilings.values()] + ([floor.storage.age_s] if floor.storage else [])
     note += f"ceilings measured {max(ages) / 3600:.1f} h ago at most"
-    eff = efficiency(m["floor_s"], measured_s)
+    eff = None if partial else efficiency(m["floor_s"], measured_s)
     if eff is not None and eff > OVER_FLOOR:  # kept as measured: hiding it would hide a ceiling that reads low
         note += (f"; faster than the floor ({eff:.0%}): a ceiling measured low (a busy box, a noisy sample, another "
                  "checkpoint's figure): `ckptbench floor SOURCE --remeasure` when the box is quiet")

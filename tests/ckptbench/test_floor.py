@@ -155,8 +155,12 @@ def test_an_s3_source_is_keyed_by_endpoint_without_credentials_and_its_figure_is
     doc = fl.restore_fields(f, bytes_read=10**9, measured_s=25.0, hash_alg="none")
     assert doc["binding"] == "network" and doc["binding_gbps"] == 0.05 and doc["efficiency"] == pytest.approx(0.8)
     f.storage = None
-    assert "no network figure for this endpoint" in fl.restore_fields(f, bytes_read=10**9, measured_s=1.0,
-                                                                       hash_alg="none")["floor_note"]
+    partial = fl.restore_fields(f, bytes_read=10**9, measured_s=1.0, hash_alg="none")
+    assert "no network figure for this endpoint" in partial["floor_note"]
+    # a cold restore held to memory and CPU alone read as slow as 15 %: the floor is shown, no efficiency
+    assert partial["efficiency"] is None and partial["floor_s"] and "no efficiency is given" in partial["floor_note"]
+    hot = fl.restore_fields(f, bytes_read=10**9, measured_s=1.0, hash_alg="none", hot=True)
+    assert hot["efficiency"] is not None  # from the page cache the storage is not in the way
 
 
 def test_an_s3_source_names_its_bucket_so_each_bucket_of_an_endpoint_has_its_own_figure(monkeypatch):
