@@ -22,7 +22,7 @@ def cmd_sysinfo(args) -> int:
     time.sleep(0.5)  # rates need two samples
     doc = source_summary(args.source) | sampler.sample() | where  # the sampler sees no mount behind an s3:// URL
     mount = fl.mount_key(where)
-    doc["floor"] = cached_floor(mount)  # read from the cache only: measuring would evict the checkpoint
+    doc["floor"] = cached_floor(mount, doc.get("bytes") or 0)  # from the cache only: measuring would evict it
     if args.json:
         _emit(doc)
         return 0
@@ -33,8 +33,9 @@ def cmd_sysinfo(args) -> int:
     return 0
 
 
-def cached_floor(mount: str) -> dict:
-    """The floor figures cached for this box and `mount`, with their age; what is not cached says how to get it."""
+def cached_floor(mount: str, nbytes: int = 0) -> dict:
+    """The floor figures cached for this box and `mount`, with their age; what is not cached says how to get it.
+    The hot landing rate is a restore of `nbytes`'s (fresh memory at its size class, as `run` holds it)."""
     from ckptbench.system import floor as fl
 
     f = fl.cached(mount)
@@ -47,7 +48,7 @@ def cached_floor(mount: str) -> dict:
                    "method": s.method, "sample_bytes": s.sample_bytes, "fresh_gbps": s.fresh_gbps or None}
     return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else NOT_MEASURED,
             "storage": storage if storage else NOT_MEASURED,
-            "landing_hot_gbps": fl.landing_gbps(f, hot=True) if f is not None else None}
+            "landing_hot_gbps": fl.landing_gbps(f, hot=True, nbytes=nbytes) if f is not None else None}
 
 
 def print_cached_floor(doc: dict) -> None:
@@ -150,6 +151,8 @@ def cmd_floor(args) -> int:
         # counts that scan too, so both are given (`floor` cannot know whether a run will have a model)
         doc["restore"]["floor_s_structural"] = fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg,
                                                         floating_bytes=listing.bytes)["floor_s"]
+        # from the page cache: what `run --cache hot` is held to (the printed floor above is a cold restore's)
+        doc["restore"]["floor_s_hot"] = fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg, hot=True)["floor_s"]
         if "h2d_pinned" in f.ceilings:  # a run with --device cuda moves the state over the GPU's link as well
             doc["restore"]["floor_s_device"] = fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg,
                                                         device_bytes=listing.bytes)["floor_s"]
@@ -180,8 +183,10 @@ def cmd_floor(args) -> int:
     r = doc.get("restore")
     if r and r["floor_s"] is not None:
         parts = ", ".join(f"{k} {v:.3f} s" for k, v in r["times_s"].items())
-        print(f"restore of {printable(r['source'])} ({human_bytes(r['bytes'])}): floor {r['floor_s']:.3f} s, bound by "
-              f"{r['binding']} ({parts})")
+        print(f"restore of {printable(r['source'])} ({human_bytes(r['bytes'])}): cold floor {r['floor_s']:.3f} s, "
+              f"bound by {r['binding']} ({parts})")
+        if r.get("floor_s_hot"):
+            print(f"  from the page cache (--cache hot): floor {r['floor_s_hot']:.3f} s")
         if r["floor_s_structural"] and r["floor_s_structural"] > r["floor_s"] * 1.005:
             print(f"  with the structural check's NaN/Inf scan (a run without a model step): floor "
                   f"{r['floor_s_structural']:.3f} s")

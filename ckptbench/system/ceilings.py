@@ -400,7 +400,12 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
             fresh, fresh_level = rates, level
     if fresh and repeats == 1:
         fresh += _into_fresh(paths, specs, fresh_level, 1)
-    c = _ceiling(best, f"the source's {len(chosen)} largest file(s) ({total >> 20} MiB) read "
+    # named by their directory: the cache keeps one figure per mount, and a checkpoint floored later on the same
+    # mount is shown this one (a new user read "the source's 3 largest files" of a checkpoint that has no such files)
+    from ckptbench.core.errors import printable
+
+    where = printable(os.path.commonpath([os.path.dirname(p) for p in paths]))[-120:]
+    c = _ceiling(best, f"the {len(chosen)} largest file(s) of {where} ({total >> 20} MiB) read "
                        f"{'cold' if cold else 'NOT cold'} with {mode}, concurrency {best_level} of "
                        f"{', '.join(map(str, levels))}, {repeats} read(s) each"
                        + (f"; into fresh memory {max(fresh) / 1e9:.2f} GB/s at concurrency {fresh_level} (the "

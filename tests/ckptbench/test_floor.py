@@ -108,8 +108,12 @@ def test_the_floor_command_measures_once_then_says_it_is_cached(tmp_path, monkey
     assert doc["restore"]["floor_s"] == max(doc["restore"]["times_s"].values())
     # the floor of a run that scans every floating byte (no model step): the scan is on the cores, so it is more
     assert doc["restore"]["floor_s_structural"] >= doc["restore"]["floor_s"]
+    # what `run --cache hot` is held to, beside the cold floor (a new user saw one floor and a run held to another)
+    assert doc["restore"]["floor_s_hot"] == fl.model(fl.cached(doc["mount"]), bytes_read=doc["restore"]["bytes"],
+                                                     hash_alg=doc["restore"]["hash"], hot=True)["floor_s"]
     r = h.run_cli("floor", root)
     assert r.rc == 0 and "(cached figures)" in r.out and "bound by" in r.out, r.out
+    assert "cold floor" in r.out and "from the page cache (--cache hot): floor" in r.out, r.out
     assert (tmp_path / "cache" / "ckptbench" / "floor.json").is_file()
 
 
@@ -250,8 +254,12 @@ def test_sysinfo_shows_the_cached_floor_and_never_measures_it(tmp_path, monkeypa
     c = {"gbps": 4.0, "min_gbps": 4.0, "max_gbps": 4.0, "method": "planted", "measured_at": now - 7200}
     os.makedirs(tmp_path / "ckptbench")
     with open(tmp_path / "ckptbench" / "floor.json", "w") as f:
-        json.dump({"schema": fl.SCHEMA, "box": fl.box_key(), "ceilings": {k: c for k in fl.BOX_FIGURES},
+        json.dump({"schema": fl.SCHEMA, "box": fl.box_key(),
+                   "ceilings": {k: c for k in fl.BOX_FIGURES} | {"populate_at_4096m": c | {"gbps": 1.0, "min_gbps": 1.0,
+                                                                                          "sample_bytes": 4 << 30}},
                    "storage": {"/ (ext4)": c | {"sample_bytes": 1 << 30, "fresh_gbps": 2.0}}}, f)
+    # SOURCE's size: its fresh memory at its size class, as `floor SOURCE` and `run` hold it (1 then 4 GB/s)
+    assert box.cached_floor("/ (ext4)", 4 << 30)["landing_hot_gbps"] == pytest.approx(0.8)
     doc = box.cached_floor("/ (ext4)")
     assert doc["box"]["copy"]["gbps"] == 4.0 and doc["box"]["copy"]["age_s"] == pytest.approx(7200, abs=60)
     assert doc["storage"]["gbps"] == 4.0 and doc["resource"] == "storage" and doc["storage"]["fresh_gbps"] == 2.0
