@@ -147,6 +147,9 @@ def cmd_watch(args) -> int:
     floor = verdict.floor_fields(report, files)  # from the floor `ckptbench floor` cached: never measured here
     doc |= floor
     if not args.no_verdict:
+        if not args.json:  # it changes the box: the user's hot checkpoint is cold after it
+            _say("reading the checkpoint's files cold for the verdict (this evicts them from the page cache; "
+                 "--no-verdict skips it)")
         probe = verdict.probe_storage(files or sorted(report.files))
         doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
         doc["verdict"] = verdict.judge(report, probe, floor=floor).to_json()

@@ -17,6 +17,12 @@ from ckptbench.watch.sampler import CPU_BUSY, FAULT_BYTES, WatchReport
 KINDS = ("storage-bound", "loader-cpu-bound", "loader-parallelism-bound", "fault-bound", "network-bound",
          "memory-pressure-bound", "unknown")
 LOADER_BOUND_RATIO = 1.5  # the storage gives at least this multiple of the loader's rate: the loader holds it back
+AT_FLOOR = 0.9  # a loader at this share of the box's floor or more is held back by the box, not by itself
+STORAGE_FIX = ("the storage is the limit: faster or striped storage, a local cache of the checkpoint, or fewer bytes "
+               "(compare formats); `ckptbench check` lists its settings")
+BOX_BOUND = {"storage": ("storage-bound", STORAGE_FIX),
+             "network": ("network-bound", "the link is the limit: a closer endpoint, more bandwidth, or fewer bytes; "
+                                          "`ckptbench check` lists the endpoint's settings")}
 RETRANS_BAD = 0.01
 MEMORY_BAD = 0.9
 
@@ -97,6 +103,15 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
         return v
     evidence = v.evidence | {k: floor.get(k) for k in ("floor_s", "efficiency", "binding", "binding_gbps")}
     said = floor_sentence(floor)
+    eff, box = floor.get("efficiency"), BOX_BOUND.get(floor.get("binding") or "")
+    if said and w.bytes and eff is not None and eff >= AT_FLOOR and box and v.verdict.startswith("loader-"):
+        # the loader is at the floor, and the floor is the device's or the link's: the re-read that called it slow
+        # read into buffers it reuses, which the loader's fresh destination cannot (a new user saw "runs at 112 %
+        # of this box's floor" and "loader-cpu-bound" in one verdict)
+        kind, fix = box
+        return replace(v, verdict=kind, evidence=evidence, fix=fix,
+                       why=f"{said}: the {floor['binding']} sets this restore's time, not the loader (ckptbench's "
+                           f"re-read into buffers it reuses, faster, does not land bytes in fresh memory: {v.why})")
     return replace(v, evidence=evidence, why=f"{said}; {v.why}" if said and w.bytes else v.why)
 
 
@@ -159,5 +174,4 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
         return _verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check` on the checkpoint directory")
     busy_dev = f"; the device was {util:.0f} % busy" if util is not None else ""
     return _verdict("storage-bound", f"{got}; {gives}: the loader is within {LOADER_BOUND_RATIO:g}× of what the storage "
-                   f"delivers{busy_dev}", evidence, "the storage is the limit: faster or striped storage, a local cache of "
-                   "the checkpoint, or fewer bytes (compare formats); `ckptbench check` lists its settings")
+                   f"delivers{busy_dev}", evidence, STORAGE_FIX)
