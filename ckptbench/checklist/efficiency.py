@@ -312,6 +312,11 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
                            f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, "
                            f"so the gap ({eff:.0%} of that floor, bound by {m['binding']}) is likely the storage's; "
                            f"point {FLOOR_CMD} at a larger checkpoint, then check again")
+    if eff > fl.OVER_FLOOR:  # faster than the box can go: a ceiling read low, and the item says so, as a run does
+        ev["over_floor"] = (f"the short restore ran at {eff:.0%} of the floor: a ceiling measured low (a busy box, a "
+                            "noisy sample)")
+        return Verdict(ID, TITLE, "ok", ev, WHY, f"none for the restore; for the floor: {FLOOR_CMD} --remeasure "
+                                                 "when the box is quiet")
     if eff >= GOOD:
         return Verdict(ID, TITLE, "ok", ev, WHY, "none")
     return Verdict(ID, TITLE, "warn", ev, WHY,

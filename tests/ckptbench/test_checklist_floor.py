@@ -42,6 +42,8 @@ def test_ok_at_85_percent_of_the_floor_and_above():
         assert it.evidence["floor_s"] == pytest.approx(1.0)
         assert it.evidence["efficiency"] == pytest.approx(1 / seconds, abs=1e-3)
         assert (it.fix == "none") is (verdict == "ok")
+    over = eff.judge(_facts(f, 0.9), NO_KNEE)  # 111 %: faster than the box goes, the ceiling read low: said
+    assert over.verdict == "ok" and "111%" in over.evidence["over_floor"] and "--remeasure" in over.fix
 
 
 def test_evidence_carries_every_ceiling_with_rate_method_and_age_and_the_times():
