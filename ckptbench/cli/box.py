@@ -46,8 +46,9 @@ def cached_floor(mount: str, nbytes: int = 0) -> dict:
         s = f.storage
         storage = {"gbps": s.gbps, "min_gbps": s.min_gbps, "max_gbps": s.max_gbps, "age_s": s.age_s,
                    "method": s.method, "sample_bytes": s.sample_bytes, "fresh_gbps": s.fresh_gbps or None}
-    return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else NOT_MEASURED,
-            "storage": storage if storage else NOT_MEASURED,
+    missing = NOT_MEASURED if fl.not_measured() == fl.NOT_MEASURED else fl.not_measured()
+    return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else missing,
+            "storage": storage if storage else missing,
             "landing_hot_gbps": fl.landing_gbps(f, hot=True, nbytes=nbytes) if f is not None else None}
 
 
@@ -164,8 +165,9 @@ def cmd_floor(args) -> int:
     print(f"this box: {doc['box']['cores']} cores, {human_bytes(doc['box']['memory'])}, kernel {doc['box']['kernel']}"
           f"{' (cached figures)' if f.cached else ''}")
     rows = list(f.ceilings.items()) + ([(f.resource, f.storage)] if f.storage else [])
+    width = max([14] + [len(name) for name, _ in rows])  # populate_at_4096m: the columns stay aligned
     for name, c in rows:
-        print(f"  {name:14s} {c.gbps:7.3f} GB/s  ({c.min_gbps:.3f}..{c.max_gbps:.3f}, {c.age_s:.0f} s old)  "
+        print(f"  {name:{width}s} {c.gbps:7.3f} GB/s  ({c.min_gbps:.3f}..{c.max_gbps:.3f}, {c.age_s:.0f} s old)  "
               f"{printable(c.method)}")
     if f.storage is not None:
         print(f"  ({f.resource} for {printable(mount)})")

@@ -409,9 +409,22 @@ NOT_MEASURED = "this box's floor is not measured yet: `ckptbench floor SOURCE` m
 FIELDS = ("floor_s", "efficiency", "binding", "binding_gbps", "floor_times_s", "floor_note", "floor_gbps")
 
 
-def unmeasured(note: str = NOT_MEASURED) -> dict:
-    """The floor fields when there is no floor to hold a figure against, and `note` saying why."""
-    return dict.fromkeys(FIELDS) | {"floor_times_s": {}, "floor_note": note}
+def unmeasured(note: str | None = None) -> dict:
+    """The floor fields when there is no floor to hold a figure against, and `note` saying why (unless told: not
+    measured, or, where the cache cannot be written, that `floor` could not keep its figures)."""
+    return dict.fromkeys(FIELDS) | {"floor_times_s": {}, "floor_note": note or not_measured()}
+
+
+def not_measured() -> str:
+    """Why there is no floor: not measured yet, or measured and not kept (sending the user back to `floor` would go
+    round in circles: a new user did, with a read-only cache)."""
+    d = os.path.dirname(cache_path())
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)  # the directory `floor` would create its cache under
+    if os.access(d, os.W_OK | os.X_OK):
+        return NOT_MEASURED
+    return (f"this box's floor cannot be kept: {d} is not writable; set XDG_CACHE_HOME to a directory you can "
+            "write, then `ckptbench floor SOURCE`")
 
 
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,

@@ -145,3 +145,18 @@ def test_a_relative_cache_home_is_ignored_and_empty_files_are_no_sample(monkeypa
 
     with pytest.raises(CkptbenchError, match="none to read"):
         fl.measure([(str(empty), 0)], "/ (ext4)")
+
+
+def test_a_run_with_a_cache_it_cannot_write_says_so_not_to_run_floor_again(tmp_path, monkeypatch):
+    """A new user whose cache was read-only ran `floor` (it said it could not keep its figures), then `run`, which
+    sent them back to `floor`: round in circles."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(ro))
+    assert fl.unmeasured()["floor_note"] == fl.NOT_MEASURED  # writable: not measured yet, measure it
+    monkeypatch.setattr(fl.os, "access", lambda path, mode: not str(path).startswith(str(ro)))  # root passes modes
+    note = fl.restore_fields(None, bytes_read=1, measured_s=1.0, hash_alg="none")["floor_note"]
+    assert f"{ro} is not writable" in note and "XDG_CACHE_HOME" in note
+    from ckptbench.cli import box
+
+    assert "is not writable" in box.cached_floor("/ (ext4)")["box"]
