@@ -178,7 +178,8 @@ def cmd_gen(args) -> int:
         cancel.set()
         raise
     total = sum(f.bytes for f in man.files)
-    print(f"wrote {args.directory}: {man.format}, {man.world_size} rank(s), {len(man.files)} files, "
+    # "+ the manifest": `run` lists every file the directory holds, the manifest (ckptbench.json) too
+    print(f"wrote {args.directory}: {man.format}, {man.world_size} rank(s), {len(man.files)} files + the manifest, "
           f"{total / 2**20:.1f} MiB, {man.param_count / 1e6:.1f} M parameters")
     return 0
 

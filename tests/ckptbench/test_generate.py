@@ -382,3 +382,12 @@ def test_gen_removes_stale_siblings_of_dead_processes_only(h, tmp_path):
     finally:
         live.kill()
         live.wait()
+
+
+def test_gen_counts_its_files_as_run_lists_them(h, tmp_path):
+    """A new user read "21 files" from gen and "22 files" from run for one directory: the manifest is a file too."""
+    out = tmp_path / "ck"
+    r = h.run_cli("gen", "small", out, "--scale", h.SCALE)
+    assert r.rc == 0, r.err
+    n = int(re.search(r"(\d+) files \+ the manifest", r.out).group(1))
+    assert n + 1 == sum(1 for p in out.rglob("*") if p.is_file())
