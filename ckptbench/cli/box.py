@@ -28,9 +28,15 @@ def cmd_sysinfo(args) -> int:
         return 0
     for k, v in doc.items():
         if k != "floor":
-            print(f"{k:24s} {v}")
+            print(f"{k:24s} {shown(v)}")
     print_cached_floor(doc["floor"])
     return 0
+
+
+def shown(v) -> str:
+    """A figure as the text prints it: 4 significant digits (a residency of 0.2500010246406397 says no more than
+    0.25; a new user read the 16)."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def cached_floor(mount: str, nbytes: int = 0) -> dict:

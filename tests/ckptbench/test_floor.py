@@ -330,3 +330,19 @@ def test_the_hold_budget_minds_a_containers_memory_limit(tmp_path, monkeypatch):
     (tmp_path / "memory.max").write_text("max\n")
     assert ceilings._hold_budget(str(tmp_path)) == 1 << 30  # no limit: a quarter of the box's
     assert ceilings._hold_budget(str(tmp_path / "none")) == 1 << 30  # no cgroup v2 at all
+
+
+def test_sysinfo_text_gives_figures_a_reader_can_read(tmp_path, h):
+    """A new user read `residency 0.2500010246406397` and `disk_await_ms 0.22727272727272727`."""
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "a.bin").write_bytes(os.urandom(1 << 20))
+    r = h.run_cli("sysinfo", tmp_path / "ck")
+    assert r.rc == 0, r.err
+    import re
+
+    assert not re.search(r"\d\.\d{6,}", r.out), r.out  # no float printed to its last digit
+    assert re.search(r"^residency\s+\S+", r.out, re.M), r.out
+    from ckptbench.cli.box import shown
+
+    assert shown(0.2500010246406397) == "0.25" and shown(1.3668182253638637e-06) == "1.367e-06"
+    assert shown(0.22727272727272727) == "0.2273" and shown(22) == "22" and shown("ext4") == "ext4"
