@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import fastio
 
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, printable
 
 # the measurements are ceilings.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
@@ -75,6 +75,7 @@ class Floor:
     notes: list[str] = field(default_factory=list)
     cached: bool = False
     kept: bool = True  # False when the figures could not be cached: every later run says "not measured"
+    busy: str = ""  # the box figures were measured while other work held the cores (_busy): kept with them
 
     @property
     def resource(self) -> str:
@@ -109,8 +110,10 @@ def _load_cache(path: str) -> dict:
         os.close(fd)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("box"), dict):
         return {}
+    busy = doc.get("busy")
     return {"schema": SCHEMA, "box": doc["box"]} | {k: doc[k] for k in ("ceilings", "storage", "write")
-                                                    if isinstance(doc.get(k), dict)}
+                                                    if isinstance(doc.get(k), dict)} | (
+        {"busy": busy[:300]} if isinstance(busy, str) and busy else {})
 
 
 MIN_GBPS, MAX_GBPS = 1e-4, 1e4  # 100 kB/s .. 10 TB/s: a cached rate outside any box's range is damaged, not measured
@@ -119,8 +122,6 @@ MIN_GBPS, MAX_GBPS = 1e-4, 1e4  # 100 kB/s .. 10 TB/s: a cached rate outside any
 def valid_ceiling(entry, now: float) -> Ceiling | None:
     """A cached (or printed: `floor --json`) ceiling, when it is well formed, in range and younger than a day; else
     None (measured again)."""
-    from ckptbench.core.errors import printable
-
     def number(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -184,6 +185,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     want = size_class(restore_bytes)
     if all(k in cached for k in BOX_FIGURES):
         floor.ceilings, floor.cached = cached, True
+        floor.busy = printable(doc.get("busy", "")) if mine else ""  # anyone who can write the cache wrote it
+        floor.notes += [f"{floor.busy} (when these figures were measured)"] if floor.busy else []
         # only this size is new: the box's other figures stand (the size this box can reach: its class, or less
         # where memory is short, and then that one is the figure to find next time)
         if want and (reach := large_reach(restore_bytes)) and large_key(reach) not in cached:
@@ -194,13 +197,13 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     else:  # the box's figures again: a size class kept from before them would be from another moment of the host's
         floor.ceilings = memory_ceilings(size=size, **({"restore_bytes": restore_bytes} if want else {})) | \
             cpu_ceilings()
-        floor.notes += [note] if (note := _busy()) else []
+        floor.busy = _busy()  # said now, and kept: the cached figures are as low as they were measured
+        floor.notes += [floor.busy] if floor.busy else []
     if box.get("gpus") and not all(k in floor.ceilings for k in DEVICE_FIGURES):  # a GPU's link, when there is one
         try:
             floor.ceilings |= device_ceilings()
         except RuntimeError as exc:  # a GPU another process holds (out of memory), a driver that fails: the box's
-            from ckptbench.core.errors import printable  # other figures stand and are kept
-
+            # other figures stand and are kept
             why = printable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)[:200]
             floor.notes.append(f"the GPU's link is not measured ({why}): `ckptbench floor` again when the GPU is "
                                "free")
@@ -230,7 +233,7 @@ def _save(path: str, floor: Floor, storages: dict) -> str | None:
         storages = dict(storages) | {floor.mount: asdict(floor.storage)}
     storages = dict(sorted(storages.items(), key=lambda kv: -kv[1]["measured_at"])[:MOUNTS_MAX])
     doc = {"schema": SCHEMA, "box": floor.box, "ceilings": {k: asdict(c) for k, c in floor.ceilings.items()},
-           "storage": storages}
+           "storage": storages} | ({"busy": floor.busy} if floor.busy else {})
     before = _load_cache(path)
     if before.get("box") == floor.box and isinstance(before.get("write"), dict):
         doc["write"] = before["write"]  # the save side's figures (writefloor.py) stay beside the restore's
@@ -399,7 +402,7 @@ def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
         return None
     storages = doc.get("storage") if isinstance(doc.get("storage"), dict) else {}
     storage = valid_ceiling(storages.get(mount or ""), now) if mount else None
-    return Floor(doc["box"], ceilings, storage, mount, cached=True)
+    return Floor(doc["box"], ceilings, storage, mount, cached=True, busy=printable(doc.get("busy", "")))
 
 
 NOT_MEASURED = "this box's floor is not measured yet: `ckptbench floor SOURCE` measures it in seconds"
@@ -449,6 +452,7 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
                  "device stage is not in the floor; ")
     ages = [c.age_s for c in floor.ceilings.values()] + ([floor.storage.age_s] if floor.storage else [])
     note += f"ceilings measured {max(ages) / 3600:.1f} h ago at most"
+    note += " while the box was busy (they may be low)" if floor.busy else ""
     eff = None if partial else efficiency(m["floor_s"], measured_s)
     if eff is not None and eff > OVER_FLOOR:  # kept as measured: hiding it would hide a ceiling that reads low
         note += (f"; faster than the floor ({eff:.0%}): a ceiling measured low (a busy box, a noisy sample, another "

@@ -160,3 +160,23 @@ def test_a_run_with_a_cache_it_cannot_write_says_so_not_to_run_floor_again(tmp_p
     from ckptbench.cli import box
 
     assert "is not writable" in box.cached_floor("/ (ext4)")["box"]
+
+
+def test_figures_measured_while_busy_say_so_for_as_long_as_they_are_used(tmp_path, monkeypatch):
+    """The busy note was said once, when measured; the cached figures were then used for a day without it (a new
+    user's `floor` said it, the next one did not, and a run beating that floor was told nothing)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    now = time.time()
+    box = {k: fl.Ceiling(4.0, 4.0, 4.0, "fixed", now) for k in fl.BOX_FIGURES}
+    monkeypatch.setattr(fl, "memory_ceilings", lambda **kw: {k: c for k, c in box.items() if not k.startswith("h")})
+    monkeypatch.setattr(fl, "cpu_ceilings", lambda: {k: c for k, c in box.items() if k.startswith("h")})
+    monkeypatch.setattr(fl, "_busy", lambda: "the box was busy (load 3.4 on 2 cores): these figures may be low")
+    first = fl.measure()
+    assert first.busy and any("was busy" in n for n in first.notes)
+    monkeypatch.setattr(fl, "_busy", lambda: "")
+    again = fl.measure()
+    assert again.cached and any("was busy" in n and "when these figures were measured" in n for n in again.notes)
+    note = fl.restore_fields(fl.cached(), bytes_read=10**9, measured_s=0.1, hash_alg="none", hot=True)["floor_note"]
+    assert "while the box was busy" in note
+    fl.measure(remeasure=True)  # measured again, quiet: the note goes with the old figures
+    assert not fl.cached().busy
