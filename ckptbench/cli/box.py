@@ -175,8 +175,8 @@ def cmd_floor(args) -> int:
     rows = list(f.ceilings.items()) + ([(f.resource, f.storage)] if f.storage else [])
     width = max([14] + [len(name) for name, _ in rows])  # populate_at_4096m: the columns stay aligned
     for name, c in rows:
-        print(f"  {name:{width}s} {c.gbps:7.3f} GB/s  ({c.min_gbps:.3f}..{c.max_gbps:.3f}, {c.age_s:.0f} s old)  "
-              f"{printable(c.method)}")
+        spread = "one sample" if c.min_gbps == c.max_gbps else f"{c.min_gbps:.3f}..{c.max_gbps:.3f}"  # not a range
+        print(f"  {name:{width}s} {c.gbps:7.3f} GB/s  ({spread}, {c.age_s:.0f} s old)  {printable(c.method)}")
     if f.storage is not None:
         print(f"  ({f.resource} for {printable(mount)})")
         if f.storage.fresh_gbps:

@@ -114,6 +114,11 @@ def test_the_floor_command_measures_once_then_says_it_is_cached(tmp_path, monkey
     r = h.run_cli("floor", root)
     assert r.rc == 0 and "(cached figures)" in r.out and "bound by" in r.out, r.out
     assert "cold floor" in r.out and "from the page cache (--cache hot): floor" in r.out, r.out
+    storage_row = next(ln for ln in r.out.splitlines() if ln.lstrip().startswith("storage "))
+    # one read (a large sample) is said so, not as a range that says 1.839..1.839; several give their range
+    assert ("(one sample," in storage_row) == (" 1 read(s) each" in storage_row), storage_row
+    copy_row = next(ln for ln in r.out.splitlines() if ln.lstrip().startswith("copy "))
+    assert ".." in copy_row and "one sample" not in copy_row, copy_row
     assert (tmp_path / "cache" / "ckptbench" / "floor.json").is_file()
 
 
