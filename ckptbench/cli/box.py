@@ -52,7 +52,8 @@ def cached_floor(mount: str, nbytes: int = 0) -> dict:
         s = f.storage
         storage = {"gbps": s.gbps, "min_gbps": s.min_gbps, "max_gbps": s.max_gbps, "age_s": s.age_s,
                    "method": s.method, "sample_bytes": s.sample_bytes, "fresh_gbps": s.fresh_gbps or None}
-    missing = NOT_MEASURED if fl.not_measured() == fl.NOT_MEASURED else fl.not_measured()
+    why = fl.not_measured()
+    missing = NOT_MEASURED if why == fl.NOT_MEASURED else why
     return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else missing,
             "storage": storage if storage else missing,
             "landing_hot_gbps": fl.landing_gbps(f, hot=True, nbytes=nbytes) if f is not None else None}
@@ -135,8 +136,8 @@ def cmd_floor(args) -> int:
         else:
             read, nbytes, what = _link_reader(source, listing, args.s3_client)
             link = {"read": read, "read_bytes": nbytes, "read_what": what}
-    f = fl.measure(files, mount, remeasure=args.remeasure, restore_bytes=listing.bytes if listing else 0,
-                   **link)  # fresh memory at the restore's own size as well
+    nbytes = listing.bytes if listing is not None else 0
+    f = fl.measure(files, mount, remeasure=args.remeasure, restore_bytes=nbytes, **link)  # fresh memory at its size
     if link and (note := other_client_note(f.storage, args.s3_client)):
         f.notes.append(note)
     doc = f.to_json()
@@ -154,18 +155,13 @@ def cmd_floor(args) -> int:
         hash_alg = hash_of(None, listing)  # what a restore computes
         doc["restore"] = {"source": listing.source, "bytes": listing.bytes, "hash": hash_alg,
                           **fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg)}  # as `run` holds it
-        # a run without a model step scans every floating byte for NaN/Inf (its structural check): its floor
-        # counts that scan too, so both are given (`floor` cannot know whether a run will have a model)
-        doc["restore"]["floor_s_structural"] = fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg,
-                                                        floating_bytes=listing.bytes)["floor_s"]
-        # from the page cache: what `run --cache hot` is held to (the printed floor above is a cold restore's)
-        doc["restore"]["floor_s_hot"] = fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg, hot=True)["floor_s"]
-        doc["restore"]["floor_s_hot_structural"] = fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg, hot=True,
-                                                            floating_bytes=listing.bytes)["floor_s"]
-        if "h2d_pinned" in f.ceilings:  # a run with --device cuda moves the state over the GPU's link as well
-            doc["restore"]["floor_s_device"] = fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg,
-                                                        device_bytes=listing.bytes)["floor_s"]
-    nbytes = listing.bytes if listing is not None else 0
+        # the floors of the other runs `floor` cannot tell from this one: without a model step (the structural
+        # check scans every floating byte), from the page cache (`run --cache hot`), onto a GPU (--device cuda)
+        variants = {"floor_s_structural": {"floating_bytes": nbytes}, "floor_s_hot": {"hot": True},
+                    "floor_s_hot_structural": {"hot": True, "floating_bytes": nbytes}}
+        variants |= {"floor_s_device": {"device_bytes": nbytes}} if "h2d_pinned" in f.ceilings else {}
+        for key, kw in variants.items():
+            doc["restore"][key] = fl.model(f, bytes_read=nbytes, hash_alg=hash_alg, **kw)["floor_s"]
     doc["landing_hot_gbps"] = fl.landing_gbps(f, hot=True, nbytes=nbytes)
     if args.json:
         _emit(doc)
@@ -180,11 +176,11 @@ def cmd_floor(args) -> int:
     if f.storage is not None:
         print(f"  ({f.resource} for {printable(mount)})")
         if f.storage.fresh_gbps:
-            print(f"  {'into fresh':14s} {f.storage.fresh_gbps:7.3f} GB/s  the {f.resource} figure read into fresh "
-                  "memory: what a cold restore's floor uses")
+            print(f"  {'into fresh':{width}s} {f.storage.fresh_gbps:7.3f} GB/s  the {f.resource} figure read into "
+                  "fresh memory: what a cold restore's floor uses")
     if (land := doc["landing_hot_gbps"]) is not None:
-        print(f"  {'landing (hot)':14s} {land:7.3f} GB/s  fresh memory populated, then copied into from the page "
-              "cache: what a hot restore's floor uses")
+        print(f"  {'landing (hot)':{width}s} {land:7.3f} GB/s  fresh memory populated, then copied into from the "
+              "page cache: what a hot restore's floor uses")
     if write is not None:
         print(f"  {'write':14s} {write.gbps:7.3f} GB/s  ({write.min_gbps:.3f}..{write.max_gbps:.3f}, "
               f"{write.age_s:.0f} s old)  {printable(write.method)} (for {printable(doc['write']['mount'])})")

@@ -107,24 +107,24 @@ def _anonymous(size: int, huge: bool) -> mmap.mmap:
 HOLD_MAX = 2 << 30  # the most population samples held at once (a quarter of the available memory at most)
 
 
-CGROUP = "/sys/fs/cgroup"
+CGROUP = "/sys/fs/cgroup"  # where a container's memory limit is read (cgroup v2)
 
 
-def _hold_budget(cgroup: str | None = None) -> int:
+def _hold_budget() -> int:
     """HOLD_MAX, or a quarter of the memory this process may still take (_room)."""
-    return min(HOLD_MAX, _room(cgroup) // 4)
+    return min(HOLD_MAX, _room() // 4)
 
 
-def _room(cgroup: str | None = None) -> int:
+def _room() -> int:
     """The memory this process may still take: the box's available memory, and in a container its cgroup's limit
     less its use (psutil sees the box, not the limit)."""
     import psutil
 
     room = psutil.virtual_memory().available
     try:
-        with open(os.path.join(cgroup or CGROUP, "memory.max")) as f:
+        with open(os.path.join(CGROUP, "memory.max")) as f:
             limit = f.read().strip()
-        with open(os.path.join(cgroup or CGROUP, "memory.current")) as f:
+        with open(os.path.join(CGROUP, "memory.current")) as f:
             used = int(f.read().strip())
         if limit.isdigit():
             room = min(room, max(0, int(limit) - used))

@@ -331,10 +331,12 @@ def test_the_hold_budget_minds_a_containers_memory_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=4 << 30))  # the box: 4 GiB free
     (tmp_path / "memory.max").write_text(f"{1 << 30}\n")
     (tmp_path / "memory.current").write_text(f"{(1 << 30) - (400 << 20)}\n")
-    assert ceilings._hold_budget(str(tmp_path)) == 100 << 20  # a quarter of the 400 MiB left under the limit
+    monkeypatch.setattr(ceilings, "CGROUP", str(tmp_path))
+    assert ceilings._hold_budget() == 100 << 20  # a quarter of the 400 MiB left under the limit
     (tmp_path / "memory.max").write_text("max\n")
-    assert ceilings._hold_budget(str(tmp_path)) == 1 << 30  # no limit: a quarter of the box's
-    assert ceilings._hold_budget(str(tmp_path / "none")) == 1 << 30  # no cgroup v2 at all
+    assert ceilings._hold_budget() == 1 << 30  # no limit: a quarter of the box's
+    monkeypatch.setattr(ceilings, "CGROUP", str(tmp_path / "none"))
+    assert ceilings._hold_budget() == 1 << 30  # no cgroup v2 at all
 
 
 def test_sysinfo_text_gives_figures_a_reader_can_read(tmp_path, h):
