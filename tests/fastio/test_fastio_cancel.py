@@ -94,8 +94,12 @@ def test_context_manager_cancels_on_exit(files):
 
 def test_cancel_before_any_read(files):
     paths = [files.make(200_000) for _ in range(30)]
-    h = fastio.start(paths, concurrency=1, hash="xxh64", block_size=4096, chunk_size=16384)
+    # the only worker is held before it opens the first file (the Gate's mechanism): cancel lands before any read,
+    # every time; started free, the worker read 11 files before the flag on a box busy with a second test worker
+    h = fastio.start(paths, concurrency=1, hash="xxh64", block_size=4096, chunk_size=16384,
+                     _faults={paths[0]: "hold"})
     h.cancel()
+    h._release()
     res = h.wait(timeout=5)
     assert res is not None
     n = _check_cancelled_result(files, res, paths, "xxh64")
