@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import statistics
@@ -17,118 +16,13 @@ import tempfile
 import time
 
 import _peers
+from _floor_c import HOT_C, LAND_C, compile_c
 from _harness import child_env, log, make_cold
 
 AGREE_BAND = (0.9, 1.1)  # floor / independent tool
 SPREAD_MAX = 0.10  # (max - min) / median over the box runs
 WALL_MAX_S = 10.0  # `ckptbench floor SOURCE --remeasure`, Python start included
 ALIGN = 4096
-POP_C = r"""
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-static char *base;
-static size_t part;
-static int touch;
-static void *work(void *arg) {
-    volatile char *p = base + (size_t)arg * part;
-    if (!touch) {
-        if (madvise((void *)p, part, MADV_POPULATE_WRITE)) { perror("madvise"); exit(3); }
-    } else {
-        for (size_t o = 0; o < part; o += 4096) p[o] = 1;
-    }
-    return NULL;
-}
-int main(int argc, char **argv) {
-    if (argc != 6) { fprintf(stderr, "usage: pop BYTES THREADS HUGE(0|1|2 none) populate|touch REPEATS\n"); return 2; }
-    size_t size = strtoull(argv[1], NULL, 10);
-    long threads = atol(argv[2]), pg = sysconf(_SC_PAGESIZE);
-    int huge = atoi(argv[3]), repeats = atoi(argv[5]);
-    touch = strcmp(argv[4], "touch") == 0;
-    part = size / threads / pg * pg;
-    pthread_t t[256];
-    /* every sample in memory nobody freed a moment before, as the floor measures: held until the end */
-    for (int r = 0; r < repeats; r++) {
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (base == MAP_FAILED) { perror("mmap"); return 3; }
-        if (huge < 2) madvise(base, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-        struct timespec a, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, work, (void *)i);
-        for (long i = 0; i < threads; i++) pthread_join(t[i], NULL);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        printf("%.0f\n", threads * part / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9));
-    }
-    return 0;
-}
-"""
-
-# O_DIRECT reads into fresh pages: every file into an anonymous mapping of its own, never populated first (the
-# kernel faults the pages in for the device), THREADS workers taking 64 MiB units in order, 1 MiB reads.
-LAND_C = r"""
-#define _GNU_SOURCE
-#include <fcntl.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-#define UNIT (64L << 20)
-#define BLOCK (1L << 20)
-static int nfiles, fds[256];
-static long sizes[256], units[256], total_units, next_unit;
-static char *dest[256];
-static void *work(void *arg) {
-    (void)arg;
-    for (;;) {
-        long u = __atomic_fetch_add(&next_unit, 1, __ATOMIC_RELAXED), f = 0;
-        if (u >= total_units) return NULL;
-        while (u >= units[f]) u -= units[f++];
-        long off = u * UNIT, end = off + UNIT < sizes[f] ? off + UNIT : sizes[f];
-        for (long o = off; o < end; o += BLOCK) {
-            long n = end - o < BLOCK ? end - o : BLOCK;
-            if (pread(fds[f], dest[f] + o, (n + 4095) & ~4095L, o) < n) { perror("pread"); exit(3); }
-        }
-    }
-}
-int main(int argc, char **argv) {
-    if (argc < 3 || argc - 2 > 256) { fprintf(stderr, "usage: land THREADS FILE...\n"); return 2; }
-    int threads = atoi(argv[1]);
-    nfiles = argc - 2;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    for (int i = 0; i < nfiles; i++) {
-        struct stat st;
-        fds[i] = open(argv[i + 2], O_RDONLY | O_DIRECT);
-        if (fds[i] < 0 || fstat(fds[i], &st)) { perror(argv[i + 2]); return 3; }
-        sizes[i] = st.st_size;
-        units[i] = (sizes[i] + UNIT - 1) / UNIT;
-        total_units += units[i];
-        dest[i] = mmap(NULL, (sizes[i] + 4095) & ~4095L, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (dest[i] == MAP_FAILED) { perror("mmap"); return 3; }
-    }
-    pthread_t t[256];
-    for (long i = 0; i < threads && i < 256; i++) pthread_create(&t[i], NULL, work, NULL);
-    for (long i = 0; i < threads && i < 256; i++) pthread_join(t[i], NULL);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    long bytes = 0;
-    for (int i = 0; i < nfiles; i++) bytes += sizes[i];
-    printf("%.0f\n", bytes / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9));
-    return 0;
-}
-"""
-
-
 def sample(paths_sizes: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """The files the floor's storage figure reads: the largest first up to STORAGE_SAMPLE (floor.storage_ceiling's
     choice)."""
@@ -235,23 +129,6 @@ def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int
         "bytes": sum(s for _, s in files), "residency_before": residency}
 
 
-def compile_c(tmp: str, source: str = POP_C, name: str = "pop") -> str | None:
-    """A C loop (the population loop unless told) built in `tmp`; None (and a printed line) when there is no
-    compiler."""
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        log(f"floor agreement: no C compiler (cc): the check against a C {name} loop is skipped")
-        return None
-    src, exe = os.path.join(tmp, f"{name}.c"), os.path.join(tmp, name)
-    with open(src, "w") as f:
-        f.write(source)
-    out = subprocess.run([cc, "-O2", "-pthread", "-o", exe, src], capture_output=True, text=True, check=False)
-    if out.returncode:
-        log(f"floor agreement: the C loop did not compile ({out.stderr.strip()[-200:]}): check skipped")
-        return None
-    return exe
-
-
 def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict], dict]:
     """The floor's populate_4k and populate_thp (a Ceiling each) against the C loop at the floor's best thread count
     and method; a figure at a restore's size (populate_at_*) against one C sample of that size, no page advice (a
@@ -319,6 +196,39 @@ def c_landing(storage, paths_sizes, repeats: int = 3) -> tuple[dict, dict]:
     detail = (f"floor {storage.fresh_gbps:.2f} GB/s, C {level} thread(s) {ref:.2f} GB/s (median of {len(rates)}; "
               f"{min(rates):.2f}–{max(rates):.2f})") if ref else ""
     return ratio_verdict(name, value, AGREE_BAND, detail), {"floor_gbps": storage.fresh_gbps, "threads": level,
+                                                            "c_gbps": rates}
+
+
+def hot_threads(method: str) -> int | None:
+    """The thread count of the storage figure's page-cache copy, out of its method line."""
+    m = re.search(r"from the page cache into populated memory [\d.]+ GB/s \([^)]*pread, (\d+) thread", method)
+    return int(m.group(1)) if m else None
+
+
+def c_page_cache(storage, paths_sizes, repeats: int = 5) -> tuple[dict, dict]:
+    """The floor's page-cache copy (pread into populated memory, the files' first HOT_BYTES) against a C loop doing
+    the same at the same thread count."""
+    from ckptbench.system import ceilings
+
+    name = "the floor's page-cache copy within ±10 % of a C pread loop into populated memory (floor / C)"
+    threads = hot_threads(storage.method) if storage is not None else None
+    if threads is None or not storage.hot_gbps:
+        return ratio_verdict(name, None, AGREE_BAND, why_not="not measured"), {}
+    files = [p for p, _ in sorted(paths_sizes, key=lambda ps: -ps[1])]  # the storage figure's order: largest first
+    with tempfile.TemporaryDirectory(prefix="ckptbench-hot-") as tmp:
+        exe = compile_c(tmp, HOT_C, "hot")
+        if exe is None:
+            return ratio_verdict(name, None, AGREE_BAND, why_not="no C compiler"), {}
+        log(f"  C pread loop out of the page cache, {threads} thread(s), {repeats} repeats")
+        run = subprocess.run([exe, str(threads), str(ceilings.HOT_BYTES), str(repeats), *files], capture_output=True,
+                             text=True, check=False)
+        make_cold(files)  # as the floor leaves them: the hot rows make their own cache state
+    rates = [float(x) / 1e9 for x in run.stdout.split()] if run.returncode == 0 else []
+    ref = statistics.median(rates) if rates else None
+    value = storage.hot_gbps / ref if ref else None
+    detail = (f"floor {storage.hot_gbps:.2f} GB/s, C {threads} thread(s) {ref:.2f} GB/s (median of {len(rates)}; "
+              f"{min(rates):.2f}–{max(rates):.2f})") if ref else (run.stderr.strip()[-200:] or "no output")
+    return ratio_verdict(name, value, AGREE_BAND, detail), {"floor_gbps": storage.hot_gbps, "threads": threads,
                                                             "c_gbps": rates}
 
 
@@ -419,9 +329,23 @@ def pooled(floor, runs: list[dict], key: str):
     for r in runs:
         doc = r["doc"] or {}
         c = doc.get("storage") if key == "storage" else (doc.get("ceilings") or {}).get(key)
-        if c and c.get("method") == mine.method:
+        if c and c.get("method", "").split(";")[0] == mine.method.split(";")[0]:  # the read's part: its
+            # into-fresh and page-cache figures, later in the line, differ from run to run
             same.append(c["gbps"])
     return dataclasses.replace(mine, gbps=statistics.median(same), min_gbps=min(same), max_gbps=max(same))
+
+
+def pooled_hot(floor, runs: list[dict]):
+    """The storage figure with its page-cache copy the median over this run's measurements at the same thread count,
+    the in-process one included; None when there is none."""
+    import dataclasses
+
+    mine = floor.storage
+    if mine is None or not mine.hot_gbps:
+        return mine
+    same = [mine.hot_gbps] + [s["hot_gbps"] for r in runs if (s := (r["doc"] or {}).get("storage")) and
+                              s.get("hot_gbps") and hot_threads(s.get("method", "")) == hot_threads(mine.method)]
+    return dataclasses.replace(mine, hot_gbps=statistics.median(same))
 
 
 def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str, pop_size: int) -> tuple[list[dict], dict]:
@@ -438,6 +362,8 @@ def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str, pop
     verdicts.append(v)
     v, land_rec = c_landing(floor.storage, paths_sizes)
     verdicts.append(v)
+    v, hot_rec = c_page_cache(pooled_hot(floor, box), paths_sizes)
+    verdicts.append(v)
     pops = {k: c for k in ("populate_4k", "populate_thp", *filter(fl.large_size, floor.ceilings))
             if (c := pooled(floor, box, k))}
     vs, pop_rec = c_population(pops, pop_size)
@@ -445,7 +371,7 @@ def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str, pop
     record = {"box_runs": [{k: r[k] for k in ("wall_s", "rc", "problem")} | {"figures": {
         k: c["gbps"] for k, c in ((r["doc"] or {}).get("ceilings") or {}).items()} | (
         {"storage": r["doc"]["storage"]["gbps"]} if (r["doc"] or {}).get("storage") else {})} for r in box],
-        "spread": spread_of([r for r in box if r["doc"]]), "fio": fio_rec, "c_landing": land_rec,
+        "spread": spread_of([r for r in box if r["doc"]]), "fio": fio_rec, "c_landing": land_rec, "c_page_cache": hot_rec,
         "c_population": pop_rec,
         "pooled_gbps": {"storage": storage.gbps if storage else None} | {k: c.gbps for k, c in pops.items()}}
     return verdicts, record

@@ -51,7 +51,8 @@ def cached_floor(mount: str, nbytes: int = 0) -> dict:
     if f is not None and f.storage is not None:
         s = f.storage
         storage = {"gbps": s.gbps, "min_gbps": s.min_gbps, "max_gbps": s.max_gbps, "age_s": s.age_s,
-                   "method": s.method, "sample_bytes": s.sample_bytes, "fresh_gbps": s.fresh_gbps or None}
+                   "method": s.method, "sample_bytes": s.sample_bytes, "fresh_gbps": s.fresh_gbps or None,
+                   "hot_gbps": s.hot_gbps or None}
     why = fl.not_measured()
     missing = NOT_MEASURED if why == fl.NOT_MEASURED else why
     return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else missing,
@@ -72,6 +73,8 @@ def print_cached_floor(doc: dict) -> None:
                              if isinstance(s, dict) else f"{s} (for {mount})"))
     if isinstance(s, dict) and s.get("fresh_gbps"):
         print(f"{'  into fresh memory':24s} {s['fresh_gbps']:.3f} GB/s (what a cold restore's floor uses)")
+    if isinstance(s, dict) and s.get("hot_gbps"):
+        print(f"{'  from the page cache':24s} {s['hot_gbps']:.3f} GB/s (its copy into populated memory)")
     if doc.get("landing_hot_gbps"):
         print(f"{'floor landing (hot)':24s} {doc['landing_hot_gbps']:.3f} GB/s (fresh memory populated, then copied "
               "into from the page cache: what a hot restore's floor uses)")
@@ -178,6 +181,9 @@ def cmd_floor(args) -> int:
         if f.storage.fresh_gbps:
             print(f"  {'into fresh':{width}s} {f.storage.fresh_gbps:7.3f} GB/s  the {f.resource} figure read into "
                   "fresh memory: what a cold restore's floor uses")
+        if f.storage.hot_gbps:
+            print(f"  {'page cache':{width}s} {f.storage.hot_gbps:7.3f} GB/s  this mount's page cache copied out "
+                  "(pread) into populated memory")
     if (land := doc["landing_hot_gbps"]) is not None:
         print(f"  {'landing (hot)':{width}s} {land:7.3f} GB/s  fresh memory populated, then copied into from the "
               "page cache: what a hot restore's floor uses")

@@ -131,8 +131,8 @@ def valid_ceiling(entry, now: float) -> Ceiling | None:
             return None
         rates, at, sample = [float(v) for v in raw[:3]], float(raw[3]), int(raw[4])
         method = entry["method"]
-        into_fresh, cold = entry.get("fresh_gbps", 0.0), entry.get("cold", True)
-        if not number(into_fresh) or into_fresh and not MIN_GBPS <= into_fresh <= MAX_GBPS or cold is not True:
+        into_fresh, hot, cold = entry.get("fresh_gbps", 0.0), entry.get("hot_gbps", 0.0), entry.get("cold", True)
+        if not all(number(v) and (not v or MIN_GBPS <= v <= MAX_GBPS) for v in (into_fresh, hot)) or cold is not True:
             return None  # a figure that was not read cold is never kept: one that says so was written by hand
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
@@ -141,7 +141,7 @@ def valid_ceiling(entry, now: float) -> Ceiling | None:
         return None  # NaN and infinities fail the range checks too
     if float(into_fresh) > rates[2] * OVER_FLOOR:  # into fresh memory is never faster than into reused buffers
         return None
-    return Ceiling(*rates, printable(method)[:300], at, sample, fresh_gbps=float(into_fresh))
+    return Ceiling(*rates, printable(method)[:400], at, sample, fresh_gbps=float(into_fresh), hot_gbps=float(hot))
 
 
 def known_figure(key: str) -> bool:
@@ -306,19 +306,29 @@ def populate_gbps(floor: Floor, nbytes: int = 0) -> float | None:
     return c.gbps if c is not None else None
 
 
+def page_cache_gbps(floor: Floor) -> float | None:
+    """The page cache's copy into populated memory: the source mount's own (pread, storage.hot_gbps) where it was
+    measured, else a memmove's (faster than the kernel's copy: 13 against 8-9 GB/s on this VM, so a floor on it
+    is lower than the box's)."""
+    if floor.storage is not None and floor.storage.hot_gbps:
+        return floor.storage.hot_gbps
+    return floor.ceilings["copy"].gbps if "copy" in floor.ceilings else None
+
+
 def landing_gbps(floor: Floor, hot: bool, nbytes: int = 0) -> float | None:
     """The rate bytes land in fresh memory at, in GB/s: from the device, the population's (the device's reads
     and the faults overlap where the box lets them: the storage figure into fresh memory says how far); from the
     page cache, populating then copying, one after the other (both are the cores' work, and a page is copied
-    into only once it exists).
+    into only once it exists: a C loop of MADV_POPULATE_WRITE then pread took the sum of the two, 1.16-1.36 s
+    for 4.2 GB on 2 cores).
 
     Not the kernel's copy-on-write of a private file mapping, though it skips the zeroing (4.1-4.4 against
     3.2-3.7 GB/s on 2 cores): truncating the file later takes the copied pages back out of the mapping (POSIX), so
     the restored bytes would fault (SIGBUS) when a trainer rewrites its checkpoint; that memory is not owned."""
     pop = populate_gbps(floor, nbytes)
-    if not hot or pop is None or "copy" not in floor.ceilings:
+    if not hot or pop is None or (copy := page_cache_gbps(floor)) is None:
         return pop
-    return 1 / (1 / pop + 1 / floor.ceilings["copy"].gbps)
+    return 1 / (1 / pop + 1 / copy)
 
 
 def storage_gbps(floor: Floor, destination: str) -> float:
@@ -337,8 +347,8 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     does not copy one page while it hashes another, so there the CPU work adds to the largest part."""
     cores = cores or floor.box.get("cores") or 1
     rates: dict[str, float] = {}
-    if hot and "copy" in floor.ceilings:
-        rates["page cache"] = floor.ceilings["copy"].gbps
+    if hot and (copy := page_cache_gbps(floor)) is not None:
+        rates["page cache"] = copy
     elif not hot and storage_usable(floor):
         rates[floor.resource] = storage_gbps(floor, destination)
     if destination == FRESH and (land := landing_gbps(floor, hot, bytes_read)) is not None:
@@ -440,7 +450,10 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot,
               destination=destination, device_bytes=device_bytes)
     partial = not hot and not storage_usable(floor)  # a cold read's floor without what it reads from
-    note = ("the read was from the page cache; " if hot else "" if not partial else
+    own = floor.storage is not None and bool(floor.storage.hot_gbps)
+    note = (("the read was from the page cache; " if own else "the read was from the page cache (its copy held to "
+             "a memmove's rate, faster than the kernel's: `ckptbench floor SOURCE` measures this mount's); ")
+            if hot else "" if not partial else
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
             "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only, so no efficiency "
             "is given (a cold restore held to part of its floor read as slow as 15 %); ")

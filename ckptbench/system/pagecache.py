@@ -59,6 +59,15 @@ def residency_of(paths: list[str]) -> float:
     return _residency(_present(paths)).fraction
 
 
+def residency_of_each(paths: list[str]) -> tuple[tuple[str, int, int], ...]:
+    """(path, bytes resident, bytes) of each file that can be opened."""
+    return _residency(_present(paths)).per_file
+
+
+def evict(paths: list[str]) -> None:
+    _evict(_present(paths))
+
+
 def _residency(paths: list[str]) -> fastio.Residency:
     """Residency of the files that can be opened: an unreadable one is its read's error to report, and must
     not sink the measurement of the others."""

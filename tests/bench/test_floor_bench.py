@@ -4,6 +4,7 @@ asserted."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -143,3 +144,35 @@ def test_the_c_loop_populates_and_reports_a_rate_per_repeat():
     assert len(record["populate_thp"]["c_gbps"]["touch"]) == 2
     # the restore-size figure: one C sample of its own size, at its thread count
     assert record["populate_at_16m"]["bytes"] == 16 << 20 and len(record["populate_at_16m"]["c_gbps"]["populate"]) == 1
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_the_page_cache_copy_is_held_against_a_c_pread_loop_at_its_thread_count(tmp_path, monkeypatch):
+    from ckptbench.system import ceilings as cl
+
+    monkeypatch.setattr(cl, "HOT_BYTES", 8 << 20)
+    paths = []
+    for i in range(2):
+        p = tmp_path / f"shard-{i}.bin"
+        p.write_bytes(os.urandom(6 << 20))
+        paths.append((str(p), 6 << 20))
+    storage, _ = cl.storage_ceiling(paths, levels=(1, 2), repeats=1)  # the method line the check parses
+    assert storage.hot_gbps > 0 and agree.hot_threads(storage.method) in (1, 2)
+    verdict, record = agree.c_page_cache(storage, paths, repeats=3)
+    assert verdict["value"] > 0 and len(record["c_gbps"]) == 3
+    assert record["threads"] == agree.hot_threads(storage.method)
+    none, _ = agree.c_page_cache(dataclasses.replace(storage, hot_gbps=0.0), paths)
+    assert none["status"] == "not measured"
+
+
+def test_pooled_storage_compares_the_reads_part_of_the_method_and_pools_the_page_cache_copy():
+    f = a_floor()
+    f.storage.method += "; into fresh memory 1.20 GB/s; from the page cache into populated memory 6.00 GB/s (5.90-6.10, " \
+                        "pread, 2 thread(s) of 1, 2)"
+    f.storage.hot_gbps = 6.0
+    line = lambda fresh, hot, n: (f.storage.method.split(";")[0] + f"; into fresh memory {fresh} GB/s; from the page "
+                                  f"cache into populated memory {hot} GB/s (x, pread, {n} thread(s) of 1, 2)")
+    runs = [{"wall_s": 1, "rc": 0, "problem": "", "doc": {"ceilings": {}, "storage": {
+        "gbps": 4.0, "hot_gbps": hot, "method": line(1.5, hot, n)}}} for hot, n in ((8.0, 2), (100.0, 1))]
+    assert agree.pooled(f, runs, "storage").gbps == pytest.approx(4.0)  # median of 2.0, 4.0, 4.0
+    assert agree.pooled_hot(f, runs).hot_gbps == pytest.approx(7.0)  # 6 and 8: the 1-thread figure is another way

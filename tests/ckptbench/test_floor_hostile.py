@@ -33,9 +33,11 @@ def _good(**change) -> dict:
     _good(gbps=1e300, max_gbps=1e300), _good(gbps=1e-300, min_gbps=1e-300), _good(gbps=float("inf")),
     _good(min_gbps=float("nan")), _good(measured_at=10 ** 400), _good(sample_bytes=float("inf")),
     _good(gbps="2"), _good(method=7), _good(min_gbps=3.0), {"gbps": 2.0}, _good(fresh_gbps=float("inf")),
-    _good(fresh_gbps="1"), _good(fresh_gbps=1e-9),
+    _good(fresh_gbps="1"), _good(fresh_gbps=1e-9), _good(hot_gbps=float("nan")), _good(hot_gbps=[8]),
+    _good(hot_gbps=1e9),
 ], ids=["huge", "tiny", "inf", "nan", "huge-int-date", "inf-sample", "text-rate", "method-number", "min-above",
-        "partial", "inf-into-fresh", "text-into-fresh", "tiny-into-fresh"])
+        "partial", "inf-into-fresh", "text-into-fresh", "tiny-into-fresh", "nan-page-cache", "list-page-cache",
+        "huge-page-cache"])
 def test_a_damaged_ceiling_is_not_used(entry):
     whole = {k: _good() for k in fl.BOX_FIGURES}
     _write(_doc(whole))

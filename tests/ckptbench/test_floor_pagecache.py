@@ -1,0 +1,74 @@
+"""A hot restore's copy out of the page cache: measured on the source's own mount (the kernel's copy, pread into
+populated memory), kept with its storage figure, and what the hot floor holds a restore to; a memmove's rate only
+where the mount's was not measured, and then the note says so."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from ckptbench.system import ceilings, floor as fl, pagecache
+from floorhelp import fixed_floor
+
+
+def test_the_hot_floor_copies_at_the_mounts_page_cache_rate_where_measured():
+    f = fixed_floor(storage=2.0, copy=8.0, populate_4k=2.0)
+    memmove = fl.model(f, bytes_read=8 * 10**9, hot=True)
+    assert memmove["times_s"]["page cache"] == pytest.approx(1.0)
+    f.storage.hot_gbps = 4.0  # the kernel's copy: slower than a memmove
+    m = fl.model(f, bytes_read=8 * 10**9, hot=True)
+    assert m["times_s"]["page cache"] == pytest.approx(2.0)
+    # populated (4 s), then copied into (2 s), one after the other
+    assert m["times_s"]["fresh memory"] == pytest.approx(6.0) and m["binding"] == "fresh memory"
+    assert fl.landing_gbps(f, hot=True) == pytest.approx(8 / 6)
+    # a cold read goes by the device, not the page cache
+    assert "page cache" not in fl.model(f, bytes_read=8 * 10**9)["times_s"]
+
+
+def test_the_note_says_when_the_copy_is_held_to_a_memmove():
+    f = fixed_floor(copy=8.0, populate_4k=2.0, populate_thp=2.0, scan=8.0, hash_crc32c=8.0)
+    note = fl.restore_fields(f, bytes_read=10**9, measured_s=1.0, hash_alg="none", hot=True)["floor_note"]
+    assert "memmove" in note and "ckptbench floor SOURCE" in note
+    f.storage = fl.Ceiling(2.0, 2.0, 2.0, "fixed", time.time(), fl.STORAGE_SAMPLE, hot_gbps=5.0)
+    note = fl.restore_fields(f, bytes_read=10**9, measured_s=1.0, hash_alg="none", hot=True)["floor_note"]
+    assert "memmove" not in note and note.startswith("the read was from the page cache; ")
+
+
+def test_a_real_page_cache_figure_on_this_disk_leaves_the_file_uncached(tmp_path, monkeypatch):
+    data = tmp_path / "shard.bin"
+    data.write_bytes(os.urandom(12 << 20) + b"x" * 1000)  # not whole MiB: only whole MiB are read
+    monkeypatch.setattr(ceilings, "HOT_BYTES", 8 << 20)
+    read = []
+    real = ceilings.fastio.read_files
+    monkeypatch.setattr(ceilings.fastio, "read_files", lambda specs, **kw: read.append(specs) or real(specs, **kw))
+    rates, n = ceilings.page_cache_rates([(str(data), data.stat().st_size)], cores=2, repeats=2)
+    assert len(rates) == 2 and all(r > 1e8 for r in rates) and n in (1, 2)
+    assert [(s.offset, s.size) for s in read[0]] == [(0, 8 << 20)]  # the sample, not the file
+    after = pagecache.residency_of_each([str(data)])[0][1]
+    pagecache.evict([str(data)])
+    evictable = pagecache.residency_of_each([str(data)])[0][1] < 1 << 20  # not a tmpfs
+    assert after < 1 << 20 or not evictable  # evicted again where the filesystem lets it
+
+
+def test_a_mount_that_does_not_keep_pages_cached_has_no_page_cache_figure(tmp_path, monkeypatch):
+    data = tmp_path / "shard.bin"
+    data.write_bytes(os.urandom(4 << 20))
+    monkeypatch.setattr(pagecache, "residency_of_each", lambda paths: tuple((p, 0, 4 << 20) for p in paths))
+    assert ceilings.page_cache_rates([(str(data), 4 << 20)], cores=2, repeats=1) == ([], 0)
+
+
+def test_the_figure_is_kept_with_the_storage_figure_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(fl, "storage_ceiling", lambda ps: (fl.Ceiling(
+        2.0, 1.9, 2.1, "fixed read", time.time(), fl.STORAGE_SAMPLE, hot_gbps=6.5), ""))
+    monkeypatch.setattr(fl, "memory_ceilings", lambda **kw: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
+                                                              for k in ("populate_4k", "populate_thp", "copy")})
+    monkeypatch.setattr(fl, "cpu_ceilings", lambda: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
+                                                     for k in fl.BOX_FIGURES if k not in ("populate_4k",
+                                                                                           "populate_thp", "copy")})
+    cache = str(tmp_path / "floor.json")
+    fl.measure([("/nowhere", 1 << 30)], "/data (ext4)", path=cache)
+    again = fl.cached("/data (ext4)", path=cache)
+    assert again is not None and again.storage.hot_gbps == 6.5
+    assert fl.page_cache_gbps(again) == 6.5
