@@ -332,20 +332,37 @@ def device_ceilings(size: int = H2D_BYTES, repeats: int = REPEATS) -> dict[str, 
     return out
 
 
+HASH_MIN = 4 << 20  # the fewest bytes a hash figure is taken over
+HASH_TIME_S = 0.04  # about how long one of its repeats takes
+
+
+def _rate(alg: str, data) -> float:
+    """Bytes/s of one untimed-in-the-figure pass: how many bytes a repeat of the figure needs."""
+    h = fastio.Hasher(alg)
+    t0 = time.perf_counter()
+    h.update(data)
+    return len(data) / max(time.perf_counter() - t0, 1e-9)
+
+
 def cpu_ceilings(size: int = HASH_BYTES, repeats: int = REPEATS) -> dict[str, Ceiling]:
     """Every hash kernel and the finite scan, per core (one native thread, the GIL released)."""
     buf = bytearray(os.urandom(1 << 20)) * (size >> 20)
     out: dict[str, Ceiling] = {}
+    view = memoryview(buf)
     for alg in fastio.HASHES:
         if alg == "none":
             continue
+        # a slow kernel (md5, sha256: 0.4-0.8 GB/s) over fewer bytes: its rate holds still over tens of
+        # milliseconds, and 64 MiB of it three times was a tenth of `floor`'s ten seconds
+        n = min(size, max(HASH_MIN, int(_rate(alg, view[:HASH_MIN]) * HASH_TIME_S) >> 20 << 20))
         rates = []
         for _ in range(repeats):
             h = fastio.Hasher(alg)
             t0 = time.perf_counter()
-            h.update(buf)
-            rates.append(size / (time.perf_counter() - t0))
-        out[f"hash_{alg}"] = _ceiling(rates, f"fastio.Hasher({alg!r}) over {size >> 20} MiB, one core")
+            h.update(view[:n])
+            rates.append(n / (time.perf_counter() - t0))
+        out[f"hash_{alg}"] = _ceiling(rates, f"fastio.Hasher({alg!r}) over {n >> 20} MiB, one core")
+    view.release()
     rates = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -464,10 +481,22 @@ def page_cache_rates(paths_sizes: list[tuple[str, int]], cores: int | None = Non
 
 
 def _page_cache_copy(take: list[tuple[str, int]], total: int, cores: int, repeats: int) -> tuple[list[float], int]:
-    fds = [os.open(p, os.O_RDONLY | os.O_CLOEXEC) for p, _ in take]
+    import stat
+
+    fds: list[int] = []
     dst = _anonymous(total, huge=False)  # 4 KiB pages, as a restore's buffers (fastio maps them so)
     view = memoryview(dst)
     try:
+        for p, n in take:  # never blocks on a FIFO swapped in since the storage reads, never reads past the file
+            try:
+                fds.append(os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK))
+                st = os.fstat(fds[-1])
+            except OSError as exc:
+                raise CkptbenchError(f"{p}: unreadable ({exc.strerror}); the floor reads the source's own files") \
+                    from None
+            if not stat.S_ISREG(st.st_mode) or st.st_size < n:
+                raise CkptbenchError(f"{p}: no longer the regular file of {n} bytes or more it was listed as; the "
+                                     "floor reads the source's own files")
         _populate(dst, cores)  # untimed: only the copy is this figure
         pieces, at = [], 0  # (fd, file offset, destination offset, bytes)
         for fd, (_, n) in zip(fds, take):

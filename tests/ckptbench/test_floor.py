@@ -270,6 +270,13 @@ def test_sysinfo_shows_the_cached_floor_and_never_measures_it(tmp_path, monkeypa
     assert doc["storage"]["gbps"] == 4.0 and doc["resource"] == "storage" and doc["storage"]["fresh_gbps"] == 2.0
     assert doc["landing_hot_gbps"] == pytest.approx(2.0)  # populated at 4 GB/s, then copied into at 4
     assert box.cached_floor("/data (xfs)")["storage"] == box.NOT_MEASURED  # another mount's figure is not this one's
+    with open(tmp_path / "ckptbench" / "floor.json") as f:
+        kept = json.load(f)
+    kept["storage"]["/ (ext4)"]["hot_gbps"] = 1.0  # this mount's page cache copies out slower than the memmove
+    with open(tmp_path / "ckptbench" / "floor.json", "w") as f:
+        json.dump(kept, f)
+    doc = box.cached_floor("/ (ext4)")
+    assert doc["storage"]["hot_gbps"] == 1.0 and doc["landing_hot_gbps"] == pytest.approx(0.8)  # 1 / (1/4 + 1/1)
 
 
 def test_floor_reads_the_link_through_the_s3_client_asked_for(monkeypatch):

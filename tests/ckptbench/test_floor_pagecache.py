@@ -72,3 +72,18 @@ def test_the_figure_is_kept_with_the_storage_figure_and_read_back(tmp_path, monk
     again = fl.cached("/data (ext4)", path=cache)
     assert again is not None and again.storage.hot_gbps == 6.5
     assert fl.page_cache_gbps(again) == 6.5
+
+
+def test_a_file_swapped_for_a_fifo_or_cut_short_is_one_clear_error_not_a_hang(tmp_path):
+    from ckptbench.core.errors import CkptbenchError
+
+    data = tmp_path / "shard.bin"
+    data.write_bytes(os.urandom(4 << 20))
+    fifo = tmp_path / "swapped.bin"
+    os.mkfifo(fifo)
+    with pytest.raises(CkptbenchError, match="no longer the regular file"):
+        ceilings._page_cache_copy([(str(fifo), 4 << 20)], 4 << 20, 2, 1)
+    with pytest.raises(CkptbenchError, match="no longer the regular file"):
+        ceilings._page_cache_copy([(str(data), 8 << 20)], 8 << 20, 2, 1)
+    with pytest.raises(CkptbenchError, match="unreadable"):
+        ceilings._page_cache_copy([(str(tmp_path / "gone.bin"), 4 << 20)], 4 << 20, 2, 1)
