@@ -35,14 +35,20 @@ def mount_of(directory: str) -> str:
         return directory
 
 
-def models(floor, nbytes: int) -> dict[str, dict]:
+def models(floor, nbytes: int, floating_bytes: int = 0) -> dict[str, dict]:
     """The set's floor per condition and destination: `hot` and `cold` land in fresh memory (a restore's state dict),
-    `cold-reused` reads into buffers it owns already (`ckptbench read`)."""
+    `cold-reused` reads into buffers it owns already (`ckptbench read`). With `floating_bytes`, `hot-own` and
+    `cold-own` too: the floor of ckptbench run's own work, its structural check's scan of those bytes on the cores
+    (the peers scan nothing: their rows, and the targets, are held to the shared floors)."""
     from ckptbench.system import floor as fl
 
-    return {"hot": fl.model(floor, bytes_read=nbytes, hot=True),
-            "cold": fl.model(floor, bytes_read=nbytes),
-            "cold-reused": fl.model(floor, bytes_read=nbytes, destination=fl.REUSED)}
+    out = {"hot": fl.model(floor, bytes_read=nbytes, hot=True),
+           "cold": fl.model(floor, bytes_read=nbytes),
+           "cold-reused": fl.model(floor, bytes_read=nbytes, destination=fl.REUSED)}
+    if floating_bytes:
+        out |= {f"{c}-own": fl.model(floor, bytes_read=nbytes, hot=c == "hot", floating_bytes=floating_bytes)
+                for c in ("hot", "cold")}
+    return out
 
 
 def row_model(key: str) -> str | None:
@@ -64,6 +70,8 @@ def efficiency(floors: dict[str, dict], key: str, median_s: float | None) -> flo
 
 def targets(series: dict, floors: dict[str, dict], peers: list[str]) -> list[dict]:
     """ckptbench's efficiency ≥ EFFICIENCY_MIN and ≥ every peer's, hot and cold; verdicts shaped as judge's."""
+    from ckptbench.system import floor as fl
+
     out = []
     for cond in ("hot", "cold"):
         s = series.get(f"{cond}/ckptbench")
@@ -72,6 +80,11 @@ def targets(series: dict, floors: dict[str, dict], peers: list[str]) -> list[dic
         out.append(_verdict(f"{cond}: ckptbench run's efficiency ≥ {EFFICIENCY_MIN:g} of this box's floor (fresh "
                             f"destination, bound by {binding}; measured in this run)", mine, EFFICIENCY_MIN,
                             [s] if s else []))
+        if (own := floors.get(f"{cond}-own")) and own["floor_s"] and s and s.median:  # said, not judged
+            eff = fl.efficiency(own["floor_s"], s.median)
+            out.append({"target": f"{cond}: ckptbench run against the floor of its own work (its structural scan "
+                                  f"added: {own['floor_s']:.3f} s; not a target)", "status": "info", "value": eff,
+                        "detail": f"{eff:.3f}"})
         for p in peers:
             ps = series.get(f"{cond}/{p}")
             theirs = efficiency(floors, f"{cond}/{p}", ps.median if ps else None)

@@ -37,7 +37,7 @@ def targets(series: dict[str, Series], peers: list[str]) -> list[Target]:
 
 
 def verdict_lines(verdicts: list[dict]) -> list[str]:
-    word = {"met": "PASS", "MISSED": "MISS"}
+    word = {"met": "PASS", "MISSED": "MISS", "info": "INFO"}
     return [f"{word.get(v['status'], v['status'])}: {v['target']}" + (f" — {v['detail']}" if v.get("detail") else "")
             for v in verdicts]
 

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         log("this box's floor, measured on the set's files")
         paths_sizes = [(p, os.path.getsize(p)) for p in b.files]
         b.floor = _floor_bench.measure(paths_sizes, args.dir, floor_cache)
-        b.floors = _floor_bench.models(b.floor, b.total)
+        b.floors = _floor_bench.models(b.floor, b.total, meta["total_size"])  # every tensor of the set is floating
         if args.floor_runs:
             agree, agree_record = _floor_agree.agreement(b.floor, paths_sizes, args.dir, args.floor_runs, floor_cache,
                                                          _floor_agree.pop_bytes())

@@ -401,9 +401,14 @@ def test_a_quick_run_on_a_tiny_checkpoint_writes_its_report(tmp_path, monkeypatc
     text = md[0].read_text()
     record = json.loads(md[0].with_suffix(".json").read_text())
     assert "| hot | ckptbench run |" in text and "| hot | safetensors |" in text
-    assert [v["target"].split(":")[0] for v in record["targets"]] == ["hot"] * 2 + ["cold"] * 2 + ["hot", "cold",
+    assert [v["target"].split(":")[0] for v in record["targets"]] == ["hot"] * 3 + ["cold"] * 3 + ["hot", "cold",
                                                                                                 "cold", "cold"]
     assert "efficiency" in record["targets"][0]["target"]
+    # ckptbench against the floor of its own work (its scan added): said, never judged, and a floor above the shared
+    own = [v for v in record["targets"] if v["status"] == "info"]
+    assert len(own) == 2 and all("its own work" in v["target"] for v in own)
+    assert record["floor"]["models"]["hot-own"]["floor_s"] > record["floor"]["models"]["hot"]["floor_s"]
+    assert "INFO: hot: ckptbench run against the floor of its own work" in text
     head = next(line for line in text.splitlines() if line.startswith("| condition |"))
     assert head.split(" | ")[2] == "efficiency"  # the headline column, right after the loader
     rows = {(m["condition"], m["loader"]): m["efficiency"] for m in record["measurements"]}
