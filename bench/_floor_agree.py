@@ -263,14 +263,21 @@ def spread_of(runs: list[dict]) -> dict[str, float]:
     return {k: (max(v) - min(v)) / statistics.median(v) for k, v in figures.items() if len(v) > 1}
 
 
+def floor_of(doc: dict):
+    """The Floor one `ckptbench floor SOURCE --json` document printed (its figures as the cache would take them)."""
+    from ckptbench.system import floor as fl
+
+    now = time.time()
+    return fl.Floor(doc.get("box") or {}, {k: c for k, v in (doc.get("ceilings") or {}).items()
+                                           if (c := fl.valid_ceiling(v, now))},
+                    fl.valid_ceiling(doc.get("storage"), now), doc.get("mount"))
+
+
 def floors_of(doc: dict) -> dict[str, float]:
     """The set's cold and hot floors (fresh destination) out of one `ckptbench floor SOURCE --json` document."""
     from ckptbench.system import floor as fl
 
-    now = time.time()
-    f = fl.Floor(doc.get("box") or {}, {k: c for k, v in (doc.get("ceilings") or {}).items()
-                                        if (c := fl.valid_ceiling(v, now))},
-                 fl.valid_ceiling(doc.get("storage"), now), doc.get("mount"))
+    f = floor_of(doc)
     nbytes = (doc.get("restore") or {}).get("bytes") or 0
     out = {}
     for name, hot in (("cold floor", False), ("hot floor", True)):
@@ -348,9 +355,11 @@ def pooled_hot(floor, runs: list[dict]):
     return dataclasses.replace(mine, hot_gbps=statistics.median(same))
 
 
-def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str, pop_size: int) -> tuple[list[dict], dict]:
+def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str,
+              pop_size: int) -> tuple[list[dict], dict, list]:
     """Every agreement check, in order: the box runs (spread, wall time), fio against the storage figure, the C loop
-    against the population figures. Figures compared are pooled over this run's measurements taken the same way."""
+    against the population figures. Figures compared are pooled over this run's measurements taken the same way.
+    Returns the verdicts, the record, and the box runs' Floors (the bench holds its rows to their median)."""
     from ckptbench.system import floor as fl
 
     log(f"floor agreement: {runs} `ckptbench floor` run(s), fio, a C population loop")
@@ -374,7 +383,7 @@ def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str, pop
         "spread": spread_of([r for r in box if r["doc"]]), "fio": fio_rec, "c_landing": land_rec, "c_page_cache": hot_rec,
         "c_population": pop_rec,
         "pooled_gbps": {"storage": storage.gbps if storage else None} | {k: c.gbps for k, c in pops.items()}}
-    return verdicts, record
+    return verdicts, record, [floor_of(r["doc"]) for r in box if r["doc"]]
 
 
 def pop_bytes() -> int:

@@ -77,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         b.floor = _floor_bench.measure(paths_sizes, args.dir, floor_cache)
         b.floors = _floor_bench.models(b.floor, b.total, meta["total_size"])  # every tensor of the set is floating
         if args.floor_runs:
-            agree, agree_record = _floor_agree.agreement(b.floor, paths_sizes, args.dir, args.floor_runs, floor_cache,
-                                                         _floor_agree.pop_bytes())
+            agree, agree_record, others = _floor_agree.agreement(b.floor, paths_sizes, args.dir, args.floor_runs,
+                                                                 floor_cache, _floor_agree.pop_bytes())
+            # the rows are held to the median of this run's floors: the one above and the `floor` runs'
+            b.floors = _floor_bench.median_models([b.floor, *others], b.total, meta["total_size"])
     for i in range(args.repeat):
         log(f"round {i + 1} of {args.repeat}")
         b.round(i)

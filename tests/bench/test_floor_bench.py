@@ -176,3 +176,17 @@ def test_pooled_storage_compares_the_reads_part_of_the_method_and_pools_the_page
         "gbps": 4.0, "hot_gbps": hot, "method": line(1.5, hot, n)}}} for hot, n in ((8.0, 2), (100.0, 1))]
     assert agree.pooled(f, runs, "storage").gbps == pytest.approx(4.0)  # median of 2.0, 4.0, 4.0
     assert agree.pooled_hot(f, runs).hot_gbps == pytest.approx(7.0)  # 6 and 8: the 1-thread figure is another way
+
+
+def test_rows_are_held_to_the_median_of_the_runs_floors_one_that_was_measured():
+    floors = [a_floor(storage_gbps=g) for g in (1.0, 4.0, 2.0, 8.0)]
+    m = fb.median_models(floors, 8 * 10**9)
+    # four cold floors (the fastest storage bound by fresh memory instead): the lower middle one, as measured
+    cold = sorted(fl.model(f, bytes_read=8 * 10**9)["floor_s"] for f in floors)
+    assert m["cold"]["floor_s"] == pytest.approx(cold[1]) and m["cold"]["of"] == 4
+    assert m["cold"]["range_s"] == pytest.approx([cold[0], cold[-1]])
+    # one floor: itself, said as one
+    one = fb.median_models(floors[:1], 8 * 10**9)
+    assert one["cold"]["floor_s"] == pytest.approx(8.0) and one["cold"]["of"] == 1
+    lines = fb.ceilings_lines(floors[0], m, 8 * 10**9)
+    assert any("the median of 4 floors measured in this run" in line for line in lines)
