@@ -34,7 +34,19 @@ def _init_nonzero(model: GPT, seed: int) -> None:
 
 
 def train_one_step(profile: Profile, seed: int) -> CheckpointState:
-    """A real optimizer step, so the AdamW state is what a trainer would save."""
+    """A real optimizer step, so the AdamW state is what a trainer would save; on one thread, so that a seed writes
+    the same bytes in any process: the matmuls' reductions split another way on another thread count (one thread
+    and two wrote other bytes here), and MKL picks fewer threads than asked when the cores are busy (MKL_DYNAMIC: a
+    test comparing two gens of one seed failed once under load). The step is small; gen's time is its writing."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _step(profile, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _step(profile: Profile, seed: int) -> CheckpointState:
     torch.manual_seed(seed)
     model = GPT(profile.dims)
     _init_nonzero(model, seed)

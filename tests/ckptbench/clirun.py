@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,10 +34,10 @@ def run_cli(*args: str) -> Run:
     return Run(rc, out.getvalue(), err.getvalue())
 
 
-def run_proc(*args: str, timeout: int = 120) -> Run:
-    """The CLI as a user runs it: a fresh interpreter."""
+def run_proc(*args: str, timeout: int = 120, env: dict | None = None) -> Run:
+    """The CLI as a user runs it: a fresh interpreter (with `env` added to this environment)."""
     proc = subprocess.run([sys.executable, "-m", "ckptbench", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=dict(os.environ) | env if env else None)
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 

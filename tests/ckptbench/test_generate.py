@@ -153,6 +153,20 @@ def test_same_seed_same_digests(h, ckpt, fmt, tmp_path):
     assert differ == []
 
 
+def test_a_seed_writes_the_same_bytes_on_any_thread_count(h, tmp_path):
+    """One thread and the box's count once gave other bytes (the step's reductions split another way), and a busy
+    box's MKL picks fewer threads than asked: a gen of one seed must not depend on either."""
+    one = tmp_path / "one"
+    r = h.run_proc("gen", "small", one, "--scale", h.SCALE, "--format", "torch", "--seed", "0",
+                   env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    assert r.rc == 0, r.err
+    many = tmp_path / "many"
+    r = h.run_proc("gen", "small", many, "--scale", h.SCALE, "--format", "torch", "--seed", "0",
+                   env={"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"})
+    assert r.rc == 0, r.err
+    assert _digests(h, one) == _digests(h, many)
+
+
 @pytest.mark.parametrize("fmt", ["safetensors", "torch", "dcp"])
 def test_different_seed_different_data(h, ckpt, fmt):
     a = h.read_manifest(ckpt(fmt, 4, seed=0))
