@@ -151,6 +151,7 @@ def test_the_page_cache_copy_is_held_against_a_c_pread_loop_at_its_thread_count(
     from ckptbench.system import ceilings as cl
 
     monkeypatch.setattr(cl, "HOT_BYTES", 8 << 20)
+    monkeypatch.setattr(cl, "MIN_STORAGE_SAMPLE", 4 << 20)  # a real sample is 64 MiB or more: kept small here
     paths = []
     for i in range(2):
         p = tmp_path / f"shard-{i}.bin"
