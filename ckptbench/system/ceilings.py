@@ -466,12 +466,8 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
     # a page cache sample under MIN_STORAGE_SAMPLE copies from the CPU's caches (4 MiB at 6.9 GB/s where 256 MiB ran
     # at 4.5, this VM) or times a thread's wake-up, and the figure is the mount's: kept, and held to every hot restore
     # on it (the cold figure of such a sample is not used either)
-    hot_sizes = [(p, n) for p, n, _ in chosen]
-    hot, hot_n = page_cache_rates(hot_sizes) if _hot_sample(hot_sizes)[1] >= MIN_STORAGE_SAMPLE else ([], 0)
-    if hot:
-        c.hot_gbps = statistics.median(hot) / 1e9
-        c.method += (f"; from the page cache into populated memory {c.hot_gbps:.2f} GB/s ({min(hot) / 1e9:.2f}-"
-                     f"{max(hot) / 1e9:.2f}, pread, {hot_n} thread(s) of {_counts(os.cpu_count() or 1)})")
+    c.hot_gbps, words = page_cache_figure([(p, n) for p, n, _ in chosen])
+    c.method += words
     if sparse:
         note = (note + "; " if note else "") + (f"{sparse} sparse file(s) left out of the sample: their holes read at "
                                                 "memory's rate, not the device's")
@@ -513,6 +509,21 @@ def _hot_sample(paths_sizes: list[tuple[str, int]]) -> tuple[list[tuple[str, int
         take.append((path, n))
         total += n
     return take, total
+
+
+def page_cache_figure(paths_sizes: list[tuple[str, int]]) -> tuple[float, str]:
+    """The page cache's copy figure of the files (the largest first, sparse ones left out) in GB/s, and the words
+    the storage figure's method line gets for it; (0.0, "") when not measured (a sample under MIN_STORAGE_SAMPLE, a
+    mount that keeps no pages)."""
+    sizes = sorted(((p, n) for p, n in paths_sizes if not _hole_in(p, min(n, HOT_BYTES))), key=lambda ps: -ps[1])
+    if _hot_sample(sizes)[1] < MIN_STORAGE_SAMPLE:
+        return 0.0, ""
+    hot, n = page_cache_rates(sizes)
+    if not hot:
+        return 0.0, ""
+    gbps = statistics.median(hot) / 1e9
+    return gbps, (f"; from the page cache into populated memory {gbps:.2f} GB/s ({min(hot) / 1e9:.2f}-"
+                  f"{max(hot) / 1e9:.2f}, pread, {n} thread(s) of {_counts(os.cpu_count() or 1)})")
 
 
 def page_cache_rates(paths_sizes: list[tuple[str, int]], cores: int | None = None,

@@ -17,7 +17,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import fastio
 
@@ -28,7 +28,7 @@ from ckptbench.core.errors import CkptbenchError, printable
 from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: callers name these through it)
     DEVICE_FIGURES, LARGE_MAX, LARGE_MIN, LINK_SAMPLE, MIN_STORAGE_SAMPLE, POP_BYTES, STORAGE_SAMPLE, Ceiling,
     _ceiling, cpu_ceilings, device_ceilings, gpu_models, large_key, large_reach, large_size, link_ceiling,
-    link_sample, memory_ceilings, populate_large, size_class, storage_ceiling, thread_counts,
+    link_sample, memory_ceilings, page_cache_figure, populate_large, size_class, storage_ceiling, thread_counts,
 )
 
 MAX_AGE_S = 86400.0
@@ -141,7 +141,7 @@ def valid_ceiling(entry, now: float) -> Ceiling | None:
         return None  # NaN and infinities fail the range checks too
     if float(into_fresh) > rates[2] * OVER_FLOOR:  # into fresh memory is never faster than into reused buffers
         return None
-    return Ceiling(*rates, printable(method)[:400], at, sample, fresh_gbps=float(into_fresh), hot_gbps=float(hot))
+    return Ceiling(*rates, printable(method)[:600], at, sample, fresh_gbps=float(into_fresh), hot_gbps=float(hot))
 
 
 def known_figure(key: str) -> bool:
@@ -213,6 +213,10 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
         wanted = read_bytes if read is not None else min(STORAGE_SAMPLE, sum(s for _, s in paths_sizes))
         if kept is not None and kept.sample_bytes >= wanted:  # a smaller sample than this source's is measured again
             floor.storage = kept
+            if read is None and not kept.hot_gbps:  # kept before the page cache's figure was measured (or where it
+                # could not be): that one alone, now, not the device's again
+                hot, words = page_cache_figure(paths_sizes)
+                floor.storage = replace(kept, hot_gbps=hot, method=kept.method + words) if hot else kept
             if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
                 floor.notes.append(f"the {kept.sample_bytes >> 20} MiB sample measures latency more than "
                                    "bandwidth: the floor does not use it (point at a larger checkpoint)")
@@ -452,7 +456,8 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     partial = not hot and not storage_usable(floor)  # a cold read's floor without what it reads from
     own = floor.storage is not None and bool(floor.storage.hot_gbps)
     note = (("the read was from the page cache; " if own else "the read was from the page cache (its copy held to "
-             "a memmove's rate, faster than the kernel's: `ckptbench floor SOURCE` measures this mount's); ")
+             "a memmove's rate, faster than the kernel's: `ckptbench floor SOURCE` measures this mount's, from 64 "
+             "MiB or more of files it can evict); ")
             if hot else "" if not partial else
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
             "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only, so no efficiency "

@@ -87,3 +87,19 @@ def test_a_file_swapped_for_a_fifo_or_cut_short_is_one_clear_error_not_a_hang(tm
         ceilings._page_cache_copy([(str(data), 8 << 20)], 8 << 20, 2, 1)
     with pytest.raises(CkptbenchError, match="unreadable"):
         ceilings._page_cache_copy([(str(tmp_path / "gone.bin"), 4 << 20)], 4 << 20, 2, 1)
+
+
+def test_a_kept_storage_figure_without_the_page_cache_copy_gets_it_alone(tmp_path, monkeypatch):
+    """A figure kept before the page cache's was measured (or where it could not be) is not left so for a day while
+    every hot run's note sends the user back to `floor`: `floor` measures that one alone, not the device again."""
+    data = tmp_path / "shard.bin"
+    data.write_bytes(os.urandom(80 << 20))
+    now = time.time()
+    box = {k: fl.Ceiling(3.0, 3.0, 3.0, "x", now) for k in fl.BOX_FIGURES}
+    kept = fl.Floor(fl.box_key(), box, fl.Ceiling(2.0, 2.0, 2.0, "read cold", now, 80 << 20), "/data (ext4)")
+    cache = str(tmp_path / "floor.json")
+    fl._save(cache, kept, {})
+    monkeypatch.setattr(fl, "storage_ceiling", lambda ps: pytest.fail("the device's figure was measured again"))
+    f = fl.measure([(str(data), 80 << 20)], "/data (ext4)", path=cache)
+    assert f.storage.gbps == 2.0 and f.storage.hot_gbps > 0 and "from the page cache" in f.storage.method
+    assert fl.cached("/data (ext4)", path=cache).storage.hot_gbps == f.storage.hot_gbps  # and kept
