@@ -103,3 +103,22 @@ def test_a_kept_storage_figure_without_the_page_cache_copy_gets_it_alone(tmp_pat
     f = fl.measure([(str(data), 80 << 20)], "/data (ext4)", path=cache)
     assert f.storage.gbps == 2.0 and f.storage.hot_gbps > 0 and "from the page cache" in f.storage.method
     assert fl.cached("/data (ext4)", path=cache).storage.hot_gbps == f.storage.hot_gbps  # and kept
+
+
+@pytest.mark.parametrize("rates, tried", [({4: 1.0, 8: 2.0, 16: 1.5}, [4, 8, 16]),
+                                          ({4: 2.0, 8: 1.0, 16: 1.0, 1: 3.0}, [4, 8, 16, 1])])
+def test_the_sweep_tries_one_reader_only_where_the_lowest_level_above_it_won(tmp_path, monkeypatch, rates, tried):
+    from types import SimpleNamespace
+
+    data = tmp_path / "shard.bin"
+    data.write_bytes(os.urandom(2 << 20))
+    asked = []
+
+    def fake(specs, concurrency, into_memory=False, **kw):
+        asked.append(concurrency) if not into_memory else None
+        return SimpleNamespace(failed=[], read_gbps=rates[concurrency], bytes=2 << 20)
+
+    monkeypatch.setattr(ceilings.fastio, "read_files", fake)
+    c, _ = ceilings.storage_ceiling([(str(data), 2 << 20)], repeats=1)
+    assert sorted(set(asked)) == sorted(tried) and asked[:3] == [4, 8, 16]
+    assert c.gbps == max(rates.values()) and f"of {', '.join(map(str, sorted(tried)))}," in c.method
