@@ -177,12 +177,21 @@ def ceilings(floor: fl.Floor, hash_alg: str, nbytes: int = 0) -> dict:
             "kernels_gbps": {k: round(v, 3) for k, v in _kernels(floor).items()}}
     if "scan" in floor.ceilings:
         cpu["scan_gbps"] = round(floor.ceilings["scan"].gbps, 3)
-    out = {floor.resource: storage, "fresh memory": fresh, "page cache copy": _ceiling(floor.ceilings.get("copy")),
-           "cpu": cpu}
+    out = {floor.resource: storage, "fresh memory": fresh, "page cache copy": _page_cache(floor), "cpu": cpu}
     if (link := _ceiling(floor.ceilings.get("h2d_pinned"))) is not None:  # a box with a GPU
         out["host-to-device"] = link | ({"pageable_gbps": round(floor.ceilings["h2d_pageable"].gbps, 3)}
                                         if "h2d_pageable" in floor.ceilings else {})
     return out
+
+
+def _page_cache(floor: fl.Floor) -> dict | None:
+    """The page cache's copy a hot restore is held to: the mount's (pread, measured by `floor SOURCE`), else the
+    memmove's, said as such."""
+    if floor.storage is not None and floor.storage.hot_gbps:
+        return {"gbps": round(floor.storage.hot_gbps, 3), "method": "pread out of this mount's page cache into "
+                "populated memory (with its storage figure)", "age_s": round(floor.storage.age_s)}
+    copy = _ceiling(floor.ceilings.get("copy"))
+    return copy | {"note": "a memmove's rate: this mount's own is not measured"} if copy else None
 
 
 def _storage_fix(probe: RestoreProbe, advised: Advice) -> str:
@@ -192,7 +201,7 @@ def _storage_fix(probe: RestoreProbe, advised: Advice) -> str:
     elif m is not None:
         parts = [f"--concurrency {probe.concurrency} is at or past the knee already ({m.basis}), so the gap is not it"]
     else:
-        parts = ["measure the knee (`ckptbench check SOURCE --quick-sweep`) and raise --concurrency to it"]
+        parts = ["measure the knee (`ckptbench check SOURCE --quick-sweep`) and set --concurrency to it"]
     if probe.read != "direct":
         parts.append(f"this read used {probe.read}: read with O_DIRECT (--read direct) where the mount takes it")
     parts.append("check the mount (the mount-options item: read_ahead_kb, rsize, stripes)")
@@ -217,7 +226,7 @@ def _network_fix(floor: fl.Floor, probe: RestoreProbe, advised: Advice) -> str:
                  f"({m.basis if m is not None else f'the floor measured the link at concurrency {level}'}), so the "
                  "gap is not it"]
     else:
-        parts = ["measure the knee (`ckptbench check SOURCE --quick-sweep`) and raise --concurrency to it"]
+        parts = ["measure the knee (`ckptbench check SOURCE --quick-sweep`) and set --concurrency to it"]
     now = f" ({probe.part_size >> 20} MiB now)" if probe.part_size else ""
     parts.append(f"larger ranged GETs (--part-size 16M or 32M{now}) pay a request's latency fewer times per byte")
     parts.append("check the link: the endpoint's region against this box's (each request pays the distance), and any "
@@ -315,8 +324,9 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
     if eff > fl.OVER_FLOOR:  # faster than the box can go: a ceiling read low, and the item says so, as a run does
         ev["over_floor"] = (f"the short restore ran at {eff:.0%} of the floor: a ceiling measured low (a busy box, a "
                             "noisy sample)")
-        return Verdict(ID, TITLE, "ok", ev, WHY, f"none for the restore; for the floor: {FLOOR_CMD} --remeasure "
-                                                 "when the box is quiet")
+        return Verdict(ID, TITLE, "ok", ev, WHY, "none for the restore; for the floor: `ckptbench floor SOURCE "
+                                                 "--remeasure` when the box is quiet (64 MiB or more of files on the "
+                                                 "same mount)")
     if eff >= GOOD:
         return Verdict(ID, TITLE, "ok", ev, WHY, "none")
     return Verdict(ID, TITLE, "warn", ev, WHY,

@@ -150,14 +150,27 @@ def known_figure(key: str) -> bool:
     return key in BOX_FIGURES or key in DEVICE_FIGURES or bool(large_size(key))
 
 
-def _busy() -> str:
-    """A note when other work held the cores while the box was measured: its figures are then low."""
+BUSY_SHARE = 0.5  # of the cores' time taken by other work just before measuring: the figures would be low
+
+
+def _busy(window_s: float = 0.2) -> str:
+    """A note when other work held the cores as the box was about to be measured: the share of the cores' time that
+    was not idle over `window_s` of /proc/stat (a VM's steal included), taken before, so the measurement's own
+    threads are not counted (a load average taken after counted them, and called a quiet box busy)."""
+    def idle_total() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return v[3] + v[4], sum(v)  # idle and iowait; of user, nice, system, idle, iowait, irq, softirq, steal
+
     try:
-        load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    except OSError:
+        i0, t0 = idle_total()
+        time.sleep(window_s)
+        i1, t1 = idle_total()
+    except (OSError, ValueError, IndexError):
         return ""
-    return (f"the box was busy (load {load:.1f} on {cores} cores): these figures may be low; `ckptbench floor "
-            "--remeasure` when it is quiet") if load > cores else ""
+    share = 1 - (i1 - i0) / (t1 - t0) if t1 > t0 else 0.0
+    return (f"the box was busy ({share:.0%} of its cores' time taken by other work as it was measured): these figures "
+            "may be low; `ckptbench floor SOURCE --remeasure` when it is quiet") if share >= BUSY_SHARE else ""
 
 
 def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None = None, *, remeasure: bool = False,
@@ -195,9 +208,9 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                 held.close()
             floor.ceilings |= {large_key(large.sample_bytes): large} if large is not None else {}
     else:  # the box's figures again: a size class kept from before them would be from another moment of the host's
+        floor.busy = _busy()  # said, and kept: the cached figures are as low as they were measured
         floor.ceilings = memory_ceilings(size=size, **({"restore_bytes": restore_bytes} if want else {})) | \
             cpu_ceilings()
-        floor.busy = _busy()  # said now, and kept: the cached figures are as low as they were measured
         floor.notes += [floor.busy] if floor.busy else []
     if box.get("gpus") and not all(k in floor.ceilings for k in DEVICE_FIGURES):  # a GPU's link, when there is one
         try:

@@ -122,3 +122,32 @@ def test_the_sweep_tries_one_reader_only_where_the_lowest_level_above_it_won(tmp
     c, _ = ceilings.storage_ceiling([(str(data), 2 << 20)], repeats=1)
     assert sorted(set(asked)) == sorted(tried) and asked[:3] == [4, 8, 16]
     assert c.gbps == max(rates.values()) and f"of {', '.join(map(str, sorted(tried)))}," in c.method
+
+
+def test_busy_is_other_work_before_the_measurement_not_its_own(tmp_path, monkeypatch):
+    stat = tmp_path / "stat"
+    lines = iter(["cpu 100 0 100 800 0 0 0 0 0 0\n", "cpu 150 0 150 900 0 0 0 0 0 0\n",  # half busy
+                  "cpu 100 0 100 800 0 0 0 0 0 0\n", "cpu 110 0 110 980 0 0 0 0 0 0\n"])  # a tenth
+    real_open = open
+
+    def fake_open(path, *a, **k):
+        if path == "/proc/stat":
+            stat.write_text(next(lines))
+            return real_open(stat, *a, **k)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    note = fl._busy(window_s=0)
+    assert note.startswith("the box was busy (50% of its cores' time") and "ckptbench floor SOURCE --remeasure" in note
+    assert fl._busy(window_s=0) == ""
+
+
+def test_the_checklist_names_the_page_cache_copy_it_holds_a_hot_restore_to():
+    from ckptbench.checklist import efficiency
+
+    f = fixed_floor(copy=12.0, populate_4k=3.0, storage=2.0)
+    memmove = efficiency.ceilings(f, "none")["page cache copy"]
+    assert memmove["gbps"] == 12.0 and "memmove" in memmove["note"]
+    f.storage.hot_gbps = 8.0
+    own = efficiency.ceilings(f, "none")["page cache copy"]
+    assert own["gbps"] == 8.0 and "pread" in own["method"] and "note" not in own
