@@ -361,15 +361,15 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     page cache's copy when `hot`; fresh memory for a fresh owned destination, none for a reused or mapped one) and
     the CPU work (hashing, scanning) over the cores; the floor is the largest, and names what binds. From the page
     cache (`hot`) every part is the cores' work, populating and copying as much as hashing and scanning: a core
-    does not copy one page while it hashes another, so there the CPU work adds to the largest part."""
+    does not copy one page while it populates or hashes another, so there the parts add up (the largest binds)."""
     cores = cores or floor.box.get("cores") or 1
     rates: dict[str, float] = {}
     if hot and (copy := page_cache_gbps(floor)) is not None:
         rates["page cache"] = copy
     elif not hot and storage_usable(floor):
         rates[floor.resource] = storage_gbps(floor, destination)
-    if destination == FRESH and (land := landing_gbps(floor, hot, bytes_read)) is not None:
-        rates["fresh memory"] = land
+    if destination == FRESH and (land := landing_gbps(floor, False, bytes_read)) is not None:
+        rates["fresh memory"] = land  # the population alone: from the page cache the copy is its own part, above
     if device_bytes and "h2d_pinned" in floor.ceilings:  # the state moved to a GPU, at the pinned link's rate
         rates["host-to-device"] = floor.ceilings["h2d_pinned"].gbps
     times = {k: (device_bytes if k == "host-to-device" else bytes_read) / (r * 1e9) for k, r in rates.items()}
@@ -383,11 +383,13 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     if not times:
         return {"floor_s": None, "binding": None, "times_s": {}}
     binding = max(times, key=times.get)
-    floor_s = times[binding]
-    if hot and "cpu" in times and len(times) > 1:
-        floor_s = max(v for k, v in times.items() if k != "cpu") + times["cpu"]
+    # from the page cache every part is the cores' work, one after the other (a page is populated, then copied into,
+    # then hashed or scanned): the parts add up; from the device they overlap, and the largest is the floor
+    floor_s = sum(t for k, t in times.items() if k != "host-to-device") if hot else times[binding]
+    if hot and "host-to-device" in times:  # the link's transfers overlap the cores' work, as the device's do
+        floor_s = max(floor_s, times["host-to-device"])
     return {"floor_s": floor_s, "binding": binding, "times_s": times, "destination": destination,
-            "gbps": rates.get(binding), "cores_shared": hot and "cpu" in times and len(times) > 1}
+            "gbps": rates.get(binding), "cores_shared": hot and len(times) > 1}
 
 
 def efficiency(floor_s: float | None, measured_s: float | None) -> float | None:
@@ -477,7 +479,7 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
             "is given (a cold restore held to part of its floor read as slow as 15 %); ")
     note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else \
         size_note(floor, bytes_read)
-    note += "every part on the cores, so the CPU work adds to the largest; " if m.get("cores_shared") else ""
+    note += "every part on the cores, one after the other, so the parts add up; " if m.get("cores_shared") else ""
     if device_bytes and "h2d_pinned" not in floor.ceilings:
         note += ("no host-to-device figure (`ckptbench floor` measures the GPU's link where there is one): the "
                  "device stage is not in the floor; ")

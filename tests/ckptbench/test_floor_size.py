@@ -42,7 +42,8 @@ def test_a_large_restore_is_held_to_fresh_memory_at_its_size_and_a_small_one_to_
     assert fl.populate_gbps(f, GiB) == 5.0  # two classes away: the samples'
     assert fl.populate_gbps(f, 256 << 20) == 5.0 and fl.populate_gbps(f) == 5.0
     m = fl.model(f, bytes_read=4 * GiB, hot=True)
-    assert m["times_s"]["fresh memory"] == pytest.approx(4 * GiB / 1e9 * (1 / 2.0 + 1 / 10.0))
+    assert m["times_s"]["fresh memory"] == pytest.approx(4 * GiB / 1e9 / 2.0)
+    assert m["floor_s"] == pytest.approx(4 * GiB / 1e9 * (1 / 2.0 + 1 / 10.0))
     assert fl.landing_gbps(f, hot=True, nbytes=4 * GiB) == pytest.approx(1 / (1 / 2.0 + 1 / 10.0))
 
 
