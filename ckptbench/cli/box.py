@@ -52,7 +52,7 @@ def cached_floor(mount: str, nbytes: int = 0) -> dict:
         s = f.storage
         storage = {"gbps": s.gbps, "min_gbps": s.min_gbps, "max_gbps": s.max_gbps, "age_s": s.age_s,
                    "method": s.method, "sample_bytes": s.sample_bytes, "fresh_gbps": s.fresh_gbps or None,
-                   "hot_gbps": s.hot_gbps or None}
+                   "hot_gbps": s.hot_gbps or None, "hot_reused_gbps": s.hot_reused_gbps or None}
     why = fl.not_measured()
     missing = NOT_MEASURED if why == fl.NOT_MEASURED else why
     return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else missing,
@@ -183,7 +183,9 @@ def cmd_floor(args) -> int:
                   "fresh memory: what a cold restore's floor uses")
         if f.storage.hot_gbps:
             print(f"  {'page cache':{width}s} {f.storage.hot_gbps:7.3f} GB/s  this mount's page cache copied out "
-                  "(pread) into populated memory")
+                  "(pread) into populated memory" + (f"; into a reused buffer (a read's) "
+                                                     f"{f.storage.hot_reused_gbps:.3f} GB/s"
+                                                     if f.storage.hot_reused_gbps else ""))
     if (land := doc["landing_hot_gbps"]) is not None:
         print(f"  {'landing (hot)':{width}s} {land:7.3f} GB/s  fresh memory populated, then copied into from the "
               "page cache: what a hot restore's floor uses")

@@ -34,10 +34,10 @@ def _good(**change) -> dict:
     _good(min_gbps=float("nan")), _good(measured_at=10 ** 400), _good(sample_bytes=float("inf")),
     _good(gbps="2"), _good(method=7), _good(min_gbps=3.0), {"gbps": 2.0}, _good(fresh_gbps=float("inf")),
     _good(fresh_gbps="1"), _good(fresh_gbps=1e-9), _good(hot_gbps=float("nan")), _good(hot_gbps=[8]),
-    _good(hot_gbps=1e9),
+    _good(hot_gbps=1e9), _good(hot_reused_gbps=float("inf")), _good(hot_reused_gbps="9"),
 ], ids=["huge", "tiny", "inf", "nan", "huge-int-date", "inf-sample", "text-rate", "method-number", "min-above",
         "partial", "inf-into-fresh", "text-into-fresh", "tiny-into-fresh", "nan-page-cache", "list-page-cache",
-        "huge-page-cache"])
+        "huge-page-cache", "inf-page-cache-reused", "text-page-cache-reused"])
 def test_a_damaged_ceiling_is_not_used(entry):
     whole = {k: _good() for k in fl.BOX_FIGURES}
     _write(_doc(whole))

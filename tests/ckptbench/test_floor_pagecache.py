@@ -26,6 +26,12 @@ def test_the_hot_floor_copies_at_the_mounts_page_cache_rate_where_measured():
     assert fl.landing_gbps(f, hot=True) == pytest.approx(8 / 6)
     # a cold read goes by the device, not the page cache
     assert "page cache" not in fl.model(f, bytes_read=8 * 10**9)["times_s"]
+    # a read into reused buffers copies into the CPU's caches: its own figure, where measured
+    reused = fl.model(f, bytes_read=8 * 10**9, hot=True, destination=fl.REUSED)
+    assert reused["times_s"] == pytest.approx({"page cache": 2.0})
+    f.storage.hot_reused_gbps = 8.0
+    reused = fl.model(f, bytes_read=8 * 10**9, hot=True, destination=fl.REUSED)
+    assert reused["times_s"] == pytest.approx({"page cache": 1.0}) and reused["floor_s"] == pytest.approx(1.0)
 
 
 def test_the_note_says_when_the_copy_is_held_to_a_memmove():
@@ -47,6 +53,8 @@ def test_a_real_page_cache_figure_on_this_disk_leaves_the_file_uncached(tmp_path
     rates, n = ceilings.page_cache_rates([(str(data), data.stat().st_size)], cores=2, repeats=2)
     assert len(rates) == 2 and all(r > 1e8 for r in rates) and n in (1, 2)
     assert [(s.offset, s.size) for s in read[0]] == [(0, 8 << 20)]  # the sample, not the file
+    reused, _ = ceilings.page_cache_rates([(str(data), data.stat().st_size)], cores=2, repeats=2, reused=True)
+    assert len(reused) == 2 and all(r > 1e8 for r in reused)
     after = pagecache.residency_of_each([str(data)])[0][1]
     pagecache.evict([str(data)])
     evictable = pagecache.residency_of_each([str(data)])[0][1] < 1 << 20  # not a tmpfs
@@ -103,7 +111,9 @@ def test_a_kept_storage_figure_without_the_page_cache_copy_gets_it_alone(tmp_pat
     monkeypatch.setattr(fl, "storage_ceiling", lambda ps: pytest.fail("the device's figure was measured again"))
     f = fl.measure([(str(data), 80 << 20)], "/data (ext4)", path=cache)
     assert f.storage.gbps == 2.0 and f.storage.hot_gbps > 0 and "from the page cache" in f.storage.method
-    assert fl.cached("/data (ext4)", path=cache).storage.hot_gbps == f.storage.hot_gbps  # and kept
+    assert f.storage.hot_reused_gbps > 0 and "into a reused 1 MiB buffer per thread" in f.storage.method
+    again = fl.cached("/data (ext4)", path=cache).storage  # and kept
+    assert (again.hot_gbps, again.hot_reused_gbps) == (f.storage.hot_gbps, f.storage.hot_reused_gbps)
 
 
 @pytest.mark.parametrize("rates, tried", [({4: 1.0, 8: 2.0, 16: 1.5}, [4, 8, 16]),
