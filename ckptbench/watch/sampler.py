@@ -235,7 +235,9 @@ class Watch:
         judge = FileJudge(self.source)  # open and mapped files alike: by name or place, never code
         mapper = MapReader(judge)
         mapped: set[str] = set()
-        _, peaks = mapper.sample(prev.pids)  # what a job watched mid-load had mapped already is not this watch's
+        # what a job watched mid-load had mapped already is not this watch's; a job this watch started is all its
+        # own (a started job that mapped and touched its file before this first sample read 0 bytes: a flaky test)
+        peaks = {} if self.proc is not None else mapper.sample(prev.pids)[1]
         residency: dict[str, float] = {}
         device, disk_prev = None, None
         peak = prev.rss_bytes

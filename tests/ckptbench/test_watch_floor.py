@@ -333,3 +333,32 @@ def test_watch_source_names_the_checkpoints_files_whatever_their_names(tmp_path)
     assert r.returncode == 0, r.stderr
     files = json.loads(r.stdout)["files"]
     assert str(src / "shard.raw") in files and str(tmp_path / "cache.db") not in files, files
+
+
+def test_a_hot_mapped_load_the_watch_saw_part_of_gets_no_efficiency(tmp_path, plant_floor):
+    """A loader mapping its files from the page cache maps, reads and unmaps a shard between two samples: the watch
+    sees part of its bytes and part of its window, and a new user's hot load read 'at 11 % of this box's floor'."""
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch import verdict
+
+    shards = []
+    for i in range(4):
+        p = tmp_path / f"model-{i}.safetensors"
+        p.write_bytes(b"\0" * (8 << 20))
+        shards.append(str(p))
+    plant_floor(8.0, tmp_path, storage_gbps=2.0)
+    reading = watch.Interval(0.0, 0.25, 0, 0, 1.0, 1.0, 1, 0.0, 1 << 30, "faulting", mapped_bytes=6 << 20)
+
+    def report(nbytes: int, disk: int = 0) -> watch.WatchReport:
+        return watch.WatchReport(pid=1, command="job", wall_s=2.0, bytes=nbytes, disk_bytes=disk,
+                                 files={p: 8 << 20 for p in shards[:2]}, intervals=[reading], phases=[],
+                                 mapped=shards[:2], residency_first={p: 1.0 for p in shards[:2]})
+
+    part = verdict.floor_fields(report(6 << 20), shards)  # 6 of 32 MiB seen
+    assert part["efficiency"] is None and part["floor_s"] is None
+    assert part["floor_note"].startswith("no efficiency: the job maps its files from the page cache faster than")
+    assert "it counted 0.01 of the files' 0.03 GB" in part["floor_note"]
+    whole = verdict.floor_fields(report(31 << 20), shards)  # all but a little: judged
+    assert whole["efficiency"] is not None and whole["floor_s"] > 0
+    cold = verdict.floor_fields(report(6 << 20, disk=6 << 20), shards)  # the disk counted what it delivered
+    assert cold["efficiency"] is not None
