@@ -187,8 +187,10 @@ def cmd_floor(args) -> int:
                                                      f"{f.storage.hot_reused_gbps:.3f} GB/s"
                                                      if f.storage.hot_reused_gbps else ""))
     if (land := doc["landing_hot_gbps"]) is not None:
+        own = f.storage is not None and f.storage.hot_gbps
         print(f"  {'landing (hot)':{width}s} {land:7.3f} GB/s  fresh memory populated, then copied into from the "
-              "page cache: what a hot restore's floor uses")
+              "page cache: what a hot restore's floor uses" + ("" if own else " (the copy a memmove's: `ckptbench "
+                                                               "floor SOURCE` measures a mount's page cache)"))
     if write is not None:
         print(f"  {'write':14s} {write.gbps:7.3f} GB/s  ({write.min_gbps:.3f}..{write.max_gbps:.3f}, "
               f"{write.age_s:.0f} s old)  {printable(write.method)} (for {printable(doc['write']['mount'])})")

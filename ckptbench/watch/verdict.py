@@ -114,7 +114,7 @@ def floor_sentence(floor: dict | None) -> str:
     """"your loader runs at 31 % of this box's floor (floor 1.71 s, bound by storage 2.1 GB/s)", or "" unknown."""
     if not floor or floor.get("floor_s") is None or floor.get("efficiency") is None:
         return ""
-    rate = f" {floor['binding_gbps']:.1f} GB/s" if floor.get("binding_gbps") else ""
+    rate = f" {floor['binding_gbps']:.2f} GB/s" if floor.get("binding_gbps") else ""  # as the floor line prints it
     return (f"your loader runs at {floor['efficiency'] * 100:.0f} % of this box's floor "
             f"(floor {floor['floor_s']:.2f} s, bound by {floor['binding']}{rate})")
 
