@@ -69,7 +69,7 @@ async def test_floor_line_and_efficiency_after_a_run(make_app, small_ckpt, floor
         assert isinstance(dash, Dashboard)
         # before a run: the floor looked up for the settings (cold: the storage binds), no live share
         await h.wait_until(pilot, lambda: "bound by" in stage_text(dash), "the floor before a run")
-        assert f"floor {STORAGE_GBPS:.2f} GB/s · storage" in chart_text(dash)
+        assert f"floor {STORAGE_GBPS:.2f} GB/s · bound by storage" in chart_text(dash)
         assert "bound by storage" in stage_text(dash) and "efficiency" not in stage_text(dash)
 
         await pilot.press("r")
@@ -85,7 +85,7 @@ async def test_floor_line_and_efficiency_after_a_run(make_app, small_ckpt, floor
         await pilot.pause()
         row = floor_row(chart_text(dash))
         assert float(row.split()[0]) == pytest.approx(rate)
-        assert f"floor {rate:.2f} GB/s · {binding}" in row and "╌╌╌" in row
+        assert f"floor {rate:.2f} GB/s · bound by {binding}" in row and "╌╌╌" in row
         # its height: the row the rate falls in, on a scale that reaches at least the floor
         rows = chart_text(dash).splitlines()[:-1]
         top = float(rows[0].split()[0])
@@ -93,7 +93,8 @@ async def test_floor_line_and_efficiency_after_a_run(make_app, small_ckpt, floor
 
         stages = stage_text(dash).splitlines()[-1]
         floor_s = doc["bytes"] / (rate * 1e9)
-        assert f"floor {floor_s:.3f}s, bound by {binding} ({rate:.2f} GB/s)" in stages, stages
+        # the floor's rate and the binding resource's (one resource binds here: the same rate twice)
+        assert f"floor {floor_s:.3f} s ({rate:.2f} GB/s), bound by {binding} ({rate:.2f} GB/s)" in stages, stages
         assert f"efficiency {floor_s / doc['rto_s']:.0%}" in stages, stages
         assert "not measured" not in stages and "read now" not in stages
 
@@ -128,7 +129,7 @@ async def test_loop_shows_each_pass_against_the_floor(make_app, small_ckpt, floo
         line = stage_text(dash).splitlines()[-1]
         last = loop.last  # the loop's last pass, as the loop itself recorded it
         floor_s = last.bytes / (STORAGE_GBPS * 1e9)  # settings cold: the storage binds
-        assert f"floor {floor_s:.3f}s, bound by storage" in line, line
+        assert f"floor {floor_s:.3f} s (" in line and "bound by storage" in line, line
         assert f"pass {last.pass_no}: efficiency {floor_s / last.rto_s:.0%}" in line, line
         assert "read now" not in line
 
