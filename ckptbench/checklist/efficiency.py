@@ -189,7 +189,8 @@ def _page_cache(floor: fl.Floor) -> dict | None:
     memmove's, said as such."""
     if floor.storage is not None and floor.storage.hot_gbps:
         return {"gbps": round(floor.storage.hot_gbps, 3), "method": "pread out of this mount's page cache into "
-                "populated memory (with its storage figure)", "age_s": round(floor.storage.age_s)}
+                "populated memory (with its storage figure)", "age_s": round(floor.storage.age_s)} | (
+            {"reused_gbps": round(floor.storage.hot_reused_gbps, 3)} if floor.storage.hot_reused_gbps else {})
     copy = _ceiling(floor.ceilings.get("copy"))
     return copy | {"note": "a memmove's rate: this mount's own is not measured"} if copy else None
 
@@ -246,10 +247,10 @@ def _thp_advice(enabled, defrag) -> str:
 
 def _memory_fix(floor: fl.Floor, ff: FloorFacts) -> str:
     if not ff.restore.cold:
-        land = fl.landing_gbps(floor, hot=True, nbytes=ff.restore.bytes)
-        return (f"the bytes came from the page cache, and landing them in fresh memory binds ({land:.2f} GB/s here: "
-                "each fresh page is populated, then copied into): reuse a destination allocated once (the reused "
-                "contract), or more cores; the page cache's own copy is not what binds")
+        pop = fl.populate_gbps(floor, ff.restore.bytes) or 0.0
+        return (f"the bytes came from the page cache, and populating fresh memory for them binds ({pop:.2f} GB/s "
+                "here; each page is populated, then copied into, one after the other): reuse a destination "
+                "allocated once (the reused contract), or more cores")
     c4k, thp = floor.ceilings.get("populate_4k"), floor.ceilings.get("populate_thp")
     rates = ", ".join(f"{c.gbps:.2f} GB/s with {label}" for c, label in ((c4k, "4 KiB pages"), (thp, "huge pages"))
                       if c is not None)

@@ -74,7 +74,9 @@ def print_cached_floor(doc: dict) -> None:
     if isinstance(s, dict) and s.get("fresh_gbps"):
         print(f"{'  into fresh memory':24s} {s['fresh_gbps']:.3f} GB/s (what a cold restore's floor uses)")
     if isinstance(s, dict) and s.get("hot_gbps"):
-        print(f"{'  from the page cache':24s} {s['hot_gbps']:.3f} GB/s (its copy into populated memory)")
+        print(f"{'  from the page cache':24s} {s['hot_gbps']:.3f} GB/s (its copy into populated memory"
+              + (f"; into a reused buffer, a read's, {s['hot_reused_gbps']:.3f}" if s.get("hot_reused_gbps") else "")
+              + ")")
     if doc.get("landing_hot_gbps"):
         print(f"{'floor landing (hot)':24s} {doc['landing_hot_gbps']:.3f} GB/s (fresh memory populated, then copied "
               "into from the page cache: what a hot restore's floor uses)")

@@ -116,6 +116,7 @@ def _load_cache(path: str) -> dict:
         {"busy": busy[:300]} if isinstance(busy, str) and busy else {})
 
 
+METHOD_MAX = 600  # a method line's characters: a longer one was not written by us
 MIN_GBPS, MAX_GBPS = 1e-4, 1e4  # 100 kB/s .. 10 TB/s: a cached rate outside any box's range is damaged, not measured
 
 
@@ -143,8 +144,10 @@ def valid_ceiling(entry, now: float) -> Ceiling | None:
         return None  # NaN and infinities fail the range checks too
     if float(into_fresh) > rates[2] * OVER_FLOOR:  # into fresh memory is never faster than into reused buffers
         return None
-    return Ceiling(*rates, printable(method)[:600], at, sample, fresh_gbps=float(into_fresh), hot_gbps=float(hot),
-                   hot_reused_gbps=float(hot_reused))
+    if hot_reused and (not hot or hot > hot_reused * OVER_FLOOR):  # measured together, and a copy that stays in
+        return None  # the CPU's caches is never slower than one into memory: not written by us
+    return Ceiling(*rates, printable(method)[:METHOD_MAX], at, sample, fresh_gbps=float(into_fresh),
+                   hot_gbps=float(hot), hot_reused_gbps=float(hot_reused))
 
 
 def known_figure(key: str) -> bool:
@@ -232,8 +235,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
             if read is None and not kept.hot_gbps:  # kept before the page cache's figure was measured (or where it
                 # could not be): that one alone, now, not the device's again
                 hot, reused, words = page_cache_figure(paths_sizes)
-                floor.storage = replace(kept, hot_gbps=hot, hot_reused_gbps=reused, method=kept.method + words) \
-                    if hot else kept
+                floor.storage = replace(kept, hot_gbps=hot, hot_reused_gbps=reused,
+                                        method=kept.method[:METHOD_MAX - len(words)] + words) if hot else kept
             if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
                 floor.notes.append(f"the {kept.sample_bytes >> 20} MiB sample measures latency more than "
                                    "bandwidth: the floor does not use it (point at a larger checkpoint)")
@@ -391,13 +394,18 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     if not times:
         return {"floor_s": None, "binding": None, "times_s": {}}
     binding = max(times, key=times.get)
-    # from the page cache every part is the cores' work, one after the other (a page is populated, then copied into,
-    # then hashed or scanned): the parts add up; from the device they overlap, and the largest is the floor
-    floor_s = sum(t for k, t in times.items() if k != "host-to-device") if hot else times[binding]
-    if hot and "host-to-device" in times:  # the link's transfers overlap the cores' work, as the device's do
-        floor_s = max(floor_s, times["host-to-device"])
+    floor_s = times[binding]
+    cores_part = {k: t for k, t in times.items() if k != "host-to-device"}
+    if hot and len(cores_part) > 1:
+        # from the page cache every part is the cores' work, one after the other (a page is populated, then copied
+        # into, then hashed or scanned): the parts add up, and the largest of them is named; the link's transfers
+        # overlap the cores' work, as the device's do cold, and bind only past their sum
+        floor_s = sum(cores_part.values())
+        link = times.get("host-to-device", 0.0)
+        binding = "host-to-device" if link > floor_s else max(cores_part, key=cores_part.get)
+        floor_s = max(floor_s, link)
     return {"floor_s": floor_s, "binding": binding, "times_s": times, "destination": destination,
-            "gbps": rates.get(binding), "cores_shared": hot and len(times) > 1}
+            "gbps": rates.get(binding), "cores_shared": hot and len(cores_part) > 1}
 
 
 def efficiency(floor_s: float | None, measured_s: float | None) -> float | None:
@@ -487,7 +495,9 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
             "is given (a cold restore held to part of its floor read as slow as 15 %); ")
     note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else \
         size_note(floor, bytes_read)
-    note += "every part on the cores, one after the other, so the parts add up; " if m.get("cores_shared") else ""
+    note += ("every part on the cores, one after the other, so the parts add up" + (
+        " (the link's transfers overlap them)" if "host-to-device" in m["times_s"] else "") + "; ") \
+        if m.get("cores_shared") else ""
     if device_bytes and "h2d_pinned" not in floor.ceilings:
         note += ("no host-to-device figure (`ckptbench floor` measures the GPU's link where there is one): the "
                  "device stage is not in the floor; ")

@@ -74,7 +74,7 @@ def floor_fields(w: WatchReport, files: list[str] | None = None) -> dict:
     if not w.bytes or not paths:
         return dict.fromkeys(FLOOR_KEYS) | {"floor_times_s": {}, "floor_note": "no checkpoint bytes seen read: "
                                             "nothing to hold against this box's floor"}
-    if (short := _unseen(w, paths)):
+    if (short := _unseen(w)):
         return dict.fromkeys(FLOOR_KEYS) | {"floor_times_s": {}, "floor_note": short}
     m = probes.mount_of(paths[0])
     mount = fl.mount_key({"mount_point": m.mount_point, "fs_type": m.fs_type}) if isinstance(m, probes.Mount) else None
@@ -90,7 +90,7 @@ def floor_fields(w: WatchReport, files: list[str] | None = None) -> dict:
 SEEN_MIN = 0.9  # of the bytes of the files the job mapped: less, and the watch missed what it read
 
 
-def _unseen(w: WatchReport, paths: list[str]) -> str:
+def _unseen(w: WatchReport) -> str:
     """Why the job's bytes cannot be held to the floor, or "": a job that maps its files from the page cache maps,
     reads and unmaps a shard between two samples (1 GiB in 0.1 s), so the watch sees part of the bytes and part of
     the window: a new user's hot safetensors load was 'at 11 % of this box's floor' on 129 MB of its 1.06 GB."""
@@ -102,7 +102,9 @@ def _unseen(w: WatchReport, paths: list[str]) -> str:
         except OSError:
             return 0
 
-    total = sum(size(p) for p in set(paths) | set(w.mapped))
+    # the files the job itself opened or mapped, each once whatever name it came by: a load of the weights out of a
+    # checkpoint that holds an optimizer too read all it wanted
+    total = sum(size(p) for p in {os.path.realpath(p): p for p in (*w.files, *w.mapped)}.values())
     if not total or w.bytes >= SEEN_MIN * total:
         return ""
     return (f"no efficiency: the job maps its files from the page cache faster than the watch samples its mappings "

@@ -108,7 +108,7 @@ def test_a_read_from_the_page_cache_is_held_against_the_copy():
     assert "storage" not in it.evidence["times_s"]
     assert it.verdict == "warn" and "page cache" in it.fix and "copy binds" in it.fix
     slow_memory = eff.judge(_facts(_floor(storage=1.0, populate_4k=2.0, copy=8.0), 1.0, cold=False), NO_KNEE)
-    assert slow_memory.evidence["binding"] == "fresh memory" and "populated, then copied" in slow_memory.fix
+    assert slow_memory.evidence["binding"] == "fresh memory" and "populated, then copied into" in slow_memory.fix and "2.00 GB/s" in slow_memory.fix
 
 
 def test_a_storage_sample_under_64_mib_is_said_and_not_used():

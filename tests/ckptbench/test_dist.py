@@ -288,7 +288,9 @@ def test_a_distributed_sweep_gives_the_aggregate_rate_per_level_and_its_knee(tor
     # the knee: the smallest level within 10 % of the best, computed here from the figures themselves
     assert doc["knee"] == min(lv for lv, g in medians.items() if g >= 0.9 * medians[best])
     # each level against the floor (planted at 4 GB/s): the floor over the level's median RTO
-    assert doc["binding"] in ("page cache", "fresh memory") and doc["floor_s"] == max(doc["floor_times_s"].values())
+    # from the page cache every part is the cores' work: the parts add up
+    assert doc["binding"] in ("page cache", "fresh memory")
+    assert doc["floor_s"] == pytest.approx(sum(doc["floor_times_s"].values()))
     for lv, eff in doc["efficiency_by_level"].items():
         assert eff == pytest.approx(doc["floor_s"] / doc["rto_s"][lv]["median"])
 

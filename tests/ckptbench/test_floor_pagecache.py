@@ -162,3 +162,40 @@ def test_the_checklist_names_the_page_cache_copy_it_holds_a_hot_restore_to():
     f.storage.hot_gbps = 8.0
     own = efficiency.ceilings(f, "none")["page cache copy"]
     assert own["gbps"] == 8.0 and "pread" in own["method"] and "note" not in own
+
+
+def test_a_hot_restore_to_a_gpu_names_what_sets_its_floor():
+    f = fixed_floor(copy=8.0, populate_4k=4.0, h2d_pinned=1.0)
+    f.storage = fl.Ceiling(2.0, 2.0, 2.0, "fixed", time.time(), fl.STORAGE_SAMPLE, hot_gbps=8.0)
+    slow_link = fl.model(f, bytes_read=8 * 10**9, hot=True, device_bytes=8 * 10**9)
+    assert slow_link["binding"] == "host-to-device" and slow_link["floor_s"] == pytest.approx(8.0)
+    f.ceilings["h2d_pinned"] = fl.Ceiling(5.0, 5.0, 5.0, "fixed", time.time())  # 1.6 s: under the cores' 3 s
+    fast_link = fl.model(f, bytes_read=8 * 10**9, hot=True, device_bytes=8 * 10**9)
+    assert fast_link["binding"] == "fresh memory" and fast_link["floor_s"] == pytest.approx(3.0)
+    assert fast_link["gbps"] == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("hot, reused", [(0.0, 9.0), (9.0, 4.0)], ids=["reused-alone", "reused-slower"])
+def test_a_reused_copy_figure_that_cannot_be_ours_is_not_used(hot, reused):
+    c = {"gbps": 2.0, "min_gbps": 2.0, "max_gbps": 2.0, "method": "x", "measured_at": time.time(),
+         "hot_gbps": hot, "hot_reused_gbps": reused}
+    assert fl.valid_ceiling(c, time.time()) is None
+    assert fl.valid_ceiling(c | {"hot_gbps": 8.0, "hot_reused_gbps": 12.0}, time.time()).hot_reused_gbps == 12.0
+
+
+def test_a_weights_only_load_out_of_a_larger_checkpoint_is_judged(tmp_path):
+    """The watch holds the job to the files it mapped or opened, each once whatever name it came by: not to every
+    file of --source (a hot load of the weights out of a checkpoint with an optimizer lost its efficiency)."""
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch import verdict
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\0" * (8 << 20))
+    (tmp_path / "optimizer.pt").write_bytes(b"\0" * (32 << 20))
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(weights)
+    w = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=8 << 20, disk_bytes=0,
+                          files={str(weights): 8 << 20, str(link): 8 << 20}, intervals=[], phases=[],
+                          mapped=[str(weights), str(link)])
+    assert verdict._unseen(w) == ""
+    assert verdict._unseen(watch.WatchReport(**{**w.__dict__, "bytes": 2 << 20})).startswith("no efficiency")

@@ -357,7 +357,7 @@ def test_a_hot_mapped_load_the_watch_saw_part_of_gets_no_efficiency(tmp_path, pl
     part = verdict.floor_fields(report(6 << 20), shards)  # 6 of 32 MiB seen
     assert part["efficiency"] is None and part["floor_s"] is None
     assert part["floor_note"].startswith("no efficiency: the job maps its files from the page cache faster than")
-    assert "it counted 0.01 of the files' 0.03 GB" in part["floor_note"]
+    assert "it counted 0.01 of the files' 0.02 GB" in part["floor_note"]  # the two it mapped, not --source's four
     whole = verdict.floor_fields(report(31 << 20), shards)  # all but a little: judged
     assert whole["efficiency"] is not None and whole["floor_s"] > 0
     cold = verdict.floor_fields(report(6 << 20, disk=6 << 20), shards)  # the disk counted what it delivered
