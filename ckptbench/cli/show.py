@@ -34,7 +34,7 @@ def floor_line(doc: dict) -> str:
     if doc.get("floor_s") is None:
         return f"  floor: {doc.get('floor_note') or 'unknown'}"
     rate = f" ({doc['binding_gbps']:.2f} GB/s)" if doc.get("binding_gbps") else ""
-    eff = f" · {doc['efficiency']:.0%} of it" if doc.get("efficiency") is not None else ""
+    eff = f" · {doc['efficiency'] * 100:.0f} % of it" if doc.get("efficiency") is not None else ""  # as README, watch
     return f"  floor    {doc['floor_s']:9.3f} s, bound by {doc['binding']}{rate}{eff} ({doc['floor_note']})"
 
 

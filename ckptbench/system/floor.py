@@ -506,7 +506,7 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     note += " while the box was busy (they may be low)" if floor.busy else ""
     eff = None if partial else efficiency(m["floor_s"], measured_s)
     if eff is not None and eff > OVER_FLOOR:  # kept as measured: hiding it would hide a ceiling that reads low
-        note += (f"; faster than the floor ({eff:.0%}): a ceiling measured low (a busy box, a noisy sample, another "
+        note += (f"; faster than the floor ({eff * 100:.0f} %): a ceiling measured low (a busy box, a noisy sample, another "
                  "checkpoint's figure): `ckptbench floor SOURCE --remeasure` when the box is quiet")
     return {"floor_s": m["floor_s"], "efficiency": eff, "binding": m["binding"],
             "binding_gbps": m.get("gbps"), "floor_times_s": m["times_s"], "floor_note": note,
