@@ -379,8 +379,8 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
         rates["page cache"] = copy
     elif not hot and storage_usable(floor):
         rates[floor.resource] = storage_gbps(floor, destination)
-    if destination == FRESH and (land := landing_gbps(floor, False, bytes_read)) is not None:
-        rates["fresh memory"] = land  # the population alone: from the page cache the copy is its own part, above
+    if destination == FRESH and (pop := populate_gbps(floor, bytes_read)) is not None:
+        rates["fresh memory"] = pop  # the population alone: from the page cache the copy is its own part, above
     if device_bytes and "h2d_pinned" in floor.ceilings:  # the state moved to a GPU, at the pinned link's rate
         rates["host-to-device"] = floor.ceilings["h2d_pinned"].gbps
     times = {k: (device_bytes if k == "host-to-device" else bytes_read) / (r * 1e9) for k, r in rates.items()}

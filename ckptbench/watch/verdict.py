@@ -96,15 +96,9 @@ def _unseen(w: WatchReport) -> str:
     the window: a new user's hot safetensors load was 'at 11 % of this box's floor' on 129 MB of its 1.06 GB."""
     if not w.mapped or w.disk_bytes >= 0.5 * w.bytes:  # read calls are counted whole, and so is the disk
         return ""
-    def size(p: str) -> int:
-        try:
-            return w.files.get(p) or os.path.getsize(p)
-        except OSError:
-            return 0
-
-    # the files the job itself opened or mapped, each once whatever name it came by: a load of the weights out of a
-    # checkpoint that holds an optimizer too read all it wanted
-    total = sum(size(p) for p in {os.path.realpath(p): p for p in (*w.files, *w.mapped)}.values())
+    # the files the job itself opened or mapped (`files` holds both, with their sizes), each once whatever name it
+    # came by: a load of the weights out of a checkpoint that holds an optimizer too read all it wanted
+    total = sum({os.path.realpath(p): n for p, n in w.files.items()}.values())
     if not total or w.bytes >= SEEN_MIN * total:
         return ""
     return (f"no efficiency: the job maps its files from the page cache faster than the watch samples its mappings "

@@ -98,14 +98,14 @@ def test_floor_with_a_symlink_swapped_in_before_the_page_cache_copy_says_so_in_o
     root.mkdir()
     (root / "shard.bin").write_bytes(os.urandom(8 * MiB))
     monkeypatch.setattr(ceilings, "MIN_STORAGE_SAMPLE", MiB)  # a test-sized sample is measured
-    real = ceilings.page_cache_rates
+    real = ceilings._in_page_cache  # the page cache step's start: where the files are opened and read in
 
-    def swapped(paths_sizes, *a, **kw):
+    def swapped(take):
         os.unlink(root / "shard.bin")
         os.symlink(outside, root / "shard.bin")
-        return real(paths_sizes, *a, **kw)
+        return real(take)
 
-    monkeypatch.setattr(ceilings, "page_cache_rates", swapped)
+    monkeypatch.setattr(ceilings, "_in_page_cache", swapped)
     r = h.run_cli("floor", root)
     assert_one_line_error(r, "shard.bin: no longer the regular file")
 
