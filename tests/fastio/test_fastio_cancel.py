@@ -127,5 +127,7 @@ def test_no_leaks_across_start_cancel_cycles(files):
     gc.collect()
     grew = proc.memory_info().rss - rss0
     assert _fds() == fd0
-    assert _threads() == th0
+    # no more than before: a leak adds threads; under two workers this process also holds threads earlier test files
+    # started, and one of those ending meanwhile read as 50 == 51 (a flaky failure, not a leak)
+    assert _threads() <= th0
     assert grew < 8 << 20, f"RSS grew by {grew / 2**20:.1f} MiB over 30 start/cancel cycles"
