@@ -188,7 +188,7 @@ def c_landing(storage, paths_sizes, repeats: int = 3) -> tuple[dict, dict]:
         for i in range(repeats):
             log(f"  C O_DIRECT loop into fresh pages, cold, {level} thread(s), repeat {i + 1} of {repeats}")
             make_cold(files)
-            run = subprocess.run([exe, str(level), *files], capture_output=True, text=True, check=False)
+            run = subprocess.run([exe, str(level), "direct", *files], capture_output=True, text=True, check=False)
             if run.returncode == 0 and run.stdout.strip():
                 rates.append(float(run.stdout.split()[0]) / 1e9)
     ref = statistics.median(rates) if rates else None

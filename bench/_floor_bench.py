@@ -113,6 +113,30 @@ def targets(series: dict, floors: dict[str, dict], peers: list[str]) -> list[dic
     return out
 
 
+def c_loop_lines(series: dict, floors: dict[str, dict]) -> tuple[list[dict], list[dict]]:
+    """What the plain C loop's rows say: ckptbench against it (said, not judged) and the floor's model against it
+    (an agreement check: the model is the sum, or the largest, of figures measured apart; the C loop lands the whole
+    set in a fresh process in the rounds, as the loaders do)."""
+    from _floor_agree import AGREE_BAND, ratio_verdict
+
+    said, agree = [], []
+    for cond in ("hot", "cold"):
+        c, mine = series.get(f"{cond}/c-loop"), series.get(f"{cond}/ckptbench")
+        if c is None or not c.median:
+            continue
+        if mine is not None and mine.median:
+            said.append({"target": f"{cond}: ckptbench run against a plain C loop landing the same files the same way "
+                                   "(C median / ckptbench median RTO; it builds no tensors and scans nothing; not a "
+                                   "target)", "status": "info", "value": c.median / mine.median,
+                         "detail": f"{c.median / mine.median:.3f} ({c.median:.3f} s / {mine.median:.3f} s)"})
+        floor_s = floors.get(cond, {}).get("floor_s")
+        agree.append(ratio_verdict(f"the set's {cond} floor within ±10 % of a plain C loop landing it in the rounds "
+                                   "(C median / floor)", c.median / floor_s if floor_s else None, AGREE_BAND,
+                                   f"floor {floor_s:.3f} s, C loop {c.median:.3f} s (median of {len(c.samples)}; "
+                                   f"{c.min:.3f}–{c.max:.3f})" if floor_s else "", why_not="no floor"))
+    return said, agree
+
+
 def _verdict(name: str, value: float | None, low: float, used: list) -> dict:
     v = {"target": name, "status": "not measured", "value": value}
     if value is not None:

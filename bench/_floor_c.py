@@ -57,23 +57,31 @@ int main(int argc, char **argv) {
 }
 """
 
-# O_DIRECT reads into fresh pages: every file into an anonymous mapping of its own, never populated first (the
-# kernel faults the pages in for the device), THREADS workers taking 64 MiB units in order, 1 MiB reads.
+# Files landed in fresh pages, every file into an anonymous mapping of its own, THREADS workers taking 64 MiB units in
+# order, 1 MiB reads. `direct`: O_DIRECT, never populated first (the kernel faults the pages in for the device), the
+# floor's storage-into-fresh-memory check; `populate`: pread through the page cache, each unit populated with one
+# MADV_POPULATE_WRITE first (as fastio does), the peers bench's plain C loop row. Prints bytes/s, bytes and
+# a sum of the landed bytes (word_sum) for the bench to check.
 LAND_C = r"""
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 #define UNIT (64L << 20)
 #define BLOCK (1L << 20)
 static int nfiles, fds[256];
 static long sizes[256], units[256], total_units, next_unit;
 static char *dest[256];
+static int populate;
 static void *work(void *arg) {
     (void)arg;
     for (;;) {
@@ -81,6 +89,9 @@ static void *work(void *arg) {
         if (u >= total_units) return NULL;
         while (u >= units[f]) u -= units[f++];
         long off = u * UNIT, end = off + UNIT < sizes[f] ? off + UNIT : sizes[f];
+        if (populate && madvise(dest[f] + off, (end - off + 4095) & ~4095L, MADV_POPULATE_WRITE)) {
+            perror("madvise"); exit(3);
+        }
         for (long o = off; o < end; o += BLOCK) {
             long n = end - o < BLOCK ? end - o : BLOCK;
             if (pread(fds[f], dest[f] + o, (n + 4095) & ~4095L, o) < n) { perror("pread"); exit(3); }
@@ -88,15 +99,16 @@ static void *work(void *arg) {
     }
 }
 int main(int argc, char **argv) {
-    if (argc < 3 || argc - 2 > 256) { fprintf(stderr, "usage: land THREADS FILE...\n"); return 2; }
+    if (argc < 4 || argc - 3 > 256) { fprintf(stderr, "usage: land THREADS direct|populate FILE...\n"); return 2; }
     int threads = atoi(argv[1]);
-    nfiles = argc - 2;
+    populate = strcmp(argv[2], "populate") == 0;
+    nfiles = argc - 3;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     for (int i = 0; i < nfiles; i++) {
         struct stat st;
-        fds[i] = open(argv[i + 2], O_RDONLY | O_DIRECT);
-        if (fds[i] < 0 || fstat(fds[i], &st)) { perror(argv[i + 2]); return 3; }
+        fds[i] = open(argv[i + 3], O_RDONLY | (populate ? 0 : O_DIRECT));
+        if (fds[i] < 0 || fstat(fds[i], &st)) { perror(argv[i + 3]); return 3; }
         sizes[i] = st.st_size;
         units[i] = (sizes[i] + UNIT - 1) / UNIT;
         total_units += units[i];
@@ -108,8 +120,12 @@ int main(int argc, char **argv) {
     for (long i = 0; i < threads && i < 256; i++) pthread_join(t[i], NULL);
     clock_gettime(CLOCK_MONOTONIC, &b);
     long bytes = 0;
-    for (int i = 0; i < nfiles; i++) bytes += sizes[i];
-    printf("%.0f\n", bytes / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9));
+    unsigned long long sum = 0; /* after the clock: the landed bytes as 64-bit words, wrapping, the tail zero-padded */
+    for (int i = 0; i < nfiles; i++) {
+        bytes += sizes[i];
+        for (long w = 0; w < (sizes[i] + 7) / 8; w++) sum += ((unsigned long long *)dest[i])[w];
+    }
+    printf("%.0f %ld %llu\n", bytes / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9), bytes, sum);
     return 0;
 }
 """
@@ -179,6 +195,23 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
+
+
+def word_sum(paths) -> int:
+    """LAND_C's check of what it landed: every file's bytes as little-endian 64-bit words, zero-padded, summed mod
+    2**64."""
+    import numpy as np
+
+    total = 0
+    for p in paths:  # mapped, not read into a bytes object: 4 GiB of anonymous memory churned would move the rows
+        size = os.path.getsize(p)
+        if size >= 8:
+            total += int(np.memmap(p, dtype="<u8", mode="r", shape=(size // 8,)).sum(dtype=np.uint64))
+        if size % 8:
+            with open(p, "rb") as f:
+                f.seek(size // 8 * 8)
+                total += int.from_bytes(f.read().ljust(8, b"\0"), "little")
+    return total % (1 << 64)
 
 
 def compile_c(tmp: str, source: str = POP_C, name: str = "pop") -> str | None:

@@ -7,7 +7,7 @@ import statistics
 import _floor_bench
 import _loaders
 from _harness import COLD_MAX, GiB, HOT_MIN, MiB, Series, Target, fmt, judge, preface, section
-from _peers_rounds import ATTEMPTS, Bench, PeerSeries
+from _peers_rounds import ATTEMPTS, C_LOOP, Bench, PeerSeries
 
 HOT_SPEEDUP, COLD_SPEEDUP = 1.5, 1.3  # ckptbench RTO against the fastest peer
 READ_BAND = (0.85, 1.15)  # run's read stage / `ckptbench read`, cold, same read path
@@ -55,7 +55,7 @@ def ratio_cell(series: dict[str, PeerSeries], s: PeerSeries) -> str:
         v = judge(Target("", subject, peer, paired=True), series)["value"]
         return text.format(v) if v is not None else "—"
     ref = series.get(f"{cond}/ckptbench")
-    if s.loader in _loaders.LOADERS and ref is not None and ref.median and s.median:
+    if (s.loader in _loaders.LOADERS or s.key.endswith("/c-loop")) and ref is not None and ref.median and s.median:
         return f"{s.median / ref.median:.2f}× ckptbench"
     return "—"
 
@@ -66,7 +66,7 @@ def table(b: Bench) -> list[str]:
     head = ("condition", "loader", "efficiency", "median s", "min–max", "GB/s (tensor bytes)", "ratio",
             "disk share per repeat", "check")
     rows = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---|---:|---|---|---|"]
-    order = [f"{c}/{k}" for c in ("cold", "hot") for k in ("ckptbench", *b.peers, "ckptbench/read-stage",
+    order = [f"{c}/{k}" for c in ("cold", "hot") for k in ("ckptbench", *b.peers, "c-loop", "ckptbench/read-stage",
                                                             "ckptbench/read", "ckptbench/check-stage")]
     for s in (b.series[k] for k in order if k in b.series):
         eff = _floor_bench.efficiency(b.floors, s.key, s.median)
@@ -76,7 +76,8 @@ def table(b: Bench) -> list[str]:
         span = f"{fmt(s.min, 3)}–{fmt(s.max, 3)}" if s.samples else "—"
         rows.append("| " + " | ".join([
             s.condition_label(), s.loader, f"**{eff:.2f}**" if eff is not None else "—", fmt(s.median, 3), span,
-            gbps if s.loader in _loaders.LOADERS or s.key.endswith("/ckptbench") else "—", ratio_cell(b.series, s),
+            gbps if s.loader in _loaders.LOADERS or s.key.endswith(("/ckptbench", "/c-loop")) else "—",
+            ratio_cell(b.series, s),
             disk, check]) + " |")
     return rows
 
@@ -128,6 +129,12 @@ def notes(b: Bench) -> list[str]:
         f"Bytes: the peers read the shards' {b.meta['total_size'] / MiB:.1f} MiB of tensors; ckptbench reads every "
         f"file in the directory ({b.total / MiB:.1f} MiB with headers and the index). GB/s in the table is tensor "
         "bytes / median seconds.",
+        f"{C_LOOP}: bench/_floor_c.py's LAND_C in a fresh process at ckptbench run's concurrency, every file of the "
+        "set into an anonymous mapping of its own in 64 MiB units (cold: O_DIRECT 1 MiB reads into pages never "
+        "populated; hot: each unit populated with one MADV_POPULATE_WRITE, then pread); its clock covers the mappings "
+        "and the reads; its check, after the clock, is a sum of every landed 64-bit word against the files', and the disk "
+        "share. It is no loader (no tensors, no scan): it "
+        "says what plain code lands in fresh memory in the same minutes, under the same cache state, as the rows.",
         f"Order: each round runs cold then hot, the loaders' order rotated each round; {b.repeat} round(s).",
         b.other.line(),
     ]

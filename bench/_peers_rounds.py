@@ -12,12 +12,14 @@ from dataclasses import dataclass
 import _loaders
 import _peers
 from _harness import COLD_MAX, CheckedSeries, child_env, disk_read_bytes, held, log, make_cold, make_hot, rotated
+from _floor_c import word_sum
 from _peers_docs import check_peer, check_read, parse_child, read_command, run_summary
 
 ATTEMPTS = 3  # a repeat whose cache state did not hold is run again, this often, then refused
 DIRECT_IO = {"fastsafetensors", "runai"}  # read with O_DIRECT by default: the page cache is bypassed, hot or cold
 LOADERS_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_loaders.py")
 CHILD_TIMEOUT = 900
+C_LOOP = "plain C loop"  # no loader: the set's bytes landed in fresh memory by plain code, ckptbench's read path
 
 
 @dataclass(kw_only=True)
@@ -53,6 +55,8 @@ class Bench:
         self.runs: list[dict] = []  # every ckptbench run summary, for the report's stage table
         self.floor = None  # ckptbench.system.floor.Floor, measured in this run on these files
         self.floors: dict[str, dict] = {}  # the set's floor per condition (_floor_bench.models)
+        self.c_loop: str | None = None  # the built C landing loop (_floor_c.LAND_C), when there is a compiler
+        self.c_sum: int | None = None  # the files' word sum, its check
 
     def get(self, key: str, condition: str, loader: str) -> PeerSeries:
         if key not in self.series:
@@ -98,6 +102,40 @@ class Bench:
             s.add(doc["seconds"], res, disk, "failed" if wrong else "ok")
             s.extra.setdefault("peak_rss_bytes", []).append(doc.get("peak_rss_bytes"))
             s.extra["versions"] = doc.get("versions")
+            return
+        s.problems.append(f"a repeat refused: the {condition} cache state did not hold in {ATTEMPTS} attempts")
+
+    def plain_c(self, condition: str) -> None:
+        """The set landed by plain C the way ckptbench's read resolves it (cold: O_DIRECT into fresh pages; hot: each
+        64 MiB unit populated, then pread out of the page cache), at ckptbench run's concurrency, in a fresh
+        process under the same cache state as every row: what the floor's model says plain code can reach here,
+        measured in the same minutes as the loaders. It builds no tensors and scans nothing."""
+        s = self.get(f"{condition}/c-loop", condition, C_LOOP)
+        level = next((r["concurrency"] for r in self.runs if r.get("concurrency")), None) or 8
+        for attempt in range(1, ATTEMPTS + 1):
+            log(f"  {condition} {C_LOOP}, {level} thread(s)" + (f" (attempt {attempt})" if attempt > 1 else ""))
+            res = self.prepare(condition)
+            if not held(condition, res):
+                continue
+            d0 = disk_read_bytes(children=True)
+            out = subprocess.run([self.c_loop, str(level), "direct" if condition == "cold" else "populate",
+                                  *self.files], capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False)
+            disk = (disk_read_bytes(children=True) - d0) / self.total
+            words = out.stdout.split()
+            if out.returncode or len(words) != 3 or int(words[1]) != self.total:
+                s.problems.append(f"exit {out.returncode}: {(out.stderr.strip() or out.stdout.strip())[-200:]}")
+                s.status.append("failed")
+                return
+            if self.c_sum is None:
+                self.c_sum = word_sum(self.files)  # once, after the loop's first run: never inside a cache state
+            if int(words[2]) != self.c_sum:
+                s.problems.append("the bytes it landed are not the files' (word sum differs)")
+                s.add(self.total / float(words[0]), res, disk, "failed")
+                return
+            if condition == "hot" and disk > COLD_MAX:
+                log(f"    the cache did not hold ({disk:.0%} read from the disk); again")
+                continue
+            s.add(self.total / float(words[0]), res, disk)
             return
         s.problems.append(f"a repeat refused: the {condition} cache state did not hold in {ATTEMPTS} attempts")
 
@@ -166,10 +204,12 @@ class Bench:
 
     def round(self, i: int) -> None:
         """One repeat of everything: cold then hot, each in an order rotated by the round."""
-        entries = ["ckptbench", *self.peers]
+        entries = ["ckptbench", *self.peers, *([C_LOOP] if self.c_loop else [])]
         for condition in ("cold", "hot"):
             for name in rotated(entries, i):
                 if name == "ckptbench":
                     self.ckptbench(condition, read_first=bool(i % 2))
+                elif name == C_LOOP:
+                    self.plain_c(condition)
                 else:
                     self.peer(condition, name)

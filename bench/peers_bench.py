@@ -20,6 +20,7 @@ import _floor_agree
 import _floor_bench
 import _foreign
 import _loaders
+from _floor_c import LAND_C, compile_c
 from _harness import GiB, OUT_DIR, ROOT, cache_dir, judge, log, machine, missing, utc_now, write_outputs
 from _peers_report import report, targets
 from _peers_rounds import Bench
@@ -81,12 +82,16 @@ def main(argv: list[str] | None = None) -> int:
                                                                  floor_cache, _floor_agree.pop_bytes())
             # the rows are held to the median of this run's floors: the one above and the `floor` runs'
             b.floors = _floor_bench.median_models([b.floor, *others], b.total, meta["total_size"])
-    for i in range(args.repeat):
-        log(f"round {i + 1} of {args.repeat}")
-        b.round(i)
+    with tempfile.TemporaryDirectory(prefix="ckptbench-peers-c-") as tmp:
+        b.c_loop = compile_c(tmp, LAND_C, "land")
+        for i in range(args.repeat):
+            log(f"round {i + 1} of {args.repeat}")
+            b.round(i)
     elapsed = time.monotonic() - t0
     log(f"done in {elapsed:.0f} s")
-    verdicts = _floor_bench.targets(b.series, b.floors, args.peers)
+    said, c_agree = _floor_bench.c_loop_lines(b.series, b.floors)
+    agree += c_agree
+    verdicts = _floor_bench.targets(b.series, b.floors, args.peers) + said
     verdicts += [judge(t, b.series) for t in targets(b.series, args.peers)]
     print(report(b, verdicts, args, date, agree=agree), end="")
     facts = machine(args.dir) | {"peer_versions": _loaders.versions()}

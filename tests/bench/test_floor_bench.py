@@ -191,3 +191,58 @@ def test_rows_are_held_to_the_median_of_the_runs_floors_one_that_was_measured():
     assert one["cold"]["floor_s"] == pytest.approx(8.0) and one["cold"]["of"] == 1
     lines = fb.ceilings_lines(floors[0], m, 8 * 10**9)
     assert any("the median of 4 floors measured in this run" in line for line in lines)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+@pytest.mark.parametrize("mode", ["direct", "populate"])
+def test_the_landing_loop_lands_every_byte_and_says_so_by_a_sum_the_bench_can_check(tmp_path, mode):
+    import subprocess
+
+    from _floor_c import LAND_C, compile_c, word_sum
+
+    exe = compile_c(str(tmp_path), LAND_C, "land")
+    files = []
+    for i, size in enumerate(((5 << 20) + 13, 3, 70 << 20)):  # a tail, a file under a word, more than one unit
+        p = tmp_path / f"f{i}"
+        p.write_bytes(os.urandom(size))
+        files.append(str(p))
+    out = subprocess.run([exe, "2", mode, *files], capture_output=True, text=True, check=True).stdout.split()
+    assert float(out[0]) > 0 and int(out[1]) == sum(os.path.getsize(p) for p in files)
+    assert int(out[2]) == word_sum(files)
+    with open(files[0], "r+b") as f:  # one byte changed: the sum the loop is checked against moves
+        f.seek(7)
+        b = f.read(1)
+        f.seek(7)
+        f.write(bytes([b[0] ^ 1]))
+    assert word_sum(files) != int(out[2])
+
+
+def test_the_c_loop_rows_give_ckptbench_against_it_and_judge_the_floor_by_it():
+    floors = {"hot": {"floor_s": 1.0}, "cold": {"floor_s": 2.0}}
+    got = {k: series(k, v) for k, v in {"hot/ckptbench": [1.5, 1.6, 1.4], "hot/c-loop": [1.2, 1.2, 1.3],
+                                          "cold/ckptbench": [2.2], "cold/c-loop": [2.1]}.items()}
+    said, agreed = fb.c_loop_lines(got, floors)
+    assert [v["status"] for v in said] == ["info", "info"]
+    assert said[0]["value"] == pytest.approx(1.2 / 1.5)
+    assert [v["status"] for v in agreed] == ["MISSED", "met"]  # 1.2 / 1.0 is outside ±10 %, 2.1 / 2.0 inside
+    assert agreed[0]["value"] == pytest.approx(1.2) and agreed[1]["value"] == pytest.approx(1.05)
+    assert fb.c_loop_lines({}, floors) == ([], [])  # no C compiler, no rows: nothing said
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_the_c_loop_row_is_measured_under_the_cache_state_and_checked(tmp_path):
+    from _floor_c import LAND_C, compile_c
+
+    d = tmp_path / "set"
+    d.mkdir()
+    for i in range(2):
+        (d / f"model-{i}.safetensors").write_bytes(os.urandom((3 << 20) + i))
+    b = rounds.Bench(str(d), {}, 1, [], str(tmp_path / "r.csv"))
+    b.c_loop = compile_c(str(tmp_path), LAND_C, "land")
+    for cond in ("cold", "hot"):
+        b.plain_c(cond)
+        s = b.series[f"{cond}/c-loop"]
+        assert s.ok and len(s.samples) == 1 and s.samples[0] > 0, s.problems
+    b.c_sum += 1  # what the files sum to is not what it landed: the row fails its check
+    b.plain_c("hot")
+    assert not b.series["hot/c-loop"].ok and "word sum" in b.series["hot/c-loop"].problems[-1]

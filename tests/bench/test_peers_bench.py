@@ -401,22 +401,24 @@ def test_a_quick_run_on_a_tiny_checkpoint_writes_its_report(tmp_path, monkeypatc
     text = md[0].read_text()
     record = json.loads(md[0].with_suffix(".json").read_text())
     assert "| hot | ckptbench run |" in text and "| hot | safetensors |" in text
-    assert [v["target"].split(":")[0] for v in record["targets"]] == ["hot"] * 3 + ["cold"] * 3 + ["hot", "cold",
-                                                                                                "cold", "cold"]
+    assert [v["target"].split(":")[0] for v in record["targets"]] == ["hot"] * 3 + ["cold"] * 3 + ["hot", "cold"] \
+        + ["hot", "cold", "cold", "cold"]
     assert "efficiency" in record["targets"][0]["target"]
-    # ckptbench against the floor of its own work (its scan added): said, never judged, and a floor above the shared
-    own = [v for v in record["targets"] if v["status"] == "info"]
-    assert len(own) == 2 and all("its own work" in v["target"] for v in own)
+    # ckptbench against the floor of its own work (its scan added) and against the plain C loop: said, never judged
+    info = [v["target"] for v in record["targets"] if v["status"] == "info"]
+    assert len(info) == 4 and sum("its own work" in t for t in info) == 2 and sum("plain C loop" in t for t in info) == 2
     assert record["floor"]["models"]["hot-own"]["floor_s"] > record["floor"]["models"]["hot"]["floor_s"]
     assert "INFO: hot: ckptbench run against the floor of its own work" in text
     head = next(line for line in text.splitlines() if line.startswith("| condition |"))
     assert head.split(" | ")[2] == "efficiency"  # the headline column, right after the loader
     rows = {(m["condition"], m["loader"]): m["efficiency"] for m in record["measurements"]}
-    for row in (("hot", "ckptbench run"), ("cold", "ckptbench run"), ("hot", "safetensors"), ("cold", "safetensors")):
+    for row in (("hot", "ckptbench run"), ("cold", "ckptbench run"), ("hot", "safetensors"), ("cold", "safetensors"),
+                ("hot", "plain C loop"), ("cold", "plain C loop")):
         assert 0 < rows[row] <= 1.5, (row, rows[row])
+    assert "| hot | plain C loop |" in text and "within ±10 % of a plain C loop landing it" in text
     assert record["floor"]["models"]["hot"]["floor_s"] > 0 and record["floor"]["models"]["cold"]["floor_s"] > 0
     agree = record["floor_agreement"]["verdicts"]
-    assert len(agree) >= 4 and all(v["status"] in ("met", "MISSED", "not measured") for v in agree)
+    assert len(agree) >= 6 and all(v["status"] in ("met", "MISSED", "not measured") for v in agree)
     assert "## Does the floor agree" in text
     assert all(m["ok"] for m in record["measurements"]), [m["problems"] for m in record["measurements"]]
     assert record["read_command"] is None or record["read_command"][2:4] == ["ckptbench", "read"]
