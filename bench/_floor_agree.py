@@ -168,7 +168,7 @@ def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict
 
 def fresh_how(method: str) -> int | None:
     """The concurrency of the storage figure's read into fresh memory, out of its method line."""
-    m = re.search(r"into fresh memory [\d.]+ GB/s at concurrency (\d+)", method)  # ceilings.storage_ceiling's
+    m = re.search(r"into fresh memory [\d.]+ GB/s at concurrency (\d+)", method)  # sourcefigures.storage_ceiling's
     return int(m.group(1)) if m else None
 
 
@@ -208,7 +208,7 @@ def hot_threads(method: str) -> int | None:
 def c_page_cache(storage, paths_sizes, repeats: int = 5) -> tuple[dict, dict]:
     """The floor's page-cache copy (pread into populated memory, the files' first HOT_BYTES) against a C loop doing
     the same at the same thread count."""
-    from ckptbench.system import ceilings
+    from ckptbench.system import sourcefigures
 
     name = "the floor's page-cache copy within ±10 % of a C pread loop into populated memory (floor / C)"
     threads = hot_threads(storage.method) if storage is not None else None
@@ -220,7 +220,7 @@ def c_page_cache(storage, paths_sizes, repeats: int = 5) -> tuple[dict, dict]:
         if exe is None:
             return ratio_verdict(name, None, AGREE_BAND, why_not="no C compiler"), {}
         log(f"  C pread loop out of the page cache, {threads} thread(s), {repeats} repeats")
-        run = subprocess.run([exe, str(threads), str(ceilings.HOT_BYTES), str(repeats), *files], capture_output=True,
+        run = subprocess.run([exe, str(threads), str(sourcefigures.HOT_BYTES), str(repeats), *files], capture_output=True,
                              text=True, check=False)
         make_cold(files)  # as the floor leaves them: the hot rows make their own cache state
     rates = [float(x) / 1e9 for x in run.stdout.split()] if run.returncode == 0 else []

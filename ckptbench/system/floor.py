@@ -23,12 +23,14 @@ import fastio
 
 from ckptbench.core.errors import CkptbenchError, printable
 
-# the measurements are ceilings.py's; their names are bound here too, so that measure() finds them (and a test
+# the measurements are ceilings.py's and sourcefigures.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
 from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: callers name these through it)
-    DEVICE_FIGURES, LARGE_MAX, LARGE_MIN, LINK_SAMPLE, MIN_STORAGE_SAMPLE, POP_BYTES, STORAGE_SAMPLE, Ceiling,
-    _ceiling, cpu_ceilings, device_ceilings, gpu_models, large_key, large_reach, large_size, link_ceiling,
-    link_sample, memory_ceilings, page_cache_figure, populate_large, size_class, storage_ceiling, thread_counts,
+    DEVICE_FIGURES, LARGE_MAX, LARGE_MIN, POP_BYTES, Ceiling, ceiling_of, cpu_ceilings, device_ceilings, gpu_models,
+    large_key, large_reach, large_size, memory_ceilings, populate_large, size_class, thread_counts,
+)
+from ckptbench.system.sourcefigures import (  # noqa: F401  (as above)
+    LINK_SAMPLE, MIN_STORAGE_SAMPLE, STORAGE_SAMPLE, link_ceiling, link_sample, page_cache_figure, storage_ceiling,
 )
 
 MAX_AGE_S = 86400.0

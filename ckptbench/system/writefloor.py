@@ -97,7 +97,7 @@ def write_ceiling(directory: str, size: int = WRITE_SAMPLE, levels: tuple[int, .
         rates = [_write_files(directory, level, size, block) for _ in range(repeats)]
         if not best or statistics.median(rates) > statistics.median(best):
             best, best_level = rates, level
-    c = fl._ceiling(best, f"{size >> 20} MiB of random bytes written and fsync'd over {best_level} file(s) at "
+    c = fl.ceiling_of(best, f"{size >> 20} MiB of random bytes written and fsync'd over {best_level} file(s) at "
                           f"once, best of {', '.join(map(str, levels))}")
     c.sample_bytes = size
     return c

@@ -148,16 +148,16 @@ def test_the_c_loop_populates_and_reports_a_rate_per_repeat():
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_the_page_cache_copy_is_held_against_a_c_pread_loop_at_its_thread_count(tmp_path, monkeypatch):
-    from ckptbench.system import ceilings as cl
+    from ckptbench.system import sourcefigures
 
-    monkeypatch.setattr(cl, "HOT_BYTES", 8 << 20)
-    monkeypatch.setattr(cl, "MIN_STORAGE_SAMPLE", 4 << 20)  # a real sample is 64 MiB or more: kept small here
+    monkeypatch.setattr(sourcefigures, "HOT_BYTES", 8 << 20)
+    monkeypatch.setattr(sourcefigures, "MIN_STORAGE_SAMPLE", 4 << 20)  # a real sample is 64 MiB or more: kept small here
     paths = []
     for i in range(2):
         p = tmp_path / f"shard-{i}.bin"
         p.write_bytes(os.urandom(6 << 20))
         paths.append((str(p), 6 << 20))
-    storage, _ = cl.storage_ceiling(paths, levels=(1, 2), repeats=1)  # the method line the check parses
+    storage, _ = sourcefigures.storage_ceiling(paths, levels=(1, 2), repeats=1)  # the method line the check parses
     assert storage.hot_gbps > 0 and agree.hot_threads(storage.method) in (1, 2)
     verdict, record = agree.c_page_cache(storage, paths, repeats=3)
     assert verdict["value"] > 0 and len(record["c_gbps"]) == 3

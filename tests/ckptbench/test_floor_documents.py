@@ -89,9 +89,9 @@ def test_every_kind_of_run_document_carries_the_floor_fields_or_says_why_not(kin
 def test_the_storage_figure_reads_no_more_than_its_sample_of_a_large_file(tmp_path, monkeypatch):
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(1 << 20) * 40)
-    from ckptbench.system import ceilings
+    from ckptbench.system import sourcefigures
 
-    monkeypatch.setattr(ceilings, "STORAGE_SAMPLE", 24 << 20)  # the 1 GiB sample, scaled down with the file
+    monkeypatch.setattr(sourcefigures, "STORAGE_SAMPLE", 24 << 20)  # the 1 GiB sample, scaled down with the file
     c, _ = fl.storage_ceiling([(str(big), 40 << 20)], levels=(1,))
     assert c.sample_bytes == 24 << 20 and "(24 MiB)" in c.method
     # named by its directory: the cache keeps one figure per mount, shown for every checkpoint floored on it

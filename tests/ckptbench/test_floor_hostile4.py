@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.system import ceilings
+from ckptbench.system import ceilings, sourcefigures
 from clirun import assert_one_line_error
 
 MiB = 1 << 20
@@ -22,17 +22,17 @@ def test_a_file_cut_short_mid_copy_is_one_clear_error_not_a_figure(tmp_path, mon
     file that had gone) was taken as measured."""
     data = tmp_path / "shard.bin"
     data.write_bytes(os.urandom(16 * MiB))
-    real = ceilings._populate
+    real = sourcefigures.populate
 
     def cut_then_populate(region, n):  # after the descriptors are checked, before the copy
         os.truncate(data, MiB)
         return real(region, n)
 
-    monkeypatch.setattr(ceilings, "_populate", cut_then_populate)
+    monkeypatch.setattr(sourcefigures, "populate", cut_then_populate)
     seen = []
     monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_value))
     with pytest.raises(CkptbenchError, match="shorter than it was listed"):
-        ceilings._page_cache_copy([(str(data), 16 * MiB)], 16 * MiB, 2, 1)
+        sourcefigures._page_cache_copy([(str(data), 16 * MiB)], 16 * MiB, 2, 1)
     assert seen == []  # said once, on the caller's thread
 
 
@@ -60,7 +60,7 @@ def test_a_box_that_will_not_start_a_thread_per_core_is_a_clear_error_not_a_hang
 
     def call():
         try:
-            ceilings._parallel(4, lambda i: None)
+            ceilings.parallel(4, lambda i: None)
             outcome.append("returned")
         except BaseException as exc:  # noqa: BLE001  what it raised is the test's
             outcome.append(exc)
@@ -84,7 +84,7 @@ def test_a_name_swapped_for_a_symlink_is_not_followed_out_of_the_checkpoint(tmp_
     root.mkdir()
     os.symlink(outside, root / "shard.bin")
     with pytest.raises(CkptbenchError, match="no longer the regular file"):
-        ceilings.page_cache_rates([(str(root / "shard.bin"), 8 * MiB)], cores=2, repeats=1)
+        sourcefigures.page_cache_rates([(str(root / "shard.bin"), 8 * MiB)], cores=2, repeats=1)
 
 
 def test_floor_with_a_symlink_swapped_in_before_the_page_cache_copy_says_so_in_one_line(tmp_path, monkeypatch, h,
@@ -97,15 +97,15 @@ def test_floor_with_a_symlink_swapped_in_before_the_page_cache_copy_says_so_in_o
     root = tmp_path / "ck"
     root.mkdir()
     (root / "shard.bin").write_bytes(os.urandom(8 * MiB))
-    monkeypatch.setattr(ceilings, "MIN_STORAGE_SAMPLE", MiB)  # a test-sized sample is measured
-    real = ceilings._in_page_cache  # the page cache step's start: where the files are opened and read in
+    monkeypatch.setattr(sourcefigures, "MIN_STORAGE_SAMPLE", MiB)  # a test-sized sample is measured
+    real = sourcefigures._in_page_cache  # the page cache step's start: where the files are opened and read in
 
     def swapped(take):
         os.unlink(root / "shard.bin")
         os.symlink(outside, root / "shard.bin")
         return real(take)
 
-    monkeypatch.setattr(ceilings, "_in_page_cache", swapped)
+    monkeypatch.setattr(sourcefigures, "_in_page_cache", swapped)
     r = h.run_cli("floor", root)
     assert_one_line_error(r, "shard.bin: no longer the regular file")
 
@@ -115,11 +115,11 @@ def test_a_page_cache_sample_of_a_few_mib_is_not_the_mounts_figure(tmp_path, mon
     hot restore on the mount was held to it."""
     data = tmp_path / "shard.bin"
     data.write_bytes(os.urandom(4 * MiB))
-    c, note = ceilings.storage_ceiling([(str(data), 4 * MiB)], levels=(1,), repeats=1)
+    c, note = sourcefigures.storage_ceiling([(str(data), 4 * MiB)], levels=(1,), repeats=1)
     assert c.hot_gbps == 0.0 and "page cache" not in c.method
     assert "measures latency" in note
-    monkeypatch.setattr(ceilings, "MIN_STORAGE_SAMPLE", 2 * MiB)  # the same sample, over the bar: measured
-    c, _ = ceilings.storage_ceiling([(str(data), 4 * MiB)], levels=(1,), repeats=1)
+    monkeypatch.setattr(sourcefigures, "MIN_STORAGE_SAMPLE", 2 * MiB)  # the same sample, over the bar: measured
+    c, _ = sourcefigures.storage_ceiling([(str(data), 4 * MiB)], levels=(1,), repeats=1)
     assert c.hot_gbps > 0.0
 
 
@@ -140,7 +140,7 @@ def test_a_sparse_file_is_left_out_of_the_storage_sample(tmp_path):
         pytest.skip("this filesystem keeps no holes")
     (tmp_path / "dense.bin").write_bytes(os.urandom(8 * MiB))
     files = [(str(tmp_path / "big.bin"), 1 << 30), (str(tmp_path / "dense.bin"), 8 * MiB)]
-    c, note = ceilings.storage_ceiling(files, levels=(1,), repeats=1)
+    c, note = sourcefigures.storage_ceiling(files, levels=(1,), repeats=1)
     assert c.sample_bytes == 8 * MiB and "1 largest file(s)" in c.method
     assert "1 sparse file(s) left out" in note
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ckptbench.system import ceilings, floor as fl, pagecache
+from ckptbench.system import floor as fl, pagecache, sourcefigures
 from floorhelp import fixed_floor
 
 
@@ -46,14 +46,14 @@ def test_the_note_says_when_the_copy_is_held_to_a_memmove():
 def test_a_real_page_cache_figure_on_this_disk_leaves_the_file_uncached(tmp_path, monkeypatch):
     data = tmp_path / "shard.bin"
     data.write_bytes(os.urandom(12 << 20) + b"x" * 1000)  # not whole MiB: only whole MiB are read
-    monkeypatch.setattr(ceilings, "HOT_BYTES", 8 << 20)
+    monkeypatch.setattr(sourcefigures, "HOT_BYTES", 8 << 20)
     read = []
-    real = ceilings.fastio.read_files
-    monkeypatch.setattr(ceilings.fastio, "read_files", lambda specs, **kw: read.append(specs) or real(specs, **kw))
-    rates, n = ceilings.page_cache_rates([(str(data), data.stat().st_size)], cores=2, repeats=2)
+    real = sourcefigures.fastio.read_files
+    monkeypatch.setattr(sourcefigures.fastio, "read_files", lambda specs, **kw: read.append(specs) or real(specs, **kw))
+    rates, n = sourcefigures.page_cache_rates([(str(data), data.stat().st_size)], cores=2, repeats=2)
     assert len(rates) == 2 and all(r > 1e8 for r in rates) and n in (1, 2)
     assert [(s.offset, s.size) for s in read[0]] == [(0, 8 << 20)]  # the sample, not the file
-    reused, _ = ceilings.page_cache_rates([(str(data), data.stat().st_size)], cores=2, repeats=2, reused=True)
+    reused, _ = sourcefigures.page_cache_rates([(str(data), data.stat().st_size)], cores=2, repeats=2, reused=True)
     assert len(reused) == 2 and all(r > 1e8 for r in reused)
     after = pagecache.residency_of_each([str(data)])[0][1]
     pagecache.evict([str(data)])
@@ -65,7 +65,7 @@ def test_a_mount_that_does_not_keep_pages_cached_has_no_page_cache_figure(tmp_pa
     data = tmp_path / "shard.bin"
     data.write_bytes(os.urandom(4 << 20))
     monkeypatch.setattr(pagecache, "residency_of_each", lambda paths: tuple((p, 0, 4 << 20) for p in paths))
-    assert ceilings.page_cache_rates([(str(data), 4 << 20)], cores=2, repeats=1) == ([], 0)
+    assert sourcefigures.page_cache_rates([(str(data), 4 << 20)], cores=2, repeats=1) == ([], 0)
 
 
 def test_the_figure_is_kept_with_the_storage_figure_and_read_back(tmp_path, monkeypatch):
@@ -91,11 +91,11 @@ def test_a_file_swapped_for_a_fifo_or_cut_short_is_one_clear_error_not_a_hang(tm
     fifo = tmp_path / "swapped.bin"
     os.mkfifo(fifo)
     with pytest.raises(CkptbenchError, match="no longer the regular file"):
-        ceilings._page_cache_copy([(str(fifo), 4 << 20)], 4 << 20, 2, 1)
+        sourcefigures._page_cache_copy([(str(fifo), 4 << 20)], 4 << 20, 2, 1)
     with pytest.raises(CkptbenchError, match="no longer the regular file"):
-        ceilings._page_cache_copy([(str(data), 8 << 20)], 8 << 20, 2, 1)
+        sourcefigures._page_cache_copy([(str(data), 8 << 20)], 8 << 20, 2, 1)
     with pytest.raises(CkptbenchError, match="unreadable"):
-        ceilings._page_cache_copy([(str(tmp_path / "gone.bin"), 4 << 20)], 4 << 20, 2, 1)
+        sourcefigures._page_cache_copy([(str(tmp_path / "gone.bin"), 4 << 20)], 4 << 20, 2, 1)
 
 
 def test_a_kept_storage_figure_without_the_page_cache_copy_gets_it_alone(tmp_path, monkeypatch):
@@ -129,8 +129,8 @@ def test_the_sweep_tries_one_reader_only_where_the_lowest_level_above_it_won(tmp
         asked.append(concurrency) if not into_memory else None
         return SimpleNamespace(failed=[], read_gbps=rates[concurrency], bytes=2 << 20)
 
-    monkeypatch.setattr(ceilings.fastio, "read_files", fake)
-    c, _ = ceilings.storage_ceiling([(str(data), 2 << 20)], repeats=1)
+    monkeypatch.setattr(sourcefigures.fastio, "read_files", fake)
+    c, _ = sourcefigures.storage_ceiling([(str(data), 2 << 20)], repeats=1)
     assert sorted(set(asked)) == sorted(tried) and asked[:3] == [4, 8, 16]
     assert c.gbps == max(rates.values()) and f"of {', '.join(map(str, sorted(tried)))}," in c.method
 
