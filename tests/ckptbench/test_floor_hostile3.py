@@ -93,7 +93,7 @@ def test_a_size_class_the_box_cannot_come_near_is_not_populated(monkeypatch):
     monkeypatch.setattr(ceilings, "LARGE_MIN", 32 << 20)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=80 << 20))
     populated = []
-    monkeypatch.setattr(ceilings, "_populate", lambda region, n: populated.append(len(region)) or (1e9, "x"))
+    monkeypatch.setattr(ceilings, "populate", lambda region, n: populated.append(len(region)) or (1e9, "x"))
     assert ceilings.populate_large(1 << 40, cores=1) == (None, None) and populated == []
     c, held = ceilings.populate_large(64 << 20, cores=1)  # 40 MiB free for a 64 MiB class: in whole LARGE_MINs, 32
     held.close()
@@ -109,7 +109,7 @@ def test_a_size_the_box_could_only_come_near_is_measured_once_not_on_every_floor
     monkeypatch.setattr(ceilings, "LARGE_MIN", 32 << 20)
     total = psutil.virtual_memory().total
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=150 << 20, total=total))  # 64
-    monkeypatch.setattr(ceilings, "_populate", lambda region, n: (1e9, "x"))
+    monkeypatch.setattr(ceilings, "populate", lambda region, n: (1e9, "x"))
     measured = []
     real = ceilings.populate_large
     monkeypatch.setattr(fl, "populate_large", lambda nbytes, cores=None: measured.append(nbytes) or real(nbytes, 1))
