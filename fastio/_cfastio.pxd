@@ -55,6 +55,7 @@ cdef extern from "csrc/finite.h" nogil:
         uint64_t nonfinite
 
     size_t fio_finite_elem_size(int kind)
+    size_t fio_finite_unit_size(int kind)
     int fio_count_nonfinite(fio_finite_item *items, size_t n, int concurrency)
     const char *fio_finite_impl()
 
@@ -70,6 +71,11 @@ cdef extern from "csrc/engine.h" nogil:
         FIO_HIST_BUCKETS
         FIO_MAX_THREADS
 
+    ctypedef struct fio_scan_region:
+        int64_t off
+        int64_t len
+        int kind
+
     ctypedef struct fio_file_spec:
         const char *path
         int64_t size
@@ -79,6 +85,9 @@ cdef extern from "csrc/engine.h" nogil:
         int64_t fault_after
         int fault_count
         uint8_t *dest
+        const fio_scan_region *scan
+        int nscan
+        uint64_t *scan_counts
 
     ctypedef struct fio_options:
         int concurrency

@@ -165,6 +165,9 @@ cdef class ReadHandle:
 
     cdef fio_engine *e
     cdef fio_file_spec *specs
+    cdef fio_scan_region *scan_regions
+    cdef uint64_t *_counts
+    cdef list _scan_at  # per spec: (first region, how many), or None
     cdef list _paths
     cdef list _buffers
     cdef object _result
@@ -179,6 +182,8 @@ cdef class ReadHandle:
             with nogil:
                 fio_engine_free(self.e)
         free(self.specs)
+        free(self.scan_regions)
+        free(self._counts)
 
     def snapshot(self):
         """Counters at this instant; safe from any thread while the workers run."""
@@ -225,6 +230,15 @@ cdef class ReadHandle:
         cdef int i
         cdef int n = len(self._paths)
         return [i for i in range(max(0, start), n) if fio_engine_file_done(self.e, i) == 1]
+
+    def scan_counts(self, int i):
+        """File i's non-finite count per region `scan` gave it, in that order, once `completed` lists it: counted as
+        its blocks landed. None for a file given no regions, not finished, or failed."""
+        if self._scan_at is None or not 0 <= i < len(self._paths) or self._scan_at[i] is None \
+                or fio_engine_file_done(self.e, i) != 1:
+            return None
+        first, n = self._scan_at[i]
+        return [self._counts[first + k] for k in range(n)]  # final: the file is done (acquire)
 
     def buffer(self, int i):
         """File i's bytes as a read-only memoryview once `completed` lists it (None before, or without memory)."""
@@ -337,8 +351,36 @@ def _range_error(spec, str read):
     return None
 
 
+def _scan_regions(scan, specs, str read, bint into_memory):
+    """`scan` checked: {spec index: [(offset, length, kind), ...]} with each list sorted, not overlapping, within its
+    spec's bytes, whole elements; the one-line OptionError that says what is wrong otherwise."""
+    if not scan:
+        return {}
+    if not into_memory or read == "mmap":
+        raise OptionError("scan needs into_memory=True and a pread or direct read (the blocks are counted as they land)")
+    out = {}
+    for i, regions in scan.items():
+        if not isinstance(i, int) or not 0 <= i < len(specs) or specs[i].size is None:
+            raise OptionError(f"scan: {i!r} is not the index of a file of known size")
+        regions = list(regions)
+        end = 0
+        for off, length, kind in regions:
+            if kind not in _FINITE_KIND:
+                raise OptionError(f"scan: file {i}: unknown kind {kind!r}: choose one of {', '.join(FINITE_KINDS)}")
+            size = fio_finite_elem_size(_FINITE_KIND[kind])
+            if not (isinstance(off, int) and isinstance(length, int)) or off < end or length <= 0 \
+                    or length % size or off + length > specs[i].size:
+                raise OptionError(f"scan: file {i}: region ({off}, {length}) is not whole {kind} elements in order "
+                                  f"within the file's {specs[i].size} bytes")
+            end = off + length
+        if regions:
+            out[i] = regions
+    return out
+
+
 def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
-          block_size=1 << 20, chunk_size=64 << 20, bint multipart=False, bint into_memory=False, _faults=None):
+          block_size=1 << 20, chunk_size=64 << 20, bint multipart=False, bint into_memory=False, scan=None,
+          _faults=None):
     """Starts reading `files` (paths, (path, size) pairs or FileSpec) and returns a ReadHandle at once.
 
     A FileSpec with an `offset` reads only the bytes [offset, offset+size) of its file: its result, digest and
@@ -349,6 +391,10 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
     of a whole file need its bytes in order, so without `multipart` each such file is one unit.
     With `into_memory` each file's bytes land in a page-aligned anonymous mapping of its own, read
     straight into it (no bounce copy), returned as `ReadResult.buffers` (memoryviews, in file order).
+    `scan` ({spec index: [(offset, length, kind), ...]}, with `into_memory` and a pread or direct read) counts NaN/Inf
+    in those regions of a file (its tensors) block by block as they land, while the bytes are in the CPU's caches
+    (a scan of the whole buffer afterwards reads them back from memory at a fifth of the rate); the counts are
+    `handle.scan_counts(i)`.
     `_faults` maps a path to (errno, after_byte, count) for tests of the failure paths (after_byte is a position in
     the file, whatever range a spec names; every spec of that path gets the fault), or to "hold": the
     worker stops before opening that file until `handle._release()`.
@@ -373,6 +419,7 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
         why = _range_error(s, read)
         if why:
             raise OptionError(why)
+    regions = _scan_regions(scan, specs, read, into_memory)
     faults = _faults or {}
     cdef ReadHandle h = ReadHandle.__new__(ReadHandle)
     h._paths = [s.path for s in specs]
@@ -381,9 +428,16 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
     if h.specs == NULL:
         raise MemoryError()
     cdef int i
+    cdef Py_ssize_t k = 0, total = sum(len(r) for r in regions.values())
     cdef unsigned char[::1] dest
     if into_memory:
         h._buffers = []
+    if total:
+        h.scan_regions = <fio_scan_region *>calloc(total, sizeof(fio_scan_region))
+        h._counts = <uint64_t *>calloc(total, sizeof(uint64_t))
+        if h.scan_regions == NULL or h._counts == NULL:
+            raise MemoryError()
+        h._scan_at = [None] * len(specs)
     for i in range(len(specs)):
         h.specs[i].path = encoded[i]
         h.specs[i].size = -1 if specs[i].size is None else specs[i].size
@@ -403,6 +457,12 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
                 # lazily faulted: each worker faults in its chunk's pages with one madvise before reading into
                 # them, in parallel and without the GIL (mmap's MAP_POPULATE would hold it for the whole allocation)
                 h._buffers.append(buf)
+        if i in regions and h.specs[i].dest != NULL:
+            h._scan_at[i] = (k, len(regions[i]))
+            h.specs[i].scan, h.specs[i].nscan, h.specs[i].scan_counts = &h.scan_regions[k], len(regions[i]), &h._counts[k]
+            for off, length, kind in regions[i]:
+                h.scan_regions[k].off, h.scan_regions[k].len, h.scan_regions[k].kind = off, length, _FINITE_KIND[kind]
+                k += 1
         fault = faults.get(specs[i].path)
         if fault == "hold":
             h.specs[i].fault_errno, h.specs[i].fault_after, h.specs[i].fault_count = -1, 0, 1

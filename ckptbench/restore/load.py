@@ -238,7 +238,7 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
             if w is not None and t.shape != w.shape:
                 problems.append(f"{name}.{k}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")
     count = sum(t.numel() for t in state.model.values())
-    during = f" ({early} of them during the read, as their files completed)" if early else ""
+    during = f" ({early} of them during the read)" if early else ""
     kept = (f"; {len(normal)} bookkeeping value(s) hold NaN/Inf on purpose, as their library saves them (e.g. "
             f"{_tail(normal[0])}): normal, not corruption" if normal else "")
     summary = (f"structural check, no model step: {floating} floating tensors ({human_bytes(nbytes)}) scanned "

@@ -162,18 +162,27 @@ class Run:
     def _read(self, alg: str) -> fastio.ReadResult:
         into = "stage" if self.stage_dir else "memory"
         man = self.listing.manifest
+        regions: dict = {}
+        reading = self.opts.read_options(alg)
         if into == "memory" and self.opts.mode == "fused" and self.listing.format == "safetensors" \
-                and (man is None or not man.dims):  # a structural check is coming: start it on finished files
-            from ckptbench.restore.scan import EarlyScan
+                and (man is None or not man.dims):  # a structural check is coming: count as the bytes land
+            from ckptbench.restore.scan import EarlyScan, landing_regions
 
+            if self.source.files_on_disk and reading.read != "mmap":
+                regions = landing_regions([(f.path, f.size or 0) for f in self.listing.files])
             self.early = EarlyScan([f.path for f in self.listing.files])
+            self.early.seen.update(regions)  # the engine counts those; the rest are scanned as they complete
         try:
-            driven = self.clock.read(self.source, self.listing, self.opts.read_options(alg), into=into,
+            driven = self.clock.read(self.source, self.listing, reading, into=into, scan=regions or None,
                                      stage_dir=self.stage_dir, on_start=self._set_handle, on_tick=self.rss.sample,
                                      on_progress=(lambda snap: self.progress(READ, snap)) if self.progress else None)
         finally:
             if self.early is not None:
                 self.early.stop()
+        if regions and self.handle is not None:
+            from ckptbench.restore.scan import landed_counts
+
+            self.early.counts.update(landed_counts(self.handle, regions))
         self.error_classes = driven.error_classes
         return driven.result
 

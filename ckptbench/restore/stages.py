@@ -42,8 +42,9 @@ class StageClock:
 
     def read(self, source: Source, listing: Listing, opts: ReadOptions, *, into: str = "memory",
              stage_dir: str | None = None, on_start=None, on_progress=None, on_tick=None,
-             interval: float | None = None):
+             interval: float | None = None, scan: dict | None = None):
         """The read stage's bytes, from the source's own reader (the one seam to storage), driven to the end."""
         kw = {} if interval is None else {"interval": interval}
-        return drive(lambda: source.start_read(listing, opts, into=into, stage_dir=stage_dir), on_start=on_start,
+        return drive(lambda: source.start_read(listing, opts, into=into, stage_dir=stage_dir, scan=scan),
+                     on_start=on_start,
                      on_progress=on_progress, on_tick=on_tick, cancel=self.cancel, **kw)

@@ -46,6 +46,9 @@ class LocalReadHandle:
     def buffer(self, i: int):
         return self._h.buffer(i)
 
+    def scan_counts(self, i: int) -> list[int] | None:
+        return self._h.scan_counts(i)
+
     def error_classes(self, result: fastio.ReadResult) -> dict[str, int]:
         out: dict[str, int] = {}
         for f in result.failed:
@@ -151,14 +154,14 @@ class LocalSource:
         return replace(opts, read=choice.mode), choice.why
 
     def start_read(self, listing: Listing, opts: ReadOptions, *, into: str = "hash",
-                   stage_dir: str | None = None) -> LocalReadHandle:
+                   stage_dir: str | None = None, scan: dict | None = None) -> LocalReadHandle:
         if into == "stage":
             raise CkptbenchError(f"{self.url}: the files are already on a filesystem; nothing to stage")
         opts, _ = self.choose_read(listing, opts)
         return LocalReadHandle(fastio.start(
             listing.files, concurrency=opts.concurrency, read=opts.read, hash=opts.hash,
             block_size=opts.block_size, chunk_size=opts.chunk_size, multipart=opts.multipart,
-            into_memory=into == "memory"))
+            into_memory=into == "memory", scan=scan if into == "memory" and opts.read != "mmap" else None))
 
     def retry_classes(self) -> dict[str, int]:
         return {}

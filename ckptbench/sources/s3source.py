@@ -114,7 +114,7 @@ class S3Source:
         return opts, "S3: ranged GETs over HTTP; --read applies to local files only"
 
     def start_read(self, listing: Listing, opts: ReadOptions, *, into: str = "hash",
-                   stage_dir: str | None = None) -> s3read.ObjectRead:
+                   stage_dir: str | None = None, scan: dict | None = None) -> s3read.ObjectRead:
         if self._client is None:
             self.list()
         try:

@@ -36,7 +36,8 @@ from ckptbench.system.sourcefigures import (  # noqa: F401  (as above)
 MAX_AGE_S = 86400.0
 # the box figures a floor needs, all of them: a cache missing any is measured again (measure) or not used (cached)
 BOX_FIGURES = ("populate_4k", "populate_thp", "copy", "scan", *(f"hash_{a}" for a in fastio.HASHES if a != "none"))
-SCHEMA = 3  # 2: population measured on fresh samples; storage into fresh memory; 3: hashes on a block in the caches
+SCHEMA = 4  # 2: population measured on fresh samples; storage into fresh memory; 3: hashes on a block in the caches;
+# 4: the finite scan on a block in the caches too
 
 
 # ---- the cache ---------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "engine.h"
+#include "finite.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -217,6 +218,50 @@ static int cancelled(struct fio_engine *e) { return LOAD(&e->cancel) != 0; }
 
 /* Reads [off, off+len) of the file's range (len -1: to EOF) with pread or O_DIRECT into buf; returns bytes or
  * -1 with f failed. Offsets in messages are the file's, the ones a user can check with dd. */
+/* The regions' units that [lo, hi) holds whole, counted now, while the block is in the CPU's caches; a unit cut by
+ * the block's start is counted here too when the bytes before it are this unit's own block (landed already by this
+ * worker), and by finalize_file when they begin another unit (another worker's, maybe not landed yet). */
+static void scan_block(fio_file_state *f, int64_t lo, int64_t hi, int unit_start)
+{
+    int a = 0, b = f->nscan;
+    while (a < b) { /* the first region that ends past lo */
+        int m = (a + b) / 2;
+        if (f->scan[m].off + f->scan[m].len <= lo)
+            a = m + 1;
+        else
+            b = m;
+    }
+    for (int r = a; r < f->nscan && f->scan[r].off < hi; r++) {
+        const fio_scan_region *g = &f->scan[r];
+        int64_t unit = (int64_t)fio_finite_unit_size(g->kind);
+        int64_t x = lo > g->off ? lo : g->off, y = hi < g->off + g->len ? hi : g->off + g->len;
+        int64_t cut = g->off + (x - g->off) / unit * unit; /* the unit x falls in */
+        x = cut < x ? cut + unit : x;
+        y = g->off + (y - g->off) / unit * unit;
+        uint64_t n = y > x ? fio_finite_count(f->dest + x, (size_t)(y - x), g->kind) : 0;
+        if (cut < lo && cut >= g->off && !unit_start)
+            n += fio_finite_count(f->dest + cut, (size_t)unit, g->kind);
+        if (n)
+            __atomic_add_fetch(&f->scan_counts[r], n, __ATOMIC_RELAXED);
+    }
+}
+
+/* Every byte has landed: the units a unit boundary cut (the scan_block of neither side counted them). */
+static void scan_unit_edges(struct fio_engine *e, fio_file_state *f)
+{
+    for (int c = 1; c < f->nunits; c++) {
+        int64_t edge = (int64_t)c * e->opt.chunk_size;
+        for (int r = 0; r < f->nscan; r++) {
+            const fio_scan_region *g = &f->scan[r];
+            int64_t unit = (int64_t)fio_finite_unit_size(g->kind);
+            if (edge <= g->off || edge >= g->off + g->len || (edge - g->off) % unit == 0)
+                continue;
+            int64_t cut = g->off + (edge - g->off) / unit * unit;
+            f->scan_counts[r] += fio_finite_count(f->dest + cut, (size_t)unit, g->kind);
+        }
+    }
+}
+
 static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *buf, int64_t off, int64_t len,
                                fio_digest *d)
 {
@@ -260,6 +305,8 @@ static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *
         record_read(w, t1 - t0, n);
         ADD(&f->bytes, n);
         fio_digest_update(d, target, (size_t)n);
+        if (f->nscan)
+            scan_block(f, off + done, off + done + n, done == 0);
         done += n;
         if (direct && (n & (ALIGN - 1)) && (len < 0 || done < len)) {
             /* a short O_DIRECT read that is not at EOF leaves the next offset unaligned: confirm EOF */
@@ -376,6 +423,8 @@ static int64_t read_unit_mmap(worker_t *w, fio_file_state *f, int fd, int64_t of
 
 static void finalize_file(struct fio_engine *e, fio_file_state *f)
 {
+    if (f->nscan && __atomic_load_n(&f->err, __ATOMIC_ACQUIRE) == 0)
+        scan_unit_edges(e, f);
     if (__atomic_load_n(&f->err, __ATOMIC_ACQUIRE) == 0 && e->opt.alg != FIO_H_NONE) {
         int ds = e->dsize;
         if (f->nunits == 1) {
@@ -610,6 +659,18 @@ static int build_plan(struct fio_engine *e, const fio_file_spec *specs)
         f->fault_after = s->fault_after;
         f->fault_count = s->fault_count;
         f->dest = s->size >= 0 ? s->dest : NULL;
+        if (f->dest && s->nscan > 0 && s->scan && s->scan_counts && e->opt.mode != FIO_MODE_MMAP) {
+            for (int r = 0; r < s->nscan; r++) { /* hostile headers were checked above us; the engine checks again */
+                const fio_scan_region *g = &s->scan[r];
+                int64_t unit = (int64_t)fio_finite_unit_size(g->kind);
+                if (!unit || g->off < 0 || g->len <= 0 || g->len % unit || g->off > s->size - g->len ||
+                    (r > 0 && g->off < s->scan[r - 1].off + s->scan[r - 1].len))
+                    return EINVAL;
+            }
+            f->scan = s->scan;
+            f->nscan = s->nscan;
+            f->scan_counts = s->scan_counts;
+        }
         int64_t n = (split && s->size > 0 && cs > 0) ? (s->size + cs - 1) / cs : 1;
         f->nunits = f->remaining = (int)n;
         f->parts = calloc((size_t)n, (size_t)(e->dsize ? e->dsize : 1));

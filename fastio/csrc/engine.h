@@ -13,6 +13,13 @@ enum { FIO_W_IDLE = 0, FIO_W_ACTIVE = 1, FIO_W_PARKED = 2, FIO_W_EXITED = 3 };
 #define FIO_MSG_LEN 200
 #define FIO_HOLD (-1)
 
+/* A region of a spec's bytes counted for NaN/Inf as its blocks land (a tensor): offset and length relative to the
+ * spec's first byte, a finite.h kind; a spec's regions are sorted, do not overlap, and lie within its size. */
+typedef struct {
+    int64_t off, len;
+    int kind;
+} fio_scan_region;
+
 typedef struct {
     const char *path;
     int64_t size; /* -1: unknown, read to EOF */
@@ -27,6 +34,11 @@ typedef struct {
     int64_t fault_after;
     int fault_count;
     uint8_t *dest; /* optional: the file's (range's) bytes land here (size bytes, page-aligned, rounded up to 4096) */
+    /* optional, with dest and a pread or O_DIRECT read: each region's non-finite count is added to scan_counts[r]
+     * (nscan counters, zeroed by the caller), complete once the file is done without error */
+    const fio_scan_region *scan;
+    int nscan;
+    uint64_t *scan_counts;
 } fio_file_spec;
 
 typedef struct {
@@ -47,6 +59,9 @@ typedef struct {
     int64_t fault_after;
     int fault_count;
     uint8_t *dest;
+    const fio_scan_region *scan;
+    int nscan;
+    uint64_t *scan_counts;
     int nunits;
     int remaining;
     int err;

@@ -117,6 +117,17 @@ size_t fio_finite_elem_size(int kind)
     return kind >= 0 && kind < FIO_FK_COUNT ? KINDS[kind].elem : 0;
 }
 
+size_t fio_finite_unit_size(int kind)
+{
+    return kind >= 0 && kind < FIO_FK_COUNT ? KINDS[kind].unit : 0;
+}
+
+uint64_t fio_finite_count(const void *buf, size_t len, int kind)
+{
+    pthread_once(&init_once, pick_kernel);
+    return kind >= 0 && kind < FIO_FK_COUNT ? scan((const uint8_t *)buf, len, kind) : 0;
+}
+
 /* The cursor is the next unclaimed byte; a claim runs from it up to FIO_FINITE_CHUNK bytes on, across small items. */
 typedef struct {
     fio_finite_item *items;

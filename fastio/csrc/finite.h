@@ -36,6 +36,11 @@ size_t fio_finite_elem_size(int kind);
 /* Fills each item's `nonfinite` using up to `concurrency` threads, the caller's among them.
  * 0, or EINVAL for an unknown kind or a length that is not whole elements (checked before any scan). */
 int fio_count_nonfinite(fio_finite_item *items, size_t n, int concurrency);
+/* Bytes per tested unit (an element, or a complex number's component), 0 for an unknown kind. */
+size_t fio_finite_unit_size(int kind);
+/* The count over one buffer on the calling thread (`len` a multiple of the unit size): the read engine's per-block
+ * scan, on bytes just landed and still in the CPU's caches. */
+uint64_t fio_finite_count(const void *buf, size_t len, int kind);
 /* "avx2" or "sw": the kernel in use (FASTIO_FINITE=sw forces the portable one). */
 const char *fio_finite_impl(void);
 

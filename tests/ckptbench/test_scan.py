@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -105,3 +106,58 @@ def test_inf_in_bookkeeping_scalars_is_normal_and_named_but_fails_in_weights_and
     state.extra["optimizer.state.0.exp_avg"][1] = 0.0
     state.model["w"][0] = float("inf")
     assert structural_check(state, 1).problems == ("w: 1 non-finite value(s) in weights",)
+
+
+def _large_shards(d, bad: str | None = None) -> dict[str, torch.Tensor]:
+    """Shards over LANDING_MIN (the engine counts them as they land): bf16 and f32 tensors, an int one."""
+    g = torch.Generator().manual_seed(7)
+    tensors = {"a.w": torch.randn(1024, 700, generator=g).bfloat16(), "a.b": torch.randn(333, generator=g),
+               "b.w": torch.randn(600, 600, generator=g), "b.i": torch.arange(10)}
+    if bad:
+        tensors[bad].view(-1)[12345] = float("nan")
+        tensors[bad].view(-1)[-1] = float("-inf")
+    save_file({k: tensors[k] for k in ("a.w", "a.b")}, os.path.join(d, "model-00001-of-00002.safetensors"))
+    save_file({k: tensors[k] for k in ("b.w", "b.i")}, os.path.join(d, "model-00002-of-00002.safetensors"))
+    return tensors
+
+
+def test_landing_regions_are_each_floating_tensors_bytes_in_the_file(tmp_path):
+    tensors = _large_shards(str(tmp_path))
+    (tmp_path / "small.safetensors").write_bytes(b"x" * 100)  # under LANDING_MIN: scanned once landed
+    (tmp_path / "broken.safetensors").write_bytes(b"\xff" * (2 << 20))  # no header: its load says so
+    paths = sorted(str(p) for p in tmp_path.iterdir())
+    regions = scan.landing_regions([(p, os.path.getsize(p)) for p in paths])
+    assert sorted(regions) == [paths.index(p) for p in paths if "model-" in p]
+    first = paths.index(next(p for p in paths if p.endswith("00001-of-00002.safetensors")))
+    with open(paths[first], "rb") as f:
+        data = f.read()
+    for off, n, kind in regions[first]:  # each region is one tensor's bytes, found by its own bytes
+        name = next(k for k in ("a.w", "a.b") if tensors[k].numel() * tensors[k].element_size() == n)
+        assert data[off:off + n] == tensors[name].contiguous().view(torch.uint8).numpy().tobytes()
+        assert kind == scan.kind_of(tensors[name].dtype)
+    assert len(regions[first]) == 2 and len(regions[paths.index(paths[first].replace("00001-", "00002-"))]) == 1
+
+
+def test_a_fused_run_counts_nans_as_the_blocks_land_and_scans_nothing_after(tmp_path, monkeypatch):
+    """Large local shards: the read engine's counts are the check's; the scan after the read and the early scan of
+    finished files are made to fail here, and the NaN is found all the same."""
+    from ckptbench.restore import runner
+
+    _large_shards(str(tmp_path), bad="b.w")
+    unseen = []  # files the early scan would have scanned (it runs on a thread of its own: recorded, not raised)
+    monkeypatch.setattr(scan.EarlyScan, "poll", lambda self, h: unseen.extend(set(h.completed()) - self.seen))
+
+    def no_scan_after(items, concurrency=None):
+        assert not list(items), "a tensor was scanned after the read"
+        return []
+
+    monkeypatch.setattr(scan.fastio, "count_nonfinite", no_scan_after)
+    for read in ("pread", "direct"):
+        rep = runner.run(str(tmp_path), runner.RunOptions.make(cache="hot", read=read), repeats=1)[0]
+        assert rep.status == "failed" and rep.problems == ["b.w: 2 non-finite value(s) in weights"]
+        assert "3 of them during the read" in rep.notes["check"]
+    assert unseen == []
+    monkeypatch.setattr(scan, "LANDING_MIN", 1 << 40)  # nothing counted as it lands: the early scan's, or the check's
+    with pytest.raises(AssertionError, match="scanned after the read|early"):
+        runner.run(str(tmp_path), runner.RunOptions.make(cache="hot"), repeats=1)
+        assert unseen == [], "early"

@@ -184,6 +184,12 @@ def load_buffer(buf, name: str) -> CheckpointState:
 def header_entries(path: str) -> dict[str, tuple[torch.dtype, list[int], int, int]]:
     """Every tensor of a shard file, (dtype, shape, start, end), from its header alone, checked as load_buffer
     checks it: the same one-line errors in every path, and a FIFO or device refused instead of opened."""
+    return header_layout(path)[1]
+
+
+def header_layout(path: str) -> tuple[int, dict[str, tuple[torch.dtype, list[int], int, int]]]:
+    """(where the data section starts in the file, header_entries): a tensor's bytes are the file's
+    [base + start, base + end)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
@@ -195,7 +201,7 @@ def header_entries(path: str) -> dict[str, tuple[torch.dtype, list[int], int, in
         head = f.read(8)
         _check_length(head, st.st_size, path)  # before reading: a crafted length must not size the read
         header, base = parse_header(head + f.read(struct.unpack("<Q", head)[0]), path)
-    return tensor_entries(header, st.st_size - base, path)
+    return base, tensor_entries(header, st.st_size - base, path)
 
 
 def load_file(path: str) -> CheckpointState:
