@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import fastio
 
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.units import human_pct
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.efficiency import hash_of
 from ckptbench.restore.sweep import Advice
@@ -320,15 +321,15 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
         if eff < GOOD:
             return Verdict(ID, TITLE, "warn", ev, WHY,
                            f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, "
-                           f"so the gap ({eff:.0%} of that floor, bound by {m['binding']}) is likely the storage's; "
-                           f"point {FLOOR_CMD} at a larger checkpoint, then check again")
+                           f"so the gap ({human_pct(eff)} of that floor, bound by {m['binding']}) is likely the "
+                           f"storage's; point {FLOOR_CMD} at a larger checkpoint, then check again")
     if eff > fl.OVER_FLOOR:  # faster than the box can go: a ceiling read low, and the item says so, as a run does
-        ev["over_floor"] = (f"the short restore ran at {eff:.0%} of the floor: a ceiling measured low (a busy box, a "
-                            "noisy sample)")
+        ev["over_floor"] = (f"the short restore ran at {human_pct(eff)} of the floor: a ceiling measured low (a busy "
+                            "box, a noisy sample)")
         return Verdict(ID, TITLE, "ok", ev, WHY, "none for the restore; for the floor: `ckptbench floor SOURCE "
                                                  "--remeasure` when the box is quiet (64 MiB or more of files on the "
                                                  "same mount)")
     if eff >= GOOD:
         return Verdict(ID, TITLE, "ok", ev, WHY, "none")
-    return Verdict(ID, TITLE, "warn", ev, WHY,
-                   f"at {eff:.0%} of the floor, bound by {m['binding']}: {_fix(m['binding'], floor, ff, advised)}")
+    return Verdict(ID, TITLE, "warn", ev, WHY, f"at {human_pct(eff)} of the floor, bound by {m['binding']}: "
+                                               f"{_fix(m['binding'], floor, ff, advised)}")

@@ -6,13 +6,15 @@ from ckptbench.checklist import efficiency
 from ckptbench.checklist import fuse as checklist_fuse
 from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts
-from ckptbench.core.units import human_bytes
+from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.sweep import MeasuredKnee, advice
 
 VERDICTS = ("ok", "warn", "fail", "unknown")
 SMALL_FILE_DEFAULT = 256 << 10
 NFS_MIN_RW = 1 << 20
+# evidence that is a share: a fraction in the JSON, a percent wherever a person reads it, as `run` prints efficiency
+SHARES = {"efficiency", "residency_now", "residency_after_evict", "measured_dirty_peak_fraction"}
 
 
 def _unknown(x) -> bool:
@@ -350,12 +352,24 @@ def report(source: str, items: list[Verdict]) -> dict:
     return {"source": source, "items": [i.to_json() for i in items], "summary": counts, "ok": counts["fail"] == 0}
 
 
+def evidence_text(key: str, value) -> str:
+    """One evidence figure as `check`, its Markdown and the dashboard show it."""
+    if key in SHARES and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return human_pct(value)
+    return str(value)
+
+
+def evidence_line(evidence: dict) -> str:
+    """The evidence's plain figures on one line (its lists and tables are the JSON's)."""
+    return ", ".join(f"{k}={evidence_text(k, v)}" for k, v in evidence.items() if not isinstance(v, (dict, list)))
+
+
 def markdown(doc: dict) -> str:
     lines = [f"# ckptbench check: {doc['source']}", "",
              " · ".join(f"{k}: {v}" for k, v in doc["summary"].items()), "",
              "| item | verdict | evidence | fix |", "|---|---|---|---|"]
     for i in doc["items"]:
-        ev = ", ".join(f"{k}={v}" for k, v in i["evidence"].items() if not isinstance(v, (dict, list)))
+        ev = evidence_line(i["evidence"])
         lines.append(f"| {i['title']} | **{i['verdict']}** | {ev.replace('|', '/')} | {i['fix'].replace('|', '/')} |")
     lines += [""] + [f"- **{i['title']}**: {i['why']}" for i in doc["items"]]
     return "\n".join(lines) + "\n"

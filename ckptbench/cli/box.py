@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ckptbench.cli.show import emit as _emit
 from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.core.units import human_age, human_bytes, human_pct
 
 NOT_MEASURED = "not measured — run `ckptbench floor SOURCE`"
 
@@ -28,7 +29,7 @@ def cmd_sysinfo(args) -> int:
         return 0
     for k, v in doc.items():
         if k != "floor":
-            print(f"{k:24s} {shown(v)}")
+            print(f"{k:24s} {shown_field(k, v)}")
     print_cached_floor(doc["floor"])
     return 0
 
@@ -37,6 +38,16 @@ def shown(v) -> str:
     """A figure as the text prints it: 4 significant digits (a residency of 0.2500010246406397 says no more than
     0.25; a new user read the 16)."""
     return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def shown_field(key: str, v) -> str:
+    """A sysinfo figure as the dashboard shows the same one: the residency a percent, bytes in binary units."""
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if number and key == "residency":
+        return human_pct(v)
+    if number and (key == "bytes" or key.endswith("_bytes")):
+        return human_bytes(v)
+    return shown(v)
 
 
 def cached_floor(mount: str, nbytes: int = 0) -> dict:
@@ -65,11 +76,11 @@ def print_cached_floor(doc: dict) -> None:
     if not rows:
         print(f"{'floor (this box)':24s} {doc['box']}")
     for name, c in rows:
-        print(f"{'floor ' + name:24s} {c['gbps']:.3f} GB/s ({c['age_s'] / 3600:.1f} h old)")
+        print(f"{'floor ' + name:24s} {c['gbps']:.3f} GB/s ({human_age(c['age_s'])} old)")
     s = doc["storage"]
     label = f"floor {doc['resource']}"
     mount = printable(doc["mount"])
-    print(f"{label:24s} " + (f"{s['gbps']:.3f} GB/s for {mount} ({s['age_s'] / 3600:.1f} h old)"
+    print(f"{label:24s} " + (f"{s['gbps']:.3f} GB/s for {mount} ({human_age(s['age_s'])} old)"
                              if isinstance(s, dict) else f"{s} (for {mount})"))
     if isinstance(s, dict) and s.get("fresh_gbps"):
         print(f"{'  into fresh memory':24s} {s['fresh_gbps']:.3f} GB/s (what a cold restore's floor uses)")
@@ -126,7 +137,6 @@ def other_client_note(storage, s3_client: str) -> str:
 
 
 def cmd_floor(args) -> int:
-    from ckptbench.core.units import human_bytes
     from ckptbench.system import floor as fl
 
     files, mount, listing, link = None, None, None, {}
@@ -177,7 +187,7 @@ def cmd_floor(args) -> int:
     width = max([14] + [len(name) for name, _ in rows])  # populate_at_4096m: the columns stay aligned
     for name, c in rows:
         spread = "one sample" if c.min_gbps == c.max_gbps else f"{c.min_gbps:.3f}..{c.max_gbps:.3f}"  # not a range
-        print(f"  {name:{width}s} {c.gbps:7.3f} GB/s  ({spread}, {c.age_s:.0f} s old)  {printable(c.method)}")
+        print(f"  {name:{width}s} {c.gbps:7.3f} GB/s  ({spread}, {human_age(c.age_s)} old)  {printable(c.method)}")
     if f.storage is not None:
         print(f"  ({f.resource} for {printable(mount)})")
         if f.storage.fresh_gbps:
@@ -195,7 +205,7 @@ def cmd_floor(args) -> int:
                                                                "floor SOURCE` measures a mount's page cache)"))
     if write is not None:
         print(f"  {'write':14s} {write.gbps:7.3f} GB/s  ({write.min_gbps:.3f}..{write.max_gbps:.3f}, "
-              f"{write.age_s:.0f} s old)  {printable(write.method)} (for {printable(doc['write']['mount'])})")
+              f"{human_age(write.age_s)} old)  {printable(write.method)} (for {printable(doc['write']['mount'])})")
     for note in f.notes:
         print(f"  note: {printable(note)}")
     r = doc.get("restore")

@@ -61,6 +61,7 @@ def cmd_verify(args) -> int:
     from ckptbench.checkpoint.verify import verify
     from ckptbench.cli.show import print_pick
     from ckptbench.core.errors import EXIT_UNCHECKED
+    from ckptbench.core.units import human_bytes
     from ckptbench.restore.load import require_dir
     from ckptbench.sources.local import LocalSource
 
@@ -84,7 +85,7 @@ def cmd_verify(args) -> int:
         for rel, what in rep.problems:
             print(f"  {rel}: {what}", file=sys.stderr)
         word = "MISMATCH" if not rep.ok else "OK" if rep.verified else "NOT VERIFIED"
-        print(f"{word}: {rep.files} files, {rep.bytes / 2**20:.1f} MiB, {len(rep.problems)} problem(s)")
+        print(f"{word}: {rep.files} files, {human_bytes(rep.bytes)}, {len(rep.problems)} problem(s)")
     return 1 if not rep.ok else 0 if rep.verified else EXIT_UNCHECKED
 
 

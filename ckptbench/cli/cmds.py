@@ -13,7 +13,7 @@ from ckptbench.core.errors import CkptbenchError
 
 def _print_summary(report) -> None:
     from ckptbench.core.progress import fmt_us
-    from ckptbench.core.units import human_bytes
+    from ckptbench.core.units import human_bytes, human_pct
 
     r = report.result
     c = report.cache
@@ -22,8 +22,8 @@ def _print_summary(report) -> None:
           f"({r.read}, {r.hash}, concurrency {r.concurrency}, block {human_bytes(r.block_size)}); the reader alone "
           f"{d.engine_gbps:.2f} GB/s from first open to last byte")
     print(f"read path: {r.read} ({report.read_why})")
-    print(f"cache {c.requested}: residency before {c.residency_before:.1%}"
-          f"{'' if c.residency_after is None else f', after {c.residency_after:.1%}'}"
+    print(f"cache {c.requested}: residency before {human_pct(c.residency_before)}"
+          f"{'' if c.residency_after is None else f', after {human_pct(c.residency_after)}'}"
           f"{'' if c.verified else '  [' + c.note + ']'}")
     print(f"read latency p50 {fmt_us(r.final.latency_us(0.5))}, p99 {fmt_us(r.final.latency_us(0.99))}; "
           f"retries {r.retries}; failed files {len(r.failed)}")
@@ -142,7 +142,7 @@ def _plan_nodes(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from ckptbench.checklist.rules import evaluate, markdown, report
+    from ckptbench.checklist.rules import evaluate, evidence_line, markdown, report
     from ckptbench.checklist.facts import gather
 
     facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results,
@@ -156,8 +156,7 @@ def cmd_check(args) -> int:
         marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "unknown": " ?  "}
         for item in doc["items"]:
             print(f"[{marks[item['verdict']]}] {item['title']}")
-            ev = ", ".join(f"{k}={v}" for k, v in item["evidence"].items() if not isinstance(v, (dict, list)))
-            print(f"       evidence: {ev}")
+            print(f"       evidence: {evidence_line(item['evidence'])}")
             if item["verdict"] != "ok":
                 print(f"       why: {item['why']}")
             print(f"       fix: {item['fix']}")
@@ -167,6 +166,7 @@ def cmd_check(args) -> int:
 
 def cmd_gen(args) -> int:
     from ckptbench.checkpoint.generate import generate
+    from ckptbench.core.units import human_bytes
 
     profile = _profile(args.profile, args.scale)
     say = (lambda msg: print(msg, file=sys.stderr)) if sys.stderr.isatty() else None
@@ -180,7 +180,7 @@ def cmd_gen(args) -> int:
     total = sum(f.bytes for f in man.files)
     # "+ the manifest": `run` lists every file the directory holds, the manifest (ckptbench.json) too
     print(f"wrote {args.directory}: {man.format}, {man.world_size} rank(s), {len(man.files)} files + the manifest, "
-          f"{total / 2**20:.1f} MiB, {man.param_count / 1e6:.1f} M parameters")
+          f"{human_bytes(total)}, {man.param_count / 1e6:.1f} M parameters")
     return 0
 
 

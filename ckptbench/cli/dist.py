@@ -7,6 +7,7 @@ import os
 import sys
 
 from ckptbench.core.stages import STAGES
+from ckptbench.core.units import human_bytes, human_pct
 
 
 def _emit(doc: dict, as_json: bool, printer) -> None:
@@ -20,8 +21,6 @@ def _emit(doc: dict, as_json: bool, printer) -> None:
 
 
 def print_dist(doc: dict) -> None:
-    from ckptbench.core.units import human_bytes
-
     o = doc["options"]
     print(f"{doc['source']} ({doc['format']}): distributed restore on {doc['world_size']} rank(s), "
           f"{doc['nodes']} node(s), {doc['backend']}; each rank reads {doc['each_rank']}; cache {o['cache']}, "
@@ -54,7 +53,8 @@ def print_dist(doc: dict) -> None:
     if c:
         flag = "" if c["verified"] else "  NOT VERIFIED"
         notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
-        print(f"cache {c['requested']}: residency before ≤ {c['residency_before']:.1%} on every node{flag}{notes}")
+        print(f"cache {c['requested']}: residency before ≤ {human_pct(c['residency_before'])} on every node"
+              f"{flag}{notes}")
     print(f"read amplification {doc['amplification']:.2f} ({human_bytes(doc['bytes_read'])} read by all ranks / "
           f"{human_bytes(doc['unique_bytes'])} unique)")
     plan = last["read_plan"]
@@ -96,7 +96,7 @@ class RanksLine:
         if not self.line.live:
             return
         counts = " ".join(f"{k} {s.stages[k]}" for k in self.ORDER if s.stages.get(k))
-        behind = f"; behind: rank {s.behind} at {s.behind_fraction:.0%}" if s.behind is not None else ""
+        behind = f"; behind: rank {s.behind} at {human_pct(s.behind_fraction)}" if s.behind is not None else ""
         self.line.progress(s.bytes, s.needed or None, s.seconds, head=f"[{repeat}] ranks: {counts} | ", tail=behind)
 
     def close(self) -> None:
@@ -153,9 +153,9 @@ def print_sweep(doc: dict) -> None:
         g, rto = doc["aggregate_gbps"][str(lv)], doc["rto_s"][str(lv)]
         mark = "  ← knee" if lv == doc["knee"] else ""
         print(f"  {lv:6d} {g['median']:7.2f} {g['min']:7.2f} {g['max']:7.2f} {rto['median']:7.3f}  "
-              f"{g['median'] / best:6.0%}{mark}")
-    print(f"knee: {doc['knee']} per rank (smallest level within {doc['margin']:.0%} of the best, {doc['best']}); "
-          f"recommendation: {doc['recommendation']}")
+              f"{human_pct(g['median'] / best):>6s}{mark}")
+    print(f"knee: {doc['knee']} per rank (smallest level within {human_pct(doc['margin'])} of the best, "
+          f"{doc['best']}); recommendation: {doc['recommendation']}")
 
 
 def cmd_sweep_distributed(args) -> int:

@@ -10,6 +10,7 @@ import uuid
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.cli.show import print_floor, print_pick
 from ckptbench.core.stages import STAGES
+from ckptbench.core.units import human_bytes, human_pct
 
 
 class StageProgress:
@@ -34,8 +35,6 @@ class StageProgress:
 
 
 def print_run(doc: dict) -> None:
-    from ckptbench.core.units import human_bytes
-
     print(f"{doc['source']} ({doc['format']}, {doc['options']['mode']}, cache {doc['options']['cache']}, "
           f"concurrency {doc['options']['concurrency']}): {len(doc['repeats'])} repeat(s), "
           f"{human_bytes(doc['bytes'])} in {doc['files']} files")
@@ -47,12 +46,12 @@ def print_run(doc: dict) -> None:
         if st["median"] is None:
             continue
         share = st["median"] / rto["median"] if rto["median"] else 0
-        print(f"  {s:8s} {st['median']:9.3f} {st['min']:8.3f} {st['max']:8.3f} {share:6.0%}")
+        print(f"  {s:8s} {st['median']:9.3f} {st['min']:8.3f} {st['max']:8.3f} {human_pct(share):>6s}")
     print(f"  {'RTO':8s} {rto['median']:9.3f} {rto['min']:8.3f} {rto['max']:8.3f}")
     print_floor(doc)
     g = doc["read_gbps_stats"]
     print(f"read {g['median']:.2f} GB/s over the read stage (min {g['min']:.2f}, max {g['max']:.2f}; the reader "
-          f"alone {doc['engine_gbps']:.2f}); success {doc['success_rate']:.0%}; retries {doc['retries']}; "
+          f"alone {doc['engine_gbps']:.2f}); success {human_pct(doc['success_rate'])}; retries {doc['retries']}; "
           f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s")
     if doc.get("warmup_s"):
         print(f"one-time warm-up before the first clock (imports, torch's first operations): "
@@ -63,7 +62,7 @@ def print_run(doc: dict) -> None:
     c = doc["cache"]
     flag = "" if c["verified"] else "  NOT VERIFIED"
     notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
-    print(f"cache {c['requested']}: residency before ≤ {c['residency_before']:.1%}{flag}{notes}")
+    print(f"cache {c['requested']}: residency before ≤ {human_pct(c['residency_before'])}{flag}{notes}")
     for stage, note in doc["notes"].items():
         print(f"  note ({stage}): {note}")
     if "cost" in doc:
@@ -187,19 +186,20 @@ def cmd_sweep(args) -> int:
     for lv in res.levels:
         s = res.gbps[lv]
         mark = "  ← knee" if lv == res.knee else ""
-        eff = f"{effs[lv]:8.0%}" if effs.get(lv) is not None else f"{'—':>8s}"
-        print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best:6.0%}  {eff}{mark}")
+        eff = f"{human_pct(effs[lv]):>8s}" if effs.get(lv) is not None else f"{'—':>8s}"
+        print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {human_pct(s['median'] / best):>6s}  "
+              f"{eff}{mark}")
     if res.floor:
         rate = res.floor.get("floor_gbps")
         print(f"floor: {rate:.2f} GB/s, bound by {res.floor['binding']} ({res.floor['floor_note']})" if rate else
               f"floor: {res.floor['floor_note']}")
-    print(f"knee: {res.knee} (smallest level within {res.margin:.0%} of the best, {res.best}); "
+    print(f"knee: {res.knee} (smallest level within {human_pct(res.margin)} of the best, {res.best}); "
           f"recommendation: --concurrency {res.knee}")
     return rc
 
 
 def cmd_compare(args) -> int:
-    from ckptbench.records.compare import compare
+    from ckptbench.records.compare import change_text, compare, figure_text
 
     c = compare(args.results, args.baseline, args.threshold)
     if args.json:
@@ -215,9 +215,9 @@ def cmd_compare(args) -> int:
         print(f"newest {c.newest_id} against baseline {c.baseline_id} (threshold {c.threshold_pct:g} %)")
         print(f"  {'figure':16s} {'baseline':>10s} {'newest':>10s} {'change':>8s}")
         for f in c.figures:
-            ch = "" if f.change_pct is None else f"{f.change_pct:+7.1f}%"
             flag = "  REGRESSION" if f.regression else ("  (within noise)" if not f.beyond_noise else "")
-            print(f"  {f.figure:16s} {f.baseline['median']:10.4g} {f.newest['median']:10.4g} {ch:>8s}{flag}")
+            print(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} "
+                  f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct):>8s}{flag}")
     if c.regressed:
         print(f"regression in {', '.join(f.figure for f in c.regressed)}", file=sys.stderr)
         return 1

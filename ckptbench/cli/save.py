@@ -10,6 +10,7 @@ import time
 import uuid
 
 from ckptbench.core.errors import Cancelled, printable, redact, redact_all
+from ckptbench.core.units import human_bytes, human_pct
 
 MARK = {True: "ok  ", False: "FAIL", None: " ?  "}
 
@@ -30,7 +31,7 @@ def print_preflight(checks, stream=None) -> None:
 
 def print_save(t, stream=None) -> None:
     late = "  OVERRAN the interval" if t.overran else ""
-    _say(f"  {t.name}: {t.bytes / 2**20:.1f} MiB, blocking {t.blocking_s:.3f} s, written {t.written_s:.3f} s, "
+    _say(f"  {t.name}: {human_bytes(t.bytes)}, blocking {t.blocking_s:.3f} s, written {t.written_s:.3f} s, "
          f"durable {t.durable_s:.3f} s ({t.bytes / t.durable_s / 1e9:.2f} GB/s){late}", stream)
 
 
@@ -66,8 +67,6 @@ class SaveLine:
     def show(self) -> None:
         if self.start is None or not self.line.live:
             return
-        from ckptbench.core.units import human_bytes
-
         n = min(self.count, self.done // self.each + 1) if self.each else 1
         self.line.progress(self.done, self.each * self.count or None, time.monotonic() - self.start,
                            head=f"save {n}/{self.count}  ", tail=f"  dirty+writeback {human_bytes(self.pending)}")
@@ -81,7 +80,7 @@ def _fmt(x, spec: str, unit: str = "") -> str:
 
 
 def print_report(r) -> None:
-    _say(f"{r.target}: {len(r.saves)} save(s) of {r.bytes / 2**20:.1f} MiB ({r.format}, {r.options.ranks} rank(s))")
+    _say(f"{r.target}: {len(r.saves)} save(s) of {human_bytes(r.bytes)} ({r.format}, {r.options.ranks} rank(s))")
     _say(f"sustained durable throughput {_fmt(r.sustained_gbps, '.3f', ' GB/s')} (median of the saves after the "
          f"first); shortest safe interval {_fmt(r.shortest_safe_interval_s, '.2f', ' s')} (durable time × 1.25)")
     if r.needed_gbps is not None:
@@ -89,15 +88,16 @@ def print_report(r) -> None:
         enough = r.sustained_gbps is not None and r.sustained_gbps >= r.needed_gbps
         _say(f"every {r.options.interval_s:g} s needs {r.needed_gbps:.3f} GB/s: "
              f"{'met' if enough else 'NOT met'}; {over} save(s) overran into the next")
-    _say(f"page cache: Dirty + Writeback peaked at {_fmt(r.dirty_peak_fraction, '.1%')} of the dirty limit; "
+    peak = "unknown" if r.dirty_peak_fraction is None else human_pct(r.dirty_peak_fraction)
+    _say(f"page cache: Dirty + Writeback peaked at {peak} of the dirty limit; "
          f"writers {'were THROTTLED' if r.throttled else 'were not throttled'}")
     _say(f"write amplification (device bytes / checkpoint bytes): {_fmt(r.write_amplification, '.3f', '×')}")
     if r.stagger:
         s = r.stagger
         _say(f"stagger {s['stagger_s']:g} s over {s['ranks']} ranks: at most {s['peak_concurrent_ranks']} rank(s) "
-             f"writing at once, overlapping {s['overlap_fraction']:.0%} of the writing time; peak application write "
-             f"{s['peak_write_gbps']:.2f} GB/s against {s['peak_write_gbps_all_at_once']:.2f} GB/s with every rank at "
-             f"once; device peak {_fmt(s['device_peak_write_mbps'], '.0f', ' MB/s')}")
+             f"writing at once, overlapping {human_pct(s['overlap_fraction'])} of the writing time; peak application "
+             f"write {s['peak_write_gbps']:.2f} GB/s against {s['peak_write_gbps_all_at_once']:.2f} GB/s with every "
+             f"rank at once; device peak {_fmt(s['device_peak_write_mbps'], '.0f', ' MB/s')}")
     if r.floor:
         from ckptbench.cli.show import floor_line
 

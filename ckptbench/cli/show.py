@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from ckptbench.core.units import human_pct
+
 
 def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
     """Which checkpoint was restored and why, what was left unread and what was read but never deserialized."""
@@ -34,7 +36,7 @@ def floor_line(doc: dict) -> str:
     if doc.get("floor_s") is None:
         return f"  floor: {doc.get('floor_note') or 'unknown'}"
     rate = f" ({doc['binding_gbps']:.2f} GB/s)" if doc.get("binding_gbps") else ""
-    eff = f" · {doc['efficiency'] * 100:.0f} % of it" if doc.get("efficiency") is not None else ""  # as README, watch
+    eff = f" · {human_pct(doc['efficiency'])} of it" if doc.get("efficiency") is not None else ""
     return f"  floor    {doc['floor_s']:9.3f} s, bound by {doc['binding']}{rate}{eff} ({doc['floor_note']})"
 
 

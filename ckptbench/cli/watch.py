@@ -46,7 +46,7 @@ class _LiveLine:
         self.started: float | None = None  # when it started reading: the clock of the average and the ETA
 
     def __call__(self, interval, sample) -> None:
-        from ckptbench.core.units import human_bytes
+        from ckptbench.core.units import human_bytes, human_pct
 
         if interval.phase in ("reading", "faulting") or self.seen:
             if self.started is None:
@@ -55,7 +55,7 @@ class _LiveLine:
         seconds = interval.t1 - self.started if self.started is not None else 0.0
         self.line.progress(self.seen, self.total, seconds, head=f"{interval.t1:6.1f} s  {interval.phase:13s} ",
                            tail=f"  CPU {interval.cpu_cores:4.1f} cores (busiest thread "
-                                f"{interval.top_thread_cores:.0%})  RSS {human_bytes(sample.rss_bytes):>10s}  "
+                                f"{human_pct(interval.top_thread_cores)})  RSS {human_bytes(sample.rss_bytes):>10s}  "
                                 f"files open {len(sample.files)}")
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from typing import TextIO
 
 import fastio
 
-from ckptbench.core.units import human_bytes
+from ckptbench.core.units import human_bytes, human_pct
 
 
 def fmt_us(us: float | None) -> str:
@@ -47,7 +47,7 @@ class Rates:
 def live_line(done: int, total: int | None, now_gbps: float, avg_gbps: float, eta: float | None, *,
               head: str = "", tail: str = "") -> str:
     """`head`, progress through the bytes, the two rates and the ETA, then `tail`."""
-    share = f"{done / total:4.0%} {human_bytes(done)}/{human_bytes(total)}" if total else human_bytes(done)
+    share = f"{human_pct(done / total):>5s} {human_bytes(done)}/{human_bytes(total)}" if total else human_bytes(done)
     left = f"  ETA {eta:.0f}s" if eta is not None else ""
     return f"{head}{share}  {now_gbps:6.2f} GB/s now, {avg_gbps:6.2f} avg{left}{tail}"
 

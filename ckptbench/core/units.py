@@ -1,4 +1,5 @@
-"""Byte sizes as people write them ("1M", "64KiB") and as they read them back."""
+"""Figures as people write them and read them: byte sizes ("1M", "64KiB" in, "1.5 GiB" out), shares ("82 %") and
+ages ("12 min"), one format each for every command and the dashboard."""
 
 from __future__ import annotations
 
@@ -25,3 +26,23 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def human_pct(fraction: float, *, signed: bool = False) -> str:
+    """A share (0.82) as the text writes it: "82 %", with the space the README and docs use; `signed` for a change.
+    Under 10 % one decimal stays, so a residency of 0.4 % does not read as none."""
+    pct = round(fraction * 100, 9)  # 0.415 * 100 is 41.4999…: unrounded it would read 41 %, not 42 %
+    return f"{pct:{'+' if signed else ''}.{1 if abs(pct) < 9.95 else 0}f} %"
+
+
+def human_age(seconds: float) -> str:
+    """How long ago a cached figure was measured, in the unit that keeps it short: "45 s", "12 min", "3.1 h",
+    "2.0 d"."""
+    s = max(0.0, seconds)  # a clock set back makes a fresh figure's age negative: it is still fresh
+    if s < 59.5:
+        return f"{s:.0f} s"
+    if s < 59.5 * 60:
+        return f"{s / 60:.0f} min"
+    if s < 48 * 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"

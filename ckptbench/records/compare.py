@@ -8,6 +8,7 @@ from ckptbench.system.env import KEY_FIELDS
 from ckptbench.core.errors import CkptbenchError, printable
 from ckptbench.records.results import STAGES, read_documents, read_rows
 from ckptbench.core.stats import spread
+from ckptbench.core.units import human_pct
 
 # figure -> True when higher is better, by kind of run
 FIGURES = {"rto_s": False, **{f"{s}_s": False for s in STAGES}, "read_gbps": True, "aggregate_gbps": True,
@@ -17,6 +18,7 @@ SAVE_FIGURES = {"write_gbps": True, "durable_s": False, "written_s": False, "blo
 # kind, and a floor that moved more than this is said, as the box changed under the runs
 EFFICIENCY_OF = {"restore": "rto_s", "dist": "rto_s", "save": "durable_s"}
 FLOOR_MOVED = 0.10
+SHARES = {"efficiency"}  # a fraction in the documents, a percent wherever a person reads it
 
 # runs that differ in these measured different things
 SETTINGS = ("source", "format", "mode", "cache", "concurrency", "read", "hash", "block_size", "device")
@@ -48,6 +50,15 @@ class Comparison:
 
 # restores that ran to the end: "unverified" ones (no reference digest to compare with) are timed all the same
 COMPLETED = ("ok", "unverified")
+
+
+def figure_text(figure: str, value: float) -> str:
+    """A compared figure's median as the text shows it: a share as `run` prints it ("82 %"), else 4 digits."""
+    return human_pct(value) if figure in SHARES else f"{value:.4g}"
+
+
+def change_text(change_pct: float | None) -> str:
+    return "" if change_pct is None else human_pct(change_pct / 100, signed=True)
 
 
 def _runs(rows: list[dict]) -> dict[str, list[dict]]:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 import fastio
 
 from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.core.units import human_age, human_pct
 
 # the measurements are ceilings.py's and sourcefigures.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
@@ -178,7 +179,7 @@ def _busy(window_s: float = 0.2) -> str:
     except (OSError, ValueError, IndexError):
         return ""
     share = 1 - (i1 - i0) / (t1 - t0) if t1 > t0 else 0.0
-    return (f"the box was busy ({share:.0%} of its cores' time taken by other work as it was measured): these figures "
+    return (f"the box was busy ({human_pct(share)} of its cores' time taken by other work as it was measured): these figures "
             "may be low; `ckptbench floor SOURCE --remeasure` when it is quiet") if share >= BUSY_SHARE else ""
 
 
@@ -505,11 +506,11 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
         note += ("no host-to-device figure (`ckptbench floor` measures the GPU's link where there is one): the "
                  "device stage is not in the floor; ")
     ages = [c.age_s for c in floor.ceilings.values()] + ([floor.storage.age_s] if floor.storage else [])
-    note += f"ceilings measured {max(ages) / 3600:.1f} h ago at most"
+    note += f"ceilings measured {human_age(max(ages))} ago at most"
     note += " while the box was busy (they may be low)" if floor.busy else ""
     eff = None if partial else efficiency(m["floor_s"], measured_s)
     if eff is not None and eff > OVER_FLOOR:  # kept as measured: hiding it would hide a ceiling that reads low
-        note += (f"; faster than the floor ({eff * 100:.0f} %): a ceiling measured low (a busy box, a noisy sample, another "
+        note += (f"; faster than the floor ({human_pct(eff)}): a ceiling measured low (a busy box, a noisy sample, another "
                  "checkpoint's figure): `ckptbench floor SOURCE --remeasure` when the box is quiet")
     return {"floor_s": m["floor_s"], "efficiency": eff, "binding": m["binding"],
             "binding_gbps": m.get("gbps"), "floor_times_s": m["times_s"], "floor_note": note,

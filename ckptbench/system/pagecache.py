@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 import fastio
 
 from ckptbench.core.options import CACHE_MODES  # noqa: F401  what restore checks --cache against
+from ckptbench.core.units import human_pct
 
 COLD_MAX = 0.05  # a "cold" read with more than this resident is not cold
 HOT_MIN = 0.95
@@ -41,14 +42,14 @@ def prepare(paths: list[str], requested: str, *, drop_caches: bool = False) -> C
         _evict(paths)
         frac = _residency(paths).fraction
         if frac > COLD_MAX:
-            return CacheCondition("cold", frac, False, note + f"not cold: {frac:.0%} still resident after eviction "
+            return CacheCondition("cold", frac, False, note + f"not cold: {human_pct(frac)} still resident after eviction "
                                   "(tmpfs, or pages mapped by another process)")
         return CacheCondition("cold", frac, True, note.strip())
     if requested == "hot":
         fastio.read_files(paths, concurrency=2, read="pread", hash="none")
         frac = _residency(paths).fraction
         if frac < HOT_MIN:
-            return CacheCondition("hot", frac, False, f"not hot: only {frac:.0%} resident after a pre-read "
+            return CacheCondition("hot", frac, False, f"not hot: only {human_pct(frac)} resident after a pre-read "
                                   "(the page cache is smaller than the data)")
         return CacheCondition("hot", frac, True)
     frac = _residency(paths).fraction

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import fastio
 
 from ckptbench.core.options import AUTO
+from ckptbench.core.units import human_pct
 from ckptbench.system import probes
 
 ALIGN = 4096  # fastio's O_DIRECT unit (buffers, offsets, request sizes)
@@ -54,7 +55,7 @@ def choose(paths_sizes: list[tuple[str, int]], resident: float | None, block_siz
     if not paths_sizes:
         return Choice("pread", "nothing to read: no files")
     if resident is not None and resident >= HOT_SHARE:
-        return Choice("pread", f"cached: {resident:.0%} of the bytes are in the page cache, and pread copies "
+        return Choice("pread", f"cached: {human_pct(resident)} of the bytes are in the page cache, and pread copies "
                                "them out fastest; O_DIRECT would go back to the device")
     if block_size % ALIGN:
         return Choice("pread", f"unaligned: the block size {block_size} is not a multiple of {ALIGN}, which "
@@ -67,7 +68,7 @@ def choose(paths_sizes: list[tuple[str, int]], resident: float | None, block_siz
     refusal = direct_refusal(largest)
     if refusal:
         return Choice("pread", f"no O_DIRECT: {refusal}")
-    cached = "unknown" if resident is None else f"{resident:.0%}"
+    cached = "unknown" if resident is None else human_pct(resident)
     return Choice("direct", f"cold: {cached} of the bytes in the page cache, so they come from the device, "
                             "and O_DIRECT works here (large aligned reads straight into the buffers, no page-cache "
                             "copy)")

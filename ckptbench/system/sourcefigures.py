@@ -23,6 +23,7 @@ import time
 import fastio
 
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.units import human_pct
 from ckptbench.system.ceilings import (LIBC, POP_BYTES, REPEATS, Ceiling, anonymous, ceiling_of, counts_text,
                                        parallel, populate, thread_counts)
 
@@ -73,7 +74,7 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
             cond = pagecache.prepare(paths, "cold")
             if not cond.verified:
                 cold = False
-                note = (f"not cold ({cond.residency_before:.0%} still cached after eviction): the storage figure is "
+                note = (f"not cold ({human_pct(cond.residency_before)} still cached after eviction): the storage figure is "
                         "the page cache's rate, so it is shown but neither kept nor used (run as a user who may "
                         "evict the files)")
             mode = readmode.choose([(p, n) for p, n, _ in chosen], cond.residency_before, 1 << 20).mode

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.system import floor as fl
 from ckptbench.system import probes
+from ckptbench.core.units import human_age
 
 WRITE_SAMPLE = 256 << 20
 LEVELS = (1, 4)
@@ -149,4 +150,4 @@ def save_fields(target: str, bytes_saved: int, durable_s: list[float]) -> dict:
     return {"floor_s": floor_s, "efficiency": fl.efficiency(floor_s, measured), "binding": binding,
             "binding_gbps": rate.gbps, "floor_times_s": times, "floor_gbps": bytes_saved / floor_s / 1e9,
             "floor_note": f"until durable (median of {len(durable_s)} save(s)); the write figure measured "
-                          f"{write.age_s / 3600:.1f} h ago"}
+                          f"{human_age(write.age_s)} ago"}

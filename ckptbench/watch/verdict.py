@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass, replace
 
 from ckptbench.system import probes
-from ckptbench.core.units import human_bytes
+from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core.verdicts import Verdict
 from ckptbench.watch.results import source_of
 from ckptbench.watch.sampler import CPU_BUSY, FAULT_BYTES, WatchReport
@@ -57,7 +57,7 @@ def probe_storage(paths: list[str], *, concurrency: int = 16) -> StorageProbe:
     report = read_source(source, listing, ReadOptions(concurrency=concurrency, read="auto", hash="none"),
                          cache="cold")
     c = report.cache
-    cache = "cold (verified)" if c.verified else f"not cold: {c.residency_before:.0%} stayed cached ({c.note})"
+    cache = "cold (verified)" if c.verified else f"not cold: {human_pct(c.residency_before)} stayed cached ({c.note})"
     return StorageProbe(report.read_gbps, cache, len(paths), report.result.bytes)
 
 
@@ -111,7 +111,7 @@ def floor_sentence(floor: dict | None) -> str:
     if not floor or floor.get("floor_s") is None or floor.get("efficiency") is None:
         return ""
     rate = f" {floor['binding_gbps']:.2f} GB/s" if floor.get("binding_gbps") else ""  # as the floor line prints it
-    return (f"your loader runs at {floor['efficiency'] * 100:.0f} % of this box's floor "
+    return (f"your loader runs at {human_pct(floor['efficiency'])} of this box's floor "
             f"(floor {floor['floor_s']:.2f} s, bound by {floor['binding']}{rate})")
 
 
@@ -164,8 +164,8 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                        "it maps files that do not look like a checkpoint's)", evidence,
                        "watch from the start: `ckptbench watch -- COMMAND`, or give a longer restore")
     if w.sockets_peak and w.tcp_retransmit_rate is not None and w.tcp_retransmit_rate > RETRANS_BAD:
-        return _verdict("network-bound", f"{got}; {w.tcp_retransmit_rate:.1%} of TCP segments were retransmitted "
-                       "while it read", evidence,
+        return _verdict("network-bound", f"{got}; {human_pct(w.tcp_retransmit_rate)} of TCP segments were "
+                       "retransmitted while it read", evidence,
                        "the network or the object store is dropping or throttling: fewer concurrent requests, "
                        "larger parts, or a closer endpoint; check `ckptbench check` for the endpoint")
     if mem_total and w.peak_rss_bytes > MEMORY_BAD * mem_total:
@@ -180,8 +180,8 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                            evidence, "read the files with large parallel reads instead of through mmap (safetensors "
                            "load from bytes, or ckptbench's loader); on a network filesystem raise read-ahead")
         if top >= 0.8 and busy <= 1:
-            return _verdict("loader-cpu-bound", f"{got}; {gives}; one thread at {top:.0%} of a core did the work "
-                           f"({busy} busy thread(s)): single-threaded deserialization or read loop", evidence,
+            return _verdict("loader-cpu-bound", f"{got}; {gives}; one thread at {human_pct(top)} of a core did the "
+                           f"work ({busy} busy thread(s)): single-threaded deserialization or read loop", evidence,
                            "load shards in parallel (one thread or process per shard), avoid per-tensor Python "
                            "work (safetensors instead of pickle), or use a parallel loader")
         if cores >= CPU_BUSY * cpus:
@@ -193,6 +193,6 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                        "the concurrency where this storage stops gaining")
     if ratio is None:
         return _verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check` on the checkpoint directory")
-    busy_dev = f"; the device was {util:.0f} % busy" if util is not None else ""
+    busy_dev = f"; the device was {human_pct(util / 100)} busy" if util is not None else ""
     return _verdict("storage-bound", f"{got}; {gives}: the loader is within {LOADER_BOUND_RATIO:g}× of what the storage "
                    f"delivers{busy_dev}", evidence, STORAGE_FIX)

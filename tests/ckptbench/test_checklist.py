@@ -753,6 +753,19 @@ def test_markdown_has_a_row_per_item(env):
     assert md.count("\n- **") == 10  # one "why" line per item
 
 
+def test_evidence_reads_a_share_as_a_percent_and_the_json_keeps_the_fraction():
+    """`check` printed efficiency=0.82 where `run` prints "82 % of it"."""
+    ev = {"efficiency": 0.82, "residency_now": 1.0, "residency_after_evict": 0.004, "measured_dirty_peak_fraction": 0.5,
+          "concurrency": 8, "cold": True, "ceilings": {"cpu": {"gbps": 1.0}}}
+    assert checklist.evidence_line(ev) == ("efficiency=82 %, residency_now=100 %, residency_after_evict=0.4 %, "
+                                           "measured_dirty_peak_fraction=50 %, concurrency=8, cold=True")
+    assert checklist.evidence_text("efficiency", None) == "None" and checklist.evidence_text("cold", True) == "True"
+    it = Verdict("efficiency", "Restore efficiency", "ok", ev, "why", "none")
+    doc = report("src", [it])
+    assert doc["items"][0]["evidence"]["efficiency"] == 0.82  # the document is not the text
+    assert "| efficiency=82 %, residency_now=100 %," in markdown(doc)
+
+
 # ================================================================ the command line
 
 

@@ -174,7 +174,7 @@ def test_demo_generates_the_sample_once_and_restores_it(tmp_path):
     target = tmp_path / "demo"
     first = ckptbench("demo", "--dir", str(target), "--headless", "--scale", "0.02", check=True)
     assert "generating the small sample checkpoint" in first.stderr
-    assert "RTO" in first.stdout and "success 100%" in first.stdout
+    assert "RTO" in first.stdout and "success 100 %" in first.stdout
     manifest = json.loads((target / "ckptbench.json").read_text())
     assert {f["path"] for f in manifest["files"]} <= {str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()}
     second = ckptbench("demo", "--dir", str(target), "--headless", "--scale", "0.02", check=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -323,7 +324,7 @@ def test_population_samples_are_held_within_a_budget(monkeypatch):
         return r
 
     monkeypatch.setattr(ceilings, "_hold_budget", lambda: 3 << 20)
-    monkeypatch.setattr(ceilings, "_populate", lambda region, n: (1e9 * n, "fixed"))
+    monkeypatch.setattr(ceilings, "populate", lambda region, n: (1e9 * n, "fixed"))
     rates, how, threads = ceilings._best(make, live.remove, cores=4, repeats=3)
     assert peak[0] == 3 << 20 and not live  # 9 samples, at most 3 held, every one closed at the end
     assert threads == 4 and rates == [4e9] * 3 and how == "fixed"
@@ -353,11 +354,32 @@ def test_sysinfo_text_gives_figures_a_reader_can_read(tmp_path, h):
     (tmp_path / "ck" / "a.bin").write_bytes(os.urandom(1 << 20))
     r = h.run_cli("sysinfo", tmp_path / "ck")
     assert r.rc == 0, r.err
-    import re
-
     assert not re.search(r"\d\.\d{6,}", r.out), r.out  # no float printed to its last digit
     assert re.search(r"^residency\s+\S+", r.out, re.M), r.out
     from ckptbench.cli.box import shown
 
     assert shown(0.2500010246406397) == "0.25" and shown(1.3668182253638637e-06) == "1.367e-06"
     assert shown(0.22727272727272727) == "0.2273" and shown(22) == "22" and shown("ext4") == "ext4"
+    # the residency and the sizes as the dashboard shows them (it said 25 % and sysinfo 0.25 for one residency)
+    assert re.search(r"^residency\s+\d+(\.\d)? %$", r.out, re.M), r.out
+    assert re.search(r"^bytes\s+1\.0 MiB$", r.out, re.M), r.out
+
+
+def test_floor_and_sysinfo_say_a_figures_age_in_one_format(monkeypatch, capsys):
+    """`floor` said "63 s old" and sysinfo "0.0 h old" for one cached figure."""
+    from types import SimpleNamespace
+
+    from ckptbench.cli import box
+
+    now = time.time()
+    f = fl.Floor(fl.box_key(), {"copy": fl.Ceiling(4.0, 4.0, 4.0, "planted", now - 63),
+                                "scan": fl.Ceiling(8.0, 8.0, 8.0, "planted", now - 2 * 3600)}, cached=True)
+    monkeypatch.setattr(fl, "measure", lambda *a, **k: f)
+    args = SimpleNamespace(source=None, pick=None, remeasure=False, write_to=None, json=False, s3_client="threads")
+    assert box.cmd_floor(args) == 0
+    out = capsys.readouterr().out
+    assert "(one sample, 1 min old)" in out and "(one sample, 2.0 h old)" in out, out
+    box.print_cached_floor({"mount": "/ (ext4)", "resource": "storage", "box": {"copy": {"gbps": 4.0, "age_s": 63}},
+                            "storage": {"gbps": 1.0, "age_s": 3 * 86400}, "landing_hot_gbps": None})
+    out = capsys.readouterr().out
+    assert "4.000 GB/s (1 min old)" in out and "1.000 GB/s for / (ext4) (3.0 d old)" in out, out

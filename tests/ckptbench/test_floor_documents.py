@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -55,6 +56,9 @@ def test_a_sweep_gives_each_level_its_efficiency(tmp_path, h, ckpt, plant_floor)
     assert doc["efficiency"] == pytest.approx(max(doc["efficiency_by_level"].values()))
     r = h.run_cli("sweep", root, "--levels", "1,2", "--repeat", "1", "--cache", "hot")
     assert "of floor" in r.out and "bound by page cache" in r.out, r.out
+    rows = [ln for ln in r.out.splitlines() if ln.split()[:1] in (["1"], ["2"])]
+    # of best, of floor: percents as `run` writes them ("82 %"), not "82%"
+    assert len(rows) == 2 and all(re.search(r"\d %\s+\d+(\.\d)? %", ln) for ln in rows), r.out
 
 
 def test_a_dashboard_session_records_its_restore_against_the_floor(tmp_path, h, ckpt, plant_floor):
@@ -115,6 +119,11 @@ def test_compare_holds_each_repeat_against_its_runs_floor_and_says_when_the_floo
     assert eff["newest"]["median"] == pytest.approx(sorted(newest)[len(newest) // 2] if len(newest) % 2 else
                                                     sum(newest) / 2)
     assert "floor_s" not in doc["env_diff"]  # the same box, the same floor
+    text = h.run_cli("compare", results).out
+    line = next(ln for ln in text.splitlines() if ln.split()[:1] == ["efficiency"])
+    # a share as `run` prints it, not the document's fraction (0.82)
+    assert re.match(r"\s*efficiency\s+\d+(\.\d)? %\s+\d+(\.\d)? %\s+[+-]\d+(\.\d)? %", line), text
+    assert f"{eff['baseline']['median']:.4g}" not in line, line
     plant_floor(1.0)  # the box now does a quarter of what it did: the floor moved, and compare says so
     assert h.run_cli("run", root, "--repeat", "2", "--cache", "hot", "--results", results).rc == 0
     doc = json.loads(h.run_cli("compare", results, "--json").out)

@@ -149,7 +149,7 @@ def test_busy_is_other_work_before_the_measurement_not_its_own(tmp_path, monkeyp
 
     monkeypatch.setattr("builtins.open", fake_open)
     note = fl._busy(window_s=0)
-    assert note.startswith("the box was busy (50% of its cores' time") and "ckptbench floor SOURCE --remeasure" in note
+    assert note.startswith("the box was busy (50 % of its cores' time") and "ckptbench floor SOURCE --remeasure" in note
     assert fl._busy(window_s=0) == ""
 
 

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 from ckptbench.checkpoint.model import GPT
 from ckptbench.checkpoint.profiles import ModelDims
+from ckptbench.core.units import human_bytes
 
 PLAIN_DIMS = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=300, n_positions=64)
 
@@ -66,6 +67,8 @@ def test_verify_without_manifest_says_there_is_no_reference(h, plain_safetensors
     r = h.run_cli("verify", root)
     assert r.rc == 3, r.err  # nothing to check against: neither a pass (0) nor a mismatch (1)
     assert "no manifest" in r.out and "no reference" in r.out and r.out.splitlines()[-1].startswith("NOT VERIFIED")
+    nbytes = sum(os.path.getsize(p) for p in root.glob("*.safetensors"))  # a few KiB: it read "0.0 MiB"
+    assert f": 2 files, {human_bytes(nbytes)}, 0 problem(s)" in r.out.splitlines()[-1], r.out
     j = h.run_cli("verify", root, "--json")
     doc = json.loads(j.out)
     assert doc["has_reference"] is False and doc["ok"] is True and doc["verified"] is False and doc["files"] == 2

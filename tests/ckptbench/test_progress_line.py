@@ -34,9 +34,11 @@ def test_rates_now_and_average_on_one_clock():
 
 def test_line_shows_progress_rates_and_eta():
     text = live_line(250 * 2**20, 1000 * 2**20, 1.5, 1.25, 12.0, head="[1] ", tail="  x")
-    assert text.startswith("[1]  25%") and "1.50 GB/s now" in text and "1.25 avg" in text and "ETA 12s" in text
+    assert text.startswith("[1]  25 %") and "1.50 GB/s now" in text and "1.25 avg" in text and "ETA 12s" in text
     assert text.endswith("  x")
     assert "ETA" not in live_line(5, None, 0.0, 0.0, None)
+    for done, share in ((0, "0.0 %"), (50, "5.0 %"), (250, " 25 %"), (1000, "100 %")):  # one width from 0 to 100 %
+        assert live_line(done, 1000, 1.0, 1.0, None).startswith(share + " ")
 
 
 def test_silent_when_not_a_terminal_and_clear_leaves_a_clean_line():
@@ -75,8 +77,8 @@ def test_dist_line_is_the_shared_line():
     tty = Tty()
     RanksLine(tty)(2, Summary({"read": 3, "done": 1}, 1_000_000_000, 4_000_000_000, 3, 0.1, 1.0))
     text = last(tty)
-    assert text.startswith("[2] ranks: read 3 done 1 |") and " 25%" in text and "ETA 3s" in text
-    assert "behind: rank 3 at 10%" in text
+    assert text.startswith("[2] ranks: read 3 done 1 |") and " 25 %" in text and "ETA 3s" in text
+    assert "behind: rank 3 at 10 %" in text
 
 
 def test_watch_line_is_the_shared_line_with_the_average_since_reading_began(monkeypatch):
@@ -94,7 +96,8 @@ def test_watch_line_is_the_shared_line_with_the_average_since_reading_began(monk
     line(interval(0.0, 5.0, 0, phase="importing"), sample)
     line(interval(5.0, 6.0, 1_000_000_000), sample)
     text = last(tty)
-    assert "25%" in text and "1.00 avg" in text and "ETA 3s" in text and "files open 1" in text
+    assert " 25 %" in text and "1.00 avg" in text and "ETA 3s" in text and "files open 1" in text
+    assert "(busiest thread 50 %)" in text
 
 
 def test_save_line_is_the_shared_line(monkeypatch):
@@ -106,6 +109,6 @@ def test_save_line_is_the_shared_line(monkeypatch):
     line.saved(SimpleNamespace(bytes=1000), lambda: out.write("save 1\n"))
     assert out.getvalue() == "save 1\n"
     text = last(tty)
-    assert text.startswith("save 2/4") and " 25%" in text
+    assert text.startswith("save 2/4") and " 25 %" in text
     line.sample(SimpleNamespace(dirty_bytes=1024, writeback_bytes=1024))
     assert "dirty+writeback 2.0 KiB" in last(tty)

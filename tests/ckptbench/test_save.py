@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import statistics
 
 import pytest
@@ -171,6 +172,7 @@ def test_text_output_shows_preflight_then_saves_then_verdict(tmp_path):
     assert any(line.startswith("  step-000002:") for line in lines)
     assert any("sustained durable throughput" in line for line in lines)
     assert any(line.startswith("every 1 s needs") for line in lines)
+    assert re.search(r"peaked at (\d+(\.\d)? %|unknown) of the dirty limit", r.out), r.out  # as `run` writes a share
 
 
 def test_run_save_hands_each_sample_and_save_to_its_callbacks(tmp_path):

@@ -283,7 +283,7 @@ def test_retransmits_make_a_network_verdict_only_for_a_job_with_sockets():
     assert verdict.judge(report, probe, cpus=2, mem_total=64 << 30).verdict == "loader-cpu-bound"
     report.sockets_peak = 4
     v = verdict.judge(report, probe, cpus=2, mem_total=64 << 30)
-    assert v.verdict == "network-bound" and "5.0% of TCP segments" in v.why
+    assert v.verdict == "network-bound" and "5.0 % of TCP segments" in v.why
 
 
 def test_a_watch_verdict_and_a_checklist_item_are_one_type_and_headroom_is_not_two_ideas():

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import fastio
+from ckptbench.core.units import human_pct
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLOOR_KEYS = ("floor_s", "efficiency", "binding", "binding_gbps", "floor_times_s", "floor_note")
@@ -91,7 +92,7 @@ def test_the_watch_holds_the_loader_against_a_measured_floor(tmp_path, checkpoin
     assert doc["floor_s"] == max(doc["floor_times_s"].values())
     assert doc["efficiency"] == pytest.approx(doc["floor_s"] / doc["io_span_s"], rel=1e-9)
     assert doc["binding_gbps"] > 0
-    want = (f"your loader runs at {doc['efficiency'] * 100:.0f} % of this box's floor (floor {doc['floor_s']:.2f} s, "
+    want = (f"your loader runs at {human_pct(doc['efficiency'])} of this box's floor (floor {doc['floor_s']:.2f} s, "
             f"bound by {doc['binding']} {doc['binding_gbps']:.2f} GB/s)")
     summary = doc["verdict"]["summary"]
     assert summary.startswith(want) and summary[len(want)] in ";:", summary

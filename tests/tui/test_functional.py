@@ -8,6 +8,7 @@ widgets under test alone."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 from textual import events
@@ -105,7 +106,8 @@ async def test_run_finishes_and_stage_bar_shows_every_stage(make_app, small_ckpt
         for s in h.STAGES:
             assert f" {s} " in text, (s, text)
         assert "RTO" in text and "—" not in text
-        assert any(m.startswith("restored: RTO") and "(ok)" in m for m, _ in app.notes), app.notes
+        assert re.search(r" read \d+\.\d{3}s \d+(\.\d)? %", text), text  # each stage's share as `run` prints it
+        assert any(m.startswith("restored: RTO") and "success 100 % (ok)" in m for m, _ in app.notes), app.notes
         assert not app.screen.has_class("-running")
     rows = h.read_results(app.results_path)
     assert [r["status"] for r in rows] == ["ok"]
@@ -408,6 +410,7 @@ async def test_history_lists_runs_and_compares_two(make_app, small_ckpt, h):
         assert text.startswith(f"{run_ids[1]} against {run_ids[0]}"), text
         for figure in ("rto_s", "read_s", "read_gbps"):
             assert f"  {figure} " in text, text
+        assert re.search(r"  rto_s .* [+-]\d+(\.\d)? %$", text, re.M), text  # the change as a percent, spaced
         await pilot.press("escape")
         assert isinstance(app.screen, Dashboard)
 
@@ -439,7 +442,8 @@ async def test_sweep_shows_the_knee_and_a_applies_it(make_app, small_ckpt, h):
         knee_lines = [line for line in chart.splitlines() if "← knee" in line]
         assert len(knee_lines) == 1 and knee_lines[0].split("│")[0].strip() == str(knee), chart
         assert "GB/s" in chart and "…" not in chart
-        assert f"knee: concurrency {knee} " in h.text_of(screen.query_one("#sweep-summary", Static))
+        summary = h.text_of(screen.query_one("#sweep-summary", Static))
+        assert f"knee: concurrency {knee} " in summary and "within 10 % of the best" in summary, summary
         from ckptbench.restore.sweep import recorded_knee  # recorded where the checklist reads a measured knee
 
         recorded = recorded_knee(app.results_path, small_ckpt)

@@ -105,8 +105,10 @@ class ChecklistScreen(Screen):
     def show(self, i: int) -> None:
         if not 0 <= i < len(self.items):
             return
+        from ckptbench.checklist.rules import evidence_text
+
         it = self.items[i]
-        ev = "\n".join(f"  {k}: {v}" for k, v in it["evidence"].items())
+        ev = "\n".join(f"  {k}: {evidence_text(k, v)}" for k, v in it["evidence"].items())
         self.query_one("#detail", Static).update(
             f"[b]{it['title']}[/b] — {MARK[it['verdict']]}\n[dim]{it['why']}[/dim]\n\nevidence:\n{ev}\n\nfix: {it['fix']}")
 

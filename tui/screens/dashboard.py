@@ -21,6 +21,7 @@ from textual.worker import get_current_worker
 from ckptbench.cli import ui
 from ckptbench.core import concurrency as conc
 from ckptbench.core.stages import LIST, READ, STAGES
+from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core import options
 from ckptbench.system.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
@@ -121,7 +122,7 @@ class Dashboard(Screen):
             return
         self.query_one("#source", Static).update(
             f"[b]{s['source']}[/b]  {s['fs_type']} on {s['mount_point']}  ·  {s['files']} files, "
-            f"{s['bytes'] / 2**30:.2f} GiB  ·  page-cache residency {s['residency']:.0%}")
+            f"{human_bytes(s['bytes'])}  ·  page-cache residency {human_pct(s['residency'])}")
 
     def show_settings(self, live: int | None = None) -> None:
         """The settings line; while a read runs, the concurrency is the one the read itself reports."""
@@ -335,7 +336,8 @@ class Dashboard(Screen):
             f"GB/s now [b]{live['now_gbps']:.2f}[/b]  avg [b]{live['avg_gbps']:.2f}[/b]  "
             f"peak [b]{live['peak_gbps']:.2f}[/b]   ·   files {live['files']}/{live['files_total']}   ·   "
             f"latency p50 {live['latency_p50_us'] or 0:.0f} µs  p99 {live['latency_p99_us'] or 0:.0f} µs\n"
-            f"workers {live['active_workers']} active / {live['concurrency']} target, busy {live['busy_pct']:.0f} %"
+            f"workers {live['active_workers']} active / {live['concurrency']} target, "
+            f"busy {human_pct(live['busy_pct'] / 100)}"
             f"   ·   errors {live['errors']}  retries {live['retries']}")
         self.query_one("#progress", ProgressBar).update(total=max(1, snap.bytes_planned), progress=snap.bytes)
         self.floor.show(live["avg_gbps"])
@@ -362,7 +364,7 @@ class Dashboard(Screen):
             self.floor.known(msg.floor)
         unverified = "" if doc["verified"] or doc["status"] != "ok" else ", NOT VERIFIED"
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "
-                    f"success {doc['success_rate']:.0%} ({doc['status']}{unverified})",
+                    f"success {human_pct(doc['success_rate'])} ({doc['status']}{unverified})",
                     severity="warning" if unverified else "information")
         self.show_settings()
         if msg.source_info is not None:

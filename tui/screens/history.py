@@ -74,7 +74,7 @@ class HistoryScreen(Screen):
             table.update_cell_at((i, 0), "●" if r["run_id"] in self.marked else " ")
 
     def action_compare(self) -> None:
-        from ckptbench.records.compare import compare
+        from ckptbench.records.compare import change_text, compare, figure_text
         from ckptbench.core.errors import CkptbenchError, printable, redact
 
         if len(self.marked) != 2:
@@ -91,7 +91,7 @@ class HistoryScreen(Screen):
         if c.env_diff:
             lines.append("[yellow]differs: " + ", ".join(f"{k} {a}→{b}" for k, (a, b) in c.env_diff.items()) + "[/]")
         for f in c.figures:
-            ch = "" if f.change_pct is None else f"{f.change_pct:+.1f}%"
             flag = " [red]REGRESSION[/]" if f.regression else ""
-            lines.append(f"  {f.figure:16s} {f.baseline['median']:10.4g} → {f.newest['median']:10.4g} {ch}{flag}")
+            lines.append(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} → "
+                         f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct)}{flag}")
         self.query_one("#comparison", Static).update("\n".join(lines))

@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import Worker, WorkerState
 
 from ckptbench.save.report import SaveOptions, SaveTiming
-from ckptbench.core.units import human_bytes
+from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.system.writeback import WritebackSample
 from tui.messages import SaveCancelled, SaveFailed, SaveFinished, SaveTimed
 from tui.widgets.chart import ThroughputChart
@@ -167,7 +167,7 @@ def summary(report: dict) -> str:
     if report.get("shortest_safe_interval_s") is not None:
         parts.append(f"shortest safe interval {report['shortest_safe_interval_s']:.1f} s")
     if report.get("dirty_peak_fraction") is not None:
-        parts.append(f"Dirty peaked at {report['dirty_peak_fraction']:.0%} of the limit")
+        parts.append(f"Dirty peaked at {human_pct(report['dirty_peak_fraction'])} of the limit")
     if report.get("throttled"):
         parts.append("[b yellow]writers were throttled at the dirty limit[/]")
     head = f"{len(report.get('saves', []))} saves of {human_bytes(report.get('bytes', 0))}"

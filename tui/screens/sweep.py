@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from ckptbench.core.units import human_pct
 from tui.messages import SweepDone, SweepPoint, WorkFailed
 
 LEVELS = [1, 2, 4, 8, 16, 32]
@@ -62,7 +63,7 @@ class SweepScreen(Screen):
         self.render_chart()
         self.query_one("#sweep-summary", Static).update(
             f"knee: concurrency [b]{msg.result['knee']}[/b] (smallest level within "
-            f"{msg.result['margin']:.0%} of the best, {msg.result['best']}) — press a to apply")
+            f"{human_pct(msg.result['margin'])} of the best, {msg.result['best']}) — press a to apply")
 
     @on(WorkFailed)
     def failed(self, msg: WorkFailed) -> None:

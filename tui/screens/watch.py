@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from ckptbench.core.units import human_bytes
+from ckptbench.core.units import human_bytes, human_pct
 from tui.widgets.chart import ThroughputChart
 
 
@@ -104,7 +104,8 @@ class WatchScreen(Screen):
         self.query_one("#watch-chart", ThroughputChart).add_sample(m.t, m.gbps)
         self.phases[m.phase] = self.phases.get(m.phase, 0.0) + self.interval
         self.query_one("#watch-figures", Static).update(
-            f"[b]{m.phase}[/b]   {m.gbps:.2f} GB/s   CPU {m.cpu_cores:.1f} cores (busiest thread {m.top_thread:.0%})"
+            f"[b]{m.phase}[/b]   {m.gbps:.2f} GB/s   CPU {m.cpu_cores:.1f} cores "
+            f"(busiest thread {human_pct(m.top_thread)})"
             f"   RSS {human_bytes(m.rss_bytes)}   checkpoint files open {m.files_open}"
             + (f"   GPU {human_bytes(m.gpu_bytes)}" if m.gpu_bytes is not None else ""))
         self.query_one("#watch-phases", Static).update(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from ckptbench.cli import ui
+from ckptbench.core.units import human_pct
 
 NOT_MEASURED = "floor: not measured · `ckptbench floor SOURCE` measures this box's ceilings (cached for a day)"
 
@@ -34,11 +35,11 @@ def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int |
                                                     if fields.get("binding_gbps") else ""))
     if done is not None:
         out.append(f" · {'pass ' + str(pass_no) + ': ' if pass_no else ''}efficiency ")
-        out.append(f"{done:.0%}", style="bold")
+        out.append(human_pct(done), style="bold")
         out.append(" (floor / RTO)", style="dim")
     if live is not None:
         out.append(" · read now at ")
-        out.append(f"{live:.0%}", style="bold")
+        out.append(human_pct(live), style="bold")
         out.append(" of the floor's rate", style="dim")
     return out
 

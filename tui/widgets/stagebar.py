@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from ckptbench.core.stages import STAGES
+from ckptbench.core.units import human_pct
 from ckptbench.system import readmode
 
 COLORS = dict(zip(STAGES, ("magenta", "green", "cyan", "blue", "yellow", "red")))
@@ -65,7 +66,7 @@ class StageBar(Widget):
             else:
                 share = v / total if total else 0
                 out.append(f" {s} ", style=f"bold {COLORS[s]}")
-                out.append(f"{v:.3f}s {share:.0%}  ")
+                out.append(f"{v:.3f}s {human_pct(share)}  ")
         out.append(f"\n RTO {total:.3f}s" if total else "\n RTO —")
         if self.note:
             out.append(f"   ({self.note})", style="dim")

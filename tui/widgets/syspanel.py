@@ -5,15 +5,16 @@ from __future__ import annotations
 from rich.table import Table
 from textual.widgets import Static
 
+from ckptbench.core.units import human_bytes, human_pct
+
 
 def _b(n) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return "?"
+    return "?" if n is None else human_bytes(n)
+
+
+def _pct(v) -> str:
+    """A figure the sampler gives in percent, as every other share on screen reads."""
+    return "?" if v is None else human_pct(v / 100)
 
 
 def _f(v, fmt: str = "{}") -> str:
@@ -40,8 +41,8 @@ class SystemPanel(Static):
         t.add_row("mount", f"{_f(s.get('fs_type'))} on {_f(s.get('mount_point'))}")
         t.add_row("options", (s.get("mount_options") or "?")[:60])
         cores = s.get("cpu_pct_per_core") or []
-        t.add_row("CPU/core", " ".join(f"{c:3.0f}%" for c in cores[:16]) or "?")
+        t.add_row("CPU/core", "  ".join(f"{human_pct(c / 100):>5s}" for c in cores[:16]) or "?")
         t.add_row("RSS/avail", f"{_b(s.get('rss_bytes'))} / {_b(s.get('mem_available_bytes'))}")
-        t.add_row("disk", f"util {_f(s.get('disk_util_pct'), '{:.0f}')} %, await {_f(s.get('disk_await_ms'), '{:.1f}')} ms")
-        t.add_row("TCP retrans", f"{_f(s.get('tcp_retransmit_pct'), '{:.2f}')} %")
+        t.add_row("disk", f"util {_pct(s.get('disk_util_pct'))}, await {_f(s.get('disk_await_ms'), '{:.1f}')} ms")
+        t.add_row("TCP retrans", _pct(s.get("tcp_retransmit_pct")))
         self.update(t)
