@@ -36,35 +36,47 @@ def _address(buf) -> int:
 LANDING_MIN = 1 << 20  # a smaller file is scanned once landed: its header read first would cost more than it saves
 
 
-def landing_regions(paths_sizes: list[tuple[str, int]]) -> dict[int, list[tuple[int, int, str]]]:
-    """{file index: [(offset in the file, length, kind)]}: the floating tensors of each safetensors file of
-    LANDING_MIN bytes or more whose header parses (read here, a few KiB a file), for the read engine's `scan`. A
-    file whose header does not parse is left out: its load reports it, as ever."""
+class Landing(dict):
+    """{file index: [(offset in the file, length, kind)]} for the read engine's `scan`, with `heads`: each file's
+    bytes up to its data section as they were parsed, which its landed bytes must repeat for the counts to be its
+    tensors' (a file rewritten between the two reads has other tensors at those offsets, maybe of another dtype)."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads: dict[int, bytes] = {}
+
+
+def landing_regions(paths_sizes: list[tuple[str, int]]) -> Landing:
+    """The floating tensors of each safetensors file of LANDING_MIN bytes or more whose header parses (read here, a
+    few KiB a file). A file whose header does not parse is left out: its load reports it, as ever."""
     from ckptbench.checkpoint.formats import FormatError
     from ckptbench.checkpoint.formats.safetensors_format import header_layout
 
-    out = {}
+    out = Landing()
     for i, (path, size) in enumerate(paths_sizes):
         if size < LANDING_MIN or not path.endswith(".safetensors"):
             continue
         try:
-            base, entries = header_layout(path)
+            head, entries = header_layout(path)
         except FormatError:
             continue
+        base = len(head)
         regions = [(base + lo, hi - lo, kind) for dtype, _shape, lo, hi in sorted(entries.values(), key=lambda e: e[2])
                    if hi > lo and (kind := kind_of(dtype)) is not None]
         if regions and regions[-1][0] + regions[-1][1] <= size:  # changed since listed: the read says so, not this
-            out[i] = regions
+            out[i], out.heads[i] = regions, head
     return out
 
 
-def landed_counts(handle, regions: dict[int, list[tuple[int, int, str]]]) -> dict[tuple[int, int], int]:
+def landed_counts(handle, regions: Landing) -> dict[tuple[int, int], int]:
     """What the read engine counted, keyed as EarlyScan keys its counts: (address, bytes) of each tensor's region in
-    the file's buffer; only files it finished without error."""
+    the file's buffer; only files it finished without error, whose landed header is the one parsed (else the check
+    scans their tensors itself)."""
     out = {}
     for i, regs in regions.items():
         counts, buf = handle.scan_counts(i), handle.buffer(i)
-        if counts is None or buf is None:
+        head = regions.heads[i]
+        if counts is None or buf is None or buf[:len(head)] != head:
             continue
         start = _address(buf)
         out.update({(start + off, n): c for (off, n, _), c in zip(regs, counts)})

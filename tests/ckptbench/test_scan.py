@@ -161,3 +161,21 @@ def test_a_fused_run_counts_nans_as_the_blocks_land_and_scans_nothing_after(tmp_
     with pytest.raises(AssertionError, match="scanned after the read|early"):
         runner.run(str(tmp_path), runner.RunOptions.make(cache="hot"), repeats=1)
         assert unseen == [], "early"
+
+
+def test_a_file_rewritten_between_its_header_read_and_its_read_keeps_no_landed_counts(tmp_path):
+    """Counts of regions parsed from one header are not another file's tensors: the same sizes, another dtype."""
+    _large_shards(str(tmp_path), bad="a.w")
+    paths = sorted(str(p) for p in tmp_path.iterdir())
+    regions = scan.landing_regions([(p, os.path.getsize(p)) for p in paths])
+    first = paths[0]
+    data = open(first, "rb").read()
+    assert b'"BF16"' in data
+    with open(first, "r+b") as f:  # a.w now F16: the same bytes, another kind (and another NaN count)
+        f.write(data.replace(b'"BF16"', b'"F16" ', 1)[:len(data)])
+    h = fastio.start(paths, read="pread", hash="none", into_memory=True, scan=regions)
+    h.wait()
+    got = scan.landed_counts(h, regions)
+    assert h.scan_counts(0) is not None and len(got) == len(regions[1])  # the second file's alone
+    buf = h.buffer(1)
+    assert all(scan._address(buf) <= addr < scan._address(buf) + buf.nbytes for addr, _ in got)

@@ -187,9 +187,9 @@ def header_entries(path: str) -> dict[str, tuple[torch.dtype, list[int], int, in
     return header_layout(path)[1]
 
 
-def header_layout(path: str) -> tuple[int, dict[str, tuple[torch.dtype, list[int], int, int]]]:
-    """(where the data section starts in the file, header_entries): a tensor's bytes are the file's
-    [base + start, base + end)."""
+def header_layout(path: str) -> tuple[bytes, dict[str, tuple[torch.dtype, list[int], int, int]]]:
+    """(the file's first bytes up to its data section, header_entries): a tensor's bytes are the file's
+    [len(head) + start, len(head) + end)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
@@ -200,8 +200,9 @@ def header_layout(path: str) -> tuple[int, dict[str, tuple[torch.dtype, list[int
             raise FormatError(f"{path}: not a regular file; a safetensors shard must be one")
         head = f.read(8)
         _check_length(head, st.st_size, path)  # before reading: a crafted length must not size the read
-        header, base = parse_header(head + f.read(struct.unpack("<Q", head)[0]), path)
-    return base, tensor_entries(header, st.st_size - base, path)
+        head += f.read(struct.unpack("<Q", head)[0])
+        header, base = parse_header(head, path)
+    return head[:base], tensor_entries(header, st.st_size - base, path)
 
 
 def load_file(path: str) -> CheckpointState:
