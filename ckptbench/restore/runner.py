@@ -169,7 +169,9 @@ class Run:
             from ckptbench.restore.scan import EarlyScan, landing_regions
 
             if self.source.files_on_disk and reading.read != "mmap":
-                regions = landing_regions([(f.path, f.size or 0) for f in self.listing.files])
+                # a byte range (a rank's share) is not a whole file with its header first: left to the early scan
+                regions = landing_regions([(f.path, (f.size or 0) if f.offset is None else 0)
+                                           for f in self.listing.files])
             self.early = EarlyScan([f.path for f in self.listing.files])
             self.early.seen.update(regions)  # the engine counts those; the rest are scanned as they complete
         try:

@@ -21,7 +21,7 @@ from ckptbench.watch.maps import FileJudge, MapReader
 from ckptbench.watch.maps import is_checkpoint_file  # noqa: F401  the screen's live count reaches it here
 from ckptbench.core.errors import CkptbenchError, redact
 
-PHASES = ("reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
+PHASES = ("starting", "reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
 GPU_COPY_MIN_BPS = 50e6  # the job's GPU memory growing this fast, with little read I/O: it is copying to the GPU
 GPU_EVERY_S = 0.5  # nvidia-smi takes tens of milliseconds: asked at most this often
 IO_MIN_BPS = 20e6  # below this an interval is not "reading": a job's logging and imports read a little
@@ -130,7 +130,8 @@ class WatchReport:
 def phase_of(bytes_per_s: float, majflt_per_s: float, cpu_cores: float, top_thread: float = 0.0) -> str:
     """What an interval was doing, from its signals alone (without the job's marks): faulting an mapping in,
     reading (I/O in flight, threads mostly waiting on it), deserializing (CPU-bound: little I/O, or a thread
-    saturated between its reads), or waiting."""
+    saturated between its reads), or waiting. The sampler calls a busy interval "starting" until the job has a
+    checkpoint file open or mapped, or reads or faults at a reading rate, whichever comes first."""
     if majflt_per_s >= FAULT_MIN_PER_S:
         return "faulting"
     if cpu_cores >= CPU_BUSY and (bytes_per_s < IO_MIN_BPS or top_thread >= SATURATED):
@@ -235,6 +236,7 @@ class Watch:
         judge = FileJudge(self.source)  # open and mapped files alike: by name or place, never code
         mapper = MapReader(judge)
         mapped: set[str] = set()
+        started = False  # the job has come to its checkpoint (see phase_of)
         # what a job watched mid-load had mapped already is not this watch's; a job this watch started is all its
         # own (a started job that mapped and touched its file before this first sample read 0 bytes: a flaky test)
         peaks = {} if self.proc is not None else mapper.sample(prev.pids)[1]
@@ -279,6 +281,9 @@ class Watch:
                     util = probes.disk_util(disk_prev, disk, cur.t - prev.t)["util_pct"]
                 disk_prev = disk
             iv = replace(_interval(prev, cur, t_start, grew), ckpt_files=len(here), device_util_pct=util)
+            started = started or bool(files) or iv.phase in ("reading", "faulting")
+            if not started and iv.phase != "waiting":  # no checkpoint file open or mapped, nothing read yet: imports,
+                iv = replace(iv, phase="starting")  # the model built (a loader's import of torch read as "deserializing")
             if self.gpu.available and cur.t - gpu_t >= GPU_EVERY_S:
                 gpu_bytes = self.gpu.sample(set(cur.pids))  # the tree this sample already walked
                 iv = _with_gpu(iv, gpu_prev, gpu_bytes, cur.t - gpu_t)

@@ -142,7 +142,9 @@ def test_a_fused_run_counts_nans_as_the_blocks_land_and_scans_nothing_after(tmp_
     """Large local shards: the read engine's counts are the check's; the scan after the read and the early scan of
     finished files are made to fail here, and the NaN is found all the same."""
     from ckptbench.restore import runner
+    from ckptbench.restore.warmup import warm_up
 
+    warm_up()  # the process's one-time warm-up restores (and scans) a tiny checkpoint of its own: before the patches
     _large_shards(str(tmp_path), bad="b.w")
     unseen = []  # files the early scan would have scanned (it runs on a thread of its own: recorded, not raised)
     monkeypatch.setattr(scan.EarlyScan, "poll", lambda self, h: unseen.extend(set(h.completed()) - self.seen))

@@ -126,7 +126,7 @@ def test_a_parallel_reader_is_judged_storage_bound(tmp_path):
     assert rc == 0, err
     assert doc["verdict"]["kind"] == "storage-bound", doc["verdict"]
     assert doc["verdict"]["evidence"]["device_util_pct_median"] is not None  # the file's block device was found
-    assert doc["phases"][0]["phase"] in ("reading", "deserializing", "waiting")
+    assert doc["phases"][0]["phase"] in ("starting", "reading", "deserializing", "waiting")
 
 
 def test_torch_load_is_followed_with_its_marks_in_order(tmp_path):
@@ -306,3 +306,25 @@ def test_a_watch_verdict_and_a_checklist_item_are_one_type_and_headroom_is_not_t
     assert rules.readable(rules.Facts(source="x")).__class__ is Verdict
     assert [f.name for f in dataclasses.fields(Verdict)][:6] == ["id", "title", "verdict", "evidence", "why", "fix"]
     assert not hasattr(verdict, "HEADROOM") and verdict.LOADER_BOUND_RATIO == 1.5 and save_report.HEADROOM == 1.25
+
+
+def test_a_busy_start_before_any_checkpoint_file_is_starting_not_deserializing(tmp_path):
+    """A loader's imports are CPU work with little I/O; before it opens its checkpoint that is not deserializing."""
+    ckpt = tmp_path / "model.safetensors"
+    ckpt.write_bytes(os.urandom(64 << 20))
+    job = _script(tmp_path, "busy.py", """
+        import sys, time
+        t = time.monotonic()
+        while time.monotonic() - t < 0.8:  # imports and model set-up: a busy core, no checkpoint open
+            sum(range(10000))
+        with open(sys.argv[1], "rb") as f:  # held while its tensors are built, as a loader holds its file
+            data = f.read()
+            t = time.monotonic()
+            while time.monotonic() - t < 0.8:  # building tensors out of the bytes
+                sum(range(10000))
+    """)
+    rc, doc, err = _watch("--interval", "0.05", "--", sys.executable, job, ckpt)
+    assert rc in (0, 1), err
+    phases = [p["phase"] for p in doc["phases"]]
+    assert phases[0] == "starting" and phases.count("starting") == 1, phases  # once, at the start, never after
+    assert "deserializing" in phases[1:], phases  # the same work after the checkpoint was opened is the load's
