@@ -358,23 +358,33 @@ def _scan_regions(scan, specs, str read, bint into_memory):
         return {}
     if not into_memory or read == "mmap":
         raise OptionError("scan needs into_memory=True and a pread or direct read (the blocks are counted as they land)")
+    if not isinstance(scan, dict):
+        raise OptionError(f"scan must be a dict of file index to regions, got {type(scan).__name__}")
     out = {}
     for i, regions in scan.items():
-        if not isinstance(i, int) or not 0 <= i < len(specs) or specs[i].size is None:
+        if type(i) is not int or not 0 <= i < len(specs) or specs[i].size is None:
             raise OptionError(f"scan: {i!r} is not the index of a file of known size")
-        regions = list(regions)
-        end = 0
-        for off, length, kind in regions:
-            if kind not in _FINITE_KIND:
-                raise OptionError(f"scan: file {i}: unknown kind {kind!r}: choose one of {', '.join(FINITE_KINDS)}")
+        if not isinstance(regions, (list, tuple)):
+            raise OptionError(f"scan: file {i}: regions must be a list of (offset, length, kind), got "
+                              f"{type(regions).__name__}")
+        checked, end = [], 0
+        for region in regions:
+            # unpacked once, into plain values: what start() copies is what was checked (an object that iterates
+            # differently the second time, or an unhashable kind, is an OptionError, not a TypeError or KeyError)
+            if not isinstance(region, (list, tuple)) or len(region) != 3:
+                raise OptionError(f"scan: file {i}: region {region!r:.60} is not (offset, length, kind)")
+            off, length, kind = region
+            if not isinstance(kind, str) or kind not in _FINITE_KIND:
+                raise OptionError(f"scan: file {i}: unknown kind {kind!r:.40}: choose one of {', '.join(FINITE_KINDS)}")
             size = fio_finite_elem_size(_FINITE_KIND[kind])
-            if not (isinstance(off, int) and isinstance(length, int)) or off < end or length <= 0 \
+            if type(off) is not int or type(length) is not int or off < end or length <= 0 \
                     or length % size or off + length > specs[i].size:
-                raise OptionError(f"scan: file {i}: region ({off}, {length}) is not whole {kind} elements in order "
-                                  f"within the file's {specs[i].size} bytes")
+                raise OptionError(f"scan: file {i}: region ({off!r:.40}, {length!r:.40}) is not whole {kind} "
+                                  f"elements in order within the file's {specs[i].size} bytes")
+            checked.append((off, length, _FINITE_KIND[kind]))
             end = off + length
-        if regions:
-            out[i] = regions
+        if checked:
+            out[i] = checked
     return out
 
 
@@ -460,8 +470,8 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
         if i in regions and h.specs[i].dest != NULL:
             h._scan_at[i] = (k, len(regions[i]))
             h.specs[i].scan, h.specs[i].nscan, h.specs[i].scan_counts = &h.scan_regions[k], len(regions[i]), &h._counts[k]
-            for off, length, kind in regions[i]:
-                h.scan_regions[k].off, h.scan_regions[k].len, h.scan_regions[k].kind = off, length, _FINITE_KIND[kind]
+            for off, length, code in regions[i]:
+                h.scan_regions[k].off, h.scan_regions[k].len, h.scan_regions[k].kind = off, length, code
                 k += 1
         fault = faults.get(specs[i].path)
         if fault == "hold":

@@ -216,12 +216,11 @@ static void install_bus_handler(void)
 
 static int cancelled(struct fio_engine *e) { return LOAD(&e->cancel) != 0; }
 
-/* Reads [off, off+len) of the file's range (len -1: to EOF) with pread or O_DIRECT into buf; returns bytes or
- * -1 with f failed. Offsets in messages are the file's, the ones a user can check with dd. */
 /* The regions' units that [lo, hi) holds whole, counted now, while the block is in the CPU's caches; a unit cut by
- * the block's start is counted here too when the bytes before it are this unit's own block (landed already by this
- * worker), and by finalize_file when they begin another unit (another worker's, maybe not landed yet). */
-static void scan_block(fio_file_state *f, int64_t lo, int64_t hi, int unit_start)
+ * the block's start is counted here too when all of it lies in this read unit (from `first`: landed by this worker)
+ * and ends in this block, and by finalize_file when a read unit's edge cuts it (another worker's bytes, maybe not
+ * landed yet). So each is counted once, short reads included (a block of a few bytes cuts a value at both ends). */
+static void scan_block(fio_file_state *f, int64_t first, int64_t lo, int64_t hi)
 {
     int a = 0, b = f->nscan;
     while (a < b) { /* the first region that ends past lo */
@@ -239,22 +238,26 @@ static void scan_block(fio_file_state *f, int64_t lo, int64_t hi, int unit_start
         x = cut < x ? cut + unit : x;
         y = g->off + (y - g->off) / unit * unit;
         uint64_t n = y > x ? fio_finite_count(f->dest + x, (size_t)(y - x), g->kind) : 0;
-        if (cut < lo && cut >= g->off && !unit_start)
+        if (cut < lo && cut >= g->off && cut >= first && cut + unit <= hi)
             n += fio_finite_count(f->dest + cut, (size_t)unit, g->kind);
         if (n)
             __atomic_add_fetch(&f->scan_counts[r], n, __ATOMIC_RELAXED);
     }
 }
 
-/* Every byte has landed: the units a unit boundary cut (the scan_block of neither side counted them). */
+/* Every byte has landed: the units a unit boundary cut (the scan_block of neither side counted them). Walked
+ * region by region over the edges inside each: regions do not overlap, so this is regions + units steps (edges times
+ * regions was seconds per file for a header of many tiny tensors). */
 static void scan_unit_edges(struct fio_engine *e, fio_file_state *f)
 {
-    for (int c = 1; c < f->nunits; c++) {
-        int64_t edge = (int64_t)c * e->opt.chunk_size;
-        for (int r = 0; r < f->nscan; r++) {
-            const fio_scan_region *g = &f->scan[r];
-            int64_t unit = (int64_t)fio_finite_unit_size(g->kind);
-            if (edge <= g->off || edge >= g->off + g->len || (edge - g->off) % unit == 0)
+    int64_t cs = e->opt.chunk_size;
+    if (f->nunits < 2)
+        return; /* one unit: no edges */
+    for (int r = 0; r < f->nscan; r++) {
+        const fio_scan_region *g = &f->scan[r];
+        int64_t unit = (int64_t)fio_finite_unit_size(g->kind);
+        for (int64_t edge = (g->off / cs + 1) * cs; edge < g->off + g->len; edge += cs) {
+            if ((edge - g->off) % unit == 0)
                 continue;
             int64_t cut = g->off + (edge - g->off) / unit * unit;
             f->scan_counts[r] += fio_finite_count(f->dest + cut, (size_t)unit, g->kind);
@@ -262,6 +265,8 @@ static void scan_unit_edges(struct fio_engine *e, fio_file_state *f)
     }
 }
 
+/* Reads [off, off+len) of the file's range (len -1: to EOF) with pread or O_DIRECT into buf; returns bytes or
+ * -1 with f failed. Offsets in messages are the file's, the ones a user can check with dd. */
 static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *buf, int64_t off, int64_t len,
                                fio_digest *d)
 {
@@ -306,7 +311,7 @@ static int64_t read_unit_pread(worker_t *w, fio_file_state *f, int fd, uint8_t *
         ADD(&f->bytes, n);
         fio_digest_update(d, target, (size_t)n);
         if (f->nscan)
-            scan_block(f, off + done, off + done + n, done == 0);
+            scan_block(f, off, off + done, off + done + n);
         done += n;
         if (direct && (n & (ALIGN - 1)) && (len < 0 || done < len)) {
             /* a short O_DIRECT read that is not at EOF leaves the next offset unaligned: confirm EOF */
@@ -521,8 +526,12 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
     atomic_max64(&e->t_last_end, t1);
     ADD(&w->busy_ns, (uint64_t)(t1 - t0));
     ADD(&e->units_done, 1);
-    if (__atomic_sub_fetch(&f->remaining, 1, __ATOMIC_ACQ_REL) == 0)
+    /* remaining starts one over the units: the last unit's worker finalizes, and only then is the file done, so a
+     * caller that sees it done reads final scan counts (the chunk edges' units are added by finalize_file) */
+    if (__atomic_sub_fetch(&f->remaining, 1, __ATOMIC_ACQ_REL) == 1) {
         finalize_file(e, f);
+        __atomic_store_n(&f->remaining, 0, __ATOMIC_RELEASE);
+    }
 }
 
 /* Block buffers: one slot per possible worker in a single 2 MiB-aligned mapping on transparent huge pages.
@@ -672,7 +681,8 @@ static int build_plan(struct fio_engine *e, const fio_file_spec *specs)
             f->scan_counts = s->scan_counts;
         }
         int64_t n = (split && s->size > 0 && cs > 0) ? (s->size + cs - 1) / cs : 1;
-        f->nunits = f->remaining = (int)n;
+        f->nunits = (int)n;
+        f->remaining = (int)n + 1; /* see process_unit */
         f->parts = calloc((size_t)n, (size_t)(e->dsize ? e->dsize : 1));
         f->part_len = calloc((size_t)n, sizeof(int64_t));
         if (!f->parts || !f->part_len)

@@ -198,9 +198,13 @@ def header_layout(path: str) -> tuple[bytes, dict[str, tuple[torch.dtype, list[i
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise FormatError(f"{path}: not a regular file; a safetensors shard must be one")
-        head = f.read(8)
-        _check_length(head, st.st_size, path)  # before reading: a crafted length must not size the read
-        head += f.read(struct.unpack("<Q", head)[0])
+        try:  # an unreadable file is named, as an unopenable one is (a bare OSError lost which file it was)
+            head = f.read(8)
+            _check_length(head, st.st_size, path)  # before reading: a crafted length must not size the read
+            head += f.read(struct.unpack("<Q", head)[0])
+        except OSError as exc:
+            raise FormatError(f"{path}: cannot read its header ({exc.strerror or exc}); the file or its storage "
+                              "is failing") from None
         header, base = parse_header(head, path)
     return head[:base], tensor_entries(header, st.st_size - base, path)
 
