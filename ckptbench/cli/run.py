@@ -215,7 +215,7 @@ def cmd_compare(args) -> int:
         print(f"newest {c.newest_id} against baseline {c.baseline_id} (threshold {c.threshold_pct:g} %)")
         print(f"  {'figure':16s} {'baseline':>10s} {'newest':>10s} {'change':>8s}")
         for f in c.figures:
-            flag = "  REGRESSION" if f.regression else ("  (within noise)" if not f.beyond_noise else "")
+            flag = ("  " + f.verdict if f.regression or f.improved else f"  ({f.verdict})") if f.verdict else ""
             print(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} "
                   f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct):>8s}{flag}")
     if c.regressed:

@@ -241,10 +241,13 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
     during = f" ({early} of them during the read)" if early else ""
     kept = (f"; {len(normal)} bookkeeping value(s) hold NaN/Inf on purpose, as their library saves them (e.g. "
             f"{_tail(normal[0])}): normal, not corruption" if normal else "")
-    summary = (f"structural check, no model step: {floating} floating tensors ({human_bytes(nbytes)}) scanned "
-               f"natively for NaN/Inf{during}, "
-               f"{'none found in weights or optimizer moments' if not bad else f'{len(bad)} with non-finite values'}"
-               f"{kept}")
+    where = "weights or optimizer moments" if state.optim else "weights"  # a weights-only file has no moments
+    if not floating:
+        summary = "structural check, no model step: no floating tensors, so nothing was scanned for NaN/Inf"
+    else:
+        summary = (f"structural check, no model step: {floating} floating tensors ({human_bytes(nbytes)}) scanned "
+                   f"natively for NaN/Inf{during}, "
+                   f"{f'none found in {where}' if not bad else f'{len(bad)} with non-finite values'}{kept}")
     return CheckReport(not problems, count, {"weights": main_dtype(state)}, None, None, tuple(problems), True,
                        summary)
 

@@ -11,6 +11,7 @@ bookkeeping by name.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 
@@ -43,7 +44,7 @@ class Landing(dict):
 
     def __init__(self):
         super().__init__()
-        self.heads: dict[int, bytes] = {}
+        self.heads: dict[int, tuple[int, bytes]] = {}  # (length, digest): a header of 300k tensors is megabytes
 
 
 def landing_regions(paths_sizes: list[tuple[str, int]]) -> Landing:
@@ -64,7 +65,7 @@ def landing_regions(paths_sizes: list[tuple[str, int]]) -> Landing:
         regions = [(base + lo, hi - lo, kind) for dtype, _shape, lo, hi in sorted(entries.values(), key=lambda e: e[2])
                    if hi > lo and (kind := kind_of(dtype)) is not None]
         if regions and regions[-1][0] + regions[-1][1] <= size:  # changed since listed: the read says so, not this
-            out[i], out.heads[i] = regions, head
+            out[i], out.heads[i] = regions, (len(head), hashlib.blake2b(head).digest())
     return out
 
 
@@ -75,8 +76,8 @@ def landed_counts(handle, regions: Landing) -> dict[tuple[int, int], int]:
     out = {}
     for i, regs in regions.items():
         counts, buf = handle.scan_counts(i), handle.buffer(i)
-        head = regions.heads[i]
-        if counts is None or buf is None or buf[:len(head)] != head:
+        length, digest = regions.heads[i]
+        if counts is None or buf is None or hashlib.blake2b(buf[:length]).digest() != digest:
             continue
         start = _address(buf)
         out.update({(start + off, n): c for (off, n, _), c in zip(regs, counts)})

@@ -181,3 +181,20 @@ def test_a_file_rewritten_between_its_header_read_and_its_read_keeps_no_landed_c
     assert h.scan_counts(0) is not None and len(got) == len(regions[1])  # the second file's alone
     buf = h.buffer(1)
     assert all(scan._address(buf) <= addr < scan._address(buf) + buf.nbytes for addr, _ in got)
+
+
+def test_the_summary_names_only_what_was_there_and_nothing_when_nothing_was_scanned():
+    weights = CheckpointState({})
+    weights.merge(safetensors_format.load_buffer(_st_bytes({"w": torch.ones(4)}), "model.safetensors"))
+    got = structural_check(weights, 1).summary
+    assert "none found in weights" in got and "optimizer" not in got
+    ints = CheckpointState({})
+    ints.merge(safetensors_format.load_buffer(_st_bytes({"steps": torch.arange(3)}), "model.safetensors"))
+    got = structural_check(ints, 1).summary
+    assert "nothing was scanned" in got and "none found" not in got
+
+
+def _st_bytes(tensors: dict) -> memoryview:
+    from safetensors.torch import save
+
+    return memoryview(save(tensors))

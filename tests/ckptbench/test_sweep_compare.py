@@ -314,3 +314,39 @@ def test_a_sweep_records_its_knee_where_the_checklist_reads_it(ckpt, tmp_path):
     doc = json.loads(r.out)
     knee = recorded_knee(results, doc["source"])
     assert knee is not None and knee.knee == doc["knee"] and knee.how == "sweep"
+
+
+def test_compare_an_improvement_beyond_the_noise_says_improved_not_within_noise(recorded, tmp_path):
+    def faster(base):
+        return [dict(r, run_id="fast", **{f: repr(min(float(b[f]) for b in base) / 3) for f in ["rto_s", *STAGE_COLUMNS]})
+                for r in base]
+
+    path = crafted(recorded, tmp_path, faster)
+    r = cli("compare", path)
+    assert r.rc == 0, r.err
+    rto = next(line for line in r.out.splitlines() if line.split()[:1] == ["rto_s"])
+    assert rto.rstrip().endswith("improved") and "within noise" not in rto
+    doc = json.loads(cli("compare", path, "--json").out)
+    assert next(f for f in doc["figures"] if f["figure"] == "rto_s")["improved"] is True
+
+
+def test_compare_one_repeat_a_side_says_the_noise_is_unknown(recorded, tmp_path):
+    path = crafted(recorded, tmp_path, lambda base: [dict(base[0], run_id="one")])
+    src = read_csv(recorded[0])
+    keep = [r for r in src if r["run_id"] == recorded[1][-1]][:1] + [r for r in read_csv(path) if r["run_id"] == "one"]
+    with open(path, "w", newline="") as f:  # the baseline cut to one repeat too
+        w = csv.DictWriter(f, fieldnames=list(src[0]))
+        w.writeheader()
+        w.writerows(keep)
+    r = cli("compare", path)
+    assert r.rc == 0, r.err
+    assert "noise unknown" in r.out and "within noise" not in r.out
+
+
+def test_compare_defaults_to_the_last_run_made_the_same_way(recorded, tmp_path):
+    def hot_then_cold(base):
+        return [dict(r, run_id="other-cache", cache="cold") for r in base] + [dict(r, run_id="again") for r in base]
+
+    path = crafted(recorded, tmp_path, hot_then_cold)
+    doc = json.loads(cli("compare", path, "--json").out)
+    assert doc["newest"] == "again" and doc["baseline"] == recorded[1][-1]  # not the cold run just before it

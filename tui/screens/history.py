@@ -91,7 +91,8 @@ class HistoryScreen(Screen):
         if c.env_diff:
             lines.append("[yellow]differs: " + ", ".join(f"{k} {a}→{b}" for k, (a, b) in c.env_diff.items()) + "[/]")
         for f in c.figures:
-            flag = " [red]REGRESSION[/]" if f.regression else ""
+            flag = (" [red]REGRESSION[/]" if f.regression else " [green]improved[/]" if f.improved
+                    else f" ({f.verdict})" if f.verdict else "")
             lines.append(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} → "
                          f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct)}{flag}")
         self.query_one("#comparison", Static).update("\n".join(lines))
