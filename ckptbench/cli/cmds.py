@@ -8,7 +8,7 @@ import sys
 import threading
 
 from ckptbench.cli.show import emit as _emit
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, printable
 
 
 def _print_summary(report) -> None:
@@ -147,6 +147,9 @@ def cmd_check(args) -> int:
 
     facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results,
                    floor=True)
+    if not args.json and not args.markdown:  # it changed the box: said, as watch and floor say it
+        print(f"note: {printable(args.source)}'s files were read cold for the checklist: they have left the page "
+              "cache (a job restoring from them now reads from storage)", file=sys.stderr)
     doc = report(args.source, evaluate(facts))
     if args.json:
         _emit(doc)

@@ -88,7 +88,8 @@ COMMANDS = (
                                             "from it, not from a preset"))),
     Command("compare", "newest run against a baseline; exit 1 on a regression beyond the noise",
             _lazy("cmd_compare", "run"), (o.RESULTS_FILE, o.BASELINE, o.THRESHOLD, o.JSON)),
-    Command("check", "the troubleshooting checklist: verdict, evidence and fix for every item", _lazy("cmd_check"),
+    Command("check", "the troubleshooting checklist: verdict, evidence and fix for every item (it reads SOURCE's "
+                     "files cold: they leave the page cache)", _lazy("cmd_check"),
             (o.SOURCE, _RESTORE_CONCURRENCY, o.QUICK_SWEEP,
              o.RESULTS.but(help="where recorded saves are read from (the write-side item uses the newest)"),
              (o.JSON, o.MARKDOWN))),
@@ -125,7 +126,8 @@ COMMANDS = (
             (o.DEMO_DIR, o.HEADLESS, o.SCALE.but(help="resize the sample (default: the small profile)"), o.DEMO_S3)),
     Command("sysinfo", "the dashboard's system figures, headless", _lazy("cmd_sysinfo", "box"), (o.SOURCE, o.JSON)),
     Command("floor", "what this box can physically do for a restore (storage, fresh memory, copy, hashing, scanning), "
-                     "measured in seconds and cached per box; with SOURCE, that checkpoint's floor",
+                     "measured in seconds and cached per box; with SOURCE, that checkpoint's floor (its files "
+                     "are read cold when its mount's storage figure is measured: they leave the page cache)",
             _lazy("cmd_floor", "box"), (o.SOURCE.but(nargs="?", help="a checkpoint: its own files give the storage figure"),
                                  o.REMEASURE, o.JSON, o.PICK, o.S3_CLIENT, o.WRITE_TO)),
 )

@@ -62,7 +62,9 @@ def print_run(doc: dict) -> None:
     c = doc["cache"]
     flag = "" if c["verified"] else "  NOT VERIFIED"
     notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
-    print(f"cache {c['requested']}: residency before ≤ {human_pct(c['residency_before'])}{flag}{notes}")
+    # the bound that matters: a cold run's most resident repeat, a hot run's least
+    bound = "≥" if c["requested"] == "hot" else "≤"
+    print(f"cache {c['requested']}: residency before {bound} {human_pct(c['residency_before'])}{flag}{notes}")
     for stage, note in doc["notes"].items():
         print(f"  note ({stage}): {note}")
     if "cost" in doc:

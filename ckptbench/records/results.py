@@ -311,7 +311,9 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
         "retries": sum(r.retries for r in reps),
         "retry_classes": _merged([r.retry_classes for r in reps]),
         "errors": _merged([r.errors for r in reps]),
-        "cache": {"requested": opts.cache, "residency_before": max(r.cache.residency_before for r in reps),
+        # the repeat furthest from the condition asked for: a cold run's most resident, a hot run's least
+        "cache": {"requested": opts.cache, "residency_before": (min if opts.cache == "hot" else max)(
+                      r.cache.residency_before for r in reps),
                   "residency_after": max((r.cache.residency_after or 0.0) for r in reps),
                   "verified": all(r.cache.verified for r in reps),
                   "notes": sorted({r.cache.note for r in reps if r.cache.note})},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import os
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -54,8 +56,12 @@ class ReadOptions:
         _whole(self.block_size, "--block-size", MIN_BLOCK, MAX_BLOCK)
         if self.read == "direct" and self.block_size % 4096:
             raise CkptbenchError(f"--block-size {self.block_size}: direct reads need a multiple of 4096 (4K, 1M)")
-        if self.chunk_size is None:  # the nearest multiple of the block size to 64 MiB, and at least one block
-            object.__setattr__(self, "chunk_size", self.block_size * max(1, DEFAULT_CHUNK // self.block_size))
+        if self.chunk_size is None:  # the multiple of the block size nearest 64 MiB that is whole pages (fastio's
+            # chunks are; --block-size 4097 gave "chunk size must be a multiple of the block size" of an option never
+            # set), and at least one such
+            step = 4096 // math.gcd(self.block_size, 4096)
+            object.__setattr__(self, "chunk_size",
+                               self.block_size * max(step, DEFAULT_CHUNK // self.block_size // step * step))
         _whole(self.chunk_size, "--chunk-size", self.block_size, 1 << 40)
         if self.chunk_size % self.block_size:
             raise CkptbenchError(f"--chunk-size {self.chunk_size}: must be a multiple of --block-size "

@@ -248,16 +248,23 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
             floor.storage, note = (link_ceiling(read, read_bytes, read_what) if read is not None
                                    else storage_ceiling(paths_sizes))
             floor.notes += [note] if note else []
-    if (trouble := _save(path, floor, others)):
+    # a sample too small to measure bandwidth does not replace a mount's figure that was large enough (a 17 MiB
+    # checkpoint floored after a 282 MiB one left every restore on the mount without a storage figure)
+    prev = valid_ceiling((kept_doc.get("storage") or {}).get(mount or ""), now) if mine and mount else None
+    small = floor.storage is not None and floor.storage.sample_bytes < MIN_STORAGE_SAMPLE
+    if small and prev is not None and prev.sample_bytes >= MIN_STORAGE_SAMPLE and floor.storage is not prev:
+        others = others | {mount: asdict(prev)}
+        floor.notes.append(f"the mount's figure from a {prev.sample_bytes >> 20} MiB sample is kept for its restores")
+    if (trouble := _save(path, floor, others, store=not (small and mount in others))):
         floor.kept = False
         floor.notes.append(f"{path}: cannot keep these figures ({trouble}); every run will say the floor is not "
                            "measured: set XDG_CACHE_HOME to a directory you can write")
     return floor
 
 
-def _save(path: str, floor: Floor, storages: dict) -> str | None:
-    """Keeps the figures (a storage figure only when it was read cold); why it could not, or None."""
-    if floor.storage is not None and floor.mount and floor.storage.cold:
+def _save(path: str, floor: Floor, storages: dict, store: bool = True) -> str | None:
+    """Keeps the figures (a storage figure only when it was read cold, and `store`); why it could not, or None."""
+    if store and floor.storage is not None and floor.mount and floor.storage.cold:
         storages = dict(storages) | {floor.mount: asdict(floor.storage)}
     storages = dict(sorted(storages.items(), key=lambda kv: -kv[1]["measured_at"])[:MOUNTS_MAX])
     doc = {"schema": SCHEMA, "box": floor.box, "ceilings": {k: asdict(c) for k, c in floor.ceilings.items()},

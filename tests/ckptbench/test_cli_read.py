@@ -180,3 +180,12 @@ def test_demo_generates_the_sample_once_and_restores_it(tmp_path):
     second = ckptbench("demo", "--dir", str(target), "--headless", "--scale", "0.02", check=True)
     assert "generating" not in second.stderr
     assert not list(tmp_path.glob(".demo.tmp-*"))
+
+
+def test_a_block_size_off_the_page_size_reads_with_pread_and_its_chunks_stay_whole_pages():
+    """--block-size 4097 was refused over a chunk size the user never set."""
+    from ckptbench.sources.base import ReadOptions
+
+    for block in (4097, 6144, 12345, 1 << 20):
+        r = ReadOptions(block_size=block, read="pread")
+        assert r.chunk_size % block == 0 and r.chunk_size % 4096 == 0 and 32 << 20 <= r.chunk_size <= 96 << 20

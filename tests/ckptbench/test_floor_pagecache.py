@@ -199,3 +199,37 @@ def test_a_weights_only_load_out_of_a_larger_checkpoint_is_judged(tmp_path):
                           mapped=[str(weights), str(link)])
     assert verdict._unseen(w) == ""
     assert verdict._unseen(watch.WatchReport(**{**w.__dict__, "bytes": 2 << 20})).startswith("no efficiency")
+
+
+def test_a_sample_too_small_for_bandwidth_does_not_replace_the_mounts_figure(tmp_path, monkeypatch):
+    sample = {"bytes": 282 << 20, "gbps": 2.5}
+    monkeypatch.setattr(fl, "storage_ceiling", lambda ps: (fl.Ceiling(
+        sample["gbps"], sample["gbps"], sample["gbps"], "fixed read", time.time(), sample["bytes"], hot_gbps=6.5), ""))
+    monkeypatch.setattr(fl, "memory_ceilings", lambda **kw: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
+                                                              for k in ("populate_4k", "populate_thp", "copy")})
+    monkeypatch.setattr(fl, "cpu_ceilings", lambda: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
+                                                     for k in fl.BOX_FIGURES if k not in ("populate_4k",
+                                                                                           "populate_thp", "copy")})
+    cache, mount = str(tmp_path / "floor.json"), "/data (ext4)"
+    fl.measure([("/big", sample["bytes"])], mount, path=cache)
+    sample.update(bytes=17 << 20, gbps=0.3)  # a tiny checkpoint on the same mount, measured again
+    small = fl.measure([("/tiny", sample["bytes"])], mount, path=cache, remeasure=True)
+    assert small.storage.sample_bytes == 17 << 20 and any("282 MiB sample is kept" in n for n in small.notes)
+    kept = fl.cached(mount, path=cache)
+    assert kept.storage.sample_bytes == 282 << 20 and kept.storage.gbps == 2.5 and fl.storage_usable(kept)
+    sample.update(bytes=300 << 20, gbps=2.0)  # a large enough one replaces it, as ever
+    fl.measure([("/big2", sample["bytes"])], mount, path=cache, remeasure=True)
+    assert fl.cached(mount, path=cache).storage.gbps == 2.0
+
+
+def test_floor_and_check_say_they_left_the_source_cold(tmp_path):
+    import subprocess
+    import sys
+
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(os.urandom(8 << 20))
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    for cmd in (["floor", str(d)], ["check", str(d)]):
+        p = subprocess.run([sys.executable, "-m", "ckptbench", *cmd], capture_output=True, text=True, env=env)
+        assert "have left the page cache" in p.stderr, (cmd, p.stderr[-500:])
