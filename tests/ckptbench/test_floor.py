@@ -116,6 +116,11 @@ def test_the_floor_command_measures_once_then_says_it_is_cached(tmp_path, monkey
     r = h.run_cli("floor", root)
     assert r.rc == 0 and "(cached figures)" in r.out and "bound by" in r.out, r.out
     assert "cold floor" in r.out and "from the page cache (--cache hot): floor" in r.out, r.out
+    # the hot floor's parts, printed, add up to it (a new user was told they do and shown none)
+    hot = next(ln for ln in r.out.splitlines() if "(--cache hot)" in ln)
+    parts = [float(x) for x in re.findall(r"(\d+\.\d+) s", hot.split("(", 2)[2].split(")")[0])]
+    assert len(parts) >= 2 and sum(parts) == pytest.approx(doc["restore"]["floor_s_hot"], abs=0.002), hot
+    assert set(doc["restore"]["times_s_hot"]) >= {"fresh memory"} and doc["restore"]["binding_hot"], doc["restore"]
     storage_row = next(ln for ln in r.out.splitlines() if ln.lstrip().startswith("storage "))
     # one read (a large sample) is said so, not as a range that says 1.839..1.839; several give their range
     assert ("(one sample," in storage_row) == (" 1 read(s) each" in storage_row), storage_row
