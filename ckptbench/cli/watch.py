@@ -147,7 +147,7 @@ def cmd_watch(args) -> int:
     floor = verdict.floor_fields(report, files)  # from the floor `ckptbench floor` cached: never measured here
     doc |= floor
     if not args.no_verdict:
-        if not args.json:  # it changes the box: the user's hot checkpoint is cold after it
+        if not args.json and (files or report.files):  # it changes the box: the user's hot checkpoint is cold after
             _say("reading the checkpoint's files cold for the verdict (this evicts them from the page cache; "
                  "--no-verdict skips it)")
         probe = verdict.probe_storage(files or sorted(report.files))

@@ -159,6 +159,9 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
     got = f"the loader got {loader:.2f} GB/s"
     gives = f"this storage gives {storage.gbps:.2f} GB/s to ckptbench ({storage.cache})" if storage.gbps else \
         f"the storage could not be measured ({storage.cache})"
+    if w.bytes == 0 and w.exit_code is not None:  # started here: watched from its first instant, so it read none
+        return _verdict("unknown", "the job read no file that looks like a checkpoint's while it ran", evidence,
+                        "name the checkpoint: `ckptbench watch --source DIR -- COMMAND` counts every file under DIR")
     if w.bytes == 0:
         return _verdict("unknown", "the job read nothing while watched (it had finished before the first sample, or "
                        "it maps files that do not look like a checkpoint's)", evidence,

@@ -3,6 +3,7 @@ the verdict that tells a single-threaded loader from a healthy parallel one; bad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -328,3 +329,24 @@ def test_a_busy_start_before_any_checkpoint_file_is_starting_not_deserializing(t
     phases = [p["phase"] for p in doc["phases"]]
     assert phases[0] == "starting" and phases.count("starting") == 1, phases  # once, at the start, never after
     assert "deserializing" in phases[1:], phases  # the same work after the checkpoint was opened is the load's
+
+
+def test_a_job_watch_started_that_read_no_checkpoint_is_told_to_name_it_not_to_start_it():
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch import verdict
+
+    probe = verdict.StorageProbe(None, "no checkpoint file to read", 0, 0)
+    attached = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=0, disk_bytes=0, files={}, intervals=[],
+                                 phases=[])
+    assert "watch from the start" in verdict.judge(attached, probe, cpus=2, mem_total=1 << 30).fix
+    started = dataclasses.replace(attached, exit_code=0)  # `watch -- COMMAND`: it saw the job from its start
+    v = verdict.judge(started, probe, cpus=2, mem_total=1 << 30)
+    assert v.verdict == "unknown" and "--source DIR" in v.fix and "from the start" not in v.fix
+
+
+def test_watching_a_job_that_read_no_checkpoint_does_not_announce_an_eviction():
+    rc, doc, err = _watch("--interval", "0.05", "--", sys.executable, "-c", "import time; time.sleep(0.3)")
+    assert rc in (0, 1) and doc["verdict"]["kind"] == "unknown", err
+    rc2 = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--results", "", "--", sys.executable, "-c",
+                          "import time; time.sleep(0.3)"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert "evicts them" not in rc2.stderr, rc2.stderr
