@@ -350,3 +350,22 @@ def test_watching_a_job_that_read_no_checkpoint_does_not_announce_an_eviction():
     rc2 = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--results", "", "--", sys.executable, "-c",
                           "import time; time.sleep(0.3)"], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert "evicts them" not in rc2.stderr, rc2.stderr
+
+
+def test_compare_leaves_out_a_watch_that_read_nothing(tmp_path, blob):
+    """A watch of a job that read no checkpoint byte is no baseline (it made the next real one a REGRESSION)."""
+    results = str(tmp_path / "results.csv")
+    job = _script(tmp_path, "slow.py", SLOW)
+    idle = [sys.executable, "-c", "import time; time.sleep(0.3)"]
+    for cmd in ([sys.executable, job, blob], idle, [sys.executable, job, blob]):
+        rc, _, err = _watch("--interval", "0.05", "--no-verdict", "--", *cmd, results=results)
+        assert rc in (0, 1), err
+    from ckptbench.records.compare import compare
+    from ckptbench.records.results import read_rows
+
+    ids = list(dict.fromkeys(r["run_id"] for r in read_rows(results)))
+    c = compare(results)
+    assert c.baseline_id == ids[0] and c.newest_id == ids[2]  # the real watches, not the idle one between them
+    compare_idle = subprocess.run([sys.executable, "-m", "ckptbench", "compare", results, "--baseline", ids[1]],
+                                  capture_output=True, text=True, cwd=REPO)
+    assert compare_idle.returncode == 2 and "no successful run" in compare_idle.stderr
