@@ -4,6 +4,7 @@ physically do for a restore)."""
 from __future__ import annotations
 
 import sys
+import time
 
 from ckptbench.cli.show import emit as _emit
 from ckptbench.core.errors import CkptbenchError, printable
@@ -154,10 +155,10 @@ def cmd_floor(args) -> int:
             read, nbytes, what = _link_reader(source, listing, args.s3_client)
             link = {"read": read, "read_bytes": nbytes, "read_what": what}
     nbytes = listing.bytes if listing is not None else 0
-    kept = fl.cached(mount) if files and not args.remeasure else None
+    t0 = time.time()
     f = fl.measure(files, mount, remeasure=args.remeasure, restore_bytes=nbytes, **link)  # fresh memory at its size
-    if files and not args.json and (kept is None or kept.storage is None):  # it changed the box: said, as watch
-        # says it (after, so that an error stays the one line it is)
+    if files and not args.json and f.storage is not None and f.storage.measured_at >= t0:  # read now: it changed
+        # the box, said as watch says it (after, so that an error stays the one line it is)
         print(f"note: {printable(args.source)}'s files were read cold to measure its storage: they have left the "
               "page cache (a job restoring from them now reads from storage)", file=sys.stderr)
     if link and (note := other_client_note(f.storage, args.s3_client)):

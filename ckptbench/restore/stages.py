@@ -46,5 +46,4 @@ class StageClock:
         """The read stage's bytes, from the source's own reader (the one seam to storage), driven to the end."""
         kw = {} if interval is None else {"interval": interval}
         return drive(lambda: source.start_read(listing, opts, into=into, stage_dir=stage_dir, scan=scan),
-                     on_start=on_start,
-                     on_progress=on_progress, on_tick=on_tick, cancel=self.cancel, **kw)
+                     on_start=on_start, on_progress=on_progress, on_tick=on_tick, cancel=self.cancel, **kw)

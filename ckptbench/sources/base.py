@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 import os
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable

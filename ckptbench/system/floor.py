@@ -251,11 +251,12 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     # a sample too small to measure bandwidth does not replace a mount's figure that was large enough (a 17 MiB
     # checkpoint floored after a 282 MiB one left every restore on the mount without a storage figure)
     prev = valid_ceiling((kept_doc.get("storage") or {}).get(mount or ""), now) if mine and mount else None
-    small = floor.storage is not None and floor.storage.sample_bytes < MIN_STORAGE_SAMPLE
-    if small and prev is not None and prev.sample_bytes >= MIN_STORAGE_SAMPLE and floor.storage is not prev:
+    keep_prev = (floor.storage is not None and floor.storage.sample_bytes < MIN_STORAGE_SAMPLE
+                 and prev is not None and prev.sample_bytes >= MIN_STORAGE_SAMPLE)
+    if keep_prev:
         others = others | {mount: asdict(prev)}
         floor.notes.append(f"the mount's figure from a {prev.sample_bytes >> 20} MiB sample is kept for its restores")
-    if (trouble := _save(path, floor, others, store=not (small and mount in others))):
+    if (trouble := _save(path, floor, others, store=not keep_prev)):
         floor.kept = False
         floor.notes.append(f"{path}: cannot keep these figures ({trouble}); every run will say the floor is not "
                            "measured: set XDG_CACHE_HOME to a directory you can write")
