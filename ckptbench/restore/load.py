@@ -241,7 +241,9 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
     during = f" ({early} of them during the read)" if early else ""
     kept = (f"; {len(normal)} bookkeeping value(s) hold NaN/Inf on purpose, as their library saves them (e.g. "
             f"{_tail(normal[0])}): normal, not corruption" if normal else "")
-    where = "weights or optimizer moments" if state.optim else "weights"  # a weights-only file has no moments
+    # a weights-only file has no moments to speak of (a foreign optimizer's are in `extra`, named as such)
+    moments = any(value_kind(g, n, t) == MOMENTS for g, n, t in state.tensors() if t.is_floating_point())
+    where = "weights or optimizer moments" if moments else "weights"
     if not floating:
         summary = "structural check, no model step: no floating tensors, so nothing was scanned for NaN/Inf"
     else:

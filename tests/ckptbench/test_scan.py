@@ -188,6 +188,8 @@ def test_the_summary_names_only_what_was_there_and_nothing_when_nothing_was_scan
     weights.merge(safetensors_format.load_buffer(_st_bytes({"w": torch.ones(4)}), "model.safetensors"))
     got = structural_check(weights, 1).summary
     assert "none found in weights" in got and "optimizer" not in got
+    foreign = CheckpointState({"w": torch.ones(4)}, extra={"optimizer.state.0.exp_avg": torch.zeros(4)})
+    assert "none found in weights or optimizer moments" in structural_check(foreign, 1).summary  # a trainer's own
     ints = CheckpointState({})
     ints.merge(safetensors_format.load_buffer(_st_bytes({"steps": torch.arange(3)}), "model.safetensors"))
     got = structural_check(ints, 1).summary
