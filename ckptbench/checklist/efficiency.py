@@ -21,6 +21,7 @@ from ckptbench.core.units import human_pct
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.efficiency import hash_of
 from ckptbench.restore.sweep import Advice
+from ckptbench.system import binding
 from ckptbench.system import floor as fl
 from ckptbench.system import pagecache, probes, readmode
 
@@ -321,7 +322,7 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
         if eff < GOOD:
             return Verdict(ID, TITLE, "warn", ev, WHY,
                            f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, "
-                           f"so the gap ({human_pct(eff)} of that floor, bound by {m['binding']}) is likely the "
+                           f"so the gap ({human_pct(eff)} of that floor, bound by {binding.of_model(m)}) is likely the "
                            f"storage's; point {FLOOR_CMD} at a larger checkpoint, then check again")
     if eff > fl.OVER_FLOOR:  # faster than the box can go: a ceiling read low, and the item says so, as a run does
         ev["over_floor"] = (f"the short restore ran at {human_pct(eff)} of the floor: a ceiling measured low (a busy "
@@ -331,5 +332,5 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
                                                  "same mount)")
     if eff >= GOOD:
         return Verdict(ID, TITLE, "ok", ev, WHY, "none")
-    return Verdict(ID, TITLE, "warn", ev, WHY, f"at {human_pct(eff)} of the floor, bound by {m['binding']}: "
+    return Verdict(ID, TITLE, "warn", ev, WHY, f"at {human_pct(eff)} of the floor, bound by {binding.of_model(m)}: "
                                                f"{_fix(m['binding'], floor, ff, advised)}")

@@ -9,6 +9,7 @@ import time
 from ckptbench.cli.show import emit as _emit
 from ckptbench.core.errors import CkptbenchError, printable
 from ckptbench.core.units import human_age, human_bytes, human_pct
+from ckptbench.system import binding
 
 NOT_MEASURED = "not measured — run `ckptbench floor SOURCE`"
 
@@ -187,7 +188,8 @@ def cmd_floor(args) -> int:
             m = fl.model(f, bytes_read=nbytes, hash_alg=hash_alg, **kw)
             doc["restore"][key] = m["floor_s"]
             if key == "floor_s_hot":  # its parts too: they add up, and a user checks that they do
-                doc["restore"] |= {"binding_hot": m["binding"], "times_s_hot": m["times_s"]}
+                doc["restore"] |= {"binding_hot": m["binding"], "binding_hot_gbps": m["gbps"],
+                                   "binding_hot_how": m["how"], "times_s_hot": m["times_s"]}
     doc["landing_hot_gbps"] = fl.landing_gbps(f, hot=True, nbytes=nbytes)
     if args.json:
         _emit(doc)
@@ -223,12 +225,12 @@ def cmd_floor(args) -> int:
     if r and r["floor_s"] is not None:
         parts = ", ".join(f"{k} {v:.3f} s" for k, v in r["times_s"].items())
         print(f"restore of {printable(r['source'])} ({human_bytes(r['bytes'])}): cold floor {r['floor_s']:.3f} s, "
-              f"bound by {r['binding']} ({parts})")
+              f"bound by {binding.of_model(r)}; {parts}")
         if r.get("floor_s_hot"):
             scan = r.get("floor_s_hot_structural") or 0.0
             hot = " + ".join(f"{k} {v:.3f} s" for k, v in (r.get("times_s_hot") or {}).items())
-            print(f"  from the page cache (--cache hot): floor {r['floor_s_hot']:.3f} s, bound by {r['binding_hot']} "
-                  f"({hot})"
+            said = binding.phrase(r["binding_hot"], r["binding_hot_gbps"], r["binding_hot_how"])
+            print(f"  from the page cache (--cache hot): floor {r['floor_s_hot']:.3f} s, bound by {said}; {hot}"
                   + (f"; {scan:.3f} s with the structural check's scan" if scan > r["floor_s_hot"] * 1.005 else ""))
         if r["floor_s_structural"] and r["floor_s_structural"] > r["floor_s"] * 1.005:
             print(f"  with the structural check's NaN/Inf scan (a run without a model step): floor "

@@ -11,6 +11,7 @@ from ckptbench.core.errors import CkptbenchError
 from ckptbench.cli.show import print_floor, print_pick
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
+from ckptbench.system import binding
 
 
 class StageProgress:
@@ -192,8 +193,10 @@ def cmd_sweep(args) -> int:
         print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {human_pct(s['median'] / best):>6s}  "
               f"{eff}{mark}")
     if res.floor:
-        rate = res.floor.get("floor_gbps")
-        print(f"floor: {rate:.2f} GB/s, bound by {res.floor['binding']} ({res.floor['floor_note']})" if rate else
+        rate, own = res.floor.get("floor_gbps"), res.floor.get("binding_gbps")
+        # the floor's rate is the binding one's when nothing adds to it: said once
+        head = "" if not rate or (own and abs(own - rate) <= 0.005 * rate) else f"{rate:.2f} GB/s, "
+        print(f"floor: {head}bound by {binding.text(res.floor)} ({res.floor['floor_note']})" if rate else
               f"floor: {res.floor['floor_note']}")
     print(f"knee: {res.knee} (smallest level within {human_pct(res.margin)} of the best, {res.best}); "
           f"recommendation: --concurrency {res.knee}")

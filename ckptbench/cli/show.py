@@ -6,6 +6,7 @@ import json
 import sys
 
 from ckptbench.core.units import human_pct
+from ckptbench.system import binding
 
 
 def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
@@ -35,9 +36,8 @@ def floor_line(doc: dict) -> str:
     what the box can do."""
     if doc.get("floor_s") is None:
         return f"  floor: {doc.get('floor_note') or 'unknown'}"
-    rate = f" ({doc['binding_gbps']:.2f} GB/s)" if doc.get("binding_gbps") else ""
     eff = f" · {human_pct(doc['efficiency'])} of it" if doc.get("efficiency") is not None else ""
-    return f"  floor    {doc['floor_s']:9.3f} s, bound by {doc['binding']}{rate}{eff} ({doc['floor_note']})"
+    return f"  floor    {doc['floor_s']:9.3f} s, bound by {binding.text(doc)}{eff} ({doc['floor_note']})"
 
 
 def print_floor(doc: dict) -> None:

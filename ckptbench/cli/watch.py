@@ -9,6 +9,7 @@ import sys
 import threading
 
 from ckptbench.core.errors import Cancelled, CkptbenchError, printable, redact, redact_all
+from ckptbench.system import binding
 
 PID = re.compile(r"[0-9]+")  # ASCII only: int() also reads "٣" and "３" as 3
 
@@ -99,8 +100,7 @@ def _print(doc: dict) -> None:
     for path, size in sorted(doc["files"].items())[:10]:
         _say(f"  {'mapped' if path in mapped else 'open'}: {path} ({human_bytes(size)})")
     if "floor_s" in doc:
-        rate = f" at {doc['binding_gbps']:.2f} GB/s" if doc.get("binding_gbps") else ""
-        _say(f"floor: {doc['floor_s']:.2f} s, bound by {doc['binding']}{rate} ({doc['floor_note']})"
+        _say(f"floor: {doc['floor_s']:.2f} s, bound by {binding.text(doc)} ({doc['floor_note']})"
              if doc["floor_s"] is not None else f"floor: {doc['floor_note']}")
     v = doc.get("verdict")
     if v:

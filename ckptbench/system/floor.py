@@ -30,6 +30,8 @@ from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: ca
     DEVICE_FIGURES, LARGE_MAX, LARGE_MIN, POP_BYTES, Ceiling, ceiling_of, cpu_ceilings, device_ceilings, gpu_models,
     large_key, large_reach, large_size, memory_ceilings, populate_large, size_class, thread_counts,
 )
+from ckptbench.system import binding as binding_words
+from ckptbench.system.binding import FRESH, REUSED  # noqa: F401  (as above)
 from ckptbench.system.sourcefigures import (  # noqa: F401  (as above)
     LINK_SAMPLE, MIN_STORAGE_SAMPLE, STORAGE_SAMPLE, link_ceiling, link_sample, page_cache_figure, storage_ceiling,
 )
@@ -296,7 +298,6 @@ def write_cache(path: str, doc: dict) -> str | None:
 
 # ---- the model ---------------------------------------------------------------------------------------------------
 
-FRESH, REUSED = "fresh", "reused"
 OVER_FLOOR = 1.05  # an efficiency above this is beyond the spread of a good ceiling: the ceiling is what is wrong
 
 
@@ -416,8 +417,13 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
         link = times.get("host-to-device", 0.0)
         binding = "host-to-device" if link > floor_s else max(cores_part, key=cores_part.get)
         floor_s = max(floor_s, link)
+    s = floor.storage
+    said = binding_words.how(binding, destination=destination, hot=hot, cores=cores,
+                             read_fresh=s is not None and bool(s.fresh_gbps),
+                             own_page_cache=s is not None and bool(s.hot_gbps),
+                             reused_copy=s is not None and destination == REUSED and bool(s.hot_reused_gbps))
     return {"floor_s": floor_s, "binding": binding, "times_s": times, "destination": destination,
-            "gbps": rates.get(binding), "cores_shared": hot and len(cores_part) > 1}
+            "gbps": rates.get(binding), "how": said, "cores_shared": hot and len(cores_part) > 1}
 
 
 def efficiency(floor_s: float | None, measured_s: float | None) -> float | None:
@@ -464,9 +470,10 @@ def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
 
 NOT_MEASURED = "this box's floor is not measured yet: `ckptbench floor SOURCE` measures it in seconds"
 # The floor fields every run document carries, in every kind (records/schema.py fills the ones a kind leaves out):
-# floor_s, efficiency (floor / measured), the binding resource and its rate, each resource's time, what the floor
-# stands on, and the rate the floor moves the bytes at (what a throughput chart draws).
-FIELDS = ("floor_s", "efficiency", "binding", "binding_gbps", "floor_times_s", "floor_note", "floor_gbps")
+# floor_s, efficiency (floor / measured), the binding resource, its rate and what that rate is of (binding.py), each
+# resource's time, what the floor stands on, and the rate the floor moves the bytes at (what a throughput chart draws).
+FIELDS = ("floor_s", "efficiency", "binding", "binding_gbps", "binding_how", "floor_times_s", "floor_note",
+          "floor_gbps")
 
 
 def unmeasured(note: str | None = None) -> dict:
@@ -521,5 +528,6 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
         note += (f"; faster than the floor ({human_pct(eff)}): a ceiling measured low (a busy box, a noisy sample, another "
                  "checkpoint's figure): `ckptbench floor SOURCE --remeasure` when the box is quiet")
     return {"floor_s": m["floor_s"], "efficiency": eff, "binding": m["binding"],
-            "binding_gbps": m.get("gbps"), "floor_times_s": m["times_s"], "floor_note": note,
+            "binding_gbps": m.get("gbps"), "binding_how": m.get("how"), "floor_times_s": m["times_s"],
+            "floor_note": note,
             "floor_gbps": bytes_read / m["floor_s"] / 1e9 if m["floor_s"] else None}

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict
 
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.system import binding as binding_words
 from ckptbench.system import floor as fl
 from ckptbench.system import probes
 from ckptbench.core.units import human_age
@@ -148,6 +149,7 @@ def save_fields(target: str, bytes_saved: int, durable_s: list[float]) -> dict:
     measured = statistics.median(durable_s) if durable_s else None
     rate = write if binding == "storage write" else box.ceilings["copy"]
     return {"floor_s": floor_s, "efficiency": fl.efficiency(floor_s, measured), "binding": binding,
-            "binding_gbps": rate.gbps, "floor_times_s": times, "floor_gbps": bytes_saved / floor_s / 1e9,
+            "binding_gbps": rate.gbps, "binding_how": binding_words.how(binding, destination=fl.REUSED, hot=False),
+            "floor_times_s": times, "floor_gbps": bytes_saved / floor_s / 1e9,
             "floor_note": f"until durable (median of {len(durable_s)} save(s)); the write figure measured "
                           f"{human_age(write.age_s)} ago"}

@@ -8,7 +8,8 @@ import os
 import shlex
 from dataclasses import dataclass, replace
 
-from ckptbench.system import probes
+from ckptbench.system import binding, probes
+from ckptbench.system import floor as fl
 from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core.verdicts import Verdict
 from ckptbench.watch.results import source_of
@@ -61,15 +62,13 @@ def probe_storage(paths: list[str], *, concurrency: int = 16) -> StorageProbe:
     return StorageProbe(report.read_gbps, cache, len(paths), report.result.bytes)
 
 
-FLOOR_KEYS = ("floor_s", "efficiency", "binding", "binding_gbps", "floor_times_s", "floor_note")
+FLOOR_KEYS = fl.FIELDS
 
 
 def floor_fields(w: WatchReport, files: list[str] | None = None) -> dict:
     """The watched restore against this box's floor: its bytes over the figures `ckptbench floor` cached for the
     files' mount, against its reading window. A watch never measures the floor: that would evict the loader's
     files while it reads them. `files` are the checkpoint's (--source), else the ones the job opened or mapped."""
-    from ckptbench.system import floor as fl
-
     paths = files or sorted(w.files)
     if not w.bytes or not paths:
         return dict.fromkeys(FLOOR_KEYS) | {"floor_times_s": {}, "floor_note": "no checkpoint bytes seen read: "
@@ -110,9 +109,8 @@ def floor_sentence(floor: dict | None) -> str:
     """"your loader runs at 31 % of this box's floor (floor 1.71 s, bound by storage 2.1 GB/s)", or "" unknown."""
     if not floor or floor.get("floor_s") is None or floor.get("efficiency") is None:
         return ""
-    rate = f" {floor['binding_gbps']:.2f} GB/s" if floor.get("binding_gbps") else ""  # as the floor line prints it
     return (f"your loader runs at {human_pct(floor['efficiency'])} of this box's floor "
-            f"(floor {floor['floor_s']:.2f} s, bound by {floor['binding']}{rate})")
+            f"(floor {floor['floor_s']:.2f} s, bound by {binding.text(floor)})")  # as the floor line says it
 
 
 def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem_total: int | None = None,
@@ -122,7 +120,7 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
     v = _judge(w, storage, cpus=cpus, mem_total=mem_total)
     if floor is None:
         return v
-    evidence = v.evidence | {k: floor.get(k) for k in ("floor_s", "efficiency", "binding", "binding_gbps")}
+    evidence = v.evidence | {k: floor.get(k) for k in ("floor_s", "efficiency", "binding", "binding_gbps", "binding_how")}
     said = floor_sentence(floor)
     eff, box = floor.get("efficiency"), BOX_BOUND.get(floor.get("binding") or "")
     if said and w.bytes and eff is not None and eff >= AT_FLOOR and box and v.verdict.startswith("loader-"):

@@ -64,7 +64,7 @@ def test_evidence_carries_every_ceiling_with_rate_method_and_age_and_the_times()
 def test_storage_bound_fix_raises_concurrency_to_the_knee_and_asks_for_o_direct():
     f = _floor(storage=1.0, **FAST)
     it = eff.judge(_facts(f, 2.0, read="pread", concurrency=4), KNEE_16)
-    assert it.verdict == "warn" and it.fix.startswith("at 50 % of the floor, bound by storage: ")
+    assert it.verdict == "warn" and it.fix.startswith("at 50 % of the floor, bound by storage (1.00 GB/s read into reused buffers): ")
     assert "raise --concurrency from 4 to 16, the measured knee 16" in it.fix
     assert "O_DIRECT" in it.fix and "mount" in it.fix
     at_knee = eff.judge(_facts(f, 2.0, read="direct", concurrency=16), KNEE_16).fix
@@ -237,7 +237,7 @@ def test_an_s3_source_is_held_against_the_cached_network_figure_and_check_never_
 def test_network_bound_fix_raises_concurrency_to_the_knee_and_names_part_size_region_and_proxy():
     f = _link_floor(0.1, level=16)  # 1 GB at 100 MB/s: a 10 s floor
     it = eff.judge(_link_facts(f, 20.0, concurrency=4), NO_KNEE)
-    assert it.verdict == "warn" and it.fix.startswith("at 50 % of the floor, bound by network: ")
+    assert it.verdict == "warn" and it.fix.startswith("at 50 % of the floor, bound by network (0.10 GB/s read into reused buffers): ")
     assert it.evidence["times_s"]["network"] == pytest.approx(10.0) and "storage" not in it.evidence["ceilings"]
     assert "raise --concurrency from 4 to 16, where `ckptbench floor` measured the link's 0.10 GB/s" in it.fix
     assert "--part-size 16M or 32M (8 MiB now)" in it.fix and "region" in it.fix and "HTTPS_PROXY" in it.fix

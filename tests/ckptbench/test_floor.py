@@ -118,7 +118,7 @@ def test_the_floor_command_measures_once_then_says_it_is_cached(tmp_path, monkey
     assert "cold floor" in r.out and "from the page cache (--cache hot): floor" in r.out, r.out
     # the hot floor's parts, printed, add up to it (a new user was told they do and shown none)
     hot = next(ln for ln in r.out.splitlines() if "(--cache hot)" in ln)
-    parts = [float(x) for x in re.findall(r"(\d+\.\d+) s", hot.split("(", 2)[2].split(")")[0])]
+    parts = [float(x) for x in re.findall(r"(\d+\.\d+) s", hot.split("; ")[1])]
     assert len(parts) >= 2 and sum(parts) == pytest.approx(doc["restore"]["floor_s_hot"], abs=0.002), hot
     assert set(doc["restore"]["times_s_hot"]) >= {"fresh memory"} and doc["restore"]["binding_hot"], doc["restore"]
     storage_row = next(ln for ln in r.out.splitlines() if ln.lstrip().startswith("storage "))

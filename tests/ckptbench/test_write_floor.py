@@ -73,7 +73,7 @@ def test_a_save_is_held_against_the_write_floor(tmp_path, plant_floor):
     recorded = [json.loads(ln) for ln in (tmp_path / "R.csv.jsonl").read_text().splitlines()]
     assert recorded[-1]["record"] == "run" and recorded[-1]["floor_s"] == pytest.approx(doc["floor_s"])
     r = run_cli("save", "small", target, "--scale", "0.02", "--count", "1")
-    assert "bound by storage write (0.20 GB/s)" in r.out and "% of it" in r.out, r.out
+    assert "bound by storage write (0.20 GB/s written and fsync'd)" in r.out and "% of it" in r.out, r.out
 
 
 def test_the_floor_command_measures_the_write_figure_where_saves_go(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from textual import events
 
 from ckptbench.sources import open_source
+from ckptbench.system import binding as binding_words
 from ckptbench.system import floor as fl
 from tui.screens.dashboard import Dashboard
 from tui.widgets.chart import ThroughputChart
@@ -101,8 +102,10 @@ async def test_floor_line_and_efficiency_after_a_run(make_app, small_ckpt, floor
 
         stages = stage_text(dash).splitlines()[-1]
         floor_s = doc["bytes"] / (rate * 1e9)
-        # the floor's rate and the binding resource's (one resource binds here: the same rate twice)
-        assert f"floor {floor_s:.3f} s ({rate:.2f} GB/s), bound by {binding} ({rate:.2f} GB/s)" in stages, stages
+        # the floor's rate and the binding resource's (one resource binds here: the same rate twice), and what the
+        # binding rate is of, as every command says it
+        assert f"floor {floor_s:.3f} s ({rate:.2f} GB/s), bound by {binding} ({rate:.2f} GB/s " in stages, stages
+        assert f"bound by {binding_words.text(doc)}" in stages, stages
         assert percent_after(stages, "efficiency ") == pytest.approx(floor_s / doc["rto_s"] * 100, abs=0.5), stages
         assert "not measured" not in stages and "read now" not in stages
 

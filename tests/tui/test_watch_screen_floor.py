@@ -55,7 +55,7 @@ async def test_with_a_floor_cached_the_screen_says_the_loaders_share_of_it(tmp_p
     _plant(tmp_path)
     floor, verdict = await _watched(tmp_path, h)
     assert "your loader runs at " in floor and " % of this box's floor (floor " in floor, floor
-    assert f"{BINDING_GBPS:.2f} GB/s)" in floor and "bound by " in floor, floor
+    assert f"bound by storage ({BINDING_GBPS:.2f} GB/s read into " in floor, floor
     assert "ceilings measured" in floor and "not measured" not in floor  # what the floor stands on, from its note
     assert "of this box's floor" in verdict  # the verdict leads with it, as `ckptbench watch` prints it
 

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from ckptbench.cli import ui
 from ckptbench.core.units import human_pct
+from ckptbench.system import binding
 
 NOT_MEASURED = "floor: not measured · `ckptbench floor SOURCE` measures this box's ceilings (cached for a day)"
 
@@ -31,8 +32,7 @@ def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int |
     # read as two rates of one thing (a new user saw 2.78 here and 3.29 in `run` for one floor)
     out.append(f"{fields['floor_s']:.3f} s" + (f" ({fields['floor_gbps']:.2f} GB/s)" if fields.get("floor_gbps")
                                                else ""))
-    out.append(f", bound by {fields['binding']}" + (f" ({fields['binding_gbps']:.2f} GB/s)"
-                                                    if fields.get("binding_gbps") else ""))
+    out.append(f", bound by {binding.text(fields)}")
     if done is not None:
         out.append(f" · {'pass ' + str(pass_no) + ': ' if pass_no else ''}efficiency ")
         out.append(human_pct(done), style="bold")
