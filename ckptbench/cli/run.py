@@ -8,7 +8,7 @@ import threading
 import uuid
 
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.cli.show import print_floor, print_pick
+from ckptbench.cli.show import print_floor, print_pick, print_recorded
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.system import binding
@@ -142,6 +142,7 @@ def cmd_run(args) -> int:
         sys.stdout.write("\n")
     else:
         print_run(doc)
+        print_recorded(args.results, doc["run_id"])
     return 0 if doc["status"] in ("ok", "unverified") else 1  # unverified: said above, as NOT VERIFIED
 
 

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 
+from ckptbench.cli.show import print_recorded
 from ckptbench.core.errors import Cancelled, printable, redact, redact_all
 from ckptbench.core.units import human_bytes, human_pct
 
@@ -153,4 +154,5 @@ def cmd_save(args) -> int:
         sys.stdout.write("\n")
     else:
         print_report(report)
+        print_recorded(args.results, run_id, "save")
     return 0

@@ -31,6 +31,18 @@ def emit(doc: dict) -> None:
     sys.stdout.write("\n")
 
 
+def print_recorded(path: str | None, run_id: str, what: str = "run") -> None:
+    """Where a run went on record, and how to find it again: a results file nobody was told of was found later in
+    the working directory, and a run id never printed could not be named to `compare --baseline`."""
+    if not path:
+        return
+    from ckptbench.core.errors import printable
+
+    shown = printable(path)
+    print(f"recorded: {what} {run_id} in {shown} (its document in {shown}.jsonl); `ckptbench compare {shown}` holds "
+          "the newest against the last one like it")
+
+
 def floor_line(doc: dict) -> str:
     """The line that holds a measured time (a restore's RTO, a read's wall time, a save's until durable) against
     what the box can do."""

@@ -8,6 +8,7 @@ import re
 import sys
 import threading
 
+from ckptbench.cli.show import print_recorded
 from ckptbench.core.errors import Cancelled, CkptbenchError, printable, redact, redact_all
 from ckptbench.system import binding
 
@@ -154,16 +155,20 @@ def cmd_watch(args) -> int:
         doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
         doc["verdict"] = verdict.judge(report, probe, floor=floor).to_json()
     doc = redact_all(doc)  # the command is redacted already; its files and marks are the job's text too
+    run_id = ""
     if args.results:
         import uuid
 
         from ckptbench.system import env as envmod
         from ckptbench.watch import results as watch_results
 
-        watch_results.record(args.results, uuid.uuid4().hex[:12], doc,
+        run_id = uuid.uuid4().hex[:12]
+        watch_results.record(args.results, run_id, doc,
                              envmod.snapshot(watch_results.source_of(sorted(report.files)) or None))
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
         _print(doc)
+        if run_id:
+            print_recorded(args.results, run_id, "watch")
     return 0 if report.exit_code in (None, 0) else 1

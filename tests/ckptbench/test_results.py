@@ -293,3 +293,17 @@ def test_no_credential_reaches_a_results_file_whatever_kind_writes_it(tmp_path):
     for name in (path, path + ".jsonl"):
         text = open(name).read()
         assert secret not in text and "AKIAIOSFODNN7EXAMPLE" not in text, text
+
+
+def test_a_run_in_text_says_where_it_went_on_record_and_its_id_and_nothing_with_no_results(ckpt, tmp_path):
+    """A results file nobody was told of turned up later in the working directory, and a run id never printed
+    could not be named to `compare --baseline`."""
+    path = tmp_path / "mine.csv"
+    r = cli("run", ckpt, "--repeat", "1", "--results", path)
+    assert r.rc == 0, r.err
+    _, rows = csv_rows(path)
+    said = r.out.splitlines()[-1]
+    assert said.startswith(f"recorded: run {rows[-1]['run_id']} in {path} (its document in {path}.jsonl)"), said
+    assert f"`ckptbench compare {path}`" in said
+    bare = cli("run", ckpt, "--repeat", "1", "--results", "")
+    assert bare.rc == 0 and "recorded:" not in bare.out, bare.out

@@ -185,3 +185,13 @@ def test_run_save_hands_each_sample_and_save_to_its_callbacks(tmp_path):
     assert samples and all(isinstance(s, WritebackSample) for s in samples)
     assert samples == report.samples  # every sample the report holds reached the callback, in order
     assert [s.name for s in saves] == [s.name for s in report.saves] == ["step-000001", "step-000002"]
+
+
+def test_a_save_in_text_says_where_it_went_on_record(tmp_path):
+    results = tmp_path / "s.csv"
+    r = run_cli("save", "small", tmp_path / "t", "--scale", SCALE, "--count", "1", "--results", results)
+    assert r.rc == 0, r.err
+    with open(results, newline="") as f:
+        run_id = list(csv.DictReader(f))[-1]["run_id"]
+    said = r.out.splitlines()[-1]
+    assert said.startswith(f"recorded: save {run_id} in {results} "), said

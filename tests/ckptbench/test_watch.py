@@ -369,3 +369,15 @@ def test_compare_leaves_out_a_watch_that_read_nothing(tmp_path, blob):
     compare_idle = subprocess.run([sys.executable, "-m", "ckptbench", "compare", results, "--baseline", ids[1]],
                                   capture_output=True, text=True, cwd=REPO)
     assert compare_idle.returncode == 2 and "no successful run" in compare_idle.stderr
+
+
+def test_a_watch_in_text_says_where_it_went_on_record(tmp_path):
+    """`watch` writes ./results.csv by default: said, with the id `compare --baseline` takes."""
+    from ckptbench.records.results import read_rows
+
+    results = str(tmp_path / "w.csv")
+    r = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--no-verdict", "--results", results, "--",
+                        sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    said = r.stdout.splitlines()[-1]
+    assert said.startswith(f"recorded: watch {read_rows(results)[-1]['run_id']} in {results} "), said
