@@ -316,7 +316,7 @@ def write_side(f: Facts) -> Verdict:
 def readable(f: Facts) -> Verdict:
     why = "a file the restoring user cannot read fails the restore; a directory it cannot enter hides files"
     title = "Readable by this user"
-    ev = {"unreadable": [f"{p}: {why_}" for p, why_ in f.unreadable[:20]], "count": len(f.unreadable)}
+    ev = {"unreadable": [f"{p}: {why_}" for p, why_ in f.unreadable[:20]], "unreadable_count": len(f.unreadable)}
     if f.unreadable:
         return Verdict("readable", title, "fail", ev, why,
                        "give the job's user read access (chmod -R u+rX, or chown to that user), or run as that user")
@@ -353,9 +353,26 @@ def report(source: str, items: list[Verdict]) -> dict:
 
 
 def evidence_text(key: str, value) -> str:
-    """One evidence figure as `check`, its Markdown and the dashboard show it."""
-    if key in SHARES and isinstance(value, (int, float)) and not isinstance(value, bool):
+    """One evidence figure as `check`, its Markdown and the dashboard show it, in the units its key names (the JSON
+    keeps the raw number): a new user read `checkpoint_bytes=1057075490` and `open_per_s=103005.7` as noise."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "unknown"
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if key in SHARES:
         return human_pct(value)
+    if key.endswith("bytes"):
+        return human_bytes(value)
+    if key.endswith("_gbps"):
+        return f"{value:.2f} GB/s"
+    if key.endswith("_per_s"):
+        return f"{value:,.0f}/s"
+    if key.endswith("_s"):
+        return f"{value:.3f} s" if value < 100 else f"{value:,.0f} s"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
 
 

@@ -75,7 +75,7 @@ def test_verify_check_and_sweep_report_it_and_go_on(locked, h):
     r = cli_without_dac("check", locked, "--json")
     assert r.returncode == 1
     item = next(i for i in json.loads(r.stdout)["items"] if i["id"] == "readable")
-    assert item["verdict"] == "fail" and item["evidence"]["count"] == 2
+    assert item["verdict"] == "fail" and item["evidence"]["unreadable_count"] == 2
     r = cli_without_dac("sweep", locked, "--levels", "1,2", "--repeat", "1", "--cache", "as-is", "--json")
     assert r.returncode == 1
     doc = json.loads(r.stdout)
