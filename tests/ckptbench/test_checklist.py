@@ -761,6 +761,11 @@ def test_evidence_reads_a_share_as_a_percent_and_the_json_keeps_the_fraction():
                                            "measured_dirty_peak_fraction=50 %, concurrency=8, cold=yes")
     assert checklist.evidence_text("efficiency", None) == "unknown" and checklist.evidence_text("cold", True) == "yes"
 
+    it = Verdict("efficiency", "Restore efficiency", "ok", ev, "why", "none")
+    doc = report("src", [it])
+    assert doc["items"][0]["evidence"]["efficiency"] == 0.82  # the document is not the text
+    assert "| efficiency=82 %, residency_now=100 %," in markdown(doc)
+
 
 def test_evidence_reads_in_the_units_its_key_names():
     """A new user read `checkpoint_bytes=1057075490` and `open_per_s=103005.7` as noise."""
@@ -769,10 +774,6 @@ def test_evidence_reads_in_the_units_its_key_names():
     assert text("measured_gbps", 1.8333) == "1.83 GB/s" and text("open_per_s", 103005.7) == "103,006/s"
     assert text("gap_s", 0.0303) == "0.030 s" and text("ratio", 0.04391) == "0.044" and text("files", 5) == "5"
     assert text("fs_type", "ext4") == "ext4" and text("network", False) == "no"
-    it = Verdict("efficiency", "Restore efficiency", "ok", ev, "why", "none")
-    doc = report("src", [it])
-    assert doc["items"][0]["evidence"]["efficiency"] == 0.82  # the document is not the text
-    assert "| efficiency=82 %, residency_now=100 %," in markdown(doc)
 
 
 # ================================================================ the command line
