@@ -6,7 +6,7 @@ from ckptbench.checklist import efficiency
 from ckptbench.checklist import fuse as checklist_fuse
 from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts
-from ckptbench.core.units import human_bytes, human_pct
+from ckptbench.core.units import human_bytes, human_figure
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.sweep import MeasuredKnee, advice
 
@@ -353,27 +353,8 @@ def report(source: str, items: list[Verdict]) -> dict:
 
 
 def evidence_text(key: str, value) -> str:
-    """One evidence figure as `check`, its Markdown and the dashboard show it, in the units its key names (the JSON
-    keeps the raw number): a new user read `checkpoint_bytes=1057075490` and `open_per_s=103005.7` as noise."""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if value is None:
-        return "unknown"
-    if not isinstance(value, (int, float)):
-        return str(value)
-    if key in SHARES:
-        return human_pct(value)
-    if key.endswith("bytes"):
-        return human_bytes(value)
-    if key.endswith("_gbps"):
-        return f"{value:.2f} GB/s"
-    if key.endswith("_per_s"):
-        return f"{value:,.0f}/s"
-    if key.endswith("_s"):
-        return f"{value:.3f} s" if value < 100 else f"{value:,.0f} s"
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
-    return str(value)
+    """One evidence figure as `check`, its Markdown and the dashboard show it: in its key's units (human_figure)."""
+    return human_figure(key, value, SHARES)
 
 
 def evidence_line(evidence: dict) -> str:

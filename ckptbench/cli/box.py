@@ -8,7 +8,7 @@ import time
 
 from ckptbench.cli.show import emit as _emit
 from ckptbench.core.errors import CkptbenchError, printable
-from ckptbench.core.units import human_age, human_bytes, human_pct
+from ckptbench.core.units import human_age, human_bytes, human_figure
 from ckptbench.system import binding
 
 NOT_MEASURED = "not measured — run `ckptbench floor SOURCE`"
@@ -38,20 +38,11 @@ def cmd_sysinfo(args) -> int:
     return 0
 
 
-def shown(v) -> str:
-    """A figure as the text prints it: 4 significant digits (a residency of 0.2500010246406397 says no more than
-    0.25; a new user read the 16)."""
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
 def shown_field(key: str, v) -> str:
-    """A sysinfo figure as the dashboard shows the same one: the residency a percent, bytes in binary units."""
-    number = isinstance(v, (int, float)) and not isinstance(v, bool)
-    if number and key == "residency":
-        return human_pct(v)
-    if number and (key == "bytes" or key.endswith("_bytes")):
-        return human_bytes(v)
-    return shown(v)
+    """A sysinfo figure as the dashboard and `check` show the same one: in its key's units (human_figure)."""
+    if key == "ulimit_nofile" and isinstance(v, (list, tuple)) and len(v) == 2:
+        return f"soft {human_figure(key, v[0])}, hard {human_figure(key, v[1])}"
+    return human_figure(key, v, {"residency"})
 
 
 def cached_floor(mount: str, nbytes: int = 0) -> dict:

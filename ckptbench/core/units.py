@@ -46,3 +46,34 @@ def human_age(seconds: float) -> str:
     if s < 48 * 3600:
         return f"{s / 3600:.1f} h"
     return f"{s / 86400:.1f} d"
+
+
+def human_figure(key: str, value, shares: frozenset | set = frozenset()) -> str:
+    """A named figure as the text shows it, in the units its key names (documents keep the raw number): a new user
+    read `checkpoint_bytes=1057075490`, `open_per_s=103005.7`, `[0.0, 2.0]` and `True` as noise. `shares` are the
+    keys whose value is a fraction (shown as a percent)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "unknown"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(human_figure(key, v, shares) for v in value)
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if key in shares:
+        return human_pct(value)
+    if key.endswith("bytes"):
+        return human_bytes(value)
+    if key.endswith("_pct") or "_pct_" in key:
+        return f"{value:.{1 if abs(value) < 9.95 else 0}f} %"
+    if key.endswith("_gbps"):
+        return f"{value:.2f} GB/s"
+    if key.endswith("_per_s"):
+        return f"{value:,.0f}/s"
+    if key.endswith("_ms"):
+        return f"{value:.1f} ms"
+    if key.endswith("_s"):
+        return f"{value:.3f} s" if value < 100 else f"{value:,.0f} s"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)

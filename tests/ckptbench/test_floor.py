@@ -361,10 +361,14 @@ def test_sysinfo_text_gives_figures_a_reader_can_read(tmp_path, h):
     assert r.rc == 0, r.err
     assert not re.search(r"\d\.\d{6,}", r.out), r.out  # no float printed to its last digit
     assert re.search(r"^residency\s+\S+", r.out, re.M), r.out
-    from ckptbench.cli.box import shown
+    from ckptbench.cli.box import shown_field as shown
 
-    assert shown(0.2500010246406397) == "0.25" and shown(1.3668182253638637e-06) == "1.367e-06"
-    assert shown(0.22727272727272727) == "0.2273" and shown(22) == "22" and shown("ext4") == "ext4"
+    assert shown("ratio", 0.2500010246406397) == "0.250" and shown("disk_await_ms", 0.22727272727272727) == "0.2 ms"
+    assert shown("fds_in_use", 22) == "22" and shown("fs_type", "ext4") == "ext4"
+    # no Python spelling: a list, a bool (a new user read `[0.0, 2.0]` and `True`)
+    assert shown("cpu_pct_per_core", [0.0, 12.5]) == "0.0 %, 12 %" and shown("has_page_cache", True) == "yes"
+    assert shown("ulimit_nofile", [1024, 4096]) == "soft 1024, hard 4096"
+    assert not re.search(r"[\[\]]|True|False", r.out), r.out
     # the residency and the sizes as the dashboard shows them (it said 25 % and sysinfo 0.25 for one residency)
     assert re.search(r"^residency\s+\d+(\.\d)? %$", r.out, re.M), r.out
     assert re.search(r"^bytes\s+1\.0 MiB$", r.out, re.M), r.out
