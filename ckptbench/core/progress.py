@@ -15,7 +15,7 @@ from ckptbench.core.units import human_bytes, human_pct
 def fmt_us(us: float | None) -> str:
     if us is None:
         return "-"
-    return f"{us:.0f}µs" if us < 1000 else f"{us / 1000:.1f}ms"
+    return f"{us:.0f} µs" if us < 1000 else f"{us / 1000:.1f} ms"  # a space before the unit, as every figure
 
 
 def eta_s(done: int, total: int | None, seconds: float) -> float | None:

@@ -177,7 +177,7 @@ def page_cache_figure(paths_sizes: list[tuple[str, int]]) -> tuple[float, float,
     gbps = statistics.median(hot) / 1e9
     reused_gbps = max(gbps, statistics.median(reused) / 1e9) if reused else 0.0
     return gbps, reused_gbps, (
-        f"; from the page cache into populated memory {gbps:.2f} GB/s ({min(hot) / 1e9:.2f}-{max(hot) / 1e9:.2f}, "
+        f"; from the page cache into populated memory {gbps:.2f} GB/s ({min(hot) / 1e9:.2f}..{max(hot) / 1e9:.2f}, "
         f"pread, {n} thread(s) of {counts_text(os.cpu_count() or 1)})"
         + (f", into a reused {REUSED_BLOCK >> 20} MiB buffer per thread {reused_gbps:.2f} GB/s ({r_n} thread(s))"
            if reused else ""))
