@@ -62,6 +62,8 @@ def of_sweep(source, bytes_read: int, medians_gbps: dict[int, float], hash_alg: 
     out["efficiency_by_level"] = {lv: (g / rate if rate and g else None) for lv, g in medians_gbps.items()}
     best = max(medians_gbps.values(), default=0.0)
     out["efficiency"] = best / rate if rate and best else None
+    if out["floor_note"]:  # the best level past the floor says so, as a run does (a hot sweep read 109 %, unremarked)
+        out["floor_note"] += fl.over_floor(out["efficiency"])
     return out
 
 

@@ -494,6 +494,15 @@ def not_measured() -> str:
             "write, then `ckptbench floor SOURCE`")
 
 
+def over_floor(eff: float | None) -> str:
+    """The note's words for an efficiency beyond a good ceiling's spread (kept as measured: hiding it would hide a
+    ceiling that reads low); "" within it."""
+    if eff is None or eff <= OVER_FLOOR:
+        return ""
+    return (f"; faster than the floor ({human_pct(eff)}): a ceiling measured low (a busy box, a noisy sample, another "
+            "checkpoint's figure): `ckptbench floor SOURCE --remeasure` when the box is quiet")
+
+
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
                    floating_bytes: int = 0, hot: bool = False, destination: str = FRESH,
                    device_bytes: int = 0) -> dict:
@@ -524,9 +533,7 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     note += f"ceilings measured {human_age(max(ages))} ago at most"
     note += " while the box was busy (they may be low)" if floor.busy else ""
     eff = None if partial else efficiency(m["floor_s"], measured_s)
-    if eff is not None and eff > OVER_FLOOR:  # kept as measured: hiding it would hide a ceiling that reads low
-        note += (f"; faster than the floor ({human_pct(eff)}): a ceiling measured low (a busy box, a noisy sample, another "
-                 "checkpoint's figure): `ckptbench floor SOURCE --remeasure` when the box is quiet")
+    note += over_floor(eff)
     return {"floor_s": m["floor_s"], "efficiency": eff, "binding": m["binding"],
             "binding_gbps": m.get("gbps"), "binding_how": m.get("how"), "floor_times_s": m["times_s"],
             "floor_note": note,

@@ -59,6 +59,10 @@ def test_a_sweep_gives_each_level_its_efficiency(tmp_path, h, ckpt, plant_floor)
     rows = [ln for ln in r.out.splitlines() if ln.split()[:1] in (["1"], ["2"])]
     # of best, of floor: percents as `run` writes them ("82 %"), not "82%"
     assert len(rows) == 2 and all(re.search(r"\d %\s+\d+(\.\d)? %", ln) for ln in rows), r.out
+    assert "faster than the floor" not in r.out  # at 8 GB/s planted, the page cache's copy binds
+    plant_floor(0.001, root, storage_gbps=0.001)  # a ceiling read far too low: every level runs past the floor
+    r = h.run_cli("sweep", root, "--levels", "1,2", "--repeat", "1", "--cache", "hot")
+    assert r.rc == 0 and "faster than the floor (" in r.out and "--remeasure" in r.out, r.out
 
 
 def test_a_dashboard_session_records_its_restore_against_the_floor(tmp_path, h, ckpt, plant_floor):
