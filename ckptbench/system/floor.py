@@ -91,9 +91,21 @@ class Floor:
     def to_json(self) -> dict:
         doc = {"schema": SCHEMA, "box": self.box, "mount": self.mount, "resource": self.resource,
                "cached": self.cached, "notes": self.notes,
-               "ceilings": {k: asdict(c) | {"age_s": c.age_s} for k, c in self.ceilings.items()}}
+               "ceilings": {k: _box_figure(c) for k, c in self.ceilings.items()}}
         doc["storage"] = asdict(self.storage) | {"age_s": self.storage.age_s} if self.storage else None
         return doc
+
+
+STORAGE_ONLY = ("cold", "fresh_gbps", "hot_gbps", "hot_reused_gbps")  # a storage figure's: no box figure has them
+
+
+def _box_figure(c: Ceiling) -> dict:
+    """A box ceiling in a document: without the storage figure's fields (a memory ceiling read `cold: true,
+    fresh_gbps: 0`), and its sample's size only where it has one (the size-class population's)."""
+    out = {k: v for k, v in asdict(c).items() if k not in STORAGE_ONLY}
+    if not out["sample_bytes"]:
+        del out["sample_bytes"]
+    return out | {"age_s": c.age_s}
 
 
 def _load_cache(path: str) -> dict:

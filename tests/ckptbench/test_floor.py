@@ -108,6 +108,9 @@ def test_the_floor_command_measures_once_then_says_it_is_cached(tmp_path, monkey
     doc = _json.loads(r.out)
     assert not doc["cached"] and doc["storage"]["gbps"] > 0 and doc["restore"]["binding"] in doc["restore"]["times_s"]
     assert doc["restore"]["floor_s"] == max(doc["restore"]["times_s"].values())
+    # a box figure carries no storage figure's fields (a memory ceiling read `cold: true, fresh_gbps: 0`)
+    assert not {"cold", "fresh_gbps", "hot_gbps", "sample_bytes"} & set(doc["ceilings"]["copy"]), doc["ceilings"]
+    assert {"cold", "fresh_gbps", "sample_bytes"} <= set(doc["storage"])
     # the floor of a run that scans every floating byte (no model step): the scan is on the cores, so it is more
     assert doc["restore"]["floor_s_structural"] >= doc["restore"]["floor_s"]
     # what `run --cache hot` is held to, beside the cold floor (a new user saw one floor and a run held to another)
