@@ -286,6 +286,15 @@ def _assumptions(storage: ScalePreset, coordination_s: float) -> list[str]:
     return notes
 
 
+# what each binding key names, as the text says it (the document keeps the key)
+BINDING_SAID = {"per_node": "the nodes", "aggregate": "the storage's aggregate", "requests": "the request rate"}
+
+
+def _gbps(v: float) -> str:
+    """A rate to the digits that mean something: 1110 GB/s, not 1110.18."""
+    return f"{v:,.0f} GB/s" if v >= 100 else f"{v:.2f} GB/s"
+
+
 def _rate(doc: dict) -> str:
     r = doc["per_rank"]
     if r["source"] == "assumed":
@@ -307,7 +316,7 @@ def _ceilings(doc: dict) -> str:
     q = c["requests"]
     if q is not None:
         parts.append(f"{q['count']} {q['kind']} requests at {q['per_s']:,.0f}/s take {q['s']:.2f} s "
-                     f"(as bandwidth {q['implied_gbps']:.2f} GB/s)")
+                     f"(a bandwidth of {_gbps(q['implied_gbps'])} at most)")
     return "ceilings: " + "; ".join(parts)
 
 
@@ -323,14 +332,17 @@ def text(doc: dict) -> list[str]:
         f"{human_bytes(doc['bytes_per_rank'])} (or all {human_bytes(doc['bytes_per_rank_everything'])})",
         _rate(doc),
         _ceilings(doc),
-        f"binding: {doc['binding']} at {doc['gbps']:.2f} GB/s; "
+        f"binding: {BINDING_SAID.get(doc['binding'], doc['binding'])} at {_gbps(doc['gbps'])}; "
         + ("the storage never saturates" if sat is None else f"the storage saturates at {sat} nodes"),
-        f"RTO floor {doc['rto_floor_s']:.1f} s (read {doc['read_s']:.1f} s, requests {doc['requests_s']:.1f} s, "
-        f"+ {doc['coordination_s']:g} s coordination); every rank reading everything (read amplification "
+        # the larger of the two, not their sum: the requests are issued while the bytes are read
+        f"RTO floor {doc['rto_floor_s']:.1f} s (the larger of read {doc['read_s']:.1f} s and requests "
+        f"{doc['requests_s']:.1f} s, + {doc['coordination_s']:g} s coordination); every rank reading everything "
+        f"(read amplification "
         f"×{e['read_amplification']}): {e['rto_floor_s']:.1f} s",
         f"{'nodes':>7} {'ranks':>7} {'GB/s':>9}  {'binding':<10} {'RTO floor':>10} {'everything':>11}",
     ]
     for r in doc["table"]:
-        lines.append(f"{r['nodes']:>7} {r['ranks']:>7} {r['gbps']:>9.2f}  {r['binding']:<10} "
+        said = {"per_node": "nodes"}.get(r["binding"], r["binding"])  # the column's short form of BINDING_SAID
+        lines.append(f"{r['nodes']:>7} {r['ranks']:>7} {r['gbps']:>9.2f}  {said:<10} "
                      f"{r['rto_floor_s']:>8.1f} s {r['rto_floor_everything_s']:>9.1f} s")
     return lines

@@ -214,7 +214,11 @@ def test_cli_text_says_assumed_or_measured_and_prints_the_table(h, tmp_path, sha
     assert "saturates at 5 nodes" in r.out
     table = lines[lines.index(next(line for line in lines if line.split()[:2] == ["nodes", "ranks"])) + 1:]
     assert [int(line.split()[0]) for line in table] == [1, 2, 4, 6]
-    assert [line.split()[3] for line in table] == ["per_node", "per_node", "per_node", "aggregate"]
+    assert [line.split()[3] for line in table] == ["nodes", "nodes", "nodes", "aggregate"]
+    # the floor is the larger of read and requests plus coordination, and the line says so (it read as a sum)
+    floor = next(line for line in lines if line.startswith("RTO floor "))
+    assert "(the larger of read " in floor and " s and requests " in floor, floor
+    assert "binding: the nodes at " in r.out or "binding: the storage's aggregate at " in r.out, r.out
     csv = str(tmp_path / "results.csv")
     results.append(csv, [_row("d9", "dist", 8.0, ranks=16)])
     r = h.run_cli("plan", "7b", "--nodes", "6", "--storage", shared_fs, "--results", csv)
