@@ -113,6 +113,23 @@ def floor_sentence(floor: dict | None) -> str:
             f"(floor {floor['floor_s']:.2f} s, bound by {binding.text(floor)})")  # as the floor line says it
 
 
+PICKLED = (".bin", ".pt", ".pth", ".ckpt", ".pkl")  # torch.save's: unpickled a tensor at a time, in Python
+
+
+def _one_thread_fix(files) -> str:
+    """The fix for a loader one thread holds up, by what it reads: safetensors already (a new user loading them was
+    told to use safetensors), or pickled state (deserialized in Python, one object at a time)."""
+    names = [str(p).lower() for p in files]
+    pickled = any(n.endswith(PICKLED) for n in names)
+    if names and not pickled and all(n.endswith(".safetensors") for n in names):
+        return ("load the shards in parallel (a thread per shard: safetensors copies with the GIL released), or use "
+                "a parallel loader (ckptbench's, Run:ai Model Streamer)")
+    if pickled or not names:
+        return ("load shards in parallel (one thread or process per shard), avoid per-tensor Python work "
+                "(safetensors instead of pickle), or use a parallel loader")
+    return "load shards in parallel (one thread or process per shard), or use a parallel loader"
+
+
 def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem_total: int | None = None,
           floor: dict | None = None) -> Verdict:
     """The class of bottleneck, with the evidence that decides it and the fix; with `floor` (floor_fields), the
@@ -183,8 +200,7 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
         if top >= 0.8 and busy <= 1:
             return _verdict("loader-cpu-bound", f"{got}; {gives}; one thread at {human_pct(top)} of a core did the "
                            f"work ({busy} busy thread(s)): single-threaded deserialization or read loop", evidence,
-                           "load shards in parallel (one thread or process per shard), avoid per-tensor Python "
-                           "work (safetensors instead of pickle), or use a parallel loader")
+                           _one_thread_fix(w.files))
         if cores >= CPU_BUSY * cpus:
             return _verdict("loader-cpu-bound", f"{got}; {gives}; the job kept {cores:.1f} of {cpus} cores busy",
                            evidence, "the CPUs are the limit: fewer copies (load in place), or more cores per rank")

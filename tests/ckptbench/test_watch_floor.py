@@ -363,3 +363,21 @@ def test_a_hot_mapped_load_the_watch_saw_part_of_gets_no_efficiency(tmp_path, pl
     assert whole["efficiency"] is not None and whole["floor_s"] > 0
     cold = verdict.floor_fields(report(6 << 20, disk=6 << 20), shards)  # the disk counted what it delivered
     assert cold["efficiency"] is not None
+
+
+@pytest.mark.parametrize("names, says, never", [
+    (["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"], "a thread per shard",
+     "safetensors instead of pickle"),
+    (["pytorch_model.bin"], "safetensors instead of pickle", "a thread per shard"),
+    (["shard.dat"], "one thread or process per shard", "pickle"),
+])
+def test_a_one_thread_loader_is_told_the_fix_for_what_it_reads(names, says, never):
+    """A new user loading safetensors one shard at a time was told to use safetensors instead of pickle."""
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch import verdict
+
+    reading = watch.Interval(0.0, 1.0, 100 << 20, 0, 1.0, 1.0, 1, 0.0, 1 << 30, "reading")
+    report = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=100 << 20, disk_bytes=0,
+                               files={f"/ck/{n}": 50 << 20 for n in names}, intervals=[reading], phases=[])
+    v = verdict.judge(report, verdict.StorageProbe(2.0, "cold (verified)", 1, 100 << 20), cpus=2, mem_total=64 << 30)
+    assert v.verdict == "loader-cpu-bound" and says in v.fix and never not in v.fix, v.fix
