@@ -25,8 +25,9 @@ def cmd_inspect(args) -> int:
               if lay["name"] not in ("files", doc["format"]) else "")
     if lay["why"]:
         print(f"picked {lay['root'] or 'the files at the top'}: {lay['why']}")
-    print(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s), tail of {lay['tail_files']} "
-          f"small file(s) ({human_bytes(lay['tail_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")
+    # every file the read plan counts: shards and the others (an index.json was in the plan's count and in no other)
+    print(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s) and {lay['other_files']} "
+          f"other file(s) ({human_bytes(lay['other_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")
     print(f"  {'group':10s} {'tensors':>8s} {'params':>14s} {'bytes':>11s}  dtypes")
     for name, g in doc["groups"].items():
         dts = ", ".join(f"{d} {human_bytes(b)}" for d, b in g["dtypes"].items())

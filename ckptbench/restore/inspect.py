@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ckptbench.checkpoint import layouts
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.units import human_bytes
 from ckptbench.sources import Listing, Source
 
 # how trainers name per-rank files (the first group is the rank); DeepSpeed's ranks come from the layout. Hugging
@@ -199,7 +200,7 @@ def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None)
                    if d.startswith(("float", "bfloat", "complex")))
     check = ("model step: the manifest (or config.json) gives the model's shape, so the restored model runs one "
              "forward step and its output must be finite" if dims is not None else
-             f"structural, no model step ({why_not}): every floating value ({floating} bytes) is scanned natively "
+             f"structural, no model step ({why_not}): every floating value ({human_bytes(floating)}) is scanned natively "
              "for NaN/Inf and optimizer parts are checked against their weights")
     return {
         "source": listing.source,
@@ -214,6 +215,9 @@ def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None)
             "shards": len(shards),
             "tail_files": len(tail),
             "tail_bytes": tail_bytes,
+            # every file that is not a shard (an index, configs, the tail): the read plan's file count is the two
+            "other_files": len(sizes) - len([r for r in sizes if r.endswith(shard_ext)]),
+            "other_bytes": sum(b for r, b in sizes.items() if not r.endswith(shard_ext)),
             "other_entries": others,
             "kept_as_data": sorted(inert),  # classes its pickles name, never imported or run (formats/inert.py)
             "not_read": [{"path": p, "why": why} for p, why in lay.skipped],  # present, deliberately not read

@@ -284,6 +284,11 @@ def test_inspect_shows_the_layout_and_the_optimizer_group(trainer, h):
     moments = [t for part in saved["optimizer.pt"]["state"].values() for t in part.values()]
     assert doc["groups"]["optimizer"]["bytes"] == sum(t.numel() * t.element_size() for t in moments)
     assert "other" in doc["groups"]  # the scheduler's and RNG's tensors
+    # the first line counts every file the read plan reads: the shards and the others (index, optimizer, configs)
+    lay = doc["layout"]
+    assert lay["shards"] + lay["other_files"] == doc["read_plan"]["files"] and lay["other_files"] > 0, lay
+    text = h.run_cli("inspect", root).out.splitlines()[0]
+    assert f"{lay['shards']} shard file(s) and {lay['other_files']} other file(s)" in text, text
 
 
 # ---- the numpy allowance: numeric arrays and nothing else -------------------------------------------------------
