@@ -141,11 +141,11 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
     Runs in any thread; `cancel` stops between saves and between a save's rank writes (the partial save removed).
     `on_save(SaveTiming)` after each save, `on_sample(WritebackSample)` from the sampler's thread every 250 ms."""
     from ckptbench.save.analysis import analyze
-    from ckptbench.save.state import load_what
+    from ckptbench.save.state import load_what, source_dir
     from ckptbench.save.write import write_save
 
     validate(opts)
-    source = what if os.path.isdir(what) else None
+    source = source_dir(what)
     target = prepare_target(target, source)
     loaded = load_what(what, opts, scale)
     checks = pf.preflight(target, int(loaded.bytes * 1.02) * (opts.keep + 1))

@@ -54,13 +54,25 @@ def _from_directory(directory: str) -> tuple[CheckpointState, dict, list[str]]:
     return state, info, notes
 
 
-def load_what(what: str, opts, scale: float = 1.0) -> Loaded:
+def source_dir(what: str) -> str | None:
+    """`what` as a checkpoint directory to save, or None for a profile: a bare profile name is the profile even where
+    a directory of that name is in the working directory (`gen small small` makes one; `save small T` then saved that
+    folder, not the profile); `./small` names the folder."""
     import os
 
+    from ckptbench.checkpoint import profiles
+
+    if not os.path.isdir(what):
+        return None
+    bare = os.sep not in what and (not os.altsep or os.altsep not in what)
+    return None if bare and what in profiles.available() else what
+
+
+def load_what(what: str, opts, scale: float = 1.0) -> Loaded:
     from ckptbench.checkpoint.generate import assign_ranks
 
     notes: list[str] = []
-    if os.path.isdir(what):
+    if source_dir(what) is not None:
         if scale != 1.0:
             raise CkptbenchError("--scale resizes a profile; a checkpoint directory is saved as it is: drop --scale")
         state, info, notes = _from_directory(what)

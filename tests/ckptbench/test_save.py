@@ -195,3 +195,19 @@ def test_a_save_in_text_says_where_it_went_on_record(tmp_path):
         run_id = list(csv.DictReader(f))[-1]["run_id"]
     said = r.out.splitlines()[-1]
     assert said.startswith(f"recorded: save {run_id} in {results} "), said
+
+
+def test_a_bare_profile_name_is_the_profile_even_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    """`gen small small` then `save small T` saved the folder, not the profile; `./small` names the folder."""
+    monkeypatch.chdir(tmp_path)
+    r = run_cli("gen", "small", "small", "--scale", "0.01", "--format", "safetensors")
+    assert r.rc == 0, r.err
+    profile = save_json("small", tmp_path / "p", "--scale", SCALE, "--count", "1", "--results", "")
+    elsewhere = tmp_path / "away"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no folder named small here: the profile, for certain
+    alone = save_json("small", tmp_path / "q", "--scale", SCALE, "--count", "1", "--results", "")
+    assert profile["bytes"] == alone["bytes"]
+    monkeypatch.chdir(tmp_path)
+    folder = save_json("./small", tmp_path / "f", "--count", "1", "--results", "")
+    assert folder["bytes"] != profile["bytes"]  # the folder's own state (generated at another scale)
