@@ -101,7 +101,9 @@ def _print(doc: dict) -> None:
     for path, size in sorted(doc["files"].items())[:10]:
         _say(f"  {'mapped' if path in mapped else 'open'}: {path} ({human_bytes(size)})")
     if "floor_s" in doc:
-        _say(f"floor: {doc['floor_s']:.2f} s, bound by {binding.text(doc)} ({doc['floor_note']})"
+        parts = binding.parts(doc["floor_s"], doc.get("floor_times_s"))
+        _say(f"floor: {doc['floor_s']:.2f} s, bound by {binding.text(doc)}{'; ' + parts if parts else ''} "
+             f"({doc['floor_note']})"
              if doc["floor_s"] is not None else f"floor: {doc['floor_note']}")
     v = doc.get("verdict")
     if v:

@@ -9,10 +9,11 @@ FRESH, REUSED = "fresh", "reused"  # a restore's destination: memory it did not 
 
 
 def how(binding: str, *, destination: str, hot: bool, read_fresh: bool = False, own_page_cache: bool = False,
-        reused_copy: bool = False, cores: int = 1) -> str:
+        reused_copy: bool = False, cores: int = 1, cpu_work: str = "") -> str:
     """What the binding resource's rate is a rate of, in a few words (the model's own terms: floor.model).
     `read_fresh`: the storage figure was read into fresh memory; `own_page_cache`: the page cache's copy is the
-    mount's own (else a memmove's); `reused_copy`: copied into a reused buffer."""
+    mount's own (else a memmove's); `reused_copy`: copied into a reused buffer; `cpu_work`: what the cores do
+    ("hashing (md5)", "scanning", both)."""
     if binding in ("storage", "network"):
         return "read into fresh memory" if destination == FRESH and read_fresh else "read into reused buffers"
     if binding == "page cache":
@@ -22,7 +23,7 @@ def how(binding: str, *, destination: str, hot: bool, read_fresh: bool = False, 
     if binding == "fresh memory":
         return "populated"
     if binding == "cpu":
-        return f"hashing and scanning on {cores} core{'s' if cores != 1 else ''}"
+        return f"{cpu_work or 'the CPU work'} on {cores} core{'s' if cores != 1 else ''}"
     if binding == "host-to-device":
         return "copied from pinned memory"
     if binding == "storage write":
@@ -39,6 +40,18 @@ def phrase(binding: str | None, gbps: float | None, what: str | None) -> str:
         return ""
     inside = " ".join(p for p in (f"{gbps:.2f} GB/s" if gbps else "", what or "") if p)
     return f"{binding} ({inside})" if inside else str(binding)
+
+
+def parts(floor_s: float | None, times: dict | None) -> str:
+    """Each resource's time, as they make the floor: "fresh memory 0.148 s + page cache 0.103 s" where they add up
+    (from the page cache, every part is the cores'), else "storage 0.546 s, fresh memory 0.210 s" (the largest
+    binds); "" for one part. A hot floor named with one part's rate read as a floor that rate does not give."""
+    times = times or {}
+    if len(times) < 2 or not floor_s:
+        return ""
+    adds = abs(sum(times.values()) - floor_s) <= 1e-6 * max(floor_s, 1e-9) + 1e-9
+    ordered = sorted(times.items(), key=lambda kv: -kv[1])
+    return (" + " if adds else ", ").join(f"{k} {v:.3f} s" for k, v in ordered)
 
 
 def text(fields: dict) -> str:

@@ -409,13 +409,16 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     if device_bytes and "h2d_pinned" in floor.ceilings:  # the state moved to a GPU, at the pinned link's rate
         rates["host-to-device"] = floor.ceilings["h2d_pinned"].gbps
     times = {k: (device_bytes if k == "host-to-device" else bytes_read) / (r * 1e9) for k, r in rates.items()}
-    cpu = 0.0
+    cpu, work = 0.0, []
     if hash_alg != "none" and f"hash_{hash_alg}" in floor.ceilings:
         cpu += bytes_read / (floor.ceilings[f"hash_{hash_alg}"].gbps * 1e9)
+        work.append(f"hashing ({hash_alg})")
     if floating_bytes and "scan" in floor.ceilings:
         cpu += floating_bytes / (floor.ceilings["scan"].gbps * 1e9)
+        work.append("scanning for NaN/Inf")
     if cpu:
         times["cpu"] = cpu / cores
+        rates["cpu"] = bytes_read / times["cpu"] / 1e9  # the rate the cores get through the bytes at
     if not times:
         return {"floor_s": None, "binding": None, "times_s": {}}
     binding = max(times, key=times.get)
@@ -430,7 +433,7 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
         binding = "host-to-device" if link > floor_s else max(cores_part, key=cores_part.get)
         floor_s = max(floor_s, link)
     s = floor.storage
-    said = binding_words.how(binding, destination=destination, hot=hot, cores=cores,
+    said = binding_words.how(binding, destination=destination, hot=hot, cores=cores, cpu_work=" and ".join(work),
                              read_fresh=s is not None and bool(s.fresh_gbps),
                              own_page_cache=s is not None and bool(s.hot_gbps),
                              reused_copy=s is not None and destination == REUSED and bool(s.hot_reused_gbps))

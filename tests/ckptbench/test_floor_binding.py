@@ -54,8 +54,25 @@ def test_a_hot_restore_names_its_largest_part_with_that_parts_rate_and_the_floor
 def test_the_cpu_binds_with_its_cores_and_no_rate_and_no_binding_says_nothing():
     f = _floor(fresh=100.0, populate_4k=100.0, populate_thp=100.0, hash_sha256=0.5)
     m = fl.model(f, bytes_read=GB, hash_alg="sha256")
-    assert m["binding"] == "cpu" and binding.of_model(m) == "cpu (hashing and scanning on 2 cores)"
+    assert m["binding"] == "cpu" and binding.of_model(m) == "cpu (1.00 GB/s hashing (sha256) on 2 cores)"
+    both = fl.model(f, bytes_read=GB, hash_alg="sha256", floating_bytes=GB)  # a read never scans: said only here
+    assert binding.of_model(both).startswith("cpu (") and "hashing (sha256) and scanning for NaN/Inf" in \
+        binding.of_model(both)
     assert binding.text(fl.unmeasured()) == "" and binding.phrase("storage", None, "") == "storage"
+
+
+def test_the_floor_line_shows_the_parts_that_make_it():
+    """A hot floor named by its largest part's rate read as a floor that rate does not give (1008 MiB at 7.13 GB/s is
+    0.148 s, the floor 0.251 s): the parts are printed, added where they add up."""
+    from ckptbench.cli.show import floor_line
+
+    hot = fl.restore_fields(_floor(hot=8.0, populate_4k=2.0, populate_thp=2.0), bytes_read=4 * GB, measured_s=3.0,
+                            hash_alg="none", hot=True)
+    line = floor_line(hot)
+    assert "bound by fresh memory (2.00 GB/s populated); fresh memory 2.000 s + page cache 0.500 s ·" in line, line
+    cold = fl.restore_fields(_floor(fresh=1.5), bytes_read=3 * GB, measured_s=4.0, hash_alg="none")
+    assert "; storage 2.000 s, fresh memory 0.300 s ·" in floor_line(cold), floor_line(cold)
+    assert binding.parts(1.0, {"storage": 1.0}) == ""
 
 
 def test_every_document_kind_carries_what_its_binding_rate_is_of():
