@@ -6,6 +6,7 @@ from ckptbench.checklist import efficiency
 from ckptbench.checklist import fuse as checklist_fuse
 from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts
+from ckptbench.core.errors import name_source
 from ckptbench.core.units import human_bytes, human_figure
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.sweep import MeasuredKnee, advice
@@ -349,7 +350,9 @@ def evaluate(f: Facts) -> list[Verdict]:
 
 def report(source: str, items: list[Verdict]) -> dict:
     counts = {v: sum(1 for i in items if i.verdict == v) for v in VERDICTS}
-    return {"source": source, "items": [i.to_json() for i in items], "summary": counts, "ok": counts["fail"] == 0}
+    # each fix names this checkpoint where its commands say SOURCE
+    shown = [i.to_json() | {"fix": name_source(i.fix, source)} for i in items]
+    return {"source": source, "items": shown, "summary": counts, "ok": counts["fail"] == 0}
 
 
 def evidence_text(key: str, value) -> str:

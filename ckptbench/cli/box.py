@@ -7,7 +7,7 @@ import sys
 import time
 
 from ckptbench.cli.show import emit as _emit
-from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.core.errors import CkptbenchError, name_source, printable
 from ckptbench.core.units import human_age, human_bytes, human_figure
 from ckptbench.system import binding
 
@@ -211,7 +211,7 @@ def cmd_floor(args) -> int:
         print(f"  {'write':14s} {write.gbps:7.3f} GB/s  ({write.min_gbps:.3f}..{write.max_gbps:.3f}, "
               f"{human_age(write.age_s)} old)  {printable(write.method)} (for {printable(doc['write']['mount'])})")
     for note in f.notes:
-        print(f"  note: {printable(note)}")
+        print(f"  note: {printable(name_source(note, args.source))}")
     r = doc.get("restore")
     if r and r["floor_s"] is not None:
         parts = ", ".join(f"{k} {v:.3f} s" for k, v in r["times_s"].items())

@@ -101,6 +101,21 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", _ESCAPE.sub("", str(text))).replace("\t", " ").replace("\n", " ")
 
 
+_COMMAND = re.compile(r"`[^`\n]*`")
+
+
+def name_source(text: str, source: str | None) -> str:
+    """`text` with the SOURCE placeholder in its commands (between backticks) filled in with `source`, quoted for a
+    shell: a fix that knows the checkpoint names it (a new user was told `ckptbench check SOURCE --quick-sweep` about
+    the path they had just typed). Without a source, the text as it is."""
+    if not source or "SOURCE" not in text:
+        return text
+    import shlex
+
+    named = shlex.quote(printable(redact(str(source))))
+    return _COMMAND.sub(lambda m: re.sub(r"\bSOURCE\b", lambda _: named, m.group(0)), text)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return redact(text[0])[:300] if text else type(exc).__name__  # redacted whole: a cut can hide the "@"

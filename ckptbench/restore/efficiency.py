@@ -7,6 +7,7 @@ evict the very files a restore is about to read (or has just made hot).
 
 from __future__ import annotations
 
+from ckptbench.core.errors import name_source
 from ckptbench.core.stats import spread
 from ckptbench.system import floor as fl
 
@@ -23,9 +24,10 @@ def fields(source, bytes_read: int, *, measured_s: float | None, hash_alg: str, 
            floating_bytes: int = 0, destination: str = fl.FRESH, device_bytes: int = 0) -> dict:
     """The floor fields of `bytes_read` moved from `source` in `measured_s`: a restore lands them in memory it did
     not own before (`fresh`), a read or a sweep in buffers it reuses (`reused`: no population in the floor)."""
-    return fl.restore_fields(fl.cached(fl.mount_key(source.describe())), bytes_read=bytes_read, measured_s=measured_s,
-                             hash_alg=hash_alg, floating_bytes=floating_bytes, hot=hot, destination=destination,
-                             device_bytes=device_bytes)
+    out = fl.restore_fields(fl.cached(fl.mount_key(source.describe())), bytes_read=bytes_read, measured_s=measured_s,
+                            hash_alg=hash_alg, floating_bytes=floating_bytes, hot=hot, destination=destination,
+                            device_bytes=device_bytes)
+    return out | {"floor_note": name_source(out["floor_note"], getattr(source, "url", None))}  # this checkpoint's
 
 
 def of_restore(source, listing, opts, *, measured_s: float | None = None, residency: float | None = None,

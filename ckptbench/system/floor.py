@@ -255,6 +255,11 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                 hot, reused, words = page_cache_figure(paths_sizes)
                 floor.storage = replace(kept, hot_gbps=hot, hot_reused_gbps=reused,
                                         method=kept.method[:METHOD_MAX - len(words)] + words) if hot else kept
+            if read is None and not any(os.path.dirname(p) in kept.method for p, _ in paths_sizes[:8]):
+                # another checkpoint's files on this mount: said, as the help promises this one's
+                floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
+                                   "ago from other files (its method names them): `--remeasure` reads this "
+                                   "checkpoint's own")
             if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
                 floor.notes.append(f"the {kept.sample_bytes >> 20} MiB sample measures latency more than "
                                    "bandwidth: the floor does not use it (point at a larger checkpoint)")
@@ -269,11 +274,16 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                  and prev is not None and prev.sample_bytes >= MIN_STORAGE_SAMPLE)
     if keep_prev:
         others = others | {mount: asdict(prev)}
-        floor.notes.append(f"the mount's figure from a {prev.sample_bytes >> 20} MiB sample is kept for its restores")
+        floor.notes = [n for n in floor.notes if "measures latency more than bandwidth" not in n]  # said once, below
+        floor.notes.append(f"this checkpoint's {floor.storage.sample_bytes >> 20} MiB sample measures latency more "
+                           f"than bandwidth: the mount's figure from a {prev.sample_bytes >> 20} MiB sample is kept "
+                           "and is the one used")
     if (trouble := _save(path, floor, others, store=not keep_prev)):
         floor.kept = False
         floor.notes.append(f"{path}: cannot keep these figures ({trouble}); every run will say the floor is not "
                            "measured: set XDG_CACHE_HOME to a directory you can write")
+    if keep_prev:  # what this floor is then held to: the figure every restore on the mount uses, not the small one
+        floor.storage = prev
     return floor
 
 
