@@ -87,7 +87,11 @@ COMMANDS = (
              o.RESULTS.but(default="", help="a results CSV to record the knee in: `check --results` then advises "
                                             "from it, not from a preset"))),
     Command("compare", "newest run against a baseline; exit 1 on a regression beyond the noise",
-            _lazy("cmd_compare", "run"), (o.RESULTS_FILE, o.BASELINE, o.THRESHOLD, o.JSON)),
+            _lazy("cmd_compare", "run"),
+            (o.RESULTS_FILE.but(help="a results.csv written by run, save or watch"), (o.NEWEST, o.RUN_KIND),
+             o.BASELINE.but(help="run id to compare against (default: the last earlier run of the same kind made the "
+                                 "same way; for a watch, of the same command)"),
+             o.THRESHOLD, o.JSON)),
     Command("check", "the troubleshooting checklist: verdict, evidence and fix for every item (it reads SOURCE's "
                      "files cold: they leave the page cache)", _lazy("cmd_check"),
             (o.SOURCE, _RESTORE_CONCURRENCY, o.QUICK_SWEEP,

@@ -207,9 +207,9 @@ def cmd_sweep(args) -> int:
 def cmd_compare(args) -> int:
     from ckptbench.records.compare import change_text, compare, figure_text
 
-    c = compare(args.results, args.baseline, args.threshold)
+    c = compare(args.results, args.baseline, args.threshold, newest=args.newest, kind=args.kind)
     if args.json:
-        json.dump({"baseline": c.baseline_id, "newest": c.newest_id, "threshold_pct": c.threshold_pct,
+        json.dump({"kind": c.kind, "baseline": c.baseline_id, "newest": c.newest_id, "threshold_pct": c.threshold_pct,
                    "env_diff": c.env_diff, "regressions": [f.figure for f in c.regressed],
                    "figures": [vars(f) for f in c.figures]}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -218,7 +218,7 @@ def cmd_compare(args) -> int:
             print("WARNING: the runs differ in key environment or settings — the comparison may not be fair:")
             for k, (a, b) in c.env_diff.items():
                 print(f"  {k}: {a} → {b}")
-        print(f"newest {c.newest_id} against baseline {c.baseline_id} (threshold {c.threshold_pct:g} %)")
+        print(f"newest {c.newest_id} against baseline {c.baseline_id} (kind {c.kind}, threshold {c.threshold_pct:g} %)")
         print(f"  {'figure':16s} {'baseline':>10s} {'newest':>10s} {'change':>8s}")
         for f in c.figures:
             flag = ("  " + f.verdict if f.regression or f.improved else f"  ({f.verdict})") if f.verdict else ""

@@ -161,6 +161,9 @@ LEVELS = option("--levels", default="1,8,16,32,64", help="the concurrency levels
 THRESHOLD = option("--threshold", parse=finite, default=5.0, metavar="PCT",
                    help="a slowdown beyond this percent (and the noise) is a regression")
 BASELINE = option("--baseline", metavar="RUN", help="run id to compare against (default: the previous run)")
+NEWEST = option("--newest", metavar="RUN", help="run id to compare (default: the newest run)")
+RUN_KIND = option("--kind", metavar="KIND", help="compare the newest run of this kind (restore, save, watch, "
+                  "dist), against the last earlier one of that kind")
 QUICK_SWEEP = switch("--quick-sweep", "measure read throughput per concurrency (cold)")
 TENSORS = option("--tensors", nargs="?", const="*", metavar="GLOB",
                  help="also list every tensor (name, dtype, shape, bytes, file, group), or those matching GLOB")

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from ckptbench.system.env import KEY_FIELDS
 from ckptbench.core.errors import CkptbenchError, printable
-from ckptbench.records.results import STAGES, read_documents, read_rows
+from ckptbench.records.results import STAGES, jsonl_path, read_documents, read_rows
 from ckptbench.core.stats import spread
-from ckptbench.core.units import human_pct
+from ckptbench.core.units import human_figure, human_pct
 
 # figure -> True when higher is better, by kind of run
 FIGURES = {"rto_s": False, **{f"{s}_s": False for s in STAGES}, "read_gbps": True, "aggregate_gbps": True,
@@ -23,6 +23,8 @@ SHARES = {"efficiency"}  # a fraction in the documents, a percent wherever a per
 # runs that differ in these measured different things
 SETTINGS = ("source", "format", "mode", "cache", "concurrency", "read", "hash", "block_size", "device")
 SAVE_SETTINGS = ("source", "format", "mode", "target", "ranks", "stagger_s")
+# what a run measured: a default baseline shares these (its other settings may differ, and are listed)
+MEASURED = ("source", "format", "cache")
 
 
 @dataclass(frozen=True)
@@ -36,16 +38,23 @@ class FigureDelta:
     improved: bool = False
     noise_known: bool = True  # each side had two or more repeats: one repeat has no range to be within
 
+    too_small: bool = False  # a change under what can matter (a timer's grain, a sliver of the RTO)
+
     @property
     def verdict(self) -> str:
-        """How the text tells it: REGRESSION, improved, within noise, or that one repeat gives no noise to judge."""
+        """How the text tells it: REGRESSION, improved, too small to matter, within noise, or that one repeat a side
+        gives no noise to judge (where one side had repeats, their spread did judge: said so)."""
         if self.regression:
             return "REGRESSION"
         if self.improved:
             return "improved"
-        if not self.noise_known:
-            return "one repeat: noise unknown"
-        return "" if self.beyond_noise else "within noise"
+        if self.too_small:
+            return "too small to matter"
+        if self.baseline.get("n") == self.newest.get("n") == 1:
+            return "one repeat each: noise unknown"
+        if self.beyond_noise:
+            return ""
+        return "within noise" if self.noise_known else "within the other run's spread"
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,7 @@ class Comparison:
     figures: list[FigureDelta]
     env_diff: dict[str, tuple]
     threshold_pct: float
+    kind: str
 
     @property
     def regressed(self) -> list[FigureDelta]:
@@ -66,8 +76,9 @@ COMPLETED = ("ok", "unverified")
 
 
 def figure_text(figure: str, value: float) -> str:
-    """A compared figure's median as the text shows it: a share as `run` prints it ("82 %"), else 4 digits."""
-    return human_pct(value) if figure in SHARES else f"{value:.4g}"
+    """A compared figure's median in the units its name says (bytes, seconds, GB/s, a share): 4 significant digits
+    printed a 4.2 GB peak RSS as 4.2e+09."""
+    return human_figure(figure, value, SHARES)
 
 
 def change_text(change_pct: float | None) -> str:
@@ -98,74 +109,145 @@ def _shown(value):
 
 
 def _known(ids: list[str]) -> str:
-    return ", ".join(printable(i) for i in ids[-5:])
+    """The runs one may name: the newest twelve, and how many more (a valid id left off read as not there)."""
+    shown = ", ".join(printable(i) for i in ids[-12:])
+    return shown + (f" (and {len(ids) - 12} earlier: `ckptbench compare --json` lists none; the file's run_id column "
+                    "holds them all)" if len(ids) > 12 else "")
 
 
-def _delta(fig: str, base: list, new: list, higher_better: bool, threshold_pct: float) -> FigureDelta | None:
+MIN_SECONDS = 0.001  # a change in seconds under this is the timer's grain and the scheduler's, not the restore's
+MIN_RTO_SHARE = 0.01  # a stage's change under this share of the RTO changes no restore anyone waits for
+
+
+def _delta(fig: str, base: list, new: list, higher_better: bool, threshold_pct: float,
+           min_abs: float = 0.0) -> FigureDelta | None:
+    """`min_abs`: the least change of the median that can count (a verify stage of 0.004 s read +12 % REGRESSION
+    and failed the run's CI on a tenth of a millisecond)."""
     b, n = spread(base), spread(new)
     if b["median"] is None or n["median"] is None:
         return None
     change = (n["median"] - b["median"]) / b["median"] * 100 if b["median"] else None
-    worse = change is not None and (change < -threshold_pct if higher_better else change > threshold_pct)
-    better = change is not None and (change > threshold_pct if higher_better else change < -threshold_pct)
+    small = abs(n["median"] - b["median"]) < min_abs
+    worse = change is not None and not small and (change < -threshold_pct if higher_better else change > threshold_pct)
+    better = change is not None and not small and (change > threshold_pct if higher_better
+                                                   else change < -threshold_pct)
     # beyond noise: every repeat of one run is past every repeat of the other (an improvement read "within noise"
     # when only the worse direction was tested); with one repeat a side the threshold alone decides
     beyond = n["max"] < b["min"] or n["min"] > b["max"]
     known = b.get("n", 2) > 1 and n.get("n", 2) > 1
-    return FigureDelta(fig, b, n, change, bool(worse and beyond), beyond, bool(better and beyond), known)
+    return FigureDelta(fig, b, n, change, bool(worse and beyond), beyond, bool(better and beyond), known,
+                       bool(small and change))
 
 
-def _floors(path: str) -> dict[str, dict]:
+def _run_documents(path: str) -> dict[str, dict]:
+    """run_id -> its run document (results.csv.jsonl), for the runs that have one."""
+    return {d["run_id"]: d for d in read_documents(path, "run") if isinstance(d.get("run_id"), str)}
+
+
+def _floors(docs: dict[str, dict]) -> dict[str, dict]:
     """run_id -> its run document's floor, for the runs held against one (floor_s a positive number)."""
     out = {}
-    for d in read_documents(path, "run"):
+    for run_id, d in docs.items():
         f = d.get("floor_s")
-        if isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 and isinstance(d.get("run_id"), str):
-            out[d["run_id"]] = {"floor_s": float(f)}
+        if isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0:
+            out[run_id] = {"floor_s": float(f)}
     return out
+
+
+def _command(docs: dict[str, dict], run_id: str) -> str | None:
+    """The command line a watch watched, as its run document recorded it (redacted); None where none did."""
+    command = docs.get(run_id, {}).get("command")
+    return command if isinstance(command, str) else None
 
 
 def _efficiency(floor: dict, measured) -> float | None:
     return floor["floor_s"] / measured if isinstance(measured, (int, float)) and measured > 0 else None
 
 
-def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, newest: str | None = None) -> Comparison:
+def _newest(path: str, runs: dict[str, list[dict]], newest: str | None, kind: str | None) -> str:
+    """The run compared: `newest` by its id, else the newest of `kind`, else the newest of the file."""
+    ids = list(runs)
+    if newest is not None:
+        if newest not in runs:
+            raise CkptbenchError(f"{path}: no successful run {printable(newest)!r} to compare (--newest); known runs: "
+                                 f"{_known(ids)}")
+        return newest
+    if kind is None:
+        return ids[-1]
+    of_kind = [i for i in ids if runs[i][0]["kind"] == kind]
+    if not of_kind:
+        held = ", ".join(sorted({runs[i][0]["kind"] for i in ids}))
+        raise CkptbenchError(f"{path}: no successful {printable(kind)} run recorded; it holds {held} runs: name one of "
+                             "those with --kind")
+    return of_kind[-1]
+
+
+def _default_baseline(path: str, runs: dict[str, list[dict]], newest: str, docs: dict[str, dict]) -> str:
+    ids = list(runs)
+    kind = runs[newest][0]["kind"]
+    same = [i for i in ids[:ids.index(newest)] if runs[i][0]["kind"] == kind]
+    if not same:
+        raise CkptbenchError(f"{path}: the run compared, {printable(newest)}, is a {kind} and no earlier {kind} run is "
+                             "recorded; compare needs two of one kind")
+    if kind == "watch":
+        # a watch's settings do not name its loader (only the folder it read): watches of two loaders of one
+        # checkpoint were held against each other
+        command = _command(docs, newest)
+        if command is None:
+            raise CkptbenchError(f"{jsonl_path(path)}: no run document of watch {printable(newest)} records its "
+                                 "command; name a baseline with --baseline RUN")
+        alike = [i for i in same if _command(docs, i) == command]
+        if not alike:
+            raise CkptbenchError(f"{path}: no watch before {printable(newest)} watched the same command; watch that "
+                                 "command again, or name a baseline with --baseline RUN")
+        return alike[-1]
+    # the last one run the same way (source, cache, read path...): a hot run against the as-is run before it
+    # read as a 135 % gain; else the last of the same checkpoint measured the same way, its other settings
+    # listed (a change of concurrency is what a user compares); never another checkpoint unasked (a restore of a
+    # torch checkpoint against a safetensors one was a +11479 % REGRESSION and failed the build)
+    keys = SAVE_SETTINGS if kind == "save" else SETTINGS
+    alike = [i for i in same if all(runs[i][-1].get(k) == runs[newest][-1].get(k) for k in keys)]
+    what = [i for i in same if all(runs[i][-1].get(k) == runs[newest][-1].get(k) for k in MEASURED)]
+    if not alike and not what:
+        raise CkptbenchError(f"{path}: no earlier {kind} run of {printable(runs[newest][-1].get('source'))} "
+                             f"({', '.join(MEASURED[1:])} as {printable(newest)}); name a baseline with --baseline RUN")
+    return (alike or what)[-1]
+
+
+def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, newest: str | None = None,
+            kind: str | None = None) -> Comparison:
+    """`newest` (default: the newest run, or the newest of `kind`) against `baseline` (default: the last earlier run
+    of its kind made the same way; for a watch, of the same command)."""
     if threshold_pct < 0:
         raise CkptbenchError(f"--threshold must be ≥ 0, got {threshold_pct}")
     runs = _runs(read_rows(path))
     ids = list(runs)
     if len(ids) < 2:
         raise CkptbenchError(f"{path}: {len(ids)} successful run(s) recorded; compare needs two (run the benchmark again)")
-    if newest is None:
-        newest = ids[-1]
-    elif newest not in runs:
-        raise CkptbenchError(f"{path}: no successful run {printable(newest)!r}; known runs: {_known(ids)}")
+    newest = _newest(path, runs, newest, kind)
     kind = runs[newest][0]["kind"]
+    docs = _run_documents(path)
     if baseline is None:
-        same = [i for i in ids[:ids.index(newest)] if runs[i][0]["kind"] == kind]
-        if not same:
-            raise CkptbenchError(f"{path}: the newest run {printable(newest)} is a {kind} and no earlier {kind} run is "
-                                 "recorded; compare needs two of one kind")
-        # the last one run the same way (source, cache, read path...): a hot run against the as-is run before it
-        # read as a 135 % gain; another one only when none was, and the settings that differ are listed
-        keys = SAVE_SETTINGS if kind == "save" else SETTINGS
-        alike = [i for i in same if all(runs[i][-1].get(k) == runs[newest][-1].get(k) for k in keys)]
-        baseline = (alike or same)[-1]
+        baseline = _default_baseline(path, runs, newest, docs)
     elif baseline not in runs:
         raise CkptbenchError(f"{path}: no successful run {printable(baseline)!r}; known runs: {_known(ids)}")
     if baseline == newest:
-        raise CkptbenchError(f"--baseline {printable(baseline)} is the newest run; pick an earlier one")
+        raise CkptbenchError(f"--baseline {printable(baseline)} is the run compared; pick an earlier one")
     if runs[baseline][0]["kind"] != kind:
         raise CkptbenchError(f"--baseline {printable(baseline)} is a {runs[baseline][0]['kind']} run and "
                              f"{printable(newest)} a {kind} run; "
                              "compare runs of one kind")
     base_rows, new_rows = _steady(runs[baseline]), _steady(runs[newest])
     figures = []
+    rto = spread([r.get("rto_s") for r in base_rows])["median"] if kind != "save" else None
     for fig, higher_better in (SAVE_FIGURES if kind == "save" else FIGURES).items():
+        least = 0.0
+        if fig.endswith("_s"):  # seconds: a timer's grain, and a stage's sliver of the RTO, change nothing
+            least = max(MIN_SECONDS, MIN_RTO_SHARE * rto if rto and fig != "rto_s" else 0.0)
         figures.append(_delta(fig, [r[fig] for r in base_rows], [r[fig] for r in new_rows], higher_better,
-                              threshold_pct))
+                              threshold_pct, least))
     figures = [f for f in figures if f is not None]
-    floors = _floors(path)
+    floors = _floors(docs)
     if kind in EFFICIENCY_OF and baseline in floors and newest in floors:
         figures.append(_delta("efficiency", [_efficiency(floors[baseline], r[EFFICIENCY_OF[kind]]) for r in base_rows],
                               [_efficiency(floors[newest], r[EFFICIENCY_OF[kind]]) for r in new_rows], True,
@@ -175,8 +257,10 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     for k in SAVE_SETTINGS if kind == "save" else SETTINGS:
         if base_rows[-1][k] != new_rows[-1][k]:
             diff[k] = (base_rows[-1][k], new_rows[-1][k])
+    if kind == "watch" and _command(docs, baseline) != _command(docs, newest):  # a --baseline of another loader
+        diff["command"] = (_command(docs, baseline), _command(docs, newest))
     fb, fn = (floors.get(baseline) or {}).get("floor_s"), (floors.get(newest) or {}).get("floor_s")
     if fb and fn and abs(fn - fb) / fb > FLOOR_MOVED:  # the box itself did more or less: the efficiency says how much
         diff["floor_s"] = (round(fb, 4), round(fn, 4))  # of a change is the restore's
     shown = {printable(k): (_shown(a), _shown(b)) for k, (a, b) in diff.items()}
-    return Comparison(printable(baseline), printable(newest), figures, shown, threshold_pct)
+    return Comparison(printable(baseline), printable(newest), figures, shown, threshold_pct, kind)

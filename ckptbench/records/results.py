@@ -219,7 +219,7 @@ def read_rows(path: str) -> list[dict]:
             columns = tuple(header)
             if columns not in _SCHEMA_OF:
                 raise CkptbenchError(f"{path}: not a ckptbench results file of schema 1 to {SCHEMA} (its header "
-                                     "differs); use another --results path")
+                                     "differs); name a results file ckptbench wrote")
             rows = []
             for lineno, values in enumerate(reader, start=2):
                 if len(values) != len(columns):

@@ -34,7 +34,7 @@ TODAY = {
              "--read{auto,pread,mmap,direct}=auto --hash{none,crc32c,xxh64,md5,sha256}=none --block-size=1048576 "
              "--part-size=8388608 --json --distributed --each-rank{part,all}=part --rank-timeout=300.0 --pick "
              "--results=",
-    "compare": "results --baseline --threshold=5.0 --json",
+    "compare": "results --newest --kind --baseline --threshold=5.0 --json",
     "check": "source --concurrency/-c=8 --quick-sweep --results=results.csv --json --markdown",
     "plan": "profile --interval --scale=1.0 --nodes --ranks-per-node --storage --results=results.csv --target --json",
     "save": "what target --format{safetensors,torch,dcp}=safetensors --scale=1.0 --interval --count=3 --keep=2 "
@@ -52,7 +52,8 @@ TODAY = {
     "floor": "source --remeasure --json --pick --s3-client{threads,crt}=threads --write-to",
 }
 # each group of flags that exclude each other, per command
-EXCLUSIVE = {"watch": [["json", "tui"]], "check": [["json", "markdown"]], "tui": [["run", "loop", "watch", "ranks"]]}
+EXCLUSIVE = {"watch": [["json", "tui"]], "check": [["json", "markdown"]], "tui": [["run", "loop", "watch", "ranks"]],
+             "compare": [["newest", "kind"]]}
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
