@@ -132,7 +132,9 @@ COMMANDS = (
     Command("floor", "what this box can physically do for a restore (storage, fresh memory, copy, hashing, scanning), "
                      "measured in seconds and cached per box; with SOURCE, that checkpoint's floor (its files "
                      "are read cold when its mount's storage figure is measured: they leave the page cache)",
-            _lazy("cmd_floor", "box"), (o.SOURCE.but(nargs="?", help="a checkpoint: its own files give the storage figure"),
+            _lazy("cmd_floor", "box"), (o.SOURCE.but(nargs="?", help="a checkpoint: its files give its mount's storage "
+                                                                  "figure (kept per mount; --remeasure reads them "
+                                                                  "again)"),
                                  o.REMEASURE, o.JSON, o.PICK, o.S3_CLIENT, o.WRITE_TO)),
 )
 

@@ -184,7 +184,8 @@ def cmd_sweep(args) -> int:
     best = res.gbps[res.best]["median"]
     print_pick(res.layout, verb="swept")
     print(f"{res.source}: read throughput by concurrency ({res.cache} cache"
-          f"{'' if res.cache_verified else ', NOT verified'}; median of {args.repeat})")
+          f"{'' if res.cache_verified else ', NOT verified'}; hash {res.hash}; read path {res.read}; median of "
+          f"{args.repeat})")
     effs = (res.floor or {}).get("efficiency_by_level") or {}
     print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s}  of best  of floor")
     for lv in res.levels:

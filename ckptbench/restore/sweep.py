@@ -31,11 +31,17 @@ class SweepResult:
     failed: tuple[tuple[str, str], ...] = ()  # (path, why) of what could not be read; the rest was measured
     layout: dict | None = None  # which checkpoint of the folder was read, and why (resume.choose)
     floor: dict | None = None  # the box's floor for these reads and each level's efficiency (restore/efficiency.py)
+    # what each read did, as `read` says it: a level of the sweep and `read -c` at that level differ by the hash
+    # (the sweep's default is none) and a user could not tell
+    hash: str = "none"
+    read: str = ""
+    read_why: str = ""
 
     def to_json(self) -> dict:
         return {"source": self.source, "levels": self.levels, "gbps": {str(k): v for k, v in self.gbps.items()},
                 "knee": self.knee, "best": self.best, "margin": self.margin, "cache": self.cache,
-                "cache_verified": self.cache_verified,
+                "cache_verified": self.cache_verified, "hash": self.hash, "read": self.read,
+                "read_why": self.read_why,
                 "failed": [{"path": p, "error": why} for p, why in self.failed],
                 "recommendation": f"--concurrency {self.knee}", "layout": self.layout} | (self.floor or {})
 
@@ -151,7 +157,7 @@ def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: s
     listing = src.list()
     results: dict[int, list[float]] = {lv: [] for lv in levels}
     failed = {d: f"directory not readable ({why})" for d, why in listing.skipped}
-    verified, hot = True, False
+    verified, hot, rep = True, False, None
     for _ in range(repeats):
         for level in levels:
             if cancel is not None and cancel.is_set():
@@ -168,4 +174,5 @@ def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: s
     label = cache if src.has_page_cache else f"n/a ({src.scheme})"
     floor = efficiency.of_sweep(src, listing.bytes, {lv: s["median"] for lv, s in stats.items()}, base.hash, hot)
     return SweepResult(listing.source, levels, stats, k, best, KNEE_MARGIN, label, verified,
-                       tuple(sorted(failed.items())), listing.layout.describe() if listing.layout else None, floor)
+                       tuple(sorted(failed.items())), listing.layout.describe() if listing.layout else None, floor,
+                       base.hash, rep.result.read if rep else "", rep.read_why if rep else "")

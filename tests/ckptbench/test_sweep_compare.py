@@ -46,11 +46,14 @@ def test_sweep_json_reports_every_level_and_a_knee_among_them(ckpt):
     assert doc["knee"] == within[0]
     assert doc["recommendation"] == f"--concurrency {doc['knee']}"
     assert doc["cache"] == "hot" and doc["cache_verified"] is True
+    # what each read did, as `read` says it (a level and `read -c` at that level differed by the hash, unsaid)
+    assert doc["hash"] == "none" and doc["read"] == "pread" and "page cache" in doc["read_why"], doc
 
 
 def test_sweep_text_marks_the_knee(ckpt):
-    r = cli("sweep", ckpt, "--levels", "1,2", "--repeat", "1", "--cache", "hot")
+    r = cli("sweep", ckpt, "--levels", "1,2", "--repeat", "1", "--cache", "hot", "--hash", "xxh64")
     assert r.rc == 0, r.err
+    assert "; hash xxh64; read path pread;" in r.out.splitlines()[0], r.out
     marked = [line for line in r.out.splitlines() if "knee" in line and "←" in line]
     assert len(marked) == 1
     assert "recommendation: --concurrency" in r.out
