@@ -41,6 +41,8 @@ class ScalePreset:
     part_bytes: int | None  # object stores: bytes per ranged GET
     per_connection_gbps: float | None
     head_per_file: bool  # a FUSE mount of an object store: every open is a HEAD as well
+    fs_types: tuple[str, ...] = ()  # the filesystems and URL schemes this storage is seen as (a run measured on
+    schemes: tuple[str, ...] = ()  # another is not this storage's: system/storage.py matches a source so too)
 
 
 def _preset_path(name: str) -> str:
@@ -76,6 +78,13 @@ def _flag(doc: dict, path: str, key: str, default: bool) -> bool:
     return v
 
 
+def _names(doc: dict, path: str, key: str) -> tuple[str, ...]:
+    v = doc.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) and len(x) <= 64 for x in v) or len(v) > 64:
+        raise CkptbenchError(f"{path}: {key} must be a list of names; compare with profiles/storage/efs.toml")
+    return tuple(v)
+
+
 def load_preset(name: str) -> ScalePreset:
     """A storage preset by name, or by path to a .toml file, with its scale figures validated."""
     path = _preset_path(name)
@@ -98,6 +107,7 @@ def load_preset(name: str) -> ScalePreset:
         part_bytes=_number(doc, path, "part_bytes", whole=True),
         per_connection_gbps=_number(doc, path, "per_connection_gbps"),
         head_per_file=_flag(doc, path, "head_per_file", False),
+        fs_types=_names(doc, path, "fs_types"), schemes=_names(doc, path, "schemes"),
     )
     if not preset.shared and preset.aggregate_gbps is not None:
         raise CkptbenchError(f"{path}: aggregate_gbps on a preset with shared = false; remove one of them")
@@ -121,15 +131,16 @@ def _median(values: list[float]) -> float:
     return spread(values)["median"]
 
 
-def measured_rank_read(results_path: str) -> dict | None:
+def measured_rank_read(results_path: str, on=None) -> dict | None:
     """The per-rank read rate of the newest distributed run (its aggregate rate ÷ its ranks), else of the
-    newest restore run, neither read hot from the page cache; None when results.csv holds neither."""
+    newest restore run, neither read hot from the page cache, of the rows `on(row)` keeps; None when results.csv
+    holds neither."""
     from ckptbench.records.results import read_rows
 
     if not results_path or not os.path.exists(results_path):
         return None
     # a hot run read the page cache: it says nothing of the storage
-    rows = [r for r in read_rows(results_path) if r.get("cache") != "hot"]
+    rows = [r for r in read_rows(results_path) if r.get("cache") != "hot" and (on is None or on(r))]
     dist = _runs(rows, lambda r: r["kind"] == "dist" and r["status"] in RESTORE_STATUSES
                  and isinstance(r.get("ranks"), float) and r["ranks"] >= 1, _aggregate)
     if dist:
@@ -145,6 +156,29 @@ def measured_rank_read(results_path: str) -> dict | None:
                 "date": printable(run[0]["timestamp"]), "where": printable(run[0]["source"]), "ranks": 1,
                 "gbps": _median([r["read_gbps"] for r in run])}
     return None
+
+
+def _storage_of(row: dict) -> str:
+    """What a recorded run read from: its URL scheme, else its filesystem as its environment recorded it."""
+    source = str(row.get("source") or "")
+    return source.split("://", 1)[0] if "://" in source else str(row["env"].get("source_fs") or "")
+
+
+def rank_read_on(results_path: str, preset: ScalePreset) -> tuple[dict | None, str]:
+    """The measured per-rank read rate from runs on the preset's storage (its filesystems or URL schemes), and why
+    a newer run was not used: a restore of a local ext4 checkpoint, found in ./results.csv, was the "MEASURED" rate
+    of an FSx for Lustre plan. A preset that names no filesystem takes any run."""
+    kinds = set(preset.fs_types) | set(preset.schemes)
+    if not kinds:
+        return measured_rank_read(results_path), ""
+    mine = measured_rank_read(results_path, on=lambda r: _storage_of(r) in kinds)
+    if mine is not None:
+        return mine, ""
+    other = measured_rank_read(results_path)
+    if other is None:
+        return None, ""
+    return None, (f"; the newest run in {printable(results_path)} ({other['run_id']}, {other['where']}) read other "
+                  f"storage than {preset.name}'s ({', '.join(sorted(kinds))}): not used")
 
 
 def _requests(profile: Profile, base: dict, preset: ScalePreset) -> dict | None:
@@ -210,7 +244,7 @@ def box_memory(floor) -> dict | None:
 
 
 def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: ScalePreset, measured: dict | None = None,
-          coordination_s: float = COORDINATION_S, memory: dict | None = None) -> dict:
+          coordination_s: float = COORDINATION_S, memory: dict | None = None, unmeasured_why: str = "") -> dict:
     """The restore of `profile` on `nodes` × `ranks_per_node` ranks from `storage`: ceilings, the binding one,
     where the storage saturates, the RTO floor, and a table over node counts (1, 2, 4, ... nodes)."""
     if nodes < 1 or ranks_per_node < 1:
@@ -222,7 +256,7 @@ def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: ScalePrese
     else:
         rank = {"source": "assumed", "gbps": storage.client_gbps / ranks_per_node,
                 "why": f"no distributed or restore run measured: {storage.name}'s per-client ceiling "
-                       f"{storage.client_gbps:g} GB/s shared by {ranks_per_node} ranks"}
+                       f"{storage.client_gbps:g} GB/s shared by {ranks_per_node} ranks{unmeasured_why}"}
     from_ranks = ranks_per_node * rank["gbps"]
     caps = {"ranks": from_ranks, "client": storage.client_gbps}  # on a tie the client binds: it is saturated
     if memory is not None:

@@ -247,3 +247,24 @@ def test_plan_without_nodes_is_unchanged(h):
     doc = json.loads(r.out)
     assert doc == json.loads(json.dumps(plan(profiles.load("7b"))))
     assert "table" not in doc and "ceilings" not in doc
+
+
+def test_a_run_on_other_storage_is_not_the_presets_measured_rate(tmp_path):
+    """A restore of a local ext4 checkpoint, found in ./results.csv, was the MEASURED per-rank rate of an FSx for
+    Lustre plan."""
+    csv = str(tmp_path / "results.csv")
+    results.append(csv, [_row("local", "restore", 1.2, env={"source_fs": "ext4"})])
+    lustre = plan_scale.load_preset("fsx-lustre")
+    measured, why = plan_scale.rank_read_on(csv, lustre)
+    assert measured is None and "(local, /ckpt/local) read other storage than fsx-lustre's (lustre)" in why, why
+    doc = plan_scale.scale(profiles.load("7b"), 2, 8, lustre, measured, unmeasured_why=why)
+    assert doc["per_rank"]["source"] == "assumed" and doc["per_rank"]["why"].endswith(": not used")
+    nvme, _ = plan_scale.rank_read_on(csv, plan_scale.load_preset("local-nvme"))  # the storage it was measured on
+    assert nvme["source"] == "measured-restore" and nvme["gbps"] == pytest.approx(1.2)
+    results.append(csv, [_row("fsx", "restore", 0.8, env={"source_fs": "lustre"})])
+    older = plan_scale.rank_read_on(csv, lustre)[0]
+    assert older["run_id"] == "fsx"
+    s3, _ = plan_scale.rank_read_on(csv, plan_scale.load_preset("s3"))
+    assert s3 is None
+    results.append(csv, [_row("obj", "restore", 0.3, source="s3://bucket/ckpt")])
+    assert plan_scale.rank_read_on(csv, plan_scale.load_preset("s3"))[0]["run_id"] == "obj"
