@@ -175,26 +175,65 @@ def known_figure(key: str) -> bool:
 
 
 BUSY_SHARE = 0.5  # of the cores' time taken by other work just before measuring: the figures would be low
+BUSY_DURING = 0.25  # of the cores' time taken by other work while measuring (the measurement holds every core)
+
+
+def _idle_total() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return v[3] + v[4], sum(v)  # idle and iowait; of user, nice, system, idle, iowait, irq, softirq, steal
+
+
+def _busy_words(share: float) -> str:
+    return (f"the box was busy ({human_pct(share)} of its cores' time taken by other work as it was measured): these "
+            "figures may be low; `ckptbench floor SOURCE --remeasure` when it is quiet")
 
 
 def _busy(window_s: float = 0.2) -> str:
     """A note when other work held the cores as the box was about to be measured: the share of the cores' time that
     was not idle over `window_s` of /proc/stat (a VM's steal included), taken before, so the measurement's own
     threads are not counted (a load average taken after counted them, and called a quiet box busy)."""
-    def idle_total() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-        return v[3] + v[4], sum(v)  # idle and iowait; of user, nice, system, idle, iowait, irq, softirq, steal
-
     try:
-        i0, t0 = idle_total()
+        i0, t0 = _idle_total()
         time.sleep(window_s)
-        i1, t1 = idle_total()
+        i1, t1 = _idle_total()
     except (OSError, ValueError, IndexError):
         return ""
     share = 1 - (i1 - i0) / (t1 - t0) if t1 > t0 else 0.0
-    return (f"the box was busy ({human_pct(share)} of its cores' time taken by other work as it was measured): these figures "
-            "may be low; `ckptbench floor SOURCE --remeasure` when it is quiet") if share >= BUSY_SHARE else ""
+    return _busy_words(share) if share >= BUSY_SHARE else ""
+
+
+class OtherWork:
+    """The share of the cores' time other work took while this process measured: the box's busy time over the
+    window (/proc/stat, a VM's steal included) less this process's own CPU time. Looking only before the
+    measurement called a box quiet that two other jobs were loading (a hot read then ran at 168 % of its floor)."""
+
+    def __init__(self):
+        try:
+            self.start = (*_idle_total(), _own_cpu_s())
+        except (OSError, ValueError, IndexError):
+            self.start = None
+
+    def share(self) -> float:
+        if self.start is None:
+            return 0.0
+        try:
+            idle, total, own = (*_idle_total(), _own_cpu_s())
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        hz = os.sysconf("SC_CLK_TCK")
+        span_s = (total - self.start[1]) / hz
+        busy_s = span_s - (idle - self.start[0]) / hz
+        return max(0.0, busy_s - (own - self.start[2])) / span_s if span_s > 0 else 0.0
+
+    def note(self) -> str:
+        share = self.share()
+        return _busy_words(share) if share >= BUSY_DURING else ""
+
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None = None, *, remeasure: bool = False,
@@ -232,9 +271,10 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                 held.close()
             floor.ceilings |= {large_key(large.sample_bytes): large} if large is not None else {}
     else:  # the box's figures again: a size class kept from before them would be from another moment of the host's
-        floor.busy = _busy()  # said, and kept: the cached figures are as low as they were measured
+        before, during = _busy(), OtherWork()
         floor.ceilings = memory_ceilings(size=size, **({"restore_bytes": restore_bytes} if want else {})) | \
             cpu_ceilings()
+        floor.busy = before or during.note()  # said, and kept: the cached figures are as low as they were measured
         floor.notes += [floor.busy] if floor.busy else []
     if box.get("gpus") and not all(k in floor.ceilings for k in DEVICE_FIGURES):  # a GPU's link, when there is one
         try:

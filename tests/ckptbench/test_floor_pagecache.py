@@ -153,6 +153,22 @@ def test_busy_is_other_work_before_the_measurement_not_its_own(tmp_path, monkeyp
     assert fl._busy(window_s=0) == ""
 
 
+def test_busy_is_other_work_while_measuring_less_the_measurements_own(monkeypatch):
+    """A box two other jobs were loading was called quiet (only the 0.2 s before was looked at), and a hot read then
+    ran at 168 % of its floor. Over a 2-core second: 2 s of cores, 0.1 s idle, 1.2 s our own: 0.7 s (35 %) others'."""
+    import os as _os
+
+    hz = _os.sysconf("SC_CLK_TCK")
+    ticks = iter([(0, 0), (round(0.1 * hz), 2 * hz)])
+    own = iter([10.0, 11.2])
+    monkeypatch.setattr(fl, "_idle_total", lambda: next(ticks))
+    monkeypatch.setattr(fl, "_own_cpu_s", lambda: next(own))
+    others = fl.OtherWork()
+    assert others.share() == pytest.approx(0.35, abs=0.01)
+    ticks, own = iter([(0, 0), (round(0.1 * hz), 2 * hz)]), iter([10.0, 11.8])  # 0.1 s others': quiet
+    assert fl.OtherWork().note() == ""
+
+
 def test_the_checklist_names_the_page_cache_copy_it_holds_a_hot_restore_to():
     from ckptbench.checklist import efficiency
 
