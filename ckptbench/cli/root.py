@@ -33,6 +33,18 @@ def _typed(parse):
     return typed
 
 
+def _with_default(opt: o.Option) -> str | None:
+    """The help with the value an option takes when not given, where its help does not say it already (a new user
+    could not tell --concurrency's or --repeat's default without running the command)."""
+    shown = opt.default
+    if (opt.help is None or opt.action or shown is None or shown == "" or "default" in opt.help
+            or opt.help == argparse.SUPPRESS):
+        return opt.help
+    if isinstance(shown, int) and opt.parse is o.size:  # a size as one types it
+        shown = f"{shown >> 20}M" if shown % (1 << 20) == 0 else f"{shown >> 10}K" if shown % 1024 == 0 else shown
+    return f"{opt.help} (default: {shown:g})" if isinstance(shown, float) else f"{opt.help} (default: {shown})"
+
+
 def add_option(p, opt: o.Option) -> None:
     """Renders one declaration into a parser (or a group of one)."""
     if opt.action == "negatable":
@@ -44,7 +56,7 @@ def add_option(p, opt: o.Option) -> None:
               "metavar": opt.metavar, "nargs": opt.nargs, "const": opt.const}
         kw = {k: v for k, v in kw.items() if v is not None}  # a positional given default=None is no longer required
     if opt.flags:
-        p.add_argument(*opt.flags, dest=opt.dest, help=opt.help, **kw)
+        p.add_argument(*opt.flags, dest=opt.dest, help=_with_default(opt), **kw)
     else:
         p.add_argument(opt.dest, help=opt.help, **kw)
 

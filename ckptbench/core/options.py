@@ -131,10 +131,10 @@ READ = option("--read", choices=READ_MODES, default=AUTO,
 HASH = option("--hash", choices=HASHES, default="crc32c", help="digest computed while reading")
 RESTORE_HASH = HASH.but(default=None, help="default: the manifest's digest; none without a manifest (there is nothing "
                         "to check a digest against; give one to record digests anyway)")
-BLOCK_SIZE = option("--block-size", parse=size, default=1 << 20, metavar="B", help="bytes per read call (1M)")
+BLOCK_SIZE = option("--block-size", parse=size, default=1 << 20, metavar="B", help="bytes per read call")
 CHUNK_SIZE = option("--chunk-size", parse=size, metavar="B",
                     help="big files are split into chunks of this size across workers (about 64M)")
-PART_SIZE = option("--part-size", parse=size, default=8 << 20, metavar="B", help="S3: bytes per ranged GET (8M)")
+PART_SIZE = option("--part-size", parse=size, default=8 << 20, metavar="B", help="S3: bytes per ranged GET")
 MULTIPART = switch("--multipart", "also give per-chunk digests and their digest, as an S3 multipart ETag")
 CACHE = option("--cache", choices=CACHE_MODES, default="as-is",
                help="cold: evict and verify; hot: pre-read and verify; as-is: measure only")
@@ -154,7 +154,7 @@ OPTIMIZER_STEP = switch("--optimizer-step", "also run one optimizer step in the 
 NO_VERIFY = switch("--no-verify", "load without checking the files against the manifest first")
 STAGE_DIR = option("--stage-dir", metavar="DIR", help="S3: download here (temporary names until whole and verified)")
 PRICE_PER_HOUR = option("--price-per-hour", parse=finite, metavar="USD", help="instance price: turn the RTO into money")
-SPOT_DISCOUNT = option("--spot-discount", parse=finite, default=0.0, metavar="F", help="fraction off on spot (0.7)")
+SPOT_DISCOUNT = option("--spot-discount", parse=finite, default=0.0, metavar="F", help="fraction off on spot, e.g. 0.7")
 RESTORES_PER_DAY = option("--restores-per-day", parse=finite, default=1.0, metavar="N",
                           help="restores a day, for the cost of the RTO")
 LEVELS = option("--levels", default="1,8,16,32,64", help="the concurrency levels, comma-separated")
@@ -175,7 +175,7 @@ EACH_RANK_READS = option("--each-rank", choices=EACH_RANK, default="part",
                          help="with --distributed: part (its own files, or its rows of every tensor, as FSDP shards) "
                               "or all (every rank reads everything, as a replicated restore)")
 RANK_TIMEOUT = option("--rank-timeout", parse=rank_timeout, default=300.0, metavar="S",
-                      help="with --distributed: how long a rank is waited for before the run fails naming it (300)")
+                      help="with --distributed: how long a rank is waited for before the run fails naming it")
 TENSOR_DIGESTS = switch("--tensor-digests", "with --distributed --json: each rank lists a crc32c of every tensor it "
                         "holds (after the clock): compare restores across world sizes")
 
@@ -188,8 +188,8 @@ STORAGE = option("--storage", metavar="PRESET", help="with --nodes (required): a
                  "...) or a .toml path")
 SAVED_TO = option("--target", metavar="DIR", help="with --interval: only saves measured to this target")
 FORMAT = option("--format", choices=FORMATS, default="safetensors", help="the checkpoint format written")
-COUNT = option("--count", parse=positive, default=3, metavar="N", help="saves to write (3)")
-KEEP = option("--keep", parse=positive, default=2, metavar="K", help="newest saves kept, older ones removed (2)")
+COUNT = option("--count", parse=positive, default=3, metavar="N", help="saves to write")
+KEEP = option("--keep", parse=positive, default=2, metavar="K", help="newest saves kept, older ones removed")
 RANKS = option("--ranks", parse=ranks, default=1, metavar="N", help="threads, each writing its rank's shards")
 STAGGER = option("--stagger", parse=finite, default=0.0, metavar="S", help="rank r starts r × S seconds late")
 ASYNC_SAVE = switch("--async", "DCP's async_save (with --format dcp): blocking ends once the state is staged",
@@ -199,7 +199,7 @@ FSYNC = option("--fsync", action="negatable", default=True,
 FORCE = switch("--force")
 SEED = option("--seed", parse=whole(-(1 << 63), (1 << 64) - 1), default=0, help="what torch.manual_seed takes")
 DIGEST = option("--digest", choices=MANIFEST_DIGESTS, default="crc32c", help="manifest digest")
-TARGET_FILES = option("--target-files", parse=whole(1, 10000), default=4, metavar="N", help="pack files to write (4)")
+TARGET_FILES = option("--target-files", parse=whole(1, 10000), default=4, metavar="N", help="pack files to write")
 
 # output and records
 JSON = switch("--json", "print one JSON document on stdout")
@@ -211,7 +211,7 @@ RESULTS = option("--results", default="results.csv", metavar="PATH", help="the a
 
 # watching and the TUI
 MATCH = option("--match", metavar="PATTERN", help="the one running process whose command line contains this")
-SAMPLE_INTERVAL = option("--interval", parse=finite, default=0.25, metavar="S", help="seconds between samples (0.25)")
+SAMPLE_INTERVAL = option("--interval", parse=finite, default=0.25, metavar="S", help="seconds between samples")
 NO_VERDICT = switch("--no-verdict", "skip reading the files afterwards to compare")
 WATCH_SOURCE = option("--source", metavar="DIR", help="the checkpoint the job restores: progress, ETA, and what the "
                       "verdict reads (default: the files the job was seen to open)")

@@ -101,7 +101,7 @@ def test_every_argument_is_rendered_from_its_declaration(cmd):
         assert (tuple(a.option_strings), a.dest, a.metavar) == (opt.flags + negated, opt.dest, opt.metavar)
         assert opt.action or a.nargs == opt.nargs  # a switch takes no value (argparse says nargs 0)
         assert a.choices == opt.choices and a.default == (False if opt.action == "store_true" else opt.default)
-        assert a.help == opt.help and (a.type is None) == (opt.parse is None)
+        assert a.help == root._with_default(opt) and (a.type is None) == (opt.parse is None)
         if opt.const is not None:
             assert a.const == opt.const
 
@@ -178,3 +178,19 @@ def test_no_module_spells_a_vocabulary_of_its_own():
     new = [f"{what} (line {line})" for what, line in spelled if what not in NOT_YET]
     assert not new, "take these from ckptbench.core.options: " + "; ".join(new)
     assert NOT_YET <= {what for what, _ in spelled}, "one of NOT_YET takes it from core/options now: drop its line"
+
+
+def test_every_option_with_a_value_says_its_default_in_its_help():
+    """A new user could not tell --concurrency's or --repeat's default without running the command; nor say a
+    default twice ("(1M) (default: 1M)")."""
+    for name, p in _subparsers().items():
+        for a in _actions(p):
+            if not a.option_strings or a.nargs == 0 or a.default in (None, "", False) or not a.help:
+                continue
+            if isinstance(a, argparse.BooleanOptionalAction):
+                continue  # argparse says its default itself
+            assert "default" in a.help, (name, a.option_strings, a.help)
+            assert a.help.count("default") == 1 or "(default: " not in a.help, (name, a.help)
+    help_text = _subparsers()["run"].format_help()
+    assert "bytes per read call (default: 1M)" in " ".join(help_text.split())
+    assert "before the run fails naming it (default: 300)" in " ".join(help_text.split())
