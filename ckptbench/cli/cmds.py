@@ -78,6 +78,8 @@ def _profile(name: str, scale: float):
 
 
 def cmd_plan(args) -> int:
+    import math
+
     from ckptbench.plan.shape import plan
     from ckptbench.core.units import human_bytes
 
@@ -108,8 +110,13 @@ def cmd_plan(args) -> int:
           f"{human_bytes(mem['per_rank_bytes'])} per rank")
     if "save" in doc:
         s = doc["save"]
-        print(f"saving every {s['interval_s']:g} s needs {s['required_gbps']:.2f} GB/s sustained "
-              f"({s['per_rank_gbps']:.3f} GB/s per rank)")
+
+        def rate(gbps: float) -> str:
+            """3 significant digits: at 2 decimals a small profile's 0.005 GB/s total read 0.00, under its ranks'."""
+            return f"{gbps:,.{max(0, 2 - math.floor(math.log10(gbps)))}f}" if gbps > 0 else "0"
+
+        print(f"saving every {s['interval_s']:g} s needs {rate(s['required_gbps'])} GB/s sustained "
+              f"({rate(s['per_rank_gbps'])} GB/s per rank)")
         m = s.get("measured")
         if m:
             print(f"measured: {m['sustained_gbps']:.3f} GB/s sustained to {m['target']} (save run {m['run_id']}, "
@@ -132,8 +139,9 @@ def _plan_nodes(args) -> int:
     preset = plan_scale.load_preset(args.storage)
     from ckptbench.system import floor
 
+    measured, why = plan_scale.rank_read_on(args.results, preset)
     doc = plan_scale.scale(_profile(args.profile, args.scale), args.nodes, args.ranks_per_node or 8, preset,
-                           plan_scale.measured_rank_read(args.results), memory=plan_scale.box_memory(floor.cached()))
+                           measured, memory=plan_scale.box_memory(floor.cached()), unmeasured_why=why)
     if args.json:
         _emit(doc)
     else:

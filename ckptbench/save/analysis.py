@@ -9,14 +9,21 @@ from ckptbench.save.report import HEADROOM, SaveReport
 from ckptbench.system import writefloor
 
 
+def steady(saves: list) -> tuple[list, str]:
+    """The saves the sustained figures are taken over, and in words: those after the first (its page cache and files
+    start cold), or the only save when there is one."""
+    if len(saves) > 1:
+        return saves[1:], f"the {len(saves) - 1} save(s) after the first"
+    return saves, "the only save"
+
+
 def sustained(saves: list) -> tuple[float | None, float | None]:
-    """(GB/s, median durable seconds) over the saves after the first (its page cache and files start cold); the
-    only save when there is one."""
-    steady = saves[1:] or saves
-    if not steady:
+    """(GB/s, median durable seconds) over the steady saves."""
+    kept, _ = steady(saves)
+    if not kept:
         return None, None
-    durable = statistics.median(s.durable_s for s in steady)
-    gbps = statistics.median(s.bytes / s.durable_s / 1e9 for s in steady if s.durable_s > 0)
+    durable = statistics.median(s.durable_s for s in kept)
+    gbps = statistics.median(s.bytes / s.durable_s / 1e9 for s in kept if s.durable_s > 0)
     return gbps, durable
 
 
@@ -77,6 +84,7 @@ def stagger_summary(saves: list, samples: list, opts) -> dict | None:
 def analyze(target: str, opts, saves: list, samples: list, checks: list, device_bytes: int | None,
             notes: list[str]) -> SaveReport:
     gbps, durable = sustained(saves)
+    kept, which = steady(saves)  # the floor's efficiency over the same saves as the sustained throughput
     size = saves[-1].bytes if saves else 0
     needed = size / opts.interval_s / 1e9 if opts.interval_s else None
     total = sum(s.bytes for s in saves)
@@ -96,4 +104,4 @@ def analyze(target: str, opts, saves: list, samples: list, checks: list, device_
                       shortest_safe_interval_s=durable * HEADROOM if durable is not None else None,
                       dirty_peak_fraction=dirty_peak(samples), throttled=throttled(samples),
                       write_amplification=amplification, options=opts, stagger=stagger_summary(saves, samples, opts),
-                      notes=notes, floor=writefloor.save_fields(target, size, [t.durable_s for t in saves]))
+                      notes=notes, floor=writefloor.save_fields(target, size, [t.durable_s for t in kept], which))

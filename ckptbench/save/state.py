@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.checkpoint.formats import CheckpointState
+from ckptbench.checkpoint.formats import CheckpointState, detect
 
 
 @dataclass
@@ -32,26 +32,35 @@ def _from_profile(name: str, scale: float) -> tuple[CheckpointState, dict]:
     return train_one_step(p, seed=0), info
 
 
-def _from_directory(directory: str) -> tuple[CheckpointState, dict, list[str]]:
+def _from_directory(directory: str) -> tuple[CheckpointState, dict, list[str], int]:
+    """The checkpoint's state, what its manifest records, notes on what is not saved, and where optimizer state is
+    left out (its indices matched no weight names for certain) the bytes of every tensor not saved, else 0."""
     from ckptbench.checkpoint import manifest as mf
     from ckptbench.restore.load import load_state, main_dtype
+    from ckptbench.save import optimizer
 
     man = mf.read(directory)
-    state = load_state(directory, man.format if man is not None and man.format != "unknown" else None)
-    notes = []
-    dropped = [k for k, v in state.extra.items() if hasattr(v, "numel")]
-    if dropped:
-        notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {dropped[0]}) are not saved")
+    fmt = man.format if man is not None and man.format != "unknown" else detect(directory)
+    state = load_state(directory, fmt)
     if not state.model:
         raise CkptbenchError(f"{directory}: no model weights found to save; point at a checkpoint with weights")
+    notes, left = optimizer.adopt(state, ordered=fmt == "torch")
+    dropped = [k for k, v in state.extra.items() if hasattr(v, "numel") and k not in left]
+    if dropped:
+        notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {dropped[0]}) are not saved")
     if man is not None and man.dims:
         info = {"profile": man.profile, "dims": dict(man.dims), "param_count": man.param_count,
                 "weights_dtype": man.weights_dtype, "optimizer_dtype": man.optimizer_dtype, "seed": man.seed}
     else:
         dtype = main_dtype(state)
+        moments = CheckpointState({f"{n}.{k}": t for n, p in state.optim.items() for k, t in p.items()})
         info = {"profile": "unknown", "dims": {}, "param_count": sum(t.numel() for t in state.model.values()),
-                "weights_dtype": dtype, "optimizer_dtype": dtype, "seed": 0}
-    return state, info, notes
+                "weights_dtype": dtype, "optimizer_dtype": main_dtype(moments) if moments.model else dtype, "seed": 0}
+    return state, info, notes, sum(_nbytes(state.extra[k]) for k in [*left, *dropped]) if left else 0
+
+
+def _nbytes(t) -> int:
+    return t.numel() * t.element_size()
 
 
 def source_dir(what: str) -> str | None:
@@ -70,16 +79,25 @@ def source_dir(what: str) -> str | None:
 
 def load_what(what: str, opts, scale: float = 1.0) -> Loaded:
     from ckptbench.checkpoint.generate import assign_ranks
+    from ckptbench.core.units import human_bytes
 
     notes: list[str] = []
+    left_out = 0
     if source_dir(what) is not None:
         if scale != 1.0:
             raise CkptbenchError("--scale resizes a profile; a checkpoint directory is saved as it is: drop --scale")
-        state, info, notes = _from_directory(what)
+        state, info, notes, left_out = _from_directory(what)
     else:
         state, info = _from_profile(what, scale)
+    stray = [n for n in state.optim if n not in state.model]
+    if stray:
+        notes.append(f"optimizer state of {len(stray)} name(s) with no weight (e.g. {stray[0]}) is not saved")
     state.optim = {n: parts for n, parts in state.optim.items() if n in state.model}
     info["format"] = opts.format
-    return Loaded(state, assign_ranks(state, opts.ranks), info,
-                  sum(t.numel() * t.element_size() for t in state.model.values())
-                  + sum(t.numel() * t.element_size() for p in state.optim.values() for t in p.values()), notes)
+    size = sum(_nbytes(t) for t in state.model.values()) + sum(_nbytes(t) for p in state.optim.values()
+                                                                for t in p.values())
+    if left_out:  # the figures are the writes': they must not pass for the checkpoint's
+        notes.append(f"with the optimizer state left out, throughput, interval and floor are for the "
+                     f"{human_bytes(size)} of tensors each save writes, not the checkpoint's "
+                     f"{human_bytes(size + left_out)}")
+    return Loaded(state, assign_ranks(state, opts.ranks), info, size, notes)

@@ -16,7 +16,7 @@ import torch
 
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import Cancelled, CkptbenchError
-from ckptbench.checkpoint.formats import OPTIM_KEYS, CheckpointState
+from ckptbench.checkpoint.formats import CheckpointState
 from ckptbench.checkpoint.generate import staging_name
 
 Written = list[tuple[str, str, int | None]]  # (relative path, kind, rank)
@@ -78,8 +78,9 @@ def _write_rank_safetensors(tmp: str, state: CheckpointState, names: list[str], 
 
     model_file, optim_file = shard_name("model", rank, world), shard_name("optimizer", rank, world)
     write_safetensors(os.path.join(tmp, model_file), {n: state.model[n] for n in names}, {"format": "pt"})
-    tensors = {f"{n}.{k}": state.optim[n][k] for n in names if n in state.optim for k in OPTIM_KEYS
-               if k in state.optim[n]}
+    # every part the state holds, as the torch and DCP writers save them: a foreign optimizer's moments need not be
+    # ckptbench's three (SGD's momentum_buffer, AMSGrad's max_exp_avg_sq)
+    tensors = {f"{n}.{k}": t for n in names for k, t in state.optim.get(n, {}).items()}
     meta = {"ckptbench_optimizer": json.dumps({"step": state.step, "hparams": state.hparams}, sort_keys=True)}
     write_safetensors(os.path.join(tmp, optim_file), tensors, meta)
     return [(model_file, "model", rank), (optim_file, "optimizer", rank)]

@@ -5,7 +5,7 @@ kept; random bytes, so a compressing or deduplicating filesystem does not report
 (a name no checkpoint has, created exclusively) and are removed whatever happens; nothing else is touched.
 Cached beside the restore figures (floor.json, "write", per mount), a day, this box only.
 A save's floor is the larger of its bytes over that rate and over the copy rate (serializing moves every byte once);
-its efficiency is the floor over the median time until durable.
+its efficiency is the floor over the median time until durable of the saves the sustained throughput is taken over.
 """
 
 from __future__ import annotations
@@ -134,9 +134,10 @@ def cached_write(mount: str, path: str | None = None) -> fl.Ceiling | None:
 NO_WRITE = "no write figure for this mount: `ckptbench floor --write-to DIR` measures it (256 MiB, seconds)"
 
 
-def save_fields(target: str, bytes_saved: int, durable_s: list[float]) -> dict:
+def save_fields(target: str, bytes_saved: int, durable_s: list[float], which: str) -> dict:
     """A save's floor fields: its bytes over the cached write rate of the target's mount and over the copy rate,
-    against the median time until durable."""
+    against the median time until durable of `durable_s`: the saves the sustained throughput is taken over, which
+    `which` says in words ("the 2 save(s) after the first")."""
     write = cached_write(mount_key_of(target))
     box = fl.cached()
     if write is None:
@@ -151,5 +152,5 @@ def save_fields(target: str, bytes_saved: int, durable_s: list[float]) -> dict:
     return {"floor_s": floor_s, "efficiency": fl.efficiency(floor_s, measured), "binding": binding,
             "binding_gbps": rate.gbps, "binding_how": binding_words.how(binding, destination=fl.REUSED, hot=False),
             "floor_times_s": times, "floor_gbps": bytes_saved / floor_s / 1e9,
-            "floor_note": f"until durable (median of {len(durable_s)} save(s)); the write figure measured "
-                          f"{human_age(write.age_s)} ago"}
+            "floor_note": f"until durable (median of {which}, as the sustained throughput); the write figure "
+                          f"measured {human_age(write.age_s)} ago"}

@@ -149,3 +149,22 @@ def test_validate_refuses_bad_options(field, value, needle):
 
     with pytest.raises(CkptbenchError, match=needle.replace("-", r"\-")):
         validate(SaveOptions(**{field: value}))
+
+
+@pytest.mark.parametrize("profile, interval", [("small", "60"), ("small", "3600"), ("70b", "60")])
+def test_plans_save_rates_keep_three_digits_so_the_total_never_reads_below_a_ranks_share(tmp_path, profile, interval):
+    import json
+    import re
+
+    from clirun import run_cli
+
+    args = ("plan", profile, "--interval", interval, "--results", tmp_path / "none.csv")
+    r = run_cli(*args)
+    assert r.rc == 0, r.err
+    m = re.search(r"needs ([\d.,]+) GB/s sustained \(([\d.,]+) GB/s per rank\)", r.out)
+    assert m, r.out
+    total, per_rank = (float(g.replace(",", "")) for g in m.groups())
+    save = json.loads(run_cli(*args, "--json").out)["save"]
+    assert save["required_gbps"] > save["per_rank_gbps"] > 0  # several ranks share it
+    assert total == pytest.approx(save["required_gbps"], rel=5e-3) and total > per_rank
+    assert per_rank == pytest.approx(save["per_rank_gbps"], rel=5e-3)
