@@ -202,6 +202,12 @@ def test_sgd_momentum_and_steps_that_differ_are_saved_as_they_are(tmp_path):
     doc = _save(_loop_checkpoint(tmp_path, model, sgd), tmp_path / "sgd")
     tensors, _ = _optimizer_file(_saved(tmp_path / "sgd", doc))
     _assert_moments(tensors, sgd.state_dict(), _param_names(model), parts=("momentum_buffer",))
+    # read back as the optimizer's, not as more weights
+    from ckptbench.restore.load import load_state
+
+    back = load_state(str(_saved(tmp_path / "sgd", doc)), "safetensors")
+    assert set(back.model) == set(_param_names(model).values()) and all(set(p) == {"momentum_buffer"}
+                                                              for p in back.optim.values()), back.optim.keys()
 
     adam = torch.optim.AdamW(model.parameters())
     model.zero_grad()

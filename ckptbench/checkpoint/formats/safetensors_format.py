@@ -53,8 +53,13 @@ def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -
     return written
 
 
+# an optimizer file's parts beyond AdamW's (SGD's momentum, AMSGrad's, steps that differ by parameter: a save of a
+# foreign optimizer writes them): read back as the optimizer's, not as weights
+PARTS = (*OPTIM_KEYS, "momentum_buffer", "max_exp_avg_sq", "step")
+
+
 def _split(name: str) -> tuple[str, str | None]:
-    for k in OPTIM_KEYS:
+    for k in PARTS:
         if name.endswith("." + k):
             return name[: -len(k) - 1], k
     return name, None
