@@ -89,6 +89,9 @@ def _print(doc: dict) -> None:
         f"{doc['wall_s']:.2f} s, {doc['ended']}" + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))))
     _say(f"read {human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {doc['loader_gbps']:.2f} GB/s; "
          f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; major faults {doc['majflt']}")
+    if doc.get("counted_bytes") is not None and doc["bytes"] > doc["counted_bytes"]:
+        _say(f"  counted from the checkpoint files' pages that came into the page cache or its mappings while it ran "
+             f"(its own counters saw {human_bytes(doc['counted_bytes'])} in the reading window)")
     if doc["marks"]:
         _say("marks: " + ", ".join(f"{m['stage']} at {m['t']:.2f} s" for m in doc["marks"]))
     _say("phases: " + " → ".join(f"{p['phase']} {p['t1'] - p['t0']:.2f} s" for p in doc["phases"]))
@@ -97,9 +100,10 @@ def _print(doc: dict) -> None:
              + (f" ({doc['gpu_note']})" if doc.get("gpu_note") else ""))
     elif doc.get("gpu_note"):
         _say(f"GPU memory: {doc['gpu_note']}")
-    mapped = set(doc.get("mapped") or ())
+    mapped, unseen = set(doc.get("mapped") or ()), set(doc.get("unseen") or ())
     for path, size in sorted(doc["files"].items())[:10]:
-        _say(f"  {'mapped' if path in mapped else 'open'}: {path} ({human_bytes(size)})")
+        how = "mapped" if path in mapped else "read between samples" if path in unseen else "open"
+        _say(f"  {how}: {path} ({human_bytes(size)})")
     if "floor_s" in doc:
         parts = binding.parts(doc["floor_s"], doc.get("floor_times_s"))
         _say(f"floor: {doc['floor_s']:.2f} s, bound by {binding.text(doc)}{'; ' + parts if parts else ''} "

@@ -14,18 +14,17 @@ from typing import Callable
 
 from ckptbench import mark
 from ckptbench.restore.efficiency import HOT
-from ckptbench.system import pagecache
 from ckptbench.system import probes
 from ckptbench.system import procstat
 from ckptbench.watch.maps import FileJudge, MapReader
 from ckptbench.watch.maps import is_checkpoint_file  # noqa: F401  the screen's live count reaches it here
+from ckptbench.watch.pages import PageLedger, files_under
+from ckptbench.watch.window import FAULT_MIN_PER_S, IO_MIN_BPS, Window, got, reading_window
 from ckptbench.core.errors import CkptbenchError, redact
 
 PHASES = ("starting", "reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
 GPU_COPY_MIN_BPS = 50e6  # the job's GPU memory growing this fast, with little read I/O: it is copying to the GPU
 GPU_EVERY_S = 0.5  # nvidia-smi takes tens of milliseconds: asked at most this often
-IO_MIN_BPS = 20e6  # below this an interval is not "reading": a job's logging and imports read a little
-FAULT_MIN_PER_S = 2000  # major faults per second that make an interval "faulting" (an mmap load from disk)
 CPU_BUSY = 0.5  # cores: a thread or process above this is doing work, not waiting
 SATURATED = 0.9  # a thread this busy is the bottleneck, whatever it reads meanwhile
 FAULT_BYTES = 32 << 10  # what one major fault brings in, roughly (read-around of a mapped file)
@@ -54,12 +53,6 @@ class Interval:
             if self.t1 > self.t0 else 0.0
 
 
-def got(read_calls: int, mapped: int, disk: int) -> int:
-    """The bytes a job brought in: read calls and mappings are two ways in (added); the disk's count overlaps both
-    (a fault from disk, read-ahead), so it is the larger of the two, never added."""
-    return max(read_calls + mapped, disk)
-
-
 @dataclass
 class WatchReport:
     pid: int
@@ -83,6 +76,11 @@ class WatchReport:
     gpu_note: str = ""  # why GPU memory is missing or may read zero
     mapped: list[str] = field(default_factory=list)  # of `files`, those the job mapped (read by page faults)
     residency_first: dict[str, float] = field(default_factory=dict)  # each file's page-cache share when first seen
+    unseen: list[str] = field(default_factory=list)  # of `files`, those never seen held: read between two samples
+    counted_bytes: int = 0  # what the job's counters (read calls, its mappings' pages, the disk) saw in the window
+    arrived_bytes: int = 0  # what came into the page cache of the checkpoint's files while watched (pages.py)
+    files_bytes: int = 0  # per checkpoint file, the larger of what came into its mappings and its page cache, summed
+    interval_s: float | None = None  # the sampling interval asked for
 
     @property
     def hot(self) -> bool | None:
@@ -94,19 +92,20 @@ class WatchReport:
         if not total:
             return None
         cached = sum(self.residency_first[p] * n for p, n in sizes.items()) / total
-        return cached >= HOT and not (self.bytes and self.disk_bytes >= 0.5 * self.bytes)
+        cold = self.bytes and max(self.disk_bytes, self.arrived_bytes) >= 0.5 * self.bytes
+        return cached >= HOT and not cold
+
+    @property
+    def reading(self) -> Window:
+        """The restore's reading window (window.py): between the job's first and last marks when it marks, else
+        from its first to its last read of the checkpoint, the ends cut to their bytes' time."""
+        return reading_window(self.intervals, self.marks, self.interval_s, self.files_bytes)
 
     @property
     def window(self) -> tuple[float, float]:
-        """The restore, in seconds since the watch started: between the job's first and last marks when it
-        marks; else while checkpoint files were open; else from the first to the last interval that read."""
-        if len(self.marks) >= 2:
-            return self.marks[0]["t"], self.marks[-1]["t"]
-        for test in (lambda i: i.ckpt_files > 0, lambda i: i.phase in ("reading", "faulting")):
-            hit = [i for i in self.intervals if test(i)]
-            if hit:
-                return hit[0].t0, hit[-1].t1
-        return 0.0, 0.0
+        """The reading window in seconds since the watch started."""
+        r = self.reading
+        return r.t0, r.t1
 
     @property
     def io_span_s(self) -> float:
@@ -124,6 +123,8 @@ class WatchReport:
         doc["loader_gbps"] = self.loader_gbps
         doc["io_span_s"] = self.io_span_s
         doc["hot"] = self.hot
+        r = self.reading
+        doc["window_how"], doc["window_note"] = r.how, r.note
         return doc
 
 
@@ -225,6 +226,9 @@ class Watch:
     def run(self) -> WatchReport:
         # printed and recorded: a URL's user:password or a secret key on the command line stays out
         command = redact(" ".join(self.proc.args) if self.proc is not None else _cmdline(self.pid))
+        judge = FileJudge(self.source)  # open and mapped files alike: by name or place, never code
+        # the named checkpoint's pages before the job reads them: what comes in later is counted however it was read
+        ledger = PageLedger(files_under(judge.source))
         prev = procstat.sample(self.pid)
         if self.proc is None and prev.state in ("Z", "X"):  # a job ckptbench started may exit before this sample
             raise procstat.zombie_error(self.pid)
@@ -233,14 +237,13 @@ class Watch:
         intervals: list[Interval] = []
         files: dict[str, int] = {}
         positions: dict[str, int] = {}  # the furthest offset seen per file (read() loaders move it)
-        judge = FileJudge(self.source)  # open and mapped files alike: by name or place, never code
         mapper = MapReader(judge)
         mapped: set[str] = set()
         started = False  # the job has come to its checkpoint (see phase_of)
         # what a job watched mid-load had mapped already is not this watch's; a job this watch started is all its
         # own (a started job that mapped and touched its file before this first sample read 0 bytes: a flaky test)
         peaks = {} if self.proc is not None else mapper.sample(prev.pids)[1]
-        residency: dict[str, float] = {}
+        through_maps: dict[str, int] = {}  # per file: what came into the job's mappings of it
         device, disk_prev = None, None
         peak = prev.rss_bytes
         sockets = prev.sockets
@@ -266,11 +269,13 @@ class Watch:
             mapped |= set(in_maps)
             # growth past each mapping's peak: a page touched twice counts once; what a mapping gained after the last
             # sample before it was unmapped is not seen (an undercount, never a double count)
-            grew = sum(max(0, n - peaks.get(k, 0)) for k, n in resident.items())
+            grown = {k: max(0, n - peaks.get(k, 0)) for k, n in resident.items()}
+            grew = sum(grown.values())
+            for (_, path), n in grown.items():
+                through_maps[path] = through_maps.get(path, 0) + n
             peaks |= {k: max(n, peaks.get(k, 0)) for k, n in resident.items()}
             here = {f.path for f in ckpt} | set(in_maps)
-            for path in here - set(residency):  # hot or cold when the job came to it (a mincore, no read)
-                residency[path] = pagecache.residency_of([path])
+            ledger.add(here)  # hot or cold when the job came to it, unless known from the start (a mincore, no read)
             if device is None and here:
                 m = probes.mount_of(min(here))
                 device = m.device if isinstance(m, probes.Mount) else ""
@@ -304,6 +309,12 @@ class Watch:
                    if not isinstance(tcp0, probes.Unknown) and not isinstance(tcp1, probes.Unknown) else None)
         marks = [{"stage": name, "t": t - t_start} for t, name in mark.read_marks(self.marks_path)] \
             if self.marks_path else []
+        arrived = ledger.arrived()  # before anything else reads the files (the verdict's re-read evicts them)
+        # a checkpoint file whose pages came in though the job was never seen to hold it: opened or mapped, read and
+        # let go between two samples (judged after the count: its first bytes are read to tell code from data)
+        unseen = sorted(p for p in arrived if p not in files and judge.open_file(p, ledger.sizes[p]))
+        files |= {p: ledger.sizes[p] for p in unseen}
+        residency = {p: share for p in files if (share := ledger.share_first(p)) is not None}
         report = WatchReport(
             pid=self.pid, command=command, wall_s=last.t - t_start, bytes=0,
             disk_bytes=sum(i.disk_bytes for i in intervals), files=files, intervals=intervals,
@@ -311,12 +322,27 @@ class Watch:
             cpu_s=sum(i.cpu_cores * (i.t1 - i.t0) for i in intervals),
             majflt=sum(round(i.majflt_per_s * (i.t1 - i.t0)) for i in intervals),
             exit_code=exit_code, tcp_retransmit_rate=retrans, sockets_peak=sockets, ended=ended,
-            mapped=sorted(mapped), residency_first=residency)
+            mapped=sorted(mapped), residency_first=residency, unseen=unseen, interval_s=self.interval)
         seen = [i.gpu_bytes for i in intervals if i.gpu_bytes is not None]
         report.gpu_peak_bytes = max(seen) if seen else None
         report.gpu_note = self.gpu.note(report.gpu_peak_bytes)
-        report.bytes = window_bytes(intervals, *report.window)
+        report.arrived_bytes = sum(n for p, n in arrived.items() if p in files)
+        # the best evidence: the counters, or per file the larger of its mappings' pages and its pages that came
+        # into the page cache, whichever says more (each is a lower bound of what the job read)
+        report.files_bytes = sum(max(through_maps.get(p, 0), arrived.get(p, 0)) for p in files)
+        report.intervals = _started_by(intervals, report.window)
+        report.phases = merge_phases(report.intervals)
+        report.counted_bytes = window_bytes(intervals, *report.window)
+        report.bytes = max(report.counted_bytes, report.files_bytes)
         return report
+
+
+def _started_by(intervals: list[Interval], window: tuple[float, float]) -> list[Interval]:
+    """The intervals, "starting" only before the reading window: a loader busy as it read its first shard, before
+    any sample saw it hold a file, was called "starting" then; the window shows it was reading."""
+    t0, t1 = window
+    return [replace(i, phase=phase_of(i.gbps * 1e9, i.majflt_per_s, i.cpu_cores, i.top_thread_cores))
+            if i.phase == "starting" and min(i.t1, t1) > max(i.t0, t0) else i for i in intervals]
 
 
 def window_bytes(intervals: list[Interval], t0: float, t1: float) -> int:

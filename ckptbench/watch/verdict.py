@@ -77,32 +77,59 @@ def floor_fields(w: WatchReport, files: list[str] | None = None) -> dict:
         return dict.fromkeys(FLOOR_KEYS) | {"floor_times_s": {}, "floor_note": short}
     m = probes.mount_of(paths[0])
     mount = fl.mount_key({"mount_point": m.mount_point, "fs_type": m.fs_type}) if isinstance(m, probes.Mount) else None
-    out = dict.fromkeys(FLOOR_KEYS) | fl.restore_fields(fl.cached(mount), bytes_read=w.bytes,
-                                                        measured_s=w.io_span_s or None, hash_alg="none",
-                                                        hot=bool(w.hot))
+    untimed = w.reading.note  # the bytes are known, the time they took is not: a floor, and no efficiency
+    out = dict.fromkeys(FLOOR_KEYS) | fl.restore_fields(fl.cached(mount), bytes_read=restore_bytes(w),
+                                                        measured_s=None if untimed else w.io_span_s or None,
+                                                        hash_alg="none", hot=bool(w.hot))
     # the way to measure it, for these files: their directory, not a placeholder
     out["floor_note"] = out["floor_note"].replace("`ckptbench floor SOURCE`",
                                                   f"`ckptbench floor {shlex.quote(source_of(paths) or 'SOURCE')}`")
+    if untimed and out["floor_s"] is not None:
+        out["floor_note"] = f"no efficiency: {untimed}; {out['floor_note']}"
     return out
+
+
+def _files_total(w: WatchReport) -> int:
+    """The size of the files the job itself opened, mapped or read between samples (`files` holds them all), each
+    once whatever name it came by: a load of the weights out of a checkpoint that holds an optimizer too read all
+    it wanted, and is held to the weights, not to every file of --source."""
+    return sum({os.path.realpath(p): n for p, n in w.files.items()}.values())
+
+
+def restore_bytes(w: WatchReport) -> int:
+    """The bytes the floor is sized on: for a job that mapped its files or read one between samples, the files
+    whole, as its count of them is a lower bound (and _unseen refuses one under SEEN_MIN of them; a cold load sized
+    on the 576 of its 1008 MiB counted read at 37 % of a floor it beat); its count when that is more (a file it read
+    that the watch never saw it hold, without --source). A job that only read through read calls is counted exactly,
+    and may read part of a file: its count."""
+    total = _files_total(w)
+    return max(w.bytes, total) if (w.mapped or w.unseen) else w.bytes
 
 
 SEEN_MIN = 0.9  # of the bytes of the files the job mapped: less, and the watch missed what it read
 
 
 def _unseen(w: WatchReport) -> str:
-    """Why the job's bytes cannot be held to the floor, or "": a job that maps its files from the page cache maps,
-    reads and unmaps a shard between two samples (1 GiB in 0.1 s), so the watch sees part of the bytes and part of
-    the window: a new user's hot safetensors load was 'at 11 % of this box's floor' on 129 MB of its 1.06 GB."""
-    if not w.mapped or w.disk_bytes >= 0.5 * w.bytes:  # read calls are counted whole, and so is the disk
+    """Why the job's bytes cannot be held to the floor, or "": a job that maps its files, or reads one between two
+    samples, is counted from its mappings' pages, the disk's counter and the pages that came into the page cache,
+    each a lower bound. A hot load maps, reads and unmaps a shard between two samples (1 GiB in 0.1 s): a new user's
+    was 'at 11 % of this box's floor' on 129 MB of its 1.06 GB; and cold, the disk's counter missed read-ahead (576
+    of 1008 MiB, 'at 37 %' of a loader at 140 %). Read calls alone are counted whole (rchar)."""
+    if not (w.mapped or w.unseen):
         return ""
-    # the files the job itself opened or mapped (`files` holds both, with their sizes), each once whatever name it
-    # came by: a load of the weights out of a checkpoint that holds an optimizer too read all it wanted
-    total = sum({os.path.realpath(p): n for p, n in w.files.items()}.values())
+    total = _files_total(w)
     if not total or w.bytes >= SEEN_MIN * total:
         return ""
-    return (f"no efficiency: the job maps its files from the page cache faster than the watch samples its mappings "
-            f"(it counted {w.bytes / 1e9:.2f} of the files' {total / 1e9:.2f} GB); watch it with the files cold: the "
-            "disk counts every byte it delivers")
+    counted = f"it counted {w.bytes / 1e9:.2f} of the files' {total / 1e9:.2f} GB"
+    if w.hot:
+        return (f"no efficiency: the job maps its files from the page cache faster than the watch samples its mappings "
+                f"({counted}); watch it with the files cold and `--source DIR`: the pages that come into the page "
+                "cache are counted however the job read them")
+    return (f"no efficiency: the job's bytes are undercounted ({counted}: its read calls, its mappings' pages, the "
+            "disk's counter and the pages that came into the page cache all saw less); it may have read only part of "
+            "them, or the box let go of pages as it read (memory pressure)"
+            + ("" if w.unseen or w.arrived_bytes else "; `--source DIR` counts the pages of files it reads between "
+                                                       "two samples"))
 
 
 def floor_sentence(floor: dict | None) -> str:
@@ -151,23 +178,41 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
     return replace(v, evidence=evidence, why=f"{said}; {v.why}" if said and w.bytes else v.why)
 
 
+def _median(values: list, empty):
+    return sorted(values)[len(values) // 2] if values else empty
+
+
+def _load_intervals(w: WatchReport) -> list:
+    """The intervals the load's thread and device figures are taken over: those of its reading window that read,
+    faulted or deserialized (not the job's start, nor its teardown or what it did after); the whole watch's when
+    the window holds none."""
+    busy = ("reading", "faulting", "deserializing")
+    t0, t1 = w.window
+    inside = [i for i in w.intervals if i.phase in busy and min(i.t1, t1) > max(i.t0, t0)]
+    return inside or [i for i in w.intervals if i.phase in busy]
+
+
 def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total: int | None) -> Verdict:
     cpus = cpus or os.cpu_count() or 1
     if mem_total is None:
         mi = probes.meminfo()
         mem_total = mi.get("MemTotal") if isinstance(mi, dict) else None
-    io = [i for i in w.intervals if i.phase in ("reading", "faulting", "deserializing")]
+    io = _load_intervals(w)
     loader = w.loader_gbps
-    top = max((i.top_thread_cores for i in io), default=0.0)
-    busy = sorted(i.busy_threads for i in io)[len(io) // 2] if io else 0
-    cores = sorted(i.cpu_cores for i in io)[len(io) // 2] if io else 0.0
+    # medians over the same intervals: a thread at 80 % or more in most of them is a busy one in most of them, so the
+    # busy count is 1 or more beside it (the busiest of any one interval beside a median of 0 read "one thread at
+    # 100 % of a core did the work (0 busy thread(s))")
+    top = _median([i.top_thread_cores for i in io], 0.0)
+    busy = _median([i.busy_threads for i in io], 0)
+    cores = _median([i.cpu_cores for i in io], 0.0)
     fault_share = min(1.0, w.majflt * FAULT_BYTES / w.bytes) if w.bytes else 0.0
     ratio = storage.gbps / loader if storage.gbps and loader > 0 else None
-    utils = sorted(i.device_util_pct for i in io if i.device_util_pct is not None)
-    util = utils[len(utils) // 2] if utils else None
+    util = _median([i.device_util_pct for i in io if i.device_util_pct is not None], None)
+    doubt = _unseen(w) or w.reading.note  # the loader's rate is a lower bound: it cannot be called slow on it
     evidence = {"loader_gbps": round(loader, 3), "storage_gbps": round(storage.gbps, 3) if storage.gbps else None,
                 "storage_read": storage.cache, "bytes": w.bytes, "io_span_s": round(w.io_span_s, 3),
-                "busiest_thread_cores": round(top, 2), "busy_threads_median": busy, "cpu_cores_median": round(cores, 2),
+                "intervals_judged": len(io), "busiest_thread_cores_median": round(top, 2), "busy_threads_median": busy,
+                "cpu_cores_median": round(cores, 2), "count_or_time_doubt": doubt or None,
                 "cpus": cpus, "major_faults": w.majflt, "peak_rss_bytes": w.peak_rss_bytes,
                 "tcp_retransmit_rate": w.tcp_retransmit_rate, "sockets_peak": w.sockets_peak,
                 "device_util_pct_median": round(util, 1) if util is not None else None}
@@ -191,6 +236,11 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                        f"{human_bytes(mem_total)}", evidence,
                        "load shard by shard into the model (meta-device init, assign=True) instead of a whole "
                        "state dict plus a model; or restore fewer ranks per node")
+    if ratio is not None and ratio >= LOADER_BOUND_RATIO and doubt:
+        return _verdict("unknown", f"the loader got at least {loader:.2f} GB/s; {gives}; it cannot be called slow on "
+                       f"that: {doubt.removeprefix('no efficiency: ')}", evidence,
+                       "mark the load (`from ckptbench.mark import stage`) and watch it with `--source DIR` and "
+                       "`--interval 0.02`, the files cold")
     if ratio is not None and ratio >= LOADER_BOUND_RATIO:
         if fault_share >= 0.5:
             return _verdict("fault-bound", f"{got}; {gives}; most bytes came in through page faults "
@@ -199,8 +249,8 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                            "load from bytes, or ckptbench's loader); on a network filesystem raise read-ahead")
         if top >= 0.8 and busy <= 1:
             return _verdict("loader-cpu-bound", f"{got}; {gives}; one thread at {human_pct(top)} of a core did the "
-                           f"work ({busy} busy thread(s)): single-threaded deserialization or read loop", evidence,
-                           _one_thread_fix(w.files))
+                           f"work, the only busy one (medians over the {len(io)} intervals of the load): "
+                           "single-threaded deserialization or read loop", evidence, _one_thread_fix(w.files))
         if cores >= CPU_BUSY * cpus:
             return _verdict("loader-cpu-bound", f"{got}; {gives}; the job kept {cores:.1f} of {cpus} cores busy",
                            evidence, "the CPUs are the limit: fewer copies (load in place), or more cores per rank")
