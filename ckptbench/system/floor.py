@@ -1,10 +1,11 @@
 """The floor: what this box can physically do for a restore, measured, and the restore's time at those rates.
 
 The ceilings (storage or network, fresh memory, copy, hashes and scan; each with its method, its spread over
-repeats and when it was measured) are measured in ceilings.py, the save side's write figure in writefloor.py.
-Box figures are cached per box (kernel, CPU model and count, memory) and the storage figure per mount (an object
-store's per endpoint and bucket, never with credentials), in the user cache directory; a figure older than a day,
-or from another box or mount, is measured again, never used.
+repeats and when it was measured) are measured in ceilings.py and sourcefigures.py, the save side's write figure in
+writefloor.py. Box figures are cached per box (kernel, CPU model and count, memory) and the storage figure per mount
+(an object store's per endpoint and bucket, never with credentials), in the user cache directory (floorcache.py); a
+figure older than a day, or from another box or mount, is measured again, never used. busy.py says when other work
+held the cores as they were measured.
 
 The model: a restore's floor is the largest of its bytes over each resource it passes through (storage; fresh
 memory when it lands bytes in memory it did not own before) and of its CPU work (copying, hashing, scanning) over
@@ -13,13 +14,9 @@ the cores; its efficiency is floor / measured, and the resource that sets the fl
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass, field, replace
-
-import fastio
 
 from ckptbench.core.errors import CkptbenchError, printable
 from ckptbench.core.units import human_age, human_pct
@@ -32,42 +29,15 @@ from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: ca
 )
 from ckptbench.system import binding as binding_words
 from ckptbench.system.binding import FRESH, REUSED  # noqa: F401  (as above)
+from ckptbench.system.busy import OtherWork, busy as _busy  # a test stands in for either here
+# the cache: its names bound here too (callers and tests name them through the floor)
+from ckptbench.system.floorcache import (  # noqa: F401
+    BOX_FIGURES, CACHE_MAX, MAX_AGE_S, METHOD_MAX, MOUNTS_MAX, OVER_FLOOR, SCHEMA, _load_cache, box_key, cache_path,
+    known_figure, valid_ceiling, write_cache,
+)
 from ckptbench.system.sourcefigures import (  # noqa: F401  (as above)
     LINK_SAMPLE, MIN_STORAGE_SAMPLE, STORAGE_SAMPLE, link_ceiling, link_sample, page_cache_figure, storage_ceiling,
 )
-
-MAX_AGE_S = 86400.0
-# the box figures a floor needs, all of them: a cache missing any is measured again (measure) or not used (cached)
-BOX_FIGURES = ("populate_4k", "populate_thp", "copy", "scan", *(f"hash_{a}" for a in fastio.HASHES if a != "none"))
-SCHEMA = 4  # 2: population measured on fresh samples; storage into fresh memory; 3: hashes on a block in the caches;
-# 4: the finite scan on a block in the caches too
-
-
-# ---- the cache ---------------------------------------------------------------------------------------------------
-
-def box_key() -> dict:
-    """What the box figures belong to: another kernel, CPU or memory size is another box."""
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    import psutil
-
-    return {"kernel": platform.release(), "cpu": model, "cores": os.cpu_count(),
-            "memory": psutil.virtual_memory().total, "gpus": gpu_models()}
-
-
-def cache_path() -> str:
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):  # the XDG rule: a relative path is ignored (it would write wherever we stand)
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ckptbench", "floor.json")
-
-
-CACHE_MAX = 1 << 20  # a cache of one box and a few dozen mounts is a few kB: anything larger is not ours
-MOUNTS_MAX = 64  # storage figures kept, the freshest first
 
 
 @dataclass
@@ -106,134 +76,6 @@ def _box_figure(c: Ceiling) -> dict:
     if not out["sample_bytes"]:
         del out["sample_bytes"]
     return out | {"age_s": c.age_s}
-
-
-def _load_cache(path: str) -> dict:
-    """The cache as far as it has the expected shape: a section of another type is dropped (then measured again),
-    never trusted. The file is written by us, but anyone who can write the user's cache can write it."""
-    import stat
-
-    try:  # never blocks (a FIFO planted at the name) and never reads more than a cache can be (/dev/zero)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return {}
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > CACHE_MAX:
-            return {}
-        doc = json.loads(os.read(fd, CACHE_MAX + 1))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    finally:
-        os.close(fd)
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("box"), dict):
-        return {}
-    busy = doc.get("busy")
-    return {"schema": SCHEMA, "box": doc["box"]} | {k: doc[k] for k in ("ceilings", "storage", "write")
-                                                    if isinstance(doc.get(k), dict)} | (
-        {"busy": busy[:300]} if isinstance(busy, str) and busy else {})
-
-
-METHOD_MAX = 600  # a method line's characters: a longer one was not written by us
-MIN_GBPS, MAX_GBPS = 1e-4, 1e4  # 100 kB/s .. 10 TB/s: a cached rate outside any box's range is damaged, not measured
-
-
-def valid_ceiling(entry, now: float) -> Ceiling | None:
-    """A cached (or printed: `floor --json`) ceiling, when it is well formed, in range and younger than a day; else
-    None (measured again)."""
-    def number(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-    try:
-        raw = [entry[k] for k in ("gbps", "min_gbps", "max_gbps", "measured_at")] + [entry.get("sample_bytes", 0)]
-        if not all(map(number, raw)):
-            return None
-        rates, at, sample = [float(v) for v in raw[:3]], float(raw[3]), int(raw[4])
-        method = entry["method"]
-        into_fresh, hot, cold = entry.get("fresh_gbps", 0.0), entry.get("hot_gbps", 0.0), entry.get("cold", True)
-        hot_reused = entry.get("hot_reused_gbps", 0.0)
-        if not all(number(v) and (not v or MIN_GBPS <= v <= MAX_GBPS) for v in (into_fresh, hot, hot_reused)) or \
-                cold is not True:
-            return None  # a figure that was not read cold is never kept: one that says so was written by hand
-    except (KeyError, TypeError, ValueError, OverflowError):
-        return None
-    if not isinstance(method, str) or not all(MIN_GBPS <= r <= MAX_GBPS for r in rates) or not \
-            rates[1] <= rates[0] <= rates[2] or not 0 <= sample <= 1 << 50 or not 0 <= now - at <= MAX_AGE_S:
-        return None  # NaN and infinities fail the range checks too
-    if float(into_fresh) > rates[2] * OVER_FLOOR:  # into fresh memory is never faster than into reused buffers
-        return None
-    if hot_reused and (not hot or hot > hot_reused * OVER_FLOOR):  # measured together, and a copy that stays in
-        return None  # the CPU's caches is never slower than one into memory: not written by us
-    return Ceiling(*rates, printable(method)[:METHOD_MAX], at, sample, fresh_gbps=float(into_fresh),
-                   hot_gbps=float(hot), hot_reused_gbps=float(hot_reused))
-
-
-def known_figure(key: str) -> bool:
-    """A ceiling the floor knows: the box's, a size class of fresh memory, a GPU's link. Anything else in a cache
-    was not written by us and is not carried."""
-    return key in BOX_FIGURES or key in DEVICE_FIGURES or bool(large_size(key))
-
-
-BUSY_SHARE = 0.5  # of the cores' time taken by other work just before measuring: the figures would be low
-BUSY_DURING = 0.25  # of the cores' time taken by other work while measuring (the measurement holds every core)
-
-
-def _idle_total() -> tuple[int, int]:
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    return v[3] + v[4], sum(v)  # idle and iowait; of user, nice, system, idle, iowait, irq, softirq, steal
-
-
-def _busy_words(share: float) -> str:
-    return (f"the box was busy ({human_pct(share)} of its cores' time taken by other work as it was measured): these "
-            "figures may be low; `ckptbench floor SOURCE --remeasure` when it is quiet")
-
-
-def _busy(window_s: float = 0.2) -> str:
-    """A note when other work held the cores as the box was about to be measured: the share of the cores' time that
-    was not idle over `window_s` of /proc/stat (a VM's steal included), taken before, so the measurement's own
-    threads are not counted (a load average taken after counted them, and called a quiet box busy)."""
-    try:
-        i0, t0 = _idle_total()
-        time.sleep(window_s)
-        i1, t1 = _idle_total()
-    except (OSError, ValueError, IndexError):
-        return ""
-    share = 1 - (i1 - i0) / (t1 - t0) if t1 > t0 else 0.0
-    return _busy_words(share) if share >= BUSY_SHARE else ""
-
-
-class OtherWork:
-    """The share of the cores' time other work took while this process measured: the box's busy time over the
-    window (/proc/stat, a VM's steal included) less this process's own CPU time. Looking only before the
-    measurement called a box quiet that two other jobs were loading (a hot read then ran at 168 % of its floor)."""
-
-    def __init__(self):
-        try:
-            self.start = (*_idle_total(), _own_cpu_s())
-        except (OSError, ValueError, IndexError):
-            self.start = None
-
-    def share(self) -> float:
-        if self.start is None:
-            return 0.0
-        try:
-            idle, total, own = (*_idle_total(), _own_cpu_s())
-        except (OSError, ValueError, IndexError):
-            return 0.0
-        hz = os.sysconf("SC_CLK_TCK")
-        span_s = (total - self.start[1]) / hz
-        busy_s = span_s - (idle - self.start[0]) / hz
-        return max(0.0, busy_s - (own - self.start[2])) / span_s if span_s > 0 else 0.0
-
-    def note(self) -> str:
-        share = self.share()
-        return _busy_words(share) if share >= BUSY_DURING else ""
-
-
-def _own_cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None = None, *, remeasure: bool = False,
@@ -340,27 +182,10 @@ def _save(path: str, floor: Floor, storages: dict, store: bool = True) -> str | 
     return write_cache(path, doc)
 
 
-def write_cache(path: str, doc: dict) -> str | None:
-    """The cache file replaced whole (a reader sees the old one or the new one, never half of one); why it could
-    not be written, or None (then the figures are measured again next time)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)
-        return None
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        return exc.strerror or str(exc)
-
-
 # ---- the model ---------------------------------------------------------------------------------------------------
 
-OVER_FLOOR = 1.05  # an efficiency above this is beyond the spread of a good ceiling: the ceiling is what is wrong
+
+
 
 
 def storage_usable(floor: Floor) -> bool:

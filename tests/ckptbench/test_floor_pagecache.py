@@ -161,8 +161,10 @@ def test_busy_is_other_work_while_measuring_less_the_measurements_own(monkeypatc
     hz = _os.sysconf("SC_CLK_TCK")
     ticks = iter([(0, 0), (round(0.1 * hz), 2 * hz)])
     own = iter([10.0, 11.2])
-    monkeypatch.setattr(fl, "_idle_total", lambda: next(ticks))
-    monkeypatch.setattr(fl, "_own_cpu_s", lambda: next(own))
+    from ckptbench.system import busy
+
+    monkeypatch.setattr(busy, "_idle_total", lambda: next(ticks))
+    monkeypatch.setattr(busy, "_own_cpu_s", lambda: next(own))
     others = fl.OtherWork()
     assert others.share() == pytest.approx(0.35, abs=0.01)
     ticks, own = iter([(0, 0), (round(0.1 * hz), 2 * hz)]), iter([10.0, 11.8])  # 0.1 s others': quiet
