@@ -47,7 +47,7 @@ def _from_directory(directory: str) -> tuple[CheckpointState, dict, list[str], i
     notes, left = optimizer.adopt(state, ordered=fmt == "torch")
     dropped = [k for k, v in state.extra.items() if hasattr(v, "numel") and k not in left]
     if dropped:
-        notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {dropped[0]}) are not saved")
+        notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {dropped[0][:80]}) are not saved")
     if man is not None and man.dims:
         info = {"profile": man.profile, "dims": dict(man.dims), "param_count": man.param_count,
                 "weights_dtype": man.weights_dtype, "optimizer_dtype": man.optimizer_dtype, "seed": man.seed}
@@ -56,11 +56,27 @@ def _from_directory(directory: str) -> tuple[CheckpointState, dict, list[str], i
         moments = CheckpointState({f"{n}.{k}": t for n, p in state.optim.items() for k, t in p.items()})
         info = {"profile": "unknown", "dims": {}, "param_count": sum(t.numel() for t in state.model.values()),
                 "weights_dtype": dtype, "optimizer_dtype": main_dtype(moments) if moments.model else dtype, "seed": 0}
-    return state, info, notes, sum(_nbytes(state.extra[k]) for k in [*left, *dropped]) if left else 0
+    out = sum(_nbytes(state.extra[k]) for k in {*left, *dropped} if k in state.extra) if left else 0
+    return state, info, notes, out
 
 
 def _nbytes(t) -> int:
     return t.numel() * t.element_size()
+
+
+def _check_storable(state: CheckpointState, fmt: str, what: str) -> None:
+    """Every tensor of a dtype the format can write, said before the first save starts (safetensors has no
+    complex128 or complex32: the write would fail midway, blamed on the target)."""
+    if fmt != "safetensors":
+        return
+    from ckptbench.checkpoint.formats.safetensors_format import _DTYPES
+
+    can = set(_DTYPES.values())
+    tensors = [*state.model.items(), *((f"{n}.{k}", t) for n, p in state.optim.items() for k, t in p.items())]
+    odd = next(((n, t.dtype) for n, t in tensors if t.dtype not in can), None)
+    if odd is not None:
+        raise CkptbenchError(f"{what}: tensor {odd[0][:80]!r} is {str(odd[1]).removeprefix('torch.')}, which "
+                             "safetensors cannot store; save it with --format torch or --format dcp")
 
 
 def source_dir(what: str) -> str | None:
@@ -91,8 +107,9 @@ def load_what(what: str, opts, scale: float = 1.0) -> Loaded:
         state, info = _from_profile(what, scale)
     stray = [n for n in state.optim if n not in state.model]
     if stray:
-        notes.append(f"optimizer state of {len(stray)} name(s) with no weight (e.g. {stray[0]}) is not saved")
+        notes.append(f"optimizer state of {len(stray)} name(s) with no weight (e.g. {stray[0][:80]}) is not saved")
     state.optim = {n: parts for n, parts in state.optim.items() if n in state.model}
+    _check_storable(state, opts.format, what)
     info["format"] = opts.format
     size = sum(_nbytes(t) for t in state.model.values()) + sum(_nbytes(t) for p in state.optim.values()
                                                                 for t in p.values())
