@@ -101,6 +101,13 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", _ESCAPE.sub("", str(text))).replace("\t", " ").replace("\n", " ")
 
 
+def shown(text, limit: int = 80) -> str:
+    """A name from a file or a command line as a message quotes it: printable, and cut at `limit` characters (a
+    100 kB run id or kind made a 100 kB error line)."""
+    text = printable(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 _COMMAND = re.compile(r"`[^`\n]*`")
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 
-from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.core.errors import CkptbenchError, printable, shown
 from ckptbench.plan.shape import plan
 from ckptbench.checkpoint.profiles import Profile
 from ckptbench.core.paths import PROFILES_DIR
@@ -78,11 +79,24 @@ def _flag(doc: dict, path: str, key: str, default: bool) -> bool:
     return v
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")  # a preset's name, a filesystem's, a URL scheme's
+
+
 def _names(doc: dict, path: str, key: str) -> tuple[str, ...]:
+    """Filesystem types or URL schemes: names, never empty (an empty one matched every run whose filesystem was not
+    recorded), never a terminal's escape (they are printed)."""
     v = doc.get(key, [])
-    if not isinstance(v, list) or not all(isinstance(x, str) and len(x) <= 64 for x in v) or len(v) > 64:
-        raise CkptbenchError(f"{path}: {key} must be a list of names; compare with profiles/storage/efs.toml")
+    if not isinstance(v, list) or len(v) > 64 or not all(isinstance(x, str) and NAME.fullmatch(x) for x in v):
+        raise CkptbenchError(f"{printable(path)}: {key} must be a list of names (letters, digits, . _ + -); compare "
+                             "with profiles/storage/efs.toml")
     return tuple(v)
+
+
+def _name(v, path: str) -> str:
+    if not isinstance(v, str) or not NAME.fullmatch(v):
+        raise CkptbenchError(f"{printable(path)}: name must be a short name (letters, digits, . _ + -); compare with "
+                             "profiles/storage/efs.toml")
+    return v
 
 
 def load_preset(name: str) -> ScalePreset:
@@ -97,7 +111,7 @@ def load_preset(name: str) -> ScalePreset:
     if ceiling is None:
         raise CkptbenchError(f"{path}: ceiling_gbps is missing; compare with profiles/storage/efs.toml")
     preset = ScalePreset(
-        name=str(doc.get("name", os.path.basename(path)[:-5])), path=path,
+        name=_name(doc.get("name", os.path.basename(path)[:-5]), path), path=path,
         client_gbps=_number(doc, path, "client_gbps", default=ceiling),
         shared=_flag(doc, path, "shared", True),
         aggregate_gbps=_number(doc, path, "aggregate_gbps"),
@@ -145,23 +159,25 @@ def measured_rank_read(results_path: str, on=None) -> dict | None:
                  and isinstance(r.get("ranks"), float) and r["ranks"] >= 1, _aggregate)
     if dist:
         run = list(dist.values())[-1]
-        return {"source": "measured-dist", "run_id": printable(run[0]["run_id"]),
-                "date": printable(run[0]["timestamp"]), "where": printable(run[0]["source"]),
+        return {"source": "measured-dist", "run_id": shown(run[0]["run_id"]),
+                "date": shown(run[0]["timestamp"]), "where": shown(run[0]["source"]),
                 "ranks": int(run[0]["ranks"]),
                 "gbps": _median([_aggregate(r) / r["ranks"] for r in run])}
     restore = _runs(rows, lambda r: r["kind"] == "restore" and r["status"] in RESTORE_STATUSES)
     if restore:
         run = list(restore.values())[-1]
-        return {"source": "measured-restore", "run_id": printable(run[0]["run_id"]),
-                "date": printable(run[0]["timestamp"]), "where": printable(run[0]["source"]), "ranks": 1,
+        return {"source": "measured-restore", "run_id": shown(run[0]["run_id"]),
+                "date": shown(run[0]["timestamp"]), "where": shown(run[0]["source"]), "ranks": 1,
                 "gbps": _median([r["read_gbps"] for r in run])}
     return None
 
 
-def _storage_of(row: dict) -> str:
-    """What a recorded run read from: its URL scheme, else its filesystem as its environment recorded it."""
+def _storage_of(row: dict) -> str | None:
+    """What a recorded run read from: its URL scheme, else its filesystem as its environment recorded it; None when
+    neither is known (it matches no preset)."""
     source = str(row.get("source") or "")
-    return source.split("://", 1)[0] if "://" in source else str(row["env"].get("source_fs") or "")
+    found = source.split("://", 1)[0] if "://" in source else row["env"].get("source_fs")
+    return found if isinstance(found, str) and found else None
 
 
 def rank_read_on(results_path: str, preset: ScalePreset) -> tuple[dict | None, str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ckptbench.system.env import KEY_FIELDS
-from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.core.errors import CkptbenchError, shown
 from ckptbench.records.results import STAGES, jsonl_path, read_documents, read_rows
+from ckptbench.records.schema import KINDS
 from ckptbench.core.stats import spread
 from ckptbench.core.units import human_figure, human_pct
 
@@ -90,7 +92,9 @@ def _runs(rows: list[dict]) -> dict[str, list[dict]]:
     for r in rows:
         # a watch that saw no checkpoint byte read (a job that slept, one attached too late) measured nothing: as
         # a baseline it made a real watch a +32174 % RSS regression
-        if r["status"] in COMPLETED and not (r.get("kind") == "watch" and not r.get("bytes")):
+        # a kind ckptbench does not write is no run of ours (rows with another were compared as restores)
+        if r["status"] in COMPLETED and r.get("kind") in KINDS and not (r.get("kind") == "watch"
+                                                                          and not r.get("bytes")):
             runs.setdefault(r["run_id"], []).append(r)
     return runs
 
@@ -105,13 +109,13 @@ def _steady(rows: list[dict]) -> list[dict]:
 def _shown(value):
     """A recorded value as it may be shown: results fields are text anyone could have written (a terminal escape in a
     source path or a kernel string would retitle or wipe the terminal)."""
-    return printable(value) if isinstance(value, str) else value
+    return shown(value, 200) if isinstance(value, str) else value
 
 
 def _known(ids: list[str]) -> str:
     """The runs one may name: the newest twelve, and how many more (a valid id left off read as not there)."""
-    shown = ", ".join(printable(i) for i in ids[-12:])
-    return shown + (f" (and {len(ids) - 12} earlier: `ckptbench compare --json` lists none; the file's run_id column "
+    named = ", ".join(shown(i) for i in ids[-12:])
+    return named + (f" (and {len(ids) - 12} earlier: `ckptbench compare --json` lists none; the file's run_id column "
                     "holds them all)" if len(ids) > 12 else "")
 
 
@@ -149,7 +153,8 @@ def _floors(docs: dict[str, dict]) -> dict[str, dict]:
     out = {}
     for run_id, d in docs.items():
         f = d.get("floor_s")
-        if isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0:
+        # finite: JSON takes Infinity, and an infinite floor printed an efficiency of inf % and a change of nan %
+        if isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < math.inf:
             out[run_id] = {"floor_s": float(f)}
     return out
 
@@ -161,7 +166,8 @@ def _command(docs: dict[str, dict], run_id: str) -> str | None:
 
 
 def _efficiency(floor: dict, measured) -> float | None:
-    return floor["floor_s"] / measured if isinstance(measured, (int, float)) and measured > 0 else None
+    ok = isinstance(measured, (int, float)) and 0 < measured < math.inf
+    return floor["floor_s"] / measured if ok else None
 
 
 def _newest(path: str, runs: dict[str, list[dict]], newest: str | None, kind: str | None) -> str:
@@ -169,15 +175,17 @@ def _newest(path: str, runs: dict[str, list[dict]], newest: str | None, kind: st
     ids = list(runs)
     if newest is not None:
         if newest not in runs:
-            raise CkptbenchError(f"{path}: no successful run {printable(newest)!r} to compare (--newest); known runs: "
+            raise CkptbenchError(f"{path}: no successful run {shown(newest)!r} to compare (--newest); known runs: "
                                  f"{_known(ids)}")
         return newest
     if kind is None:
         return ids[-1]
+    if kind not in KINDS:
+        raise CkptbenchError(f"--kind {shown(kind)}: one of {', '.join(KINDS)}")
     of_kind = [i for i in ids if runs[i][0]["kind"] == kind]
     if not of_kind:
         held = ", ".join(sorted({runs[i][0]["kind"] for i in ids}))
-        raise CkptbenchError(f"{path}: no successful {printable(kind)} run recorded; it holds {held} runs: name one of "
+        raise CkptbenchError(f"{path}: no successful {shown(kind)} run recorded; it holds {held} runs: name one of "
                              "those with --kind")
     return of_kind[-1]
 
@@ -187,18 +195,18 @@ def _default_baseline(path: str, runs: dict[str, list[dict]], newest: str, docs:
     kind = runs[newest][0]["kind"]
     same = [i for i in ids[:ids.index(newest)] if runs[i][0]["kind"] == kind]
     if not same:
-        raise CkptbenchError(f"{path}: the run compared, {printable(newest)}, is a {kind} and no earlier {kind} run is "
+        raise CkptbenchError(f"{path}: the run compared, {shown(newest)}, is a {kind} and no earlier {kind} run is "
                              "recorded; compare needs two of one kind")
     if kind == "watch":
         # a watch's settings do not name its loader (only the folder it read): watches of two loaders of one
         # checkpoint were held against each other
         command = _command(docs, newest)
         if command is None:
-            raise CkptbenchError(f"{jsonl_path(path)}: no run document of watch {printable(newest)} records its "
+            raise CkptbenchError(f"{jsonl_path(path)}: no run document of watch {shown(newest)} records its "
                                  "command; name a baseline with --baseline RUN")
         alike = [i for i in same if _command(docs, i) == command]
         if not alike:
-            raise CkptbenchError(f"{path}: no watch before {printable(newest)} watched the same command; watch that "
+            raise CkptbenchError(f"{path}: no watch before {shown(newest)} watched the same command; watch that "
                                  "command again, or name a baseline with --baseline RUN")
         return alike[-1]
     # the last one run the same way (source, cache, read path...): a hot run against the as-is run before it
@@ -209,8 +217,8 @@ def _default_baseline(path: str, runs: dict[str, list[dict]], newest: str, docs:
     alike = [i for i in same if all(runs[i][-1].get(k) == runs[newest][-1].get(k) for k in keys)]
     what = [i for i in same if all(runs[i][-1].get(k) == runs[newest][-1].get(k) for k in MEASURED)]
     if not alike and not what:
-        raise CkptbenchError(f"{path}: no earlier {kind} run of {printable(runs[newest][-1].get('source'))} "
-                             f"({', '.join(MEASURED[1:])} as {printable(newest)}); name a baseline with --baseline RUN")
+        raise CkptbenchError(f"{path}: no earlier {kind} run of {shown(runs[newest][-1].get('source'))} "
+                             f"({', '.join(MEASURED[1:])} as {shown(newest)}); name a baseline with --baseline RUN")
     return (alike or what)[-1]
 
 
@@ -230,12 +238,12 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     if baseline is None:
         baseline = _default_baseline(path, runs, newest, docs)
     elif baseline not in runs:
-        raise CkptbenchError(f"{path}: no successful run {printable(baseline)!r}; known runs: {_known(ids)}")
+        raise CkptbenchError(f"{path}: no successful run {shown(baseline)!r}; known runs: {_known(ids)}")
     if baseline == newest:
-        raise CkptbenchError(f"--baseline {printable(baseline)} is the run compared; pick an earlier one")
+        raise CkptbenchError(f"--baseline {shown(baseline)} is the run compared; pick an earlier one")
     if runs[baseline][0]["kind"] != kind:
-        raise CkptbenchError(f"--baseline {printable(baseline)} is a {runs[baseline][0]['kind']} run and "
-                             f"{printable(newest)} a {kind} run; "
+        raise CkptbenchError(f"--baseline {shown(baseline)} is a {runs[baseline][0]['kind']} run and "
+                             f"{shown(newest)} a {kind} run; "
                              "compare runs of one kind")
     base_rows, new_rows = _steady(runs[baseline]), _steady(runs[newest])
     figures = []
@@ -262,5 +270,5 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     fb, fn = (floors.get(baseline) or {}).get("floor_s"), (floors.get(newest) or {}).get("floor_s")
     if fb and fn and abs(fn - fb) / fb > FLOOR_MOVED:  # the box itself did more or less: the efficiency says how much
         diff["floor_s"] = (round(fb, 4), round(fn, 4))  # of a change is the restore's
-    shown = {printable(k): (_shown(a), _shown(b)) for k, (a, b) in diff.items()}
-    return Comparison(printable(baseline), printable(newest), figures, shown, threshold_pct, kind)
+    said = {shown(k): (_shown(a), _shown(b)) for k, (a, b) in diff.items()}
+    return Comparison(shown(baseline), shown(newest), figures, said, threshold_pct, kind)

@@ -46,7 +46,7 @@ def _results(path, edit=None) -> str:
                 "source": "/ck", "format": "safetensors", "mode": "fused", "status": "ok", "cache": "cold",
                 "concurrency": "8", "read": "pread", "hash": "crc32c", "block_size": "1048576", "device": "cpu",
                 "rto_s": str(rto + rep / 100), "read_gbps": str(4 / rto), "bytes": "1000", "files": "3",
-                "env": '{"cpu_count": 2}'}
+                "env": '{"cpu_count": 2, "source_fs": "nfs4"}'}
             rows.append(row)
     if edit:
         edit(rows)
@@ -515,3 +515,40 @@ def test_a_torch_file_nested_too_deep_is_named(tmp_path, h):
     r = h.run_cli("run", root, "--repeat", "1", "--results", tmp_path / "R.csv")
     assert r.rc == 2 and len(r.err_lines) == 1, r.err
     assert r.err_lines[0].startswith(f"ckptbench: error: {root / 'x.pt'}: ") and "nested deeper than" in r.err_lines[0]
+
+
+def test_compare_keeps_escapes_long_names_odd_kinds_and_infinite_floors_out(tmp_path):
+    """A kind with a screen-wipe reached the header; an unknown kind was compared as a restore; a 100 kB --newest
+    made a 100 kB error line; a floor of Infinity printed inf % and nan %."""
+    import json
+
+    def odd(rows):
+        for r in rows[:2]:
+            r["kind"] = "sa\x1b[2Jve"
+    path = _results(tmp_path / "r.csv", odd)
+    r = run_cli("compare", path)  # run-a's rows are of no kind ckptbench writes: one run left, one line
+    assert_one_line_error(r, "1 successful run(s)")
+    assert "\x1b" not in r.out + r.err
+    path = _results(tmp_path / "ok.csv")
+    r = run_cli("compare", path, "--newest", "x" * 100_000)
+    assert_one_line_error(r, "--newest")
+    assert len(r.err) < 2000, len(r.err)
+    assert_one_line_error(run_cli("compare", path, "--kind", "bogus\x1b[2J"), "--kind bogus: one of restore")
+    with open(path + ".jsonl", "w") as f:
+        for run in ("run-a", "run-b"):
+            f.write(json.dumps({"record": "run", "run_id": run, "floor_s": float("inf")}) + "\n")
+    r = run_cli("compare", path)
+    assert "inf" not in r.out and "nan" not in r.out, r.out
+
+
+def test_a_storage_preset_with_escapes_or_empty_names_is_one_line(tmp_path):
+    """A preset's name and filesystems are printed (escapes reached the terminal) and matched (an empty one matched
+    every run whose filesystem was not recorded)."""
+    base = 'ceiling_gbps = 12.0\naggregate_gbps = 24.0\nmetadata_ops_per_s = 12000\n'
+    for bad, needle in (('name = "\\u001b[2Jfsx"\n', "name must be"), ('name = "x"\nfs_types = [""]\n', "fs_types"),
+                        ('name = 5\n', "name must be"), ('name = "x"\nschemes = ["\\u001b]0;t\\u0007"]\n', "schemes")):
+        p = tmp_path / "p.toml"
+        p.write_text(bad + base)
+        r = run_cli("plan", "7b", "--nodes", "2", "--storage", p)
+        assert_one_line_error(r, needle)
+        assert "\x1b" not in r.err
