@@ -122,9 +122,16 @@ def test_a_parallel_reader_is_judged_storage_bound(tmp_path):
     with open(big, "wb") as f:
         for _ in range(16):
             f.write(os.urandom(32 << 20))
-    fastio.evict([str(big)])
-    rc, doc, err = _watch("--interval", "0.02", "--", sys.executable, _script(tmp_path, "par.py", PARALLEL), big)
-    assert rc == 0, err
+    job = _script(tmp_path, "par.py", PARALLEL)
+    for _ in range(2):
+        # the verdict holds the job's read against the storage read again right after: under `make test` the other
+        # worker's disk and CPU load can fall on one read and not the other (a 0.2 s read once got under two thirds
+        # of the probe's rate); a verdict that is wrong is wrong twice, a collision with the other worker is not
+        fastio.evict([str(big)])
+        rc, doc, err = _watch("--interval", "0.02", "--", sys.executable, job, big)
+        assert rc == 0, err
+        if doc["verdict"]["kind"] == "storage-bound":
+            break
     assert doc["verdict"]["kind"] == "storage-bound", doc["verdict"]
     assert doc["verdict"]["evidence"]["device_util_pct_median"] is not None  # the file's block device was found
     assert doc["phases"][0]["phase"] in ("starting", "reading", "deserializing", "waiting")
