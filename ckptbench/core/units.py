@@ -73,6 +73,8 @@ def human_figure(key: str, value, shares: frozenset | set = frozenset()) -> str:
     if key.endswith("_ms"):
         return f"{value:.1f} ms"
     if key.endswith("_s"):
+        if 0 < abs(value) < 0.01:  # a stage of 0.4 ms read as 0.000 s, beside a change of +12 %
+            return f"{value * 1e3:.2f} ms"
         return f"{value:.3f} s" if value < 100 else f"{value:,.0f} s"
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"

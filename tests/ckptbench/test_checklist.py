@@ -773,6 +773,7 @@ def test_evidence_reads_in_the_units_its_key_names():
     assert text("checkpoint_bytes", 1057075490) == "1008.1 MiB" and text("small_limit_bytes", 65536) == "64.0 KiB"
     assert text("measured_gbps", 1.8333) == "1.83 GB/s" and text("open_per_s", 103005.7) == "103,006/s"
     assert text("gap_s", 0.0303) == "0.030 s" and text("ratio", 0.04391) == "0.044" and text("files", 5) == "5"
+    assert text("verify_s", 0.00042) == "0.42 ms" and text("device_s", 0.0) == "0.000 s"
     assert text("fs_type", "ext4") == "ext4" and text("network", False) == "no"
 
 
