@@ -78,10 +78,8 @@ def _profile(name: str, scale: float):
 
 
 def cmd_plan(args) -> int:
-    import math
-
     from ckptbench.plan.shape import plan
-    from ckptbench.core.units import human_bytes
+    from ckptbench.core.units import human_bytes, human_gbps
 
     if args.nodes is None and (args.storage or args.ranks_per_node):
         raise CkptbenchError("--storage and --ranks-per-node plan a multi-node restore: add --nodes N")
@@ -110,13 +108,8 @@ def cmd_plan(args) -> int:
           f"{human_bytes(mem['per_rank_bytes'])} per rank")
     if "save" in doc:
         s = doc["save"]
-
-        def rate(gbps: float) -> str:
-            """3 significant digits: at 2 decimals a small profile's 0.005 GB/s total read 0.00, under its ranks'."""
-            return f"{gbps:,.{max(0, 2 - math.floor(math.log10(gbps)))}f}" if gbps > 0 else "0"
-
-        print(f"saving every {s['interval_s']:g} s needs {rate(s['required_gbps'])} GB/s sustained "
-              f"({rate(s['per_rank_gbps'])} GB/s per rank)")
+        print(f"saving every {s['interval_s']:g} s needs {human_gbps(s['required_gbps'])} GB/s sustained "
+              f"({human_gbps(s['per_rank_gbps'])} GB/s per rank)")
         m = s.get("measured")
         if m:
             print(f"measured: {m['sustained_gbps']:.3f} GB/s sustained to {m['target']} (save run {m['run_id']}, "

@@ -49,9 +49,7 @@ def floor_line(doc: dict) -> str:
     if doc.get("floor_s") is None:
         return f"  floor: {doc.get('floor_note') or 'unknown'}"
     eff = f" · {human_pct(doc['efficiency'])} of it" if doc.get("efficiency") is not None else ""
-    parts = binding.parts(doc["floor_s"], doc.get("floor_times_s"))
-    return (f"  floor    {doc['floor_s']:9.3f} s, bound by {binding.text(doc)}{'; ' + parts if parts else ''}{eff} "
-            f"({doc['floor_note']})")
+    return f"  floor    {doc['floor_s']:9.3f} s, bound by {binding.bound(doc)}{eff} ({doc['floor_note']})"
 
 
 def print_floor(doc: dict) -> None:

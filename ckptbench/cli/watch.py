@@ -105,9 +105,7 @@ def _print(doc: dict) -> None:
         how = "mapped" if path in mapped else "read between samples" if path in unseen else "open"
         _say(f"  {how}: {path} ({human_bytes(size)})")
     if "floor_s" in doc:
-        parts = binding.parts(doc["floor_s"], doc.get("floor_times_s"))
-        _say(f"floor: {doc['floor_s']:.2f} s, bound by {binding.text(doc)}{'; ' + parts if parts else ''} "
-             f"({doc['floor_note']})"
+        _say(f"floor: {doc['floor_s']:.2f} s, bound by {binding.bound(doc)} ({doc['floor_note']})"
              if doc["floor_s"] is not None else f"floor: {doc['floor_note']}")
     v = doc.get("verdict")
     if v:

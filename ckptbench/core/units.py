@@ -3,6 +3,7 @@ ages ("12 min"), one format each for every command and the dashboard."""
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -46,6 +47,14 @@ def human_age(seconds: float) -> str:
     if s < 48 * 3600:
         return f"{s / 3600:.1f} h"
     return f"{s / 86400:.1f} d"
+
+
+def human_gbps(gbps: float) -> str:
+    """A rate in GB/s to 3 significant digits ("0.00495", "21.7", "1,110"): 2 decimals read a small profile's
+    0.005 GB/s as 0.00, and a request rate's 1110.18 GB/s said more than it knew."""
+    if gbps <= 0:
+        return "0"
+    return f"{gbps:,.{max(0, 2 - math.floor(math.log10(gbps)))}f}"
 
 
 def human_figure(key: str, value, shares: frozenset | set = frozenset()) -> str:

@@ -15,6 +15,7 @@ from ckptbench.core.errors import CkptbenchError, printable, shown
 from ckptbench.plan.shape import plan
 from ckptbench.checkpoint.profiles import Profile
 from ckptbench.core.paths import PROFILES_DIR
+from ckptbench.core.units import human_gbps
 
 MAX_READ_GBPS = 1000.0  # far beyond any storage a rank reads from: a recorded rate above it is damaged, not measured
 COORDINATION_S = 5.0  # process-group init, a barrier and the index broadcast: an assumption, not measured
@@ -340,11 +341,6 @@ def _assumptions(storage: ScalePreset, coordination_s: float) -> list[str]:
 BINDING_SAID = {"per_node": "the nodes", "aggregate": "the storage's aggregate", "requests": "the request rate"}
 
 
-def _gbps(v: float) -> str:
-    """A rate to the digits that mean something: 1110 GB/s, not 1110.18."""
-    return f"{v:,.0f} GB/s" if v >= 100 else f"{v:.2f} GB/s"
-
-
 def _rate(doc: dict) -> str:
     r = doc["per_rank"]
     if r["source"] == "assumed":
@@ -366,7 +362,7 @@ def _ceilings(doc: dict) -> str:
     q = c["requests"]
     if q is not None:
         parts.append(f"{q['count']} {q['kind']} requests at {q['per_s']:,.0f}/s take {q['s']:.2f} s "
-                     f"(a bandwidth of {_gbps(q['implied_gbps'])} at most)")
+                     f"(a bandwidth of {human_gbps(q['implied_gbps'])} GB/s at most)")
     return "ceilings: " + "; ".join(parts)
 
 
@@ -382,7 +378,7 @@ def text(doc: dict) -> list[str]:
         f"{human_bytes(doc['bytes_per_rank'])} (or all {human_bytes(doc['bytes_per_rank_everything'])})",
         _rate(doc),
         _ceilings(doc),
-        f"binding: {BINDING_SAID.get(doc['binding'], doc['binding'])} at {_gbps(doc['gbps'])}; "
+        f"binding: {BINDING_SAID.get(doc['binding'], doc['binding'])} at {human_gbps(doc['gbps'])} GB/s; "
         + ("the storage never saturates" if sat is None else f"the storage saturates at {sat} nodes"),
         # the larger of the two, not their sum: the requests are issued while the bytes are read
         f"RTO floor {doc['rto_floor_s']:.1f} s (the larger of read {doc['read_s']:.1f} s and requests "

@@ -187,6 +187,7 @@ def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None)
         groups[t.group].add(t)
     sizes = {listing.rel(f.path): f.size or 0 for f in listing.files}
     total = sum(sizes.values())
+    others_sized = {r: b for r, b in sizes.items() if not r.endswith(shard_ext)}  # an index, configs, the tail
     payload = sum(g.bytes for g in groups.values())
     largest = max(sizes.items(), key=lambda kv: kv[1]) if sizes else ("", 0)
     opts, read_why = source.choose_read(listing, ReadOptions(concurrency=concurrency, read="auto", hash="none"))
@@ -216,8 +217,8 @@ def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None)
             "tail_files": len(tail),
             "tail_bytes": tail_bytes,
             # every file that is not a shard (an index, configs, the tail): the read plan's file count is the two
-            "other_files": len(sizes) - len([r for r in sizes if r.endswith(shard_ext)]),
-            "other_bytes": sum(b for r, b in sizes.items() if not r.endswith(shard_ext)),
+            "other_files": len(others_sized),
+            "other_bytes": sum(others_sized.values()),
             "other_entries": others,
             "kept_as_data": sorted(inert),  # classes its pickles name, never imported or run (formats/inert.py)
             "not_read": [{"path": p, "why": why} for p, why in lay.skipped],  # present, deliberately not read

@@ -18,18 +18,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ckptbench.checkpoint.formats import CheckpointState
+from ckptbench.core.errors import shown
 from ckptbench.core.units import human_bytes
 
 _INDEX = re.compile(r"0|[1-9][0-9]{0,8}", re.ASCII)  # as int() writes a list index: not "01", not 5000 digits
 _HEADS = 64  # the `state` components of one key tried as an optimizer's: a key with more is crafted
 _NOTES = 4  # optimizers told one by one; the rest in one line (a crafted file can hold thousands)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _shown(text: str, n: int = 80) -> str:
-    """A key from the file, for a note: one line, control characters escaped, long ones cut."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-    return text if len(text) <= n else text[:n] + "…"
 
 
 def _quoted(text: str, n: int = 80) -> str:
@@ -142,7 +136,7 @@ def _collect_state(found: list[Found], extra: dict) -> None:
             f.state.setdefault(i, {})[part] = v
             f.keys.append(key)
             if len(owners) > 1:
-                f.clash = f"its state key {_shown(key)} could be another optimizer's too: neither's for certain"
+                f.clash = f"its state key {shown(key)} could be another optimizer's too: neither's for certain"
 
 
 def _heads(key: str):
@@ -216,8 +210,8 @@ def _in_order(f: Found, model: dict, floating: list[str]) -> tuple[dict | None, 
     for k, (i, n) in enumerate(zip(f.ids, floating)):
         if not _fits(f.state.get(i), model[n].shape):
             shape = next(tuple(t.shape) for t in f.state[i].values() if t.dim())
-            return None, (f"its parameter {k} ({_shown(f.where)}.{_shown(str(i))}, shape {shape}) does not line up "
-                          f"with the model's tensor {k} ({_shown(n)}, shape {tuple(model[n].shape)})")
+            return None, (f"its parameter {k} ({shown(f.where)}.{shown(str(i))}, shape {shape}) does not line up "
+                          f"with the model's tensor {k} ({shown(n)}, shape {tuple(model[n].shape)})")
     return dict(zip(f.ids, floating)), "by position in param_groups, against the model's tensors in order"
 
 
@@ -253,7 +247,7 @@ def _by_group(f: Found, model: dict, floating: list[str]) -> tuple[dict | None, 
         fit = len(wild) + len(bucket)
         if fit != 1:
             what = "none of" if not fit else f"{fit} of"
-            return None, (f"{what} its {len(f.groups)} param groups can take the model's tensor {_shown(n)} (shape "
+            return None, (f"{what} its {len(f.groups)} param groups can take the model's tensor {shown(n)} (shape "
                           f"{shape}) next, so which state belongs to which weight is not certain")
         g = (wild or bucket).pop()
         out[f.groups[g][at[g]]] = n
@@ -345,7 +339,7 @@ def adopt(state: CheckpointState, ordered: bool) -> tuple[list[str], set[str]]:
         told = len(notes) < _NOTES
         if names is None:
             if told:
-                notes.append(f"optimizer state {_shown(f.where)}.* NOT saved ({len(f.keys)} tensor(s), "
+                notes.append(f"optimizer state {shown(f.where)}.* NOT saved ({len(f.keys)} tensor(s), "
                              f"{human_bytes(f.nbytes)}): {how}")
             left.update(f.keys)
         else:
@@ -355,7 +349,7 @@ def adopt(state: CheckpointState, ordered: bool) -> tuple[list[str], set[str]]:
             for k in f.keys:
                 del state.extra[k]
             if told:
-                notes.append(f"optimizer state {_shown(f.where)}.* of {len(moved)} parameter(s) saved under their "
+                notes.append(f"optimizer state {shown(f.where)}.* of {len(moved)} parameter(s) saved under their "
                              f"weights' names, matched {how}{step}")
         if not told:
             tally = more[names is not None]

@@ -59,6 +59,13 @@ def text(fields: dict) -> str:
     return phrase(fields.get("binding"), fields.get("binding_gbps"), fields.get("binding_how"))
 
 
+def bound(fields: dict) -> str:
+    """What follows "bound by" in a floor line: the phrase, then the parts that make the floor where there are
+    several."""
+    made_of = parts(fields.get("floor_s"), fields.get("floor_times_s"))
+    return text(fields) + (f"; {made_of}" if made_of else "")
+
+
 def of_model(m: dict) -> str:
     """The phrase of floor.model's answer (binding, gbps, how)."""
     return phrase(m.get("binding"), m.get("gbps"), m.get("how"))

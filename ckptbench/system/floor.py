@@ -137,11 +137,9 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                 hot, reused, words = page_cache_figure(paths_sizes)
                 floor.storage = replace(kept, hot_gbps=hot, hot_reused_gbps=reused,
                                         method=kept.method[:METHOD_MAX - len(words)] + words) if hot else kept
-            if read is None and not any(os.path.dirname(p) in kept.method for p, _ in paths_sizes[:8]):
-                # another checkpoint's files on this mount: said, as the help promises this one's
+            if read is None:  # perhaps another checkpoint's files on this mount: said, as the help promises
                 floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
-                                   "ago from other files (its method names them): `--remeasure` reads this "
-                                   "checkpoint's own")
+                                   "ago (its method names the files it read): `--remeasure` reads this checkpoint's")
             if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
                 floor.notes.append(f"the {kept.sample_bytes >> 20} MiB sample measures latency more than "
                                    "bandwidth: the floor does not use it (point at a larger checkpoint)")
