@@ -215,8 +215,9 @@ def cmd_floor(args) -> int:
     r = doc.get("restore")
     if r and r["floor_s"] is not None:
         parts = ", ".join(f"{k} {v:.3f} s" for k, v in r["times_s"].items())
-        print(f"restore of {printable(r['source'])} ({human_bytes(r['bytes'])}): cold floor {r['floor_s']:.3f} s, "
-              f"bound by {binding.of_model(r)}; {parts}")
+        partial = "" if fl.storage_usable(f) else " (no storage figure: memory and CPU only, so under the hot one)"
+        print(f"restore of {printable(r['source'])} ({human_bytes(r['bytes'])}): cold floor {r['floor_s']:.3f} s"
+              f"{partial}, bound by {binding.of_model(r)}; {parts}")
         if r.get("floor_s_hot"):
             scan = r.get("floor_s_hot_structural") or 0.0
             hot = " + ".join(f"{k} {v:.3f} s" for k, v in (r.get("times_s_hot") or {}).items())
