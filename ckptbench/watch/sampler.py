@@ -142,6 +142,14 @@ def phase_of(bytes_per_s: float, majflt_per_s: float, cpu_cores: float, top_thre
     return "waiting"
 
 
+def start_phase(phase: str, started: bool, begun: bool) -> str:
+    """An interval's phase before the job came to its checkpoint (no checkpoint file open or mapped, nothing read
+    yet: imports, the model built; a loader's import of torch reads as "deserializing"): "starting" from the job's
+    first busy interval on, a pause included (a sample the box's other work took the core from reads as "waiting"
+    between two busy ones); idle before that, "waiting"."""
+    return "starting" if begun and not started else phase
+
+
 def _interval(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float, mapped: int = 0) -> Interval:
     dt = max(1e-6, b.t - a.t)
     nbytes = max(0, b.rchar - a.rchar)
@@ -240,6 +248,7 @@ class Watch:
         mapper = MapReader(judge)
         mapped: set[str] = set()
         started = False  # the job has come to its checkpoint (see phase_of)
+        begun = False  # the job has done work since the watch began
         # what a job watched mid-load had mapped already is not this watch's; a job this watch started is all its
         # own (a started job that mapped and touched its file before this first sample read 0 bytes: a flaky test)
         peaks = {} if self.proc is not None else mapper.sample(prev.pids)[1]
@@ -287,8 +296,8 @@ class Watch:
                 disk_prev = disk
             iv = replace(_interval(prev, cur, t_start, grew), ckpt_files=len(here), device_util_pct=util)
             started = started or bool(files) or iv.phase in ("reading", "faulting")
-            if not started and iv.phase != "waiting":  # no checkpoint file open or mapped, nothing read yet: imports,
-                iv = replace(iv, phase="starting")  # the model built (a loader's import of torch read as "deserializing")
+            begun = begun or iv.phase != "waiting"
+            iv = replace(iv, phase=start_phase(iv.phase, started, begun))
             if self.gpu.available and cur.t - gpu_t >= GPU_EVERY_S:
                 gpu_bytes = self.gpu.sample(set(cur.pids))  # the tree this sample already walked
                 iv = _with_gpu(iv, gpu_prev, gpu_bytes, cur.t - gpu_t)

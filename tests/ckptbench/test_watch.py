@@ -316,6 +316,19 @@ def test_a_watch_verdict_and_a_checklist_item_are_one_type_and_headroom_is_not_t
     assert not hasattr(verdict, "HEADROOM") and verdict.LOADER_BOUND_RATIO == 1.5 and save_report.HEADROOM == 1.25
 
 
+def test_a_pause_in_a_busy_start_is_still_the_start_and_idle_before_it_is_waiting():
+    """The phases as the sampler assigns them, interval by interval: under other work on the box a busy start can
+    lose its core for a sample (CI read it as starting, waiting, starting)."""
+    from ckptbench.watch import sampler as watch
+    seen, begun, started = [], False, False
+    for phase, opened in [("waiting", False), ("deserializing", False), ("waiting", False),
+                          ("deserializing", False), ("reading", True), ("deserializing", True), ("waiting", True)]:
+        started = started or opened
+        begun = begun or phase != "waiting"
+        seen.append(watch.start_phase(phase, started, begun))
+    assert seen == ["waiting", "starting", "starting", "starting", "reading", "deserializing", "waiting"]
+
+
 def test_a_busy_start_before_any_checkpoint_file_is_starting_not_deserializing(tmp_path):
     """A loader's imports are CPU work with little I/O; before it opens its checkpoint that is not deserializing."""
     ckpt = tmp_path / "model.safetensors"
