@@ -118,11 +118,11 @@ def cmd_watch(args) -> int:
     from ckptbench.watch import sampler as watch
 
     files, total = source_files(args.source)  # a bad --source is one line before anything starts
-    pid, proc, marks = _target(args)
     if args.results:
         from ckptbench.records.results import check_writable
 
-        check_writable(args.results, kind="watch")  # before the job is watched: nothing fails after it
+        check_writable(args.results, kind="watch")  # before the job is started: nothing fails after it
+    pid, proc, marks = _target(args)
     if args.tui:
         from ckptbench.cli.ui import run_app
 

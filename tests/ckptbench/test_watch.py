@@ -401,3 +401,17 @@ def test_a_watch_in_text_says_where_it_went_on_record(tmp_path):
     assert r.returncode == 0, r.stderr
     said = r.stdout.splitlines()[-1]
     assert said.startswith(f"recorded: watch {read_rows(results)[-1]['run_id']} in {results} "), said
+
+
+def test_an_unwritable_results_file_is_refused_before_the_job_starts(tmp_path):
+    """Refusing after the job started left it running unwatched and its marks file behind in the temp folder."""
+    started = tmp_path / "started"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--results", str(tmp_path / "no" / "r.csv"),
+                           "--", sys.executable, "-c", f"open({str(started)!r}, 'w').close()"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    assert proc.returncode == 2 and "cannot create the results file" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    time.sleep(0.5)  # a job started anyway would have written its file by now
+    assert not started.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
