@@ -163,6 +163,8 @@ def test_compare_two_real_runs_follows_threshold_and_noise(recorded):
     r = cli("compare", path, "--json")
     doc = json.loads(r.out)
     assert doc["baseline"] == ids[0] and doc["newest"] == ids[1]
+    # no floor was cached for these runs (the module's own cache): efficiency, which this does not judge, is absent
+    assert "efficiency" not in json.dumps(doc["figures"])
     assert sorted(doc["regressions"]) == sorted(regressed)
     assert r.rc == (1 if regressed else 0)
 
