@@ -135,19 +135,19 @@ def phase_of(bytes_per_s: float, majflt_per_s: float, cpu_cores: float, top_thre
     checkpoint file open or mapped, or reads or faults at a reading rate, whichever comes first."""
     if majflt_per_s >= FAULT_MIN_PER_S:
         return "faulting"
-    if cpu_cores >= CPU_BUSY and (bytes_per_s < IO_MIN_BPS or top_thread >= SATURATED):
+    # busy by its demand too, the CPU it got plus what it queued for: on a busy box a loader's one thread got 0.2 of
+    # a core and was runnable the rest (CI read such intervals as "waiting", or as "reading" while it read)
+    if max(cpu_cores, top_thread) >= CPU_BUSY and (bytes_per_s < IO_MIN_BPS or top_thread >= SATURATED):
         return "deserializing"
     if bytes_per_s >= IO_MIN_BPS:
         return "reading"
     return "waiting"
 
 
-def start_phase(phase: str, started: bool, begun: bool) -> str:
+def start_phase(phase: str, started: bool) -> str:
     """An interval's phase before the job came to its checkpoint (no checkpoint file open or mapped, nothing read
-    yet: imports, the model built; a loader's import of torch reads as "deserializing"): "starting" from the job's
-    first busy interval on, a pause included (a sample the box's other work took the core from reads as "waiting"
-    between two busy ones); idle before that, "waiting"."""
-    return "starting" if begun and not started else phase
+    yet): a busy one is "starting" (imports, the model built; a loader's import of torch reads as "deserializing")."""
+    return "starting" if not started and phase != "waiting" else phase
 
 
 def _interval(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float, mapped: int = 0) -> Interval:
@@ -177,13 +177,30 @@ def _with_gpu(iv: Interval, before: int | None, now: int | None, dt: float) -> I
     return replace(iv, gpu_bytes=now)
 
 
+BLIP_S = 0.3  # a wait this short between two runs of one phase is that phase's: a sample the box's other work
+BLIP_INTERVALS = 2  # took the core from, not a pause (CI read a busy start as starting, waiting, starting)
+
+
 def merge_phases(intervals: list[Interval]) -> list[dict]:
-    out: list[dict] = []
+    """The intervals as runs of one phase, each "waiting" blip (at most BLIP_INTERVALS samples and under BLIP_S)
+    between two runs of the same phase taken into them (a short read between two runs of deserializing is a read);
+    the live figures keep every interval's own phase."""
+    runs: list[dict] = []
     for i in intervals:
-        if out and out[-1]["phase"] == i.phase:
-            out[-1]["t1"] = i.t1
+        if runs and runs[-1]["phase"] == i.phase:
+            runs[-1]["t1"], runs[-1]["n"] = i.t1, runs[-1]["n"] + 1
         else:
-            out.append({"phase": i.phase, "t0": i.t0, "t1": i.t1})
+            runs.append({"phase": i.phase, "t0": i.t0, "t1": i.t1, "n": 1})
+    out: list[dict] = []
+    for k, r in enumerate(runs):
+        if out and out[-1]["phase"] == r["phase"]:  # the run after an absorbed blip
+            out[-1]["t1"] = r["t1"]
+            continue
+        blip = r["phase"] == "waiting" and r["n"] <= BLIP_INTERVALS and r["t1"] - r["t0"] < BLIP_S
+        if blip and out and k + 1 < len(runs) and runs[k + 1]["phase"] == out[-1]["phase"]:
+            out[-1]["t1"] = r["t1"]
+            continue
+        out.append({"phase": r["phase"], "t0": r["t0"], "t1": r["t1"]})
     return out
 
 
@@ -248,7 +265,6 @@ class Watch:
         mapper = MapReader(judge)
         mapped: set[str] = set()
         started = False  # the job has come to its checkpoint (see phase_of)
-        begun = False  # the job has done work since the watch began
         # what a job watched mid-load had mapped already is not this watch's; a job this watch started is all its
         # own (a started job that mapped and touched its file before this first sample read 0 bytes: a flaky test)
         peaks = {} if self.proc is not None else mapper.sample(prev.pids)[1]
@@ -296,8 +312,7 @@ class Watch:
                 disk_prev = disk
             iv = replace(_interval(prev, cur, t_start, grew), ckpt_files=len(here), device_util_pct=util)
             started = started or bool(files) or iv.phase in ("reading", "faulting")
-            begun = begun or iv.phase != "waiting"
-            iv = replace(iv, phase=start_phase(iv.phase, started, begun))
+            iv = replace(iv, phase=start_phase(iv.phase, started))
             if self.gpu.available and cur.t - gpu_t >= GPU_EVERY_S:
                 gpu_bytes = self.gpu.sample(set(cur.pids))  # the tree this sample already walked
                 iv = _with_gpu(iv, gpu_prev, gpu_bytes, cur.t - gpu_t)
