@@ -18,6 +18,8 @@ from ckptbench.core.paths import PROFILES_DIR
 from ckptbench.core.units import human_gbps
 
 MAX_READ_GBPS = 1000.0  # far beyond any storage a rank reads from: a recorded rate above it is damaged, not measured
+MIN_READ_GBPS = 1e-4  # 100 kB/s: a recorded 1e-300 GB/s made an RTO floor of 10^305 s, printed digit by digit
+MAX_RANKS = 1 << 20  # a recorded ranks of 1e308 divided the aggregate into 1e-308 GB/s per rank
 COORDINATION_S = 5.0  # process-group init, a barrier and the index broadcast: an assumption, not measured
 RESTORE_STATUSES = ("ok", "unverified")  # an unverified restore still read every byte at the rate recorded
 
@@ -26,6 +28,13 @@ def _aggregate(row: dict) -> float | None:
     """A distributed row's rate over all its ranks: aggregate_gbps (schema 3), read_gbps in older files."""
     v = row.get("aggregate_gbps")
     return v if isinstance(v, float) else row.get("read_gbps") if isinstance(row.get("read_gbps"), float) else None
+
+
+def _ranks_ok(row: dict) -> bool:
+    """A dist row's ranks: a whole number a run can have had, and its aggregate a rate each rank could read at."""
+    n, rate = row.get("ranks"), _aggregate(row)
+    return isinstance(n, float) and 1 <= n <= MAX_RANKS and n == int(n) and rate is not None and \
+        rate / n >= MIN_READ_GBPS
 
 
 @dataclass(frozen=True)
@@ -52,11 +61,36 @@ def _preset_path(name: str) -> str:
     path = name if name.endswith(".toml") else os.path.join(folder, f"{name}.toml")
     if not os.path.isfile(path):
         known = sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".toml"))
-        raise CkptbenchError(f"unknown storage preset {name!r}: choose one of {', '.join(known)} or a .toml path")
+        raise CkptbenchError(f"unknown storage preset {shown(repr(name), 120)}: choose one of {', '.join(known)} or a "
+                             ".toml path")
     return path
 
 
 MAX_FIGURE = 1e12  # beyond any real storage; 1e308 GB/s times the nodes was inf, and --json printed Infinity
+MIN_FIGURE = 1e-4  # a rate of 1e-300 (GB/s, opens or GETs per second) made a floor of 10^300 s
+PRESET_MAX = 64 << 10  # a preset is a few dozen lines: a larger file is not one (and is never read whole)
+
+
+def _preset_text(path: str) -> str:
+    """The preset's text, read without blocking (a FIFO swapped in after the check) and never past PRESET_MAX."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            data = os.read(fd, PRESET_MAX + 1) if stat.S_ISREG(st.st_mode) and st.st_size <= PRESET_MAX else None
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise CkptbenchError(f"{path}: cannot read the storage preset ({exc.strerror})") from None
+    if data is None or len(data) > PRESET_MAX:
+        raise CkptbenchError(f"{path}: not a storage preset (a regular file of at most {PRESET_MAX >> 10} KiB); "
+                             "compare with profiles/storage/efs.toml")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CkptbenchError(f"{path}: not a valid storage preset (not UTF-8 text)") from None
 
 
 def _number(doc: dict, path: str, key: str, *, whole: bool = False, default=None):
@@ -64,12 +98,14 @@ def _number(doc: dict, path: str, key: str, *, whole: bool = False, default=None
     if key not in doc:
         return default
     v = doc[key]
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 < v <= MAX_FIGURE
+    least = 1 if whole else MIN_FIGURE
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and least <= v <= MAX_FIGURE
     if ok and whole and v != int(v):
         ok = False
     if not ok:
         kind = f"a positive {'whole ' if whole else ''}number at most {MAX_FIGURE:g}"
-        raise CkptbenchError(f"{path}: {key} must be {kind}, got {v!r}; fix the storage preset")
+        low = "" if whole else f" (and at least {MIN_FIGURE:g})"
+        raise CkptbenchError(f"{path}: {key} must be {kind}, got {shown(repr(v), 60)}; fix the storage preset{low}")
     return int(v) if whole else float(v)
 
 
@@ -104,10 +140,11 @@ def load_preset(name: str) -> ScalePreset:
     """A storage preset by name, or by path to a .toml file, with its scale figures validated."""
     path = _preset_path(name)
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise CkptbenchError(f"{path}: not a valid storage preset ({exc})") from None
+        doc = tomllib.loads(_preset_text(path))
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # nested past any preset: RecursionError, a traceback
+        why = exc if isinstance(exc, tomllib.TOMLDecodeError) else "nested too deep"
+        raise CkptbenchError(f"{path}: not a valid storage preset ({why}); compare with profiles/storage/efs.toml") \
+            from None
     ceiling = _number(doc, path, "ceiling_gbps")
     if ceiling is None:
         raise CkptbenchError(f"{path}: ceiling_gbps is missing; compare with profiles/storage/efs.toml")
@@ -135,7 +172,7 @@ def _runs(rows: list[dict], keep, rate=lambda r: r.get("read_gbps")) -> dict[str
     runs: dict[str, list[dict]] = {}
     for r in rows:
         v = rate(r)
-        if keep(r) and isinstance(v, float) and 0 < v <= MAX_READ_GBPS:
+        if keep(r) and isinstance(v, float) and MIN_READ_GBPS <= v <= MAX_READ_GBPS:
             runs.setdefault(r["run_id"], []).append(r)
     return runs
 
@@ -156,8 +193,7 @@ def measured_rank_read(results_path: str, on=None) -> dict | None:
         return None
     # a hot run read the page cache: it says nothing of the storage
     rows = [r for r in read_rows(results_path) if r.get("cache") != "hot" and (on is None or on(r))]
-    dist = _runs(rows, lambda r: r["kind"] == "dist" and r["status"] in RESTORE_STATUSES
-                 and isinstance(r.get("ranks"), float) and r["ranks"] >= 1, _aggregate)
+    dist = _runs(rows, lambda r: r["kind"] == "dist" and r["status"] in RESTORE_STATUSES and _ranks_ok(r), _aggregate)
     if dist:
         run = list(dist.values())[-1]
         return {"source": "measured-dist", "run_id": shown(run[0]["run_id"]),

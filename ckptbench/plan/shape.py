@@ -5,16 +5,26 @@ from __future__ import annotations
 import math
 import os
 
-from ckptbench.core.errors import printable
+from ckptbench.core.errors import printable, shown
 from ckptbench.checkpoint.profiles import DTYPE_BYTES, Profile
 from ckptbench.save.report import HEADROOM
 
 SMALL_FILE_AVG = 56 << 10  # the generator's data-loader files average 56 KiB
 MAX_WRITE_GBPS = 1000.0  # far beyond any one machine's storage: a recorded figure above it is damaged, not measured
+MIN_WRITE_GBPS = 1e-4  # 100 kB/s: below, a save of 7B took 10^300 s and plan printed every digit of it
 
 
 def _in_range(gbps) -> bool:
-    return isinstance(gbps, float) and math.isfinite(gbps) and 0 < gbps <= MAX_WRITE_GBPS
+    return isinstance(gbps, float) and math.isfinite(gbps) and MIN_WRITE_GBPS <= gbps <= MAX_WRITE_GBPS
+
+
+def _same_target(recorded, target: str) -> bool:
+    """Whether a recorded save target is `target`, by real path; a recorded one no path can be (a NUL byte in it
+    raised ValueError out of realpath: a traceback) is not."""
+    try:
+        return os.path.realpath(str(recorded)) == os.path.realpath(target)
+    except (ValueError, OSError):
+        return False
 
 
 def measured_save(results_path: str, target: str | None = None) -> dict | None:
@@ -31,14 +41,15 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
     runs: dict[str, list[dict]] = {}
     for r in read_rows(results_path):
         if r["kind"] == "save" and r["status"] == "ok" and r["write_gbps"] is not None and (
-                target is None or os.path.realpath(r["target"]) == os.path.realpath(target)):
+                target is None or _same_target(r["target"], target)):
             runs.setdefault(r["run_id"], []).append(r)
     if not runs:
         return None
     rows = list(runs.values())[-1]
     steady = [r for r in rows if r["repeat"] != 1] or rows
-    out = {"run_id": printable(rows[0]["run_id"]), "date": printable(rows[0]["timestamp"]),
-           "target": printable(rows[0]["target"]), "format": printable(rows[0]["format"]), "saves": len(rows),
+    # recorded text is anyone's: printable, and cut (a 100 kB run id or date was printed whole)
+    out = {"run_id": shown(rows[0]["run_id"]), "date": shown(rows[0]["timestamp"], 40),
+           "target": shown(rows[0]["target"], 200), "format": shown(rows[0]["format"], 40), "saves": len(rows),
            "sustained_gbps": None,
            "dirty_peak_fraction": max((r["dirty_peak_fraction"] for r in rows
                                        if _fraction(r.get("dirty_peak_fraction"))), default=None),
@@ -47,7 +58,7 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
     bad = [r["write_gbps"] for r in rows if not _in_range(r["write_gbps"])]
     if bad:
         out["unknown"] = (f"save run {out['run_id']} in {printable(results_path)} records write_gbps {bad[0]:g}, out "
-                          f"of range (above 0, at most {MAX_WRITE_GBPS:g} GB/s): its save time is unknown; run "
+                          f"of range ({MIN_WRITE_GBPS:g} to {MAX_WRITE_GBPS:g} GB/s): its save time is unknown; run "
                           "`ckptbench save` again")
         return out
     out["sustained_gbps"] = spread([r["write_gbps"] for r in steady])["median"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ckptbench.system.env import KEY_FIELDS
 from ckptbench.core.errors import CkptbenchError, shown
 from ckptbench.records.results import STAGES, jsonl_path, read_documents, read_rows
-from ckptbench.records.schema import KINDS
+from ckptbench.records.schema import KINDS, in_range
 from ckptbench.core.stats import spread
 from ckptbench.core.units import human_figure, human_pct
 
@@ -87,7 +87,7 @@ def change_text(change_pct: float | None) -> str:
     return "" if change_pct is None else human_pct(change_pct / 100, signed=True)
 
 
-def _runs(rows: list[dict]) -> dict[str, list[dict]]:
+def _runs(path: str, rows: list[dict]) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
     for r in rows:
         # a watch that saw no checkpoint byte read (a job that slept, one attached too late) measured nothing: as
@@ -95,7 +95,11 @@ def _runs(rows: list[dict]) -> dict[str, list[dict]]:
         # a kind ckptbench does not write is no run of ours (rows with another were compared as restores)
         if r["status"] in COMPLETED and r.get("kind") in KINDS and not (r.get("kind") == "watch"
                                                                           and not r.get("bytes")):
-            runs.setdefault(r["run_id"], []).append(r)
+            run = runs.setdefault(r["run_id"], [])
+            if run and run[0]["kind"] != r["kind"]:  # its figures would be compared as the first row's kind
+                raise CkptbenchError(f"{path}: run {shown(r['run_id'], 40)!r} is recorded as {run[0]['kind']} and "
+                                     f"{r['kind']} rows (a run id used again); repair or move the file")
+            run.append(r)
     return runs
 
 
@@ -131,6 +135,8 @@ def _delta(fig: str, base: list, new: list, higher_better: bool, threshold_pct: 
     if b["median"] is None or n["median"] is None:
         return None
     change = (n["median"] - b["median"]) / b["median"] * 100 if b["median"] else None
+    if change is not None and not math.isfinite(change):  # over a baseline of 5e-324 s: +inf %, Infinity in --json
+        change = None
     small = abs(n["median"] - b["median"]) < min_abs
     worse = change is not None and not small and (change < -threshold_pct if higher_better else change > threshold_pct)
     better = change is not None and not small and (change > threshold_pct if higher_better
@@ -222,13 +228,24 @@ def _default_baseline(path: str, runs: dict[str, list[dict]], newest: str, docs:
     return (alike or what)[-1]
 
 
+def _check_figures(path: str, rows: list[dict], names) -> None:
+    """The figures compared are ones a run can have measured: a negative RTO or a rate of 1e308 GB/s in one repeat,
+    kept, turned a regression into "within noise" and passed the build."""
+    for r in rows:
+        bad = next((f for f in names if r.get(f) is not None and not in_range(f, r[f])), None)
+        if bad is not None:
+            repeat = "?" if r["repeat"] is None else f"{r['repeat']:.0f}"
+            raise CkptbenchError(f"{path}: run {shown(r['run_id'], 40)!r} repeat {repeat} records {bad} "
+                                 f"{r[bad]:g}, out of range (not measured: damaged or edited); repair or move the file")
+
+
 def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, newest: str | None = None,
             kind: str | None = None) -> Comparison:
     """`newest` (default: the newest run, or the newest of `kind`) against `baseline` (default: the last earlier run
     of its kind made the same way; for a watch, of the same command)."""
     if threshold_pct < 0:
         raise CkptbenchError(f"--threshold must be ≥ 0, got {threshold_pct}")
-    runs = _runs(read_rows(path))
+    runs = _runs(path, read_rows(path))
     ids = list(runs)
     if len(ids) < 2:
         raise CkptbenchError(f"{path}: {len(ids)} successful run(s) recorded; compare needs two (run the benchmark again)")
@@ -246,6 +263,7 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
                              f"{shown(newest)} a {kind} run; "
                              "compare runs of one kind")
     base_rows, new_rows = _steady(runs[baseline]), _steady(runs[newest])
+    _check_figures(path, base_rows + new_rows, SAVE_FIGURES if kind == "save" else FIGURES)
     figures = []
     rto = spread([r.get("rto_s") for r in base_rows])["median"] if kind != "save" else None
     for fig, higher_better in (SAVE_FIGURES if kind == "save" else FIGURES).items():

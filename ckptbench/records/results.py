@@ -7,6 +7,7 @@ Beside it, results.csv.jsonl: one JSON document per line, {"record": "repeat"} a
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -14,7 +15,7 @@ import os
 import stat
 import tempfile
 
-from ckptbench.core.errors import CkptbenchError, redact_all
+from ckptbench.core.errors import CkptbenchError, redact_all, shown
 from ckptbench.core.stages import STAGES
 from ckptbench.core.stats import spread
 from ckptbench.records.schema import (  # noqa: F401  (re-exported: what readers and writers of results use)
@@ -42,6 +43,9 @@ def _check_appendable(path: str) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
+        if os.path.lexists(path):  # a link to nothing: append() could neither create it nor read it, after the run
+            raise CkptbenchError(f"{recorded_text(path)}: a symbolic link to a missing file; choose another --results "
+                                 "path") from None
         _check_creatable(path)
         return
     except OSError as exc:
@@ -79,6 +83,20 @@ def check_writable(path: str, kind: str = "restore") -> None:
                                  f"{kind}s in a new --results path")
 
 
+def _new_file(path: str) -> tuple[int, str]:
+    """A new file beside `path` under a name nobody could have planted a link at: created here (O_EXCL), never
+    through a symlink (a predictable `results.csv.tmp-PID` linked to another file had root truncate that file)."""
+    import secrets
+
+    for _ in range(16):
+        tmp = f"{path}.tmp-{secrets.token_hex(8)}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: no free temporary name beside it")
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -99,19 +117,37 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _check_regular(path: str) -> None:
-    """A FIFO or a device named as a results file would block the read or never end it: refused by its type."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise CkptbenchError(f"{recorded_text(path)}: not a regular file; not a ckptbench results file")
+def _open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+    """`path` opened without blocking and kept only if a regular file: a FIFO or a device named as a results file
+    would block the open or the read, or never end it (told by the descriptor's type, so nothing swapped in after a
+    check gets through)."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # ENXIO: a FIFO opened to write with no reader
+            raise
+        raise CkptbenchError(f"{recorded_text(path)}: not a regular file; not a ckptbench results file") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CkptbenchError(f"{recorded_text(path)}: not a regular file; not a ckptbench results file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_text(path: str):
+    return open(_open_regular(path), encoding="utf-8", newline="")
 
 
 def header_of(path: str) -> tuple[str, ...]:
     """The columns an existing results file was started with (schema 1 or 2)."""
     try:
-        with open(path, newline="") as f:
+        with _open_text(path) as f:
             return tuple(next(csv.reader(f), ()))
     except OSError as exc:
-        raise CkptbenchError(f"{path}: cannot read ({exc.strerror})") from None
+        raise CkptbenchError(f"{path}: cannot read ({exc.strerror}); {_NAME_ONE}") from None
 
 
 def _ends_a_line(path: str, size: int) -> bool:
@@ -136,14 +172,14 @@ def _in_schema(row: dict, columns: tuple[str, ...]) -> dict:
 def append(path: str, rows: list[dict]) -> None:
     """Appends rows with one write each to an O_APPEND file: a crash loses at most the row being written."""
     if not os.path.exists(path):
-        header = _line(list(COLUMNS))
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(header)
-            f.flush()
-            os.fsync(f.fileno())
+        fd, tmp = _new_file(path)
         try:
-            os.link(tmp, path)  # fails if another writer created it meanwhile: then keep theirs
+            _write_all(fd, _line(list(COLUMNS)).encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path, follow_symlinks=False)  # fails if another writer created it meanwhile: keep theirs
         except FileExistsError:
             pass
         finally:
@@ -154,7 +190,7 @@ def append(path: str, rows: list[dict]) -> None:
     if columns == COLUMNS_V1 and any(row.get("kind", "restore") != "restore" for row in rows):
         raise CkptbenchError(f"{recorded_text(path)}: a schema-1 results file holds restores only; record saves in "
                              "a new --results path")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND)
     try:
         for given in rows:
             one = _in_schema(redact_all({"kind": "restore"} | given), columns)  # no credential is ever recorded
@@ -170,7 +206,7 @@ def append_document(path: str, doc: dict) -> None:
     """Appends one JSON document as one line of the results file's .jsonl, fsync'd before returning."""
     target = jsonl_path(path)
     line = json.dumps(plain(redact_all(doc)), allow_nan=False) + "\n"  # every kind's document, credentials out
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    fd = _open_regular(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         size = os.fstat(fd).st_size
         if size and not _ends_a_line(target, size):
@@ -189,12 +225,11 @@ def read_documents(path: str, record: str | None = None) -> list[dict]:
     Documents written before records were tagged are runs; a line torn by a crash is skipped."""
     docs = []
     try:
-        _check_regular(jsonl_path(path))
-        with open(jsonl_path(path), encoding="utf-8") as f:
+        with _open_text(jsonl_path(path)) as f:
             for line in f:
                 try:
                     doc = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # torn by a crash, or nested past any document of ours
                     continue
                 if isinstance(doc, dict) and (record is None or doc.get("record", "run") == record):
                     docs.append(doc)
@@ -203,15 +238,14 @@ def read_documents(path: str, record: str | None = None) -> list[dict]:
     except UnicodeDecodeError:
         raise CkptbenchError(f"{jsonl_path(path)}: not a text file; not a ckptbench results file") from None
     except OSError as exc:
-        raise CkptbenchError(f"{jsonl_path(path)}: cannot read ({exc.strerror})") from None
+        raise CkptbenchError(f"{jsonl_path(path)}: cannot read ({exc.strerror}); {_NAME_ONE}") from None
     return docs
 
 
 def read_rows(path: str) -> list[dict]:
     """Rows as dicts with numbers parsed and env decoded; one clear error for anything that is not our file."""
     try:
-        _check_regular(path)
-        with open(path, newline="") as f:
+        with _open_text(path) as f:
             reader = csv.reader(f)
             header = next(reader, None)
             if header is None:
@@ -220,20 +254,35 @@ def read_rows(path: str) -> list[dict]:
             if columns not in _SCHEMA_OF:
                 raise CkptbenchError(f"{path}: not a ckptbench results file of schema 1 to {SCHEMA} (its header "
                                      "differs); name a results file ckptbench wrote")
-            rows = []
+            rows, seen = [], set()
             for lineno, values in enumerate(reader, start=2):
                 if len(values) != len(columns):
                     raise CkptbenchError(f"{path}:{lineno}: malformed row ({len(values)} fields, expected "
                                          f"{len(columns)}); repair or move the file")
                 row = dict.fromkeys(COLUMNS, "") | {"kind": "restore"} | dict(zip(columns, values))
-                rows.append(_parse(_from_schema(row, columns), path, lineno))
+                rows.append(_once(_parse(_from_schema(row, columns), path, lineno), seen, path, lineno))
             return rows
     except csv.Error as exc:  # e.g. a field over csv's size limit
         raise CkptbenchError(f"{path}:{reader.line_num}: malformed row ({exc}); repair or move the file") from None
     except UnicodeDecodeError:
         raise CkptbenchError(f"{path}: not a text file; not a ckptbench results file") from None
     except OSError as exc:
-        raise CkptbenchError(f"{path}: cannot read ({exc.strerror})") from None
+        raise CkptbenchError(f"{path}: cannot read ({exc.strerror}); {_NAME_ONE}") from None
+
+
+_NAME_ONE = "name a results file run, save or watch wrote"
+
+
+def _once(row: dict, seen: set, path: str, lineno: int) -> dict:
+    """A run's repeat is on record once: a run id used again (two files joined, rows copied) merged two runs into
+    one, and a regression compared as within noise."""
+    key = (row["run_id"], row["kind"], row["repeat"])
+    if key in seen:
+        repeat = "?" if row["repeat"] is None else f"{row['repeat']:.0f}"
+        raise CkptbenchError(f"{path}:{lineno}: run {shown(row['run_id'], 40)!r} has repeat {repeat} twice (a run id "
+                             "used again: files joined or rows copied); repair or move the file")
+    seen.add(key)
+    return row
 
 
 def _from_schema(row: dict, columns: tuple[str, ...]) -> dict:
@@ -255,13 +304,21 @@ def _parse(row: dict, path: str, lineno: int) -> dict:
         out["env"] = json.loads(row["env"]) if row["env"] else {}
         if not isinstance(out["env"], dict):
             raise ValueError("env is not an object")
-        for k, v in row.items():
-            if k in _TEXT:
-                continue
-            x = float(v) if v not in ("", "None") else None
-            out[k] = x if x is None or math.isfinite(x) else None  # nan (older files) is unknown, never a figure
     except (ValueError, RecursionError):
-        raise CkptbenchError(f"{path}:{lineno}: malformed value; repair or move the file") from None
+        raise CkptbenchError(f"{path}:{lineno}: malformed value (env is not a JSON object); repair or move the "
+                             "file") from None
+    for k, v in row.items():
+        if k in _TEXT:
+            continue
+        try:
+            x = float(v) if v not in ("", "None") else None
+        except ValueError:
+            raise CkptbenchError(f"{path}:{lineno}: malformed value ({k} is {shown(v, 40)!r}, not a number); repair "
+                                 "or move the file") from None
+        out[k] = x if x is None or math.isfinite(x) else None  # nan (older files) is unknown, never a figure
+    if out["repeat"] is not None and not (out["repeat"] == int(out["repeat"]) >= 1):
+        raise CkptbenchError(f"{path}:{lineno}: malformed value (repeat is {shown(row['repeat'], 40)!r}, not a whole "
+                             "number from 1); repair or move the file")
     return out
 
 

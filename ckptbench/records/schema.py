@@ -45,6 +45,18 @@ _TEXT = {"env", "run_id", "timestamp", "source", "format", "mode", "status", "ca
          "cache_verified", "errors", "kind", "target", "overran", "throttled", "verified"}
 
 
+# The most a recorded figure can be: a count, a size or seconds (an exabyte; 30 billion years), and a rate (10 TB/s).
+# Beyond, or below zero, it was damaged or written by hand, not measured.
+MAX_FIGURE = 1e18
+MAX_GBPS = 1e4
+
+
+def in_range(column: str, value) -> bool:
+    """Whether a parsed figure of results.csv can have been measured: a number from 0 to its column's most."""
+    top = MAX_GBPS if column.endswith("_gbps") else MAX_FIGURE
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= top
+
+
 # Why a run document has no floor when its kind did not work one out (a kind that does puts its own fields in)
 NO_FLOOR = {"save": "`ckptbench floor --write-to DIR` measures the write rate a save is held against"}
 
