@@ -172,7 +172,8 @@ def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: s
     stats = {lv: spread(v) for lv, v in results.items()}
     k, best = knee({lv: s["median"] for lv, s in stats.items()})
     label = cache if src.has_page_cache else f"n/a ({src.scheme})"
-    floor = efficiency.of_sweep(src, listing.bytes, {lv: s["median"] for lv, s in stats.items()}, base.hash, hot)
+    floor = efficiency.of_sweep(src, listing.bytes, {lv: s["median"] for lv, s in stats.items()}, base.hash, hot,
+                                [f.size for f in listing.files])
     return SweepResult(listing.source, levels, stats, k, best, KNEE_MARGIN, label, verified,
                        tuple(sorted(failed.items())), listing.layout.describe() if listing.layout else None, floor,
                        base.hash, rep.result.read if rep else "", rep.read_why if rep else "")

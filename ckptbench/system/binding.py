@@ -9,11 +9,11 @@ FRESH, REUSED = "fresh", "reused"  # a restore's destination: memory it did not 
 
 
 def how(binding: str, *, destination: str, hot: bool, read_fresh: bool = False, own_page_cache: bool = False,
-        reused_copy: bool = False, cores: int = 1, cpu_work: str = "") -> str:
+        reused_copy: bool = False, cores: int = 1, cpu_work: str = "", one_file: bool = False) -> str:
     """What the binding resource's rate is a rate of, in a few words (the model's own terms: floor.model).
     `read_fresh`: the storage figure was read into fresh memory; `own_page_cache`: the page cache's copy is the
     mount's own (else a memmove's); `reused_copy`: copied into a reused buffer; `cpu_work`: what the cores do
-    ("hashing (md5)", "scanning", both)."""
+    ("hashing (md5)", "scanning", both); `one_file`: the largest file's digest, in order on one core, binds."""
     if binding in ("storage", "network"):
         return "read into fresh memory" if destination == FRESH and read_fresh else "read into reused buffers"
     if binding == "page cache":
@@ -23,6 +23,8 @@ def how(binding: str, *, destination: str, hot: bool, read_fresh: bool = False, 
     if binding == "fresh memory":
         return "populated"
     if binding == "cpu":
+        if one_file:
+            return f"{cpu_work or 'the CPU work'}, the largest file's bytes in order on one core"
         return f"{cpu_work or 'the CPU work'} on {cores} core{'s' if cores != 1 else ''}"
     if binding == "host-to-device":
         return "copied from pinned memory"

@@ -264,13 +264,28 @@ def storage_gbps(floor: Floor, destination: str) -> float:
     return fresh or floor.storage.gbps
 
 
+IN_ORDER = frozenset({"md5", "sha256", "xxh64"})  # digests of a file's bytes in order: one file, one core at a time
+
+
+def largest_unit(sizes, hash_alg: str, chunk: int = 0) -> int:
+    """The most bytes one core must hash alone: a file, for a digest of its bytes in order (a chunk where the
+    digest is per chunk, `chunk` > 0); 0 where the work divides over the cores (none, crc32c: chunk CRCs combine)."""
+    if hash_alg not in IN_ORDER:
+        return 0
+    big = max((s or 0 for s in sizes), default=0)
+    return min(big, chunk) if chunk else big
+
+
 def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "none",
-          destination: str = FRESH, cores: int | None = None, hot: bool = False, device_bytes: int = 0) -> dict:
+          destination: str = FRESH, cores: int | None = None, hot: bool = False, device_bytes: int = 0,
+          unit_bytes: int = 0) -> dict:
     """A restore's floor on this box: per resource, its bytes over its rate (storage — the device when cold, the
     page cache's copy when `hot`; fresh memory for a fresh owned destination, none for a reused or mapped one) and
     the CPU work (hashing, scanning) over the cores; the floor is the largest, and names what binds. From the page
     cache (`hot`) every part is the cores' work, populating and copying as much as hashing and scanning: a core
-    does not copy one page while it populates or hashes another, so there the parts add up (the largest binds)."""
+    does not copy one page while it populates or hashes another, so there the parts add up (the largest binds).
+    `unit_bytes` (largest_unit): the most one core hashes alone; the CPU part is never under its time (md5 over a
+    single 4 GiB file on 64 cores is one core's work, and its floor divided by 64 put a read at 2 % of it)."""
     cores = cores or floor.box.get("cores") or 1
     rates: dict[str, float] = {}
     if hot and (copy := page_cache_gbps(floor, destination)) is not None:
@@ -282,15 +297,20 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
     if device_bytes and "h2d_pinned" in floor.ceilings:  # the state moved to a GPU, at the pinned link's rate
         rates["host-to-device"] = floor.ceilings["h2d_pinned"].gbps
     times = {k: (device_bytes if k == "host-to-device" else bytes_read) / (r * 1e9) for k, r in rates.items()}
-    cpu, work = 0.0, []
+    cpu, work, alone = 0.0, [], 0.0
     if hash_alg != "none" and f"hash_{hash_alg}" in floor.ceilings:
-        cpu += bytes_read / (floor.ceilings[f"hash_{hash_alg}"].gbps * 1e9)
+        rate = floor.ceilings[f"hash_{hash_alg}"].gbps * 1e9
+        cpu += bytes_read / rate
+        alone = min(unit_bytes, bytes_read) / rate
         work.append(f"hashing ({hash_alg})")
     if floating_bytes and "scan" in floor.ceilings:
         cpu += floating_bytes / (floor.ceilings["scan"].gbps * 1e9)
         work.append("scanning for NaN/Inf")
+    used = cores
     if cpu:
-        times["cpu"] = cpu / cores
+        times["cpu"] = max(cpu / cores, alone)
+        if alone > cpu / cores:  # one file's digest, in order on one core, outlasts the rest spread over the cores
+            used = 1
         rates["cpu"] = bytes_read / times["cpu"] / 1e9  # the rate the cores get through the bytes at
     if not times:
         return {"floor_s": None, "binding": None, "times_s": {}}
@@ -306,7 +326,8 @@ def model(floor: Floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: s
         binding = "host-to-device" if link > floor_s else max(cores_part, key=cores_part.get)
         floor_s = max(floor_s, link)
     s = floor.storage
-    said = binding_words.how(binding, destination=destination, hot=hot, cores=cores, cpu_work=" and ".join(work),
+    said = binding_words.how(binding, destination=destination, hot=hot, cores=used, cpu_work=" and ".join(work),
+                             one_file=used < cores,
                              read_fresh=s is not None and bool(s.fresh_gbps),
                              own_page_cache=s is not None and bool(s.hot_gbps),
                              reused_copy=s is not None and destination == REUSED and bool(s.hot_reused_gbps))
@@ -393,13 +414,13 @@ def over_floor(eff: float | None) -> str:
 
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
                    floating_bytes: int = 0, hot: bool = False, destination: str = FRESH,
-                   device_bytes: int = 0) -> dict:
+                   device_bytes: int = 0, unit_bytes: int = 0) -> dict:
     """What every restore document carries: floor_s, efficiency (floor / measured), binding, the per-resource
     times, and a note saying what the floor stands on (or that it is not measured)."""
     if floor is None:
         return unmeasured()
     m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot,
-              destination=destination, device_bytes=device_bytes)
+              destination=destination, device_bytes=device_bytes, unit_bytes=unit_bytes)
     partial = not hot and not storage_usable(floor)  # a cold read's floor without what it reads from
     own = floor.storage is not None and bool(floor.storage.hot_gbps)
     note = (("the read was from the page cache; " if own else "the read was from the page cache (its copy held to "

@@ -19,3 +19,13 @@ def fixed_floor(**gbps) -> fl.Floor:
         else:
             f.ceilings[k] = c
     return f
+
+
+def held_s(doc: dict) -> float:
+    """The time a run document's efficiency holds to its floor, worked out from its repeats: each RTO less its first
+    step where the check ran the model (compute no ceiling measures), the median over the repeats that finished."""
+    import statistics
+
+    step = doc.get("check") == "model step"
+    return statistics.median(r["rto_s"] - (r["stages"]["check"] if step else 0.0)
+                             for r in doc["repeats"] if r.get("status", "ok") in ("ok", "verified", "unverified"))

@@ -12,6 +12,7 @@ import pytest
 
 from ckptbench.system import floor as fl
 from floorhelp import fixed_floor as _floor
+from floorhelp import held_s
 
 
 def test_the_floor_is_the_largest_resource_time_and_names_it():
@@ -44,6 +45,22 @@ def test_the_floor_is_the_largest_resource_time_and_names_it():
     small = _floor(storage=0.2, populate_4k=1.0)
     small.storage.sample_bytes = 1 << 20  # a latency-bound sample is no bandwidth figure
     assert "storage" not in fl.model(small, bytes_read=10**9)["times_s"]
+
+
+def test_a_digest_of_a_files_bytes_in_order_is_one_cores_work_per_file():
+    """md5 over one file cannot be split over the cores: its floor is that file's bytes at one core's rate (a read
+    of one file with md5 was held to half its floor on 2 cores and shown at 60 % of it); crc32c's chunks combine."""
+    f = _floor(storage=100.0, hash_md5=0.5, hash_crc32c=0.5)
+    sizes = [6 * 10**9, 10**9, 10**9]
+    assert fl.largest_unit(sizes, "md5") == 6 * 10**9 and fl.largest_unit(sizes, "crc32c") == 0
+    assert fl.largest_unit(sizes, "sha256", chunk=10**9) == 10**9  # per-chunk digests: a chunk is the unit
+    one = fl.model(f, bytes_read=8 * 10**9, hash_alg="md5", cores=4, unit_bytes=fl.largest_unit(sizes, "md5"))
+    assert one["times_s"]["cpu"] == pytest.approx(12.0)  # the 6 GB file alone, not 16 s over 4 cores = 4 s
+    assert one["binding"] == "cpu" and "largest file" in one["how"] and "4 cores" not in one["how"]
+    even = fl.model(f, bytes_read=8 * 10**9, hash_alg="md5", cores=4, unit_bytes=2 * 10**9)
+    assert even["times_s"]["cpu"] == pytest.approx(4.0) and "on 4 cores" in even["how"]  # four 2 GB files: spread
+    crc = fl.model(f, bytes_read=8 * 10**9, hash_alg="crc32c", cores=4, unit_bytes=fl.largest_unit(sizes, "crc32c"))
+    assert crc["times_s"]["cpu"] == pytest.approx(4.0)
 
 
 def test_a_real_measurement_of_this_box_on_a_tmpfs_file(tmp_path):
@@ -159,7 +176,8 @@ def test_a_run_document_carries_its_floor_or_says_it_is_not_measured(tmp_path, m
     # from the page cache into fresh memory: populated at 4 GB/s, then the copy at 4 GB/s, one after the other
     landing = parts["fresh memory"] + parts["page cache"]
     assert landing == pytest.approx(doc["bytes"] / 2e9, rel=0.01) and doc["binding"] in ("fresh memory", "page cache")
-    assert doc["efficiency"] == pytest.approx(doc["floor_s"] / doc["rto_s"])
+    assert doc["efficiency"] == pytest.approx(doc["floor_s"] / held_s(doc))  # the RTO less its model step
+    assert held_s(doc) < doc["rto_s"] and "less its first step" in doc["floor_note"]
     r = h.run_cli("run", root, "--repeat", "1", "--cache", "hot", "--results", tmp_path / "R.csv")
     assert "  floor " in r.out and "bound by" in r.out and "% of it" in r.out, r.out
 
