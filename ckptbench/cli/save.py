@@ -110,14 +110,16 @@ def print_report(r) -> None:
 def cmd_save(args) -> int:
     from ckptbench.system import env as envmod
     from ckptbench.save import results as save_results
-    from ckptbench.save.series import SaveOptions, run_save, validate
+    from ckptbench.records.results import check_writable, jsonl_path
+    from ckptbench.save.series import SaveOptions, refuse_foreign, run_save, validate
 
     opts = SaveOptions(format=args.format, interval_s=args.interval, count=args.count, keep=args.keep,
                        ranks=args.ranks, stagger_s=args.stagger, async_save=args.async_save, fsync=args.fsync)
     validate(opts)  # before the results file is touched
+    ours = (args.results, jsonl_path(args.results)) if args.results else ()  # `save .` records into its target
+    if os.path.isdir(args.target):  # before check_writable's probe file lands in a target that is not ours
+        refuse_foreign(args.target, ours)
     if args.results:
-        from ckptbench.records.results import check_writable
-
         check_writable(args.results, kind="save")
     out = sys.stderr if args.json else sys.stdout
     cancel = threading.Event()
@@ -136,7 +138,8 @@ def cmd_save(args) -> int:
 
     try:
         report = run_save(args.what, args.target, opts, on_save=on_save, on_sample=line.sample, cancel=cancel,
-                          scale=args.scale, force=args.force, on_preflight=on_preflight)
+                          scale=args.scale, force=args.force, on_preflight=on_preflight,
+                          also_ours=ours)
     except BaseException as exc:
         line.close()
         cancel.set()

@@ -94,6 +94,36 @@ def foreign_steps(target: str) -> list[str]:
     return sorted(n for n in os.listdir(target) if LOOKS_LIKE_STEP.fullmatch(n) and not _is_save(target, n))
 
 
+# What else save leaves in a target: its staging directory (`write_save`) and preflight scratch file (`preflight`)
+# after a kill, and a mount's own lost+found when TARGET is a filesystem's root
+_OURS_TOO = re.compile(r"\.step-[0-9]{6,}\.tmp-.+|\.ckptbench-preflight-[0-9a-f]{8}(\.renamed)?")
+
+
+def foreign_entries(target: str, also: tuple[str, ...] = ()) -> list[str]:
+    """Entries of the target that save did not write, sorted; `also`: paths this run writes (its results file)."""
+    mine = {os.path.realpath(p) for p in also}
+    return sorted(n for n in os.listdir(target)
+                  if not (_is_save(target, n) or _OURS_TOO.fullmatch(n)
+                          or n == "lost+found" and os.path.isdir(os.path.join(target, n))
+                          or os.path.realpath(os.path.join(target, n)) in mine))
+
+
+def refuse_foreign(target: str, also: tuple[str, ...] = ()) -> None:
+    """One line, before anything is written, when the target holds what save did not write: its step-NNNNNN beside a
+    user's checkpoint would become what `inspect`, `verify` and a resume pick. `--force` does not pass this: it
+    overrides what the filesystem cannot do, and here the harm is to the user's data, not to the measurement."""
+    try:
+        foreign = foreign_entries(target, also)
+    except OSError as exc:
+        raise CkptbenchError(f"{target}: cannot list the target ({exc.strerror}); choose a readable directory",
+                             exit_code=1) from None
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise CkptbenchError(f"{target}: holds files save did not write ({shown}); saving beside them would change "
+                             "which checkpoint inspect, verify and a resume pick: choose an empty or new directory, "
+                             "or a target save wrote before (--force does not apply)")
+
+
 def next_name(target: str) -> str:
     """The step after the newest save, skipping past any name something else already holds."""
     steps = existing_steps(target)
@@ -135,11 +165,12 @@ def _fail_line(exc: BaseException, target: str, name: str, previous: str | None)
 
 def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_sample=None,
              cancel: threading.Event | None = None, scale: float = 1.0, force: bool = False,
-             on_preflight=None) -> SaveReport:
+             on_preflight=None, also_ours: tuple[str, ...] = ()) -> SaveReport:
     """Saves the state of `what` (a profile name, or a checkpoint directory) `opts.count` times into `target`.
 
     Runs in any thread; `cancel` stops between saves and between a save's rank writes (the partial save removed).
-    `on_save(SaveTiming)` after each save, `on_sample(WritebackSample)` from the sampler's thread every 250 ms."""
+    `on_save(SaveTiming)` after each save, `on_sample(WritebackSample)` from the sampler's thread every 250 ms.
+    `also_ours`: files this run writes that may lie in the target (its results file), not counted as the user's."""
     from ckptbench.save.analysis import analyze
     from ckptbench.save.state import load_what, source_dir
     from ckptbench.save.write import write_save
@@ -147,6 +178,7 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
     validate(opts)
     source = source_dir(what)
     target = prepare_target(target, source)
+    refuse_foreign(target, also_ours)
     loaded = load_what(what, opts, scale)
     checks = pf.preflight(target, int(loaded.bytes * 1.02) * (opts.keep + 1))
     if on_preflight is not None:
@@ -156,10 +188,6 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
         c = bad[0]
         raise CkptbenchError(f"{target}: preflight failed: {c.name}: {c.evidence}; {c.consequence}; {c.fix} "
                              "(--force saves anyway)", exit_code=1)
-    foreign = foreign_steps(target)
-    if foreign:  # named once, so a user sees why their folders are not counted or pruned
-        shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
-        loaded.notes.append(f"left alone in the target (not saves ckptbench wrote: no {MANIFEST_NAME}): {shown}")
     sampler = WritebackSampler(target, on_sample=on_sample).start()
     saves: list[SaveTiming] = []
     try:

@@ -1,5 +1,5 @@
 """`save --keep` numbers from and prunes only the saves ckptbench wrote (a step-NNNNNN folder with its manifest,
-ASCII digits): a user's own step-like folders and files in the target are named once and left alone."""
+ASCII digits); a target holding a user's own step-like folders or files is refused, and left as it was."""
 
 from __future__ import annotations
 
@@ -17,31 +17,35 @@ def _save(target, *extra):
     return run_cli("save", "small", target, "--scale", SCALE, "--no-fsync", *extra)
 
 
-def test_keep_leaves_folders_ckptbench_did_not_write(tmp_path):
+def _tree(root) -> dict:
+    return {str(p.relative_to(root)): (p.is_dir(), p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+def test_a_target_holding_the_users_step_like_folders_is_refused_and_left_as_it_was(tmp_path):
+    """They were named once and saved beside; a later inspect or resume then picked ckptbench's step over the
+    user's, so a target holding anything save did not write is refused (--force included)."""
     target = tmp_path / "t"
     target.mkdir()
     (target / "step-000005").mkdir()
     (target / "step-000005" / "evals.txt").write_text("the user's evals\n")
     (target / "step-１２３４５７").mkdir()  # fullwidth digits: \d matched them
-    r = _save(target, "--count", "3", "--keep", "1")
-    assert r.rc == 0, r.err
-    assert (target / "step-000005" / "evals.txt").read_text() == "the user's evals\n"
-    assert (target / "step-１２３４５７").is_dir()
-    ours = sorted(n for n in os.listdir(target) if os.path.isfile(target / n / "ckptbench.json"))
-    assert ours == ["step-000003"]  # numbered from its own saves, not from the user's step-000005
-    left = [ln for ln in r.out.splitlines() if "step-000005" in ln]
-    assert len(left) == 1 and "step-１２３４５７" in left[0]
+    before = _tree(target)
+    for extra in ((), ("--force",)):
+        r = _save(target, "--count", "3", "--keep", "1", *extra)
+        assert r.rc == 2, r.out + r.err
+        lines = [ln for ln in r.err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and str(target) in lines[0] and "Traceback" not in r.err, r.err
+        assert _tree(target) == before
 
 
-def test_a_file_named_like_a_save_is_skipped_past_and_named(tmp_path):
+def test_a_file_named_like_a_save_is_refused_and_left_as_it_was(tmp_path):
     target = tmp_path / "t"
     target.mkdir()
     (target / "step-000001").write_text("not a folder")
     r = _save(target, "--count", "2", "--keep", "1")
-    assert r.rc == 0, r.err
-    assert (target / "step-000001").read_text() == "not a folder"
-    assert sorted(os.listdir(target)) == ["step-000001", "step-000003"]
-    assert sum("step-000001" in ln for ln in r.out.splitlines()) == 1
+    assert r.rc == 2 and "step-000001" in r.err, r.out + r.err
+    assert sorted(os.listdir(target)) == ["step-000001"] and (target / "step-000001").read_text() == "not a folder"
 
 
 def test_a_save_whose_name_another_save_took_says_so_in_one_line(tmp_path, monkeypatch):
