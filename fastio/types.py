@@ -58,7 +58,8 @@ class FileError:
 
 @dataclass(frozen=True)
 class FileResult:
-    """One file's outcome. `digest` is always the plain whole-file digest (hashlib's), or None.
+    """One file's outcome. `digest` is the plain whole-file digest (hashlib's), or None: no hash, or
+    multipart=True over several chunks with md5, sha256 or xxh64 (their chunks hashed in parallel).
 
     `multipart_digest` is opt-in (multipart=True): the digest of the concatenated per-chunk
     digests with "-<parts>" appended, the way S3 builds a multipart ETag.

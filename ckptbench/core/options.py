@@ -135,7 +135,8 @@ BLOCK_SIZE = option("--block-size", parse=size, default=1 << 20, metavar="B", he
 CHUNK_SIZE = option("--chunk-size", parse=size, metavar="B",
                     help="big files are split into chunks of this size across workers (about 64M)")
 PART_SIZE = option("--part-size", parse=size, default=8 << 20, metavar="B", help="S3: bytes per ranged GET")
-MULTIPART = switch("--multipart", "also give per-chunk digests and their digest, as an S3 multipart ETag")
+MULTIPART = switch("--multipart", "hash chunks in parallel and give their digest as an S3 multipart ETag "
+                                  "(multipart_digest; no plain digest for md5, sha256, xxh64 over several chunks)")
 CACHE = option("--cache", choices=CACHE_MODES, default="as-is",
                help="cold: evict and verify; hot: pre-read and verify; as-is: measure only")
 DROP_CACHES = switch("--drop-caches", "with --cache cold, also drop the whole page cache (root)")

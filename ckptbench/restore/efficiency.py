@@ -73,7 +73,10 @@ def of_read(source, report, hash_alg: str) -> dict:
     """A plain read's floor (`ckptbench read`): its bytes into reused buffers, hashed with `hash_alg`."""
     return fields(source, report.result.bytes, measured_s=report.driven.wall_s, hash_alg=hash_alg,
                   hot=report.cache.residency_before >= HOT, destination=fl.REUSED,
-                  unit_bytes=fl.largest_unit((f.bytes for f in report.result.files), hash_alg))
+                  # with --multipart a file's chunks are hashed in parallel (multipart_digest set): a chunk is the unit
+                  unit_bytes=fl.largest_unit((f.bytes for f in report.result.files), hash_alg,
+                                             chunk=report.result.chunk_size if any(
+                                                 f.multipart_digest for f in report.result.files) else 0))
 
 
 def of_sweep(source, bytes_read: int, medians_gbps: dict[int, float], hash_alg: str, hot: bool,

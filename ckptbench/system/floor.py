@@ -403,13 +403,17 @@ def not_measured() -> str:
             "write, then `ckptbench floor SOURCE`")
 
 
+FIXED_COSTS_S = 0.01  # a floor shorter than this is dwarfed by what it does not count (a 116 KiB restore read 0.1 %)
+
+
 def over_floor(eff: float | None) -> str:
     """The note's words for an efficiency beyond a good ceiling's spread (kept as measured: hiding it would hide a
     ceiling that reads low); "" within it."""
     if eff is None or eff <= OVER_FLOOR:
         return ""
     return (f"; faster than the floor ({human_pct(eff)}): a ceiling measured low (a busy box, a noisy sample, another "
-            "checkpoint's figure): `ckptbench floor SOURCE --remeasure` when the box is quiet")
+            "checkpoint's figure, or memory another process had just freed, which a VM populates faster): "
+            "`ckptbench floor SOURCE --remeasure` when the box is quiet")
 
 
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
@@ -438,6 +442,9 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     if device_bytes and "h2d_pinned" not in floor.ceilings:
         note += ("no host-to-device figure (`ckptbench floor` measures the GPU's link where there is one): the "
                  "device stage is not in the floor; ")
+    if m["floor_s"] and m["floor_s"] < FIXED_COSTS_S:
+        note += (f"a floor under {FIXED_COSTS_S * 1e3:.0f} ms counts the bytes alone: at this size opening files, "
+                 "parsing headers and starting threads outweigh them, so the efficiency says little; ")
     ages = [c.age_s for c in floor.ceilings.values()] + ([floor.storage.age_s] if floor.storage else [])
     note += f"ceilings measured {human_age(max(ages))} ago at most"
     note += " while the box was busy (they may be low)" if floor.busy else ""

@@ -63,6 +63,14 @@ def test_a_digest_of_a_files_bytes_in_order_is_one_cores_work_per_file():
     assert crc["times_s"]["cpu"] == pytest.approx(4.0)
 
 
+def test_a_floor_of_a_few_milliseconds_says_fixed_costs_outweigh_it():
+    f = _floor(storage=2.0, populate_4k=4.0)
+    tiny = fl.restore_fields(f, bytes_read=116 << 10, measured_s=0.087, hash_alg="none")
+    assert tiny["floor_s"] < 0.001 and "counts the bytes alone" in tiny["floor_note"]
+    big = fl.restore_fields(f, bytes_read=10**9, measured_s=1.0, hash_alg="none")
+    assert "counts the bytes alone" not in big["floor_note"]
+
+
 def test_a_real_measurement_of_this_box_on_a_tmpfs_file(tmp_path):
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
     data = os.path.join(shm, f"ckptbench-floor-{os.getpid()}")
