@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import stat
 
+from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
 
 MAX_MEMBER_PATH = 4096
 
 
 def _bad(root: str, rel, why: str) -> CkptbenchError:
-    return CkptbenchError(f"{root}: the checkpoint names {rel!r}, which {why}; refusing it (the checkpoint may "
+    return CkptbenchError(f"{root}: the checkpoint names {quote(rel)}, which {why}; refusing it (the checkpoint may "
                           "be crafted: check where it came from)", exit_code=1)
 
 

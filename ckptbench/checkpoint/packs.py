@@ -19,6 +19,7 @@ from ckptbench.checkpoint import confine
 from ckptbench.checkpoint import layouts
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
+from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
 
 PACKED_KINDS = ("small",)  # shards and format metadata stay files: loaders such as DCP's open them by path
@@ -35,7 +36,7 @@ def safe_member(name, where: str = "the pack") -> str:
     """A member name that stays inside its directory once joined: relative and canonical ("a/b": no empty, "." or
     ".." part), no NUL or backslash, no drive. One line naming `where` otherwise."""
     if not confine.is_plain(name):
-        raise CkptbenchError(f"{where}: member {name!r} is not a plain relative path and could land outside its "
+        raise CkptbenchError(f"{where}: member {quote(name)} is not a plain relative path and could land outside its "
                              f"directory; {_CRAFTED}", exit_code=1)
     return name
 
@@ -72,16 +73,17 @@ def _member(directory: str, pack_file: str, pack_size: int, rel, record) -> Memb
     """A member record ([offset, size, kind, rank]) checked on its own: whole numbers, inside the pack."""
     where = os.path.join(directory, pack_file)
     if not isinstance(record, (list, tuple)) or not 2 <= len(record) <= 4:
-        raise _refuse(where, f"member {rel!r} has no [offset, size, kind, rank] record")
+        raise _refuse(where, f"member {quote(rel)} has no [offset, size, kind, rank] record")
     off, size = record[0], record[1]
     kind = record[2] if len(record) > 2 else "small"
     rank = record[3] if len(record) > 3 else None
     if not _whole(off) or not _whole(size):
-        raise _refuse(where, f"member {rel!r} has offset {off!r} and size {size!r}, not whole numbers of bytes")
+        raise _refuse(where, f"member {quote(rel)} has offset {quote(off)} and size {quote(size)}, not whole numbers "
+                             "of bytes")
     if off + size > pack_size:
-        raise _refuse(where, f"member {rel!r} lies at {off}+{size}, past the pack's {pack_size} bytes")
+        raise _refuse(where, f"member {quote(rel)} lies at {off}+{size}, past the pack's {pack_size} bytes")
     if kind not in FILE_KINDS or (rank is not None and not _whole(rank)):
-        raise _refuse(where, f"member {rel!r} has kind {kind!r} and rank {rank!r}")
+        raise _refuse(where, f"member {quote(rel)} has kind {quote(kind)} and rank {quote(rank)}")
     return Member(safe_member(rel, where), off, size, kind, rank)
 
 
@@ -91,13 +93,42 @@ def _packs_of(directory: str, man: mf.Manifest) -> dict:
     return man.packs
 
 
+_INDEXED: tuple = (None, None)  # (the manifest last looked up, its _Index): a load reads every member of one
+
+
+@dataclass(frozen=True)
+class _Index:
+    size: dict  # pack file -> the size its first "pack" entry in the file list declares
+    home: dict  # member -> the first pack whose table names it
+
+
+def _index(man: mf.Manifest) -> _Index:
+    """Lookups a scan of the file list or the pack tables answered per call: with a file and a member per manifest
+    line, reading every member cost lines squared (10**5 members: 10**10 steps)."""
+    global _INDEXED
+    cached, index = _INDEXED
+    if cached is man:
+        return index
+    size: dict = {}
+    for e in man.files:
+        if e.kind == "pack":
+            size.setdefault(e.path, e.bytes)
+    home: dict = {}
+    for pack_file, table in man.packs.items():
+        for rel in table:
+            home.setdefault(rel, pack_file)
+    index = _Index(size, home)
+    _INDEXED = (man, index)
+    return index
+
+
 def _pack_size(directory: str, man: mf.Manifest, pack_file) -> int:
     """The size the manifest's file list declares for a pack (packs come first there): an unlisted one is refused."""
     safe_member(pack_file, directory)
-    size = next((e.bytes for e in man.files if e.path == pack_file and e.kind == "pack"), None)
+    size = _index(man).size.get(pack_file)
     if not _whole(size):
         raise _refuse(os.path.join(directory, mf.MANIFEST_NAME),
-                      f"pack {pack_file!r} is not listed with a size among its files")
+                      f"pack {quote(pack_file)} is not listed with a size among its files")
     return size
 
 
@@ -113,13 +144,14 @@ def pack_tables(directory: str, man: mf.Manifest) -> list[PackTable]:
         end, prev = 0, None
         for m in sorted(members, key=lambda m: (m.offset, m.size)):
             if m.offset < end:
-                raise _refuse(os.path.join(directory, pack_file), f"members {prev.rel!r} and {m.rel!r} overlap")
+                raise _refuse(os.path.join(directory, pack_file),
+                              f"members {quote(prev.rel)} and {quote(m.rel)} overlap")
             if m.size:
                 end, prev = m.offset + m.size, m
         tables.append(PackTable(pack_file, size, tuple(members)))
     unlisted = [e.path for e in man.files if e.kind == "pack" and (not isinstance(e.path, str) or e.path not in packs)]
     if unlisted:
-        raise _refuse(os.path.join(directory, mf.MANIFEST_NAME), f"pack {unlisted[0]!r} has no member table")
+        raise _refuse(os.path.join(directory, mf.MANIFEST_NAME), f"pack {quote(unlisted[0])} has no member table")
     return tables
 
 
@@ -127,9 +159,9 @@ def _checked_entry(directory: str, e: mf.FileEntry) -> mf.FileEntry:
     """A manifest file entry a pack or unpack may copy: plain name, whole-number size, known kind and rank."""
     safe_member(e.path, directory)
     if not _whole(e.bytes):
-        raise _refuse(directory, f"file {e.path!r} declares {e.bytes!r} bytes, not a whole number")
+        raise _refuse(directory, f"file {quote(e.path)} declares {quote(e.bytes)} bytes, not a whole number")
     if e.kind not in FILE_KINDS or (e.rank is not None and not _whole(e.rank)):
-        raise _refuse(directory, f"file {e.path!r} has kind {e.kind!r} and rank {e.rank!r}")
+        raise _refuse(directory, f"file {quote(e.path)} has kind {quote(e.kind)} and rank {quote(e.rank)}")
     return e
 
 
@@ -138,15 +170,16 @@ def _check_names(where: str, names: list[str]) -> None:
     seen: set[str] = set()
     for n in names:
         if n == mf.MANIFEST_NAME:
-            raise _refuse(where, f"{n!r} is the manifest's own name, not a file to copy")
+            raise _refuse(where, f"{quote(n)} is the manifest's own name, not a file to copy")
         if n in seen:
-            raise _refuse(where, f"{n!r} is named twice")
+            raise _refuse(where, f"{quote(n)} is named twice")
         seen.add(n)
-    for n in seen:
-        parts = n.split("/")
-        for i in range(1, len(parts)):
-            if "/".join(parts[:i]) in seen:
-                raise _refuse(where, f"{n!r} would sit inside {'/'.join(parts[:i])!r}, which is a file")
+    # sorted with "/" lowest (names hold no NUL), a file's first descendant, if it has one, comes right after it:
+    # one pass, where joining every prefix of every name was quadratic in its parts (2000 names of 2048 parts: 65 s)
+    ordered = sorted(seen, key=lambda n: n.replace("/", "\0"))
+    for n, after in zip(ordered, ordered[1:]):
+        if after.startswith(n + "/"):
+            raise _refuse(where, f"{quote(after)} would sit inside {quote(n)}, which is a file")
 
 
 def _mode_of(directory: str, rel: str, size: int) -> int:
@@ -333,11 +366,12 @@ def read_member(directory: str, man: mf.Manifest | None, rel: str) -> bytes:
     """A file's bytes whether it stands alone or sits in a pack, read through confine: a packed member's record is
     checked against the pack's declared size, and the read never leaves [offset, offset + size)."""
     if man is not None:
-        for pack_file, index in _packs_of(directory, man).items():
-            if rel in index:
-                size = _pack_size(directory, man, pack_file)
-                m = _member(directory, pack_file, size, rel, index[rel])
-                return confine.read_member(directory, pack_file, size, offset=m.offset, length=m.size)
+        packs = _packs_of(directory, man)
+        pack_file = _index(man).home.get(rel)
+        if pack_file is not None:
+            size = _pack_size(directory, man, pack_file)
+            m = _member(directory, pack_file, size, rel, packs[pack_file][rel])
+            return confine.read_member(directory, pack_file, size, offset=m.offset, length=m.size)
     return confine.read_member(directory, rel)
 
 

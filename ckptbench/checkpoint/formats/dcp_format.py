@@ -18,7 +18,8 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.checkpoint.formats.state import OPTIM_KEYS, CheckpointState, FormatError, RawBytes, group_of
+from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, RawBytes, check_walk,
+                                               group_of, walk_limit)
 from ckptbench.checkpoint.formats.dcp_metadata import _CRAFTED, MAX_DIMS, SafeReader, _whole
 
 class _DeterministicWriter(FileSystemWriter):
@@ -91,6 +92,7 @@ def load_byte_entry(data: bytes):
     try:
         with torch.serialization.safe_globals([io.BytesIO]):
             value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        check_walk(value, walk_limit(len(data)), "a byte entry")  # a shared graph (2**40 paths from 4 KiB) is kept
     except Exception:  # refused (a global beyond plain data) or not a torch.save stream: keep the bytes
         return RawBytes(data)
     return value.getvalue() if isinstance(value, io.BytesIO) else value

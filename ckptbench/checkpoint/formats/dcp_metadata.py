@@ -10,6 +10,7 @@ import io
 import math
 import os
 import pickle
+import stat
 from pathlib import PurePath
 
 import torch
@@ -20,6 +21,7 @@ from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkSt
                                                    TensorStorageMetadata)
 
 from ckptbench.checkpoint import confine
+from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats.state import FormatError, MemoryFile
 
@@ -44,7 +46,7 @@ class _MetadataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: a cra
         if module == "torch" and name in DTYPES:
             return DTYPES[name]
         if (module, name) not in _ALLOWED:
-            raise FormatError(f".metadata names {module}.{name}, which is not DCP metadata: refused, since "
+            raise FormatError(f"names {f'{module}.{name}'[:80]}, which is not DCP metadata: refused, since "
                               "unpickling it could run code; the checkpoint is not trustworthy")
         return super().find_class(module, name)
 
@@ -88,10 +90,13 @@ class _ConfinedFS(FileSystem):
             why = str(exc).removeprefix(f"{self.root}: ")
             raise CkptbenchError(f"{where}: {why}", exit_code=exc.exit_code) from None
         try:
-            return os.stat(real).st_size
+            st = os.stat(real)
         except OSError as exc:
-            raise FormatError(f"{where}: names shard {rel!r}, which cannot be read ({exc.strerror}); "
+            raise FormatError(f"{where}: names shard {quote(rel)}, which cannot be read ({exc.strerror}); "
                               "a shard is missing") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"{where}: names shard {quote(rel)}, which is not a regular file; {_CRAFTED}")
+        return st.st_size
 
     @contextlib.contextmanager
     def create_stream(self, path, mode):
@@ -112,6 +117,7 @@ def _storage_files(meta: Metadata, where: str, fs: _ConfinedFS) -> dict[str, int
     if not isinstance(storage, dict):
         raise FormatError(f"{where}: storage_data is a {type(storage).__name__}, not DCP's storage index; {_CRAFTED}")
     files: dict[str, int] = {}
+    spans: dict[str, list] = {}
     for key, info in dict.items(storage):
         if not isinstance(key, MetadataIndex) or not isinstance(info, _StorageInfo) \
                 or not isinstance(getattr(key, "fqn", None), str) \
@@ -131,7 +137,18 @@ def _storage_files(meta: Metadata, where: str, fs: _ConfinedFS) -> dict[str, int
             files[rel] = fs.size_of(rel, where)
         if off + length > files[rel]:
             raise FormatError(f"{where}: storage entry {name!r} lies at {off}+{length}, past the "
-                              f"{files[rel]} bytes of {rel!r}; {_CRAFTED}")
+                              f"{files[rel]} bytes of {quote(rel)}; {_CRAFTED}")
+        if length:
+            spans.setdefault(rel, []).append((off, length, name))
+    # DCP writes each item once: entries sharing bytes would have a shard read (and held) once per entry, a
+    # metadata of N entries over one S-byte span costing N*S
+    for rel, items in spans.items():
+        end, prev = 0, None
+        for off, length, name in sorted(items):
+            if off < end:
+                raise FormatError(f"{where}: storage entries {prev!r} and {name!r} share bytes of {quote(rel)}; "
+                                  f"{_CRAFTED}")
+            end, prev = off + length, name
     return files
 
 
@@ -232,8 +249,10 @@ class SafeReader(FileSystemReader):
                 if f.read(1):  # torch writes the pickle alone: anything after it was put there
                     raise FormatError(f"{path}: bytes after the metadata's pickle; {_CRAFTED}")
                 metadata = _check_metadata(metadata, str(path), self.fs)
-            except CkptbenchError:
-                raise
+            except CkptbenchError as exc:
+                if str(exc).startswith(str(path)):
+                    raise
+                raise type(exc)(f"{path}: {exc}", exit_code=exc.exit_code) from None
             except RecursionError:
                 raise FormatError(f"{path}: DCP metadata nested too deep to read; {_CRAFTED}") from None
             except Exception as exc:  # a damaged pickle, or objects of DCP's classes holding what they never hold

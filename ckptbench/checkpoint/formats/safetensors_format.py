@@ -9,10 +9,10 @@ import stat
 import struct
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from ckptbench.checkpoint.formats.state import OPTIM_KEYS, CheckpointState, FormatError
+from ckptbench.checkpoint.formats.state import OPTIM_KEYS, CheckpointState, FormatError, json_plain, read_regular
+from ckptbench.checkpoint.quote import quote
 
 INDEX = "model.safetensors.index.json"
 # safetensors' dtype codes that torch holds as whole bytes (the sub-byte F4/F6 codes are not read by ckptbench)
@@ -107,7 +107,7 @@ def parse_header(buf, name: str = "safetensors buffer") -> tuple[dict, int]:
 
 def _entry(name: str, key: str, info) -> tuple[torch.dtype, list[int], int, int]:
     """(dtype, shape, start, end) of one header entry, each field checked as safetensors checks it."""
-    where = f"{name}: tensor {key!r}"
+    where = f"{name}: tensor {quote(key)}"
     if not isinstance(info, dict):
         raise FormatError(f"{where} has a header entry that is not an object; {_CRAFTED}")
     code, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
@@ -138,7 +138,7 @@ def tensor_entries(header: dict, data_len: int, name: str) -> dict[str, tuple[to
     for key, (_, _, start, stop) in sorted(entries.items(), key=lambda kv: (kv[1][2], kv[1][3])):
         if start != end:
             what = "overlaps the tensor before it" if start < end else "leaves a gap before it"
-            raise FormatError(f"{name}: tensor {key!r} starts at data byte {start}, expected {end}: it {what}; "
+            raise FormatError(f"{name}: tensor {quote(key)} starts at data byte {start}, expected {end}: it {what}; "
                               f"{_CRAFTED}")
         end = stop
     if end != data_len:
@@ -165,7 +165,7 @@ def _meta(state: CheckpointState, meta, where: str) -> None:
     step, hparams = doc.get("step", meta.get("step", 0)), doc.get("hparams", {})
     if isinstance(step, str) and step.isascii() and step.isdigit() and len(step) < 19:
         step = int(step)
-    if not _whole(step) or not isinstance(hparams, dict):
+    if not _whole(step) or not isinstance(hparams, dict) or not json_plain(hparams):
         raise FormatError(bad)
     state.step, state.hparams = step, hparams
 
@@ -215,18 +215,7 @@ def header_layout(path: str) -> tuple[bytes, dict[str, tuple[torch.dtype, list[i
 
 
 def load_file(path: str) -> CheckpointState:
-    """Reads one shard into owned memory: get_tensor returns a lazy view of safetensors' file mapping, so a load
-    without the clone would look free and push the real read into the first forward step."""
-    header_entries(path)  # checked before safetensors maps the file
-    is_optim = os.path.basename(path).startswith("optimizer")
-    state = CheckpointState({})
-    try:
-        with safe_open(path, framework="pt") as f:
-            meta = f.metadata() or {}
-            for name in f.keys():
-                _add(state, name, f.get_tensor(name).clone(), is_optim)
-    except (SafetensorError, OSError, ValueError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise FormatError(f"{path}: not a readable safetensors file ({first}); the shard is corrupt or truncated") from None
-    _meta(state, meta, path)
-    return state
+    """Reads one shard into memory and loads it as a read buffer is, checked whole first (read_regular): safetensors'
+    own loader maps the file by name, so a file truncated while in use killed the process (SIGBUS) on the copy,
+    and one replaced after the header check was loaded unchecked."""
+    return load_buffer(read_regular(path, "a safetensors shard"), path)

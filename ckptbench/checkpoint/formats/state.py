@@ -4,7 +4,9 @@ key grouping, and the bounded walk every loader uses."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 import torch
@@ -104,8 +106,31 @@ class CheckpointState:
             for k, t in parts.items():
                 yield "optimizer", f"{name}.{k}", t
         for name, v in self.extra.items():
-            if isinstance(v, torch.Tensor):
+            if type(v) not in SCALARS and isinstance(v, torch.Tensor):
                 yield group_of(name), name, v
+
+
+def read_regular(path: str, what: str) -> bytearray:
+    """A whole regular file through one descriptor (opened without blocking on a FIFO): loaders parse these bytes,
+    so what they check is what they load, and a file truncated meanwhile is a short read, not a SIGBUS on a
+    mapping. `what` completes "not a regular file; ... must be one"."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot open ({exc.strerror}); check the path and its permissions") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"{path}: not a regular file; {what} must be one")
+        buf = bytearray(st.st_size)
+        try:
+            got = f.readinto(buf)
+        except OSError as exc:
+            raise FormatError(f"{path}: cannot read ({exc.strerror or exc}); the file or its storage is failing") \
+                from None
+    if got != st.st_size:
+        raise FormatError(f"{path}: {got} of its {st.st_size} bytes could be read; it changed while being read")
+    return buf
 
 
 class RawBytes(bytes):
@@ -113,25 +138,86 @@ class RawBytes(bytes):
 
 
 MAX_DEPTH = 32  # nesting a trainer's state dict never reaches; a deeper pickle is crafted
+# flat keys average well under this many characters (a Lightning callback's key is ~150): a long prefix over many
+# leaves (a 1 MB dict key over a list of a million Nones, 3 MB of pickle) would otherwise build a terabyte of keys
+KEY_CHARS_PER_LEAF, KEY_CHARS_SLACK = 128, 1 << 20  # per key built, leaf or container
+SCALARS = frozenset((int, float, str, bytes, bool, complex, type(None)))  # leaves, told apart without isinstance
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _items(obj):
+    """The (key, value) pairs of a container flatten descends into, None for a leaf."""
+    if isinstance(obj, dict):
+        return dict.items(obj)  # not obj.items: a pickle can set an instance attribute `items` on an OrderedDict
+    if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        return enumerate(obj)
+    return None
+
+
+def _too_deep(key: str) -> FormatError:
+    return FormatError(f"{key[:80]!r}: nested deeper than {MAX_DEPTH} levels; the file is corrupt or crafted")
 
 
 def flatten(obj, prefix: str = "", depth: int = 0):
-    """(flat key, leaf) of a nested state dict: dict keys and list/tuple indices joined with dots, as DCP names
-    them. Raises FormatError past MAX_DEPTH or on a key that is neither a str nor an int."""
+    """(flat key, leaf) of a nested state dict, depth first: dict keys and list/tuple indices joined with dots (a
+    list of a million ids is a million keys, as torch.save'd optimizers are read everywhere). Raises FormatError
+    past MAX_DEPTH, on a key that is neither a str nor an int, or when the keys it builds run past KEY_CHARS_PER_LEAF
+    a key on average. One frame and one dict lookup per leaf, so a wide list costs what its pickle did."""
     if depth > MAX_DEPTH:
-        raise FormatError(f"{prefix[:80]!r}: nested deeper than {MAX_DEPTH} levels; the file is corrupt or crafted")
-    if isinstance(obj, dict):
-        items = dict.items(obj)  # not obj.items: a pickle can set an instance attribute `items` on an OrderedDict
-    elif isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
-        items = enumerate(obj)
-    else:
+        raise _too_deep(prefix)
+    top = _items(obj)
+    if top is None:
         yield prefix, obj
         return
-    for k, v in items:
-        if not isinstance(k, (str, int)) or isinstance(k, bool):
-            raise FormatError(f"{prefix[:80]!r}: has a key of type {type(k).__name__}, not a name or an index; "
-                              "the file is corrupt or crafted")
-        yield from flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+    chars, keys, budget = 0, 0, KEY_CHARS_SLACK
+    stack = [(prefix, depth + 1, iter(top))]
+    while stack:
+        base, child_depth, it = stack[-1]
+        for k, v in it:
+            if type(k) is not str and type(k) is not int and (not isinstance(k, (str, int)) or isinstance(k, bool)):
+                raise FormatError(f"{base[:80]!r}: has a key of type {type(k).__name__}, not a name or an index; "
+                                  "the file is corrupt or crafted")
+            key = f"{base}.{k}" if base else str(k)
+            if child_depth > MAX_DEPTH:
+                raise _too_deep(key)
+            chars += len(key)  # every key built counts, a container's too (a million {} under one long key)
+            keys += 1
+            if chars > budget:
+                budget = KEY_CHARS_SLACK + KEY_CHARS_PER_LEAF * keys
+                if chars > budget:
+                    raise FormatError(f"{key[:80]!r}: its {keys} flat keys run to {chars} characters, more than "
+                                      f"{KEY_CHARS_PER_LEAF} a key on average; the file is corrupt or crafted")
+            sub = None if type(v) in SCALARS else _items(v)
+            if sub is not None:
+                stack.append((key, child_depth + 1, iter(sub)))
+                break
+            yield key, v
+        else:
+            stack.pop()
+
+
+_JSON_LEAVES = frozenset((str, int, float, bool, type(None)))
+
+
+def json_plain(value) -> bool:
+    """True when `value` is what JSON holds (dicts keyed by strings, lists, tuples, strings, numbers, None) nested at
+    most MAX_DEPTH deep: a trainer's hyper-parameters, which ckptbench writes back as JSON when it saves them."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if type(v) in _JSON_LEAVES:
+            continue
+        if depth >= MAX_DEPTH:
+            return False
+        if isinstance(v, dict):
+            if not all(type(k) is str for k in dict.keys(v)):
+                return False
+            stack.extend((c, depth + 1) for c in dict.values(v))
+        elif type(v) in (list, tuple):
+            stack.extend((c, depth + 1) for c in v)
+        else:
+            return False
+    return True
 
 
 def walk_limit(pickle_bytes: int) -> int:
@@ -143,21 +229,25 @@ def walk_limit(pickle_bytes: int) -> int:
 
 def check_walk(obj, limit: int, where: str) -> None:
     """Refuses `obj` when walking it (as flatten does, shared references visited each time) visits more than
-    `limit` nodes; stops at the limit, so the check itself is bounded."""
-    stack, seen = [obj], 0
+    `limit` nodes; stops at the limit, so the check itself is bounded. A container's items are counted in one go
+    and only the containers among them are stacked: a list of a million ids is one step, not a million."""
+    stack, seen = [obj], 1
     while stack:
         node = stack.pop()
-        seen += 1
+        if isinstance(node, dict):
+            children = dict.values(node)
+            attrs = getattr(node, "__dict__", None)  # an OrderedDict's BUILD state (the stand-ins' attributes)
+            if attrs:
+                children = [*children, *attrs.values()]
+        elif isinstance(node, _CONTAINERS):
+            children = node
+        else:
+            continue
+        seen += len(children)
         if seen > limit:
             raise FormatError(f"{where}: its pickle refers to the same containers so often that reading it would "
                               f"visit more than {limit} values; the file is corrupt or crafted")
-        if isinstance(node, dict):
-            stack.extend(dict.values(node))
-            attrs = getattr(node, "__dict__", None)  # an OrderedDict's BUILD state (the stand-ins' attributes)
-            if attrs:
-                stack.extend(attrs.values())
-        elif isinstance(node, (list, tuple, set, frozenset)):
-            stack.extend(node)
+        stack.extend([c for c in children if type(c) not in SCALARS and isinstance(c, _CONTAINERS)])
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -19,8 +19,10 @@ import threading
 import torch
 
 from ckptbench.checkpoint import layouts
-from ckptbench.checkpoint.formats.state import (CheckpointState, FormatError, MemoryFile, check_walk, flatten,
-                                               group_of, walk_limit)
+from ckptbench.checkpoint.formats.state import (MAX_DEPTH, SCALARS, CheckpointState, FormatError, MemoryFile,
+                                               check_walk, flatten, group_of, json_plain, read_regular,
+                                               walk_limit)
+from ckptbench.checkpoint.quote import quote
 from ckptbench.checkpoint.formats import inert
 from ckptbench.checkpoint.formats.torch_file import CRAFTED as _CRAFTED
 from ckptbench.checkpoint.formats.torch_file import DAMAGED as _DAMAGED
@@ -52,7 +54,7 @@ def _whole(v) -> bool:
 def _parts(name, parts, where: str) -> dict:
     if not isinstance(name, str) or not isinstance(parts, dict) or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in dict.items(parts)):
-        raise FormatError(f"{where}: optimizer state {str(name)[:60]!r} is not a map of tensors; {_CRAFTED}")
+        raise FormatError(f"{where}: optimizer state {quote(name, 60)} is not a map of tensors; {_CRAFTED}")
     return parts
 
 
@@ -76,9 +78,9 @@ def _own_optimizer_state(obj: dict, where: str) -> CheckpointState:
         step = step.item()
     if isinstance(step, float) and step.is_integer():
         step = int(step)
-    if not _whole(step) or not isinstance(hparams, dict):
-        raise FormatError(f"{where}: optimizer step {str(step)[:40]} or hparams is not what a trainer writes; "
-                          f"{_CRAFTED}")
+    if not _whole(step) or not isinstance(hparams, dict) or not json_plain(hparams):
+        raise FormatError(f"{where}: optimizer step {quote(step, 40)} or hparams is not what a trainer writes "
+                          f"(a whole number, and numbers and names nested at most {MAX_DEPTH} deep); {_CRAFTED}")
     return CheckpointState({}, optim=optim, step=step, hparams=hparams)
 
 
@@ -115,17 +117,22 @@ def _foreign(obj: dict, where: str) -> CheckpointState:
     optimizer_only = tag is not None or "param_groups" in obj  # a partition, or a torch optimizer's state_dict
     wrapper = None if optimizer_only else _wrapper(obj)
     state = CheckpointState({})
+    model, extra = state.model, state.extra
+    lead = f"{mp}." if mp else ""
+    extra_lead = lead + (f"{tag}." if tag else "")
+    wrapped = wrapper + "." if wrapper is not None else None
     for key, leaf in flatten(obj):
-        _check_leaf(key, leaf, where)
-        is_tensor = isinstance(leaf, torch.Tensor)
-        if wrapper is not None and is_tensor and key.startswith(wrapper + "."):
-            dest, name = state.model, key[len(wrapper) + 1:]
-        elif wrapper is None and not optimizer_only and is_tensor and group_of(key) == "model":
-            dest, name = state.model, key
+        if type(leaf) in SCALARS:  # the bulk of a large file (ids, steps, flags): one lookup, no isinstance
+            dest, name = extra, extra_lead + key
+        elif not isinstance(leaf, torch.Tensor):
+            _check_leaf(key, leaf, where)
+            dest, name = extra, extra_lead + key
+        elif wrapped is not None and key.startswith(wrapped):
+            dest, name = model, lead + key[len(wrapped):]
+        elif wrapper is None and not optimizer_only and group_of(key) == "model":
+            dest, name = model, lead + key
         else:
-            dest, name = state.extra, f"{tag}.{key}" if tag else key
-        if mp:
-            name = f"{mp}.{name}"
+            dest, name = extra, extra_lead + key
         if name in dest:
             raise FormatError(f"{where}: key {name[:80]!r} appears twice once the nesting is flattened; {_CRAFTED}")
         dest[name] = leaf
@@ -137,7 +144,8 @@ def _trainer_state(obj: dict, stem: str, where: str) -> CheckpointState:
     stem (optimizer.state.0.exp_avg, scheduler.last_epoch, rng_state.cpu), none of it a weight."""
     state = CheckpointState({})
     for key, leaf in flatten(obj, stem):
-        _check_leaf(key, leaf, where)
+        if type(leaf) not in SCALARS:
+            _check_leaf(key, leaf, where)
         state.extra[key] = leaf
     return state
 
@@ -168,14 +176,6 @@ def _named(build, obj, *args) -> CheckpointState:
         if str(exc).startswith(where):
             raise
         raise FormatError(f"{where}: {exc}") from None
-
-
-def _materialize(state: CheckpointState) -> CheckpointState:
-    """mmap=True loads are lazy: copy into owned memory now so the cost is counted in the load."""
-    state.model = {k: v.clone() for k, v in state.model.items()}
-    state.optim = {n: {k: v.clone() for k, v in parts.items()} for n, parts in state.optim.items()}
-    state.extra = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.extra.items()}
-    return state
 
 
 def _numpy_globals() -> list:
@@ -224,8 +224,10 @@ def _numpy_allowed():
 
 def _check_leaf(key: str, leaf, where: str) -> None:
     """A numpy array unpickled must hold numbers (bool, int, float, complex), whatever its pickle claims."""
+    if type(leaf).__module__ != "numpy":
+        return
     kind = getattr(getattr(leaf, "dtype", None), "kind", None)
-    if type(leaf).__module__ == "numpy" and kind not in ("b", "i", "u", "f", "c"):
+    if kind not in ("b", "i", "u", "f", "c"):
         raise FormatError(f"{where}: {key[:80]!r} is a numpy {type(leaf).__name__} of kind {kind!r}, not numbers; "
                           f"{_CRAFTED}")
 
@@ -286,21 +288,32 @@ def _check_tensors(state: CheckpointState, where: str) -> CheckpointState:
     return state
 
 
+def _same_file(f, path: str) -> str:
+    """A name for the file `f` holds open (/proc/self/fd/N): torch opens what it loads by name, and the file at
+    `path` may have been replaced since it was checked. `path` itself where /proc is not mounted."""
+    own = f"/proc/self/fd/{f.fileno()}"
+    return own if os.path.exists(own) else path
+
+
 def peek_file(path: str) -> CheckpointState:
     """The state a file holds with its tensors still mapped (mmap), not copied: names, dtypes and sizes cost a
-    read of the pickle, not of the data (what inspect needs)."""
+    read of the pickle, not of the data (what inspect needs). torch loads the very file the checks read."""
     with open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         is_zip = check_start(f.read(32), path)
         limit = walk_limit(prescan(f, zip_records(f, size, path), path) if is_zip else prescan_legacy(f, size, path))
-    # mmap needs the zip layout; the legacy format is read whole, as torch.load does
-    obj, names = _safe_load(lambda: torch.load(path, weights_only=True, map_location="cpu", mmap=is_zip), path,
-                            path if is_zip else None, limit)
+        same = _same_file(f, path)
+        # mmap needs the zip layout; the legacy format is read whole, as torch.load does
+        obj, names = _safe_load(lambda: torch.load(same, weights_only=True, map_location="cpu", mmap=is_zip), path,
+                                same if is_zip else None, limit)
     return _check_tensors(_with_inert(_from_obj(obj, path), names), path)
 
 
 def load_file(path: str) -> CheckpointState:
-    return _materialize(peek_file(path))
+    """The file read whole into memory, then loaded as a read buffer is (read_regular): a mapping (torch.load's
+    mmap) let a file truncated while in use kill the process on the copy, and torch opened by name a file that
+    may have been replaced since it was checked."""
+    return load_buffer(read_regular(path, "a torch shard"), path)
 
 
 def _load_in_place(buf):
