@@ -1,26 +1,33 @@
-"""Every test gets its own user cache directory: the floor's figures (and anything else cached per user) that one
-test measured are never what another test reads, and no test writes into the real ~/.cache. A module's or the
-session's fixtures run before any test's own directory is set, so each scope gets its own as well (a module fixture's
-runs once read a floor that another module's fixture had cached in ~/.cache, and a compare test saw an efficiency
-it did not expect)."""
+"""Every test gets its own user cache directory and its own working directory: the floor's figures (and anything
+else cached per user) that one test measured are never what another test reads, no test writes into the real
+~/.cache, and a command's default output (`results.csv` in the working directory) lands in the test's own folder,
+never in the clone (tests that ran `save` in-process appended to the checkout's results.csv, where the next test
+run's compare could read them). A module's or the session's fixtures run before any test's own directories are
+set, so each scope gets its own as well (a module fixture's runs once read a floor that another module's fixture
+had cached in ~/.cache, and a compare test saw an efficiency it did not expect)."""
 
 import pytest
 
 
+def _own(mp: pytest.MonkeyPatch, factory, name: str) -> None:
+    mp.setenv("XDG_CACHE_HOME", str(factory.mktemp(f"xdg-cache-{name}")))
+    mp.chdir(factory.mktemp(f"cwd-{name}"))
+
+
 @pytest.fixture(scope="session", autouse=True)
-def own_session_cache(tmp_path_factory):
+def own_session_dirs(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache-session")))
+        _own(mp, tmp_path_factory, "session")
         yield
 
 
 @pytest.fixture(scope="module", autouse=True)
-def own_module_cache(own_session_cache, tmp_path_factory):
+def own_module_dirs(own_session_dirs, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache-module")))
+        _own(mp, tmp_path_factory, "module")
         yield
 
 
 @pytest.fixture(autouse=True)
-def own_user_cache(own_module_cache, tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+def own_test_dirs(own_module_dirs, tmp_path_factory, monkeypatch):
+    _own(monkeypatch, tmp_path_factory, "test")

@@ -30,6 +30,7 @@ GOOD = 0.85  # at or above this share of the floor a restore is as fast as this 
 WHY = ("a restore slower than the box's own ceilings (storage, fresh memory, copy, hashing) leaves time on the table; "
        "the ceiling that binds says where to look")
 FLOOR_CMD = "`ckptbench floor SOURCE` (64 MiB or more of files on the same mount)"
+FRESH_WORDS = "fresh memory (a restore's)"  # where the short restore's bytes land: said beside its rate
 LINK_CMD = "`ckptbench floor {source}` (the link's rate per endpoint and bucket, cached for a day)"
 
 
@@ -302,7 +303,8 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
     m = fl.model(floor, bytes_read=probe.bytes, hash_alg=probe.hash, destination=fl.FRESH, hot=not probe.cold)
     ev = {"sample_bytes": probe.bytes, "sample_files": probe.files, "measured_s": round(probe.seconds, 4),
           "measured_gbps": round(probe.bytes / probe.seconds / 1e9, 3) if probe.seconds > 0 else None,
-          "concurrency": probe.concurrency, "read": probe.read, "hash": probe.hash, "cold": probe.cold,
+          "concurrency": probe.concurrency, "read": probe.read, "hash": probe.hash, "into": FRESH_WORDS,
+          "cold": probe.cold,
           "floor_cached": floor.cached, "ceilings": ceilings(floor, probe.hash, probe.bytes),
           "notes": list(floor.notes)}
     if m["floor_s"] is None:

@@ -11,6 +11,7 @@ import fastio
 
 from ckptbench.checklist import efficiency
 from ckptbench.core import concurrency as conc
+from ckptbench.core import options as o
 from ckptbench.system import pagecache as conditions
 from ckptbench.system import fuse as fuse_probes
 from ckptbench.system import probes
@@ -53,6 +54,8 @@ class Facts:
     fuse: dict | probes.Unknown | None = None  # fuse_probes.fuse_daemon of a FUSE mount: kind, pid, its options
     measured_save: dict | None = None  # plan.measured_save: the newest save recorded in the results file
     floor_facts: efficiency.FloorFacts | None = None  # the floor and a short restore; None: not asked for
+    results: str | None = None  # the results file knees and saves are read from: the advice names it
+
 
     @property
     def bytes(self) -> int:
@@ -80,6 +83,15 @@ def _open_probe(paths: list[str], limit: int = 2000) -> tuple[float | None, list
     return rate, failed
 
 
+def sweep_options():
+    """The read options `ckptbench sweep` takes when none are given (core/options' defaults; the sweep's hash is
+    none): the quick sweep measured pread while sweep read direct, and the two advised different knees."""
+    from ckptbench.sources import ReadOptions
+
+    return ReadOptions(read=o.READ.default, hash=o.OFF, block_size=o.BLOCK_SIZE.default,
+                       part_size=o.PART_SIZE.default, s3_client=o.S3_CLIENT.default)
+
+
 def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, quick_sweep: bool = False,
            environ: dict | None = None, probe_cache: bool = True, results: str | None = None,
            floor: bool = False) -> Facts:
@@ -93,7 +105,7 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     listing = src.list()
     man = listing.manifest
     paths = [f.path for f in listing.files] if src.files_on_disk else []
-    f = Facts(source=source, scheme=src.scheme, concurrency=concurrency)
+    f = Facts(source=source, scheme=src.scheme, concurrency=concurrency, results=results or None)
     if results:
         from ckptbench.plan.shape import measured_save
 
@@ -135,7 +147,7 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
         from ckptbench.restore.sweep import sweep
 
         levels = sorted({1, 4, 8, 16, 32, concurrency})
-        res = sweep(src, levels, repeats=1, cache="cold")
+        res = sweep(src, levels, repeats=1, cache="cold", opts=sweep_options())
         f.knee = measured_knee(source, {lv: s["median"] for lv, s in res.gbps.items()}, "quick sweep")
         f.sweep = res.to_json() | {"date": f.knee.date}
     elif results:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import shlex
+
 from ckptbench.checklist import efficiency
 from ckptbench.checklist import fuse as checklist_fuse
 from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts
-from ckptbench.core.errors import name_source
+from ckptbench.core import options as o
+from ckptbench.core.errors import name_source, printable
 from ckptbench.core.units import human_bytes, human_figure
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.sweep import MeasuredKnee, advice
 
 VERDICTS = ("ok", "warn", "fail", "unknown")
+REUSED = "reused buffers (a read's)"  # where a measured rate's bytes landed, said beside it
 SMALL_FILE_DEFAULT = 256 << 10
 NFS_MIN_RW = 1 << 20
 # evidence that is a share: a fraction in the JSON, a percent wherever a person reads it, as `run` prints efficiency
@@ -37,6 +41,23 @@ def _measured(f: Facts) -> MeasuredKnee | None:
                         f.sweep.get("date", "this check"))
 
 
+def _measure_it(f: Facts) -> str:
+    """The commands that measure a knee this check then advises from: a plain `sweep` records nothing, and check kept
+    saying "no measurement" after one."""
+    results = shlex.quote(printable(f.results or o.RESULTS.default))
+    again = "" if f.results else f" (then `ckptbench check SOURCE --results {results}`)"
+    return (f"measure it: `ckptbench check SOURCE --quick-sweep`, `ckptbench sweep SOURCE --results {results}` (the "
+            f"knee it records in {results}.jsonl is what check reads){again}, or auto-tune (t) in the dashboard")
+
+
+def _rates_of(f: Facts) -> dict:
+    """What this check's quick sweep read with, beside its rates: they land in a read's reused buffers, unlike the
+    restore-efficiency item's fresh memory, and the two rates at one concurrency differ for that."""
+    if f.knee is None or f.sweep is None:
+        return {}
+    return {"read": f.sweep.get("read") or "unknown", "hash": f.sweep.get("hash"), "into": REUSED}
+
+
 def concurrency(f: Facts) -> Verdict:
     why = "too few parallel reads leave bandwidth unused; far more than the knee only adds contention"
     title = "Concurrency"
@@ -46,8 +67,7 @@ def concurrency(f: Facts) -> Verdict:
         floor = advised.concurrency
         ev = {"concurrency": f.concurrency, "preset": f.preset.name if f.preset else None, "preset_minimum": floor,
               "basis": advised.basis}
-        measure = ("measure it: `ckptbench check SOURCE --quick-sweep`, `ckptbench sweep`, or auto-tune (t) in the "
-                   "dashboard")
+        measure = _measure_it(f)
         if floor and f.concurrency < floor:
             return Verdict("concurrency", title, "warn", ev, why,
                            f"raise --concurrency to at least {floor} ({advised.basis}); {measure}")
@@ -55,7 +75,7 @@ def concurrency(f: Facts) -> Verdict:
     gbps, knee, best = m.gbps, m.knee, m.best
     current = gbps.get(f.concurrency)
     ev = {"concurrency": f.concurrency, "knee": knee, "best": best, "gbps_by_level": gbps,
-          "gbps_at_current": current, "gbps_at_knee": gbps[knee], "basis": advised.basis}
+          "gbps_at_current": current, "gbps_at_knee": gbps[knee]} | _rates_of(f) | {"basis": advised.basis}
     if f.concurrency < knee:
         if current is None:  # a level the measurement did not read (an auto-tune stops past the knee)
             return Verdict("concurrency", title, "warn", ev, why, f"--concurrency {knee}, the {advised.basis}")
@@ -128,6 +148,14 @@ def network_path(f: Facts) -> Verdict:
     return Verdict("network_path", title, "ok", ev, why, "none")
 
 
+def options_once(options: str | None) -> str | None:
+    """A mount's options with each said once: mountinfo's per-mount and superblock options are joined, so `rw` came
+    twice (`rw,relatime,rw,discard`)."""
+    if not isinstance(options, str):
+        return options
+    return ",".join(dict.fromkeys(x for x in options.split(",") if x))
+
+
 def mount_options(f: Facts) -> Verdict:
     why = "small rsize/wsize, soft mounts, atime updates and short read-ahead each cut sequential read throughput"
     title = "Mount options"
@@ -138,7 +166,7 @@ def mount_options(f: Facts) -> Verdict:
                        "check `findmnt -T SOURCE`")
     m = f.mount
     opts = probes.mount_options(m)
-    ev = {"fs_type": m.fs_type, "options": m.options, "preset": f.preset.name if f.preset else None}
+    ev = {"fs_type": m.fs_type, "options": options_once(m.options), "preset": f.preset.name if f.preset else None}
     if not _unknown(f.read_ahead_kb):
         ev["read_ahead_kb"] = f.read_ahead_kb
     problems, fixes = [], []

@@ -7,7 +7,7 @@ import sys
 import time
 
 from ckptbench.cli.show import emit as _emit
-from ckptbench.core.errors import CkptbenchError, name_source, printable
+from ckptbench.core.errors import CkptbenchError, name_source, printable, redact
 from ckptbench.core.units import human_age, human_bytes, human_figure
 from ckptbench.system import binding
 
@@ -26,6 +26,10 @@ def cmd_sysinfo(args) -> int:
     sampler.sample()
     time.sleep(0.5)  # rates need two samples
     doc = source_summary(args.source) | sampler.sample() | where  # the sampler sees no mount behind an s3:// URL
+    if "mount_options" in doc:
+        from ckptbench.checklist.rules import options_once
+
+        doc["mount_options"] = options_once(doc["mount_options"])
     mount = fl.mount_key(where)
     doc["floor"] = cached_floor(mount, doc.get("bytes") or 0)  # from the cache only: measuring would evict it
     if args.json:
@@ -131,6 +135,21 @@ def other_client_note(storage, s3_client: str) -> str:
             f"--s3-client {s3_client} --remeasure` measures it with {s3_client}")
 
 
+def again(note: str, args) -> str:
+    """A floor note with its `ckptbench floor SOURCE --remeasure` the command this one was, measuring again: without
+    a SOURCE (`floor --write-to DIR`) the placeholder was left for the user to fill."""
+    import shlex
+
+    def quoted(text: str) -> str:
+        return shlex.quote(printable(redact(text)))
+
+    words = ["ckptbench floor"] + ([quoted(args.source)] if args.source is not None else [])
+    words += ["--pick", quoted(args.pick)] if getattr(args, "pick", None) else []
+    words += ["--write-to", quoted(args.write_to)] if args.write_to else []
+    note = note.replace("`ckptbench floor SOURCE --remeasure`", f"`{' '.join(words)} --remeasure`")
+    return name_source(note, args.source)
+
+
 def cmd_floor(args) -> int:
     from ckptbench.system import floor as fl
 
@@ -211,7 +230,7 @@ def cmd_floor(args) -> int:
         print(f"  {'write':14s} {write.gbps:7.3f} GB/s  ({write.min_gbps:.3f}..{write.max_gbps:.3f}, "
               f"{human_age(write.age_s)} old)  {printable(write.method)} (for {printable(doc['write']['mount'])})")
     for note in f.notes:
-        print(f"  note: {printable(name_source(note, args.source))}")
+        print(f"  note: {printable(again(note, args))}")
     r = doc.get("restore")
     if r and r["floor_s"] is not None:
         parts = ", ".join(f"{k} {v:.3f} s" for k, v in r["times_s"].items())

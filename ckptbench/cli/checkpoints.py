@@ -51,7 +51,7 @@ def cmd_inspect(args) -> int:
             print(f"  {t['name']:{width}s} {t['dtype']:9s} {shape:>16s} {human_bytes(t['bytes']):>10s}  {t['group']:9s} "
                   f"{t['file']}")
     amp = f"{plan['amplification']:.3f}×" if plan["amplification"] else "n/a"
-    print(f"read plan: {plan['files']} files, {human_bytes(plan['bytes'])}, largest {plan['largest_file']['path']} "
+    print(f"read plan: {plan['files']} file{'' if plan['files'] == 1 else 's'}, {human_bytes(plan['bytes'])}, largest {plan['largest_file']['path']} "
           f"({human_bytes(plan['largest_file']['bytes'])}); read amplification {amp} (file bytes per tensor byte)")
     print(f"read path: {plan['read']} ({plan['read_why']})")
     print(f"check: {doc['check']}")

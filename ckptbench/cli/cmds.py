@@ -40,8 +40,9 @@ def cmd_read(args) -> int:
     from ckptbench.restore.reading import read_source
     from ckptbench.sources import open_targets
 
-    from ckptbench.cli.settings import read_options
+    from ckptbench.cli.settings import check_drop_caches, read_options
 
+    check_drop_caches(args)
     opts = read_options(args)
     source = open_targets(args.targets, args.pick)
     listing = source.list()

@@ -59,8 +59,11 @@ def print_dist(doc: dict) -> None:
           f"{human_bytes(doc['unique_bytes'])} unique)")
     plan = last["read_plan"]
     files = plan["files_touched_per_rank"]
-    print(f"read plan: {plan['requests']} requests, {human_bytes(plan['bytes_per_request'])} per request, "
-          f"{plan['backward_seeks']} backward seeks, {min(files)}–{max(files)} files per rank")
+    few, many = min(files), max(files)
+    print(f"read plan: {plan['requests']} request{'' if plan['requests'] == 1 else 's'}, "
+          f"{human_bytes(plan['bytes_per_request'])} per request, {plan['backward_seeks']} backward seek"
+          f"{'' if plan['backward_seeks'] == 1 else 's'}, {few if few == many else f'{few}–{many}'} "
+          f"file{'' if many == 1 else 's'} per rank")
     if doc["resharded"]:
         print(f"resharding {doc['saved_world']} → {doc['world_size']} ranks: rows assembled from several stored "
               f"chunks in {last['assemble_s']:.3f} s on the slowest rank (inside its load stage)")

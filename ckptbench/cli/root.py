@@ -96,18 +96,24 @@ COMMANDS = (
              o.DISTRIBUTED.but(help="under torchrun: the distributed restore at each level (per rank), the aggregate "
                                     "rate's knee"),
              o.EACH_RANK_READS, o.RANK_TIMEOUT, o.PICK,
-             o.RESULTS.but(default="", help="a results CSV to record the knee in: `check --results` then advises "
-                                            "from it, not from a preset"))),
+             o.RESULTS.but(default="", help="a results CSV whose documents (PATH.jsonl; a knee is no CSV row) the "
+                                            "knee is recorded in: `check --results PATH` then advises from it, not "
+                                            "from a preset"))),
     Command("compare", "newest run against a baseline; exit 1 on a regression beyond the noise",
             _lazy("cmd_compare", "run"),
             (o.RESULTS_FILE.but(help="a results.csv written by run, save or watch"), (o.NEWEST, o.RUN_KIND),
              o.BASELINE.but(help="run id to compare against (default: the last earlier run of the same kind made the "
                                  "same way; for a watch, of the same command)"),
              o.THRESHOLD, o.JSON)),
+    Command("history", "the runs a results file holds, one line each, oldest first", _lazy("cmd_history", "history"),
+            (o.RESULTS_FILE.but(nargs="?", default=o.RESULTS.default, help="a results.csv written by run, save or "
+                                                                           "watch (default: results.csv)"), o.JSON)),
     Command("check", "the troubleshooting checklist: verdict, evidence and fix for every item (it reads SOURCE's "
                      "files cold: they leave the page cache)", _lazy("cmd_check"),
             (o.SOURCE, _RESTORE_CONCURRENCY, o.QUICK_SWEEP,
-             o.RESULTS.but(help="where recorded saves are read from (the write-side item uses the newest)"),
+             o.RESULTS.but(help="where recorded knees (`sweep --results`, kept in PATH.jsonl) and saves are read "
+                                "from: the concurrency item advises from the newest knee, the write-side item from "
+                                "the newest save"),
              (o.JSON, o.MARKDOWN))),
     Command("plan", "sizes, files, save bandwidth and restore memory of a checkpoint profile; with --nodes, where a "
                     "restore on N nodes saturates the storage and its RTO floor", _lazy("cmd_plan"),
@@ -123,7 +129,8 @@ COMMANDS = (
              o.STAGGER, o.ASYNC_SAVE, o.FSYNC, o.FORCE.but(help="save even when an essential preflight check fails"),
              o.RESULTS.but(help="append-only CSV; '' records nothing"), o.JSON)),
     Command("gen", "write a real sample checkpoint of a profile (not timed)", _lazy("cmd_gen"),
-            (o.PROFILE.but(help=None), o.DIRECTORY, o.FORMAT.but(default=None, help="default: the profile's"),
+            (o.PROFILE, o.DIRECTORY.but(help="where the checkpoint is written (a new or empty directory; --force "
+                                             "replaces one gen wrote)"), o.FORMAT.but(default=None, help="default: the profile's"),
              o.RANKS.but(default=None, help="ranks the state is sharded over (default: the profile's)"), o.SEED,
              o.SCALE, o.DIGEST, o.FORCE.but(help="replace DIR when it holds a checkpoint gen wrote"))),
     Command("verify", "check every file against the checkpoint's manifest (exit 0 verified, 1 mismatch, "
@@ -137,7 +144,8 @@ COMMANDS = (
     Command("upload", "put a checkpoint directory under s3://bucket/prefix (multipart, CRC32C)", _lazy("cmd_upload"),
             (o.DIRECTORY, o.S3_URL, o.CONCURRENCY, o.PART_SIZE)),
     Command("tui", "the live dashboard: restore, concurrency by eye, checklist, sweep, history", _lazy("cmd_tui"),
-            (o.SOURCE.but(nargs="?", help=None), o.RESULTS, (o.START_RUN, o.START_LOOP, o.START_WATCH, o.OPEN_RANKS))),
+            (o.SOURCE.but(nargs="?", help="a checkpoint directory on any mount, or an s3:// URL (optional: the "
+                                          "dashboard opens without one)"), o.RESULTS, (o.START_RUN, o.START_LOOP, o.START_WATCH, o.OPEN_RANKS))),
     Command("demo", "generate the small sample checkpoint (once) and restore it live in the TUI", _lazy("cmd_demo"),
             (o.DEMO_DIR, o.HEADLESS, o.SCALE.but(help="resize the sample (default: the small profile)"), o.DEMO_S3)),
     Command("sysinfo", "the dashboard's system figures, headless", _lazy("cmd_sysinfo", "box"), (o.SOURCE, o.JSON)),

@@ -7,7 +7,7 @@ import sys
 import threading
 import uuid
 
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, name_source
 from ckptbench.cli.show import print_floor, print_pick, print_recorded
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
@@ -60,12 +60,7 @@ def print_run(doc: dict) -> None:
     print(f"read path: {', '.join(doc['read']['modes'])} ({doc['read']['why']})")
     print("digests: verified against the manifest" if doc["verified"] else
           "digests: NOT VERIFIED (no reference to compare with; see the verify note)")
-    c = doc["cache"]
-    flag = "" if c["verified"] else "  NOT VERIFIED"
-    notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
-    # the bound that matters: a cold run's most resident repeat, a hot run's least
-    bound = "≥" if c["requested"] == "hot" else "≤"
-    print(f"cache {c['requested']}: residency before {bound} {human_pct(c['residency_before'])}{flag}{notes}")
+    print(cache_line(doc["cache"], len(doc["repeats"])))
     for stage, note in doc["notes"].items():
         print(f"  note ({stage}): {note}")
     if "cost" in doc:
@@ -75,6 +70,26 @@ def print_run(doc: dict) -> None:
     for r in doc["repeats"]:
         for p in r["problems"][:5]:
             print(f"  problem: {p}", file=sys.stderr)
+
+
+def cache_line(c: dict, repeats: int) -> str:
+    """How much of the checkpoint was in the page cache as the repeats started, in words: "residency before ≤ 0.0 %"
+    meant nothing to a new user. The figure is the repeat furthest from the condition asked for (a cold run's most
+    resident, a hot run's least), so more than one repeat is a bound."""
+    r = c["residency_before"]
+    bound = "" if repeats <= 1 else "at least " if c["requested"] == "hot" else "at most "
+    if r <= 0.0:
+        amount = "none of it"
+    elif r >= 1.0:
+        amount = "all of it"
+    elif r < 0.001 or r > 0.999:  # human_pct would round them to none and all
+        amount = f"{bound}{r * 100:.4g} % of it"
+    else:
+        amount = f"{bound}{human_pct(r)} of it"
+    how = {"cold": "cold: evicted first", "hot": "hot: read in first"}.get(c["requested"], "as-is: as found")
+    state = ", verified" if c["verified"] else ", NOT VERIFIED"
+    notes = f"; {'; '.join(c['notes'])}" if c["notes"] else ""
+    return f"page cache before the restore: {amount} ({how}{state if c['requested'] != 'as-is' else ''}{notes})"
 
 
 def _distributed_only(args) -> None:
@@ -87,7 +102,10 @@ def _distributed_only(args) -> None:
 
 
 def cmd_run(args) -> int:
+    from ckptbench.cli.settings import check_drop_caches
+
     _distributed_only(args)
+    check_drop_caches(args)
     if args.distributed:
         from ckptbench.cli.dist import cmd_run_distributed
 
@@ -174,6 +192,8 @@ def cmd_sweep(args) -> int:
         from ckptbench.restore.sweep import measured_knee, record_knee
 
         record_knee(args.results, measured_knee(res.source, {lv: s["median"] for lv, s in res.gbps.items()}, "sweep"))
+    if res.floor and res.floor.get("floor_note"):  # its commands name this checkpoint, as run's do
+        res.floor["floor_note"] = name_source(res.floor["floor_note"], args.source)
     for path, why in res.failed:
         print(f"  failed: {path}: {why} (measured without it)", file=sys.stderr)
     rc = 1 if res.failed else 0
@@ -206,7 +226,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from ckptbench.records.compare import change_text, compare, figure_text
+    from ckptbench.records.compare import change_text, compare, figure_text, setting_text
 
     c = compare(args.results, args.baseline, args.threshold, newest=args.newest, kind=args.kind)
     if args.json:
@@ -218,7 +238,7 @@ def cmd_compare(args) -> int:
         if c.env_diff:
             print("WARNING: the runs differ in key environment or settings — the comparison may not be fair:")
             for k, (a, b) in c.env_diff.items():
-                print(f"  {k}: {a} → {b}")
+                print(f"  {setting_text(k, a, b)}")
         print(f"newest {c.newest_id} against baseline {c.baseline_id} (kind {c.kind}, threshold {c.threshold_pct:g} %)")
         print(f"  {'figure':16s} {'baseline':>10s} {'newest':>10s} {'change':>8s}")
         for f in c.figures:

@@ -23,3 +23,13 @@ def run_options(args, **over):
     own = {n: getattr(args, n) for n in own_names if hasattr(args, n)} | {k: v for k, v in over.items() if k in own_names}
     read = {k: v for k, v in over.items() if k not in own_names}
     return RunOptions(**own, reading=read_options(args, **read | {"hash": "crc32c"}))
+
+
+def check_drop_caches(args) -> None:
+    """--drop-caches empties the page cache before a cold read; with --cache hot or as-is it was ignored without a
+    word, so the two together are refused as contradictory."""
+    if getattr(args, "drop_caches", False) and args.cache != "cold":
+        from ckptbench.core.errors import CkptbenchError
+
+        raise CkptbenchError(f"--drop-caches with --cache {args.cache}: it empties the page cache before a cold read "
+                             "only; add --cache cold, or leave --drop-caches out")

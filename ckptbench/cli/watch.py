@@ -113,6 +113,17 @@ def _print(doc: dict) -> None:
         _say(f"fix: {v['fix']}")
 
 
+def _as_recorded(doc: dict, run_id: str | None, env: dict) -> dict:
+    """The watch's run document as watch/results.record writes it to results.csv.jsonl (run_id None: not recorded)."""
+    from ckptbench.records.results import document
+    from ckptbench.watch import results as watch_results
+
+    doc, env = redact_all(doc), redact_all(env)
+    done = doc.get("exit_code") in (None, 0)  # as record says it: the job's own restore, nothing of ours to verify
+    return document("run", "watch", run_id, watch_results.source_of(sorted(doc["files"])), doc, env,
+                    status="ok" if done else "failed", verified=None, success_rate=1.0 if done else 0.0)
+
+
 def cmd_watch(args) -> int:
     from ckptbench.watch import verdict
     from ckptbench.watch import sampler as watch
@@ -152,25 +163,27 @@ def cmd_watch(args) -> int:
     floor = verdict.floor_fields(report, files)  # from the floor `ckptbench floor` cached: never measured here
     doc |= floor
     if not args.no_verdict:
-        if not args.json and (files or report.files):  # it changes the box: the user's hot checkpoint is cold after
-            _say("reading the checkpoint's files cold for the verdict (this evicts them from the page cache; "
-                 "--no-verdict skips it)")
+        if files or report.files:  # it changes the box: the user's hot checkpoint is cold after; said on stderr, so
+            # --json's stdout stays one document
+            print("note: reading the checkpoint's files cold for the verdict (this evicts them from the page cache; "
+                  "--no-verdict skips it)", file=sys.stderr)
         probe = verdict.probe_storage(files or sorted(report.files))
         doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
         doc["verdict"] = verdict.judge(report, probe, floor=floor).to_json()
     doc = redact_all(doc)  # the command is redacted already; its files and marks are the job's text too
-    run_id = ""
-    if args.results:
-        import uuid
-
+    run_id, env = "", {}
+    if args.results or args.json:  # the environment goes on record, and in the document --json prints
         from ckptbench.system import env as envmod
         from ckptbench.watch import results as watch_results
 
+        env = envmod.snapshot(watch_results.source_of(sorted(report.files)) or None)
+    if args.results:
+        import uuid
+
         run_id = uuid.uuid4().hex[:12]
-        watch_results.record(args.results, run_id, doc,
-                             envmod.snapshot(watch_results.source_of(sorted(report.files)) or None))
-    if args.json:
-        print(json.dumps(doc, indent=1))
+        watch_results.record(args.results, run_id, doc, env)
+    if args.json:  # the document as recorded (run_id, kind, record, schema, status): a CI job names it to compare
+        print(json.dumps(_as_recorded(doc, run_id or None, env), indent=1))
     else:
         _print(doc)
         if run_id:

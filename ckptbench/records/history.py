@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import os
 
-from ckptbench.records.compare import COMPLETED
-from ckptbench.records.results import read_rows
+from ckptbench.records.compare import COMPLETED, EFFICIENCY_OF
+from ckptbench.records.results import read_documents, read_rows
 from ckptbench.core.stats import spread
+
+# the one time each kind is known by: a restore's (and a watched or distributed one's) RTO, a save's until durable
+FIGURE_OF = {"save": "durable_s"}
+
+
+def _efficiency(doc: dict | None):
+    """The run document's efficiency (its floor over its median time), where it recorded a finite one."""
+    e = (doc or {}).get("efficiency")
+    return e if isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e) else None
 
 
 def runs(path: str) -> list[dict]:
@@ -15,17 +25,23 @@ def runs(path: str) -> list[dict]:
     grouped: dict[str, list[dict]] = {}
     for row in read_rows(path):
         grouped.setdefault(row["run_id"], []).append(row)
+    docs = {d.get("run_id"): d for d in read_documents(path, "run")}
     out = []
     for run_id, rows in grouped.items():
         ok = [r for r in rows if r["status"] in COMPLETED]
         statuses = {r["status"] for r in rows}
+        kind = rows[0].get("kind") or "restore"
+        figure = FIGURE_OF.get(kind, "rto_s")
         out.append({
-            "run_id": run_id, "date": rows[0]["timestamp"], "source": rows[0]["source"], "mode": rows[0]["mode"],
-            "cache": rows[0]["cache"], "repeats": len(rows),
+            "run_id": run_id, "kind": kind, "date": rows[0]["timestamp"], "source": rows[0]["source"],
+            "mode": rows[0]["mode"], "cache": rows[0]["cache"], "repeats": len(rows),
             "rto_s": spread([r["rto_s"] for r in ok])["median"] if ok else None,
             # a distributed run's rate is its ranks' aggregate (schema 3 keeps read_gbps for one process's clock)
             "read_gbps": spread([r.get("aggregate_gbps") if r.get("kind") == "dist" and r.get("aggregate_gbps")
                                  is not None else r["read_gbps"] for r in ok])["median"] if ok else None,
+            "figure": figure,
+            "figure_s": spread([r.get(figure) for r in ok])["median"] if ok else None,
+            "efficiency": _efficiency(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
             "status": statuses.pop() if len(statuses) == 1 else "mixed",
         })
     return out

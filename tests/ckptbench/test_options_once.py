@@ -35,6 +35,7 @@ TODAY = {
              "--part-size=8388608 --json --distributed --each-rank{part,all}=part --rank-timeout=300.0 --pick "
              "--results=",
     "compare": "results --newest --kind --baseline --threshold=5.0 --json",
+    "history": "results=results.csv --json",
     "check": "source --concurrency/-c=8 --quick-sweep --results=results.csv --json --markdown",
     "plan": "profile --interval --scale=1.0 --nodes --ranks-per-node --storage --results=results.csv --target --json",
     "save": "what target --format{safetensors,torch,dcp}=safetensors --scale=1.0 --interval --count=3 --keep=2 "

@@ -106,7 +106,7 @@ def test_the_watch_holds_the_loader_against_a_measured_floor(tmp_path, checkpoin
     r = _run("watch", "--interval", "0.05", "--", sys.executable, job, ckpt, cache=cache)  # the text a user reads
     assert r.returncode == 0, r.stderr
     assert f"mapped: {ckpt}" in r.stdout and "of this box's floor" in r.stdout and "floor: " in r.stdout
-    assert "this evicts them from the page cache; --no-verdict skips it" in r.stdout  # it changes the box: said
+    assert "this evicts them from the page cache; --no-verdict skips it" in r.stderr  # it changes the box: said
 
 
 def test_a_mapped_library_is_never_listed_and_a_mapped_checkpoint_is(tmp_path):

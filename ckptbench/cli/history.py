@@ -1,0 +1,44 @@
+"""`ckptbench history`: the runs a results file holds, one line each, oldest first (the dashboard's history screen,
+headless)."""
+
+from __future__ import annotations
+
+import os
+
+from ckptbench.cli.show import emit
+from ckptbench.core.errors import CkptbenchError, printable, redact, shown
+from ckptbench.core.units import human_figure, human_pct
+
+# what a kind's time is called on its line
+FIGURE_WORDS = {"rto_s": "RTO", "durable_s": "durable"}
+
+
+def run_line(r: dict) -> str:
+    """One run as the line says it: id, kind, date, source, how it was made, repeats, its time, efficiency, status."""
+    how = "/".join(x for x in (r["mode"], r["cache"]) if x) or "-"
+    took = "-" if r["figure_s"] is None else human_figure(r["figure"], r["figure_s"])
+    eff = "" if r["efficiency"] is None else f"  efficiency {human_pct(r['efficiency'])}"
+    repeats = f"{r['repeats']} repeat{'' if r['repeats'] == 1 else 's'}"
+    # recorded text is anyone's: an escape in a source path would retitle or wipe the terminal
+    return (f"{shown(r['run_id'], 40)}  {shown(r['kind'], 10):7s}  {shown(r['date'][:19], 19)}  "
+            f"{printable(redact(r['source']))}  {shown(how, 40)}  {repeats}  "
+            f"median {FIGURE_WORDS.get(r['figure'], r['figure'])} {took}{eff}  {shown(r['status'], 20)}")
+
+
+def cmd_history(args) -> int:
+    from ckptbench.records.history import runs
+
+    if not os.path.exists(args.results):
+        raise CkptbenchError(f"{printable(args.results)}: no such results file; `ckptbench run`, `save` and `watch` "
+                             "write one (--results PATH), or name the one they wrote")
+    if os.path.isdir(args.results):
+        raise CkptbenchError(f"{printable(args.results)}: a directory; name a results file run, save or watch wrote")
+    found = runs(args.results)
+    if args.json:
+        emit({"results": args.results, "runs": found})
+        return 0
+    if not found:
+        print(f"{printable(args.results)}: no runs recorded yet")
+    for r in found:
+        print(run_line(r))
+    return 0
