@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import struct
 
 import torch
 from safetensors.torch import save_file
 
-from ckptbench.checkpoint.formats.state import OPTIM_KEYS, CheckpointState, FormatError, json_plain, read_regular
+from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, json_plain, open_regular,
+                                                read_regular)
 from ckptbench.checkpoint.quote import quote
 
 INDEX = "model.safetensors.index.json"
@@ -195,14 +195,7 @@ def header_entries(path: str) -> dict[str, tuple[torch.dtype, list[int], int, in
 def header_layout(path: str) -> tuple[bytes, dict[str, tuple[torch.dtype, list[int], int, int]]]:
     """(the file's first bytes up to its data section, header_entries): a tensor's bytes are the file's
     [len(head) + start, len(head) + end)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as exc:
-        raise FormatError(f"{path}: cannot open ({exc.strerror}); check the path and its permissions") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FormatError(f"{path}: not a regular file; a safetensors shard must be one")
+    with open_regular(path, "a safetensors shard") as (f, st):
         try:  # an unreadable file is named, as an unopenable one is (a bare OSError lost which file it was)
             head = f.read(8)
             _check_length(head, st.st_size, path)  # before reading: a crafted length must not size the read

@@ -3,6 +3,7 @@ key grouping, and the bounded walk every loader uses."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -110,10 +111,10 @@ class CheckpointState:
                 yield group_of(name), name, v
 
 
-def read_regular(path: str, what: str) -> bytearray:
-    """A whole regular file through one descriptor (opened without blocking on a FIFO): loaders parse these bytes,
-    so what they check is what they load, and a file truncated meanwhile is a short read, not a SIGBUS on a
-    mapping. `what` completes "not a regular file; ... must be one"."""
+@contextlib.contextmanager
+def open_regular(path: str, what: str):
+    """(file, its stat) of `path` opened without blocking on a FIFO and kept only if a regular file: one descriptor,
+    so what is checked is what is read. `what` completes "not a regular file; ... must be one"."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
@@ -122,6 +123,13 @@ def read_regular(path: str, what: str) -> bytearray:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise FormatError(f"{path}: not a regular file; {what} must be one")
+        yield f, st
+
+
+def read_regular(path: str, what: str) -> bytearray:
+    """A whole regular file through one descriptor (open_regular): loaders parse these bytes, so what they check is
+    what they load, and a file truncated meanwhile is a short read, not a SIGBUS on a mapping."""
+    with open_regular(path, what) as (f, st):
         buf = bytearray(st.st_size)
         try:
             got = f.readinto(buf)
