@@ -49,10 +49,19 @@ class Ceiling:
     fresh_gbps: float = 0.0  # storage: the rate read into fresh memory (a restore's destination); 0 not measured
     hot_gbps: float = 0.0  # storage: this mount's page cache copied out (pread) into populated memory; 0 not measured
     hot_reused_gbps: float = 0.0  # storage: the same into a reused block buffer per thread (a `read`'s); 0 not measured
+    of_files: str = ""  # storage: files_key of the checkpoint whose files it read ("" not known)
 
     @property
     def age_s(self) -> float:
         return max(0.0, time.time() - self.measured_at)
+
+
+def files_key(paths_sizes) -> str:
+    """A short key of a checkpoint's files (their paths): a mount's kept storage figure says whether it read these."""
+    import hashlib
+
+    return hashlib.sha256("\0".join(sorted(p for p, _ in paths_sizes)).encode("utf-8", "surrogateescape")
+                          ).hexdigest()[:16]
 
 
 def ceiling_of(rates: list[float], method: str) -> Ceiling:

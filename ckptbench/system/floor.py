@@ -24,8 +24,8 @@ from ckptbench.core.units import human_age, human_pct
 # the measurements are ceilings.py's and sourcefigures.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
 from ckptbench.system.ceilings import (  # noqa: F401  (the floor's one face: callers name these through it)
-    DEVICE_FIGURES, LARGE_MAX, LARGE_MIN, POP_BYTES, Ceiling, ceiling_of, cpu_ceilings, device_ceilings, gpu_models,
-    large_key, large_reach, large_size, memory_ceilings, populate_large, size_class, thread_counts,
+    DEVICE_FIGURES, LARGE_MAX, LARGE_MIN, POP_BYTES, Ceiling, ceiling_of, cpu_ceilings, device_ceilings, files_key,
+    gpu_models, large_key, large_reach, large_size, memory_ceilings, populate_large, size_class, thread_counts,
 )
 from ckptbench.system import binding as binding_words
 from ckptbench.system.binding import FRESH, REUSED  # noqa: F401  (as above)
@@ -137,7 +137,10 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                 hot, reused, words = page_cache_figure(paths_sizes)
                 floor.storage = replace(kept, hot_gbps=hot, hot_reused_gbps=reused,
                                         method=kept.method[:METHOD_MAX - len(words)] + words) if hot else kept
-            if read is None:  # perhaps another checkpoint's files on this mount: said, as the help promises
+            if read is None and kept.of_files and kept.of_files == files_key(paths_sizes):
+                floor.notes.append(f"the {floor.resource} figure was read from this checkpoint's files "
+                                   f"{human_age(kept.age_s)} ago and kept: `--remeasure` reads them again")
+            elif read is None:  # perhaps another checkpoint's files on this mount: said, as the help promises
                 floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
                                    "ago (its method names the files it read): `--remeasure` reads this checkpoint's")
             if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
@@ -146,6 +149,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
         else:
             floor.storage, note = (link_ceiling(read, read_bytes, read_what) if read is not None
                                    else storage_ceiling(paths_sizes))
+            if read is None:
+                floor.storage = replace(floor.storage, of_files=files_key(paths_sizes))
             floor.notes += [note] if note else []
     # a sample too small to measure bandwidth does not replace a mount's figure that was large enough (a 17 MiB
     # checkpoint floored after a 282 MiB one left every restore on the mount without a storage figure)

@@ -104,8 +104,11 @@ def valid_ceiling(entry, now: float) -> Ceiling | None:
         return None
     if hot_reused and (not hot or hot > hot_reused * OVER_FLOOR):  # measured together, and a copy that stays in
         return None  # the CPU's caches is never slower than one into memory: not written by us
+    of_files = entry.get("of_files", "")
+    if not (isinstance(of_files, str) and len(of_files) <= 16 and all(c in "0123456789abcdef" for c in of_files)):
+        of_files = ""  # not one of ours: then not known whose files it read
     return Ceiling(*rates, printable(method)[:METHOD_MAX], at, sample, fresh_gbps=float(into_fresh),
-                   hot_gbps=float(hot), hot_reused_gbps=float(hot_reused))
+                   hot_gbps=float(hot), hot_reused_gbps=float(hot_reused), of_files=of_files)
 
 
 def known_figure(key: str) -> bool:

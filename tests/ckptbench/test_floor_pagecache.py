@@ -255,3 +255,25 @@ def test_floor_and_check_say_they_left_the_source_cold(tmp_path):
     for cmd in (["floor", str(d)], ["check", str(d)]):
         p = subprocess.run([sys.executable, "-m", "ckptbench", *cmd], capture_output=True, text=True, env=env)
         assert "have left the page cache" in p.stderr, (cmd, p.stderr[-500:])
+
+
+def test_a_kept_storage_figure_says_whether_it_read_this_checkpoints_files(tmp_path, monkeypatch):
+    """The kept figure's note sent a user to `--remeasure` for "this checkpoint's" files when it had read exactly
+    those: it now knows which checkpoint's files it read (their paths' key), and says which."""
+    monkeypatch.setattr(fl, "storage_ceiling", lambda ps: (fl.Ceiling(
+        2.0, 1.9, 2.1, "fixed read", time.time(), fl.STORAGE_SAMPLE, hot_gbps=6.5, hot_reused_gbps=7.0), ""))
+    monkeypatch.setattr(fl, "memory_ceilings", lambda **kw: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
+                                                              for k in ("populate_4k", "populate_thp", "copy")})
+    monkeypatch.setattr(fl, "cpu_ceilings", lambda: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
+                                                     for k in fl.BOX_FIGURES if k not in ("populate_4k",
+                                                                                           "populate_thp", "copy")})
+    cache = str(tmp_path / "floor.json")
+    mine = [("/data/a/model.safetensors", 1 << 30)]
+    first = fl.measure(mine, "/data (ext4)", path=cache)
+    assert first.storage.of_files == fl.files_key(mine) and not any("kept" in n for n in first.notes)
+    monkeypatch.setattr(fl, "storage_ceiling", lambda ps: pytest.fail("the kept figure was measured again"))
+    same = fl.measure(mine, "/data (ext4)", path=cache)
+    assert any("read from this checkpoint's files" in n for n in same.notes), same.notes
+    other = fl.measure([("/data/b/model.safetensors", 1 << 30)], "/data (ext4)", path=cache)
+    assert any("this mount's, kept from" in n for n in other.notes), other.notes
+    assert not any("read from this checkpoint's files" in n for n in other.notes)
