@@ -7,7 +7,7 @@ import statistics
 import _floor_bench
 import _loaders
 from _harness import COLD_MAX, GiB, HOT_MIN, MiB, Series, Target, fmt, judge, preface, section
-from _peers_rounds import ATTEMPTS, C_LOOP, Bench, PeerSeries
+from _peers_rounds import ATTEMPTS, C_LOOP, INCIDENTAL, Bench, PeerSeries
 
 HOT_SPEEDUP, COLD_SPEEDUP = 1.5, 1.3  # ckptbench RTO against the fastest peer
 READ_BAND = (0.85, 1.15)  # run's read stage / `ckptbench read`, cold, same read path
@@ -120,8 +120,9 @@ def notes(b: Bench) -> list[str]:
         f"cold: the files evicted (fastio.evict) and residency ≤ {COLD_MAX} checked after the eviction and again in "
         "the child right before its clock (ckptbench run and read evict and check themselves and report it); hot: "
         f"the files read into the page cache and residency ≥ {HOT_MIN} checked the same way, and a hot repeat of a "
-        f"page-cache reader (ckptbench, safetensors) that read over {COLD_MAX:.0%} of the set from the disk is run "
-        f"again; a repeat whose cache state did not hold in {ATTEMPTS} attempts is refused, not reported.",
+        f"page-cache reader (ckptbench, safetensors) that read over {COLD_MAX:.0%} of the set from the disk (for "
+        f"ckptbench's whole process, beyond {INCIDENTAL >> 20} MiB of its own) is run again; a repeat whose cache "
+        f"state did not hold in {ATTEMPTS} attempts is refused, not reported.",
         "fastsafetensors (nogds) and Run:ai read with O_DIRECT by default: they bypass the page cache, so their hot "
         "repeats read from the device as their cold ones do (see the disk share column: the child's ru_inblock "
         "over its timed load, for peers; the whole process for ckptbench run). That is their default behaviour and "

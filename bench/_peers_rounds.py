@@ -20,6 +20,8 @@ DIRECT_IO = {"fastsafetensors", "runai"}  # read with O_DIRECT by default: the p
 LOADERS_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_loaders.py")
 CHILD_TIMEOUT = 900
 C_LOOP = "plain C loop"  # no loader: the set's bytes landed in fresh memory by plain code, ckptbench's read path
+INCIDENTAL = 8 << 20  # bytes a fresh process may read from the disk besides the set before a hot repeat counts as
+# having read the set from it (0.2 % of the 4 GiB set)
 
 
 @dataclass(kw_only=True)
@@ -75,6 +77,12 @@ class Bench:
                 return None, f"timed out after {CHILD_TIMEOUT} s", 0.0
         doc, problem = parse_child(out.returncode, out.stdout, out.stderr)
         return doc, problem, (disk_read_bytes(children=True) - d0) / self.total
+
+    def read_the_set(self, disk: float) -> bool:
+        """A whole process's disk share (child) past what a hot repeat allows: COLD_MAX of the set beyond what any
+        fresh Python reads of its own (modules the box let go of: 0.1-2 MB here, over a tenth of the quick run's 2 MB
+        set, whose hot repeats were all refused as read from the disk)."""
+        return disk * self.total > COLD_MAX * self.total + INCIDENTAL
 
     def prepare(self, condition: str) -> float:
         """Evicts the files (cold) or reads them into the page cache (hot); their residency after."""
@@ -132,7 +140,7 @@ class Bench:
                 s.problems.append("the bytes it landed are not the files' (word sum differs)")
                 s.add(self.total / float(words[0]), res, disk, "failed")
                 return
-            if condition == "hot" and disk > COLD_MAX:
+            if condition == "hot" and self.read_the_set(disk):
                 log(f"    the cache did not hold ({disk:.0%} read from the disk); again")
                 continue
             s.add(self.total / float(words[0]), res, disk)
@@ -164,7 +172,7 @@ class Bench:
                 s.status.append("failed")
                 return
             r = run_summary(doc)
-            if not held(condition, r["residency"]) or (condition == "hot" and disk > COLD_MAX):
+            if not held(condition, r["residency"]) or (condition == "hot" and self.read_the_set(disk)):
                 log(f"    the cache did not hold (residency {r['residency']}, {disk:.0%} read from the disk); again")
                 continue
             # a foreign checkpoint has no manifest: its restore is unverified, and timed all the same
