@@ -186,15 +186,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C is: every command's cancel path and its `finally` run (a watch ended with SIGTERM
+    left its marks file in the temp folder, and a run its engine's threads reading)."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
     parser = build_parser()
     args = parser.parse_args(argv)
     args.reparse = parser.parse_args  # a handler that runs another command (demo --headless)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    previous = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        previous = signal.signal(signal.SIGTERM, _terminate)  # only where nobody else set a handler (an embedder)
     try:
         return args.handler(args)
+    except Terminated:
+        print("ckptbench: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("ckptbench: interrupted", file=sys.stderr)
         return 130
@@ -206,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"ckptbench: error: {printable(redact(str(err)))}", file=sys.stderr)
         return err.exit_code
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

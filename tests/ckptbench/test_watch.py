@@ -440,3 +440,30 @@ def test_an_unwritable_results_file_is_refused_before_the_job_starts(tmp_path):
     time.sleep(0.5)  # a job started anyway would have written its file by now
     assert not started.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_watch_ended_with_sigterm_cleans_up_as_one_ended_with_ctrl_c(tmp_path):
+    """SIGTERM (a job scheduler's, `timeout`'s) left the watch's marks file in the temp folder: it ends the watch as
+    Ctrl-C does, through its clean-up."""
+    import signal
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    tag = f"sigterm-job-{os.getpid()}"
+    w = subprocess.Popen([sys.executable, "-m", "ckptbench", "watch", "--no-verdict", "--results", "", "--",
+                          sys.executable, "-c", "import time; time.sleep(60)", tag],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    try:
+        for _ in range(300):
+            if [p for p in tmp_path.iterdir() if p.name.startswith("ckptbench-marks-")]:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)  # the job started and the watch sampling it
+        w.send_signal(signal.SIGTERM)
+        rc = w.wait(timeout=60)
+    finally:
+        w.kill()
+        # the job holds the watch's output pipes open: it goes before they are read
+        subprocess.run(["pkill", "-f", tag], check=False)
+    err = w.stderr.read()
+    assert rc in (130, 143) and "Traceback" not in err, err
+    assert [p.name for p in tmp_path.iterdir()] == []
