@@ -118,6 +118,7 @@ async def test_the_jobs_gpu_memory_is_on_screen_where_nvidia_smi_is(tmp_path, h,
             await _until(pilot, lambda: "GPU memory peak 2.9 GiB" in h.text_of(target), "the GPU peak at the end")
             assert "copying-to-gpu" in h.text_of(screen.query_one("#watch-phases", Static))
     finally:
+        os.unlink(marks)  # the marks file start_job made: it was left in /tmp by every run of this test
         if proc.poll() is None:
             proc.kill()
 
