@@ -68,14 +68,19 @@ def test_a_mount_that_does_not_keep_pages_cached_has_no_page_cache_figure(tmp_pa
     assert sourcefigures.page_cache_rates([(str(data), 4 << 20)], cores=2, repeats=1) == ([], 0)
 
 
-def test_the_figure_is_kept_with_the_storage_figure_and_read_back(tmp_path, monkeypatch):
-    monkeypatch.setattr(fl, "storage_ceiling", lambda ps: (fl.Ceiling(
-        2.0, 1.9, 2.1, "fixed read", time.time(), fl.STORAGE_SAMPLE, hot_gbps=6.5), ""))
+def _fixed_box(monkeypatch) -> None:
+    """The box's figures at 3 GB/s, measured now: only the storage figure is the test's."""
     monkeypatch.setattr(fl, "memory_ceilings", lambda **kw: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
                                                               for k in ("populate_4k", "populate_thp", "copy")})
     monkeypatch.setattr(fl, "cpu_ceilings", lambda: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
                                                      for k in fl.BOX_FIGURES if k not in ("populate_4k",
                                                                                            "populate_thp", "copy")})
+
+
+def test_the_figure_is_kept_with_the_storage_figure_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(fl, "storage_ceiling", lambda ps: (fl.Ceiling(
+        2.0, 1.9, 2.1, "fixed read", time.time(), fl.STORAGE_SAMPLE, hot_gbps=6.5), ""))
+    _fixed_box(monkeypatch)
     cache = str(tmp_path / "floor.json")
     fl.measure([("/nowhere", 1 << 30)], "/data (ext4)", path=cache)
     again = fl.cached("/data (ext4)", path=cache)
@@ -223,11 +228,7 @@ def test_a_sample_too_small_for_bandwidth_does_not_replace_the_mounts_figure(tmp
     sample = {"bytes": 282 << 20, "gbps": 2.5}
     monkeypatch.setattr(fl, "storage_ceiling", lambda ps: (fl.Ceiling(
         sample["gbps"], sample["gbps"], sample["gbps"], "fixed read", time.time(), sample["bytes"], hot_gbps=6.5), ""))
-    monkeypatch.setattr(fl, "memory_ceilings", lambda **kw: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
-                                                              for k in ("populate_4k", "populate_thp", "copy")})
-    monkeypatch.setattr(fl, "cpu_ceilings", lambda: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
-                                                     for k in fl.BOX_FIGURES if k not in ("populate_4k",
-                                                                                           "populate_thp", "copy")})
+    _fixed_box(monkeypatch)
     cache, mount = str(tmp_path / "floor.json"), "/data (ext4)"
     fl.measure([("/big", sample["bytes"])], mount, path=cache)
     sample.update(bytes=17 << 20, gbps=0.3)  # a tiny checkpoint on the same mount, measured again
@@ -262,11 +263,7 @@ def test_a_kept_storage_figure_says_whether_it_read_this_checkpoints_files(tmp_p
     those: it now knows which checkpoint's files it read (their paths' key), and says which."""
     monkeypatch.setattr(fl, "storage_ceiling", lambda ps: (fl.Ceiling(
         2.0, 1.9, 2.1, "fixed read", time.time(), fl.STORAGE_SAMPLE, hot_gbps=6.5, hot_reused_gbps=7.0), ""))
-    monkeypatch.setattr(fl, "memory_ceilings", lambda **kw: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
-                                                              for k in ("populate_4k", "populate_thp", "copy")})
-    monkeypatch.setattr(fl, "cpu_ceilings", lambda: {k: fl.Ceiling(3.0, 3.0, 3.0, "x", time.time())
-                                                     for k in fl.BOX_FIGURES if k not in ("populate_4k",
-                                                                                           "populate_thp", "copy")})
+    _fixed_box(monkeypatch)
     cache = str(tmp_path / "floor.json")
     mine = [("/data/a/model.safetensors", 1 << 30)]
     first = fl.measure(mine, "/data (ext4)", path=cache)
