@@ -189,7 +189,7 @@ def _run_documents(path: str) -> dict[str, dict]:
 
 
 def _floors(docs: dict[str, dict]) -> dict[str, dict]:
-    """run_id -> its run document's floor and efficiency, for the runs held against one (floor_s a positive number)
+    """run_id -> its run document's floor, for the runs held against one (floor_s a positive number)
     that gave an efficiency: a run whose floor counts memory and CPU only says "no efficiency is given", and compare
     gave one."""
     out = {}
@@ -197,7 +197,7 @@ def _floors(docs: dict[str, dict]) -> dict[str, dict]:
         f, e = d.get("floor_s"), d.get("efficiency")
         # finite: JSON takes Infinity, and an infinite floor printed an efficiency of inf % and a change of nan %
         if _finite(f) and f > 0 and _finite(e) and e > 0:
-            out[run_id] = {"floor_s": float(f), "efficiency": float(e)}
+            out[run_id] = {"floor_s": float(f)}
     return out
 
 
@@ -205,20 +205,13 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _held_s(floor: dict, rows: list[dict], took: str) -> list:
-    """The time each repeat was held to its floor for: its RTO (a save's until durable), or its RTO less the model
-    step where that gives the run's own efficiency back (restore/efficiency.of_repeats leaves the model's compute
-    out of what the floor judges)."""
+def _held_s(doc: dict, rows: list[dict], took: str) -> list:
+    """The time each repeat was held to its floor for, as restore/efficiency.of_repeats holds it: its RTO (a save's
+    until durable), less the check stage where the check ran the model (its compute, which no ceiling measures)."""
     whole = [r.get(took) for r in rows]
-    if not all(_finite(r.get("check_s")) for r in rows):
+    if doc.get("check") != "model step" or not all(_finite(r.get("check_s")) for r in rows):
         return whole
-    less = [t - r["check_s"] if _finite(t) else t for t, r in zip(whole, rows)]
-
-    def off(times: list) -> float:
-        got = _efficiency(floor, spread(times)["median"])
-        return abs(got - floor["efficiency"]) if got is not None else math.inf
-
-    return less if off(less) < off(whole) else whole
+    return [t - r["check_s"] if _finite(t) else t for t, r in zip(whole, rows)]
 
 
 def _command(docs: dict[str, dict], run_id: str) -> str | None:
@@ -332,7 +325,7 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     floors = _floors(docs)
     if kind in EFFICIENCY_OF and baseline in floors and newest in floors:
         took = EFFICIENCY_OF[kind]
-        held = {run: _held_s(floors[run], rows, took) for run, rows in ((baseline, base_rows), (newest, new_rows))}
+        held = {run: _held_s(docs[run], rows, took) for run, rows in ((baseline, base_rows), (newest, new_rows))}
         # a run's efficiency is its floor over its median time, as its document says it (the median of the
         # repeats' efficiencies differs from it for an even count: 64 % here, 61 % in the run); the repeats' own
         # still give the range the noise is judged by
