@@ -61,11 +61,10 @@ def of_repeats(source, listing, opts, reps) -> dict:
                      structural=ok[0].check_kind == "structural")
     if step and out.get("floor_note"):
         first = spread([r.stages.get(CHECK, 0.0) for r in ok])["median"]
-        note, over = out["floor_note"], fl.over_floor(out["efficiency"])
-        head = note[:len(note) - len(over)] if over and note.endswith(over) else note
-        out["floor_note"] = head + (f"; the efficiency is over the RTO less its first step ({human_figure('_s', first)}"
-                                    f", the model's compute, not held to the floor): {human_figure('_s', held)}") + \
-            (over if head is not note else "")
+        over = fl.over_floor(out["efficiency"])  # restore_fields ends the note with it: said after this, as there
+        out["floor_note"] = out["floor_note"].removesuffix(over) + (
+            f"; the efficiency is over the RTO less its first step ({human_figure('_s', first)}, the model's compute, "
+            f"not held to the floor): {human_figure('_s', held)}") + over
     return out
 
 
