@@ -113,17 +113,6 @@ def _print(doc: dict) -> None:
         _say(f"fix: {v['fix']}")
 
 
-def _as_recorded(doc: dict, run_id: str | None, env: dict) -> dict:
-    """The watch's run document as watch/results.record writes it to results.csv.jsonl (run_id None: not recorded)."""
-    from ckptbench.records.results import document
-    from ckptbench.watch import results as watch_results
-
-    doc, env = redact_all(doc), redact_all(env)
-    done = doc.get("exit_code") in (None, 0)  # as record says it: the job's own restore, nothing of ours to verify
-    return document("run", "watch", run_id, watch_results.source_of(sorted(doc["files"])), doc, env,
-                    status="ok" if done else "failed", verified=None, success_rate=1.0 if done else 0.0)
-
-
 def cmd_watch(args) -> int:
     from ckptbench.watch import verdict
     from ckptbench.watch import sampler as watch
@@ -183,7 +172,7 @@ def cmd_watch(args) -> int:
         run_id = uuid.uuid4().hex[:12]
         watch_results.record(args.results, run_id, doc, env)
     if args.json:  # the document as recorded (run_id, kind, record, schema, status): a CI job names it to compare
-        print(json.dumps(_as_recorded(doc, run_id or None, env), indent=1))
+        print(json.dumps(watch_results.as_document(run_id or None, doc, env), indent=1))  # imported above: --json
     else:
         _print(doc)
         if run_id:

@@ -17,13 +17,23 @@ def source_of(files: list[str]) -> str:
     return os.path.commonpath([os.path.dirname(f) for f in files])
 
 
-def record(path: str, run_id: str, doc: dict, env: dict) -> None:
-    doc, env = redact_all(doc), redact_all(env)  # the job's command line and paths can carry credentials
-    source = source_of(sorted(doc["files"]))
-    # the job's own restore: nothing of it is ckptbench's to verify (verified None); it ended well when it exited 0
+def _status(doc: dict) -> dict:
+    """The job's own restore: nothing of it is ckptbench's to verify (verified None); it ended well when it exited 0."""
     done = doc.get("exit_code") in (None, 0)
-    said = {"status": "ok" if done else "failed", "verified": None, "success_rate": 1.0 if done else 0.0}
-    append_document(path, document("run", "watch", run_id, source, doc, env, **said))
+    return {"status": "ok" if done else "failed", "verified": None, "success_rate": 1.0 if done else 0.0}
+
+
+def as_document(run_id: str | None, doc: dict, env: dict) -> dict:
+    """The watch's run document, as results.csv.jsonl holds it and `watch --json` prints it (run_id None: not
+    recorded)."""
+    doc, env = redact_all(doc), redact_all(env)  # the job's command line and paths can carry credentials
+    return document("run", "watch", run_id, source_of(sorted(doc["files"])), doc, env, **_status(doc))
+
+
+def record(path: str, run_id: str, doc: dict, env: dict) -> None:
+    doc, env = redact_all(doc), redact_all(env)
+    source, said = source_of(sorted(doc["files"])), _status(doc)
+    append_document(path, as_document(run_id, doc, env))
     # read_gbps: the job's bytes over its reading window, which is also the row's read stage and RTO
     figures = {"read_s": doc["io_span_s"], "rto_s": doc["io_span_s"], "bytes": doc["bytes"],
                "files": len(doc["files"]), "read_gbps": doc["loader_gbps"], "peak_rss_bytes": doc["peak_rss_bytes"],
