@@ -148,14 +148,6 @@ def network_path(f: Facts) -> Verdict:
     return Verdict("network_path", title, "ok", ev, why, "none")
 
 
-def options_once(options: str | None) -> str | None:
-    """A mount's options with each said once: mountinfo's per-mount and superblock options are joined, so `rw` came
-    twice (`rw,relatime,rw,discard`)."""
-    if not isinstance(options, str):
-        return options
-    return ",".join(dict.fromkeys(x for x in options.split(",") if x))
-
-
 def mount_options(f: Facts) -> Verdict:
     why = "small rsize/wsize, soft mounts, atime updates and short read-ahead each cut sequential read throughput"
     title = "Mount options"
@@ -166,7 +158,7 @@ def mount_options(f: Facts) -> Verdict:
                        "check `findmnt -T SOURCE`")
     m = f.mount
     opts = probes.mount_options(m)
-    ev = {"fs_type": m.fs_type, "options": options_once(m.options), "preset": f.preset.name if f.preset else None}
+    ev = {"fs_type": m.fs_type, "options": probes.options_once(m.options), "preset": f.preset.name if f.preset else None}
     if not _unknown(f.read_ahead_kb):
         ev["read_ahead_kb"] = f.read_ahead_kb
     problems, fixes = [], []

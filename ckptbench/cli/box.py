@@ -27,7 +27,7 @@ def cmd_sysinfo(args) -> int:
     time.sleep(0.5)  # rates need two samples
     doc = source_summary(args.source) | sampler.sample() | where  # the sampler sees no mount behind an s3:// URL
     if "mount_options" in doc:
-        from ckptbench.checklist.rules import options_once
+        from ckptbench.system.probes import options_once
 
         doc["mount_options"] = options_once(doc["mount_options"])
     mount = fl.mount_key(where)
@@ -187,15 +187,16 @@ def cmd_floor(args) -> int:
         from ckptbench.restore.efficiency import hash_of
 
         hash_alg = hash_of(None, listing)  # what a restore computes
+        unit = fl.largest_unit((x.size for x in listing.files), hash_alg)  # one core's hashing alone
         doc["restore"] = {"source": listing.source, "bytes": listing.bytes, "hash": hash_alg,
-                          **fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg)}  # as `run` holds it
+                          **fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg, unit_bytes=unit)}  # as `run`'s
         # the floors of the other runs `floor` cannot tell from this one: without a model step (the structural
         # check scans every floating byte), from the page cache (`run --cache hot`), onto a GPU (--device cuda)
         variants = {"floor_s_structural": {"floating_bytes": nbytes}, "floor_s_hot": {"hot": True},
                     "floor_s_hot_structural": {"hot": True, "floating_bytes": nbytes}}
         variants |= {"floor_s_device": {"device_bytes": nbytes}} if "h2d_pinned" in f.ceilings else {}
         for key, kw in variants.items():
-            m = fl.model(f, bytes_read=nbytes, hash_alg=hash_alg, **kw)
+            m = fl.model(f, bytes_read=nbytes, hash_alg=hash_alg, unit_bytes=unit, **kw)
             doc["restore"][key] = m["floor_s"]
             if key == "floor_s_hot":  # its parts too: they add up, and a user checks that they do
                 doc["restore"] |= {"binding_hot": m["binding"], "binding_hot_gbps": m["gbps"],

@@ -340,6 +340,14 @@ def _unescape(field: str) -> str:
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
+def options_once(options: str | None) -> str | None:
+    """A mount's options as shown, each once: mount_of keeps mountinfo's per-mount and superblock options joined as
+    they are (`rw,relatime,rw,discard`), and `rw` read twice."""
+    if not isinstance(options, str):
+        return options
+    return ",".join(dict.fromkeys(x for x in options.split(",") if x))
+
+
 def mount_of(path: str, root: str = "/") -> Mount | Unknown:
     """The mount holding `path` (longest mount point prefix in mountinfo); options merge per-mount and super."""
     text = _read(root, "proc/self/mountinfo")

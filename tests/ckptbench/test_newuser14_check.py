@@ -16,6 +16,7 @@ from ckptbench.checklist.facts import Facts
 from ckptbench.cli import root
 from ckptbench.cli.settings import read_options
 from ckptbench.restore.sweep import MeasuredKnee
+from ckptbench.system import probes
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +124,8 @@ def test_a_floor_note_is_the_command_that_was_run():
 
 
 def test_mount_options_are_said_once():
-    assert rules.options_once("rw,relatime,rw,discard,relatime") == "rw,relatime,discard"
-    assert rules.options_once(None) is None
+    assert probes.options_once("rw,relatime,rw,discard,relatime") == "rw,relatime,discard"
+    assert probes.options_once(None) is None
 
 
 @pytest.mark.parametrize("cache", ["hot", "as-is"])

@@ -6,6 +6,7 @@ from rich.table import Table
 from textual.widgets import Static
 
 from ckptbench.core.units import human_bytes, human_pct
+from ckptbench.system.probes import options_once
 
 
 def _b(n) -> str:
@@ -39,7 +40,7 @@ class SystemPanel(Static):
         t.add_row("Dirty/Writeback", f"{_b(s.get('dirty_bytes'))} / {_b(s.get('writeback_bytes'))}")
         t.add_row("read_ahead_kb", _f(s.get("read_ahead_kb")))
         t.add_row("mount", f"{_f(s.get('fs_type'))} on {_f(s.get('mount_point'))}")
-        t.add_row("options", (s.get("mount_options") or "?")[:60])
+        t.add_row("options", (options_once(s.get("mount_options")) or "?")[:60])
         cores = s.get("cpu_pct_per_core") or []
         t.add_row("CPU/core", "  ".join(f"{human_pct(c / 100):>5s}" for c in cores[:16]) or "?")
         t.add_row("RSS/avail", f"{_b(s.get('rss_bytes'))} / {_b(s.get('mem_available_bytes'))}")
