@@ -20,7 +20,6 @@ from ckptbench.save.report import SaveOptions, SaveReport, SaveTiming
 from ckptbench.system.writeback import WritebackSampler
 
 STEP = re.compile(r"step-([0-9]{6,})")  # ASCII digits: \\d also takes "١٢٣" and fullwidth digits
-LOOKS_LIKE_STEP = re.compile(r"step-.+")
 
 
 MAX_WAIT_S = 7 * 86400  # a week: longer waits overflowed the clock (time_t) after the first save was written
@@ -87,11 +86,6 @@ def existing_steps(target: str) -> list[tuple[int, str]]:
     """(step, name) of the saves ckptbench wrote in the target, oldest first: only these are numbered on from
     and pruned."""
     return sorted((int(STEP.fullmatch(n).group(1)), n) for n in os.listdir(target) if _is_save(target, n))
-
-
-def foreign_steps(target: str) -> list[str]:
-    """Entries named like a save that ckptbench did not write (a user's step-000005 of evals, a file): left alone."""
-    return sorted(n for n in os.listdir(target) if LOOKS_LIKE_STEP.fullmatch(n) and not _is_save(target, n))
 
 
 # What else save leaves in a target: its staging directory (`write_save`) and preflight scratch file (`preflight`)

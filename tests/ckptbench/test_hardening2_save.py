@@ -69,7 +69,7 @@ def test_a_save_whose_name_another_save_took_says_so_in_one_line(tmp_path, monke
 
 
 def test_existing_steps_are_only_manifest_folders_with_ascii_digits(tmp_path):
-    from ckptbench.save.series import existing_steps, foreign_steps, prune
+    from ckptbench.save.series import existing_steps, foreign_entries, prune
 
     for name, manifest in (("step-000001", True), ("step-000002", False), ("step-٠٠٠٠٠٣", True),
                            ("step-000004", True)):
@@ -78,7 +78,7 @@ def test_existing_steps_are_only_manifest_folders_with_ascii_digits(tmp_path):
             (tmp_path / name / "ckptbench.json").write_text(json.dumps({}))
     (tmp_path / "step-000009").write_text("")
     assert existing_steps(str(tmp_path)) == [(1, "step-000001"), (4, "step-000004")]
-    assert foreign_steps(str(tmp_path)) == ["step-000002", "step-000009", "step-٠٠٠٠٠٣"]
+    assert foreign_entries(str(tmp_path)) == ["step-000002", "step-000009", "step-٠٠٠٠٠٣"]
     assert prune(str(tmp_path), 1) == ["step-000001"]
     assert sorted(os.listdir(tmp_path)) == ["step-000002", "step-000004", "step-000009", "step-٠٠٠٠٠٣"]
 
