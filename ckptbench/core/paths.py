@@ -13,3 +13,18 @@ def _profiles_dir() -> str:
 
 
 PROFILES_DIR = _profiles_dir()
+
+
+def new_file_beside(path: str, mode: int = 0o666) -> tuple[int, str]:
+    """(fd, name) of a new file beside `path` under a name nobody could have planted a link at: random, created here
+    (O_EXCL), never through a symlink (a predictable `results.csv.tmp-PID` or `floor.json.tmp-PID` linked to another
+    file had root truncate that file). Only a file made here is the caller's to remove."""
+    import secrets
+
+    for _ in range(16):
+        tmp = f"{path}.tmp-{secrets.token_hex(8)}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: no free temporary name beside it")

@@ -16,6 +16,7 @@ import stat
 import tempfile
 
 from ckptbench.core.errors import CkptbenchError, redact_all, shown
+from ckptbench.core.paths import new_file_beside
 from ckptbench.core.stages import STAGES
 from ckptbench.core.stats import spread
 from ckptbench.records.schema import (  # noqa: F401  (re-exported: what readers and writers of results use)
@@ -81,20 +82,6 @@ def check_writable(path: str, kind: str = "restore") -> None:
         if kind != "restore" and header_of(path) == COLUMNS_V1:
             raise CkptbenchError(f"{recorded_text(path)}: a schema-1 results file holds restores only; record "
                                  f"{kind}s in a new --results path")
-
-
-def _new_file(path: str) -> tuple[int, str]:
-    """A new file beside `path` under a name nobody could have planted a link at: created here (O_EXCL), never
-    through a symlink (a predictable `results.csv.tmp-PID` linked to another file had root truncate that file)."""
-    import secrets
-
-    for _ in range(16):
-        tmp = f"{path}.tmp-{secrets.token_hex(8)}"
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{path}: no free temporary name beside it")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -172,7 +159,7 @@ def _in_schema(row: dict, columns: tuple[str, ...]) -> dict:
 def append(path: str, rows: list[dict]) -> None:
     """Appends rows with one write each to an O_APPEND file: a crash loses at most the row being written."""
     if not os.path.exists(path):
-        fd, tmp = _new_file(path)
+        fd, tmp = new_file_beside(path)
         try:
             _write_all(fd, _line(list(COLUMNS)).encode("utf-8"))
             os.fsync(fd)

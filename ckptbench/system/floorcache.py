@@ -120,15 +120,13 @@ def known_figure(key: str) -> bool:
 def write_cache(path: str, doc: dict) -> str | None:
     """The cache file replaced whole (a reader sees the old one or the new one, never half of one); why it could
     not be written, or None (then the figures are measured again next time). The temporary file is created under a
-    name nobody could have planted a link at (a predictable `floor.json.tmp-PID` linked elsewhere had root truncate
-    and overwrite that file), and only a file created here is ever removed."""
-    import secrets
+    name nobody could have planted a link at (core/paths.new_file_beside), and only a file created here is ever
+    removed."""
+    from ckptbench.core.paths import new_file_beside
 
-    tmp = None
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{secrets.token_hex(8)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd, tmp = new_file_beside(path, 0o644)
     except OSError as exc:
         return exc.strerror or str(exc)
     try:
