@@ -59,7 +59,7 @@ def of_repeats(source, listing, opts, reps) -> dict:
     held = spread([r.rto_s - (r.stages.get(CHECK, 0.0) if step else 0.0) for r in ok])["median"]
     out = of_restore(source, listing, opts, measured_s=held, residency=ok[0].cache.residency_before,
                      structural=ok[0].check_kind == "structural")
-    if step and out.get("floor_note"):
+    if step and out.get("efficiency") is not None:  # only beside an efficiency: without one there is none to explain
         first = spread([r.stages.get(CHECK, 0.0) for r in ok])["median"]
         over = fl.over_floor(out["efficiency"])  # restore_fields ends the note with it: said after this, as there
         out["floor_note"] = out["floor_note"].removesuffix(over) + (

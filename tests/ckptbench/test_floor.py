@@ -170,6 +170,7 @@ def test_a_run_document_carries_its_floor_or_says_it_is_not_measured(tmp_path, m
     assert r.rc == 0, r.err
     doc = _json.loads(r.out)
     assert doc["floor_s"] is None and doc["efficiency"] is None and "ckptbench floor" in doc["floor_note"]
+    assert "first step" not in doc["floor_note"], doc["floor_note"]  # no efficiency, so nothing held less the step
     now = time.time()
     c = {"gbps": 4.0, "min_gbps": 4.0, "max_gbps": 4.0, "method": "planted", "measured_at": now}
     keys = ("populate_4k", "populate_thp", "copy", "scan", "hash_crc32c", "hash_xxh64", "hash_md5", "hash_sha256")
