@@ -88,8 +88,13 @@ def concurrency(f: Facts) -> Verdict:
                    f"--concurrency {knee} does as well with fewer threads: the {advised.basis}")
 
 
+def _small_limit(f: Facts) -> int:
+    """The size under which a file costs a metadata round trip: the storage preset's, else the default."""
+    return (f.preset.small_file_bytes if f.preset else None) or SMALL_FILE_DEFAULT
+
+
 def small_files(f: Facts) -> Verdict:
-    limit = f.preset.small_file_bytes if f.preset else SMALL_FILE_DEFAULT
+    limit = _small_limit(f)
     small = sum(1 for s in f.sizes if s < limit)
     avg = f.bytes / f.files if f.files else 0
     if f.files == 0:
@@ -207,7 +212,7 @@ def mount_options(f: Facts) -> Verdict:
 
 def fuse_mount(f: Facts) -> Verdict:
     """What a FUSE mount of an object store does to a checkpoint (judged only for a source on one: see evaluate)."""
-    verdict, ev, fix = checklist_fuse.judge(f, f.preset.small_file_bytes if f.preset else SMALL_FILE_DEFAULT)
+    verdict, ev, fix = checklist_fuse.judge(f, _small_limit(f))
     return Verdict("fuse", "FUSE object-store mount", verdict, ev, checklist_fuse.WHY, fix)
 
 

@@ -130,9 +130,9 @@ def _plan_nodes(args) -> int:
                              "come from it")
     if args.interval:
         raise CkptbenchError("--interval plans saves and --nodes plans a restore: run plan once for each")
-    preset = plan_scale.load_preset(args.storage)
-    from ckptbench.system import floor
+    from ckptbench.system import floor, storage
 
+    preset = storage.load(args.storage)
     measured, why = plan_scale.rank_read_on(args.results, preset)
     doc = plan_scale.scale(_profile(args.profile, args.scale), args.nodes, args.ranks_per_node or 8, preset,
                            measured, memory=plan_scale.box_memory(floor.cached()), unmeasured_why=why)

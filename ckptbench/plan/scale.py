@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import math
 import os
-import re
-import tomllib
-from dataclasses import dataclass
 
 from ckptbench.core.errors import CkptbenchError, printable, shown
 from ckptbench.plan.shape import plan
 from ckptbench.checkpoint.profiles import Profile
-from ckptbench.core.paths import PROFILES_DIR
 from ckptbench.core.units import human_gbps
+from ckptbench.system.storage import MIN_FIGURE, Preset
 
 MAX_READ_GBPS = 1000.0  # far beyond any storage a rank reads from: a recorded rate above it is damaged, not measured
-MIN_READ_GBPS = 1e-4  # 100 kB/s: a recorded 1e-300 GB/s made an RTO floor of 10^305 s, printed digit by digit
 MAX_RANKS = 1 << 20  # a recorded ranks of 1e308 divided the aggregate into 1e-308 GB/s per rank
 COORDINATION_S = 5.0  # process-group init, a barrier and the index broadcast: an assumption, not measured
 RESTORE_STATUSES = ("ok", "unverified")  # an unverified restore still read every byte at the rate recorded
@@ -34,145 +30,14 @@ def _ranks_ok(row: dict) -> bool:
     """A dist row's ranks: a whole number a run can have had, and its aggregate a rate each rank could read at."""
     n, rate = row.get("ranks"), _aggregate(row)
     return isinstance(n, float) and 1 <= n <= MAX_RANKS and n == int(n) and rate is not None and \
-        rate / n >= MIN_READ_GBPS
-
-
-@dataclass(frozen=True)
-class ScalePreset:
-    """The figures of a storage preset that a multi-node restore runs into."""
-
-    name: str
-    path: str
-    client_gbps: float  # one node's mount or NIC
-    shared: bool  # False: every node reads its own copy, nothing is shared between nodes
-    aggregate_gbps: float | None  # the whole file system; None where nothing shared caps it
-    metadata_ops_per_s: float | None  # opens and stats per second, file system wide
-    per_prefix_get_per_s: float | None  # object stores: GET/HEAD per second per partitioned prefix
-    prefixes: int
-    part_bytes: int | None  # object stores: bytes per ranged GET
-    per_connection_gbps: float | None
-    head_per_file: bool  # a FUSE mount of an object store: every open is a HEAD as well
-    fs_types: tuple[str, ...] = ()  # the filesystems and URL schemes this storage is seen as (a run measured on
-    schemes: tuple[str, ...] = ()  # another is not this storage's: system/storage.py matches a source so too)
-
-
-def _preset_path(name: str) -> str:
-    folder = os.path.join(PROFILES_DIR, "storage")
-    path = name if name.endswith(".toml") else os.path.join(folder, f"{name}.toml")
-    if not os.path.isfile(path):
-        known = sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".toml"))
-        raise CkptbenchError(f"unknown storage preset {shown(repr(name), 120)}: choose one of {', '.join(known)} or a "
-                             ".toml path")
-    return path
-
-
-MAX_FIGURE = 1e12  # beyond any real storage; 1e308 GB/s times the nodes was inf, and --json printed Infinity
-MIN_FIGURE = 1e-4  # a rate of 1e-300 (GB/s, opens or GETs per second) made a floor of 10^300 s
-PRESET_MAX = 64 << 10  # a preset is a few dozen lines: a larger file is not one (and is never read whole)
-
-
-def _preset_text(path: str) -> str:
-    """The preset's text, read without blocking (a FIFO swapped in after the check) and never past PRESET_MAX."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            data = os.read(fd, PRESET_MAX + 1) if stat.S_ISREG(st.st_mode) and st.st_size <= PRESET_MAX else None
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise CkptbenchError(f"{path}: cannot read the storage preset ({exc.strerror})") from None
-    if data is None or len(data) > PRESET_MAX:
-        raise CkptbenchError(f"{path}: not a storage preset (a regular file of at most {PRESET_MAX >> 10} KiB); "
-                             "compare with profiles/storage/efs.toml")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CkptbenchError(f"{path}: not a valid storage preset (not UTF-8 text)") from None
-
-
-def _number(doc: dict, path: str, key: str, *, whole: bool = False, default=None):
-    """A positive finite number from the preset, or `default` when absent; one line naming file and field else."""
-    if key not in doc:
-        return default
-    v = doc[key]
-    least = 1 if whole else MIN_FIGURE
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and least <= v <= MAX_FIGURE
-    if ok and whole and v != int(v):
-        ok = False
-    if not ok:
-        kind = f"a positive {'whole ' if whole else ''}number at most {MAX_FIGURE:g}"
-        low = "" if whole else f" (and at least {MIN_FIGURE:g})"
-        raise CkptbenchError(f"{path}: {key} must be {kind}, got {shown(repr(v), 60)}; fix the storage preset{low}")
-    return int(v) if whole else float(v)
-
-
-def _flag(doc: dict, path: str, key: str, default: bool) -> bool:
-    v = doc.get(key, default)
-    if not isinstance(v, bool):
-        raise CkptbenchError(f"{path}: {key} must be true or false, got {v!r}; fix the storage preset")
-    return v
-
-
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")  # a preset's name, a filesystem's, a URL scheme's
-
-
-def _names(doc: dict, path: str, key: str) -> tuple[str, ...]:
-    """Filesystem types or URL schemes: names, never empty (an empty one matched every run whose filesystem was not
-    recorded), never a terminal's escape (they are printed)."""
-    v = doc.get(key, [])
-    if not isinstance(v, list) or len(v) > 64 or not all(isinstance(x, str) and NAME.fullmatch(x) for x in v):
-        raise CkptbenchError(f"{printable(path)}: {key} must be a list of names (letters, digits, . _ + -); compare "
-                             "with profiles/storage/efs.toml")
-    return tuple(v)
-
-
-def _name(v, path: str) -> str:
-    if not isinstance(v, str) or not NAME.fullmatch(v):
-        raise CkptbenchError(f"{printable(path)}: name must be a short name (letters, digits, . _ + -); compare with "
-                             "profiles/storage/efs.toml")
-    return v
-
-
-def load_preset(name: str) -> ScalePreset:
-    """A storage preset by name, or by path to a .toml file, with its scale figures validated."""
-    path = _preset_path(name)
-    try:
-        doc = tomllib.loads(_preset_text(path))
-    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # nested past any preset: RecursionError, a traceback
-        why = exc if isinstance(exc, tomllib.TOMLDecodeError) else "nested too deep"
-        raise CkptbenchError(f"{path}: not a valid storage preset ({why}); compare with profiles/storage/efs.toml") \
-            from None
-    ceiling = _number(doc, path, "ceiling_gbps")
-    if ceiling is None:
-        raise CkptbenchError(f"{path}: ceiling_gbps is missing; compare with profiles/storage/efs.toml")
-    preset = ScalePreset(
-        name=_name(doc.get("name", os.path.basename(path)[:-5]), path), path=path,
-        client_gbps=_number(doc, path, "client_gbps", default=ceiling),
-        shared=_flag(doc, path, "shared", True),
-        aggregate_gbps=_number(doc, path, "aggregate_gbps"),
-        metadata_ops_per_s=_number(doc, path, "metadata_ops_per_s"),
-        per_prefix_get_per_s=_number(doc, path, "per_prefix_get_per_s"),
-        prefixes=_number(doc, path, "prefixes", whole=True, default=1),
-        part_bytes=_number(doc, path, "part_bytes", whole=True),
-        per_connection_gbps=_number(doc, path, "per_connection_gbps"),
-        head_per_file=_flag(doc, path, "head_per_file", False),
-        fs_types=_names(doc, path, "fs_types"), schemes=_names(doc, path, "schemes"),
-    )
-    if not preset.shared and preset.aggregate_gbps is not None:
-        raise CkptbenchError(f"{path}: aggregate_gbps on a preset with shared = false; remove one of them")
-    if preset.per_prefix_get_per_s is not None and preset.part_bytes is None:
-        raise CkptbenchError(f"{path}: per_prefix_get_per_s needs part_bytes (bytes per ranged GET); add it")
-    return preset
+        rate / n >= MIN_FIGURE
 
 
 def _runs(rows: list[dict], keep, rate=lambda r: r.get("read_gbps")) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
     for r in rows:
         v = rate(r)
-        if keep(r) and isinstance(v, float) and MIN_READ_GBPS <= v <= MAX_READ_GBPS:
+        if keep(r) and isinstance(v, float) and MIN_FIGURE <= v <= MAX_READ_GBPS:
             runs.setdefault(r["run_id"], []).append(r)
     return runs
 
@@ -217,7 +82,7 @@ def _storage_of(row: dict) -> str | None:
     return found if isinstance(found, str) and found else None
 
 
-def rank_read_on(results_path: str, preset: ScalePreset) -> tuple[dict | None, str]:
+def rank_read_on(results_path: str, preset: Preset) -> tuple[dict | None, str]:
     """The measured per-rank read rate from runs on the preset's storage (its filesystems or URL schemes), and why
     a newer run was not used: a restore of a local ext4 checkpoint, found in ./results.csv, was the "MEASURED" rate
     of an FSx for Lustre plan. A preset that names no filesystem takes any run."""
@@ -234,7 +99,7 @@ def rank_read_on(results_path: str, preset: ScalePreset) -> tuple[dict | None, s
                   f"storage than {preset.name}'s ({', '.join(sorted(kinds))}): not used")
 
 
-def _requests(profile: Profile, base: dict, preset: ScalePreset) -> dict | None:
+def _requests(profile: Profile, base: dict, preset: Preset) -> dict | None:
     """What a matching-world restore asks of the request or metadata rate: how many, how fast, of what."""
     files = base["files"]
     if preset.per_prefix_get_per_s is not None:
@@ -257,7 +122,7 @@ def _floor(read_bytes: int, gbps: float, requests: int | None, per_s: float | No
             "bound": "requests" if requests_s > read_s else "bandwidth"}
 
 
-def _at(nodes: int, ranks_per_node: int, per_node: float, preset: ScalePreset, total: int, req: dict | None,
+def _at(nodes: int, ranks_per_node: int, per_node: float, preset: Preset, total: int, req: dict | None,
         coordination_s: float) -> dict:
     """Aggregate rate, what binds it, and the RTO floors (matching world; every rank reads everything) at `nodes`."""
     ranks = nodes * ranks_per_node
@@ -296,7 +161,7 @@ def box_memory(floor) -> dict | None:
     return {"gbps": best.gbps, "method": best.method, "age_s": best.age_s}
 
 
-def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: ScalePreset, measured: dict | None = None,
+def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: Preset, measured: dict | None = None,
           coordination_s: float = COORDINATION_S, memory: dict | None = None, unmeasured_why: str = "") -> dict:
     """The restore of `profile` on `nodes` × `ranks_per_node` ranks from `storage`: ceilings, the binding one,
     where the storage saturates, the RTO floor, and a table over node counts (1, 2, 4, ... nodes)."""
@@ -363,7 +228,7 @@ def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: ScalePrese
     return out
 
 
-def _assumptions(storage: ScalePreset, coordination_s: float) -> list[str]:
+def _assumptions(storage: Preset, coordination_s: float) -> list[str]:
     notes = [f"a fixed {coordination_s:g} s of coordination (process groups, a barrier, the index) is added",
              "a matching-world restore reads each byte once; the everything case reads all of it on every rank"]
     if not storage.shared:

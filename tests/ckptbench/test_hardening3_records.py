@@ -252,7 +252,15 @@ def _preset(tmp_path, body: str) -> str:
     ("#" * (70 << 10) + "\nceiling_gbps = 1\n", "at most 64 KiB"),
     ("ceiling_gbps = 1e-300\n", "ceiling_gbps must be a positive number"),
     ("ceiling_gbps = 1\nmetadata_ops_per_s = 1e-300\n", "metadata_ops_per_s must be"),
-], ids=["nested-arrays", "nested-tables", "large", "vanishing-rate", "vanishing-ops"])
+    # the checklist's fields, read by the same reader since plan and the checklist share one: printed as a fix
+    ('ceiling_gbps = 1\ndescription = "\\u001b]0;owned\\u0007"\n', "description must be one line"),
+    ("ceiling_gbps = 1\n[mount_options]\n'a b' = 1\n", "mount_options must be a table"),
+    ("ceiling_gbps = 1\n[mount_options]\nrsize = 1e400\n", "mount_options must be a table"),
+    ("ceiling_gbps = 1\n[mount_options]\nrsize = ['x']\n", "mount_options must be a table"),
+    ("ceiling_gbps = 1\nsource_contains = ['']\n", "source_contains must be a list of names"),
+    ("ceiling_gbps = 1\nmin_concurrency = 0\n", "min_concurrency must be a positive whole number"),
+], ids=["nested-arrays", "nested-tables", "large", "vanishing-rate", "vanishing-ops", "escape-description",
+        "option-name", "option-inf", "option-list", "empty-hint", "no-concurrency"])
 def test_plan_a_hostile_storage_preset_is_one_line(tmp_path, body, needle):
     r = run_cli("plan", "small", "--nodes", "2", "--storage", _preset(tmp_path, body), "--results", tmp_path / "n.csv")
     assert_one_line_error(r, needle)
@@ -271,7 +279,7 @@ def test_plan_an_unknown_preset_name_is_quoted_short():
 
 
 def test_plan_a_fifo_preset_never_blocks(tmp_path, monkeypatch):
-    from ckptbench.plan import scale
+    from ckptbench.system import storage
 
     fifo = tmp_path / "p.toml"
     os.mkfifo(fifo)
@@ -281,7 +289,7 @@ def test_plan_a_fifo_preset_never_blocks(tmp_path, monkeypatch):
 
     def body():
         try:
-            scale.load_preset(str(fifo))
+            storage.load(str(fifo))
         except CkptbenchError as exc:
             raised.append(exc)
         done.set()

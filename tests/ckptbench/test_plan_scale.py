@@ -40,7 +40,7 @@ def test_arithmetic_on_known_numbers(shared_fs):
     prof = profiles.load("7b")
     base = plan(prof)
     total, files = base["total_bytes"], base["files"]
-    doc = plan_scale.scale(prof, 3, 8, plan_scale.load_preset(shared_fs))
+    doc = plan_scale.scale(prof, 3, 8, storage.load(shared_fs))
     assert doc["ranks"] == 24
     assert doc["total_bytes"] == total and doc["files"] == files
     assert doc["bytes_per_rank"] == pytest.approx(total / 24)
@@ -64,7 +64,7 @@ def test_arithmetic_on_known_numbers(shared_fs):
 
 def test_binding_switches_from_per_node_to_aggregate(shared_fs):
     prof = profiles.load("7b")
-    preset = plan_scale.load_preset(shared_fs)
+    preset = storage.load(shared_fs)
     total = plan(prof)["total_bytes"]
     seen = []
     for n in range(1, 11):
@@ -94,7 +94,7 @@ def test_s3_request_rate_binds_with_many_small_parts(tmp_path):
     prof = profiles.load("7b")
     total = plan(prof)["total_bytes"]
     part = 64 << 10
-    small = plan_scale.load_preset(write_preset(tmp_path, "tiny-parts", client_gbps=12.5, per_prefix_get_per_s=5500,
+    small = storage.load(write_preset(tmp_path, "tiny-parts", client_gbps=12.5, per_prefix_get_per_s=5500,
                                                 part_bytes=part))
     doc = plan_scale.scale(prof, 16, 8, small)
     gets = _gets(prof, part)
@@ -105,10 +105,10 @@ def test_s3_request_rate_binds_with_many_small_parts(tmp_path):
     assert doc["gbps"] == pytest.approx(total / (gets / 5500) / 1e9)
     assert doc["saturates_at_nodes"] == 1  # one node's 12.5 GB/s already outruns 5,500 GETs of 64 KiB
     assert doc["everything"]["rto_floor_s"] == pytest.approx(gets * 128 / 5500 + COORD)
-    spread = plan_scale.load_preset(write_preset(tmp_path, "four-prefixes", client_gbps=12.5,
+    spread = storage.load(write_preset(tmp_path, "four-prefixes", client_gbps=12.5,
                                                  per_prefix_get_per_s=5500, part_bytes=part, prefixes=4))
     assert plan_scale.scale(prof, 16, 8, spread)["requests_s"] == pytest.approx(gets / (4 * 5500))
-    big = plan_scale.load_preset(write_preset(tmp_path, "big-parts", client_gbps=12.5, per_prefix_get_per_s=5500,
+    big = storage.load(write_preset(tmp_path, "big-parts", client_gbps=12.5, per_prefix_get_per_s=5500,
                                               part_bytes=8 << 20))
     one = plan_scale.scale(prof, 1, 8, big)
     assert one["binding"] == "per_node"  # 8 MiB parts: one node's NIC binds before the request rate
@@ -120,18 +120,18 @@ def test_shipped_presets_load_and_keep_their_mount_options():
     assert {"s3", "efs", "fsx-lustre", "local-nvme"} <= set(names)
     for p in storage.load_all():
         assert not set(NEW_FIELDS) & set(p.mount_options), p.name  # new fields sit above [mount_options]
-        plan_scale.load_preset(p.name)
-    s3 = plan_scale.load_preset("s3")
+        storage.load(p.name)
+    s3 = storage.load("s3")
     assert s3.per_prefix_get_per_s == 5500 and s3.part_bytes and s3.aggregate_gbps is None
-    assert plan_scale.load_preset("local-nvme").shared is False
-    efs = plan_scale.load_preset("efs")
+    assert storage.load("local-nvme").shared is False
+    efs = storage.load("efs")
     assert efs.aggregate_gbps > efs.client_gbps and efs.metadata_ops_per_s
 
 
 def test_local_disks_never_saturate():
-    doc = plan_scale.scale(profiles.load("7b"), 64, 8, plan_scale.load_preset("local-nvme"))
+    doc = plan_scale.scale(profiles.load("7b"), 64, 8, storage.load("local-nvme"))
     assert doc["saturates_at_nodes"] is None and doc["binding"] == "per_node"
-    assert doc["gbps"] == pytest.approx(64 * plan_scale.load_preset("local-nvme").client_gbps)
+    assert doc["gbps"] == pytest.approx(64 * storage.load("local-nvme").client_gbps)
 
 
 def _row(run_id, kind, read_gbps, **extra) -> dict:
@@ -161,11 +161,11 @@ def test_measured_per_rank_prefers_dist_then_restore(tmp_path, shared_fs):
     results.append(csv, [_row("d4", "dist", None, aggregate_gbps=16.0, ranks=8, status="unverified")])
     m4 = plan_scale.measured_rank_read(csv)
     assert m4["run_id"] == "d4" and m4["gbps"] == pytest.approx(2.0)
-    doc = plan_scale.scale(profiles.load("7b"), 3, 8, plan_scale.load_preset(shared_fs), m)
+    doc = plan_scale.scale(profiles.load("7b"), 3, 8, storage.load(shared_fs), m)
     assert doc["per_rank"]["source"] == "measured-dist"
     assert doc["ceilings"]["per_node_gbps"] == pytest.approx(min(8 * 0.5, 2.0))
     assert doc["ceilings"]["per_node_capped_by"] == "client"
-    slow = plan_scale.scale(profiles.load("7b"), 3, 8, plan_scale.load_preset(shared_fs),
+    slow = plan_scale.scale(profiles.load("7b"), 3, 8, storage.load(shared_fs),
                             dict(m, gbps=0.1))
     assert slow["ceilings"]["per_node_gbps"] == pytest.approx(0.8)
     assert slow["ceilings"]["per_node_capped_by"] == "ranks"
@@ -182,7 +182,7 @@ def test_measured_per_rank_prefers_dist_then_restore(tmp_path, shared_fs):
 def test_bad_preset_field_is_one_line(h, tmp_path, field, value, needle):
     path = write_preset(tmp_path, **{field: value})
     with pytest.raises(CkptbenchError, match=needle):
-        plan_scale.load_preset(path)
+        storage.load(path)
     r = h.run_cli("plan", "7b", "--nodes", "2", "--storage", path, "--results", tmp_path / "none.csv")
     assert_one_line_error(r, needle)
     assert path in r.err_lines[0]
@@ -190,9 +190,9 @@ def test_bad_preset_field_is_one_line(h, tmp_path, field, value, needle):
 
 def test_inconsistent_presets_are_refused(tmp_path):
     with pytest.raises(CkptbenchError, match="part_bytes"):
-        plan_scale.load_preset(write_preset(tmp_path, per_prefix_get_per_s=5500))
+        storage.load(write_preset(tmp_path, per_prefix_get_per_s=5500))
     with pytest.raises(CkptbenchError, match="shared = false"):
-        plan_scale.load_preset(write_preset(tmp_path, shared=False, aggregate_gbps=10.0))
+        storage.load(write_preset(tmp_path, shared=False, aggregate_gbps=10.0))
 
 
 def test_cli_json_is_the_scale_document(h, tmp_path, shared_fs):
@@ -200,7 +200,7 @@ def test_cli_json_is_the_scale_document(h, tmp_path, shared_fs):
                   "--results", tmp_path / "none.csv", "--json")
     assert r.rc == 0, r.err
     doc = json.loads(r.out)
-    want = plan_scale.scale(profiles.load("7b"), 6, 4, plan_scale.load_preset(shared_fs))
+    want = plan_scale.scale(profiles.load("7b"), 6, 4, storage.load(shared_fs))
     assert doc == json.loads(json.dumps(want))
     assert doc["ranks"] == 24 and doc["per_rank"]["gbps"] == pytest.approx(2.0 / 4)
     assert [row["nodes"] for row in doc["table"]] == [1, 2, 4, 6]
@@ -254,17 +254,17 @@ def test_a_run_on_other_storage_is_not_the_presets_measured_rate(tmp_path):
     Lustre plan."""
     csv = str(tmp_path / "results.csv")
     results.append(csv, [_row("local", "restore", 1.2, env={"source_fs": "ext4"})])
-    lustre = plan_scale.load_preset("fsx-lustre")
+    lustre = storage.load("fsx-lustre")
     measured, why = plan_scale.rank_read_on(csv, lustre)
     assert measured is None and "(local, /ckpt/local) read other storage than fsx-lustre's (lustre)" in why, why
     doc = plan_scale.scale(profiles.load("7b"), 2, 8, lustre, measured, unmeasured_why=why)
     assert doc["per_rank"]["source"] == "assumed" and doc["per_rank"]["why"].endswith(": not used")
-    nvme, _ = plan_scale.rank_read_on(csv, plan_scale.load_preset("local-nvme"))  # the storage it was measured on
+    nvme, _ = plan_scale.rank_read_on(csv, storage.load("local-nvme"))  # the storage it was measured on
     assert nvme["source"] == "measured-restore" and nvme["gbps"] == pytest.approx(1.2)
     results.append(csv, [_row("fsx", "restore", 0.8, env={"source_fs": "lustre"})])
     older = plan_scale.rank_read_on(csv, lustre)[0]
     assert older["run_id"] == "fsx"
-    s3, _ = plan_scale.rank_read_on(csv, plan_scale.load_preset("s3"))
+    s3, _ = plan_scale.rank_read_on(csv, storage.load("s3"))
     assert s3 is None
     results.append(csv, [_row("obj", "restore", 0.3, source="s3://bucket/ckpt")])
-    assert plan_scale.rank_read_on(csv, plan_scale.load_preset("s3"))[0]["run_id"] == "obj"
+    assert plan_scale.rank_read_on(csv, storage.load("s3"))[0]["run_id"] == "obj"
