@@ -114,6 +114,7 @@ def cmd_run(args) -> int:
     from ckptbench.cli.settings import run_options
     from ckptbench.restore import efficiency, runner as pipeline
     from ckptbench.records import results
+    from ckptbench.records.recorder import Recorder
     from ckptbench.plan.cost import restore_cost
     from ckptbench.core.errors import Cancelled
     from ckptbench.sources import open_source
@@ -127,8 +128,8 @@ def cmd_run(args) -> int:
     cancel = threading.Event()
     source = open_source(args.source, args.pick)
     listing = source.list()
-    recorder = results.Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
-                                envmod.snapshot(args.source))
+    recorder = Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
+                        envmod.snapshot(args.source))
 
     current = []
 

@@ -4,4 +4,4 @@ Other folders import only the modules named below (`from ckptbench.records impor
 what is not named is this folder's own.
 """
 
-__all__ = ["results", "schema", "compare", "history"]
+__all__ = ["results", "recorder", "schema", "compare", "history"]

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from ckptbench.system.env import KEY_FIELDS
 from ckptbench.core.errors import CkptbenchError, shown
-from ckptbench.records.results import STAGES, jsonl_path, read_documents, read_rows
+from ckptbench.core.stages import STAGES
+from ckptbench.records.results import jsonl_path, read_documents, read_rows
 from ckptbench.records.schema import KINDS, in_range
 from ckptbench.core.stats import spread
 from ckptbench.core.units import human_figure, human_pct

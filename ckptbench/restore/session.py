@@ -16,6 +16,7 @@ from ckptbench.core import concurrency as conc
 from ckptbench.system import env as envmod
 from ckptbench.restore import efficiency, runner as pipeline
 from ckptbench.records import results
+from ckptbench.records.recorder import Recorder
 from ckptbench.core.errors import Cancelled
 from ckptbench.sources import open_source
 
@@ -89,8 +90,8 @@ class RestoreSession:
                 results.check_writable(self.results_path)  # before the restore, not after it
             src = open_source(self.source)
             listing = src.list()
-            recorder = results.Recorder(self.results_path, uuid.uuid4().hex[:12], self.source, listing.format,
-                                        self.opts, envmod.snapshot(self.source))
+            recorder = Recorder(self.results_path, uuid.uuid4().hex[:12], self.source, listing.format, self.opts,
+                                envmod.snapshot(self.source))
             reps = pipeline.run(src, self.opts, repeats=repeats, progress=self._progress, cancel=self.cancel_event,
                                 on_run=self._on_run, on_repeat=recorder.repeat, listing=listing)
         except BaseException as exc:

@@ -203,11 +203,11 @@ def _repeat(rto_s: float, read_gbps: float):
 
 
 def test_non_finite_figures_are_null_in_every_document(tmp_path):
-    from ckptbench.records import results
+    from ckptbench.records import recorder, results
     from ckptbench.restore.runner import RunOptions
 
     path = str(tmp_path / "R.csv")
-    rec = results.Recorder(path, "nonfinite", "/ck", "safetensors", RunOptions(), {"date": "2024-01-01"})
+    rec = recorder.Recorder(path, "nonfinite", "/ck", "safetensors", RunOptions(), {"date": "2024-01-01"})
     reps = [_repeat(float("nan"), float("inf")), _repeat(1.0, 2.0)]
     for rep in reps:
         rec.repeat(rep)

@@ -1,0 +1,116 @@
+"""A restore run on record as it goes (Recorder): each repeat's document and row as it ends, and the run document
+(summarize: medians with min/max over the repeats, every repeat, the environment) when the run ends."""
+
+from __future__ import annotations
+
+from ckptbench.core.stages import STAGES
+from ckptbench.core.stats import spread
+from ckptbench.records.results import append, append_document
+from ckptbench.records.schema import document, plain, recorded_text, row, settings_of, status_of
+
+
+def repeat_doc(r) -> dict:
+    return {"stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps, "engine_gbps": r.engine_gbps,
+            "warmup_s": r.warmup_s, "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors,
+            "cache": r.cache.to_dict(), "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "problems": r.problems,
+            "notes": r.notes, "read": {"mode": r.read_mode, "why": r.read_why}, "check": r.check_kind}
+
+
+def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def _repeat_status(r) -> dict:
+    return {"status": status_of(r.status, r.verified), "verified": r.verified, "success_rate": r.success_rate}
+
+
+def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -> dict:
+    """The run document: medians with min/max over the repeats, every repeat, the environment."""
+    stage_stats = {s: spread([r.stages.get(s) for r in reps]) for s in STAGES}
+    rto = spread([r.rto_s for r in reps])
+    gbps = spread([r.read_gbps for r in reps])
+    notes: dict[str, str] = {}
+    for r in reps:
+        notes.update(r.notes)
+    body = {
+        "format": fmt,
+        "options": opts.settings(),
+        # what `--read auto` picked, per repeat (a cold and a warm repeat can differ), and why
+        "read": {"modes": sorted({r.read_mode for r in reps}), "why": reps[0].read_why},
+        "check": reps[0].check_kind,
+        "stages": {s: st["median"] for s, st in stage_stats.items()},
+        "stages_stats": stage_stats,
+        "rto_s": rto["median"],
+        "rto_stats": rto,
+        "warmup_s": sum(r.warmup_s for r in reps),
+        "bytes": reps[0].bytes,
+        "files": reps[0].files,
+        "read_gbps": gbps["median"],
+        "read_gbps_stats": gbps,
+        "engine_gbps": spread([r.engine_gbps for r in reps])["median"],
+        "retries": sum(r.retries for r in reps),
+        "retry_classes": _merged([r.retry_classes for r in reps]),
+        "errors": _merged([r.errors for r in reps]),
+        # the repeat furthest from the condition asked for: a cold run's most resident, a hot run's least
+        "cache": {"requested": opts.cache, "residency_before": (min if opts.cache == "hot" else max)(
+                      r.cache.residency_before for r in reps),
+                  "residency_after": max((r.cache.residency_after or 0.0) for r in reps),
+                  "verified": all(r.cache.verified for r in reps),
+                  "notes": sorted({r.cache.note for r in reps if r.cache.note})},
+        "peak_rss_bytes": max(r.peak_rss_bytes for r in reps),
+        "cpu_s": spread([r.cpu_s for r in reps])["median"],
+        "notes": notes,
+        "repeats": [repeat_doc(r) | _repeat_status(r) for r in reps],
+    }
+    return document("run", "restore", run_id, source, body, env,
+                    status="ok" if all(r.status == "ok" for r in reps) else "failed",
+                    verified=all(r.verified for r in reps), success_rate=min(r.success_rate for r in reps))
+
+
+class Recorder:
+    """Records one restore run as it goes: as each repeat ends, its document then its row (a row always has its
+    document); the summary document when the run ends."""
+
+    def __init__(self, path: str | None, run_id: str, source: str, fmt: str, opts, env: dict):
+        self.path, self.run_id, self.fmt, self.opts, self.env = path, run_id, fmt, opts, env
+        self.source = recorded_text(source)
+        self.done = 0
+
+    def _record(self, i: int, body: dict, figures: dict, read: str, *, status: str, verified: bool | None,
+                success_rate: float | None) -> None:
+        said = {"status": status, "verified": verified, "success_rate": success_rate}
+        append_document(self.path, document("repeat", "restore", self.run_id, self.source, {
+            "format": self.fmt, "options": self.opts.settings()} | body, self.env, repeat=i, **said))
+        settings = settings_of(self.opts) | {"format": self.fmt, "read": read}
+        append(self.path, [row("restore", self.run_id, i, self.source, settings, figures, self.env, **said)])
+
+    def repeat(self, r) -> None:
+        self.done += 1
+        if not self.path:
+            return
+        figures = {"cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
+                   "residency_after": r.cache.residency_after, "rto_s": r.rto_s, "bytes": r.bytes, "files": r.files,
+                   "files_restored": r.files_restored, "read_gbps": r.read_gbps, "retries": r.retries,
+                   "errors": ";".join(f"{k}={v}" for k, v in sorted(r.errors.items())),
+                   "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s} | {f"{s}_s": r.stages.get(s) for s in STAGES}
+        body = repeat_doc(r) | {"bytes": r.bytes, "files": r.files, "files_restored": r.files_restored}
+        self._record(self.done, body, figures, r.read_mode or self.opts.read, status=r.status, verified=r.verified,
+                     success_rate=r.success_rate)
+
+    def stopped(self, stages: dict, status: str) -> None:
+        """The repeat under way did not end: `status` is "cancelled" or "failed"; recorded with the stages it
+        finished."""
+        if self.path:
+            self._record(self.done + 1, {"stages": dict(stages)}, {f"{s}_s": stages.get(s, "") for s in STAGES},
+                         self.opts.read, status=status, verified=False, success_rate=None)
+
+    def finish(self, reps: list, extra: dict | None = None) -> dict:
+        """The summary document, as recorded: text valid UTF-8 and non-finite figures null."""
+        doc = plain(summarize(self.run_id, self.source, self.fmt, self.opts, reps, self.env) | (extra or {}))
+        if self.path:
+            append_document(self.path, doc)
+        return doc
