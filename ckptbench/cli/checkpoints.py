@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import sys
 
-from ckptbench.cli.show import emit as _emit
+from ckptbench.cli.show import emit as _emit, print_left
 
 
 def cmd_inspect(args) -> int:
     from ckptbench.checkpoint.formats.inert import describe
     from ckptbench.restore.inspect import inspect
     from ckptbench.sources import open_source
+    from ckptbench.core.errors import printable
     from ckptbench.core.units import human_bytes
 
     doc = inspect(open_source(args.source, args.pick), concurrency=args.concurrency, tensors=args.tensors)
@@ -26,7 +27,7 @@ def cmd_inspect(args) -> int:
     if lay["why"]:
         print(f"picked {lay['root'] or 'the files at the top'}: {lay['why']}")
     # every file the read plan counts: shards and the others (an index.json was in the plan's count and in no other)
-    print(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s) and {lay['other_files']} "
+    print(f"{printable(doc['source'])}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s) and {lay['other_files']} "
           f"other file(s) ({human_bytes(lay['other_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")
     print(f"  {'group':10s} {'tensors':>8s} {'params':>14s} {'bytes':>11s}  dtypes")
     for name, g in doc["groups"].items():
@@ -35,23 +36,21 @@ def cmd_inspect(args) -> int:
     if lay["other_entries"]:
         print(f"  and {lay['other_entries']} non-tensor entries (scalars, configs, byte entries)")
     for note in lay["notes"]:
-        print(f"  note: {note}")
-    for skip in lay["not_read"]:
-        print(f"  not read: {skip['path']} ({skip['why']})")
-    for u in lay["unloaded"]:
-        print(f"  read, not loaded: {u['path']} ({u['why']})")
+        print(f"  note: {printable(note)}")
+    print_left(lay)
     if lay["kept_as_data"]:
         print(f"  {describe(lay['kept_as_data'])}")
     if args.tensors is not None:
         rows = doc["tensors"]
         print(f"tensors{'' if args.tensors == '*' else ' matching ' + repr(args.tensors)}: {len(rows)}")
-        width = min(60, max((len(t["name"]) for t in rows), default=4))
-        for t in rows:
+        names = [printable(t["name"]) for t in rows]  # a header's names are input from elsewhere: no escapes run
+        width = min(60, max(map(len, names), default=4))
+        for t, name in zip(rows, names):
             shape = "×".join(map(str, t["shape"])) or "scalar"
-            print(f"  {t['name']:{width}s} {t['dtype']:9s} {shape:>16s} {human_bytes(t['bytes']):>10s}  {t['group']:9s} "
-                  f"{t['file']}")
+            print(f"  {name:{width}s} {t['dtype']:9s} {shape:>16s} {human_bytes(t['bytes']):>10s}  {t['group']:9s} "
+                  f"{printable(t['file'])}")
     amp = f"{plan['amplification']:.3f}×" if plan["amplification"] else "n/a"
-    print(f"read plan: {plan['files']} file{'' if plan['files'] == 1 else 's'}, {human_bytes(plan['bytes'])}, largest {plan['largest_file']['path']} "
+    print(f"read plan: {plan['files']} file{'' if plan['files'] == 1 else 's'}, {human_bytes(plan['bytes'])}, largest {printable(plan['largest_file']['path'])} "
           f"({human_bytes(plan['largest_file']['bytes'])}); read amplification {amp} (file bytes per tensor byte)")
     print(f"read path: {plan['read']} ({plan['read_why']})")
     print(f"check: {doc['check']}")

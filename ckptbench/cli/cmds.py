@@ -28,11 +28,15 @@ def _print_summary(report) -> None:
     print(f"read latency p50 {fmt_us(r.final.latency_us(0.5))}, p99 {fmt_us(r.final.latency_us(0.99))}; "
           f"retries {r.retries}; failed files {len(r.failed)}")
     for f in r.failed[:20]:
-        print(f"  failed: {f.path}: {f.error.message} (errno {f.error.errno})", file=sys.stderr)
+        print(f"  failed: {printable(f.path)}: {printable(f.error.message)} (errno {f.error.errno})", file=sys.stderr)
     if len(r.failed) > 20:
         print(f"  ... and {len(r.failed) - 20} more failed files", file=sys.stderr)
     for d, why in report.skipped:
-        print(f"  failed: {d}: directory not readable ({why}); its files were not read", file=sys.stderr)
+        print(f"  failed: {printable(d)}: directory not readable ({why}); its files were not read", file=sys.stderr)
+    for p, why in report.passed[:8]:
+        print(f"  not read: {printable(p)} ({why})")
+    if len(report.passed) > 8:
+        print(f"  not read: ... and {len(report.passed) - 8} more (--json lists them)")
 
 
 def cmd_read(args) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ckptbench.core.errors import printable
 from ckptbench.core.units import human_pct
 from ckptbench.system import binding
 
@@ -17,13 +18,20 @@ def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
     if lay.get("why"):
         what = lay.get("root") or lay.get("tag") or "the files at the top"
         print(f"{verb} {what} ({lay['name']}): {lay['why']}", file=stream)
+    print_left(lay, stream)
+
+
+def print_left(lay: dict, stream=None) -> None:
+    """What the chosen checkpoint left unread (another step, a symlink, a FIFO) and read but never deserialized;
+    the names as the checkpoint has them, made printable (they are input from elsewhere)."""
+    stream = stream or sys.stdout
     skipped = lay.get("not_read", [])
     for skip in skipped[:8]:
-        print(f"  not read: {skip['path']} ({skip['why']})", file=stream)
+        print(f"  not read: {printable(skip['path'])} ({printable(skip['why'])})", file=stream)
     if len(skipped) > 8:
-        print(f"  not read: ... and {len(skipped) - 8} more", file=stream)
+        print(f"  not read: ... and {len(skipped) - 8} more (--json lists them)", file=stream)
     for u in lay.get("unloaded", []):
-        print(f"  read, not loaded: {u['path']} ({u['why']})", file=stream)
+        print(f"  read, not loaded: {printable(u['path'])} ({printable(u['why'])})", file=stream)
 
 
 def emit(doc: dict) -> None:

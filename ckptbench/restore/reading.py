@@ -18,6 +18,7 @@ class ReadReport:
     cache: conditions.CacheCondition
     skipped: tuple[tuple[str, str], ...] = ()  # directories the listing could not enter
     read_why: str = ""  # why this read path (what `--read auto` saw)
+    passed: tuple[tuple[str, str], ...] = ()  # entries not regular files (a symlink, a FIFO): said, never read
 
     @property
     def ok(self) -> bool:
@@ -55,6 +56,7 @@ class ReadReport:
             "worker_busy_s": list(snap.worker_busy_s),
             "cache": self.cache.to_dict(),
             "unreadable_dirs": [{"path": d, "error": why} for d, why in self.skipped],
+            "not_read": [{"path": p, "why": why} for p, why in self.passed],
             "files": [
                 {
                     "path": f.path,
@@ -81,4 +83,6 @@ def read_source(source: Source, listing: Listing, opts: ReadOptions, *, cache: s
     driven = drive(lambda: source.start_read(listing, opts), on_start=on_start, on_progress=on_progress,
                    cancel=cancel)
     after = source.residency(listing)
-    return ReadReport(driven, condition if after is None else condition.with_after(after), listing.skipped, why)
+    return ReadReport(driven, condition if after is None else condition.with_after(after), listing.skipped, why,
+                      # a checkpoint's listing says them in its layout (not_read), named inside the checkpoint
+                      listing.passed if listing.layout is None else ())

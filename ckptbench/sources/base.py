@@ -85,6 +85,7 @@ class Listing:
     format: str
     skipped: tuple[tuple[str, str], ...] = field(default=())  # (directory, reason) the listing could not enter
     layout: "Layout | None" = None  # the one checkpoint a resume loads and its files (resume.choose), computed once
+    passed: tuple[tuple[str, str], ...] = field(default=())  # (path, why): entries not regular files, never read
 
     @property
     def bytes(self) -> int:

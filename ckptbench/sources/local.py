@@ -63,6 +63,10 @@ class LocalReadHandle:
         return self._h.__exit__(*exc)
 
 
+def _inside(path: str, directory: str) -> bool:
+    return path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
 def _selected(directory: str, files: list[fastio.FileSpec], pick: str | None, odd: dict[str, str]):
     """The directory of the one checkpoint a resume loads (resume.choose: the largest step, the iteration a pointer
     names…), its files, and the Layout saying which and why."""
@@ -79,10 +83,10 @@ def _selected(directory: str, files: list[fastio.FileSpec], pick: str | None, od
     return directory, [f for f, _ in chosen], lay
 
 
-def _target_files(target: str, skipped: list[tuple[str, str]], odd: dict[str, str] | None = None
-                  ) -> list[fastio.FileSpec]:
+def _target_files(target: str, skipped: list[tuple[str, str]], odd: dict[str, str],
+                  passed: list[tuple[str, str]]) -> list[fastio.FileSpec]:
     if os.path.isdir(target):
-        found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target, skipped, odd)]
+        found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target, skipped, odd, passed)]
         if not found and not skipped:
             raise CkptbenchError(f"{target}: empty: the directory holds no files; point at a checkpoint directory")
         return found
@@ -119,16 +123,19 @@ class LocalSource:
         format ("unknown" if none)."""
         skipped: list[tuple[str, str]] = []
         odd: dict[str, str] = {}
-        files = [spec for t in self.targets for spec in _target_files(t, skipped, odd)]
+        passed: list[tuple[str, str]] = []
+        files = [spec for t in self.targets for spec in _target_files(t, skipped, odd, passed)]
         if self.directory is None:
             if self.pick is not None:
                 raise CkptbenchError(f"--pick {self.pick[:80]!r}: chooses within one checkpoint directory; name one "
                                      "directory, or leave --pick out")
-            return Listing(self.url, files, None, "unknown", tuple(skipped))
+            return Listing(self.url, files, None, "unknown", tuple(skipped), passed=tuple(passed))
         directory, files, lay = _selected(self.directory, files, self.pick, odd)
         man = mf.read(directory)
         fmt = format_of(man, [f.path for f in files], directory)
-        return Listing(directory, files, man, fmt, tuple(skipped), resume.with_unloaded(lay, fmt))
+        mine = tuple((p, w) for p, w in passed if _inside(p, directory))  # another step's symlink is not this one's
+        lay = replace(lay, skipped=lay.skipped + tuple((os.path.relpath(p, self.directory), w) for p, w in mine))
+        return Listing(directory, files, man, fmt, tuple(skipped), resume.with_unloaded(lay, fmt), passed=mine)
 
     def _paths(self, listing: Listing) -> list[str]:
         return [f.path for f in listing.files]
