@@ -15,7 +15,7 @@ from ckptbench.checkpoint import layouts, resume
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.checkpoint.detect import format_of
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, printable
 from ckptbench.sources.base import Listing, ReadOptions
 
 
@@ -86,7 +86,13 @@ def _selected(directory: str, files: list[fastio.FileSpec], pick: str | None, od
 def _target_files(target: str, skipped: list[tuple[str, str]], odd: dict[str, str],
                   passed: list[tuple[str, str]]) -> list[fastio.FileSpec]:
     if os.path.isdir(target):
+        before = len(passed)
         found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target, skipped, odd, passed)]
+        links = sum(w.startswith("a symbolic link") for _, w in passed[before:])
+        if not found and not skipped and links:  # a Hugging Face cache snapshot is links into ../../blobs
+            raise CkptbenchError(f"{printable(target)}: holds no regular files, only {links} symbolic link(s), which "
+                                 "are never followed (nothing outside the checkpoint is read); point at a copy made "
+                                 "with `cp -rL` (a Hugging Face cache snapshot links into its blobs folder)")
         if not found and not skipped:
             raise CkptbenchError(f"{target}: empty: the directory holds no files; point at a checkpoint directory")
         return found

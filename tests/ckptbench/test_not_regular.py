@@ -87,3 +87,17 @@ def test_inspect_prints_a_hostile_tensor_name_without_its_escape(tmp_path):
     assert r.rc == 0, r.err
     assert "float32" in r.out and "\x1b" not in r.out and "\x07" not in r.out, r.out
     assert json.loads(run_cli("inspect", str(ck), "--json", "--tensors", "*").out)["tensors"][0]["name"] == f"w{ESCAPE}"
+
+
+def test_a_folder_of_links_only_says_what_to_do(tmp_path):
+    """A Hugging Face cache snapshot: every file a relative symlink into the repo's blobs folder."""
+    from clirun import assert_one_line_error
+
+    repo = tmp_path / "models--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    save_file({"w": torch.ones(8)}, str(repo / "blobs" / "f00d"))
+    os.symlink("../../blobs/f00d", snap / "model.safetensors")
+    for cmd in ("run", "inspect", "read"):
+        assert_one_line_error(run_cli(cmd, str(snap)), "only 1 symbolic link(s)")
