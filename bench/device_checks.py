@@ -7,6 +7,9 @@ Each check is what an open issue asks to be verified on a GPU, with a pass/fail 
   digest with the same restore on gloo/CPU, so a wrong copy to the GPU cannot pass;
 - watch-gpu (#14): `ckptbench watch -- JOB` on a job that torch.loads a file and moves it to the GPU: the GPU peak
   nvidia-smi gave the watcher against what the job's own torch.cuda counters say, and the phase order;
+- h2d-ring (#23 item 4): the device stage's reused pinned ring (restore.device.HostRing) against per-tensor
+  pin_memory (what the stage did before) and pageable copies, one process, the same host tensors, rotated; every
+  moved byte checked on the GPU;
 - peers (#13): bench/peers_bench.py (4 GiB, 3 rounds) on a box where fresh memory is not the 2-core VM's floor.
 
 Checks run in that order, each in child processes with its own time limit, and stop starting new ones when the
@@ -42,6 +45,45 @@ time.sleep(1.5)  # long enough for a sample or two at the peak
 mem = (torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated(), torch.cuda.memory_reserved()) if gpu else (0, 0, 0)
 json.dump({"allocated": mem[0], "max_allocated": mem[1], "reserved": mem[2], "copy_s": copy_s,
            "bytes": sum(v.nbytes for v in on_gpu.values())}, open(sys.argv[2], "w"))
+"""
+
+
+# The ring A/B: GIB of bf16 host tensors (large ones and a tail of small ones, as a model's), moved ROUNDS times by
+# each way in rotation, each time into fresh device tensors, timed to a synchronize, checked by a sum on the GPU.
+RING_JOB = """
+import json, statistics, sys, time, torch
+from ckptbench.restore.device import HostRing
+gib, rounds, dev, out = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+sizes = [64 << 20] * int(gib * 16) + [32 << 10] * 512  # elements: 128 MiB of bf16 each, then 64 KiB ones
+host = [torch.arange(n, dtype=torch.int32).to(torch.int16).view(torch.bfloat16) for n in sizes]
+want = [int(t.view(torch.int16).to(torch.int64).sum()) for t in host]
+def pin(ts):  # on a CPU dry run of the plumbing there is nothing to pin: a copy stands in
+    return [t.pin_memory().to(dev, non_blocking=True) if dev.startswith("cuda") else t.clone() for t in ts]
+def pageable(ts):
+    return [t.to(dev) for t in ts]
+def ring(ts):
+    r = HostRing(dev)
+    return [r.move(t) for t in ts]
+ways = {"pin": pin, "pageable": pageable, "ring": ring}
+seen = {k: [] for k in ways}
+wrong = []
+for i in range(rounds):
+    names = list(ways)[i % 3:] + list(ways)[:i % 3]
+    for name in names:
+        t0 = time.perf_counter()
+        moved = ways[name](host)
+        if dev.startswith("cuda"):
+            torch.cuda.synchronize()
+        seen[name].append(time.perf_counter() - t0)
+        got = [int(t.view(torch.int16).to(torch.int64).sum()) for t in moved]
+        if got != want:
+            wrong.append(name)
+        del moved
+        if dev.startswith("cuda"):
+            torch.cuda.empty_cache()
+nbytes = sum(t.nbytes for t in host)
+json.dump({"bytes": nbytes, "seconds": seen, "median_s": {k: statistics.median(v) for k, v in seen.items()},
+           "wrong": sorted(set(wrong))}, open(out, "w"))
 """
 
 
@@ -204,6 +246,26 @@ class Checks:
                    f"{rdoc.get('binding')}, efficiency {rdoc.get('efficiency')}, times {times}")
         return ok, summary, {"floor_ceilings": doc.get("ceilings"), "run_floor_note": rdoc.get("floor_note")}
 
+    def h2d_ring(self, gib: float, rounds: int):
+        """#23 item 4: the reused pinned ring is kept as the device stage only if it is the fastest way here."""
+        job, seen = os.path.join(self.work, "ring.py"), os.path.join(self.work, "ring.json")
+        with open(job, "w") as f:
+            f.write(RING_JOB)
+        out = self.sh([sys.executable, job, f"{gib:g}", str(rounds), self.device, seen], 240)
+        if out.returncode != 0 or not os.path.exists(seen):
+            return False, f"rc {out.returncode}: {_last(out.stderr)}", {"stderr": out.stderr[-3000:]}
+        with open(seen) as f:
+            doc = json.load(f)
+        med = doc["median_s"]
+        best_other = min(med["pin"], med["pageable"])
+        ok = not doc["wrong"] and med["ring"] <= 1.05 * best_other
+        gbps = {k: doc["bytes"] / v / 1e9 for k, v in med.items()}
+        summary = (f"{doc['bytes'] / 1e9:.2f} GB, medians of {rounds}: ring {med['ring']:.3f} s "
+                   f"({gbps['ring']:.1f} GB/s), per-tensor pin_memory {med['pin']:.3f} s ({gbps['pin']:.1f}), "
+                   f"pageable {med['pageable']:.3f} s ({gbps['pageable']:.1f}); ring / best other "
+                   f"{med['ring'] / best_other:.2f}× (keep the ring at ≤ 1.05×); bytes wrong: {doc['wrong'] or 'none'}")
+        return ok, summary, {"ring": doc}
+
     def peers(self, size_gib: float, rounds: int, which: str | None):
         out = self.sh([sys.executable, os.path.join(ROOT, "bench", "peers_bench.py"), "--size-gib", f"{size_gib:g}",
                        "--repeat", str(rounds), "--dir", os.path.join(self.work, f"peers-{size_gib:g}g"),
@@ -283,7 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="/var/tmp/ckptbench-device", help="where checkpoints are written (a disk, "
                     "not tmpfs: cold reads must reach a device)")
     ap.add_argument("--budget", type=float, default=420, help="seconds for all checks together")
-    ap.add_argument("--only", default="device,floor-h2d,nccl,watch-gpu,peers", help="comma-separated checks to run")
+    ap.add_argument("--only", default="device,floor-h2d,h2d-ring,nccl,watch-gpu,peers",
+                    help="comma-separated checks to run")
+    ap.add_argument("--ring-gib", type=float, default=4.0, help="host tensors the h2d-ring A/B moves, each way")
+    ap.add_argument("--ring-rounds", type=int, default=3)
     ap.add_argument("--watch-gib", type=float, default=6.0, help="size of the file the watched job moves to the GPU")
     ap.add_argument("--peers-gib", type=float, default=4.0)
     ap.add_argument("--peers-rounds", type=int, default=3)
@@ -298,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"environment: {env}")
     plan = [("device", "#16 device stage", 40, c.device_stage),
             ("floor-h2d", "#23 item 1 (host-to-device)", 40, c.floor_h2d),
+            ("h2d-ring", "#23 item 4 (pinned ring)", 60, lambda: c.h2d_ring(args.ring_gib, args.ring_rounds)),
             ("nccl", "#16 item 6", 60, c.nccl),
             ("watch-gpu", "#14", 60, lambda: c.watch_gpu(args.watch_gib)),
             ("peers", "#13", 150, lambda: c.peers(args.peers_gib, args.peers_rounds, args.peers))]

@@ -19,6 +19,7 @@ from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.manifest import MANIFEST_NAME
 from ckptbench.checkpoint.formats import CheckpointState, group_of, inert
 from ckptbench.core.stages import CHECK, DEVICE, LOAD, READ, VERIFY
+from ckptbench.restore.device import HostRing, ring_note
 from ckptbench.restore.stages import StageClock
 
 TIMELINE_S = 0.1  # progress samples during the read, for the per-rank lanes
@@ -220,20 +221,17 @@ class RankRestore:
         if self.device == "cpu":
             rep.notes[DEVICE] = "cpu: nothing to move"
             return
-        moved = 0
+        ring = HostRing(self.device)
         for name, t in list(state.model.items()):
-            state.model[name] = t.pin_memory().to(self.device, non_blocking=True)
-            moved += t.nbytes
+            state.model[name] = ring.move(t)
         for name, parts in state.optim.items():
             for k, t in list(parts.items()):
-                parts[k] = t.pin_memory().to(self.device, non_blocking=True)
-                moved += t.nbytes
+                parts[k] = ring.move(t)
         for name, v in list(state.extra.items()):
             if isinstance(v, torch.Tensor):
-                state.extra[name] = v.pin_memory().to(self.device, non_blocking=True)
-                moved += v.nbytes
-        torch.cuda.synchronize(self.device)
-        rep.notes[DEVICE] = f"{moved / 1e9:.3f} GB to {self.device} (pinned, asynchronous copies, synchronized)"
+                state.extra[name] = ring.move(v)
+        ring.finish()
+        rep.notes[DEVICE] = ring_note(ring)
 
 
 def tensor_digests(state: CheckpointState) -> dict[str, str]:
