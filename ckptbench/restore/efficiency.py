@@ -61,7 +61,8 @@ def of_repeats(source, listing, opts, reps) -> dict:
                      structural=ok[0].check_kind == "structural")
     if step and out.get("efficiency") is not None:  # only beside an efficiency: without one there is none to explain
         first = spread([r.stages.get(CHECK, 0.0) for r in ok])["median"]
-        over = fl.over_floor(out["efficiency"])  # restore_fields ends the note with it: said after this, as there
+        # restore_fields ends the note with it, and fields() named the source in it: said after this, as there
+        over = name_source(fl.over_floor(out["efficiency"]), getattr(source, "url", None))
         out["floor_note"] = out["floor_note"].removesuffix(over) + (
             f"; the efficiency is over the RTO less its first step ({human_figure('_s', first)}, the model's compute, "
             f"not held to the floor): {human_figure('_s', held)}") + over

@@ -191,6 +191,24 @@ def test_a_run_document_carries_its_floor_or_says_it_is_not_measured(tmp_path, m
     assert "  floor " in r.out and "bound by" in r.out and "% of it" in r.out, r.out
 
 
+def test_over_the_floor_is_said_once_after_the_model_step_clause(tmp_path, monkeypatch, h, ckpt):
+    """A floor planted far too low: the over-the-floor words end the note once, with the checkpoint's path in its
+    command (the step's clause went in before them by removing a suffix that still said SOURCE: it was said twice)."""
+    import json as _json
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = h.copy_ckpt(ckpt("safetensors", 2), tmp_path / "ck")
+    c = {"gbps": 0.01, "min_gbps": 0.01, "max_gbps": 0.01, "method": "planted", "measured_at": time.time()}
+    keys = ("populate_4k", "populate_thp", "copy", "scan", "hash_crc32c", "hash_xxh64", "hash_md5", "hash_sha256")
+    os.makedirs(tmp_path / "cache" / "ckptbench")
+    with open(tmp_path / "cache" / "ckptbench" / "floor.json", "w") as f:
+        _json.dump({"schema": fl.SCHEMA, "box": fl.box_key(), "ceilings": {k: c for k in keys}, "storage": {}}, f)
+    r = h.run_cli("run", root, "--json", "--repeat", "1", "--cache", "hot", "--results", tmp_path / "R.csv")
+    note = _json.loads(r.out)["floor_note"]
+    assert note.count("faster than the floor") == 1 and "less its first step" in note, note
+    assert note.index("less its first step") < note.index("faster than the floor") and "SOURCE" not in note, note
+
+
 def test_an_s3_source_is_keyed_by_endpoint_without_credentials_and_its_figure_is_the_network():
     where = {"fs_type": "s3", "mount_point": "http://alice:hunter2@s3.example:9000/?X-Amz-Signature=abc123#frag"}
     key = fl.mount_key(where)
