@@ -58,6 +58,7 @@ class WorkFailed(Message):
 class LoopEnded(Message):
     passes: int
     error: str | None = None
+    source_info: dict | None = None  # the source measured again after the loop (its residency moved)
 
 
 @dataclass

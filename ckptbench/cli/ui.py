@@ -20,8 +20,9 @@ def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict 
     """A restore of `source` with `opts` held against this box's floor (restore/efficiency.py: from the figures
     `ckptbench floor` cached, never measured here, as that would evict the checkpoint), plus `bytes_read`. Before a
     run, the cache condition is `opts.cache` (as-is: the residency in `info`, the source's summary); with `doc`, a
-    finished run's document, which carries its own. Lists the source: call it from a worker. None when there is no
-    source or it cannot be listed (the run says why)."""
+    finished run's document, which carries its own. Before a run, also `loop`: the floor of a loop pass (a read into
+    reused buffers, no landing). Lists the source: call it from a worker. None when there is no source or it cannot
+    be listed (the run says why)."""
     from ckptbench.core.errors import CkptbenchError
     from ckptbench.restore import efficiency as eff
     from ckptbench.sources import open_source
@@ -36,7 +37,9 @@ def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict 
         listing = src.list()
     except (CkptbenchError, OSError):
         return None
-    return eff.of_restore(src, listing, opts, residency=(info or {}).get("residency")) | {"bytes_read": listing.bytes}
+    residency = (info or {}).get("residency")
+    return eff.of_restore(src, listing, opts, residency=residency) | {
+        "bytes_read": listing.bytes, "loop": eff.of_loop(src, listing, opts, residency=residency)}
 
 
 def floor_share(fields: dict | None, read_gbps: float | None) -> float | None:

@@ -47,6 +47,16 @@ def of_restore(source, listing, opts, *, measured_s: float | None = None, reside
                   unit_bytes=fl.largest_unit((f.size for f in listing.files), alg))
 
 
+def of_loop(source, listing, opts, *, residency: float | None = None) -> dict:
+    """A loop pass's floor (restore/loop.py: the listing and a read of every file into reused buffers, hashed with
+    the restore's digest): a read's, not a restore's; held to the restore's fresh-memory floor a cold pass read 300 %
+    of it."""
+    alg = hash_of(opts.hash, listing)
+    hot = opts.cache == "hot" or (opts.cache == "as-is" and (residency or 0.0) >= HOT)
+    return fields(source, listing.bytes, measured_s=None, hash_alg=alg, hot=hot, destination=fl.REUSED,
+                  unit_bytes=fl.largest_unit((f.size for f in listing.files), alg))
+
+
 def of_repeats(source, listing, opts, reps) -> dict:
     """A finished run's floor, against the median RTO of its repeats that finished."""
     ok = [r for r in reps if r.status == "ok"]

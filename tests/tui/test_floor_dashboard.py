@@ -168,3 +168,52 @@ async def test_without_a_floor_the_stage_box_says_how_to_measure_it(make_app, sm
         assert line.startswith("floor: not measured · `ckptbench floor SOURCE`"), line
         assert "efficiency" not in line
         assert "floor " not in chart_text(dash) and "╌" not in chart_text(dash)
+
+
+async def test_a_hot_loop_pass_is_held_to_the_read_floor_not_the_restores(make_app, small_ckpt, floor_cached, h):
+    """A loop pass reads into reused buffers: hot, its floor is the page cache's copy alone, where a restore's adds
+    the population of fresh memory (held to that, a cold pass read 300 % of its floor)."""
+    app = make_app(small_ckpt, concurrency=2, cache="hot")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        await h.wait_until(pilot, lambda: "bound by" in stage_text(dash), "the floor before a run")
+        assert stage_text(dash).splitlines()[-1].startswith("floor ")  # idle: the restore's
+        await pilot.press("l")
+        await h.wait_until(pilot, lambda: dash.loop is not None and dash.loop.passes >= 2, "two loop passes", 60)
+        await h.wait_until(pilot, lambda: "pass " in stage_text(dash).splitlines()[-1], "a pass's efficiency")
+        loop = dash.loop
+        app.post_message(events.Key("l", "l"))
+        await h.wait_until(pilot, lambda: dash.loop is None, "the loop to stop", 30)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        line, last = stage_text(dash).splitlines()[-1], loop.last
+        # the page cache's copy, then the manifest's crc32c over the cores (hot: the cores' work, one after the
+        # other); no population of fresh memory, which a restore's floor adds (FRESH_GBPS)
+        read_floor_s = last.bytes / (COPY_GBPS * 1e9) + last.bytes / (CPU_GBPS * 1e9 * fl.box_key()["cores"])
+        assert line.startswith(f"read floor {read_floor_s:.3f} s ("), line
+        assert percent_after(line, f"pass {last.pass_no}: efficiency ") == pytest.approx(
+            read_floor_s / last.rto_s * 100, abs=0.5), line
+        assert float(floor_row(chart_text(dash)).split()[0]) == pytest.approx(last.bytes / read_floor_s / 1e9,
+                                                                              rel=0.01)
+
+
+async def test_a_failed_restore_shows_no_rto(make_app, tmp_path, h):
+    """A restore that failed shows the stages it got through and no RTO: there was no restore to time."""
+    import torch
+    from safetensors.torch import save_file
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    save_file({"w": torch.ones(1 << 20)}, str(ck / "model.safetensors"))
+    with open(ck / "model.safetensors", "r+b") as f:
+        f.truncate(1 << 20)  # the header names 4 MiB of data
+    app = make_app(str(ck))
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        await pilot.press("r")
+        await h.wait_until(pilot, lambda: "restore failed" in str(dash.query_one("#figures").render()),
+                           "the failure")
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.3)  # a poll after the failure keeps it failed
+        rto = next(r for r in stage_text(dash).splitlines() if "RTO" in r)
+        assert rto.strip().startswith("RTO — (failed after"), rto

@@ -101,7 +101,8 @@ class Dashboard(Screen):
         self.tuner = None  # the AutoTune of the last `t`
         self._applying_knee = False
         self._texts: dict[str, str] = {}
-        self.floor = FloorView(self.query_one("#chart", ThroughputChart), self.query_one("#stages", StageBar))
+        self.floor = FloorView(self.query_one("#chart", ThroughputChart), self.query_one("#stages", StageBar),
+                               app.source)
         self.query_one("#chart", ThroughputChart).border_title = "read throughput, last minute"
         self.set_interval(POLL_S, self.poll)
         self.set_interval(SYSTEM_S, self.poll_system)
@@ -200,16 +201,16 @@ class Dashboard(Screen):
             self.notify("a restore is running: loop once it ends", severity="warning")
             return False
         self.loop = ReadLoop.for_run(self.app.source, self.app.opts)
-        self.begin(LIST, "loop: list and read, no verify or load", LOOP_STAGES)
+        self.begin(LIST, "loop: list and read, no verify or load", LOOP_STAGES, looping=True)
         self.read_loop(self.loop)
         return True
 
-    def begin(self, active: str | None, note: str, shown: tuple[str, ...] = STAGES) -> None:
+    def begin(self, active: str | None, note: str, shown: tuple[str, ...] = STAGES, looping: bool = False) -> None:
         """A run or a loop starts: a clear chart, stage box and rates (the floor looked up for its settings stands)."""
         self.query_one("#chart", ThroughputChart).clear()
-        self.query_one("#stages", StageBar).update_stages({}, active, note, shown)
+        self.query_one("#stages", StageBar).update_stages({}, active, note, shown, failed=False)
         self.rates, self._rates_pass, self.running = LiveRates(), 0, True
-        self.floor.new_run()
+        self.floor.new_run(looping)
         self.show_settings()
 
     def action_tune(self) -> None:
@@ -247,7 +248,8 @@ class Dashboard(Screen):
         except Exception as exc:  # any failure ends the loop on screen, back to idle
             self.post_message(LoopEnded(loop.passes, ui.failure(exc, "loop failed")))
             return
-        self.post_message(LoopEnded(passes))
+        # a cold loop left the files out of the page cache: the header's residency is measured again, off the UI
+        self.post_message(LoopEnded(passes, source_info=self.app.measure_source()))
 
     @work(thread=True, exclusive=True, group="restore", exit_on_error=False)
     def restore(self, session) -> None:
@@ -375,7 +377,8 @@ class Dashboard(Screen):
     def failed(self, msg: RunFailed) -> None:
         self.running = False
         self.notify(msg.error, severity="error", timeout=10)
-        self.query_one("#stages", StageBar).update_stages(self.app.session.stages() if self.app.session else {}, None)
+        self.query_one("#stages", StageBar).update_stages(self.app.session.stages() if self.app.session else {}, None,
+                                                          failed=True)
         self.floor.show()
         self._set("#figures", f"[b red]restore failed[/]: {msg.error}")
         self.show_settings()
@@ -402,6 +405,9 @@ class Dashboard(Screen):
             self._set("#figures", f"[b red]loop failed[/]: {msg.error}")
         else:
             self.notify(f"loop stopped after {msg.passes} passes")
+        if msg.source_info is not None:
+            self.app.source_info = msg.source_info
+            self.show_source()
         self.show_settings()
 
     @on(TuneLevel)

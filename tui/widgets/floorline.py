@@ -7,8 +7,10 @@ from __future__ import annotations
 from rich.text import Text
 
 from ckptbench.cli import ui
+from ckptbench.core.errors import name_source
 from ckptbench.core.units import human_pct
 from ckptbench.system import binding
+from ckptbench.system import floor as fl
 
 NOT_MEASURED = "floor: not measured · `ckptbench floor SOURCE` measures this box's ceilings (cached for a day)"
 
@@ -20,14 +22,14 @@ def chart_label(fields: dict | None) -> tuple[float | None, str]:
 
 
 def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int | None = None,
-               live: float | None = None) -> Text:
+               live: float | None = None, looping: bool = False, source: str | None = None) -> Text:
     """The stage box's floor line: the floor's time and what binds it, then the efficiency of a finished run (or of
-    the last loop pass, `pass_no`) and the live share of the read in hand."""
+    the last loop pass, `pass_no`, against the read floor) and the live share of the read in hand."""
     if fields is None:
         return Text()  # not looked up yet (or the source could not be listed: the run says why)
     if fields.get("floor_s") is None:
         return Text(NOT_MEASURED, style="yellow")
-    out = Text("floor ", style="bold")
+    out = Text("read floor " if looping else "floor ", style="bold")
     # the floor's own rate (the chart's line) and the binding resource's, as `run` prints it: one number for both
     # read as two rates of one thing (a new user saw 2.78 here and 3.29 in `run` for one floor)
     out.append(f"{fields['floor_s']:.3f} s" + (f" ({fields['floor_gbps']:.2f} GB/s)" if fields.get("floor_gbps")
@@ -36,7 +38,10 @@ def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int |
     if done is not None:
         out.append(f" · {'pass ' + str(pass_no) + ': ' if pass_no else ''}efficiency ")
         out.append(human_pct(done), style="bold")
-        out.append(" (floor / RTO)", style="dim")
+        out.append(" (floor / pass)" if pass_no else " (floor / RTO)", style="dim")
+        if done > fl.OVER_FLOOR:  # as run and read say it: a ceiling measured low, not a restore past the box
+            out.append(name_source(" · over the floor: a ceiling measured low; `ckptbench floor SOURCE --remeasure`",
+                                   source), style="yellow")
     if live is not None:
         out.append(" · read now at ")
         out.append(human_pct(live), style="bold")
@@ -52,31 +57,39 @@ class FloorView:
     ratio the chart shows (the bars against the floor line), the average keeps it steady, and it needs no guess at
     the stages still to come; floor_s over elapsed only falls as the clock runs and means something only at the end."""
 
-    def __init__(self, chart, bar):
-        self.chart, self.bar = chart, bar
-        self.fields: dict | None = None
+    def __init__(self, chart, bar, source: str | None = None):
+        self.chart, self.bar, self.source = chart, bar, source
+        self.fields: dict | None = None  # a restore's floor
+        self.loop: dict | None = None  # a loop pass's: a read into reused buffers
+        self.looping = False  # which of the two the chart and the stage box show
         self.passed: tuple[int, float | None] | None = None  # the last loop pass: its number and efficiency
 
+    @property
+    def shown(self) -> dict | None:
+        return self.loop if self.looping else self.fields
+
     def known(self, fields: dict) -> None:
-        self.fields = fields
-        self.chart.set_floor(*chart_label(fields))
+        """A restore's floor fields (ui.restore_floor); a finished run's carry no loop floor: the last one stands."""
+        self.fields, self.loop = fields, fields.get("loop", self.loop)
+        self.chart.set_floor(*chart_label(self.shown))
         self.show()
 
-    def new_run(self) -> None:
-        """A run or loop starts: the last one's efficiency no longer stands."""
-        self.passed = None
+    def new_run(self, looping: bool = False) -> None:
+        """A run or loop starts: the last one's efficiency no longer stands, and the floor is the one it is held to."""
+        self.passed, self.looping = None, looping
         if self.fields is not None:
             self.fields = dict(self.fields, efficiency=None)
+        self.chart.set_floor(*chart_label(self.shown))
         self.show()
 
     def pass_done(self, last) -> None:
         """`last`: the loop's last finished pass (a PassResult), or None."""
         if last is not None:
-            self.passed = (last.pass_no, ui.efficiency(self.fields, last.rto_s))
+            self.passed = (last.pass_no, ui.efficiency(self.loop, last.rto_s))
         self.show()
 
     def show(self, read_gbps: float | None = None) -> None:
         """`read_gbps`: the running read's average rate; None when no read runs."""
         pass_no, done = self.passed if self.passed else (None, (self.fields or {}).get("efficiency"))
-        self.bar.show_floor(floor_text(self.fields, done=done, pass_no=pass_no,
-                                       live=ui.floor_share(self.fields, read_gbps)))
+        self.bar.show_floor(floor_text(self.shown, done=done, pass_no=pass_no, looping=self.looping,
+                                       live=ui.floor_share(self.shown, read_gbps), source=self.source))

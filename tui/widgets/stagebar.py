@@ -25,18 +25,22 @@ class StageBar(Widget):
         self.note = ""
         self.shown: tuple[str, ...] = STAGES
         self.floor = Text()
+        self.failed = False
 
     def update_stages(self, stages: dict[str, float], active: str | None, note: str | None = None,
-                      shown: tuple[str, ...] = STAGES) -> None:
+                      shown: tuple[str, ...] = STAGES, failed: bool | None = None) -> None:
         """`note` follows the RTO (e.g. the one-time warm-up that was kept out of it); None keeps the current one.
-        `shown`: the stages this kind of run has (a loop pass: list and read), in STAGES order."""
+        `shown`: the stages this kind of run has (a loop pass: list and read), in STAGES order. `failed`: the run
+        stopped with an error: its stages so far are shown, and no RTO (there was no restore to time); None keeps
+        the current state (the screen's poll redraws the stages after the run ended)."""
+        failed = self.failed if failed is None else failed
         # a run that stopped early (failed verify) has no figure for the stages it never reached
         stages = {k: v for k, v in stages.items() if v is not None}
         note = self.note if note is None else note
         shown = tuple(s for s in STAGES if s in shown)
-        if (stages, active, note, shown) != (self.stages, self.active, self.note, self.shown):  # a redraw costs CPU
-            self.stages, self.active, self.note, self.shown = stages, active, note, shown
-            self.refresh()
+        if (stages, active, note, shown, failed) != (self.stages, self.active, self.note, self.shown, self.failed):
+            self.stages, self.active, self.note, self.shown, self.failed = stages, active, note, shown, failed
+            self.refresh()  # only on a change: a redraw costs CPU
 
     def show_floor(self, line: Text) -> None:
         if line != self.floor:  # a redraw costs CPU
@@ -67,7 +71,11 @@ class StageBar(Widget):
                 share = v / total if total else 0
                 out.append(f" {s} ", style=f"bold {COLORS[s]}")
                 out.append(f"{v:.3f}s {human_pct(share)}  ")
-        out.append(f"\n RTO {total:.3f}s" if total else "\n RTO —")
+        if self.failed:
+            out.append("\n RTO — ", style="bold")
+            out.append(f"(failed after {total:.3f}s: no restore to time)", style="red")
+        else:
+            out.append(f"\n RTO {total:.3f}s" if total else "\n RTO —")
         if self.note:
             out.append(f"   ({self.note})", style="dim")
         return out.append("\n").append_text(self.floor)
