@@ -14,6 +14,7 @@ the cores; its efficiency is floor / measured, and the resource that sets the fl
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -250,9 +251,28 @@ def not_measured() -> str:
     while not os.path.isdir(d) and os.path.dirname(d) != d:
         d = os.path.dirname(d)  # the directory `floor` would create its cache under
     if os.access(d, os.W_OK | os.X_OK):
-        return NOT_MEASURED
+        return _gone() or NOT_MEASURED
     return (f"this box's floor cannot be kept: {d} is not writable; set XDG_CACHE_HOME to a directory you can "
             "write, then `ckptbench floor SOURCE`")
+
+
+def _gone() -> str | None:
+    """Why a floor that was cached is not used, when that is the reason: it is older than a day, or was measured on
+    another box (a new user read "not measured yet" about a floor measured two days before)."""
+    doc = _load_cache(cache_path())
+    ats = [v["measured_at"] for v in (doc.get("ceilings") or {}).values()
+           if isinstance(v, dict) and isinstance(v.get("measured_at"), (int, float))
+           and not isinstance(v.get("measured_at"), bool) and math.isfinite(v["measured_at"])]
+    if not ats:
+        return None
+    if doc.get("box") != box_key():
+        return ("the cached floor is another box's (its CPU, memory or kernel differ from this one's): "
+                "`ckptbench floor SOURCE` measures this one in seconds")
+    age = time.time() - max(ats)
+    if age > MAX_AGE_S:
+        return (f"this box's floor is stale (measured {human_age(age)} ago; figures are kept a day): "
+                "`ckptbench floor SOURCE` measures it again in seconds")
+    return None
 
 
 FIXED_COSTS_S = 0.01  # a floor shorter than this is dwarfed by what it does not count (a 116 KiB restore read 0.1 %)

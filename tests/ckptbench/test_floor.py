@@ -267,6 +267,32 @@ def test_the_link_sweep_keeps_the_best_level_and_stops_where_the_link_is_full():
     assert fl.thread_counts(1) == [1] and fl.thread_counts(6) == [1, 2, 4, 6] and fl.thread_counts(8) == [1, 2, 4, 8]
 
 
+def test_a_run_says_why_a_cached_floor_is_not_used(tmp_path, monkeypatch, h, ckpt):
+    """Stale or another box's: said so, with its age, not "not measured yet" (a new user's floor of two days before
+    read as never measured)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    os.makedirs(tmp_path / "cache" / "ckptbench")
+    keys = ("populate_4k", "populate_thp", "copy", "scan", *(f"hash_{a}" for a in ("crc32c", "xxh64", "md5",
+                                                                                   "sha256")))
+
+    def note_with(box, at) -> str:
+        c = {"gbps": 4.0, "min_gbps": 4.0, "max_gbps": 4.0, "method": "planted", "measured_at": at}
+        with open(fl.cache_path(), "w") as f:
+            json.dump({"schema": fl.SCHEMA, "box": box, "ceilings": {k: c for k in keys}, "storage": {}}, f)
+        r = h.run_cli("run", ckpt("safetensors", 1), "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+        doc = json.loads(r.out)
+        assert doc["floor_s"] is None, doc["floor_note"]
+        return doc["floor_note"]
+
+    note = note_with(fl.box_key(), time.time() - 2.5 * fl.MAX_AGE_S)
+    assert "stale (measured 2.5 d ago" in note and "not measured yet" not in note, note
+    note = note_with(fl.box_key() | {"kernel": "another"}, time.time())
+    assert "another box's" in note and "not measured yet" not in note, note
+    os.unlink(fl.cache_path())
+    r = h.run_cli("run", ckpt("safetensors", 1), "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert "not measured yet" in json.loads(r.out)["floor_note"]  # no cache at all: not measured
+
+
 def test_a_stale_or_foreign_network_figure_is_measured_again_not_used(tmp_path, monkeypatch):
     cache = str(tmp_path / "floor.json")
     now = time.time()
