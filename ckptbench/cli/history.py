@@ -8,6 +8,7 @@ import os
 from ckptbench.cli.show import emit
 from ckptbench.core.errors import CkptbenchError, printable, redact, shown
 from ckptbench.core.units import human_figure, human_pct
+from ckptbench.system.floor import OVER_FLOOR
 
 # what a kind's time is called on its line
 FIGURE_WORDS = {"rto_s": "RTO", "durable_s": "durable"}
@@ -17,12 +18,16 @@ def run_line(r: dict) -> str:
     """One run as the line says it: id, kind, date, source, how it was made, repeats, its time, efficiency, status."""
     how = "/".join(x for x in (r["mode"], r["cache"]) if x) or "-"
     took = "-" if r["figure_s"] is None else human_figure(r["figure"], r["figure_s"])
-    eff = "" if r["efficiency"] is None else f"  efficiency {human_pct(r['efficiency'])}"
+    if r.get("held_s") is not None:  # the efficiency is over this: said beside the RTO, or the two do not divide
+        took += f" ({human_figure(r['figure'], r['held_s'])} less the model's first step)"
+    eff = "" if r["efficiency"] is None else f"  efficiency {human_pct(r['efficiency'])}" + (
+        " (over the floor: a ceiling measured low)" if r["efficiency"] > OVER_FLOOR else "")
+    words = FIGURE_WORDS.get(r["figure"], r["figure"]) + (" after the first save" if r.get("steady") else "")
     repeats = f"{r['repeats']} repeat{'' if r['repeats'] == 1 else 's'}"
     # recorded text is anyone's: an escape in a source path would retitle or wipe the terminal
     return (f"{shown(r['run_id'], 40)}  {shown(r['kind'], 10):7s}  {shown(r['date'][:19], 19)}  "
             f"{printable(redact(r['source']))}  {shown(how, 40)}  {repeats}  "
-            f"median {FIGURE_WORDS.get(r['figure'], r['figure'])} {took}{eff}  {shown(r['status'], 20)}")
+            f"median {words} {took}{eff}  {shown(r['status'], 20)}")
 
 
 def cmd_history(args) -> int:

@@ -144,7 +144,7 @@ def cmd_run(args) -> int:
         cancel.set()
         if current:  # the repeat under way is recorded as stopped; finished ones are already in the file
             stopped = isinstance(exc, (KeyboardInterrupt, Cancelled))
-            recorder.stopped(current[0].stages, "cancelled" if stopped else "failed")
+            recorder.stopped(current[0].stages, "cancelled" if stopped else "failed", exc)
         raise
     finally:
         progress.close()

@@ -73,8 +73,6 @@ def record_knee(results_path: str | None, tuner, source: str) -> str | None:
 def failure(exc: BaseException, what: str) -> str:
     """One printable, redacted line for a failure a screen shows: the package's own message when it has one, else
     `what` failed, the exception's type and its first line."""
-    from ckptbench.core.errors import printable, redact, translate
+    from ckptbench.core.errors import one_line
 
-    err = translate(exc)
-    first = str(exc).splitlines()[0] if str(exc) else "no message"
-    return printable(redact(str(err) if err is not None else f"{what}: {type(exc).__name__}: {first}"))
+    return one_line(exc, what)

@@ -149,3 +149,11 @@ def translate(exc: BaseException) -> CkptbenchError | None:
             "UnpicklingError", "SafetensorError", "BadZipFile"):
         return CkptbenchError(f"the checkpoint could not be loaded: {_first_line(exc)}", exit_code=1)
     return None
+
+
+def one_line(exc: BaseException, what: str) -> str:
+    """A failure as one printable, redacted line, for a screen or a record: the package's own message when it has
+    one (translate), else `what` failed, the exception's type and its first line."""
+    err = translate(exc)
+    first = str(exc).splitlines()[0] if str(exc) else "no message"
+    return printable(redact(str(err) if err is not None else f"{what}: {type(exc).__name__}: {first}"))

@@ -104,7 +104,7 @@ def _runs(path: str, rows: list[dict]) -> dict[str, list[dict]]:
     return runs
 
 
-def _steady(rows: list[dict]) -> list[dict]:
+def steady(rows: list[dict]) -> list[dict]:
     """A save run's rows after its first save (cold files and page cache), as its sustained figures are taken."""
     if rows[0]["kind"] == "save" and len(rows) > 1:
         return [r for r in rows if r["repeat"] != 1] or rows
@@ -206,7 +206,7 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _held_s(doc: dict, rows: list[dict], took: str) -> list:
+def held_s(doc: dict, rows: list[dict], took: str) -> list:
     """The time each repeat was held to its floor for, as restore/efficiency.of_repeats holds it: its RTO (a save's
     until durable), less the check stage where the check ran the model (its compute, which no ceiling measures)."""
     whole = [r.get(took) for r in rows]
@@ -312,7 +312,7 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
         raise CkptbenchError(f"--baseline {shown(baseline)} is a {runs[baseline][0]['kind']} run and "
                              f"{shown(newest)} a {kind} run; "
                              "compare runs of one kind")
-    base_rows, new_rows = _steady(runs[baseline]), _steady(runs[newest])
+    base_rows, new_rows = steady(runs[baseline]), steady(runs[newest])
     _check_figures(path, base_rows + new_rows, SAVE_FIGURES if kind == "save" else FIGURES)
     figures = []
     rto = spread([r.get("rto_s") for r in base_rows])["median"] if kind != "save" else None
@@ -326,7 +326,7 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     floors = _floors(docs)
     if kind in EFFICIENCY_OF and baseline in floors and newest in floors:
         took = EFFICIENCY_OF[kind]
-        held = {run: _held_s(docs[run], rows, took) for run, rows in ((baseline, base_rows), (newest, new_rows))}
+        held = {run: held_s(docs[run], rows, took) for run, rows in ((baseline, base_rows), (newest, new_rows))}
         # a run's efficiency is its floor over its median time, as its document says it (the median of the
         # repeats' efficiencies differs from it for an even count: 64 % here, 61 % in the run); the repeats' own
         # still give the range the noise is judged by

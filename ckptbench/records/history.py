@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 
-from ckptbench.records.compare import COMPLETED, EFFICIENCY_OF
+from ckptbench.records.compare import COMPLETED, EFFICIENCY_OF, held_s, steady
 from ckptbench.records.results import read_documents, read_rows
 from ckptbench.core.stats import spread
 
@@ -28,10 +28,14 @@ def runs(path: str) -> list[dict]:
     docs = {d.get("run_id"): d for d in read_documents(path, "run")}
     out = []
     for run_id, rows in grouped.items():
-        ok = [r for r in rows if r["status"] in COMPLETED]
+        done = [r for r in rows if r["status"] in COMPLETED]
+        ok = steady(done) if done else done  # a save's sustained figures are its saves after the first, as compare's
         statuses = {r["status"] for r in rows}
         kind = rows[0].get("kind") or "restore"
         figure = FIGURE_OF.get(kind, "rto_s")
+        figure_s = spread([r.get(figure) for r in ok])["median"] if ok else None
+        # the time its efficiency is over, where it is not figure_s: the RTO less the model's first step
+        held = spread(held_s(docs.get(run_id) or {}, ok, figure))["median"] if ok else None
         out.append({
             "run_id": run_id, "kind": kind, "date": rows[0]["timestamp"], "source": rows[0]["source"],
             "mode": rows[0]["mode"], "cache": rows[0]["cache"], "repeats": len(rows),
@@ -40,7 +44,9 @@ def runs(path: str) -> list[dict]:
             "read_gbps": spread([r.get("aggregate_gbps") if r.get("kind") == "dist" and r.get("aggregate_gbps")
                                  is not None else r["read_gbps"] for r in ok])["median"] if ok else None,
             "figure": figure,
-            "figure_s": spread([r.get(figure) for r in ok])["median"] if ok else None,
+            "figure_s": figure_s,
+            "held_s": held if held is not None and held != figure_s else None,
+            "steady": len(ok) < len(done),  # the first save left out
             "efficiency": _efficiency(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
             "status": statuses.pop() if len(statuses) == 1 else "mixed",
         })

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ckptbench.core.errors import one_line
 from ckptbench.core.stages import STAGES
 from ckptbench.core.stats import spread
 from ckptbench.records.results import append, append_document
@@ -71,6 +72,9 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
                     verified=all(r.verified for r in reps), success_rate=min(r.success_rate for r in reps))
 
 
+MAX_WHY = 500  # a failure's line in the record: the start of a longer message says what failed
+
+
 class Recorder:
     """Records one restore run as it goes: as each repeat ends, its document then its row (a row always has its
     document); the summary document when the run ends."""
@@ -101,12 +105,15 @@ class Recorder:
         self._record(self.done, body, figures, r.read_mode or self.opts.read, status=r.status, verified=r.verified,
                      success_rate=r.success_rate)
 
-    def stopped(self, stages: dict, status: str) -> None:
+    def stopped(self, stages: dict, status: str, exc: BaseException | None = None) -> None:
         """The repeat under way did not end: `status` is "cancelled" or "failed"; recorded with the stages it
-        finished."""
+        finished and, when it failed, why (a failed row with no reason was all a new user found of a truncated
+        shard in the record)."""
         if self.path:
-            self._record(self.done + 1, {"stages": dict(stages)}, {f"{s}_s": stages.get(s, "") for s in STAGES},
-                         self.opts.read, status=status, verified=False, success_rate=None)
+            why = one_line(exc, "the restore failed")[:MAX_WHY] if status == "failed" and exc is not None else None
+            self._record(self.done + 1, {"stages": dict(stages), "error": why},
+                         {f"{s}_s": stages.get(s, "") for s in STAGES}, self.opts.read, status=status,
+                         verified=False, success_rate=None)
 
     def finish(self, reps: list, extra: dict | None = None) -> dict:
         """The summary document, as recorded: text valid UTF-8 and non-finite figures null."""

@@ -97,7 +97,7 @@ class RestoreSession:
         except BaseException as exc:
             self.status = "cancelled" if isinstance(exc, Cancelled) else "failed"
             if recorder is not None:
-                recorder.stopped(self.stages(), self.status)
+                recorder.stopped(self.stages(), self.status, exc)
             raise
         # the row and the document both carry the settings the run started with; live changes are listed
         self.doc = recorder.finish(reps, {"concurrency_changes": list(self.live_changes)}
