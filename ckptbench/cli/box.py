@@ -155,8 +155,10 @@ def cmd_floor(args) -> int:
 
     files, mount, listing, link = None, None, None, {}
     if args.source is not None:  # an empty SOURCE is a mistake to say, not "no source"
+        from ckptbench.cli.settings import check_s3_only
         from ckptbench.sources import open_source
 
+        check_s3_only(args, args.source)
         source = open_source(args.source, args.pick)
         listing = source.list()
         mount = fl.mount_key(source.describe())

@@ -44,10 +44,11 @@ def cmd_read(args) -> int:
     from ckptbench.restore.reading import read_source
     from ckptbench.sources import open_targets
 
-    from ckptbench.cli.settings import check_drop_caches, read_options
+    from ckptbench.cli.settings import check_drop_caches, check_s3_only, read_options
 
     check_drop_caches(args)
     opts = read_options(args)
+    check_s3_only(args, args.targets)
     source = open_targets(args.targets, args.pick)
     listing = source.list()
     lay = listing.layout.describe() if listing.layout is not None else None

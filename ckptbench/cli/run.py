@@ -111,7 +111,7 @@ def cmd_run(args) -> int:
 
         return cmd_run_distributed(args)
     from ckptbench.system import env as envmod
-    from ckptbench.cli.settings import run_options
+    from ckptbench.cli.settings import check_cost_options, check_s3_only, run_options
     from ckptbench.restore import efficiency, runner as pipeline
     from ckptbench.records import results
     from ckptbench.records.recorder import Recorder
@@ -120,6 +120,8 @@ def cmd_run(args) -> int:
     from ckptbench.sources import open_source
 
     opts = run_options(args)
+    check_s3_only(args, args.source)
+    check_cost_options(args)
     if args.results:
         results.check_writable(args.results)
     if args.price_per_hour is not None:

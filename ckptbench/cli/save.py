@@ -82,8 +82,10 @@ def _fmt(x, spec: str, unit: str = "") -> str:
 
 def print_report(r) -> None:
     _say(f"{r.target}: {len(r.saves)} save(s) of {human_bytes(r.bytes)} ({r.format}, {r.options.ranks} rank(s))")
-    _say(f"sustained durable throughput {_fmt(r.sustained_gbps, '.3f', ' GB/s')} (median of the saves after the "
-         f"first); shortest safe interval {_fmt(r.shortest_safe_interval_s, '.2f', ' s')} (durable time × 1.25)")
+    from ckptbench.save.analysis import steady
+
+    _say(f"sustained durable throughput {_fmt(r.sustained_gbps, '.3f', ' GB/s')} (median of {steady(r.saves)[1]}); "
+         f"shortest safe interval {_fmt(r.shortest_safe_interval_s, '.2f', ' s')} (durable time × 1.25)")
     if r.needed_gbps is not None:
         over = sum(s.overran for s in r.saves)
         enough = r.sustained_gbps is not None and r.sustained_gbps >= r.needed_gbps

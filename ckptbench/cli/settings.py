@@ -33,3 +33,40 @@ def check_drop_caches(args) -> None:
 
         raise CkptbenchError(f"--drop-caches with --cache {args.cache}: it empties the page cache before a cold read "
                              "only; add --cache cold, or leave --drop-caches out")
+
+
+def check_s3_only(args, sources) -> None:
+    """The options only an s3:// source reads (its client, its ranged GETs' size, a staging directory) given for a
+    local one were ignored without a word (a new user asked `floor --s3-client crt` of a local checkpoint): refused,
+    as contradictory."""
+    from ckptbench.core import options
+    from ckptbench.core.errors import CkptbenchError
+
+    if any(str(s).startswith("s3://") for s in ([sources] if isinstance(sources, str) else sources)):
+        return
+    given = [f"{flag} {shown}" for flag, value, default, shown in (
+        ("--s3-client", getattr(args, "s3_client", None), options.S3_CLIENT.default, getattr(args, "s3_client", None)),
+        ("--part-size", getattr(args, "part_size", None), options.PART_SIZE.default, getattr(args, "part_size", None)),
+        ("--stage-dir", getattr(args, "stage_dir", None), None, "DIR"),
+    ) if value is not None and value != default]
+    if given:
+        raise CkptbenchError(f"{', '.join(given)}: only for an s3:// source, and this one is a local path; leave "
+                             f"{'it' if len(given) == 1 else 'them'} out")
+
+
+def check_cost_options(args) -> None:
+    """--spot-discount and --restores-per-day turn the RTO into money with --price-per-hour; without it they were
+    ignored without a word."""
+    from ckptbench.core import options
+    from ckptbench.core.errors import CkptbenchError
+
+    if getattr(args, "price_per_hour", None) is not None:
+        return
+    given = [flag for flag, value, default in (
+        ("--spot-discount", getattr(args, "spot_discount", None), options.SPOT_DISCOUNT.default),
+        ("--restores-per-day", getattr(args, "restores_per_day", None), options.RESTORES_PER_DAY.default),
+    ) if value is not None and value != default]
+    if given:
+        raise CkptbenchError(f"{' and '.join(given)} price the RTO with --price-per-hour: add --price-per-hour USD, "
+                             f"or leave {'it' if len(given) == 1 else 'them'} out")
+

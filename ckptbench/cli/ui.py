@@ -8,12 +8,23 @@ def run_app(name: str, *args, **kwargs) -> int:
     """The one door from the domain to the UI: handlers ask for the dashboard ("dashboard") or the watch app
     ("watch") here, so that only this composition root imports `tui`, lazily (headless commands never load
     Textual)."""
+    from ckptbench.core.errors import CkptbenchError
+
+    if not has_terminal():  # piped, it wrote escapes into the pipe and never ended
+        raise CkptbenchError("the terminal UI needs a terminal, and this one's input or output is not one: run it "
+                             "in a terminal, or headless with --json (`ckptbench run SOURCE --json`)")
     if name == "watch":
         from tui.watch_app import WatchApp as App
     else:
         from tui.app import CkptbenchApp as App
     App(*args, **kwargs).run()
     return 0
+
+
+def has_terminal() -> bool:
+    import sys
+
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict | None = None) -> dict | None:

@@ -41,6 +41,9 @@ def validate(opts: SaveOptions) -> None:
         raise CkptbenchError(f"--stagger must be 0..{MAX_WAIT_S} seconds, got {opts.stagger_s:g}")
     if opts.async_save and opts.format != "dcp":
         raise CkptbenchError("--async uses torch.distributed.checkpoint's async_save: add --format dcp")
+    if opts.stagger_s and opts.ranks == 1:  # rank 0 starts at once: a stagger of one rank was ignored unsaid
+        raise CkptbenchError(f"--stagger {opts.stagger_s:g} delays rank r by r × {opts.stagger_s:g} s, and there is one "
+                             "rank: add --ranks N, or leave --stagger out")
     if opts.stagger_s and opts.format == "dcp":
         raise CkptbenchError("--stagger offsets the ranks' shard writers of safetensors or torch saves; "
                              "DCP writes with its own threads: drop --stagger or choose another --format")

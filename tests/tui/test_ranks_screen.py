@@ -199,11 +199,13 @@ def test_ranks_without_a_dist_run_is_one_line_and_exit_2(tmp_path):
 
 
 def test_ranks_opens_the_newest_dist_run(tmp_path, monkeypatch):
+    from ckptbench.cli import ui
     from tui.app import CkptbenchApp
 
     path = recorded(tmp_path, dist_doc("d15t000000b1"), dist_doc("d15t000000b2", ends=[[0.3, 0.2]]))
     started = []
     monkeypatch.setattr(CkptbenchApp, "run", lambda self: started.append(self.ranks))
+    monkeypatch.setattr(ui, "has_terminal", lambda: True)  # the test's output is captured: no terminal, and no UI runs
     rc, err = _tui(["--results", path, "--ranks"])
     assert rc == 0, err
     assert [d["run_id"] for d in started] == ["d15t000000b2"] == [newest_dist_run(path)["run_id"]]
