@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,6 +21,7 @@ from textual.worker import get_current_worker
 
 from ckptbench.cli import ui
 from ckptbench.core import concurrency as conc
+from ckptbench.core.progress import fmt_us
 from ckptbench.core.stages import LIST, READ, STAGES
 from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core import options
@@ -121,9 +123,11 @@ class Dashboard(Screen):
         if s is None:
             self.query_one("#source", Static).update("no source")
             return
+        # a path is text, not markup: a folder named "[red]" would have been read as a style
         self.query_one("#source", Static).update(
-            f"[b]{s['source']}[/b]  {s['fs_type']} on {s['mount_point']}  ·  {s['files']} files, "
-            f"{human_bytes(s['bytes'])}  ·  page-cache residency {human_pct(s['residency'])}")
+            f"[b]{escape(s['source'])}[/b]  {escape(s['fs_type'])} on {escape(s['mount_point'])}  ·  "
+            f"{s['files']} file{'' if s['files'] == 1 else 's'}, {human_bytes(s['bytes'])}  ·  "
+            f"page-cache residency {human_pct(s['residency'])}")
 
     def show_settings(self, live: int | None = None) -> None:
         """The settings line; while a read runs, the concurrency is the one the read itself reports."""
@@ -337,7 +341,7 @@ class Dashboard(Screen):
         self._set("#figures",
             f"GB/s now [b]{live['now_gbps']:.2f}[/b]  avg [b]{live['avg_gbps']:.2f}[/b]  "
             f"peak [b]{live['peak_gbps']:.2f}[/b]   ·   files {live['files']}/{live['files_total']}   ·   "
-            f"latency p50 {live['latency_p50_us'] or 0:.0f} µs  p99 {live['latency_p99_us'] or 0:.0f} µs\n"
+            f"latency p50 {fmt_us(live['latency_p50_us'])}  p99 {fmt_us(live['latency_p99_us'])}\n"
             f"workers {live['active_workers']} active / {live['concurrency']} target, "
             f"busy {human_pct(live['busy_pct'] / 100)}"
             f"   ·   errors {live['errors']}  retries {live['retries']}")
