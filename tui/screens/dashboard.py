@@ -380,11 +380,11 @@ class Dashboard(Screen):
     @on(RunFailed)
     def failed(self, msg: RunFailed) -> None:
         self.running = False
-        self.notify(msg.error, severity="error", timeout=10)
+        self.notify(escape(msg.error), severity="error", timeout=10)
         self.query_one("#stages", StageBar).update_stages(self.app.session.stages() if self.app.session else {}, None,
                                                           failed=True)
         self.floor.show()
-        self._set("#figures", f"[b red]restore failed[/]: {msg.error}")
+        self._set("#figures", f"[b red]restore failed[/]: {escape(msg.error)}")  # text: "[/x]" in it raised
         self.show_settings()
 
     @on(LoopEnded)
@@ -405,8 +405,8 @@ class Dashboard(Screen):
             self.query_one("#chart", ThroughputChart).border_subtitle = "auto-tune stopped before the knee"
             self.notify("auto-tune stopped before it found the knee", severity="warning")
         if msg.error is not None:
-            self.notify(msg.error, severity="error", timeout=10)
-            self._set("#figures", f"[b red]loop failed[/]: {msg.error}")
+            self.notify(escape(msg.error), severity="error", timeout=10)
+            self._set("#figures", f"[b red]loop failed[/]: {escape(msg.error)}")
         else:
             self.notify(f"loop stopped after {msg.passes} passes")
         if msg.source_info is not None:

@@ -3,6 +3,7 @@ lanes, one per rank."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
@@ -35,7 +36,7 @@ class HistoryScreen(Screen):
             self.dist = {d["run_id"]: d for d in dist_runs(path)}
         except CkptbenchError as exc:
             self.runs, self.dist = [], {}
-            self.query_one("#comparison", Static).update(printable(redact(str(exc))))
+            self.query_one("#comparison", Static).update(escape(printable(redact(str(exc)))))
             return
         for r in self.runs:  # recorded text is anyone's: an escape in it would retitle or wipe the terminal
             table.add_row(" ", *map(printable, (r["run_id"], r["date"][:19], redact(r["source"]), self.mode_of(r),
@@ -44,7 +45,7 @@ class HistoryScreen(Screen):
                           "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", printable(r["status"]),
                           key=r["run_id"])
         if not self.runs:
-            self.query_one("#comparison", Static).update(f"no runs recorded in {path} yet: press r on the dashboard")
+            self.query_one("#comparison", Static).update(f"no runs recorded in {escape(path)} yet: press r on the dashboard")
         elif self.dist:
             self.query_one("#comparison", Static).update("enter on a dist run: a lane per rank")
 
@@ -85,11 +86,13 @@ class HistoryScreen(Screen):
         try:
             c = compare(self.app.results_path, base, newest=new)
         except CkptbenchError as exc:
-            self.notify(printable(redact(str(exc))), severity="error")
+            self.notify(escape(printable(redact(str(exc)))), severity="error")
             return
-        lines = [f"{c.newest_id} against {c.baseline_id}"]  # compare hands them back printable
+        # compare hands them back printable; recorded text is still not markup (a watched command's "[/x]" raised)
+        lines = [escape(f"{c.newest_id} against {c.baseline_id}")]
         if c.env_diff:
-            lines.append("[yellow]differs: " + ", ".join(f"{k} {a}→{b}" for k, (a, b) in c.env_diff.items()) + "[/]")
+            lines.append("[yellow]differs: " + escape(", ".join(f"{k} {a}→{b}" for k, (a, b) in c.env_diff.items()))
+                         + "[/]")
         for f in c.figures:
             flag = (" [red]REGRESSION[/]" if f.regression else " [green]improved[/]" if f.improved
                     else f" ({f.verdict})" if f.verdict else "")

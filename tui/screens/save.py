@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import threading
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.reactive import reactive
@@ -148,13 +149,13 @@ class SaveScreen(Screen):
     def cancelled(self, msg: SaveCancelled) -> None:
         self.drain_samples()
         self.saving = False
-        self.query_one("#save-summary", Static).update(f"[b]cancelled[/b]: {msg.reason}")
+        self.query_one("#save-summary", Static).update(f"[b]cancelled[/b]: {escape(msg.reason)}")
 
     @on(SaveFailed)
     def failed(self, msg: SaveFailed) -> None:
         self.saving = False
-        self.query_one("#save-summary", Static).update(f"[b red]failed[/]: {msg.error}")
-        self.notify(msg.error, severity="error", timeout=10)
+        self.query_one("#save-summary", Static).update(f"[b red]failed[/]: {escape(msg.error)}")  # text: "[/x]" in it raised
+        self.notify(escape(msg.error), severity="error", timeout=10)
 
 
 def summary(report: dict) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -67,7 +68,7 @@ class SweepScreen(Screen):
 
     @on(WorkFailed)
     def failed(self, msg: WorkFailed) -> None:
-        self.notify(msg.error, severity="error", timeout=10)
+        self.notify(escape(msg.error), severity="error", timeout=10)
 
     def render_chart(self) -> None:
         width = max(10, self.size.width - 24)

@@ -116,19 +116,19 @@ class WatchScreen(Screen):
         d = m.doc
         v = d["verdict"]
         gpu = (f"; GPU memory peak {human_bytes(d['gpu_peak_bytes'])}" if d.get("gpu_peak_bytes") is not None
-               else "") + (f" ({d['gpu_note']})" if d.get("gpu_note") else "")
+               else "") + (f" ({escape(d['gpu_note'])})" if d.get("gpu_note") else "")
         self.query_one("#watch-target", Static).update(
             f"watched process {d['pid']}: {d['ended']} after {d['wall_s']:.1f} s; read {human_bytes(d['bytes'])} "
             f"at {d['loader_gbps']:.2f} GB/s{gpu}")
         self.query_one("#watch-verdict", Static).update(
-            f"[b]verdict: {v['kind']}[/b]\n{v['summary']}\n[b]fix:[/b] {v['fix']}")
+            f"[b]verdict: {escape(v['kind'])}[/b]\n{escape(v['summary'])}\n[b]fix:[/b] {escape(v['fix'])}")
         said = d["floor_sentence"] + (f" ({d['floor_note']})" if d["floor_sentence"] else d["floor_note"] or "unknown")
         self.query_one("#watch-floor", Static).update(f"[b]floor:[/b] {escape(said)}")
         self.notify(f"verdict: {v['kind']}", severity="warning" if v["kind"] != "storage-bound" else "information")
 
     @on(WatchFailed)
     def failed(self, m: WatchFailed) -> None:
-        self.query_one("#watch-verdict", Static).update(f"[b red]watch failed[/]: {m.error}")
+        self.query_one("#watch-verdict", Static).update(f"[b red]watch failed[/]: {escape(m.error)}")
         self.notify(m.error, severity="error", timeout=10)
 
     def action_verdict(self) -> None:
