@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 
 from ckptbench.core import concurrency as conc
-from ckptbench.checkpoint import tree
-from ckptbench.core.errors import CkptbenchError, redact
+from ckptbench.checkpoint import confine, tree
+from ckptbench.checkpoint.quote import quote
+from ckptbench.core.errors import CkptbenchError, printable, redact
 
 DEFAULT_PART = 8 << 20
 MAX_ATTEMPTS = 10  # botocore's own retries per request, before ours per part
+READ_TIMEOUT_S = 30  # per socket read: a body that stalls fails after this, then is retried a bounded number of times
+MAX_OBJECTS = 1 << 20  # objects under one prefix: a listing of more is not one checkpoint
+MAX_PAGES = 4096  # S3 pages hold up to 1000 keys: a listing that never ends (IsTruncated forever) stops here
+MAX_OBJECT_SIZE = 5 << 40  # S3's own limit on one object: a larger listed size is not a real one
 
 
 def is_s3(source: str) -> bool:
@@ -62,17 +68,39 @@ class S3Object:
 # Error classes a restore reports, so a failure reads as a cause rather than a stack of botocore types.
 THROTTLING, SERVER_ERROR, CONNECTION_RESET, TIMEOUT = "throttling", "server_error", "connection_reset", "timeout"
 MISSING, ACCESS_DENIED, CHANGED, CHECKSUM = "missing", "access_denied", "changed", "checksum_mismatch"
+REDIRECT, MALFORMED = "redirect", "malformed_response"
+
+
+def error_code(exc) -> str:
+    """An error response's code where it is one (a short word, as S3's are), else "": the server writes it, and a
+    hostile one can echo what the request carried (a session token) in its place."""
+    code = exc.response.get("Error", {}).get("Code", "")
+    return code if isinstance(code, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9.]{0,63}", code) else ""
+
+
+def described(exc: BaseException) -> str:
+    """A failure in a few words for a failed file's line: an error response's code and status (its message is the
+    server's free text), else the exception's first line; redacted and cut."""
+    from botocore.exceptions import ClientError
+
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
+        return f"{error_code(exc) or 'an unrecognised error code'}, HTTP {status}"
+    return redact((str(exc).splitlines() or [type(exc).__name__])[0][:200])
 
 
 def classify(exc: BaseException) -> str:
-    """One class per failure: throttling, server_error, connection_reset, timeout, missing, access_denied, changed."""
+    """One class per failure: throttling, server_error, connection_reset, timeout, missing, access_denied, changed,
+    redirect, malformed_response."""
+    import binascii
+
     from botocore.exceptions import (ClientError, ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError,
                                      ReadTimeoutError, ResponseStreamingError)
 
-    if type(exc).__name__ == "FlexibleChecksumError":  # botocore checked S3's CRC itself and it disagreed
-        return CHECKSUM
+    if type(exc).__name__ == "FlexibleChecksumError" or isinstance(exc, binascii.Error):
+        return CHECKSUM  # botocore checked S3's CRC itself and it disagreed, or the checksum header is not base64
     if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code", "")
+        code = error_code(exc)
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         if code in ("SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503"):
             return THROTTLING
@@ -82,11 +110,15 @@ def classify(exc: BaseException) -> str:
             return ACCESS_DENIED
         if code in ("PreconditionFailed", "412") or status == 412:
             return CHANGED
+        if code in ("PermanentRedirect", "TemporaryRedirect", "Redirect") or 300 <= status < 400:
+            return REDIRECT
         return SERVER_ERROR if status >= 500 else code or "client_error"
     if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError, TimeoutError)):
         return TIMEOUT
     if isinstance(exc, (ConnectionClosedError, EndpointConnectionError, ResponseStreamingError, ConnectionError)):
         return CONNECTION_RESET
+    if isinstance(exc, (ValueError, RecursionError)) or type(exc).__name__ == "ResponseParserError":
+        return MALFORMED  # botocore could not parse the answer (a number that is not one, XML cut short, a loop)
     name = type(exc).__name__
     if "Timeout" in name:
         return TIMEOUT
@@ -147,7 +179,7 @@ def make_client(concurrency: int = conc.DEFAULT, *, retry_log: RetryLog | None =
         retries=_retries(max_attempts),
         max_pool_connections=concurrency + 4,
         connect_timeout=5,
-        read_timeout=30,
+        read_timeout=READ_TIMEOUT_S,
         s3={"addressing_style": "path"} if endpoint else {},
         user_agent_extra="ckptbench",
     )
@@ -165,51 +197,93 @@ def _fail(url: S3Url, exc: BaseException) -> CkptbenchError:
         ACCESS_DENIED: f"{url}: access denied; check the credentials in use and the bucket policy",
         CONNECTION_RESET: f"{url}: cannot reach {host}; check AWS_ENDPOINT_URL, the network path and proxies",
         TIMEOUT: f"{url}: {host} timed out; check the network path",
+        REDIRECT: f"{url}: {host} answered with a redirect, which ckptbench does not follow; set AWS_REGION to the "
+                  "bucket's region or AWS_ENDPOINT_URL to the endpoint that serves it",
+        MALFORMED: f"{url}: {host} answered with something that is not a valid S3 response; check that "
+                   "AWS_ENDPOINT_URL points at an S3 endpoint",
     }.get(cls, f"{url}: S3 error ({cls}); retry later or check the endpoint")
     return CkptbenchError(text)
 
 
-def list_objects(client, url: S3Url) -> list[S3Object]:
-    """Every object under the prefix (paginated), in key order."""
+def call_errors() -> tuple:
+    """What a botocore call raises on a hostile endpoint: its own errors, a number that is not one (ValueError from
+    its parser), XML it cannot parse, and a redirect it follows back to itself until the stack runs out."""
     from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.parsers import ResponseParserError
 
+    return ClientError, BotoCoreError, ResponseParserError, ValueError, RecursionError
+
+
+def _crafted(url: S3Url, what: str) -> CkptbenchError:
+    return CkptbenchError(f"{url}: the listing {what}; the endpoint or the objects under the prefix are not a "
+                          "checkpoint's: check AWS_ENDPOINT_URL and what wrote the prefix")
+
+
+def _pages(client, url: S3Url, prefix: str):
+    """The listing's pages, at most MAX_PAGES of them (a hostile endpoint can say IsTruncated forever)."""
+    from botocore.exceptions import PaginationError
+
+    pages = iter(client.get_paginator("list_objects_v2").paginate(Bucket=url.bucket, Prefix=prefix))
+    for n in range(MAX_PAGES + 1):
+        try:
+            page = next(pages, None)
+        except PaginationError:  # botocore saw the same continuation token twice in a row
+            raise _crafted(url, "repeats its continuation token") from None
+        except call_errors() as exc:
+            raise _fail(url, exc) from None
+        if page is None:
+            return
+        if n == MAX_PAGES:
+            raise _crafted(url, f"did not end after {MAX_PAGES} pages")
+        yield page
+
+
+def _entry(url: S3Url, prefix: str, o) -> S3Object | None:
+    """One listed object, checked: a key under the prefix whose rest is a plain, printable relative path (it names a
+    local file when staged, and is shown), and a size S3 could hold. None for a folder marker ("dir/")."""
+    key, size = o.get("Key"), o.get("Size")
+    if not isinstance(key, str) or not key.startswith(prefix):
+        raise _crafted(url, f"names {quote(key)}, outside the prefix {quote(prefix)}")
+    if key.endswith("/"):
+        return None
+    rel = key[len(prefix):]
+    if not confine.is_plain(rel) or printable(rel) != rel:
+        raise _crafted(url, f"names {quote(key)}: {quote(rel)} is not a plain relative path of printable characters")
+    if type(size) is not int or not 0 <= size <= MAX_OBJECT_SIZE:
+        raise _crafted(url, f"gives {quote(key)} the size {quote(size)}, which no S3 object has")
+    return S3Object(key, rel, size, str(o.get("ETag", "")).strip('"'))
+
+
+def _check_names(url: S3Url, objects: list[S3Object]) -> None:
+    """No two objects land on one local name: a key listed twice, or a file that is also a folder of another."""
+    rels = set()
+    for o in objects:
+        if o.rel in rels:
+            raise _crafted(url, f"names {quote(o.key)} twice")
+        rels.add(o.rel)
+    for o in objects:
+        parts = o.rel.split("/")
+        for n in range(1, len(parts)):
+            folder = "/".join(parts[:n])
+            if folder in rels:
+                raise _crafted(url, f"names {quote(folder)} both as an object and as the folder of {quote(o.rel)}")
+
+
+def list_objects(client, url: S3Url) -> list[S3Object]:
+    """Every object under the prefix (paginated, bounded), checked, in key order."""
     prefix = f"{url.prefix}/" if url.prefix else ""
     out = []
-    try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=url.bucket, Prefix=prefix):
-            for o in page.get("Contents", ()):
-                if o["Key"].endswith("/"):
-                    continue
-                out.append(S3Object(o["Key"], o["Key"][len(prefix):], int(o["Size"]), o.get("ETag", "").strip('"')))
-    except (ClientError, BotoCoreError) as exc:
-        raise _fail(url, exc) from None
+    for page in _pages(client, url, prefix):
+        for o in page.get("Contents", ()):
+            obj = _entry(url, prefix, o)
+            if obj is not None:
+                out.append(obj)
+        if len(out) > MAX_OBJECTS:
+            raise _crafted(url, f"holds more than {MAX_OBJECTS} objects, more than one checkpoint has")
     if not out:
         raise CkptbenchError(f"{url}: no objects under this prefix; check the bucket and prefix")
+    _check_names(url, out)
     return sorted(out, key=lambda o: o.key)
-
-
-def get_bytes(client, url: S3Url, rel: str, retry_log: RetryLog | None = None, attempts: int = 5) -> bytes | None:
-    """A small object (the manifest), or None when it does not exist; a body cut mid-read is fetched again."""
-    import time
-
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    for attempt in range(attempts):
-        try:
-            return client.get_object(Bucket=url.bucket, Key=url.key(rel))["Body"].read()
-        except ClientError as exc:
-            if classify(exc) == MISSING:
-                return None
-            raise _fail(url, exc) from None
-        except BotoCoreError as exc:
-            cls = classify(exc)
-            # botocore retries the request, not a body that breaks after the headers
-            if cls not in (CONNECTION_RESET, TIMEOUT) or attempt == attempts - 1:
-                raise _fail(url, exc) from None
-            if retry_log is not None:
-                retry_log.add(cls)
-            time.sleep(0.05 * 2 ** attempt)
-    return None
 
 
 def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_size: int = DEFAULT_PART,

@@ -24,8 +24,7 @@ class CrtRead(ObjectRead):
 
         super().__init__(url, objects, opts, retry_log, into=into, stage_dir=stage_dir)
         for ob in self.objs:
-            ob.crcs = [None]
-            ob.md5s = []  # per-part md5s need upload part boundaries the CRT does not expose
+            ob.md5s = None  # per-part md5s need upload part boundaries the CRT does not expose
         self.t_first = self.t_start
         crt, host = _crt_client(opts)
         self.requests = []
@@ -78,7 +77,7 @@ class CrtRead(ObjectRead):
             ob.error = (cls, f"{ob.o.key}: {cls} (status {status_code}, {redact(str(error))})")
         elif ob.bytes != ob.o.size:
             ob.error = ("size_mismatch", f"{ob.o.key}: {ob.bytes} bytes, listed {ob.o.size}")
-        ob.crcs = [(ob._crc.digest(), ob.bytes)]
+        ob.crcs = {0: (ob._crc.digest(), ob.bytes)}
         ob.remaining = 0
         self._finish(ob)
 

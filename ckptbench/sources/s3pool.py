@@ -3,6 +3,8 @@ S3 reader `s3source.start` picks by default; what it shares with the CRT reader 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 import threading
 import time
@@ -10,10 +12,15 @@ import time
 import fastio
 
 from ckptbench.core import concurrency as conc
-from ckptbench.core.errors import CkptbenchError, redact
+from ckptbench.core.errors import CkptbenchError
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources.base import ReadOptions
 from ckptbench.sources.s3read import CHUNK, ObjectRead, _bucket, _Obj
+
+# failures another attempt cannot mend: the object is gone, refused, replaced, corrupt, or not the size listed
+FINAL = (s3mod.MISSING, s3mod.ACCESS_DENIED, s3mod.CHANGED, s3mod.CHECKSUM, s3mod.REDIRECT, s3mod.MALFORMED,
+         "size_mismatch")
+
 
 class ThreadPoolRead(ObjectRead):
     """boto3 GETs on ckptbench's own threads: each part is one task; concurrency changes while it reads."""
@@ -24,7 +31,9 @@ class ThreadPoolRead(ObjectRead):
                  retry_log: s3mod.RetryLog, *, into: str = "hash", stage_dir: str | None = None):
         super().__init__(url, objects, opts, retry_log, into=into, stage_dir=stage_dir)
         self.client = client
-        self.tasks = [(i, k) for i, ob in enumerate(self.objs) for k in range(ob.nparts)]
+        # task j is part j - ends[i-1] of object i: held as one running sum per object, not one entry per part
+        self.ends = list(itertools.accumulate(ob.nparts for ob in self.objs))
+        self.ntasks = self.ends[-1] if self.ends else 0
         self.next_task = 0
         self.threads: list[threading.Thread] = []
         self.state: list[str] = []
@@ -33,7 +42,7 @@ class ThreadPoolRead(ObjectRead):
             self._spawn(self.target)
 
     def _spawn(self, n: int) -> None:
-        while len(self.threads) < n and self.next_task < len(self.tasks) and not self.cancelled:
+        while len(self.threads) < n and self.next_task < self.ntasks and not self.cancelled:
             i = len(self.threads)
             self.state.append("idle")
             self.busy.append(0.0)
@@ -56,19 +65,24 @@ class ThreadPoolRead(ObjectRead):
     def _worker(self, i: int) -> None:
         while True:
             with self.cv:
-                while i >= self.target and not self.cancelled and self.next_task < len(self.tasks):
+                while i >= self.target and not self.cancelled and self.next_task < self.ntasks:
                     self.state[i] = "parked"
                     self.cv.wait()
-                if self.cancelled or self.next_task >= len(self.tasks):
+                if self.cancelled or self.next_task >= self.ntasks:
                     self.state[i] = "exited"
                     self.cv.notify_all()
                     return
-                task = self.tasks[self.next_task]
+                task = self._task(self.next_task)
                 self.next_task += 1
                 self.state[i] = "active"
             t0 = time.perf_counter()
             self._part(*task)
             self.busy[i] += time.perf_counter() - t0
+
+    def _task(self, j: int) -> tuple[int, int]:
+        """(object, part) of task j."""
+        i = bisect.bisect_right(self.ends, j)
+        return i, j - (self.ends[i - 1] if i else 0)
 
     def _part(self, i: int, k: int) -> None:
         ob = self.objs[i]
@@ -84,15 +98,15 @@ class ThreadPoolRead(ObjectRead):
             self._finish(ob)
 
     def _fetch(self, ob: _Obj, k: int) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import ClientError
         from urllib3.exceptions import HTTPError
 
         ps = self.opts.part_size
         start = k * ps
         end = min(ob.o.size, start + ps) - 1
         want = end - start + 1
-        if self.into == "stage":
-            self._open_stage(ob)
+        if self.into == "stage" and not self._staged(ob):
+            return
         for attempt in range(self.opts.part_retries + 1):
             if self.cancelled:
                 self._fail(ob, "cancelled", "cancelled")
@@ -105,7 +119,7 @@ class ThreadPoolRead(ObjectRead):
             else:
                 kw["ChecksumMode"] = "ENABLED"
             crc = fastio.Hasher("crc32c")
-            md5 = fastio.Hasher("md5") if ob.md5s else None
+            md5 = fastio.Hasher("md5") if ob.md5s is not None else None
             held: list[bytes] = []
             got = 0
             try:
@@ -135,14 +149,13 @@ class ThreadPoolRead(ObjectRead):
                 if got != want:
                     raise ConnectionResetError(f"short body: {got} of {want} bytes")
                 break
-            except (ClientError, BotoCoreError, HTTPError, OSError, ValueError, CkptbenchError) as exc:
+            except (*s3mod.call_errors(), HTTPError, OSError, CkptbenchError) as exc:
                 cls = s3mod.classify(exc) if not isinstance(exc, CkptbenchError) else "size_mismatch"
                 with self.stat_lock:
                     self.bytes -= got
-                if cls in (s3mod.MISSING, s3mod.ACCESS_DENIED, s3mod.CHANGED, "size_mismatch") \
-                        or attempt == self.opts.part_retries:
-                    first = redact((str(exc).splitlines() or [type(exc).__name__])[0][:200])
-                    self._fail(ob, cls, f"{ob.o.key} bytes {start}-{end}: {cls} ({first})")
+                # botocore already retried what its request got back (an error status): ours are for cut bodies
+                if isinstance(exc, ClientError) or cls in FINAL or attempt == self.opts.part_retries:
+                    self._fail(ob, cls, f"{ob.o.key} bytes {start}-{end}: {cls} ({s3mod.described(exc)})")
                     return
                 self.retry_log.add(cls)
                 with self.stat_lock:
@@ -157,6 +170,15 @@ class ThreadPoolRead(ObjectRead):
                 ob.md5s[k] = md5.digest()
         if ob.ordered is not None:
             self._hash_in_order(ob, k, held)
+
+    def _staged(self, ob: _Obj) -> bool:
+        """The object's temporary file is open; False (the object failed) where the stage directory refused it."""
+        try:
+            self._open_stage(ob)
+            return True
+        except OSError as exc:  # a name too long for the filesystem, a full disk, a read-only directory
+            self._fail(ob, "stage", f"{ob.tmp}: {exc.strerror or type(exc).__name__}; check --stage-dir")
+            return False
 
     def _hash_in_order(self, ob: _Obj, k: int, held: list[bytes]) -> None:
         """md5/sha256/xxh64 need bytes in order: parts that arrive early wait (at most ~concurrency of them)."""
@@ -181,7 +203,7 @@ class ThreadPoolRead(ObjectRead):
             states = list(self.state)
             threads = len(self.threads)
             target = self.target
-        finished = all(s == "exited" for s in states) and threads > 0 or not self.tasks
+        finished = all(s == "exited" for s in states) and threads > 0 or not self.ntasks
         end = self.t_last if finished and self.t_last else time.perf_counter()
         return fastio.Snapshot(
             bytes=self.bytes, bytes_planned=sum(o.o.size for o in self.objs), files_done=self.done_files,

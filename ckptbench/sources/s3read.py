@@ -45,8 +45,8 @@ class _Obj:
     attempts: int = 1
     t0: float = 0.0
     t1: float = 0.0
-    crcs: list = field(default_factory=list)
-    md5s: list = field(default_factory=list)
+    crcs: dict = field(default_factory=dict)  # part -> (crc32c, bytes): parts that arrived, not one slot per part
+    md5s: dict | None = None  # part -> md5, for a multipart ETag
     ordered: object = None  # fastio.Hasher fed in order for md5/sha256/xxh64
     next_part: int = 0
     pending: dict = field(default_factory=dict)
@@ -91,17 +91,20 @@ class ObjectRead:
 
     def _prepare(self, o: s3mod.S3Object) -> _Obj:
         n = self._nparts(o)
-        ob = _Obj(o, n, self.opts.hash, remaining=n, crcs=[None] * n)
+        ob = _Obj(o, n, self.opts.hash, remaining=n)
         if self.opts.hash not in ("none", "crc32c"):
             ob.ordered = fastio.Hasher(self.opts.hash)
         if self.opts.hash == "md5" and "-" in o.etag:
-            ob.md5s = [None] * n
+            ob.md5s = {}
         if self.into == "memory":
             ob.buffer = mmap.mmap(-1, max(4096, o.size), flags=_ANON)
         elif self.into == "stage":
             from ckptbench.checkpoint.packs import safe_member
 
-            ob.final = os.path.join(self.stage_dir, safe_member(o.rel))
+            if o.rel.endswith(STAGE_SUFFIX):  # its final name is another object's temporary one: they would mix
+                raise CkptbenchError(f"{self.url}/{o.rel}: ends in {STAGE_SUFFIX}, the suffix of ckptbench's "
+                                     "temporary names, so it cannot be staged; rename the object", exit_code=1)
+            ob.final = os.path.join(self.stage_dir, safe_member(o.rel, str(self.url)))
             ob.tmp = ob.final + STAGE_SUFFIX
         return ob
 
@@ -121,7 +124,7 @@ class ObjectRead:
         self.t_last = max(self.t_last, ob.t1)
         if ob.error is None and not self.cancelled:
             whole = None
-            for d, n in ob.crcs:
+            for _, (d, n) in sorted(ob.crcs.items()):
                 c = int.from_bytes(d, "big")
                 whole = c if whole is None else fastio.crc32c_combine(whole, c, n)
             whole = whole or 0
@@ -157,10 +160,11 @@ class ObjectRead:
             return base64.b64decode(ob.s3_crc32c) == whole.to_bytes(4, "big")
         if self.opts.hash == "md5" and ob.o.etag and "-" not in ob.o.etag and len(ob.o.etag) == 32:
             return ob.digest == ob.o.etag
-        if ob.md5s and all(ob.md5s) and ob.o.etag.endswith(f"-{ob.nparts}"):
+        if ob.md5s and len(ob.md5s) == ob.nparts and ob.o.etag.endswith(f"-{ob.nparts}"):
             import hashlib
 
-            return hashlib.md5(b"".join(ob.md5s)).hexdigest() == ob.o.etag.split("-")[0]
+            joined = b"".join(ob.md5s[k] for k in range(ob.nparts))
+            return hashlib.md5(joined).hexdigest() == ob.o.etag.split("-")[0]
         return None
 
     def _close_out(self) -> None:

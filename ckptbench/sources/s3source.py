@@ -52,7 +52,8 @@ class S3Source:
             prefix = lay.root + "/"
             objects = [dataclasses.replace(o, rel=o.rel[len(prefix):]) for o in objects if o.rel.startswith(prefix)]
             self._objects = {o.rel: o for o in objects}
-        raw = (s3.get_bytes(self._client, self.s3url, mf.MANIFEST_NAME, self.retry_log)
+        # fetched no further than a manifest can be: its body is read whole before it is parsed
+        raw = (self._fetch_small(mf.MANIFEST_NAME, mf.MAX_BYTES, "a manifest")
                if mf.MANIFEST_NAME in self._objects else None)
         man = mf.parse(raw, f"{self.url}/{mf.MANIFEST_NAME}") if raw is not None else None
         keep = set(lay.files)
@@ -82,7 +83,7 @@ class S3Source:
         """Bytes 0..limit of the object as listed (If-Match its ETag); a body cut mid-read is fetched again."""
         import time
 
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import ClientError
 
         extra = {"IfMatch": f'"{obj.etag}"'} if obj.etag else {}
         attempt = 0
@@ -90,7 +91,7 @@ class S3Source:
             try:
                 return self._client.get_object(Bucket=self.s3url.bucket, Key=obj.key, Range=f"bytes=0-{limit}",
                                                **extra)["Body"].read(limit + 1)
-            except (ClientError, BotoCoreError) as exc:
+            except s3.call_errors() as exc:
                 cls = s3.classify(exc)
                 # botocore retries the request, not a body that breaks after the headers
                 if isinstance(exc, ClientError) or cls not in (s3.CONNECTION_RESET, s3.TIMEOUT) \
