@@ -28,7 +28,8 @@ def _target(args):
         pid = int(args.target[0])
         procstat.watchable(pid)  # gone, unreadable or a zombie: one line now, before anything is shown
         return pid, None, None
-    if len(args.target) == 1 and args.target[0].isdigit():  # digits of another script: meant as a PID
+    if len(args.target) == 1 and args.target[0][:1].isdigit():  # "12ab", or digits of another script: meant as a
+        # PID, not a program named so (one started as `-- ./12ab` has a path)
         raise CkptbenchError(f"watch: {args.target[0]!r} is not a PID (a PID is ASCII digits 0-9); give a PID, "
                              "--match PATTERN or -- COMMAND")
     proc, marks = watch.start_job(args.target, stdout_to_stderr=args.json)
@@ -87,8 +88,12 @@ def _print(doc: dict) -> None:
     command = command if len(command) <= 80 else "…" + command[-79:]  # its end: the arguments, not the venv's path
     print(f"watched {doc['pid']} ({command}): " + printable(redact(
         f"{doc['wall_s']:.2f} s, {doc['ended']}" + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))))
-    _say(f"read {human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {doc['loader_gbps']:.2f} GB/s; "
-         f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; major faults {doc['majflt']}")
+    least = "at least " if doc.get("count_note") else ""  # a count known to be short is not given as the rate
+    _say(f"read {least}{human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {least}"
+         f"{doc['loader_gbps']:.2f} GB/s; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; "
+         f"major faults {doc['majflt']}")
+    if least:
+        _say(f"  a lower bound: {doc['count_note']}")
     if doc.get("counted_bytes") is not None and doc["bytes"] > doc["counted_bytes"]:
         _say(f"  counted from the checkpoint files' pages that came into the page cache or its mappings while it ran "
              f"(its own counters saw {human_bytes(doc['counted_bytes'])} in the reading window)")
@@ -117,6 +122,7 @@ def cmd_watch(args) -> int:
     from ckptbench.watch import verdict
     from ckptbench.watch import sampler as watch
 
+    watch.check_interval(args.interval)  # the arguments first: `watch 1 --interval 0` said /proc/1/io was unreadable
     files, total = source_files(args.source)  # a bad --source is one line before anything starts
     if args.results:
         from ckptbench.records.results import check_writable
@@ -147,6 +153,7 @@ def cmd_watch(args) -> int:
         if line is not None:
             line.close()
     doc = report.to_json()
+    doc["count_note"] = verdict.lower_bound(report)  # "" when the bytes (and the rate) are counted whole
     if total is not None:
         doc["checkpoint"] = {"path": args.source, "bytes": total, "files": len(files)}
     floor = verdict.floor_fields(report, files)  # from the floor `ckptbench floor` cached: never measured here

@@ -50,9 +50,15 @@ class ProcSample:
         return sum(self.threads.values())
 
 
-def _read(path: str) -> str:
-    with open(path) as f:
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
         return f.read()
+
+
+def _read(path: str) -> str:
+    """A /proc text file, whatever bytes it holds: a process names itself (its comm in stat, its command line) with
+    any bytes, and one that is not UTF-8 must not crash a watch of another process (replaced, never raised)."""
+    return _read_bytes(path).decode("utf-8", "replace")
 
 
 def _stat_fields(text: str) -> list[str]:
@@ -215,11 +221,12 @@ def find(pattern: str, *, exclude: int | None = None) -> int:
         if not PID.fullmatch(name) or int(name) in mine:
             continue
         try:
-            cmd = _read(f"/proc/{name}/cmdline").replace("\0", " ").strip()
+            raw = _read_bytes(f"/proc/{name}/cmdline").replace(b"\0", b" ").strip()
         except OSError:
             continue
-        if pattern in cmd:
-            found.append((int(name), cmd))
+        # matched as the pattern was decoded from argv (bytes kept as surrogates), shown with the bytes replaced
+        if pattern in raw.decode("utf-8", "surrogateescape"):
+            found.append((int(name), raw.decode("utf-8", "replace")))
     if not found:
         raise CkptbenchError(f"--match {pattern!r}: no running process has it in its command line; give a PID")
     if len(found) > 1:

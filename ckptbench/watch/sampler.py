@@ -81,6 +81,7 @@ class WatchReport:
     arrived_bytes: int = 0  # what came into the page cache of the checkpoint's files while watched (pages.py)
     files_bytes: int = 0  # per checkpoint file, the larger of what came into its mappings and its page cache, summed
     interval_s: float | None = None  # the sampling interval asked for
+    source: str | None = None  # the checkpoint --source named (its own key in a document: "checkpoint")
 
     @property
     def hot(self) -> bool | None:
@@ -119,6 +120,7 @@ class WatchReport:
 
     def to_json(self) -> dict:
         doc = asdict(self)
+        del doc["source"]  # a run document's "source" is its head's (the files' directory): the CLI says "checkpoint"
         doc["intervals"] = [{**asdict(i), "gbps": i.gbps} for i in self.intervals]
         doc["loader_gbps"] = self.loader_gbps
         doc["io_span_s"] = self.io_span_s
@@ -212,6 +214,12 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def check_interval(interval: float) -> None:
+    """One line for a sampling interval out of range: checked before the job is looked for or started."""
+    if not 0.01 <= interval <= 60:
+        raise CkptbenchError(f"--interval {interval:g}: give 0.01..60 seconds")
+
+
 class Watch:
     """Samples process `pid` (and its children) every `interval` until it exits or `cancel` is set.
 
@@ -223,8 +231,7 @@ class Watch:
                  on_interval: Callable[[Interval, procstat.ProcSample], None] | None = None,
                  proc: subprocess.Popen | None = None, marks_path: str | None = None, gpu=None,
                  source: str | None = None):
-        if not 0.01 <= interval <= 60:
-            raise CkptbenchError(f"--interval {interval}: give 0.01..60 seconds")
+        check_interval(interval)
         self.pid = pid
         self.interval = interval
         self.cancel = cancel or threading.Event()
@@ -346,7 +353,8 @@ class Watch:
             cpu_s=sum(i.cpu_cores * (i.t1 - i.t0) for i in intervals),
             majflt=sum(round(i.majflt_per_s * (i.t1 - i.t0)) for i in intervals),
             exit_code=exit_code, tcp_retransmit_rate=retrans, sockets_peak=sockets, ended=ended,
-            mapped=sorted(mapped), residency_first=residency, unseen=unseen, interval_s=self.interval)
+            mapped=sorted(mapped), residency_first=residency, unseen=unseen, interval_s=self.interval,
+            source=self.source)
         seen = [i.gpu_bytes for i in intervals if i.gpu_bytes is not None]
         report.gpu_peak_bytes = max(seen) if seen else None
         report.gpu_note = self.gpu.note(report.gpu_peak_bytes)
