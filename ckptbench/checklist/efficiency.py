@@ -31,6 +31,9 @@ WHY = ("a restore slower than the box's own ceilings (storage, fresh memory, cop
        "the ceiling that binds says where to look")
 FLOOR_CMD = "`ckptbench floor SOURCE` (64 MiB or more of files on the same mount)"
 FRESH_WORDS = "fresh memory (a restore's)"  # where the short restore's bytes land: said beside its rate
+# the words `run` adds to its floor note under FIXED_COSTS_S (system/floor.py:restore_fields)
+TOO_SMALL = (f"a floor under {fl.FIXED_COSTS_S * 1e3:.0f} ms counts the bytes alone: at this size opening files, "
+             "parsing headers and starting threads outweigh them, so the efficiency says little")
 LINK_CMD = "`ckptbench floor {source}` (the link's rate per endpoint and bucket, cached for a day)"
 
 
@@ -99,9 +102,10 @@ def short_restore(files: list[tuple[str, int]], concurrency: int, hash_alg: str)
                         cond.residency_before)
 
 
-def gather(source, listing, concurrency: int, root: str = "/", unreadable: frozenset[str] = frozenset()) -> FloorFacts:
-    """The floor (measured now, or this box's cached figures) and a short restore of the files this user can read
-    (the readable item judges the rest); fails soft into `why`."""
+def gather(source, listing, concurrency: int, root: str = "/", unreadable: frozenset[str] = frozenset(),
+           measure: bool = True) -> FloorFacts:
+    """The floor (measured now, or this box's cached figures; the cached ones only without `measure`) and a short
+    restore of the files this user can read (the readable item judges the rest); fails soft into `why`."""
     thp = {"thp_enabled": thp_mode("enabled", root), "thp_defrag": thp_mode("defrag", root)}
     if not source.files_on_disk:
         return _gather_link(source, listing, concurrency, thp)
@@ -109,8 +113,12 @@ def gather(source, listing, concurrency: int, root: str = "/", unreadable: froze
     if not files:
         return FloorFacts(why=f"{listing.source}: no readable file with bytes; point check at a checkpoint", **thp)
     alg = hash_of(None, listing)  # the manifest's (validated when it was read), else none
+    mount = fl.mount_key(source.describe())
+    floor = None if measure else fl.cached(mount)
+    if not measure and floor is None:
+        return FloorFacts(why=f"{fl.not_measured()}; then run this item again", **thp)
     try:
-        floor = fl.measure(files, fl.mount_key(source.describe()))
+        floor = floor or fl.measure(files, mount)
         probe = short_restore(files, concurrency, alg)
     except (CkptbenchError, fastio.FastIOError, OSError) as exc:
         return FloorFacts(why=f"the floor could not be measured: {exc}; fix that, then run {FLOOR_CMD}", **thp)
@@ -295,7 +303,8 @@ def _fix(binding: str | None, floor: fl.Floor, ff: FloorFacts, advised: Advice) 
 
 
 def judge(ff: FloorFacts, advised: Advice) -> Verdict:
-    """ok at or above GOOD of the floor; warn below, with a fix for the binding resource; unknown without a floor."""
+    """ok at or above GOOD of the floor; warn below, with a fix for the binding resource; unknown without a floor, or
+    with one too short to say anything (under FIXED_COSTS_S, as a run notes)."""
     if ff.floor is None or ff.restore is None:
         return Verdict(ID, TITLE, "unknown", {"reason": ff.why or "not measured"}, WHY,
                        ff.why or f"run {FLOOR_CMD}")
@@ -321,11 +330,19 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
         sample = floor.storage.sample_bytes if floor.storage else 0
         ev["storage_missing"] = (f"a {sample >> 20} MiB sample, under the {fl.MIN_STORAGE_SAMPLE >> 20} MiB a "
                                  "bandwidth figure needs")
-        if eff < GOOD:
-            return Verdict(ID, TITLE, "warn", ev, WHY,
-                           f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, "
-                           f"so the gap ({human_pct(eff)} of that floor, bound by {binding.of_model(m)}) is likely the "
-                           f"storage's; point {FLOOR_CMD} at a larger checkpoint, then check again")
+    return _verdict(eff, m, ev, ff, advised)
+
+
+def _verdict(eff: float, m: dict, ev: dict, ff: FloorFacts, advised: Advice) -> Verdict:
+    """The verdict on an efficiency the model gave, with its evidence."""
+    if m["floor_s"] < fl.FIXED_COSTS_S:  # run says its efficiency says little at this size: no verdict on it here
+        return Verdict(ID, TITLE, "unknown", ev | {"reason": TOO_SMALL}, WHY,
+                       "none at this size; point check at a checkpoint of tens of MiB or more to judge its efficiency")
+    if "storage_missing" in ev and eff < GOOD:
+        return Verdict(ID, TITLE, "warn", ev, WHY,
+                       f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, "
+                       f"so the gap ({human_pct(eff)} of that floor, bound by {binding.of_model(m)}) is likely the "
+                       f"storage's; point {FLOOR_CMD} at a larger checkpoint, then check again")
     if eff > fl.OVER_FLOOR:  # faster than the box can go: a ceiling read low, and the item says so, as a run does
         ev["over_floor"] = (f"the short restore ran at {human_pct(eff)} of the floor: a ceiling measured low (a busy "
                             "box, a noisy sample)")
@@ -335,4 +352,4 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
     if eff >= GOOD:
         return Verdict(ID, TITLE, "ok", ev, WHY, "none")
     return Verdict(ID, TITLE, "warn", ev, WHY, f"at {human_pct(eff)} of the floor, bound by {binding.of_model(m)}: "
-                                               f"{_fix(m['binding'], floor, ff, advised)}")
+                                               f"{_fix(m['binding'], ff.floor, ff, advised)}")

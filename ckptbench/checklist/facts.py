@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import fastio
 
-from ckptbench.checklist import efficiency
+from ckptbench.checklist import efficiency, loads
 from ckptbench.core import concurrency as conc
 from ckptbench.core import options as o
 from ckptbench.system import pagecache as conditions
@@ -55,7 +55,7 @@ class Facts:
     measured_save: dict | None = None  # plan.measured_save: the newest save recorded in the results file
     floor_facts: efficiency.FloorFacts | None = None  # the floor and a short restore; None: not asked for
     results: str | None = None  # the results file knees and saves are read from: the advice names it
-
+    headers: loads.Headers = field(default_factory=loads.Headers)  # read as inspect reads them: does it load
 
     @property
     def bytes(self) -> int:
@@ -94,18 +94,21 @@ def sweep_options():
 
 def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, quick_sweep: bool = False,
            environ: dict | None = None, probe_cache: bool = True, results: str | None = None,
-           floor: bool = False) -> Facts:
+           floor: bool = False, measure_floor: bool = True) -> Facts:
     """Reads every fact; each probe fails soft, so a missing one becomes 'unknown' in its item, not a crash.
-    With `floor` it also measures this box's floor (or reads it cached) and runs a short cold restore: that evicts
-    the checkpoint, so a screen beside a running restore leaves it off.
+    A source holding no checkpoint at all raises run's one line (bad input). With `floor` it also measures this
+    box's floor (or reads it cached; only cached without `measure_floor`, as the dashboard, which never measures)
+    and runs a short cold restore: that evicts the checkpoint, so without `probe_cache` (a screen beside a running
+    restore) it is left off, and said.
 
     What differs between storage kinds comes from the source (its scheme, mount, page cache), never from a
     branch on the URL here."""
     src = open_source(source)
     listing = src.list()
+    headers = loads.read(src, listing)  # first: a directory with no checkpoint is refused before any probe
     man = listing.manifest
     paths = [f.path for f in listing.files] if src.files_on_disk else []
-    f = Facts(source=source, scheme=src.scheme, concurrency=concurrency, results=results or None)
+    f = Facts(source=source, scheme=src.scheme, concurrency=concurrency, results=results or None, headers=headers)
     if results:
         from ckptbench.plan.shape import measured_save
 
@@ -153,8 +156,23 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     elif results:
         f.knee = recorded_knee(results, source)
     if floor:
-        f.floor_facts = efficiency.gather(src, listing, concurrency, root, frozenset(p for p, _ in f.unreadable))
+        f.floor_facts = _floor_facts(f, src, listing, root, probe_cache, measure_floor)
     return f
+
+
+LEFT_OFF = ("the short cold restore was left off: it evicts the checkpoint's files, which a restore running beside "
+            "it reads; run the item again when nothing reads them")
+
+
+def _floor_facts(f: Facts, src, listing, root: str, probe_cache: bool, measure: bool) -> efficiency.FloorFacts:
+    """The floor and a short restore, unless the checkpoint cannot be restored at all (then there is nothing to
+    hold against the floor, and no concurrency to advise) or the files must not be evicted now."""
+    if f.headers.error is not None:
+        return efficiency.FloorFacts(why=loads.NOT_LOADED)
+    if not probe_cache:
+        return efficiency.FloorFacts(why=LEFT_OFF)
+    return efficiency.gather(src, listing, f.concurrency, root, frozenset(p for p, _ in f.unreadable),
+                             measure=measure)
 
 
 def _sample_rates(f: Facts, root: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from ckptbench.checklist import efficiency
+from ckptbench.checklist import efficiency, loads
 from ckptbench.checklist import fuse as checklist_fuse
 from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts
@@ -363,11 +363,12 @@ on_fuse = checklist_fuse.on_fuse
 
 
 def evaluate(f: Facts) -> list[Verdict]:
-    """Every rule, plus the FUSE item after the mount options when the source sits on a FUSE mount, and the restore
-    efficiency last when the check measured the floor."""
-    items = [rule(f) for rule in RULES]
+    """Whether the checkpoint loads first (nothing else matters if it does not), every rule, the FUSE item after the
+    mount options when the source sits on a FUSE mount, and the restore efficiency last when the check measured the
+    floor."""
+    items = [loads.judge(f.headers)] + [rule(f) for rule in RULES]
     if on_fuse(f):
-        items.insert(RULES.index(mount_options) + 1, fuse_mount(f))
+        items.insert(1 + RULES.index(mount_options) + 1, fuse_mount(f))  # after the loads item and mount options
     if f.floor_facts is not None:
         items.append(restore_efficiency(f))
     return items

@@ -39,6 +39,16 @@ def _escape(path: str) -> str:
     return path.replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
 
 
+def _sparse_shard(path: Path, size: int) -> None:
+    """One U8 tensor filling a `size`-byte safetensors file, its header as safetensors lays it out (JSON padded with
+    spaces, here to a fixed 96 bytes), its data a hole: gigabytes without writing them (the library allocates them)."""
+    n = size - 8 - 96
+    h = json.dumps({"w": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode().ljust(96)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        f.truncate(size)
+
+
 class Env:
     """Fixture roots copied into tmp (mountinfo's @BASE@ → tmp/mnt) and checkpoint directories under tmp/mnt."""
 
@@ -62,12 +72,12 @@ class Env:
         return self._roots[name]
 
     def source(self, rel: str, sizes: list[int], world_size: int | None = None) -> str:
-        """A checkpoint directory of sparse files of these sizes (and a manifest when world_size is given)."""
+        """A checkpoint directory of safetensors shards of these sizes, sparse past their headers (and a manifest
+        when world_size is given): the checkpoint loads, so only the rule under test judges it."""
         d = self.base / rel
         d.mkdir(parents=True)
         for i, size in enumerate(sizes):
-            with open(d / f"shard-{i:05d}.bin", "wb") as f:
-                f.truncate(size)
+            _sparse_shard(d / f"shard-{i:05d}.safetensors", size)
         if world_size is not None:
             (d / "ckptbench.json").write_text(json.dumps({
                 "format": "safetensors", "profile": "small", "dims": {}, "param_count": 0, "weights_dtype": "bf16",
@@ -89,7 +99,7 @@ def env(tmp_path, monkeypatch) -> Env:
 def judge(f: Facts) -> dict[str, Verdict]:
     items = evaluate(f)
     fuse = ["fuse"] if checklist.on_fuse(f) else []  # the FUSE item follows the mount options on a FUSE mount
-    assert [i.id for i in items] == RULE_IDS[:4] + fuse + RULE_IDS[4:]
+    assert [i.id for i in items] == ["loads"] + RULE_IDS[:4] + fuse + RULE_IDS[4:]
     for i in items:
         assert i.verdict in VERDICTS
         assert i.fix and i.why and i.title
@@ -594,7 +604,7 @@ def test_cold_cache_ok(env, monkeypatch):
     state = _fake_cache(monkeypatch, (0, 4))
     src = env.source("local/ckpt", [MIB, 3 * GIB, 2 * MIB])
     it = judge(env.gather("proc_ok", src, probe_cache=True))["cold_cache"]
-    assert state["evicted"] == [os.path.join(src, "shard-00001.bin")]  # the largest file
+    assert state["evicted"] == [os.path.join(src, "shard-00001.safetensors")]  # the largest file
     assert it.verdict == "ok"
     assert it.evidence == {"residency_now": 1.0, "residency_after_evict": 0.0}
     assert "--cache cold" in it.fix
@@ -676,7 +686,7 @@ def test_everything_missing_is_unknown_not_a_crash(env):
     env.gpus = Unknown("nvidia-smi: No such file or directory")
     items = judge(env.gather("proc_missing", env.source("ckpt", FOUR_GIB)))
     assert {k: v.verdict for k, v in items.items()} == {
-        "concurrency": "unknown", "small_files": "ok",  # the file listing comes from the source itself
+        "loads": "ok", "concurrency": "unknown", "small_files": "ok",  # the files come from the source itself
         "network_path": "unknown", "mount_options": "unknown", "limits": "unknown", "oom": "unknown",
         "device_mapping": "unknown", "cold_cache": "unknown", "write_side": "unknown", "readable": "ok"}
     for it in items.values():
@@ -718,17 +728,17 @@ def test_report_shape_is_stable(env):
     doc = report(src, evaluate(env.gather("proc_fail", src)))
     assert set(doc) == {"source", "items", "summary", "ok"}
     assert doc["source"] == src
-    assert [i["id"] for i in doc["items"]] == RULE_IDS
+    assert [i["id"] for i in doc["items"]] == ["loads"] + RULE_IDS
     for i in doc["items"]:
         assert set(i) == ITEM_KEYS
         assert isinstance(i["evidence"], dict) and isinstance(i["fix"], str) and isinstance(i["why"], str)
     assert list(doc["summary"]) == ["ok", "warn", "fail", "unknown"]
     # proc_fail + 40 GiB on the soft EFS mount: verdicts worked out by hand
     verdicts = {i["id"]: i["verdict"] for i in doc["items"]}
-    assert verdicts == {"concurrency": "warn", "small_files": "ok", "network_path": "ok", "mount_options": "fail",
+    assert verdicts == {"loads": "ok", "concurrency": "warn", "small_files": "ok", "network_path": "ok", "mount_options": "fail",
                         "limits": "fail", "oom": "fail", "device_mapping": "unknown", "cold_cache": "unknown",
                         "write_side": "warn", "readable": "ok"}
-    assert doc["summary"] == {"ok": 3, "warn": 2, "fail": 3, "unknown": 2}
+    assert doc["summary"] == {"ok": 4, "warn": 2, "fail": 3, "unknown": 2}
     assert doc["ok"] is False
     json.loads(json.dumps(doc, allow_nan=False))  # plain JSON: no Unknown or Mount objects inside
 
@@ -737,7 +747,7 @@ def test_report_ok_when_nothing_fails(env):
     src = env.source("local/ckpt", FOUR_GIB)
     doc = report(src, evaluate(env.gather("proc_ok", src)))
     assert doc["summary"]["fail"] == 0 and doc["ok"] is True
-    assert sum(doc["summary"].values()) == 10
+    assert sum(doc["summary"].values()) == 11  # the rules and whether the checkpoint loads
 
 
 def test_markdown_has_a_row_per_item(env):
@@ -745,12 +755,12 @@ def test_markdown_has_a_row_per_item(env):
     md = markdown(report(src, evaluate(env.gather("proc_fail", src))))
     assert md.startswith(f"# ckptbench check: {src}\n")
     rows = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith("| item ")]
-    assert len(rows) == 10
+    assert len(rows) == 11
     assert all(l.count(" | ") == 3 and l.endswith(" |") for l in rows)  # nothing broke a row apart
     assert "| Out of memory at restore | **fail** |" in md
     assert "| Mount options | **fail** |" in md
     assert "rsize=65536" in md
-    assert md.count("\n- **") == 10  # one "why" line per item
+    assert md.count("\n- **") == 11  # one "why" line per item
 
 
 def test_evidence_reads_a_share_as_a_percent_and_the_json_keeps_the_fraction():
@@ -808,7 +818,7 @@ def test_cli_check_json_on_the_real_system(tmp_path):
     doc = json.loads(out)
     assert set(doc) == {"source", "items", "summary", "ok"}
     assert doc["source"] == str(src)
-    assert [i["id"] for i in doc["items"]] == RULE_IDS + ["efficiency"]
+    assert [i["id"] for i in doc["items"]] == ["loads"] + RULE_IDS + ["efficiency"]
     assert all(set(i) == ITEM_KEYS and i["verdict"] in VERDICTS for i in doc["items"])
     assert set(doc["summary"]) == set(VERDICTS) and sum(doc["summary"].values()) == len(doc["items"])
     fails = sum(1 for i in doc["items"] if i["verdict"] == "fail")
@@ -843,7 +853,7 @@ def test_cli_check_markdown_and_text(env, monkeypatch):
     rc, out, _ = run_cli("check", src, "--markdown")
     assert rc == 1
     rows = [l for l in out.splitlines() if l.startswith("| ") and not l.startswith("| item ")]
-    assert len(rows) == 10 and "| System limits and scanning agents | **fail** |" in out
+    assert len(rows) == 11 and "| System limits and scanning agents | **fail** |" in out
     rc, out, _ = run_cli("check", src)
     assert rc == 1
     assert "[FAIL] Out of memory at restore" in out and "[WARN] Write side: dirty pages" in out

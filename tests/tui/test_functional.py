@@ -341,6 +341,8 @@ async def test_checklist_lists_every_item_exports_markdown_and_enter_reruns_one(
                                                                                 tmp_path, monkeypatch):
     from ckptbench.checklist.rules import RULES, VERDICTS
 
+    ids = ["loads"] + [r.__name__ for r in RULES] + ["efficiency"]  # check's items: loads first, efficiency last
+
     monkeypatch.chdir(tmp_path)
     app = make_app(small_ckpt)
     async with app.run_test(size=h.SIZE) as pilot:
@@ -350,12 +352,12 @@ async def test_checklist_lists_every_item_exports_markdown_and_enter_reruns_one(
         await app.workers.wait_for_complete()
         await h.wait_until(pilot, lambda: screen.doc is not None, "the checklist to finish")
         table = screen.query_one("#items", DataTable)
-        assert len(screen.items) == len(RULES) == 10 and table.row_count == 10
-        for i, (rule, item) in enumerate(zip(RULES, screen.items)):
-            assert rule.__name__.startswith(item["id"]), (rule.__name__, item["id"])
+        assert len(screen.items) == len(ids) == 12 and table.row_count == 12
+        for i, (rule, item) in enumerate(zip(ids, screen.items)):
+            assert rule.startswith(item["id"]), (rule, item["id"])
             assert item["verdict"] in VERDICTS
             assert str(table.get_row_at(i)[1]) == item["title"]
-        assert screen.doc["summary"] and sum(screen.doc["summary"].values()) == 10
+        assert screen.doc["summary"] and sum(screen.doc["summary"].values()) == 12
         assert any(m.startswith("checklist:") for m, _ in app.notes)
 
         await pilot.press("w")
@@ -373,8 +375,8 @@ async def test_checklist_lists_every_item_exports_markdown_and_enter_reruns_one(
         await pilot.press("enter")
         await app.workers.wait_for_complete()
         await h.wait_until(pilot, lambda: screen.items[2] is not before[2], "the rerun item to come back", 5)
-        assert [a is b for a, b in zip(screen.items, before)] == [True, True, False] + [True] * 7
-        assert screen.items[2]["id"] == before[2]["id"] and table.row_count == 10
+        assert [a is b for a, b in zip(screen.items, before)] == [True, True, False] + [True] * 9
+        assert screen.items[2]["id"] == before[2]["id"] and table.row_count == 12
         assert h.text_of(screen.query_one("#detail", Static)).startswith(screen.items[2]["title"])
 
         await pilot.press("escape")

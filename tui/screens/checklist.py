@@ -38,35 +38,38 @@ class ChecklistScreen(Screen):
         self.items = []
         self.query_one("#items", DataTable).clear()
         self.query_one("#detail", Static).update("gathering facts…")
-        self.judge(None)
+        self.judge(None, self.files_in_use())
 
     def action_rerun(self) -> None:
         table = self.query_one("#items", DataTable)
         if self.items and table.cursor_row is not None:
-            self.judge(table.cursor_row)
+            self.judge(table.cursor_row, self.files_in_use())
+
+    def files_in_use(self) -> bool:
+        """A restore or loop runs on the dashboard: the check must not evict the files it reads."""
+        return any(getattr(s, "running", False) for s in self.app.screen_stack)
 
     @work(thread=True, exclusive=True, group="checklist", exit_on_error=False)
-    def judge(self, only: int | None) -> None:
-        from ckptbench.checklist.rules import RULES, report
+    def judge(self, only: int | None, in_use: bool) -> None:
+        """`ckptbench check`'s evaluation and report (the same items, fixes naming the source), with the floor from
+        this box's cache only: the dashboard never measures it. Posts every item, or only the one rerun."""
         from ckptbench.checklist.facts import gather
+        from ckptbench.checklist.rules import evaluate, report
         from ckptbench.core.errors import CkptbenchError, printable, redact
 
         try:
             facts = gather(self.app.source, concurrency=self.app.opts.concurrency,
-                           results=self.app.results_path or None)  # a knee or save on record is advice's truth
+                           results=self.app.results_path or None,  # a knee or save on record is advice's truth
+                           probe_cache=not in_use, floor=True, measure_floor=False)
         except CkptbenchError as exc:
             self.post_message(WorkFailed(printable(redact(str(exc)))))
             return
-        indices = range(len(RULES)) if only is None else [only]
-        items = []
-        for i in indices:
-            item = RULES[i](facts).to_json()
-            items.append(item)
-            self.post_message(ChecklistItem(i, item))
+        doc = report(self.app.source, evaluate(facts))
+        for i, item in enumerate(doc["items"]):
+            if only is None or i == only:
+                self.post_message(ChecklistItem(i, item))
         if only is None:
-            from ckptbench.core.verdicts import Verdict
-
-            self.post_message(ChecklistDone(report(self.app.source, [Verdict(**x) for x in items])))
+            self.post_message(ChecklistDone(doc))
 
     @on(ChecklistItem)
     def add_item(self, msg: ChecklistItem) -> None:
@@ -74,6 +77,11 @@ class ChecklistScreen(Screen):
         row = (MARK[msg.item["verdict"]], msg.item["title"])
         if msg.index < len(self.items):
             self.items[msg.index] = msg.item
+            if self.doc is not None:  # the export and its summary say what the screen shows
+                from ckptbench.checklist.rules import report
+                from ckptbench.core.verdicts import Verdict
+
+                self.doc = report(self.app.source, [Verdict(**x) for x in self.items])
             table.update_cell_at((msg.index, 0), row[0])
             self.show(msg.index)
         else:
@@ -96,7 +104,7 @@ class ChecklistScreen(Screen):
     def selected(self, event: DataTable.RowSelected) -> None:
         """enter on a row: the table consumes the key as a selection, so rerun from here."""
         if self.items:
-            self.judge(event.cursor_row)
+            self.judge(event.cursor_row, self.files_in_use())
 
     @on(DataTable.RowHighlighted)
     def highlighted(self, event: DataTable.RowHighlighted) -> None:
