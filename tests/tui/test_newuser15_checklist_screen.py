@@ -99,3 +99,16 @@ async def test_a_truncated_shard_fails_the_first_item_on_screen(make_app, small_
         effi = screen.items[-1]
         assert effi["verdict"] == "unknown" and "--concurrency" not in effi["fix"]
         assert h.text_of(screen.query_one("#detail", Static)).startswith("Checkpoint loads")
+
+
+async def test_a_folder_named_like_markup_is_shown_as_text(make_app, small_ckpt, h, tmp_path):
+    """The evidence and fixes quote the checkpoint's path: 'bad[/x]' raised MarkupError in the detail pane."""
+    odd = shutil.copytree(small_ckpt, tmp_path / "bad[/x]" / "[red]ck")
+    app = make_app(str(odd))
+    async with app.run_test(size=h.SIZE) as pilot:
+        screen = await checklist_of(app, pilot, h)
+        for i in range(len(screen.items)):
+            screen.show(i)  # each item's detail renders
+        await pilot.pause()
+        shown = h.text_of(screen.query_one("#detail", Static))
+        assert str(odd) in shown  # the last item's fix names the folder as it is

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -98,7 +99,7 @@ class ChecklistScreen(Screen):
 
     @on(WorkFailed)
     def failed(self, msg: WorkFailed) -> None:
-        self.notify(msg.error, severity="error", timeout=10)
+        self.notify(escape(msg.error), severity="error", timeout=10)
 
     @on(DataTable.RowSelected)
     def selected(self, event: DataTable.RowSelected) -> None:
@@ -116,9 +117,11 @@ class ChecklistScreen(Screen):
         from ckptbench.checklist.rules import evidence_text
 
         it = self.items[i]
-        ev = "\n".join(f"  {k}: {evidence_text(k, v)}" for k, v in it["evidence"].items())
+        # evidence and fixes quote the checkpoint's own names: a folder 'bad[/x]' is text, not markup
+        ev = "\n".join(f"  {escape(str(k))}: {escape(evidence_text(k, v))}" for k, v in it["evidence"].items())
         self.query_one("#detail", Static).update(
-            f"[b]{it['title']}[/b] — {MARK[it['verdict']]}\n[dim]{it['why']}[/dim]\n\nevidence:\n{ev}\n\nfix: {it['fix']}")
+            f"[b]{escape(it['title'])}[/b] — {MARK[it['verdict']]}\n[dim]{escape(it['why'])}[/dim]\n\n"
+            f"evidence:\n{ev}\n\nfix: {escape(it['fix'])}")
 
     def action_export(self) -> None:
         from ckptbench.checklist.rules import markdown
