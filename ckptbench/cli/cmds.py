@@ -290,7 +290,7 @@ def cmd_tui(args) -> int:
 
         procstat.sample(args.watch)  # gone or unreadable: one line now, not inside the UI
         if args.source is not None:  # `tui SOURCE --watch PID`: SOURCE is the checkpoint the job restores
-            from ckptbench.cli.watch import source_files
+            from ckptbench.watch.verdict import source_files
 
             source_files(args.source)  # a bad one is one line here, as `watch --source` says it
         return run_app("watch", args.watch, source=args.source)

@@ -65,16 +65,6 @@ class _LiveLine:
         self.line.close()
 
 
-def source_files(source: str | None) -> tuple[list[str], int | None]:
-    """The checkpoint the job restores, when named: its files (what the verdict reads) and its size (the ETA)."""
-    if not source:
-        return [], None
-    from ckptbench.sources import open_source
-
-    listing = open_source(source).list()
-    return [f.path for f in listing.files], listing.bytes
-
-
 def _say(text: str) -> None:
     """One line out: the job's command line, its files and marks are the user's text, made safe to show."""
     print(printable(redact(text)))
@@ -123,7 +113,7 @@ def cmd_watch(args) -> int:
     from ckptbench.watch import sampler as watch
 
     watch.check_interval(args.interval)  # the arguments first: `watch 1 --interval 0` said /proc/1/io was unreadable
-    files, total = source_files(args.source)  # a bad --source is one line before anything starts
+    files, total = verdict.source_files(args.source)  # a bad --source is one line before anything starts
     if args.results:
         from ckptbench.records.results import check_writable
 
@@ -152,20 +142,13 @@ def cmd_watch(args) -> int:
             os.unlink(marks)
         if line is not None:
             line.close()
-    doc = report.to_json()
-    doc["count_note"] = verdict.lower_bound(report)  # "" when the bytes (and the rate) are counted whole
+    if not args.no_verdict and (files or report.files):  # it changes the box: the user's hot checkpoint is cold
+        # after; said on stderr, so --json's stdout stays one document
+        print("note: reading the checkpoint's files cold for the verdict (this evicts them from the page cache; "
+              "--no-verdict skips it)", file=sys.stderr)
+    doc = verdict.document(report, files, judge_it=not args.no_verdict)
     if total is not None:
         doc["checkpoint"] = {"path": args.source, "bytes": total, "files": len(files)}
-    floor = verdict.floor_fields(report, files)  # from the floor `ckptbench floor` cached: never measured here
-    doc |= floor
-    if not args.no_verdict:
-        if files or report.files:  # it changes the box: the user's hot checkpoint is cold after; said on stderr, so
-            # --json's stdout stays one document
-            print("note: reading the checkpoint's files cold for the verdict (this evicts them from the page cache; "
-                  "--no-verdict skips it)", file=sys.stderr)
-        probe = verdict.probe_storage(files or sorted(report.files))
-        doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
-        doc["verdict"] = verdict.judge(report, probe, floor=floor).to_json()
     doc = redact_all(doc)  # the command is redacted already; its files and marks are the job's text too
     run_id, env = "", {}
     if args.results or args.json:  # the environment goes on record, and in the document --json prints

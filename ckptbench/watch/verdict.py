@@ -200,6 +200,31 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
     return replace(v, evidence=evidence, why=f"{said}; {v.why}" if said and w.bytes else v.why)
 
 
+def source_files(source: str | None) -> tuple[list[str], int | None]:
+    """The checkpoint the job restores, when named: its files (what the verdict reads) and its size (the ETA)."""
+    if not source:
+        return [], None
+    from ckptbench.sources import open_source
+
+    listing = open_source(source).list()
+    return [f.path for f in listing.files], listing.bytes
+
+
+def document(w: WatchReport, files: list[str] | None = None, *, judge_it: bool = True) -> dict:
+    """A watch's document, as `watch --json` prints it and the watch screen shows it: the report, whether its bytes
+    are a lower bound (`count_note`), the floor fields and their sentence, and unless `judge_it` is false the storage
+    re-read (cold: it evicts the files) and the verdict. `files`: the checkpoint's files under `--source`."""
+    doc = w.to_json()
+    doc["count_note"] = lower_bound(w)  # "" when the bytes (and the rate) are counted whole
+    floor = floor_fields(w, files)  # from the floor `ckptbench floor` cached: never measured here
+    doc |= floor | {"floor_sentence": floor_sentence(floor)}
+    if judge_it:
+        probe = probe_storage(files or sorted(w.files))
+        doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
+        doc["verdict"] = judge(w, probe, floor=floor).to_json()
+    return doc
+
+
 def _over_floor(v: Verdict, evidence: dict, said: str, source: str) -> Verdict:
     """The verdict beside a floor the loader beat by more than a good ceiling's spread: that floor is wrong (a ceiling
     measured low), so it cannot say the box binds; the loader's own diagnosis stands (a loader at 255 % of a floor

@@ -144,3 +144,34 @@ async def test_the_checkpoint_named_as_source_is_judged_whatever_its_files_are_c
         os.unlink(marks)
         proc.kill()
         proc.wait()
+
+
+async def test_a_count_known_short_is_shown_as_at_least(tmp_path, h):
+    """As `watch` prints it: a hot mapped load slips between samples, so its bytes and rate are a lower bound (the
+    screen gave them as the rate); the verdict reads the --source checkpoint's files."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ckptbench"))
+    try:
+        from test_newuser15_watch import HOT_MAPPER, _safetensors
+    finally:
+        sys.path.pop(0)
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    shards = [src / f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    for s in shards:
+        _safetensors(s, 16 << 20)  # just written: in the page cache
+    script = tmp_path / "load.py"
+    script.write_text(textwrap.dedent(HOT_MAPPER))
+    proc, marks = watch.start_job([sys.executable, str(script), *map(str, shards)], stdout_to_stderr=True)
+    app = WatchApp(proc.pid, proc=proc, marks=marks, interval=0.05, source=str(src))
+    try:
+        async with app.run_test(size=h.SIZE) as pilot:
+            screen = app.screen
+            await _until(pilot, lambda: "verdict:" in h.text_of(screen.query_one("#watch-verdict", Static)),
+                         "the verdict")
+            target = h.text_of(screen.query_one("#watch-target", Static))
+            assert "read at least " in target and ": at least " in target, target
+            assert "a lower bound: it mapped its files from the page cache" in target
+    finally:
+        os.unlink(marks)
+        proc.kill()
+        proc.wait()

@@ -88,12 +88,7 @@ class WatchScreen(Screen):
         try:
             report = watch.Watch(self.pid, interval=self.interval, cancel=self.cancel, on_interval=sampled,
                                  proc=self.proc, marks_path=self.marks, source=self.source).run()
-            doc = report.to_json()
-            floor = verdict.floor_fields(report)
-            doc |= floor | {"floor_sentence": verdict.floor_sentence(floor)}
-            probe = verdict.probe_storage(sorted(report.files))
-            doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache}
-            doc["verdict"] = verdict.judge(report, probe, floor=floor).to_json()
+            doc = verdict.document(report, verdict.source_files(self.source)[0])
         except CkptbenchError as exc:
             self.post_message(WatchFailed(printable(redact(str(exc)))))
             return
@@ -117,9 +112,11 @@ class WatchScreen(Screen):
         v = d["verdict"]
         gpu = (f"; GPU memory peak {human_bytes(d['gpu_peak_bytes'])}" if d.get("gpu_peak_bytes") is not None
                else "") + (f" ({escape(d['gpu_note'])})" if d.get("gpu_note") else "")
+        least = "at least " if d["count_note"] else ""  # a count known to be short is not given as the rate
         self.query_one("#watch-target", Static).update(
-            f"watched process {d['pid']}: {d['ended']} after {d['wall_s']:.1f} s; read {human_bytes(d['bytes'])} "
-            f"at {d['loader_gbps']:.2f} GB/s{gpu}")
+            f"watched process {d['pid']}: {d['ended']} after {d['wall_s']:.1f} s; read {least}"
+            f"{human_bytes(d['bytes'])}: {least}{d['loader_gbps']:.2f} GB/s{gpu}"
+            + (f"\n[dim]a lower bound: {escape(d['count_note'])}[/dim]" if least else ""))
         self.query_one("#watch-verdict", Static).update(
             f"[b]verdict: {escape(v['kind'])}[/b]\n{escape(v['summary'])}\n[b]fix:[/b] {escape(v['fix'])}")
         said = d["floor_sentence"] + (f" ({d['floor_note']})" if d["floor_sentence"] else d["floor_note"] or "unknown")
