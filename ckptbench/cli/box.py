@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ckptbench.cli.show import emit as _emit
+from ckptbench.cli.show import emit as _emit, say
 from ckptbench.core.errors import CkptbenchError, name_source, printable, redact
 from ckptbench.core.units import human_age, human_bytes, human_figure
 from ckptbench.system import binding
@@ -35,9 +35,9 @@ def cmd_sysinfo(args) -> int:
     if args.json:
         _emit(doc)
         return 0
-    for k, v in doc.items():
+    for k, v in doc.items():  # the source's path, its mount's source and options: words from elsewhere
         if k != "floor":
-            print(f"{k:24s} {shown_field(k, v)}")
+            say(f"{k:24s} {shown_field(k, v)}")
     print_cached_floor(doc["floor"])
     return 0
 
@@ -150,17 +150,32 @@ def again(note: str, args) -> str:
     return name_source(note, args.source)
 
 
+def write_path_note(directory: str) -> str:
+    """How the write figure's sample reached the storage, in words (writefloor: buffered os.write calls, then an fsync
+    of each file inside the clock, then the files deleted): it went through the page cache, which a reader of "GB/s
+    written" could not tell from an O_DIRECT figure. On a tmpfs the page cache is the storage, and fsync a no-op."""
+    from ckptbench.system import probes
+
+    fs = getattr(probes.mount_of(directory), "fs_type", "")
+    said = ("its files went through the page cache (buffered writes, no O_DIRECT, as a save writes), each fsync'd "
+            "before the clock stopped")
+    said += (f"; on {fs} the page cache is the storage and fsync makes nothing durable: this is memory's rate, not a "
+             "disk's" if fs in ("tmpfs", "ramfs") else ", so it is the rate to durable storage")
+    return f"the write figure: {said}; they were deleted after, their cached pages with them"
+
+
 def cmd_floor(args) -> int:
     from ckptbench.system import floor as fl
 
     files, mount, listing, link = None, None, None, {}
     if args.source is not None:  # an empty SOURCE is a mistake to say, not "no source"
-        from ckptbench.cli.settings import check_s3_only
+        from ckptbench.cli.settings import check_s3_only, require_checkpoint
         from ckptbench.sources import open_source
 
         check_s3_only(args, args.source)
         source = open_source(args.source, args.pick)
         listing = source.list()
+        require_checkpoint(listing)  # a folder of text files has no restore floor: run's line, before a measurement
         mount = fl.mount_key(source.describe())
         if source.files_on_disk:
             files = [(f.path, f.size or 0) for f in listing.files]
@@ -184,7 +199,8 @@ def cmd_floor(args) -> int:
         from ckptbench.system import writefloor
 
         wmount, write = writefloor.measure_write(args.write_to, remeasure=args.remeasure)
-        doc["write"] = asdict(write) | {"age_s": write.age_s, "mount": wmount}
+        doc["write"] = asdict(write) | {"age_s": write.age_s, "mount": wmount, "through_page_cache": True,
+                                        "page_cache_note": write_path_note(args.write_to)}
     if listing is not None:
         from ckptbench.restore.efficiency import hash_of
 
@@ -230,8 +246,10 @@ def cmd_floor(args) -> int:
               "page cache: what a hot restore's floor uses" + ("" if own else " (the copy a memmove's: `ckptbench "
                                                                "floor SOURCE` measures a mount's page cache)"))
     if write is not None:
-        print(f"  {'write':14s} {write.gbps:7.3f} GB/s  ({write.min_gbps:.3f}..{write.max_gbps:.3f}, "
-              f"{human_age(write.age_s)} old)  {printable(write.method)} (for {printable(doc['write']['mount'])})")
+        spread = "one sample" if write.min_gbps == write.max_gbps else f"{write.min_gbps:.3f}..{write.max_gbps:.3f}"
+        print(f"  {'write':{width}s} {write.gbps:7.3f} GB/s  ({spread}, {human_age(write.age_s)} old)  "
+              f"{printable(write.method)} (for {printable(doc['write']['mount'])})")
+        say(f"  note: {doc['write']['page_cache_note']}")
     for note in f.notes:
         print(f"  note: {printable(again(note, args))}")
     r = doc.get("restore")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ckptbench.cli.show import emit as _emit, print_left
+from ckptbench.cli.show import emit as _emit, print_left, say
 
 
 def cmd_inspect(args) -> int:
@@ -24,22 +24,22 @@ def cmd_inspect(args) -> int:
     ranks = f"{lay['ranks']} rank(s), " if lay["ranks"] else ""
     layout = (f" ({lay['name']}{', step ' + lay['tag'] if lay['tag'] else ''})"
               if lay["name"] not in ("files", doc["format"]) else "")
-    if lay["why"]:
-        print(f"picked {lay['root'] or 'the files at the top'}: {lay['why']}")
+    if lay["why"]:  # the root is the checkpoint's folder name
+        say(f"picked {lay['root'] or 'the files at the top'}: {lay['why']}")
     # every file the read plan counts: shards and the others (an index.json was in the plan's count and in no other)
-    print(f"{printable(doc['source'])}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s) and {lay['other_files']} "
-          f"other file(s) ({human_bytes(lay['other_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")
+    say(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s) and {lay['other_files']} "
+        f"other file(s) ({human_bytes(lay['other_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")
     print(f"  {'group':10s} {'tensors':>8s} {'params':>14s} {'bytes':>11s}  dtypes")
     for name, g in doc["groups"].items():
         dts = ", ".join(f"{d} {human_bytes(b)}" for d, b in g["dtypes"].items())
-        print(f"  {name:10s} {g['tensors']:8d} {g['params']:14,d} {human_bytes(g['bytes']):>11s}  {dts}")
+        say(f"  {name:10s} {g['tensors']:8d} {g['params']:14,d} {human_bytes(g['bytes']):>11s}  {dts}")
     if lay["other_entries"]:
         print(f"  and {lay['other_entries']} non-tensor entries (scalars, configs, byte entries)")
     for note in lay["notes"]:
-        print(f"  note: {printable(note)}")
+        say(f"  note: {note}")
     print_left(lay)
     if lay["kept_as_data"]:
-        print(f"  {describe(lay['kept_as_data'])}")
+        say(f"  {describe(lay['kept_as_data'])}")
     if args.tensors is not None:
         rows = doc["tensors"]
         print(f"tensors{'' if args.tensors == '*' else ' matching ' + repr(args.tensors)}: {len(rows)}")
@@ -47,13 +47,14 @@ def cmd_inspect(args) -> int:
         width = min(60, max(map(len, names), default=4))
         for t, name in zip(rows, names):
             shape = "×".join(map(str, t["shape"])) or "scalar"
-            print(f"  {name:{width}s} {t['dtype']:9s} {shape:>16s} {human_bytes(t['bytes']):>10s}  {t['group']:9s} "
-                  f"{printable(t['file'])}")
+            say(f"  {name:{width}s} {t['dtype']:9s} {shape:>16s} {human_bytes(t['bytes']):>10s}  {t['group']:9s} "
+                f"{t['file']}")
     amp = f"{plan['amplification']:.3f}×" if plan["amplification"] else "n/a"
-    print(f"read plan: {plan['files']} file{'' if plan['files'] == 1 else 's'}, {human_bytes(plan['bytes'])}, largest {printable(plan['largest_file']['path'])} "
-          f"({human_bytes(plan['largest_file']['bytes'])}); read amplification {amp} (file bytes per tensor byte)")
-    print(f"read path: {plan['read']} ({plan['read_why']})")
-    print(f"check: {doc['check']}")
+    say(f"read plan: {plan['files']} file{'' if plan['files'] == 1 else 's'}, {human_bytes(plan['bytes'])}, largest "
+        f"{plan['largest_file']['path']} ({human_bytes(plan['largest_file']['bytes'])}); read amplification {amp} "
+        "(file bytes per tensor byte)")
+    say(f"read path: {plan['read']} ({plan['read_why']})")
+    say(f"check: {doc['check']}")
     return 0
 
 
@@ -76,14 +77,14 @@ def cmd_verify(args) -> int:
                "unlisted": list(rep.unlisted)})
     else:
         print_pick(lay, verb="checking")
-        if not rep.has_reference:
-            print(f"{rep.source}: no manifest with digests, so no reference: {rep.files} files read and their "
-                  "digests computed, nothing checked against them")
+        if not rep.has_reference:  # the source, the files' names and the problems are the checkpoint's words
+            say(f"{rep.source}: no manifest with digests, so no reference: {rep.files} files read and their "
+                "digests computed, nothing checked against them")
         if rep.unlisted:
-            print(f"{rep.source}: {len(rep.unlisted)} file(s) not in the manifest, so not verified (first "
-                  f"{rep.unlisted[0]})")
+            say(f"{rep.source}: {len(rep.unlisted)} file(s) not in the manifest, so not verified (first "
+                f"{rep.unlisted[0]})")
         for rel, what in rep.problems:
-            print(f"  {rel}: {what}", file=sys.stderr)
+            say(f"  {rel}: {what}", sys.stderr)
         word = "MISMATCH" if not rep.ok else "OK" if rep.verified else "NOT VERIFIED"
         print(f"{word}: {rep.files} files, {human_bytes(rep.bytes)}, {len(rep.problems)} problem(s)")
     return 1 if not rep.ok else 0 if rep.verified else EXIT_UNCHECKED
@@ -109,10 +110,10 @@ def cmd_load(args) -> int:
             ref = (f" ({len(out.verify.unlisted)} file(s) not in the manifest, so not verified: "
                    f"{out.verify.unlisted[0]})")
         kind = "structural check" if c.structural_only else "check"
-        print(f"{out.format}: {c.param_count / 1e6:.2f} M parameters {c.dtypes['weights']}, {out.tail_files} small "
-              f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")
+        say(f"{out.format}: {c.param_count / 1e6:.2f} M parameters {c.dtypes['weights']}, {out.tail_files} small "
+            f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")  # ref names an unlisted file
         if c.summary:
-            print(f"  {c.summary}")
+            say(f"  {c.summary}")
         for p in c.problems:
-            print(f"  {p}", file=sys.stderr)
+            say(f"  {p}", sys.stderr)
     return 0 if c.ok else 1

@@ -7,8 +7,8 @@ import os
 import sys
 import threading
 
-from ckptbench.cli.show import emit as _emit
-from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.cli.show import emit as _emit, say
+from ckptbench.core.errors import CkptbenchError
 
 
 def _print_summary(report) -> None:
@@ -21,22 +21,66 @@ def _print_summary(report) -> None:
     print(f"read {human_bytes(r.bytes)} in {len(r.files)} files: {d.wall_s:.3f} s, {d.read_gbps:.2f} GB/s "
           f"({r.read}, {r.hash}, concurrency {r.concurrency}, block {human_bytes(r.block_size)}); the reader alone "
           f"{d.engine_gbps:.2f} GB/s from first open to last byte")
-    print(f"read path: {r.read} ({report.read_why})")
-    print(f"cache {c.requested}: residency before {human_pct(c.residency_before)}"
-          f"{'' if c.residency_after is None else f', after {human_pct(c.residency_after)}'}"
-          f"{'' if c.verified else '  [' + c.note + ']'}")
+    say(f"read path: {r.read} ({report.read_why})")  # a filesystem's refusal, in its words
+    say(f"cache {c.requested}: residency before {human_pct(c.residency_before)}"
+        f"{'' if c.residency_after is None else f', after {human_pct(c.residency_after)}'}"
+        f"{'' if c.verified else '  [' + c.note + ']'}")
     print(f"read latency p50 {fmt_us(r.final.latency_us(0.5))}, p99 {fmt_us(r.final.latency_us(0.99))}; "
           f"retries {r.retries}; failed files {len(r.failed)}")
-    for f in r.failed[:20]:
-        print(f"  failed: {printable(f.path)}: {printable(f.error.message)} (errno {f.error.errno})", file=sys.stderr)
+    for f in r.failed[:20]:  # an object's URL and its store's error: redacted where they carry one
+        say(f"  failed: {f.path}: {f.error.message} (errno {f.error.errno})", sys.stderr)
     if len(r.failed) > 20:
         print(f"  ... and {len(r.failed) - 20} more failed files", file=sys.stderr)
     for d, why in report.skipped:
-        print(f"  failed: {printable(d)}: directory not readable ({why}); its files were not read", file=sys.stderr)
+        say(f"  failed: {d}: directory not readable ({why}); its files were not read", sys.stderr)
     for p, why in report.passed[:8]:
-        print(f"  not read: {printable(p)} ({why})")
+        say(f"  not read: {p} ({why})")
     if len(report.passed) > 8:
         print(f"  not read: ... and {len(report.passed) - 8} more (--json lists them)")
+
+
+TARGETS_FIX = "point at a checkpoint directory or its files"
+
+
+def _check_targets(targets: list[str]) -> None:
+    """read's local paths each there and each named once, said in one line before anything is read: a missing one
+    was told to point at a checkpoint directory when the user had named files, and a file named twice (or inside a
+    directory also named) was read twice and counted twice."""
+    if any(t.startswith("s3://") for t in targets):
+        return  # open_targets says what an s3:// prefix takes
+    for t in targets:
+        try:
+            os.stat(t)
+        except (FileNotFoundError, NotADirectoryError):
+            what = "a symbolic link to nothing" if os.path.islink(t) else "no such file or directory"
+            raise CkptbenchError(f"{t}: {what}; {TARGETS_FIX}") from None
+        except OSError:
+            pass  # there but not reachable: the listing says why
+    real = [os.path.realpath(t) for t in targets]
+    for i, (t, r) in enumerate(zip(targets, real)):
+        for t0, r0 in zip(targets[:i], real[:i]):
+            if r == r0:
+                also = "" if t == t0 else f" (as {t0} too)"
+                raise CkptbenchError(f"{t}: named twice{also}, so its bytes would be read and counted twice; "
+                                     "name each file or directory once")
+            common = os.path.commonpath([r, r0])
+            if common in (r, r0):
+                inner, outer = (t, t0) if common == r0 else (t0, t)
+                raise CkptbenchError(f"{inner}: inside {outer}, also named, so its bytes would be read and counted "
+                                     f"twice; name {outer} alone, or its files one by one")
+
+
+class _Unnamed:
+    """A read of no one checkpoint (files, several paths, a folder of none) as the floor's note names it: not at all,
+    so its command keeps the SOURCE placeholder (`ckptbench floor 'a, b'` and `ckptbench floor FILE` are refused)."""
+
+    url = None
+
+    def __init__(self, source):
+        self._source = source
+
+    def __getattr__(self, name):
+        return getattr(self._source, name)
 
 
 def cmd_read(args) -> int:
@@ -49,6 +93,7 @@ def cmd_read(args) -> int:
     check_drop_caches(args)
     opts = read_options(args)
     check_s3_only(args, args.targets)
+    _check_targets(args.targets)
     source = open_targets(args.targets, args.pick)
     listing = source.list()
     lay = listing.layout.describe() if listing.layout is not None else None
@@ -64,13 +109,17 @@ def cmd_read(args) -> int:
         line.close()
     from ckptbench.restore import efficiency
 
-    floor = efficiency.of_read(source, report, opts.hash)
+    one = len(args.targets) == 1 and listing.format != "unknown"  # one checkpoint: `floor SOURCE` takes it
+    floor = efficiency.of_read(source if one else _Unnamed(source), report, opts.hash)
     if args.json:
         _emit(report.to_json() | {"layout": lay} | floor)
     else:
         from ckptbench.cli.show import print_floor, print_pick
 
         print_pick(lay, verb="read")
+        if len(args.targets) > 1 and any(os.path.isdir(t) for t in args.targets):  # no checkpoint chosen: said, or it read as one
+            say(f"read as named: every file of the {len(args.targets)} paths, no checkpoint chosen in them (what a "
+                "resume loads is chosen in one checkpoint directory: name it alone)")
         _print_summary(report)
         print_floor(floor)
     return 0 if report.ok else 1
@@ -118,9 +167,9 @@ def cmd_plan(args) -> int:
               f"({human_gbps(s['per_rank_gbps'])} GB/s per rank)")
         m = s.get("measured")
         if m:
-            print(f"measured: {m['sustained_gbps']:.3f} GB/s sustained to {m['target']} (save run {m['run_id']}, "
-                  f"{m['date']}): a save takes about {m['durable_s_estimate']:.1f} s, so the shortest safe interval "
-                  f"is {m['shortest_safe_interval_s']:.1f} s: {'met' if m['meets_interval'] else 'NOT met'}")
+            say(f"measured: {m['sustained_gbps']:.3f} GB/s sustained to {m['target']} (save run {m['run_id']}, "
+                f"{m['date']}): a save takes about {m['durable_s_estimate']:.1f} s, so the shortest safe interval "
+                f"is {m['shortest_safe_interval_s']:.1f} s: {'met' if m['meets_interval'] else 'NOT met'}")
         else:
             print(f"no save measured{' to ' + args.target if args.target else ''} in {args.results}: "
                   "run `ckptbench save` to the target for a measured verdict")
@@ -155,21 +204,22 @@ def cmd_check(args) -> int:
     facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results,
                    floor=True)
     if not args.json and not args.markdown:  # it changed the box: said, as watch and floor say it
-        print(f"note: {printable(args.source)}'s files were read cold for the checklist: they have left the page "
-              "cache (a job restoring from them now reads from storage)", file=sys.stderr)
+        say(f"note: {args.source}'s files were read cold for the checklist: they have left the page cache (a job "
+            "restoring from them now reads from storage)", sys.stderr)
     doc = report(args.source, evaluate(facts))
     if args.json:
         _emit(doc)
-    elif args.markdown:
-        sys.stdout.write(markdown(doc))
+    elif args.markdown:  # the evidence names the checkpoint's files, its mount, an endpoint: each line clean
+        for line in markdown(doc).splitlines():
+            say(line)
     else:
         marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "unknown": " ?  "}
         for item in doc["items"]:
-            print(f"[{marks[item['verdict']]}] {item['title']}")
-            print(f"       evidence: {evidence_line(item['evidence'])}")
+            say(f"[{marks[item['verdict']]}] {item['title']}")
+            say(f"       evidence: {evidence_line(item['evidence'])}")
             if item["verdict"] != "ok":
-                print(f"       why: {item['why']}")
-            print(f"       fix: {item['fix']}")
+                say(f"       why: {item['why']}")
+            say(f"       fix: {item['fix']}")
         print(" · ".join(f"{k} {v}" for k, v in doc["summary"].items()))
     return 0 if doc["ok"] else 1
 
@@ -179,11 +229,11 @@ def cmd_gen(args) -> int:
     from ckptbench.core.units import human_bytes
 
     profile = _profile(args.profile, args.scale)
-    say = (lambda msg: print(msg, file=sys.stderr)) if sys.stderr.isatty() else None
+    tell = (lambda msg: print(msg, file=sys.stderr)) if sys.stderr.isatty() else None
     cancel = threading.Event()
     try:
         man = generate(profile, args.directory, fmt=args.format, ranks=args.ranks, seed=args.seed,
-                       force=args.force, digest=args.digest, progress=say, cancel=cancel)
+                       force=args.force, digest=args.digest, progress=tell, cancel=cancel)
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -276,8 +326,8 @@ def cmd_upload(args) -> int:
     url = s3.parse(args.url)
     if args.part_size < 5 << 20:
         raise CkptbenchError(f"--part-size {args.part_size}: S3 multipart parts are at least 5 MiB")
-    say = (lambda rel: print(f"  {rel}", file=sys.stderr)) if sys.stderr.isatty() else None
-    done = s3.upload(args.directory, url, concurrency=args.concurrency, part_size=args.part_size, progress=say)
+    tell = (lambda rel: say(f"  {rel}", sys.stderr)) if sys.stderr.isatty() else None  # the checkpoint's names
+    done = s3.upload(args.directory, url, concurrency=args.concurrency, part_size=args.part_size, progress=tell)
     print(f"uploaded {len(done)} files to {url}")
     return 0
 
@@ -295,9 +345,11 @@ def cmd_tui(args) -> int:
             source_files(args.source)  # a bad one is one line here, as `watch --source` says it
         return run_app("watch", args.watch, source=args.source)
     if args.source is not None:
+        from ckptbench.cli.settings import require_checkpoint
         from ckptbench.sources import open_source
 
-        open_source(args.source)  # a bad path is one line here, not an error inside the UI
+        # a bad path, or one that holds no checkpoint, is one line here (run's), not an error inside the UI
+        require_checkpoint(open_source(args.source).list())
     ranks = None
     if args.ranks:
         from ckptbench.distributed.history import newest_dist_run

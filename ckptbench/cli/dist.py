@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from ckptbench.cli.show import say
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
 
@@ -22,17 +23,17 @@ def _emit(doc: dict, as_json: bool, printer) -> None:
 
 def print_dist(doc: dict) -> None:
     o = doc["options"]
-    print(f"{doc['source']} ({doc['format']}): distributed restore on {doc['world_size']} rank(s), "
-          f"{doc['nodes']} node(s), {doc['backend']}; each rank reads {doc['each_rank']}; cache {o['cache']}, "
-          f"concurrency {o['concurrency']} per rank; {len(doc['repeats'])} repeat(s)")
+    say(f"{doc['source']} ({doc['format']}): distributed restore on {doc['world_size']} rank(s), "
+        f"{doc['nodes']} node(s), {doc['backend']}; each rank reads {doc['each_rank']}; cache {o['cache']}, "
+        f"concurrency {o['concurrency']} per rank; {len(doc['repeats'])} repeat(s)")
     from ckptbench.cli.show import print_pick
 
     print_pick(doc.get("layout"))
     if doc["saved_world"] is not None:
         print(f"saved by {doc['saved_world']} rank(s)" + (f": resharded to {doc['world_size']}" if doc["resharded"]
                                                           else ": same world size"))
-    for p in doc["problems"]:
-        print(f"  FAILED {p}", file=sys.stderr)
+    for p in doc["problems"]:  # a rank's failure names the checkpoint's files, a remote's error a URL
+        say(f"  FAILED {p}", sys.stderr)
     if "rto_stats" not in doc:
         return
     last = [r for r in doc["repeats"] if r["status"] == "ok"][-1]
@@ -40,9 +41,9 @@ def print_dist(doc: dict) -> None:
           + f" {'end s':>7s} {'read GB/s':>9s} {'bytes':>10s} {'reqs':>6s}")
     for r in last["ranks"]:
         mark = "  ← slowest" if r["rank"] == last["slowest_rank"] else ""
-        print(f"  {r['rank']:4d} {r['host'][:12]:12s} " + " ".join(f"{r['stages'].get(s, 0):7.3f}" for s in STAGES)
-              + f" {r['end_s']:7.3f} {r['read_gbps']:9.2f} {human_bytes(r['bytes_read']):>10s} "
-              f"{r['requests']:6d}{mark}")
+        say(f"  {r['rank']:4d} {r['host'][:12]:12s} " + " ".join(f"{r['stages'].get(s, 0):7.3f}" for s in STAGES)
+            + f" {r['end_s']:7.3f} {r['read_gbps']:9.2f} {human_bytes(r['bytes_read']):>10s} "
+            f"{r['requests']:6d}{mark}")
     rto, agg, skew = doc["rto_stats"], doc["aggregate_gbps_stats"], doc["skew_stats"]
     print(f"RTO (slowest rank) {rto['median']:.3f} s (min {rto['min']:.3f}, max {rto['max']:.3f}); aggregate read "
           f"{agg['median']:.2f} GB/s; skew (last done - first done) {skew['median']:.3f} s; median of "
@@ -53,8 +54,8 @@ def print_dist(doc: dict) -> None:
     if c:
         flag = "" if c["verified"] else "  NOT VERIFIED"
         notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
-        print(f"cache {c['requested']}: residency before ≤ {human_pct(c['residency_before'])} on every node"
-              f"{flag}{notes}")
+        say(f"cache {c['requested']}: residency before ≤ {human_pct(c['residency_before'])} on every node"
+            f"{flag}{notes}")
     print(f"read amplification {doc['amplification']:.2f} ({human_bytes(doc['bytes_read'])} read by all ranks / "
           f"{human_bytes(doc['unique_bytes'])} unique)")
     plan = last["read_plan"]
@@ -81,7 +82,7 @@ def print_dist(doc: dict) -> None:
               "not in the RTO")
     for r in last["ranks"][:1]:
         for stage, note in r["notes"].items():
-            print(f"  note ({stage}, rank 0): {note}")
+            say(f"  note ({stage}, rank 0): {note}")
 
 
 class RanksLine:
@@ -137,17 +138,17 @@ def cmd_run_distributed(args) -> int:
               run_id=run_id, deliver=deliver_after_line, show=line if line is not None and line.line.live else None)
     if out.doc is None:  # another rank: rank 0 reports the run; this rank's own failure goes on its stderr
         for line in out.errors:
-            print(f"ckptbench: {line} (the run's result is rank 0's)", file=sys.stderr)
+            say(f"ckptbench: {line} (the run's result is rank 0's)", sys.stderr)
         return out.rc
     # an unverified restore finished, as a single-process one does (its NOT VERIFIED is in the document)
     return 0 if out.doc["status"] in ("ok", "unverified") else out.rc or 1
 
 
 def print_sweep(doc: dict) -> None:
-    print(f"{doc['source']}: aggregate read rate of {doc['world_size']} rank(s) by per-rank concurrency (cache "
-          f"{doc['cache']}; each rank reads {doc['each_rank']}; median of {doc['repeats']})")
+    say(f"{doc['source']}: aggregate read rate of {doc['world_size']} rank(s) by per-rank concurrency (cache "
+        f"{doc['cache']}; each rank reads {doc['each_rank']}; median of {doc['repeats']})")
     for p in doc["problems"]:
-        print(f"  FAILED {p}", file=sys.stderr)
+        say(f"  FAILED {p}", sys.stderr)
     if "knee" not in doc:
         return
     best = doc["aggregate_gbps"][str(doc["best"])]["median"]
@@ -172,12 +173,12 @@ def cmd_sweep_distributed(args) -> int:
     def deliver(doc: dict) -> None:
         _emit(doc, args.json, print_sweep)
 
-    def say(level: int, gbps: float) -> None:
+    def level_done(level: int, gbps: float) -> None:
         if sys.stderr.isatty():
             print(f"  concurrency {level:4d} per rank: {gbps:.2f} GB/s aggregate", file=sys.stderr)
 
     out = sweep(args.source, opts, DistOptions(args.each_rank, args.rank_timeout, pick=args.pick), levels, args.repeat,
-                deliver=deliver, say=say)
+                deliver=deliver, say=level_done)
     for line in ([] if out.doc is not None else out.errors):
-        print(f"ckptbench: {line} (the run's result is rank 0's)", file=sys.stderr)
+        say(f"ckptbench: {line} (the run's result is rank 0's)", sys.stderr)
     return out.rc

@@ -8,7 +8,7 @@ import threading
 import uuid
 
 from ckptbench.core.errors import CkptbenchError, name_source
-from ckptbench.cli.show import print_floor, print_pick, print_recorded
+from ckptbench.cli.show import print_floor, print_pick, print_recorded, say
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.system import binding
@@ -36,40 +36,42 @@ class StageProgress:
 
 
 def print_run(doc: dict) -> None:
-    print(f"{doc['source']} ({doc['format']}, {doc['options']['mode']}, cache {doc['options']['cache']}, "
-          f"concurrency {doc['options']['concurrency']}): {len(doc['repeats'])} repeat(s), "
-          f"{human_bytes(doc['bytes'])} in {doc['files']} files")
+    """The run in words; every line through `say`: the source, the notes, the read path's why and the problems name
+    the checkpoint's files (a name can hold a terminal escape) and a remote's errors (a URL)."""
+    say(f"{doc['source']} ({doc['format']}, {doc['options']['mode']}, cache {doc['options']['cache']}, "
+        f"concurrency {doc['options']['concurrency']}): {len(doc['repeats'])} repeat(s), "
+        f"{human_bytes(doc['bytes'])} in {doc['files']} files")
     print_pick(doc.get("layout"))
     rto = doc["rto_stats"]
-    print(f"  {'stage':8s} {'median s':>9s} {'min':>8s} {'max':>8s} {'share':>6s}")
+    say(f"  {'stage':8s} {'median s':>9s} {'min':>8s} {'max':>8s} {'share':>6s}")
     for s in STAGES:
         st = doc["stages_stats"][s]
         if st["median"] is None:
             continue
         share = st["median"] / rto["median"] if rto["median"] else 0
-        print(f"  {s:8s} {st['median']:9.3f} {st['min']:8.3f} {st['max']:8.3f} {human_pct(share):>6s}")
-    print(f"  {'RTO':8s} {rto['median']:9.3f} {rto['min']:8.3f} {rto['max']:8.3f}")
+        say(f"  {s:8s} {st['median']:9.3f} {st['min']:8.3f} {st['max']:8.3f} {human_pct(share):>6s}")
+    say(f"  {'RTO':8s} {rto['median']:9.3f} {rto['min']:8.3f} {rto['max']:8.3f}")
     print_floor(doc)
     g = doc["read_gbps_stats"]
-    print(f"read {g['median']:.2f} GB/s over the read stage (min {g['min']:.2f}, max {g['max']:.2f}; the reader "
-          f"alone {doc['engine_gbps']:.2f}); success {human_pct(doc['success_rate'])}; retries {doc['retries']}; "
-          f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s")
+    say(f"read {g['median']:.2f} GB/s over the read stage (min {g['min']:.2f}, max {g['max']:.2f}; the reader "
+        f"alone {doc['engine_gbps']:.2f}); success {human_pct(doc['success_rate'])}; retries {doc['retries']}; "
+        f"peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s")
     if doc.get("warmup_s"):
-        print(f"one-time warm-up before the first clock (imports, torch's first operations): "
-              f"{doc['warmup_s']:.2f} s, not in the RTO")
-    print(f"read path: {', '.join(doc['read']['modes'])} ({doc['read']['why']})")
-    print("digests: verified against the manifest" if doc["verified"] else
-          "digests: NOT VERIFIED (no reference to compare with; see the verify note)")
-    print(cache_line(doc["cache"], len(doc["repeats"])))
+        say(f"one-time warm-up before the first clock (imports, torch's first operations): "
+            f"{doc['warmup_s']:.2f} s, not in the RTO")
+    say(f"read path: {', '.join(doc['read']['modes'])} ({doc['read']['why']})")
+    say("digests: verified against the manifest" if doc["verified"] else
+        "digests: NOT VERIFIED (no reference to compare with; see the verify note)")
+    say(cache_line(doc["cache"], len(doc["repeats"])))
     for stage, note in doc["notes"].items():
-        print(f"  note ({stage}): {note}")
+        say(f"  note ({stage}): {note}")
     if "cost" in doc:
         k = doc["cost"]
-        print(f"cost: {k['per_restore']:.2f} per restore at {k['effective_price_per_hour']:.2f}/h, "
-              f"{k['per_month']:.2f} per month, {k['idle_gpu_hours_per_month']:.1f} idle GPU hours per month")
+        say(f"cost: {k['per_restore']:.2f} per restore at {k['effective_price_per_hour']:.2f}/h, "
+            f"{k['per_month']:.2f} per month, {k['idle_gpu_hours_per_month']:.1f} idle GPU hours per month")
     for r in doc["repeats"]:
         for p in r["problems"][:5]:
-            print(f"  problem: {p}", file=sys.stderr)
+            say(f"  problem: {p}", sys.stderr)
 
 
 def cache_line(c: dict, repeats: int) -> str:
@@ -179,7 +181,7 @@ def cmd_sweep(args) -> int:
     levels = parse_levels(args.levels)
     opts = read_options(args)
 
-    def say(level, gbps):
+    def level_done(level, gbps):
         if sys.stderr.isatty():
             print(f"  concurrency {level:4d}: {gbps:.2f} GB/s", file=sys.stderr)
 
@@ -190,7 +192,7 @@ def cmd_sweep(args) -> int:
 
         results.check_writable(args.results)
     res = sweep(open_source(args.source, args.pick), levels, repeats=args.repeat, cache=args.cache, opts=opts,
-                progress=say)
+                progress=level_done)
     if args.results:  # the checklist and the dashboard advise from the knee measured, not from a preset
         from ckptbench.restore.sweep import measured_knee, record_knee
 
@@ -198,7 +200,7 @@ def cmd_sweep(args) -> int:
     if res.floor and res.floor.get("floor_note"):  # its commands name this checkpoint, as run's do
         res.floor["floor_note"] = name_source(res.floor["floor_note"], args.source)
     for path, why in res.failed:
-        print(f"  failed: {path}: {why} (measured without it)", file=sys.stderr)
+        say(f"  failed: {path}: {why} (measured without it)", sys.stderr)  # a file's name, a remote's error
     rc = 1 if res.failed else 0
     if args.json:
         json.dump(res.to_json(), sys.stdout, indent=2)
@@ -206,9 +208,9 @@ def cmd_sweep(args) -> int:
         return rc
     best = res.gbps[res.best]["median"]
     print_pick(res.layout, verb="swept")
-    print(f"{res.source}: read throughput by concurrency ({res.cache} cache"
-          f"{'' if res.cache_verified else ', NOT verified'}; hash {res.hash}; read path {res.read}; median of "
-          f"{args.repeat})")
+    say(f"{res.source}: read throughput by concurrency ({res.cache} cache"
+        f"{'' if res.cache_verified else ', NOT verified'}; hash {res.hash}; read path {res.read}; median of "
+        f"{args.repeat})")
     effs = (res.floor or {}).get("efficiency_by_level") or {}
     print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s}  of best  of floor")
     for lv in res.levels:
@@ -221,8 +223,8 @@ def cmd_sweep(args) -> int:
         rate, own = res.floor.get("floor_gbps"), res.floor.get("binding_gbps")
         # the floor's rate is the binding one's when nothing adds to it: said once
         head = "" if not rate or (own and abs(own - rate) <= 0.005 * rate) else f"{rate:.2f} GB/s, "
-        print(f"floor: {head}bound by {binding.text(res.floor)} ({res.floor['floor_note']})" if rate else
-              f"floor: {res.floor['floor_note']}")
+        say(f"floor: {head}bound by {binding.text(res.floor)} ({res.floor['floor_note']})" if rate else
+            f"floor: {res.floor['floor_note']}")
     print(f"knee: {res.knee} (smallest level within {human_pct(res.margin)} of the best, {res.best}); "
           f"recommendation: --concurrency {res.knee}")
     return rc
@@ -235,20 +237,26 @@ def cmd_compare(args) -> int:
     if args.json:
         json.dump({"kind": c.kind, "baseline": c.baseline_id, "newest": c.newest_id, "threshold_pct": c.threshold_pct,
                    "env_diff": c.env_diff, "regressions": [f.figure for f in c.regressed],
-                   "figures": [vars(f) for f in c.figures]}, sys.stdout, indent=2, default=str)
+                   "figures": [vars(f) | {"noise_note": f.noise_note or None} for f in c.figures]}, sys.stdout,
+                  indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        if c.env_diff:
-            print("WARNING: the runs differ in key environment or settings — the comparison may not be fair:")
+        if c.env_diff:  # recorded settings: compare made them printable; say() again as every line here
+            say("WARNING: the runs differ in key environment or settings — the comparison may not be fair:")
             for k, (a, b) in c.env_diff.items():
-                print(f"  {setting_text(k, a, b)}")
-        print(f"newest {c.newest_id} against baseline {c.baseline_id} (kind {c.kind}, threshold {c.threshold_pct:g} %)")
-        print(f"  {'figure':16s} {'baseline':>10s} {'newest':>10s} {'change':>8s}")
+                say(f"  {setting_text(k, a, b)}")
+        say(f"newest {c.newest_id} against baseline {c.baseline_id} (kind {c.kind}, threshold {c.threshold_pct:g} %)")
+        say(f"  {'figure':16s} {'baseline':>10s} {'newest':>10s} {'change':>8s}")
         for f in c.figures:
-            flag = ("  " + f.verdict if f.regression or f.improved else f"  ({f.verdict})") if f.verdict else ""
-            print(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} "
-                  f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct):>8s}{flag}")
+            flag = f"  ({f.verdict})" if f.verdict else ""
+            if f.regression or f.improved:  # with the note a side of one repeat leaves, as the other verdicts say it
+                flag = f"  {f.verdict}" + (f" ({f.noise_note})" if f.noise_note else "")
+            say(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} "
+                f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct):>8s}{flag}")
     if c.regressed:
-        print(f"regression in {', '.join(f.figure for f in c.regressed)}", file=sys.stderr)
+        unsure = any(f.noise_note for f in c.regressed)
+        print(f"regression in {', '.join(f.figure for f in c.regressed)}"
+              + (" (a side of one repeat has no noise estimate: --repeat 3 or more on both runs tells a change from "
+                 "noise)" if unsure else ""), file=sys.stderr)
         return 1
     return 0

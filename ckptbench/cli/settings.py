@@ -70,3 +70,12 @@ def check_cost_options(args) -> None:
         raise CkptbenchError(f"{' and '.join(given)} price the RTO with --price-per-hour: add --price-per-hour USD, "
                              f"or leave {'it' if len(given) == 1 else 'them'} out")
 
+
+def require_checkpoint(listing) -> None:
+    """A source that holds no checkpoint (a directory of text files) refused with the line `run` refuses it with:
+    the format's own (detect.detect_names), naming the source. `floor` measured it and `tui` opened on it."""
+    if listing.format != "unknown":
+        return
+    from ckptbench.checkpoint.detect import detect_names
+
+    detect_names([f.path for f in listing.files], listing.source)  # raises: no name of a checkpoint format is there

@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
-from ckptbench.core.errors import printable
+from ckptbench.core.errors import printable, redact
 from ckptbench.core.units import human_pct
 from ckptbench.system import binding
+
+_URLISH = re.compile(r"\S*(?:://|@)\S*")  # a word that can be a URL, or user:password@host
+
+
+def clean(text) -> str:
+    """A line carrying text from elsewhere (a checkpoint's file names and headers, a remote's error, a results file)
+    as a terminal may show it: escapes and control characters gone, and each word that can carry a URL's credentials
+    redacted. Only those words: redact over the whole line took `tokenizer.json: crc32c …` for a credential named
+    tokenizer and hid the digest."""
+    return _URLISH.sub(lambda m: redact(m.group(0)), printable(text))
+
+
+def say(text: str = "", file=None) -> None:
+    """One line out, clean: what every command prints that a checkpoint, a remote or a results file put words in."""
+    print(clean(text), file=file or sys.stdout)
 
 
 def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
@@ -15,9 +31,9 @@ def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
     if not lay:
         return
     stream = stream or sys.stdout
-    if lay.get("why"):
+    if lay.get("why"):  # the root and the tag are the checkpoint's names (a `latest` file's text)
         what = lay.get("root") or lay.get("tag") or "the files at the top"
-        print(f"{verb} {what} ({lay['name']}): {lay['why']}", file=stream)
+        say(f"{verb} {what} ({lay['name']}): {lay['why']}", stream)
     print_left(lay, stream)
 
 
@@ -27,11 +43,11 @@ def print_left(lay: dict, stream=None) -> None:
     stream = stream or sys.stdout
     skipped = lay.get("not_read", [])
     for skip in skipped[:8]:
-        print(f"  not read: {printable(skip['path'])} ({printable(skip['why'])})", file=stream)
+        say(f"  not read: {skip['path']} ({skip['why']})", stream)
     if len(skipped) > 8:
         print(f"  not read: ... and {len(skipped) - 8} more (--json lists them)", file=stream)
     for u in lay.get("unloaded", []):
-        print(f"  read, not loaded: {printable(u['path'])} ({printable(u['why'])})", file=stream)
+        say(f"  read, not loaded: {u['path']} ({u['why']})", stream)
 
 
 def emit(doc: dict) -> None:
@@ -61,4 +77,4 @@ def floor_line(doc: dict) -> str:
 
 
 def print_floor(doc: dict) -> None:
-    print(floor_line(doc))
+    say(floor_line(doc))  # its note names the source

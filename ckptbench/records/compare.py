@@ -59,6 +59,17 @@ class FigureDelta:
             return ""
         return "within noise" if self.noise_known else "within the other run's spread"
 
+    @property
+    def noise_note(self) -> str:
+        """Beside a REGRESSION or an improvement that a side of one repeat let the threshold decide: that side has
+        no range, so no noise estimate (a one-repeat run was a REGRESSION with nothing to say so). Else ""."""
+        if not (self.regression or self.improved) or self.noise_known:
+            return ""
+        one_base, one_new = self.baseline.get("n") == 1, self.newest.get("n") == 1
+        if one_base and one_new:
+            return "one repeat each: noise unknown"
+        return f"one repeat in the {'newest' if one_new else 'baseline'}: its noise unknown"
+
 
 @dataclass(frozen=True)
 class Comparison:
