@@ -12,6 +12,12 @@ class RunFinished(Message):
     doc: dict
     source_info: dict | None = None
     floor: dict | None = None  # ckptbench.cli.ui.restore_floor for the run: its efficiency
+    listing: object | None = None  # the run's Listing: what its digests were checked against
+
+
+@dataclass
+class SourceListed(Message):
+    listing: object  # ckptbench.sources.Listing of the dashboard's source: its manifest says what verify checks
 
 
 @dataclass

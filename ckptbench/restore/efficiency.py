@@ -22,6 +22,18 @@ def hash_of(asked: str | None, listing) -> str:
     return asked or (listing.manifest.hash if listing.manifest is not None else "none")
 
 
+def no_reference(alg: str, man) -> str:
+    """Why a restore computing `alg` has no reference to check its digests against in the manifest `man` (the
+    runner's NOT VERIFIED note, the dashboard's settings line), or "" when every digest it computes is checked."""
+    if man is None:
+        return "no manifest"
+    if alg != man.hash:
+        return f"--hash {alg} is not the manifest's {man.hash}"
+    if man.hash == "none":  # sizes alone: a shard rewritten at the same size would pass
+        return "the manifest records no digests (hash none)"
+    return ""
+
+
 def fields(source, bytes_read: int, *, measured_s: float | None, hash_alg: str, hot: bool,
            floating_bytes: int = 0, destination: str = fl.FRESH, device_bytes: int = 0, unit_bytes: int = 0) -> dict:
     """The floor fields of `bytes_read` moved from `source` in `measured_s`: a restore lands them in memory it did

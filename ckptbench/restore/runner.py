@@ -21,7 +21,7 @@ import psutil
 from ckptbench.system import pagecache as conditions
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.restore.device import check_device, to_device
-from ckptbench.restore.efficiency import hash_of
+from ckptbench.restore.efficiency import hash_of, no_reference
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.restore.resources import PeakRSS, cpu_s, oom_precheck
 from ckptbench.sources import Listing, ReadOptions, Source, open_source
@@ -282,18 +282,19 @@ class Run:
         unreadable = [(listing.rel(f.path), f"unreadable: {f.error.message}") for f in res.failed]
         unreadable += [(listing.rel(d), f"unreadable directory ({why}): its files were not listed")
                        for d, why in listing.skipped]
+        why = no_reference(alg, man)
         if man is None:
-            self.notes[VERIFY] = ("NOT VERIFIED: no manifest, so there is no reference; digests were "
+            self.notes[VERIFY] = (f"NOT VERIFIED: {why}, so there is no reference; digests were "
                                   + (f"computed ({alg}) for the record only" if alg != "none" else
                                      "not computed (--hash crc32c computes them)"))
             return unreadable
         if alg != man.hash:
-            self.notes[VERIFY] = (f"NOT VERIFIED: --hash {alg} is not the manifest's {man.hash}, so there is no "
-                                  f"reference; leave --hash out or use --hash {man.hash}")
+            self.notes[VERIFY] = (f"NOT VERIFIED: {why}, so there is no reference; leave --hash out or use "
+                                  f"--hash {man.hash}")
             return unreadable
-        if man.hash == "none":  # sizes alone: a shard rewritten at the same size would pass
-            self.notes[VERIFY] = ("NOT VERIFIED: the manifest records no digests (hash none), so only sizes were "
-                                  "checked; regenerate it with a digest (ckptbench gen --digest crc32c)")
+        if why:  # sizes alone
+            self.notes[VERIFY] = (f"NOT VERIFIED: {why}, so only sizes were checked; regenerate it with a digest "
+                                  "(ckptbench gen --digest crc32c)")
             results = {listing.rel(f.path): f for f in res.files}
             return list(compare(man, results)) + unreadable
         results = {listing.rel(f.path): replace(f, digest=digests.get(f.path)) for f in res.files}

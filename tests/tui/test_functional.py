@@ -163,8 +163,11 @@ async def test_concurrency_keys_between_runs_change_the_options(make_app, small_
         assert (app.opts.mode, app.opts.cache, app.opts.read, app.opts.hash) == ("staged", "cold", "mmap", "crc32c")
         await pilot.press("o", "o", "a", "a", "a", "a", "a")
         assert (app.opts.cache, app.opts.hash) == ("as-is", None)
+        await app.workers.wait_for_complete()  # the source listed: the digest the manifest names is known
+        await pilot.pause()
         settings = h.text_of(dash.query_one("#settings", Static))
-        assert "mode staged" in settings and "read mmap" in settings and "hash manifest" in settings, settings
+        assert "mode staged" in settings and "read mmap" in settings, settings
+        assert "hash crc32c (the manifest's)" in settings, settings  # gen's default digest
 
 
 async def test_cancel_records_a_cancelled_row_and_leaves_no_threads(make_app, big_ckpt, h):

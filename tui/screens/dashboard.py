@@ -27,10 +27,11 @@ from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core import options
 from ckptbench.system.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
-from tui.messages import FloorKnown, LoopEnded, RunCancelled, RunFailed, RunFinished, TuneDone, TuneLevel
+from tui.messages import (FloorKnown, LoopEnded, RunCancelled, RunFailed, RunFinished, SourceListed, TuneDone,
+                          TuneLevel)
 from tui.widgets.chart import ThroughputChart
 from tui.widgets.floorline import FloorView
-from tui.widgets.stagebar import StageBar, run_note
+from tui.widgets.stagebar import StageBar, digest_words, run_note, verify_line
 from tui.widgets.syspanel import SystemPanel
 
 LOOP_STAGES = (LIST, READ)  # a loop pass lists and reads: no verify or load
@@ -103,6 +104,7 @@ class Dashboard(Screen):
         self.tuner = None  # the AutoTune of the last `t`
         self._applying_knee = False
         self._texts: dict[str, str] = {}
+        self.listing = None  # the source's Listing once listed: what the verify stage checks digests against
         self.floor = FloorView(self.query_one("#chart", ThroughputChart), self.query_one("#stages", StageBar),
                                app.source)
         self.query_one("#chart", ThroughputChart).border_title = "read throughput, last minute"
@@ -113,7 +115,9 @@ class Dashboard(Screen):
         self.look_up_floor()
         if app.source is None:
             self.query_one("#figures", Static).update("no source: start with `ckptbench tui DIR`")
-        elif app.autostart == "loop":
+            return
+        self.list_source()
+        if app.autostart == "loop":
             self.action_loop()
         elif app.autostart:
             self.action_run()
@@ -141,7 +145,7 @@ class Dashboard(Screen):
         read = f"auto→{self.read_picked}" if picked else o.read
         self._set("#settings",
             f"{state} · concurrency [b]{shown}[/b]{fixed} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · "
-            f"read [b]{read}[/b] · hash [b]{o.hash or 'manifest'}[/b]")
+            f"read [b]{read}[/b] · hash [b]{escape(digest_words(o.hash, self.listing))}[/b]")
 
     def watch_concurrency(self, n: int) -> None:
         if not self.is_mounted:
@@ -212,7 +216,7 @@ class Dashboard(Screen):
     def begin(self, active: str | None, note: str, shown: tuple[str, ...] = STAGES, looping: bool = False) -> None:
         """A run or a loop starts: a clear chart, stage box and rates (the floor looked up for its settings stands)."""
         self.query_one("#chart", ThroughputChart).clear()
-        self.query_one("#stages", StageBar).update_stages({}, active, note, shown, failed=False)
+        self.query_one("#stages", StageBar).update_stages({}, active, note, shown, failed=False, unverified="")
         self.rates, self._rates_pass, self.running = LiveRates(), 0, True
         self.floor.new_run(looping)
         self.show_settings()
@@ -270,8 +274,10 @@ class Dashboard(Screen):
         if not get_current_worker().is_cancelled:
             # the source's residency after the run and the run against the floor are worked out here, off the UI
             # thread, in the run's own worker (one more thread would outlive it in the executor's pool)
+            run = session.current
             self.post_message(RunFinished(doc, self.app.measure_source(),
-                                          ui.restore_floor(self.app.source, session.opts, self.app.source_info, doc)))
+                                          ui.restore_floor(self.app.source, session.opts, self.app.source_info, doc),
+                                          run.listing if run is not None else None))
 
     @work(thread=True, exclusive=True, group="floor", exit_on_error=False)
     def look_up_floor(self) -> None:
@@ -283,6 +289,24 @@ class Dashboard(Screen):
     @on(FloorKnown)
     def floor_known(self, msg: FloorKnown) -> None:
         self.floor.known(msg.fields)
+
+    @work(thread=True, exclusive=True, group="listing", exit_on_error=False)
+    def list_source(self) -> None:
+        """The source's listing, for what the settings line says the verify stage checks (listing: a worker)."""
+        from ckptbench.core.errors import CkptbenchError
+        from ckptbench.sources import open_source
+
+        try:
+            listing = open_source(self.app.source).list()
+        except (CkptbenchError, OSError):
+            return  # the option alone is said; a run says why the source cannot be listed
+        if not get_current_worker().is_cancelled:
+            self.post_message(SourceListed(listing))
+
+    @on(SourceListed)
+    def source_listed(self, msg: SourceListed) -> None:
+        self.listing = msg.listing
+        self.show_settings()
 
     def poll(self) -> None:
         if self.loop is not None:
@@ -365,12 +389,14 @@ class Dashboard(Screen):
         self.running = False
         doc = msg.doc
         self.read_picked = ", ".join(doc["read"]["modes"])
-        self.query_one("#stages", StageBar).update_stages(doc["stages"], None, run_note(doc))
+        if msg.listing is not None:  # what this run's digests were checked against
+            self.listing = msg.listing
+        unverified = verify_line(doc)  # stays under the RTO: the toast below vanishes
+        self.query_one("#stages", StageBar).update_stages(doc["stages"], None, run_note(doc), unverified=unverified)
         if msg.floor is not None:  # the run's efficiency, against the floor of the cache condition it met
             self.floor.known(msg.floor)
-        unverified = "" if doc["verified"] or doc["status"] != "ok" else ", NOT VERIFIED"
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "
-                    f"success {human_pct(doc['success_rate'])} ({doc['status']}{unverified})",
+                    f"success {human_pct(doc['success_rate'])} ({doc['status']})",
                     severity="warning" if unverified else "information")
         self.show_settings()
         if msg.source_info is not None:

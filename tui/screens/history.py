@@ -9,6 +9,26 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 
+def efficiency_cell(run: dict) -> str:
+    """A run's efficiency (records.history's: its floor over its median time) as `ckptbench history` says it, past
+    the floor marked as it marks it; over a time other than the RTO column's (the RTO less the model's first step,
+    a save's until durable), that time is named, or the two would not divide."""
+    from ckptbench.cli.history import FIGURE_WORDS
+    from ckptbench.core.units import human_figure, human_pct
+    from ckptbench.system.floor import OVER_FLOOR
+
+    eff = run["efficiency"]
+    if eff is None:
+        return "-"
+    out = human_pct(eff) + (" (over the floor: a ceiling measured low)" if eff > OVER_FLOOR else "")
+    if run.get("held_s") is not None:
+        out += f" of {human_figure(run['figure'], run['held_s'])} (the RTO less the model's first step)"
+    elif run["figure"] != "rto_s" and run["figure_s"] is not None:
+        words = FIGURE_WORDS.get(run["figure"], run["figure"]) + (" after the first save" if run.get("steady") else "")
+        out += f" of {words} {human_figure(run['figure'], run['figure_s'])}"
+    return out
+
+
 class HistoryScreen(Screen):
     BINDINGS = [("escape", "app.pop_screen", "Back"), ("space", "mark", "Mark"), ("c", "compare", "Compare")]
 
@@ -29,7 +49,8 @@ class HistoryScreen(Screen):
 
         table = self.query_one("#runs", DataTable)
         table.clear(columns=True)
-        table.add_columns("", "run", "date", "source", "mode", "cache", "repeats", "RTO s", "read GB/s", "status")
+        table.add_columns("", "run", "date", "source", "mode", "cache", "repeats", "RTO s", "read GB/s", "efficiency",
+                          "status")
         path = self.app.results_path
         try:
             self.runs = runs(path)
@@ -38,12 +59,18 @@ class HistoryScreen(Screen):
             self.runs, self.dist = [], {}
             self.query_one("#comparison", Static).update(escape(printable(redact(str(exc)))))
             return
-        for r in self.runs:  # recorded text is anyone's: an escape in it would retitle or wipe the terminal
-            table.add_row(" ", *map(printable, (r["run_id"], r["date"][:19], redact(r["source"]), self.mode_of(r),
-                                                r["cache"])),
+
+        def text(value: str) -> str:
+            # recorded text is anyone's: an escape in it would retitle or wipe the terminal, and a table cell is
+            # markup (a source "bad[/x]" raised inside the screen)
+            return escape(printable(value))
+
+        for r in self.runs:
+            table.add_row(" ", *map(text, (r["run_id"], r["date"][:19], redact(r["source"]), self.mode_of(r),
+                                           r["cache"])),
                           str(r["repeats"]), "-" if r["rto_s"] is None else f"{r['rto_s']:.3f}",
-                          "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", printable(r["status"]),
-                          key=r["run_id"])
+                          "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", efficiency_cell(r),
+                          text(r["status"]), key=r["run_id"])
         if not self.runs:
             self.query_one("#comparison", Static).update(f"no runs recorded in {escape(path)} yet: press r on the dashboard")
         elif self.dist:

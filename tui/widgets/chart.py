@@ -66,8 +66,10 @@ class ThroughputChart(Widget):
         level_row = max(1, math.ceil(self.level / top * rows - 1e-9)) if self.level else None  # the row it falls in
         out = Text()
         for r in range(rows, 0, -1):
-            label = (f"{self.level:6.2f} " if r == level_row else f"{top * r / rows:6.2f} " if r in (rows, 1)
-                     else " " * 7)
+            # the axis runs from 0: the top row is labelled with its top edge, the bottom row with its bottom edge
+            # (labelled with its top edge, 2.1 / 9 rows, a flat 2.0-2.1 GB/s run read as a range from 0.23)
+            label = (f"{self.level:6.2f} " if r == level_row else f"{top:6.2f} " if r == rows
+                     else f"{0:6.2f} " if r == 1 else " " * 7)
             out.append(label, style="yellow" if r == level_row else "dim")
             cells = []
             for v in cols:

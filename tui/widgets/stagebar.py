@@ -1,13 +1,15 @@
-"""The RTO split into stages: a proportional bar and seconds and shares, filling in as stages finish; under them, the
-floor's line (tui.widgets.floorline)."""
+"""The RTO split into stages: a proportional bar and seconds and shares, filling in as stages finish; under the RTO,
+a finished restore whose digests were not checked says so; then the floor's line (tui.widgets.floorline)."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.widget import Widget
 
-from ckptbench.core.stages import STAGES
+from ckptbench.core.errors import printable
+from ckptbench.core.stages import STAGES, VERIFY
 from ckptbench.core.units import human_pct
+from ckptbench.restore.efficiency import hash_of, no_reference
 from ckptbench.system import readmode
 
 COLORS = dict(zip(STAGES, ("magenta", "green", "cyan", "blue", "yellow", "red")))
@@ -26,21 +28,26 @@ class StageBar(Widget):
         self.shown: tuple[str, ...] = STAGES
         self.floor = Text()
         self.failed = False
+        self.unverified = ""  # why the last restore's digests were not checked against a reference; "" when they were
 
     def update_stages(self, stages: dict[str, float], active: str | None, note: str | None = None,
-                      shown: tuple[str, ...] = STAGES, failed: bool | None = None) -> None:
+                      shown: tuple[str, ...] = STAGES, failed: bool | None = None,
+                      unverified: str | None = None) -> None:
         """`note` follows the RTO (e.g. the one-time warm-up that was kept out of it); None keeps the current one.
         `shown`: the stages this kind of run has (a loop pass: list and read), in STAGES order. `failed`: the run
         stopped with an error: its stages so far are shown, and no RTO (there was no restore to time); None keeps
-        the current state (the screen's poll redraws the stages after the run ended)."""
+        the current state (the screen's poll redraws the stages after the run ended). `unverified`: the line under
+        the RTO of a restore that finished with nothing checked (verify_line), "" none; None keeps the current one."""
         failed = self.failed if failed is None else failed
+        unverified = self.unverified if unverified is None else unverified
         # a run that stopped early (failed verify) has no figure for the stages it never reached
         stages = {k: v for k, v in stages.items() if v is not None}
         note = self.note if note is None else note
         shown = tuple(s for s in STAGES if s in shown)
-        if (stages, active, note, shown, failed) != (self.stages, self.active, self.note, self.shown, self.failed):
-            self.stages, self.active, self.note, self.shown, self.failed = stages, active, note, shown, failed
-            self.refresh()  # only on a change: a redraw costs CPU
+        now = (stages, active, note, shown, failed, unverified)
+        if now != (self.stages, self.active, self.note, self.shown, self.failed, self.unverified):
+            self.stages, self.active, self.note, self.shown, self.failed, self.unverified = now
+            self.refresh(layout=True)  # only on a change: a redraw costs CPU; the unverified line is one more row
 
     def show_floor(self, line: Text) -> None:
         if line != self.floor:  # a redraw costs CPU
@@ -78,7 +85,29 @@ class StageBar(Widget):
             out.append(f"\n RTO {total:.3f}s" if total else "\n RTO —")
         if self.note:
             out.append(f"   ({self.note})", style="dim")
+        if self.unverified:  # beside the RTO it qualifies, not in a toast that vanishes
+            out.append(f"\n {self.unverified}", style="bold yellow")
         return out.append("\n").append_text(self.floor)
+
+
+def verify_line(doc: dict) -> str:
+    """What a finished restore that checked no digest against a reference says under its RTO, in `run`'s words
+    ("NOT VERIFIED") and with the verify stage's note saying why; "" for one that was verified or did not finish."""
+    if doc.get("verified") or doc.get("status") not in ("ok", "unverified"):
+        return ""
+    note = printable((doc.get("notes") or {}).get(VERIFY) or "")
+    return note if note.startswith("NOT VERIFIED") else "digests: NOT VERIFIED (no reference to compare with)"
+
+
+def digest_words(asked: str | None, listing) -> str:
+    """What the verify stage will do, for the settings line: the digest a restore computes (the domain's hash_of) and
+    what it is checked against. `asked` is --hash (None: the manifest's); `listing` the source's, None until it is
+    listed (then the option is all there is to say). Where nothing can be checked it says so, as `run` does."""
+    if listing is None:
+        return asked or "manifest"
+    alg = hash_of(asked, listing)
+    why = no_reference(alg, listing.manifest)  # as the restore's NOT VERIFIED note decides it
+    return f"{alg} (NOT VERIFIED: {why})" if why else f"{alg} (the manifest's)"
 
 
 def run_note(doc: dict) -> str:
