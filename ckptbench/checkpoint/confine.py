@@ -24,26 +24,42 @@ def _bad(root: str, rel, why: str) -> CkptbenchError:
 
 def is_plain(rel) -> bool:
     """A relative, canonical "/"-separated name ("a/b": no empty, "." or ".." part), no NUL, backslash or
-    drive: joined to any directory, it names something below it."""
+    drive, that a file name can hold: joined to any directory, it names something below it."""
     return (isinstance(rel, str) and 0 < len(rel) <= MAX_MEMBER_PATH and "\0" not in rel and "\\" not in rel
             and not rel.startswith("/") and ":" not in rel.split("/")[0]
-            and not any(part in ("", ".", "..") for part in rel.split("/")))
+            and not any(part in ("", ".", "..") for part in rel.split("/")) and _encodable(rel))
 
 
-def resolve(root: str, rel) -> str:
-    """The real path of member `rel` of `root`; one clear error when it is not a plain path inside root."""
+def _encodable(rel: str) -> bool:
+    """A name the filesystem can hold: JSON's "\\ud800" is a lone surrogate no file name has (os.fsencode raised
+    UnicodeEncodeError, a traceback); a listing's undecodable bytes (surrogateescape) still encode."""
+    try:
+        os.fsencode(rel)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def resolve(root: str, rel, *, links: bool = True) -> str:
+    """The real path of member `rel` of `root`; one clear error when it is not a plain path inside root. With
+    `links` False, a member that is a symlink or lies under one is refused too, even one pointing inside: the
+    listing never reads one, and N links to one shard would count (and load) its bytes N times."""
     if not is_plain(rel):
         raise _bad(root, rel, "is not a plain relative path and could point outside the checkpoint directory")
     base = os.path.realpath(root)
     real = os.path.realpath(os.path.join(base, rel))
     if os.path.commonpath([base, real]) != base or real == base:
         raise _bad(root, rel, "resolves outside the checkpoint directory")
+    if not links and real != os.path.join(base, rel):
+        raise _bad(root, rel, "is a symbolic link or lies under one (never followed: only the checkpoint's regular "
+                   "files are read)")
     return real
 
 
-def open_member(root: str, rel, size: int | None = None) -> int:
-    """A read-only descriptor on a regular file inside root; `size`, when given, must be its size."""
-    path = resolve(root, rel)
+def open_member(root: str, rel, size: int | None = None, *, links: bool = True) -> int:
+    """A read-only descriptor on a regular file inside root; `size`, when given, must be its size; `links` as
+    resolve takes it."""
+    path = resolve(root, rel, links=links)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:

@@ -6,14 +6,13 @@ import os
 
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.layouts import DS_MODEL, DS_OPTIM, TORCH_EXT
+from ckptbench.checkpoint.tree import files
 
 
 def detect(directory: str) -> str:
-    """The format of a checkpoint directory, whoever wrote it."""
-    names = []
-    for _root, _, files in os.walk(directory):
-        names.extend(files)
-    return detect_names(names, directory)
+    """The format of a checkpoint directory, whoever wrote it, from the files the listing holds (tree.files: no
+    recursion, so a tree nested thousands deep is walked, not a RecursionError)."""
+    return detect_names([os.path.basename(p) for p in files(directory)], directory)
 
 
 def detect_names(names: list[str], where: str) -> str:

@@ -195,17 +195,22 @@ def _step_dirs(rels: list[str]) -> set[str]:
     return out
 
 
-def _one_of(where: str, dirs: set[str], kind: str, pointer: str, what: str, named: Callable[[], str | None]) -> str:
+def _one_of(where: str, dirs: set[str], kind: str, pointer: str, what: str, named: Callable[[], str | None],
+            on_disk: bool = False) -> str:
     """The directory to restore among `dirs`: the one the pointer file names (`named()`, None without one), else
-    the only one, else one line saying the choice is ambiguous."""
+    the only one, else one line saying the choice is ambiguous (and, on disk, that a pointer the listing leaves out,
+    a symlink or a FIFO, is there but never read)."""
     tag = named()
     if tag is not None:
         return tag
     if len(dirs) == 1:
         return next(iter(dirs))
     listed = ", ".join(sorted(dirs)[:3]) + (", ..." if len(dirs) > 3 else "")
-    raise _refuse(where, f"{len(dirs)} {kind} directories ({listed}) and no `{pointer}` file saying which to restore",
-                  f"point at one {kind.split()[-1]} directory, or write {what} into {os.path.join(where, pointer)}")
+    path = os.path.join(where, pointer)
+    none = f", and its `{pointer}` is not a regular file (a symlink, FIFO or folder is never read), so nothing says" \
+        if on_disk and os.path.lexists(path) else f" and no `{pointer}` file saying"
+    raise _refuse(where, f"{len(dirs)} {kind} directories ({listed}){none} which to restore",
+                  f"point at one {kind.split()[-1]} directory, or write {what} into {path}")
 
 
 def _deepspeed(where: str, rels: list[str], top: set[str], steps: set[str], fetch: Fetch | None) -> Layout:
@@ -213,7 +218,7 @@ def _deepspeed(where: str, rels: list[str], top: set[str], steps: set[str], fetc
         tag, files, prefix = None, tuple(rels), ""
     else:
         tag = _one_of(where, steps, "DeepSpeed step", LATEST, "its name",
-                      lambda: read_latest(where, rels, fetch) if LATEST in top else None)
+                      lambda: read_latest(where, rels, fetch) if LATEST in top else None, fetch is None)
         prefix = tag + "/"
         if not any(r.startswith(prefix) and r.endswith(TORCH_EXT) for r in rels):
             raise _refuse(os.path.join(where, LATEST) if LATEST in top else where,
@@ -364,7 +369,7 @@ def read_iteration(where: str, rels: list[str], fetch: Fetch | None = None) -> s
 def megatron_iteration(where: str, rels: list[str], top: set[str], iters: set[str], fetch: Fetch | None) -> str:
     """The iteration to restore: the one latest_checkpointed_iteration.txt names, else the only one."""
     return _one_of(where, iters, "Megatron iteration", MEGATRON_LATEST, "its number",
-                   lambda: read_iteration(where, rels, fetch) if MEGATRON_LATEST in top else None)
+                   lambda: read_iteration(where, rels, fetch) if MEGATRON_LATEST in top else None, fetch is None)
 
 
 def is_one_checkpoint(rels: list[str]) -> bool:

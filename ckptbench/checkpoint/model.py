@@ -6,7 +6,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ckptbench.checkpoint.profiles import ModelDims
+from ckptbench.checkpoint.formats.state import FormatError
+from ckptbench.checkpoint.profiles import DIM_LIMITS, ModelDims
+from ckptbench.checkpoint.quote import quote
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -67,8 +69,28 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
+# the fields of a GPT config.json the shape comes from, named in the line that refuses one
+CONFIG_NAMES = {"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "vocab": "vocab_size",
+                "seq_len": "n_positions"}
+
+
+def _check_dims(dims: ModelDims) -> None:
+    """The shape held to the bounds a manifest's is (DIM_LIMITS; a manifest's is checked when read, so what fails
+    here came from a config.json): its n_layer of 10**8 cost minutes of building on meta before any name was
+    compared, a list or 0 heads a traceback."""
+    for field, high in DIM_LIMITS.items():
+        v = getattr(dims, field)
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= high:
+            raise FormatError(f"config.json: {CONFIG_NAMES[field]} ({field}) is {quote(v, 40)}, not a whole number "
+                              f"1..{high}; the file is corrupt or crafted: fix or remove it")
+    if dims.hidden % dims.heads:
+        raise FormatError(f"config.json: n_embd {dims.hidden} is not a multiple of n_head {dims.heads}; the file is "
+                          "corrupt or crafted: fix or remove it")
+
+
 def build_on_meta(dims: ModelDims, dtype: str) -> GPT:
     """A model with no storage: loading assigns the checkpoint's tensors instead of copying into fresh ones."""
+    _check_dims(dims)
     with torch.device("meta"):
         return GPT(dims).to(DTYPES[dtype])
 

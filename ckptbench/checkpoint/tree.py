@@ -10,19 +10,44 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR,
           (stat.S_ISBLK, "a block device"))
 
 
-def not_regular(path: str) -> str | None:
-    """Why `path` is passed over (a symlink is never followed, so nothing outside the checkpoint is read through
-    one; a FIFO or a device has no size to read), or None for a regular file."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError as exc:
-        return f"cannot be examined ({exc.strerror}): not read"
+def _why(mode: int) -> str | None:
+    """not_regular's answer for an entry of this mode."""
     if stat.S_ISLNK(mode):
         return "a symbolic link, not followed: only regular files inside the checkpoint are read"
     if stat.S_ISREG(mode):
         return None
     kind = next((what for test, what in _KINDS if test(mode)), "an entry of another kind")
     return f"{kind}, not a regular file: never read"
+
+
+def not_regular(path: str) -> str | None:
+    """Why `path` is passed over (a symlink is never followed, so nothing outside the checkpoint is read through
+    one; a FIFO or a device has no size to read), or None for a regular file."""
+    try:
+        return _why(os.lstat(path).st_mode)
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror}): not read"
+
+
+def _entries(path: str, refused) -> tuple[list[os.DirEntry], list[os.DirEntry]] | None:
+    """(sub-directories not entered through a symlink, other entries) of one directory, each sorted by name; None
+    when it cannot be listed (`refused` told why)."""
+    dirs, others = [], []
+    try:
+        with os.scandir(path) as it:
+            for e in it:  # a symlink to a folder is a folder here (os.walk's sort), listed in `odd`, never entered
+                (dirs if _is_dir(e, follow=False) or (e.is_symlink() and _is_dir(e, follow=True)) else others).append(e)
+    except OSError as exc:
+        refused(exc)
+        return None
+    return sorted(dirs, key=lambda e: e.name), sorted(others, key=lambda e: e.name)
+
+
+def _is_dir(e: os.DirEntry, follow: bool) -> bool:
+    try:
+        return e.is_dir(follow_symlinks=follow)
+    except OSError:
+        return False
 
 
 def files(directory: str, skipped: list[tuple[str, str]] | None = None,
@@ -32,29 +57,38 @@ def files(directory: str, skipped: list[tuple[str, str]] | None = None,
     A sub-directory that cannot be entered is appended to `skipped` as (path, reason), so that callers
     report it instead of counting a partial listing as the whole checkpoint; `odd` gets the folders the list
     cannot show (a symlinked one, an empty one), by relative path, with what they are; `passed` gets the entries
-    that are not regular files (a symlink, a FIFO), by path, with why they are not read."""
+    that are not regular files (a symlink, a FIFO), by path, with why they are not read. The walk keeps its own
+    stack: a tree nested as deep as paths go (two thousand levels) is listed, not a RecursionError."""
     out = []
 
     def refused(exc: OSError) -> None:
         if skipped is not None:
             skipped.append((str(exc.filename), exc.strerror or str(exc)))
 
-    for root, dirs, names in os.walk(directory, onerror=refused):
-        dirs.sort()
-        if odd is not None:  # what the file list cannot show: folders it does not enter, and empty ones
-            rel = os.path.relpath(root, directory).replace(os.sep, "/")
-            for d in dirs:
-                if os.path.islink(os.path.join(root, d)):
-                    odd[d if rel == "." else f"{rel}/{d}"] = "is a symlink (only what lies inside the folder is read)"
-            if not dirs and not names and rel != ".":
-                odd[rel] = "is empty"
-        for n in sorted(names):
-            path = os.path.join(root, n)
-            why = not_regular(path)
+    stack = [(directory, "")]
+    while stack:
+        root, rel = stack.pop()
+        found = _entries(root, refused)
+        if found is None:
+            continue
+        dirs, names = found
+        for e in names:
+            try:
+                why = _why(e.stat(follow_symlinks=False).st_mode)
+            except OSError as exc:
+                why = f"cannot be examined ({exc.strerror}): not read"
             if why is None:
-                out.append(path)
+                out.append(e.path)
             elif passed is not None:
-                passed.append((path, why))
+                passed.append((e.path, why))
+        if odd is not None:  # what the file list cannot show: folders it does not enter, and empty ones
+            for e in dirs:
+                if e.is_symlink():
+                    odd[f"{rel}/{e.name}" if rel else e.name] = \
+                        "is a symlink (only what lies inside the folder is read)"
+            if not dirs and not names and rel:
+                odd[rel] = "is empty"
+        stack.extend((e.path, f"{rel}/{e.name}" if rel else e.name) for e in reversed(dirs) if not e.is_symlink())
     return out
 
 

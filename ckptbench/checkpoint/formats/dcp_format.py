@@ -85,15 +85,38 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:120]}" if lines else type(exc).__name__
 
 
+def _with_data(value) -> bool:
+    """Every tensor in `value` (already bounded by check_walk) a CPU tensor with its data, no larger than its
+    storage: a meta or sparse tensor, or a stride-0 view claiming 2**31 elements of 4 bytes, would reach the scan
+    and the clone (a traceback, or an allocation of the claim)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            if v.layout != torch.strided or v.is_nested or v.device.type != "cpu":
+                return False
+            need = v.numel() * v.element_size()
+            if need and need > v.untyped_storage().nbytes() - v.storage_offset() * v.element_size():
+                return False
+        elif isinstance(v, dict):
+            stack.extend(dict.values(v))
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            stack.extend(v)
+    return True
+
+
 def load_byte_entry(data: bytes):
     """A byte entry's value, unpickled only by torch's weights_only unpickler (DCP's own loader runs any pickle),
     which here also admits io.BytesIO (trainers save buffers; rebuilding one runs no code): plain data, tensors
-    and buffers come back as values; anything else stays the bytes it was saved as, marked RawBytes."""
+    with their data and buffers come back as values; anything else stays the bytes it was saved as, marked
+    RawBytes."""
     try:
         with torch.serialization.safe_globals([io.BytesIO]):
             value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
         check_walk(value, walk_limit(len(data)), "a byte entry")  # a shared graph (2**40 paths from 4 KiB) is kept
     except Exception:  # refused (a global beyond plain data) or not a torch.save stream: keep the bytes
+        return RawBytes(data)
+    if not _with_data(value):
         return RawBytes(data)
     return value.getvalue() if isinstance(value, io.BytesIO) else value
 

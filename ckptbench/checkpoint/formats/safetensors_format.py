@@ -102,7 +102,30 @@ def parse_header(buf, name: str = "safetensors buffer") -> tuple[dict, int]:
     if not isinstance(header, dict):
         raise FormatError(f"{name}: safetensors header is a JSON {type(header).__name__}, not an object of tensors; "
                           f"{_CRAFTED}")
+    if not _unicode(header):
+        raise FormatError(f"{name}: safetensors header holds a lone surrogate (an escape such as \\ud800), which is "
+                          f"not text and which safetensors refuses; {_CRAFTED}")
     return header, 8 + n
+
+
+def _unicode(doc) -> bool:
+    """Every string of a parsed header (keys too) is text: JSON's "\\ud800" escape parses to a lone surrogate that
+    safetensors refuses and no terminal can print (the tensor names reach inspect's output)."""
+    stack = [doc]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return False
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return True
 
 
 def _entry(name: str, key: str, info) -> tuple[torch.dtype, list[int], int, int]:
