@@ -8,7 +8,7 @@ import threading
 import uuid
 
 from ckptbench.core.errors import CkptbenchError, name_source
-from ckptbench.cli.show import print_floor, print_pick, print_recorded, say
+from ckptbench.cli.show import digests_line, print_floor, print_pick, print_recorded, say
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.system import binding
@@ -60,8 +60,7 @@ def print_run(doc: dict) -> None:
         say(f"one-time warm-up before the first clock (imports, torch's first operations): "
             f"{doc['warmup_s']:.2f} s, not in the RTO")
     say(f"read path: {', '.join(doc['read']['modes'])} ({doc['read']['why']})")
-    say("digests: verified against the manifest" if doc["verified"] else
-        "digests: NOT VERIFIED (no reference to compare with; see the verify note)")
+    say(digests_line(doc))
     say(cache_line(doc["cache"], len(doc["repeats"])))
     for stage, note in doc["notes"].items():
         say(f"  note ({stage}): {note}")

@@ -50,6 +50,21 @@ def print_left(lay: dict, stream=None) -> None:
         say(f"  read, not loaded: {u['path']} ({u['why']})", stream)
 
 
+def digests_line(doc: dict, where: str = "") -> str:
+    """What a restore's digests came to: verified, FAILED (a file differed from the manifest, was missing or could not
+    be read: a reference there was, and the restore did not match it) or NOT VERIFIED (nothing to compare with). A
+    mismatch had been said 'no reference to compare with', beside an RTO, with the word failed nowhere."""
+    if doc["verified"]:
+        return "digests: verified against the manifest"
+    failed = [r for r in doc.get("repeats", []) if r.get("status") == "failed"]
+    if failed or doc.get("status") == "failed":
+        errors = ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in (doc.get("errors") or {}).items())
+        many = f"{len(failed)} of {len(doc['repeats'])} repeat(s)" if failed else "the restore"
+        return (f"FAILED: {many} did not restore the checkpoint whole{where}" + (f" ({errors})" if errors else "")
+                + "; the problems below name the files, and a failed repeat's time is not a restore's")
+    return f"digests: NOT VERIFIED (no reference to compare with{where}; see the verify note)"
+
+
 def emit(doc: dict) -> None:
     json.dump(doc, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")

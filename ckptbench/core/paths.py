@@ -28,3 +28,13 @@ def new_file_beside(path: str, mode: int = 0o666) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(f"{path}: no free temporary name beside it")
+
+
+def source_identity(source: str) -> str:
+    """The source as records name it, the same whatever directory it was named from: an object store's URL without
+    its trailing slash, a local path that is there resolved (a knee swept as `ckpts/x` was not found by `check
+    /abs/ckpts/x`, and compare called the two one checkpoint's runs 'different sources'); anything else (read's
+    several paths, joined) as given."""
+    if "://" in source:
+        return source.rstrip("/")
+    return os.path.realpath(source) if source and os.path.exists(source) else source

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ckptbench.core.stages import STAGES
+from ckptbench.core.paths import source_identity
 from ckptbench.system import floor
 
 SCHEMA = 3
@@ -83,7 +84,7 @@ def row(kind: str, run_id: str, repeat: int, source: str, settings: dict, figure
     if unknown:
         raise ValueError(f"not results.csv settings or figures: {sorted(unknown)}")
     return {"schema": SCHEMA, "kind": kind, "run_id": run_id, "repeat": repeat, "timestamp": env["date"],
-            "source": recorded_text(source), "status": status_of(status, verified),
+            "source": recorded_text(source_identity(source)), "status": status_of(status, verified),
             "verified": "" if verified is None else verified,
             "success_rate": "" if success_rate is None else success_rate} | settings | figures | {"env": env}
 
@@ -94,7 +95,7 @@ def document(record: str, kind: str, run_id: str, source: str, body: dict, env: 
     head = {"record": record, "kind": kind, "schema": SCHEMA, "run_id": run_id}
     if repeat is not None:
         head["repeat"] = repeat
-    head |= {"source": recorded_text(source), "status": status_of(status, verified), "verified": verified,
+    head |= {"source": recorded_text(source_identity(source)), "status": status_of(status, verified), "verified": verified,
              "success_rate": success_rate}
     if record == "run":  # every kind's run is held against the box's floor, or says why it is not
         body = floor.unmeasured(f"no floor for this {kind}: {NO_FLOOR.get(kind, 'not worked out')}") | body

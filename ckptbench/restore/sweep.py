@@ -3,13 +3,13 @@ by an auto-tune, kept in the results file, and the one figure concurrency advice
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, replace
 
 from ckptbench.core import concurrency as conc
 from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.core.paths import source_identity
 from ckptbench.restore import efficiency
 from ckptbench.restore.reading import read_source
 from ckptbench.sources import ReadOptions, Source, open_source
@@ -72,7 +72,7 @@ class MeasuredKnee:
         return f"measured knee {self.knee} ({self.how} of {self.date})"
 
     def to_json(self) -> dict:
-        return {"record": "knee", "source": self.source, "knee": self.knee, "best": self.best,
+        return {"record": "knee", "source": source_identity(self.source), "knee": self.knee, "best": self.best,
                 "gbps": {str(k): v for k, v in self.gbps.items()}, "how": self.how, "date": self.date}
 
     @classmethod
@@ -95,9 +95,7 @@ def measured_knee(source: str, medians: dict[int, float], how: str, date: str | 
 
 
 def _same_source(a: str, b: str) -> bool:
-    if "://" in a or "://" in b:
-        return a.rstrip("/") == b.rstrip("/")
-    return os.path.realpath(a) == os.path.realpath(b)
+    return source_identity(a) == source_identity(b)
 
 
 def record_knee(results_path: str, measured: MeasuredKnee) -> None:

@@ -1,0 +1,61 @@
+"""New-user pass 16: a restore whose digests differ from the manifest says FAILED (it said 'no reference to compare
+with'); a checkpoint named from another working directory, or by a relative path, is the same checkpoint in the
+records: check finds the knee a sweep recorded, compare finds the earlier run."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from clirun import run_proc
+
+
+def _flip_last_shard(root) -> str:
+    shard = sorted(f for f in os.listdir(root) if f.endswith(".safetensors"))[-1]
+    path = os.path.join(root, shard)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) - 100)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return shard
+
+
+def test_a_digest_mismatch_is_failed_not_unreferenced(ckpt, h, tmp_path):
+    bad = h.copy_ckpt(ckpt("safetensors", 1), tmp_path / "bad")
+    shard = _flip_last_shard(bad)
+    r = h.run_cli("run", bad, "--repeat", "2", "--results", "")
+    assert r.rc == 1
+    assert "FAILED: 2 of 2 repeat(s) did not restore the checkpoint whole (digest mismatch 2)" in r.out, r.out
+    assert "no reference to compare with" not in r.out
+    assert f"problem: {shard}: crc32c" in r.err
+    good = h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", "")
+    assert good.rc == 0 and "digests: verified against the manifest" in good.out and "FAILED" not in good.out
+
+
+def test_a_checkpoint_named_from_elsewhere_is_one_source_in_the_records(ckpt, tmp_path):
+    src = ckpt("safetensors", 1)
+    parent, name = os.path.split(src)
+    results = tmp_path / "r.csv"
+    r = _in(parent, "sweep", name, "--levels", "1,2", "--results", results)
+    assert r.rc == 0, r.err
+    knees = [json.loads(line) for line in open(f"{results}.jsonl") if '"knee"' in line]
+    assert knees and knees[-1]["source"] == os.path.realpath(src)  # recorded resolved, not as typed
+    check = _in(str(tmp_path), "check", src, "--results", results, "--json")
+    conc = next(i for i in json.loads(check.out)["items"] if i["id"] == "concurrency")
+    assert "measured knee" in json.dumps(conc["evidence"]), conc  # the knee swept as a relative path
+    for where, named in ((parent, name), (str(tmp_path), src)):
+        r = _in(where, "run", named, "--repeat", "1", "--results", results)
+        assert r.rc == 0, r.err
+    r = _in(str(tmp_path), "compare", results)
+    assert r.rc in (0, 1) and "no earlier" not in r.err and "differ" not in r.out + r.err, r.out + r.err
+
+
+def _in(cwd: str, *args):
+    """`ckptbench ARGS` run from `cwd`."""
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return run_proc(*args)
+    finally:
+        os.chdir(old)
