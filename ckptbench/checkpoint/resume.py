@@ -93,6 +93,11 @@ def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
     holding = _holding(rels)
     folders = {r.split("/", 1)[0] for r in rels if "/" in r} | set(odd)
     numbered = _numbered(where, folders)
+    # DCP writes .metadata last: a step-N with shards and no .metadata is a save cut short or still being written,
+    # and torchtitan's resume (_find_load_step counts a step-N only with its .metadata) takes the step before it
+    unfinished = {n: d for n, d in numbered.items() if d.startswith("step-") and f"{d}/.metadata" not in rels
+                  and any(r.startswith(f"{d}/") and r.endswith(".distcp") for r in rels)}
+    numbered = {n: d for n, d in numbered.items() if n not in unfinished}
     usable = {n: d for n, d in numbered.items() if d in holding}
     if usable:
         n = max(numbered)
@@ -107,8 +112,10 @@ def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
                else "as torchtitan's resume (load_step -1) and ckptbench save pick it")
         why = f"the highest {tag.split('-')[0]}-N of {len(usable)}, {who}"
         passed = [(usable[k], f"an older checkpoint: a resume takes {tag}") for k in sorted(usable) if k != n]
+        passed += [(d, f"DCP shards without their .metadata (a save cut short or still being written): torchtitan's "
+                       f"resume skips it and takes {tag}") for d in unfinished.values()]
         passed += [(d, f"not numbered as step-N or checkpoint-N (ASCII digits), so no candidate: a resume takes {tag}")
-                   for d in sorted(holding - set(usable.values()))]
+                   for d in sorted(holding - set(usable.values()) - set(unfinished.values()))]
         finals = sorted(r for r in top if r.endswith(WEIGHT_EXT) and not layouts.skip_why(r))
         if finals:
             why += "; the final model at the top is not read (--pick . restores it)"

@@ -148,3 +148,14 @@ def test_on_disk_a_symlinked_or_empty_newest_checkpoint_is_seen_by_the_listing(t
         LocalSource(str(out), checkpoint=True).list()
     listing = LocalSource(str(out), checkpoint=True, pick="checkpoint-9").list()
     assert listing.source == str(out / "checkpoint-9")
+
+
+def test_a_dcp_step_without_its_metadata_is_skipped_as_torchtitan_skips_it():
+    """A new user's step-200 half written (shards, no .metadata yet) beside a whole step-100: the restore picked
+    step-200 and failed with 'no ... torch.distributed.checkpoint files found', where torchtitan loads step-100."""
+    rels = [f"step-100/{f}" for f in (".metadata", "__0_0.distcp")] + ["step-200/__0_0.distcp"]
+    lay = resume.choose("/t", rels)
+    assert lay.root == "step-100" and lay.name == "dcp"
+    assert "torchtitan's resume skips it" in dict(lay.skipped)["step-200"]
+    rels += ["step-200/.metadata"]  # the save finished
+    assert resume.choose("/t", rels).root == "step-200"
