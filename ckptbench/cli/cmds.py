@@ -136,8 +136,8 @@ def cmd_plan(args) -> int:
     from ckptbench.plan.shape import plan
     from ckptbench.core.units import human_bytes, human_gbps
 
-    if args.nodes is None and (args.storage or args.ranks_per_node):
-        raise CkptbenchError("--storage and --ranks-per-node plan a multi-node restore: add --nodes N")
+    if args.nodes is None and (args.storage or args.ranks_per_node or args.node_memory):
+        raise CkptbenchError("--storage, --ranks-per-node and --node-memory plan a multi-node restore: add --nodes N")
     if args.nodes is not None:
         return _plan_nodes(args)
     measured = None
@@ -189,7 +189,7 @@ def _plan_nodes(args) -> int:
     preset = storage.load(args.storage)
     measured, why = plan_scale.rank_read_on(args.results, preset)
     doc = plan_scale.scale(_profile(args.profile, args.scale), args.nodes, args.ranks_per_node or 8, preset,
-                           measured, memory=plan_scale.box_memory(floor.cached()), unmeasured_why=why)
+                           measured, memory=plan_scale.box_memory(floor.cached(), args.node_memory), unmeasured_why=why)
     if args.json:
         _emit(doc)
     else:

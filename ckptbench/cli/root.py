@@ -118,7 +118,7 @@ COMMANDS = (
     Command("plan", "sizes, files, save bandwidth and restore memory of a checkpoint profile; with --nodes, where a "
                     "restore on N nodes saturates the storage and its RTO floor", _lazy("cmd_plan"),
             (o.PROFILE, o.INTERVAL.but(help="checkpoint interval in seconds: the bandwidth it needs"), o.SCALE, o.NODES,
-             o.RANKS_PER_NODE, o.STORAGE,
+             o.RANKS_PER_NODE, o.STORAGE, o.NODE_MEMORY,
              o.RESULTS.but(help="with --interval: the newest save measured there sets the verdict; with --nodes: the "
                                 "newest distributed or restore run there gives the per-rank read rate"),
              o.SAVED_TO, o.JSON)),

@@ -11,7 +11,7 @@ import os
 from ckptbench.core.errors import CkptbenchError, printable, shown
 from ckptbench.plan.shape import plan
 from ckptbench.checkpoint.profiles import Profile
-from ckptbench.core.units import human_gbps
+from ckptbench.core.units import human_age, human_gbps
 from ckptbench.system.storage import MIN_FIGURE, Preset
 
 MAX_READ_GBPS = 1000.0  # far beyond any storage a rank reads from: a recorded rate above it is damaged, not measured
@@ -150,15 +150,19 @@ def _node_counts(nodes: int) -> list[int]:
     return counts + [nodes]
 
 
-def box_memory(floor) -> dict | None:
-    """This box's fresh-memory figure (the floor's best population rate) as a node's ceiling: every node lands its
-    share of the bytes in memory it did not own, so no node restores faster than its memory is populated. The
-    plan runs on a training node; its figure stands in for each node's."""
+def box_memory(floor, given_gbps: float | None = None) -> dict | None:
+    """A node's fresh-memory ceiling: every node lands its share of the bytes in memory it did not own, so no node
+    restores faster than its memory is populated. `given_gbps` (--node-memory) is the nodes' own figure; else this
+    box's (the floor's best population rate) stands in for each node's, which holds only where the plan runs on a
+    training node: its age, and whether it was measured while other work held the cores, go with it (a busy 2-core
+    VM's 2.58 GB/s capped every node of a 32-node plan, unsaid)."""
+    if given_gbps is not None:
+        return {"gbps": given_gbps, "method": "given (--node-memory)", "age_s": None, "busy": "", "given": True}
     pops = [c for k, c in (floor.ceilings.items() if floor is not None else ()) if k.startswith("populate_")]
     if not pops:
         return None
     best = max(pops, key=lambda c: c.gbps)
-    return {"gbps": best.gbps, "method": best.method, "age_s": best.age_s}
+    return {"gbps": best.gbps, "method": best.method, "age_s": best.age_s, "busy": floor.busy, "given": False}
 
 
 def scale(profile: Profile, nodes: int, ranks_per_node: int, storage: Preset, measured: dict | None = None,
@@ -251,10 +255,19 @@ def _rate(doc: dict) -> str:
     return f"per-rank read {r['gbps']:.3f} GB/s MEASURED ({what}, {r['date']}, from {r['where']})"
 
 
+def _memory_said(m: dict) -> str:
+    if m.get("given"):
+        return "the nodes' fresh memory, given with --node-memory"
+    age = f", {human_age(m['age_s'])} ago" if m.get("age_s") is not None else ""
+    busy = " while other work held the cores (it may read low)" if m.get("busy") else ""
+    return (f"this box's fresh memory, measured{age}{busy}: it stands in for each node's; plan on a training node, "
+            "or give theirs with --node-memory GB/S")
+
+
 def _ceilings(doc: dict) -> str:
     c = doc["ceilings"]
     by = {"client": "the client ceiling", "ranks": "its ranks",
-          "fresh memory": "this box's fresh memory, measured"}[c["per_node_capped_by"]]
+          "fresh memory": _memory_said(c.get("fresh_memory") or {})}[c["per_node_capped_by"]]
     parts = [f"per node {c['per_node_gbps']:.2f} GB/s ({by}), {doc['nodes']} nodes {c['nodes_gbps']:.2f} GB/s"]
     if c["aggregate_gbps"] is not None:
         parts.append(f"aggregate {c['aggregate_gbps']:.2f} GB/s")

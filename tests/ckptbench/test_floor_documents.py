@@ -145,3 +145,20 @@ def test_plan_at_scale_caps_each_node_at_this_boxs_fresh_memory(tmp_path, h, pla
     assert doc["rto_floor_s"] > before["rto_floor_s"]
     text = h.run_cli(*args[:-1]).out
     assert "this box's fresh memory, measured" in text, text
+
+
+def test_plan_says_whose_fresh_memory_caps_the_nodes_and_takes_theirs(tmp_path, h, plant_floor):
+    """A new user's busy 2-core VM capped every node of a 32-node plan at its own 2.58 GB/s, unsaid: the line says
+    the figure stands in for each node's, and --node-memory gives the nodes' own."""
+    args = ("plan", "7b", "--nodes", "4", "--storage", "local-nvme", "--results", tmp_path / "none.csv")
+    plant_floor(0.5)
+    text = h.run_cli(*args).out
+    assert "it stands in for each node's; plan on a training node, or give theirs with --node-memory GB/S" in text
+    theirs = json.loads(h.run_cli(*args, "--node-memory", "1000", "--json").out)
+    assert theirs["ceilings"]["per_node_capped_by"] != "fresh memory"
+    assert theirs["ceilings"]["fresh_memory"]["given"] is True
+    low = json.loads(h.run_cli(*args, "--node-memory", "0.25", "--json").out)
+    assert low["ceilings"]["per_node_capped_by"] == "fresh memory" and low["ceilings"]["per_node_gbps"] == 0.25
+    assert "given with --node-memory" in h.run_cli(*args, "--node-memory", "0.25").out
+    r = h.run_cli("plan", "7b", "--node-memory", "3")
+    assert r.rc == 2 and "add --nodes N" in r.err
