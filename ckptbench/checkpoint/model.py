@@ -74,7 +74,7 @@ CONFIG_NAMES = {"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "voc
                 "seq_len": "n_positions"}
 
 
-def _check_dims(dims: ModelDims) -> None:
+def check_dims(dims: ModelDims) -> None:
     """The shape held to the bounds a manifest's is (DIM_LIMITS; a manifest's is checked when read, so what fails
     here came from a config.json): its n_layer of 10**8 cost minutes of building on meta before any name was
     compared, a list or 0 heads a traceback."""
@@ -90,7 +90,7 @@ def _check_dims(dims: ModelDims) -> None:
 
 def build_on_meta(dims: ModelDims, dtype: str) -> GPT:
     """A model with no storage: loading assigns the checkpoint's tensors instead of copying into fresh ones."""
-    _check_dims(dims)
+    check_dims(dims)
     with torch.device("meta"):
         return GPT(dims).to(DTYPES[dtype])
 

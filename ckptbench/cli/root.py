@@ -127,7 +127,7 @@ COMMANDS = (
             (o.SAVE_WHAT, o.SAVE_TARGET, o.FORMAT, o.SCALE,
              o.INTERVAL.but(help="checkpoint interval: saves start every S seconds"), o.COUNT, o.KEEP, o.RANKS,
              o.STAGGER, o.ASYNC_SAVE, o.FSYNC, o.FORCE.but(help="save even when an essential preflight check fails"),
-             o.RESULTS.but(help="append-only CSV; '' records nothing"), o.JSON)),
+             o.RESULTS.but(help="append-only CSV; '' records nothing"), o.JSON, o.PICK)),
     Command("gen", "write a real sample checkpoint of a profile (not timed)", _lazy("cmd_gen"),
             (o.PROFILE, o.DIRECTORY.but(help="where the checkpoint is written (a new or empty directory; --force "
                                              "replaces one gen wrote)"), o.FORMAT.but(default=None, help="default: the profile's"),
@@ -199,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import threading
 
+    for stream in (sys.stdout, sys.stderr):  # a line printed bare (not through printable) with a lone surrogate in
+        # it is shown escaped, never a UnicodeEncodeError after the work is done
+        if hasattr(stream, "reconfigure") and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     args.reparse = parser.parse_args  # a handler that runs another command (demo --headless)

@@ -98,7 +98,10 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 def printable(text: str) -> str:
     """`text` safe for a terminal: escape sequences (a title change, a screen wipe) and control characters gone,
     tabs and newlines as spaces."""
-    return _CONTROL.sub("", _ESCAPE.sub("", str(text))).replace("\t", " ").replace("\n", " ")
+    text = _CONTROL.sub("", _ESCAPE.sub("", str(text))).replace("\t", " ").replace("\n", " ")
+    # a lone surrogate (a tensor key '\ud800w', a file name's undecodable byte) cannot be written to a UTF-8 stream:
+    # shown as its escape, not a UnicodeEncodeError at the print
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def shown(text, limit: int = 80) -> str:

@@ -16,7 +16,7 @@ from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
-from ckptbench.checkpoint.model import GPT, build_on_meta, master_optimizer, sample_batch
+from ckptbench.checkpoint.model import GPT, build_on_meta, check_dims, master_optimizer, sample_batch
 from ckptbench.checkpoint.packs import read_member
 
 if TYPE_CHECKING:
@@ -118,6 +118,9 @@ def load_tail(directory: str, man: mf.Manifest | None, reader=None, rels: list[s
     return {rel: read(rel) for rel in tail_names(directory, man, rels)}
 
 
+NAMES_PER_LAYER, NAMES_OUTSIDE_LAYERS = 12, 5  # ckptbench's GPT's state_dict: 12 tensors a block, 5 around them
+
+
 def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None:
     """The model's shape: from the manifest, else from a GPT config.json; None when unknown."""
     if man is not None and man.dims:
@@ -128,7 +131,7 @@ def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None
     try:
         c = json.loads(bytes(raw))  # bytes, or a slice of a read buffer (json takes no memoryview)
         return ModelDims(c["n_layer"], c["n_embd"], c["n_head"], c["vocab_size"], c["n_positions"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: a config.json 200000 '[' deep
         return None
 
 
@@ -139,7 +142,14 @@ def model_dims(man: mf.Manifest | None, tail: dict[str, bytes], names) -> tuple[
     dims = dims_of(man, tail)
     if dims is None or (man is not None and man.dims):
         return dims, ""
-    ours, theirs = set(build_on_meta(dims, "float32").state_dict()), set(names)
+    check_dims(dims)  # a shape out of a manifest's bounds is refused in one line, whatever the weights
+    theirs = set(names)
+    want = NAMES_PER_LAYER * dims.layers + NAMES_OUTSIDE_LAYERS
+    if len(theirs) != want:  # not ours, told before any model is built: 4096 layers of the largest shape took 20 s
+        # to build on meta only to compare names
+        return None, (f"config.json gives a model shape, but the weights are not ckptbench's GPT's ({len(theirs)} "
+                      f"tensors, not its {want} for {dims.layers} layers), so there is no model to run a step of")
+    ours = set(build_on_meta(dims, "float32").state_dict())
     if theirs == ours:
         return dims, ""
     alien = sorted(theirs - ours) or sorted(ours - theirs)

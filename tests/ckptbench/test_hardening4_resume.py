@@ -270,3 +270,32 @@ def test_a_sound_config_json_still_builds_and_runs_the_step(gpt_dir):
     r = run_cli("load", gpt_dir, "--json")
     assert r.rc == 0, r.err
     assert json.loads(r.out)["finite_output"] is True
+
+
+def test_a_config_json_nested_beyond_recursion_or_naming_other_weights_is_structural(tmp_path):
+    """config.json '[' 200000 deep raised RecursionError out of dims_of; a shape whose name count is not ckptbench's
+    GPT's is told without building 4096 layers on meta (20 s) only to compare names."""
+    import time
+
+    from ckptbench.restore import load
+
+    assert load.dims_of(None, {"config.json": b"[" * 200000 + b"]" * 200000}) is None
+    cfg = b'{"n_layer": 4096, "n_embd": 4096, "n_head": 64, "vocab_size": 32000, "n_positions": 2048}'
+    t = time.perf_counter()
+    dims, why = load.model_dims(None, {"config.json": cfg}, ["transformer.wte.weight", "lm_head.weight"])
+    assert dims is None and "not ckptbench's GPT's (2 tensors, not its 49157 for 4096 layers)" in why
+    assert time.perf_counter() - t < 1.0  # bounded by the names, not by the shape it claims
+
+
+def test_a_lone_surrogate_in_a_tensor_key_is_printed_escaped(tmp_path):
+    import subprocess
+    import sys
+
+    import torch
+
+    (tmp_path / "ck").mkdir()
+    torch.save({"\ud800w": torch.ones(2)}, tmp_path / "ck" / "model.pt")
+    r = subprocess.run([sys.executable, "-m", "ckptbench", "inspect", str(tmp_path / "ck"), "--tensors"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "\\ud800w" in r.stdout
