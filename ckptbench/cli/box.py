@@ -31,7 +31,8 @@ def cmd_sysinfo(args) -> int:
 
         doc["mount_options"] = options_once(doc["mount_options"])
     mount = fl.mount_key(where)
-    doc["floor"] = cached_floor(mount, doc.get("bytes") or 0)  # from the cache only: measuring would evict it
+    doc["floor"] = cached_floor(mount, doc.get("bytes") or 0, args.source)  # from the cache only: measuring would
+    # evict it
     if args.json:
         _emit(doc)
         return 0
@@ -49,7 +50,7 @@ def shown_field(key: str, v) -> str:
     return human_figure(key, v, {"residency"})
 
 
-def cached_floor(mount: str, nbytes: int = 0) -> dict:
+def cached_floor(mount: str, nbytes: int = 0, source: str | None = None) -> dict:
     """The floor figures cached for this box and `mount`, with their age; what is not cached says how to get it.
     The hot landing rate is a restore of `nbytes`'s (fresh memory at its size class, as `run` holds it)."""
     from ckptbench.system import floor as fl
@@ -64,10 +65,11 @@ def cached_floor(mount: str, nbytes: int = 0) -> dict:
                    "method": s.method, "sample_bytes": s.sample_bytes, "fresh_gbps": s.fresh_gbps or None,
                    "hot_gbps": s.hot_gbps or None, "hot_reused_gbps": s.hot_reused_gbps or None}
     why = fl.not_measured()
-    missing = NOT_MEASURED if why == fl.NOT_MEASURED else why
+    missing = name_source(NOT_MEASURED if why == fl.NOT_MEASURED else why, source)  # the command names the source
     return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else missing,
             "storage": storage if storage else missing,
-            "landing_hot_gbps": fl.landing_gbps(f, hot=True, nbytes=nbytes) if f is not None else None}
+            "landing_hot_gbps": fl.landing_gbps(f, hot=True, nbytes=nbytes) if f is not None else None,
+            "busy": name_source(f.busy, source) if f is not None else ""}  # measured while other work held the cores
 
 
 def print_cached_floor(doc: dict) -> None:
@@ -87,6 +89,8 @@ def print_cached_floor(doc: dict) -> None:
         print(f"{'  from the page cache':24s} {s['hot_gbps']:.3f} GB/s (its copy into populated memory"
               + (f"; into a reused buffer, a read's, {s['hot_reused_gbps']:.3f}" if s.get("hot_reused_gbps") else "")
               + ")")
+    if doc.get("busy"):
+        say(f"{'floor measured busy':24s} {doc['busy']}")
     if doc.get("landing_hot_gbps"):
         print(f"{'floor landing (hot)':24s} {doc['landing_hot_gbps']:.3f} GB/s (fresh memory populated, then copied "
               "into from the page cache: what a hot restore's floor uses)")

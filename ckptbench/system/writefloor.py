@@ -36,7 +36,8 @@ def mount_key_of(path: str) -> str:
 
 def _check_directory(directory: str) -> None:
     if not os.path.isdir(directory):
-        raise CkptbenchError(f"{directory}: not a directory; --write-to names the directory your saves go to")
+        what = "not a directory" if os.path.lexists(directory) else "no such directory"
+        raise CkptbenchError(f"{directory}: {what}; --write-to names the directory your saves go to")
 
 
 def _write_files(directory: str, level: int, size: int, block: bytes) -> float:

@@ -59,3 +59,26 @@ def _in(cwd: str, *args):
         return run_proc(*args)
     finally:
         os.chdir(old)
+
+
+def test_sysinfo_says_the_floor_was_measured_busy_and_names_the_source(tmp_path, ckpt, h, plant_floor):
+    from ckptbench.system import floor as fl
+
+    src = ckpt("safetensors", 1)
+    f = plant_floor(4.0)
+    f.busy = "the box was busy (planted by the test): `ckptbench floor SOURCE --remeasure` when it is quiet"
+    fl._save(fl.cache_path(), f, {})
+    r = h.run_cli("sysinfo", src)
+    assert r.rc == 0, r.err
+    line = next(ln for ln in r.out.splitlines() if ln.startswith("floor measured busy"))
+    assert f"`ckptbench floor {src} --remeasure`" in line and "SOURCE" not in line
+    assert f"run `ckptbench floor {src}`" in r.out  # the storage figure not measured: the command names it
+    doc = json.loads(h.run_cli("sysinfo", src, "--json").out)
+    assert "planted by the test" in doc["floor"]["busy"]
+
+
+def test_floor_write_to_a_missing_directory_says_it_is_missing(tmp_path, h):
+    r = h.run_cli("floor", "--write-to", tmp_path / "nope")
+    assert r.rc == 2 and "nope: no such directory; --write-to names" in r.err
+    (tmp_path / "file").write_text("x")
+    assert "file: not a directory" in h.run_cli("floor", "--write-to", tmp_path / "file").err
