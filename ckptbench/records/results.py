@@ -75,11 +75,38 @@ def check_writable(path: str, kind: str = "restore") -> None:
     nothing lands in a foreign file."""
     _check_appendable(path)
     _check_appendable(jsonl_path(path))
+    _check_ours(jsonl_path(path))
     if os.path.exists(path):
         read_rows(path)
         if kind != "restore" and header_of(path) == COLUMNS_V1:
             raise CkptbenchError(f"{recorded_text(path)}: a schema-1 results file holds restores only; record "
                                  f"{kind}s in a new --results path")
+
+
+FIRST_LINE_MAX = 1 << 24  # a document of ours (a distributed run's, every rank's figures) is far smaller
+
+
+def _check_ours(target: str) -> None:
+    """An existing .jsonl is appended to only when its first line is one of our documents (a run_id or a record
+    tag): another tool's log named results.csv.jsonl had ckptbench's documents appended to it."""
+    try:
+        fd = _open_regular(target)
+    except (FileNotFoundError, PermissionError):  # none yet; or one we may append to but not read
+        return
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            first = f.readline(FIRST_LINE_MAX)
+    finally:
+        os.close(fd)
+    if not first.strip():
+        return  # empty: ours to start
+    try:
+        doc = json.loads(first)
+    except (ValueError, RecursionError):
+        doc = None
+    if not (isinstance(doc, dict) and ("run_id" in doc or "record" in doc)):
+        raise CkptbenchError(f"{recorded_text(target)}: not a ckptbench results file (its first line is not a "
+                             "document of ours); name another --results path, or move that file away")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -82,3 +82,16 @@ def test_floor_write_to_a_missing_directory_says_it_is_missing(tmp_path, h):
     assert r.rc == 2 and "nope: no such directory; --write-to names" in r.err
     (tmp_path / "file").write_text("x")
     assert "file: not a directory" in h.run_cli("floor", "--write-to", tmp_path / "file").err
+
+
+def test_another_tools_jsonl_beside_the_results_file_is_not_appended_to(tmp_path, ckpt, h):
+    results = tmp_path / "results.csv"
+    theirs = tmp_path / "results.csv.jsonl"
+    theirs.write_text('{"level": "info", "msg": "epoch 3"}\n')
+    before = theirs.read_bytes()
+    r = h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results)
+    assert r.rc == 2 and "results.csv.jsonl: not a ckptbench results file" in r.err, r.err
+    assert theirs.read_bytes() == before and not results.exists()  # nothing written, nothing lost
+    theirs.write_text("")  # an empty one is ours to start
+    assert h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results).rc == 0
+    assert json.loads(theirs.read_text().splitlines()[0])["run_id"]
