@@ -23,7 +23,8 @@ def run_line(r: dict) -> str:
     eff = "" if r["efficiency"] is None else f"  efficiency {human_pct(r['efficiency'])}" + (
         " (over the floor: a ceiling measured low)" if r["efficiency"] > OVER_FLOOR else "")
     words = FIGURE_WORDS.get(r["figure"], r["figure"]) + (" after the first save" if r.get("steady") else "")
-    repeats = f"{r['repeats']} repeat{'' if r['repeats'] == 1 else 's'}"
+    repeats = f"{r['repeats']} repeat{'' if r['repeats'] == 1 else 's'}" + (
+        f" (+{r['cancelled']} cancelled)" if r.get("cancelled") else "")
     # recorded text is anyone's: an escape in a source path would retitle or wipe the terminal
     return (f"{shown(r['run_id'], 40)}  {shown(r['kind'], 10):7s}  {shown(r['date'][:19], 19)}  "
             f"{printable(redact(r['source']))}  {shown(how, 40)}  {repeats}  "

@@ -38,7 +38,10 @@ def runs(path: str) -> list[dict]:
         held = spread(held_s(docs.get(run_id) or {}, ok, figure))["median"] if ok else None
         out.append({
             "run_id": run_id, "kind": kind, "date": rows[0]["timestamp"], "source": rows[0]["source"],
-            "mode": rows[0]["mode"], "cache": rows[0]["cache"], "repeats": len(rows),
+            "mode": rows[0]["mode"], "cache": rows[0]["cache"],
+            # a repeat cancelled midway is no repeat: said apart (a new user's 3 repeats read 4 after a Ctrl-C)
+            "repeats": sum(1 for r in rows if r["status"] != "cancelled"),
+            "cancelled": sum(1 for r in rows if r["status"] == "cancelled"),
             "rto_s": spread([r["rto_s"] for r in ok])["median"] if ok else None,
             # a distributed run's rate is its ranks' aggregate (schema 3 keeps read_gbps for one process's clock)
             "read_gbps": spread([r.get("aggregate_gbps") if r.get("kind") == "dist" and r.get("aggregate_gbps")

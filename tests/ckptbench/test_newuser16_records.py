@@ -95,3 +95,27 @@ def test_another_tools_jsonl_beside_the_results_file_is_not_appended_to(tmp_path
     theirs.write_text("")  # an empty one is ours to start
     assert h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results).rc == 0
     assert json.loads(theirs.read_text().splitlines()[0])["run_id"]
+
+
+def test_a_cancelled_repeat_is_not_counted_as_a_repeat(tmp_path, h):
+    """A new user's run of 2 repeats, stopped in its third, read '3 repeats' in history."""
+    from ckptbench.records import history, recorder
+    from ckptbench.restore.runner import RepeatResult, RunOptions
+    from ckptbench.system.pagecache import CacheCondition
+
+    def rep(rto_s: float) -> RepeatResult:
+        return RepeatResult(stages={"read": rto_s}, notes={}, rto_s=rto_s, bytes=10, files=1, files_restored=1,
+                            read_gbps=1.0, engine_gbps=1.0, retries=0, errors={},
+                            cache=CacheCondition("as-is", 0.0, True), peak_rss_bytes=1, cpu_s=0.0)
+
+    path = str(tmp_path / "R.csv")
+    rec = recorder.Recorder(path, "stopped1", "/ck", "safetensors", RunOptions(), {"date": "2024-01-01"})
+    reps = [rep(1.0), rep(1.2)]
+    for r in reps:
+        rec.repeat(r)
+    rec.stopped({"read": 0.1}, "cancelled")
+    rec.finish(reps, {})
+    (run,) = history.runs(path)
+    assert run["repeats"] == 2 and run["cancelled"] == 1
+    out = h.run_cli("history", path).out
+    assert "2 repeats (+1 cancelled)" in out, out
