@@ -216,7 +216,8 @@ def cmd_sweep(args) -> int:
         s = res.gbps[lv]
         mark = "  ← knee" if lv == res.knee else ""
         eff = f"{human_pct(effs[lv]):>8s}" if effs.get(lv) is not None else f"{'—':>8s}"
-        print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {human_pct(s['median'] / best):>6s}  "
+        # one decimal: the knee's rule is 'within 10 %', and a level at 89.8 % shown as '90 %' was not chosen
+        print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best * 100:5.1f} %  "
               f"{eff}{mark}")
     if res.floor:
         rate, own = res.floor.get("floor_gbps"), res.floor.get("binding_gbps")
