@@ -106,7 +106,11 @@ def small_files(f: Facts) -> Verdict:
     if f.open_rate:
         ev["open_seconds_all_files"] = round(f.files / f.open_rate, 3)
     why = "each file costs an open, a stat and (on NFS, Lustre, S3) a round trip; thousands of them dominate the list stage"
-    fix = f"ckptbench pack {f.source} PACKED --target-files 4"
+    fix = (f"ckptbench pack {f.source} PACKED --target-files 4: packs only the small files no loader opens by name "
+           "(a data loader's state, logs: in folders without weights or a config) into a few large ones, which "
+           "ckptbench run, load and verify read; weights, shards, and config.json, tokenizer and trainer-state files "
+           "(everything at the top or beside the weights) stay files, so from_pretrained and a resume still load "
+           "PACKED, while a trainer reads a packed file only after `ckptbench unpack`")
     if small >= 5000:
         return Verdict("small_files", "Too many small files", "fail", ev, why, fix)
     if small >= 1000 or (f.files > 100 and avg < limit):

@@ -23,6 +23,9 @@ from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
 
 PACKED_KINDS = ("small",)  # shards and format metadata stay files: loaders such as DCP's open them by path
+# a folder holding one of these is a component a loader finds by name (diffusers' tokenizer/, scheduler/)
+_CONFIG_SUFFIX = "config.json"
+EMPTY = "empty: the directory holds no files; point at a checkpoint directory"  # every command's line for it
 FILE_KINDS = ("model", "optimizer", "meta", "small")  # what a file (or a pack member) may be; "pack" is a pack
 COPY_CHUNK = 8 << 20
 _CRAFTED = "refusing it (the checkpoint may be crafted: check where it came from)"
@@ -280,6 +283,36 @@ def _entries_for(directory: str, man: mf.Manifest | None) -> list[mf.FileEntry]:
     return entries
 
 
+def _folder(rel: str) -> str:
+    return rel.rsplit("/", 1)[0] if "/" in rel else ""
+
+
+def opened_by_name(entries: list[mf.FileEntry]) -> set[str]:
+    """The small files a loader opens by their name, which stay files: every file at the top (config.json, tokenizer
+    files, generation_config.json, trainer_state.json, DeepSpeed's `latest`, Megatron's iteration file) and every
+    file in a folder on the way to weights, shards or format metadata (a Trainer's checkpoint-N, a DeepSpeed step, a
+    Megatron iteration) or in a folder holding a *config.json (a pipeline's tokenizer/, scheduler/). Packed,
+    from_pretrained and a resume would not find them; only small files in other folders (a data loader's state,
+    logs) are packed."""
+    folders = {""}
+    for e in entries:
+        if e.kind not in PACKED_KINDS:
+            parts = e.path.split("/")[:-1]
+            folders.update("/".join(parts[:i]) for i in range(len(parts) + 1))
+        elif e.path.rsplit("/", 1)[-1].endswith(_CONFIG_SUFFIX):
+            folders.add(_folder(e.path))
+    return {e.path for e in entries if e.kind in PACKED_KINDS and _folder(e.path) in folders}
+
+
+def nothing_why(entries: list[mf.FileEntry]) -> str:
+    small = [e.path for e in entries if e.kind in PACKED_KINDS]
+    if not small:
+        return "it holds only weights, shards and format metadata, which loaders open by path"
+    shown = ", ".join(quote(r) for r in small[:3]) + (f" and {len(small) - 3} more" if len(small) > 3 else "")
+    return (f"its {len(small)} small file(s) ({shown}) are all ones a loader opens by name (at the top, or beside "
+            "weights, shards or a config), and packed, from_pretrained and a resume would not find them")
+
+
 def _hashed(tmp: str, rels: list[str], alg: str) -> list:
     result = fastio.read_files([os.path.join(tmp, r) for r in rels], hash=alg, concurrency=4)
     if result.failed:
@@ -289,7 +322,8 @@ def _hashed(tmp: str, rels: list[str], alg: str) -> list:
 
 
 def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
-    """Copies `directory` to `out` with its small files in `target_files` packs and a manifest covering them.
+    """Copies `directory` to `out` with its small files that no loader opens by name (`opened_by_name`) in
+    `target_files` packs and a manifest covering them; one line when the directory is empty or has none.
 
     Every entry is checked, and every source opened through confine, before OUT's staging directory exists."""
     if not os.path.isdir(directory):
@@ -301,8 +335,14 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
     if man is not None and man.packs:
         raise CkptbenchError(f"{directory}: already packed")
     entries = [_checked_entry(directory, e) for e in _entries_for(directory, man) if e.path != mf.MANIFEST_NAME]
-    members = [e for e in entries if e.kind in PACKED_KINDS]
-    keep = [e for e in entries if e.kind not in PACKED_KINDS]
+    if not entries:  # an empty pack would then verify "OK: 1 files, 0 B"
+        raise CkptbenchError(f"{directory}: {EMPTY}")
+    by_name = opened_by_name(entries)
+    members = [e for e in entries if e.kind in PACKED_KINDS and e.path not in by_name]
+    keep = [e for e in entries if e.kind not in PACKED_KINDS or e.path in by_name]
+    if not members:
+        raise CkptbenchError(f"{directory}: nothing to pack: {nothing_why(entries)}; the checkpoint stays loadable as "
+                             "it is: leave it unpacked")
     n = max(1, min(target_files, len(members)))
     _check_names(directory, [e.path for e in entries] + [pack_name(i, n) for i in range(n)])
     groups: list[list[mf.FileEntry]] = [[] for _ in range(n)]

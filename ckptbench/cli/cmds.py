@@ -249,7 +249,12 @@ def cmd_pack(args) -> int:
 
     man = pack(args.directory, args.out, args.target_files)
     members = sum(len(i) for i in man.packs.values())
-    print(f"packed {members} small files into {len(man.packs)} pack file(s) in {args.out}")
+    kept = [e.path for e in man.files if e.kind == "small"]
+    print(f"packed {members} small files into {len(man.packs)} pack file(s) in {args.out}; ckptbench run, load and "
+          "verify read them from the packs, a trainer only after `ckptbench unpack`")
+    if kept:  # what from_pretrained and a resume open by name: said, so nobody unpacks to find them
+        print(f"kept as files, where a loader opens them by name: {len(kept)} small file(s) "
+              f"({', '.join(kept[:3])}{', …' if len(kept) > 3 else ''})")
     return 0
 
 

@@ -84,7 +84,8 @@ def print_report(r) -> None:
     _say(f"{r.target}: {len(r.saves)} save(s) of {human_bytes(r.bytes)} ({r.format}, {r.options.ranks} rank(s))")
     from ckptbench.save.analysis import steady
 
-    _say(f"sustained durable throughput {_fmt(r.sustained_gbps, '.3f', ' GB/s')} (median of {steady(r.saves)[1]}); "
+    _say(f"sustained durable throughput {_fmt(r.sustained_gbps, '.3f', ' GB/s')} (bytes over the median time until "
+         f"durable of {steady(r.saves)[1]}); "
          f"shortest safe interval {_fmt(r.shortest_safe_interval_s, '.2f', ' s')} (durable time × 1.25)")
     if r.needed_gbps is not None:
         over = sum(s.overran for s in r.saves)
@@ -141,7 +142,7 @@ def cmd_save(args) -> int:
     try:
         report = run_save(args.what, args.target, opts, on_save=on_save, on_sample=line.sample, cancel=cancel,
                           scale=args.scale, force=args.force, on_preflight=on_preflight,
-                          also_ours=ours)
+                          also_ours=ours, pick=args.pick)
     except BaseException as exc:
         line.close()
         cancel.set()

@@ -29,12 +29,13 @@ def _same_target(recorded, target: str) -> bool:
 
 def measured_save(results_path: str, target: str | None = None) -> dict | None:
     """The newest recorded save run (to `target` when given, compared by real path): its sustained durable
-    throughput, the median over its saves after the first, as `save` reports it; None when there is none.
+    throughput, its bytes over the median time until durable of its saves after the first, as `save` reports it;
+    None when there is none.
 
     A run whose throughput is out of range (negative, zero, absurd: a damaged or hand-edited row) is unknown:
     `sustained_gbps` None and `unknown` saying why in one line, never a figure an interval is judged by."""
     from ckptbench.records.results import read_rows
-    from ckptbench.core.stats import spread
+    from ckptbench.save.analysis import sustained_rate
 
     if not os.path.exists(results_path):
         return None
@@ -61,8 +62,20 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
                           f"of range ({MIN_WRITE_GBPS:g} to {MAX_WRITE_GBPS:g} GB/s): its save time is unknown; run "
                           "`ckptbench save` again")
         return out
-    out["sustained_gbps"] = spread([r["write_gbps"] for r in steady])["median"]
+    # save's one definition (save/analysis.sustained_rate): bytes over the median time until durable, each row's
+    # bytes taken as the rate × time it was recorded from
+    durable = [r.get("durable_s") if _seconds(r.get("durable_s")) else None for r in steady]
+    rate = sustained_rate([r["write_gbps"] * d * 1e9 if d else None for r, d in zip(steady, durable)], durable)
+    if not _in_range(rate):
+        out["unknown"] = (f"save run {out['run_id']} in {printable(results_path)} records no time until durable "
+                          "(durable_s) to take its sustained throughput over; run `ckptbench save` again")
+        return out
+    out["sustained_gbps"] = rate
     return out
+
+
+def _seconds(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def _fraction(x) -> bool:

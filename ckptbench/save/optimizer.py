@@ -256,10 +256,16 @@ def _by_group(f: Found, model: dict, floating: list[str]) -> tuple[dict | None, 
     return out, f"group by group ({len(f.groups)} groups), each in the model's order, one way only"
 
 
-def mapping(f: Found, model: dict, ordered: bool, floating: list[str] | None = None) -> tuple[dict | None, str]:
+# why a source's weights give no model order, by its format: the note names the source's real one
+BY_NAME = {"safetensors": "safetensors lists them by name", "dcp": "DCP's metadata keys them by name"}
+
+
+def mapping(f: Found, model: dict, ordered: bool, floating: list[str] | None = None,
+            fmt: str = "safetensors") -> tuple[dict | None, str]:
     """(id -> weight name, how it was matched), or (None, why no match is certain). `ordered`: the weights are in
     the model's order, as a pickled state dict keeps them (a safetensors file lists them by name). `floating`:
-    the model's floating tensors in order, where the caller has them already."""
+    the model's floating tensors in order, where the caller has them already. `fmt`: the source's format, which
+    the note names."""
     if f.listed > len(model):  # a name or a position each, never more
         return None, (f"its param_groups list {f.listed} parameter(s) and the model holds {len(model)} tensor(s), "
                       "so its indices cannot be matched to names")
@@ -275,9 +281,9 @@ def mapping(f: Found, model: dict, ordered: bool, floating: list[str] | None = N
     if found is not None or all(named):  # ids that are names have no order to go by
         return found, how
     if not ordered:  # same-shaped layers sorted by name (layers.10 before layers.2) would take each other's state
+        by_name = BY_NAME.get(fmt, f"{fmt} lists them by name")
         return None, how or ("it keys its state by index and saved no parameter names, and the weights' files keep "
-                             "no model order (safetensors lists them by name), so which state belongs to which "
-                             "weight is not certain")
+                             f"no model order ({by_name}), so which state belongs to which weight is not certain")
     if floating is None:
         floating = [n for n, t in model.items() if t.is_floating_point()]  # integer buffers are never parameters
     if len(ids) != len(floating):
@@ -322,17 +328,18 @@ def _fold_step(state: CheckpointState, moved: dict[str, dict[str, torch.Tensor]]
     return f"; their step ({v}) is the save's step"
 
 
-def adopt(state: CheckpointState, ordered: bool) -> tuple[list[str], set[str]]:
+def adopt(state: CheckpointState, ordered: bool, fmt: str = "safetensors") -> tuple[list[str], set[str]]:
     """Moves every foreign optimizer's state from `extra` into `state.optim` where its ids map to weight names for
-    certain (`ordered` as for `mapping`). Returns notes (what was kept and how, or what was left out and why) and
-    the keys of the state left out (told in its own note, not again among the other tensors not saved)."""
+    certain (`ordered` and `fmt`, the source's format, as for `mapping`). Returns notes (what was kept and how, or
+    what was left out and why) and the keys of the state left out (told in its own note, not again among the other
+    tensors not saved)."""
     notes, left = [], set()
     floating = [n for n, t in state.model.items() if t.is_floating_point()]  # integer buffers are never parameters
     more = {True: [0, 0, 0], False: [0, 0, 0]}  # saved or not, past the notes told one by one: count, tensors, bytes
     for f in find(state.extra, len(state.model)):
         if not f.state and not f.clash:
             continue
-        names, how = (None, f.clash) if f.clash else mapping(f, state.model, ordered, floating)
+        names, how = (None, f.clash) if f.clash else mapping(f, state.model, ordered, floating, fmt)
         taken = [n for n in (names or {}).values() if n in state.optim]
         if names is not None and taken:
             names, how = None, f"another optimizer's state is already kept for {_quoted(taken[0])}"

@@ -162,21 +162,26 @@ def _fail_line(exc: BaseException, target: str, name: str, previous: str | None)
 
 def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_sample=None,
              cancel: threading.Event | None = None, scale: float = 1.0, force: bool = False,
-             on_preflight=None, also_ours: tuple[str, ...] = ()) -> SaveReport:
-    """Saves the state of `what` (a profile name, or a checkpoint directory) `opts.count` times into `target`.
+             on_preflight=None, also_ours: tuple[str, ...] = (), pick: str | None = None) -> SaveReport:
+    """Saves the state of `what` (a profile name, or a checkpoint directory: the checkpoint in it a resume loads, as
+    run and inspect pick it, or `pick`) `opts.count` times into `target`.
 
     Runs in any thread; `cancel` stops between saves and between a save's rank writes (the partial save removed).
     `on_save(SaveTiming)` after each save, `on_sample(WritebackSample)` from the sampler's thread every 250 ms.
     `also_ours`: files this run writes that may lie in the target (its results file), not counted as the user's."""
     from ckptbench.save.analysis import analyze
-    from ckptbench.save.state import load_what, source_dir
+    from ckptbench.save.state import checkpoint_of, load_what, source_dir
     from ckptbench.save.write import write_save
 
     validate(opts)
     source = source_dir(what)
+    if source is None and pick is not None:
+        raise CkptbenchError(f"--pick {pick[:80]!r}: chooses a checkpoint within a folder, and {what} is a profile; "
+                             "drop --pick")
+    listing = checkpoint_of(source, pick) if source is not None else None  # its one line before the target exists
     target = prepare_target(target, source)
     refuse_foreign(target, also_ours)
-    loaded = load_what(what, opts, scale)
+    loaded = load_what(what, opts, scale, listing)
     checks = pf.preflight(target, int(loaded.bytes * 1.02) * (opts.keep + 1))
     if on_preflight is not None:
         on_preflight(checks)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.checkpoint.formats import CheckpointState, detect
+from ckptbench.checkpoint.formats import CheckpointState
 
 
 @dataclass
@@ -32,19 +32,37 @@ def _from_profile(name: str, scale: float) -> tuple[CheckpointState, dict]:
     return train_one_step(p, seed=0), info
 
 
-def _from_directory(directory: str) -> tuple[CheckpointState, dict, list[str], int]:
+def checkpoint_of(directory: str, pick: str | None = None):
+    """The listing of the one checkpoint a resume loads from `directory` (resume.choose: the largest step, the
+    iteration a pointer names, `pick`), as run, inspect and load take it; one line when there is none to save."""
+    from ckptbench.sources.local import LocalSource
+
+    listing = LocalSource(directory, checkpoint=True, pick=pick).list()
+    if listing.format == "unknown":
+        raise CkptbenchError(f"{listing.source}: no safetensors, torch or torch.distributed.checkpoint files found; "
+                             "point at a checkpoint directory")
+    return listing
+
+
+def _picked(lay) -> list[str]:
+    """Which checkpoint of the folder is saved, and why, where the folder held more than one."""
+    if lay is None or not lay.why:
+        return []
+    return [f"saved the state of {lay.root or lay.tag or 'the files at the top'} ({lay.name}): {lay.why}"]
+
+
+def _from_directory(listing) -> tuple[CheckpointState, dict, list[str], int]:
     """The checkpoint's state, what its manifest records, notes on what is not saved, and where optimizer state is
     left out (its indices matched no weight names for certain) the bytes of every tensor not saved, else 0."""
-    from ckptbench.checkpoint import manifest as mf
     from ckptbench.restore.load import load_state, main_dtype
     from ckptbench.save import optimizer
 
-    man = mf.read(directory)
-    fmt = man.format if man is not None and man.format != "unknown" else detect(directory)
-    state = load_state(directory, fmt)
+    directory, man, fmt = listing.source, listing.manifest, listing.format
+    state = load_state(directory, fmt, lay=listing.layout)  # the shards its layout names, in its order
     if not state.model:
         raise CkptbenchError(f"{directory}: no model weights found to save; point at a checkpoint with weights")
-    notes, left = optimizer.adopt(state, ordered=fmt == "torch")
+    notes, left = optimizer.adopt(state, ordered=fmt == "torch", fmt=fmt)
+    notes[:0] = _picked(listing.layout)
     dropped = [k for k, v in state.extra.items() if hasattr(v, "numel") and k not in left]
     if dropped:
         notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {dropped[0][:80]}) are not saved")
@@ -93,7 +111,8 @@ def source_dir(what: str) -> str | None:
     return None if bare and what in profiles.available() else what
 
 
-def load_what(what: str, opts, scale: float = 1.0) -> Loaded:
+def load_what(what: str, opts, scale: float = 1.0, listing=None) -> Loaded:
+    """The state of a profile, or of the checkpoint `listing` (checkpoint_of) names where `what` is a directory."""
     from ckptbench.checkpoint.generate import assign_ranks
     from ckptbench.core.units import human_bytes
 
@@ -102,7 +121,7 @@ def load_what(what: str, opts, scale: float = 1.0) -> Loaded:
     if source_dir(what) is not None:
         if scale != 1.0:
             raise CkptbenchError("--scale resizes a profile; a checkpoint directory is saved as it is: drop --scale")
-        state, info, notes, left_out = _from_directory(what)
+        state, info, notes, left_out = _from_directory(listing if listing is not None else checkpoint_of(what))
     else:
         state, info = _from_profile(what, scale)
     stray = [n for n in state.optim if n not in state.model]

@@ -20,6 +20,8 @@ SCHEMA = (1, 2)
 CONTENT = (1,)
 MARK = b"ROOT-ONLY-SECRET"
 SECRET = MARK * 16384  # 256 KiB: larger than any member, so a crafted record can ask for any of it
+MEMBER = "dataloader/rank001_worker0001.idx"  # pack-00001-of-00004's member (config.json stays a file)
+PACK1_BYTES = 94275
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,7 @@ def _entry(man, path) -> dict:
 def _repoint_pack(man, pack_file, new_name, size) -> None:
     """The pack's table and its file entry renamed to `new_name`, one member reading `size` bytes from it."""
     man["packs"].pop(pack_file)
-    man["packs"][new_name] = {"config.json": [0, size, "small", None]}
+    man["packs"][new_name] = {MEMBER: [0, size, "small", None]}
     e = _entry(man, pack_file)
     e["path"], e["bytes"] = new_name, size
 
@@ -376,7 +378,7 @@ def test_pack_refuses_a_source_that_is_not_the_declared_file(h, ckpt, tmp_path, 
 
 def test_pack_never_widens_permissions(h, ckpt, tmp_path):
     crafted = _crafted(ckpt("torch", 4), tmp_path)
-    os.chmod(os.path.join(crafted, "config.json"), 0o600)
+    os.chmod(os.path.join(crafted, "dataloader/rank000_worker0000.idx"), 0o600)
     os.chmod(os.path.join(crafted, "model_rank000.pt"), 0o600)
     r = h.run_cli("pack", crafted, tmp_path / "out", "--target-files", "1")
     assert r.rc == 0, r.err
@@ -418,15 +420,15 @@ def test_read_member_goes_through_confine(h, packed, secret, tmp_path, how, need
         os.unlink(os.path.join(crafted, pack_file))
         os.mkfifo(os.path.join(crafted, pack_file))
     elif how == "past-the-pack":
-        man["packs"][pack_file]["config.json"] = [size - 4, 5, "small", None]
+        man["packs"][pack_file][MEMBER] = [size - 4, 5, "small", None]
     elif how == "negative":
-        man["packs"][pack_file]["config.json"] = [-1, 5, "small", None]
+        man["packs"][pack_file][MEMBER] = [-1, 5, "small", None]
     elif how == "unlisted":
         man["files"].remove(_entry(man, pack_file))
     else:
         _entry(man, pack_file)["bytes"] = size + 1
     h.write_manifest(crafted, man)
-    p = _read_member_in_child(crafted, "config.json")
+    p = _read_member_in_child(crafted, MEMBER)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     assert any(p.stdout.startswith(f"error {code} ") for code in rc) and needle in p.stdout, p.stdout
     assert MARK.decode() not in p.stdout
@@ -449,17 +451,17 @@ def test_read_member_of_a_sound_pack_is_the_member(h, packed, ckpt):
 
 
 @pytest.mark.parametrize("pack_file, rel, record, needle", [
-    ("../x.ckpack", "config.json", [0, 1, "small", None], "plain relative path"),
-    ("/abs.ckpack", "config.json", [0, 1, "small", None], "plain relative path"),
-    ("pack-00001-of-00004.ckpack", "../config.json", [0, 1, "small", None], "plain relative path"),
+    ("../x.ckpack", MEMBER, [0, 1, "small", None], "plain relative path"),
+    ("/abs.ckpack", MEMBER, [0, 1, "small", None], "plain relative path"),
+    ("pack-00001-of-00004.ckpack", "../" + MEMBER, [0, 1, "small", None], "plain relative path"),
     ("pack-00001-of-00004.ckpack", "a//b", [0, 1, "small", None], "plain relative path"),
-    ("pack-00001-of-00004.ckpack", "config.json", [-1, 1, "small", None], "whole numbers"),
-    ("pack-00001-of-00004.ckpack", "config.json", [0, "1", "small", None], "whole numbers"),
-    ("pack-00001-of-00004.ckpack", "config.json", [False, 1, "small", None], "whole numbers"),
-    ("pack-00001-of-00004.ckpack", "config.json", [0, 94919 + 1, "small", None], "past the pack"),
-    ("pack-00001-of-00004.ckpack", "config.json", [0, 1, "pack", None], "kind"),
-    ("pack-00001-of-00004.ckpack", "config.json", [0, 1, "small", True], "rank"),
-    ("pack-00001-of-00004.ckpack", "config.json", {"offset": 0}, "record"),
+    ("pack-00001-of-00004.ckpack", MEMBER, [-1, 1, "small", None], "whole numbers"),
+    ("pack-00001-of-00004.ckpack", MEMBER, [0, "1", "small", None], "whole numbers"),
+    ("pack-00001-of-00004.ckpack", MEMBER, [False, 1, "small", None], "whole numbers"),
+    ("pack-00001-of-00004.ckpack", MEMBER, [0, PACK1_BYTES + 1, "small", None], "past the pack"),
+    ("pack-00001-of-00004.ckpack", MEMBER, [0, 1, "pack", None], "kind"),
+    ("pack-00001-of-00004.ckpack", MEMBER, [0, 1, "small", True], "rank"),
+    ("pack-00001-of-00004.ckpack", MEMBER, {"offset": 0}, "record"),
 ])
 def test_packs_check_records_themselves(packed, pack_file, rel, record, needle):
     from dataclasses import replace
@@ -469,7 +471,7 @@ def test_packs_check_records_themselves(packed, pack_file, rel, record, needle):
     from ckptbench.core.errors import CkptbenchError
 
     man = manifest.read(packed)
-    assert [e.bytes for e in man.files if e.path == "pack-00001-of-00004.ckpack"] == [94919]
+    assert [e.bytes for e in man.files if e.path == "pack-00001-of-00004.ckpack"] == [PACK1_BYTES]
     files = tuple(replace(e, path=pack_file) if e.path == "pack-00001-of-00004.ckpack" else e for e in man.files)
     crafted = replace(man, files=files, packs={pack_file: {rel: record}})
     for call in (lambda: packs.pack_tables(packed, crafted), lambda: packs.read_member(packed, crafted, rel)):

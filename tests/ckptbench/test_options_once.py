@@ -39,7 +39,7 @@ TODAY = {
     "check": "source --concurrency/-c=8 --quick-sweep --results=results.csv --json --markdown",
     "plan": "profile --interval --scale=1.0 --nodes --ranks-per-node --storage --node-memory --results=results.csv --target --json",
     "save": "what target --format{safetensors,torch,dcp}=safetensors --scale=1.0 --interval --count=3 --keep=2 "
-            "--ranks=1 --stagger=0.0 --async --fsync/--no-fsync=True --force --results=results.csv --json",
+            "--ranks=1 --stagger=0.0 --async --fsync/--no-fsync=True --force --results=results.csv --json --pick",
     "gen": "profile directory --format{safetensors,torch,dcp} --ranks --seed=0 --scale=1.0 "
            "--digest{crc32c,md5}=crc32c --force",
     "verify": "directory --concurrency/-c=8 --json --pick",

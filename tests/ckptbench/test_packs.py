@@ -34,11 +34,13 @@ def test_pack_layout_and_manifest(h, packed, fmt):
     src_files = h.files_under(src)
     small = {e["path"] for e in src_man["files"] if e["kind"] == "small"}
     assert len(small) == 16
+    packed_small = {p for p in small if p.startswith("dataloader/")}  # the rest a loader opens by name: kept
+    assert packed_small and "config.json" in small - packed_small
     names = os.listdir(out)
     packs = sorted(n for n in names if n.endswith(".ckpack"))
     assert 1 <= len(packs) <= 4
     out_files = h.files_under(out)
-    assert not (small & set(out_files))  # the small files live only inside packs
+    assert not (packed_small & set(out_files))  # the data loader's files live only inside packs
     assert not any(p.startswith("dataloader/") for p in out_files)
     man = h.read_manifest(out)
     listed = {e["path"]: e for e in man["files"]}
@@ -59,10 +61,10 @@ def test_pack_layout_and_manifest(h, packed, fmt):
             assert 0 <= off and off + size <= len(blob)
             covered += size
         assert covered == len(blob)  # no slack, no overlap: members tile the pack
-    assert set(members) == small
+    assert set(members) == packed_small
     for rel, data in members.items():
         assert data == src_files[rel], rel
-    for rel in set(src_files) - small - {h.MANIFEST}:  # shards and format metadata stay as files, unchanged
+    for rel in set(src_files) - packed_small - {h.MANIFEST}:  # shards, metadata, config stay as files, unchanged
         assert out_files[rel] == src_files[rel], rel
 
 
@@ -162,7 +164,8 @@ def test_unpack_of_unpacked_checkpoint_is_one_line(h, ckpt, tmp_path):
 
 
 def test_pack_of_checkpoint_without_manifest(h, tmp_path):
-    """A plain torch.save checkpoint plus its config: packed, it still restores (config read from the pack)."""
+    """A plain torch.save checkpoint plus its config and a data loader's state: packed, it still restores (the
+    config stays a file, the data loader's state is read from the pack)."""
     import torch
 
     from ckptbench.checkpoint.model import GPT
@@ -175,21 +178,24 @@ def test_pack_of_checkpoint_without_manifest(h, tmp_path):
     torch.save(model.state_dict(), str(src / "pytorch_model.bin"))
     (src / "config.json").write_text(json.dumps({"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 128,
                                                  "n_positions": 16}))
+    (src / "dataloader").mkdir()
+    (src / "dataloader" / "pos.idx").write_bytes(b"\x01" * 100)
     before = h.snapshot(src)
     out = tmp_path / "packed"
     assert h.run_cli("pack", src, out, "--target-files", "4").rc == 0
-    assert sorted(os.listdir(out)) == sorted(["ckptbench.json", "pack-00001-of-00001.ckpack", "pytorch_model.bin"])
+    assert sorted(os.listdir(out)) == sorted(["ckptbench.json", "config.json", "pack-00001-of-00001.ckpack",
+                                              "pytorch_model.bin"])
     man = h.read_manifest(out)
-    assert man["packs"]["pack-00001-of-00001.ckpack"]["config.json"][:2] == [0, os.path.getsize(src / "config.json")]
+    assert man["packs"]["pack-00001-of-00001.ckpack"]["dataloader/pos.idx"][:2] == [0, 100]
     r = h.run_cli("load", out, "--json")
     assert r.rc == 0, r.err
     doc = json.loads(r.out)
-    assert doc["ok"] is True and doc["finite_output"] is True and doc["tail_files"] == 1
+    assert doc["ok"] is True and doc["finite_output"] is True and doc["tail_files"] == 2
     assert doc["param_count"] == sum(p.numel() for p in model.parameters())
     back = tmp_path / "back"
     assert h.run_cli("unpack", out, back).rc == 0
     got = h.files_under(back)
-    assert set(got) == {"config.json", "pytorch_model.bin", h.MANIFEST}
+    assert set(got) == {"config.json", "dataloader/pos.idx", "pytorch_model.bin", h.MANIFEST}
     assert got["config.json"] == (src / "config.json").read_bytes()
     assert got["pytorch_model.bin"] == (src / "pytorch_model.bin").read_bytes()
     assert h.snapshot(src) == before
