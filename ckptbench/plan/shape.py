@@ -35,7 +35,7 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
     A run whose throughput is out of range (negative, zero, absurd: a damaged or hand-edited row) is unknown:
     `sustained_gbps` None and `unknown` saying why in one line, never a figure an interval is judged by."""
     from ckptbench.records.results import read_rows
-    from ckptbench.save.analysis import sustained_rate
+    from ckptbench.core.stats import sustained_rate
 
     if not os.path.exists(results_path):
         return None
@@ -62,7 +62,7 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
                           f"of range ({MIN_WRITE_GBPS:g} to {MAX_WRITE_GBPS:g} GB/s): its save time is unknown; run "
                           "`ckptbench save` again")
         return out
-    # save's one definition (save/analysis.sustained_rate): bytes over the median time until durable, each row's
+    # save's one definition (core.stats.sustained_rate): bytes over the median time until durable, each row's
     # bytes taken as the rate × time it was recorded from
     durable = [r.get("durable_s") if _seconds(r.get("durable_s")) else None for r in steady]
     rate = sustained_rate([r["write_gbps"] * d * 1e9 if d else None for r, d in zip(steady, durable)], durable)

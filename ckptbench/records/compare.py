@@ -10,7 +10,7 @@ from ckptbench.core.errors import CkptbenchError, shown
 from ckptbench.core.stages import STAGES
 from ckptbench.records.results import jsonl_path, read_documents, read_rows
 from ckptbench.records.schema import KINDS, in_range
-from ckptbench.core.stats import spread
+from ckptbench.core.stats import spread, sustained_rate
 from ckptbench.core.units import human_figure, human_pct
 
 # figure -> True when higher is better, by kind of run
@@ -331,8 +331,14 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
         least = 0.0
         if fig.endswith("_s"):  # seconds: a timer's grain, and a stage's sliver of the RTO, change nothing
             least = max(MIN_SECONDS, MIN_RTO_SHARE * rto if rto and fig != "rto_s" else 0.0)
+        medians = None
+        if kind == "save" and fig == "write_gbps":  # save's one sustained rate (bytes over the median time until
+            # durable), as save prints it: the median of the rates differs from it for an even count of saves
+            medians = tuple(sustained_rate([r.get("bytes") for r in rows], [r.get("durable_s") for r in rows])
+                            for rows in (base_rows, new_rows))
+            medians = None if None in medians else medians
         figures.append(_delta(fig, [r[fig] for r in base_rows], [r[fig] for r in new_rows], higher_better,
-                              threshold_pct, least))
+                              threshold_pct, least, medians=medians))
     figures = [f for f in figures if f is not None]
     floors = _floors(docs)
     if kind in EFFICIENCY_OF and baseline in floors and newest in floors:

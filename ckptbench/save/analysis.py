@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+from ckptbench.core.stats import sustained_rate
 from ckptbench.save.report import HEADROOM, SaveReport
 from ckptbench.system import writefloor
 
@@ -15,18 +16,6 @@ def steady(saves: list) -> tuple[list, str]:
     if len(saves) > 1:
         return saves[1:], f"the {len(saves) - 1} save(s) after the first"
     return saves, "the only save"
-
-
-def sustained_rate(nbytes: list, durable_s: list) -> float | None:
-    """The one sustained durable throughput: the saves' bytes over their median time until durable, in GB/s (as
-    compare, history and the efficiency take the median time; the median of the rates differs from it for an even
-    count: 0.341 against 0.284 GB/s for two saves). None when no time is known."""
-    times = [t for t in durable_s if t is not None]
-    sizes = [b for b in nbytes if b is not None]
-    if not times or not sizes:
-        return None
-    median = statistics.median(times)
-    return statistics.median(sizes) / median / 1e9 if median > 0 else None
 
 
 def sustained(saves: list) -> tuple[float | None, float | None]:

@@ -119,3 +119,27 @@ def test_a_cancelled_repeat_is_not_counted_as_a_repeat(tmp_path, h):
     assert run["repeats"] == 2 and run["cancelled"] == 1
     out = h.run_cli("history", path).out
     assert "2 repeats (+1 cancelled)" in out, out
+
+
+def test_compare_takes_a_saves_rate_as_save_prints_it(tmp_path, h):
+    """Save's sustained rate is its bytes over the median time until durable after the first save; compare took
+    the median of the per-save rates, another figure for an even count of saves."""
+    import statistics
+
+    import pytest
+
+    from ckptbench.records.results import read_rows
+
+    path = str(tmp_path / "S.csv")
+    for i in range(2):
+        r = h.run_cli("save", "small", tmp_path / f"t{i}", "--scale", "0.02", "--no-fsync", "--count", "3",
+                      "--results", path, "--json")
+        assert r.rc == 0, r.err
+        printed = json.loads(r.out)["sustained_gbps"]
+    rows = [r for r in read_rows(path) if r["repeat"] != 1]  # after the first save
+    newest = [r for r in rows if r["run_id"] == rows[-1]["run_id"]]
+    want = statistics.median(r["bytes"] for r in newest) / statistics.median(r["durable_s"] for r in newest) / 1e9
+    assert printed == pytest.approx(want)
+    doc = json.loads(h.run_cli("compare", path, "--json").out)
+    fig = next(f for f in doc["figures"] if f["figure"] == "write_gbps")
+    assert fig["newest"]["median"] == pytest.approx(want)
