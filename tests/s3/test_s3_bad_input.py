@@ -3,43 +3,19 @@ mid-run. Each is one line and exit 2 (or a failed file with its class), never a 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import threading
 import time
 
 import pytest
-from s3help import files_under, put_dir
+from s3help import files_under, put_dir, one_line_error, run_cli
 
 import ckptbench.cli.run  # noqa: F401  (imported before any per-test stream redirection)
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources import s3read, s3source
 
 PARTIAL = s3read.STAGE_SUFFIX
-
-
-def run_cli(*args):
-    from ckptbench.cli import root as cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = cli.main([str(a) for a in args])
-        except SystemExit as exc:
-            rc = exc.code
-    return rc, out.getvalue(), err.getvalue()
-
-
-def one_line_error(rc, err: str, *needles: str) -> str:
-    assert "Traceback" not in err, err
-    assert rc == 2, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

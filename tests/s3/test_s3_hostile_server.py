@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import io
 import os
 import pathlib
 import threading
@@ -16,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pytest
-from s3help import files_under
+from s3help import files_under, one_line_error, run_cli
 
 import ckptbench.cli.run  # noqa: F401  (imported before any per-test stream redirection)
 from ckptbench.checkpoint import manifest as mf
@@ -27,28 +26,6 @@ KEY_ID, SECRET = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEK
 TOKEN = "FQoGZXIvYXdzEJr//////////wEaDHostileSessionToken0123456789abcdef"
 PASSWORD = "pa55w0rd-in-the-url"
 ETAG = "0123456789abcdef0123456789abcdef"
-
-
-def run_cli(*args):
-    from ckptbench.cli import root as cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = cli.main([str(a) for a in args])
-        except SystemExit as exc:
-            rc = exc.code
-    return rc, out.getvalue(), err.getvalue()
-
-
-def one_line_error(rc, err: str, *needles: str) -> str:
-    assert "Traceback" not in err, err
-    assert rc == 2, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 def failed_file(rc, err: str, *needles: str) -> None:
