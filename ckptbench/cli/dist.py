@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from ckptbench.cli.show import say
+from ckptbench.cli.show import digests_line, print_floor, print_recorded, say
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
 
@@ -48,8 +48,9 @@ def print_dist(doc: dict) -> None:
     print(f"RTO (slowest rank) {rto['median']:.3f} s (min {rto['min']:.3f}, max {rto['max']:.3f}); aggregate read "
           f"{agg['median']:.2f} GB/s; skew (last done - first done) {skew['median']:.3f} s; median of "
           f"{len([r for r in doc['repeats'] if r['status'] == 'ok'])}")
-    print("digests: verified against the manifest on every rank" if doc["verified"] else
-          "digests: NOT VERIFIED (no reference to compare with on some rank; see the verify note)")
+    print_floor(doc)  # the node's bytes against the slowest rank's RTO, as a single-process run says it
+    say("digests: verified against the manifest on every rank" if doc["verified"] else
+        digests_line(doc, " on some rank"))  # FAILED where a rank's digests differed, as `run` says it
     c = doc.get("cache")
     if c:
         flag = "" if c["verified"] else "  NOT VERIFIED"
@@ -107,9 +108,24 @@ class RanksLine:
         self.line.close()
 
 
+def _stopped_line(doc: dict, results: str | None, word: str) -> str:
+    """What an interrupted distributed run kept, in one line (the stopped doc's `interrupted`)."""
+    s = doc["interrupted"]
+    where = (f"during repeat {s['repeat']} of {s['repeats']}" if s["repeat"] else
+             f"after repeat {s['finished']} of {s['repeats']}" if s["finished"] < s["repeats"] else
+             f"after its {s['repeats']} repeat(s), before its result was out")
+    done = f"{s['finished']} repeat(s) finished"
+    if not results:
+        return f"ckptbench: {word} {where}: {done}, not recorded (no --results)"
+    kept = (f"recorded in {results} as run {doc['run_id']}" + (" (the one under way as cancelled)" if s["repeat"]
+                                                               else "") + f"; `ckptbench history {results}` lists it")
+    return f"ckptbench: {word} {where}: {done}, {kept}"
+
+
 def cmd_run_distributed(args) -> int:
     import uuid
 
+    from ckptbench.cli.root import Terminated
     from ckptbench.cli.settings import run_options
     from ckptbench.records import results
     from ckptbench.distributed.driver import DistOptions, run
@@ -120,12 +136,17 @@ def cmd_run_distributed(args) -> int:
         results.check_writable(args.results)
     run_id = uuid.uuid4().hex[:12]  # only rank 0 records, so only its id matters
 
+    def text(doc: dict) -> None:
+        print_dist(doc)
+        print_recorded(args.results, doc["run_id"])  # where it went on record, as a single-process run says
+
     def deliver(doc: dict) -> None:
         if args.results:
             from ckptbench.distributed.summary import record
 
             record(args.results, doc, opts)
-        _emit(doc, args.json, print_dist)
+        if not doc.get("interrupted"):  # an interrupted run is said in one line, once the ranks are let go
+            _emit(doc, args.json, text)
 
     line = RanksLine() if rank0 else None
 
@@ -134,8 +155,17 @@ def cmd_run_distributed(args) -> int:
             line.close()
         deliver(doc)
 
-    out = run(args.source, opts, DistOptions(args.each_rank, args.rank_timeout, args.tensor_digests, args.pick), args.repeat,
-              run_id=run_id, deliver=deliver_after_line, show=line if line is not None and line.line.live else None)
+    dopts = DistOptions(args.each_rank, args.rank_timeout, args.tensor_digests, args.pick)
+    out = run(args.source, opts, dopts, args.repeat, run_id=run_id, deliver=deliver_after_line,
+              show=line if line is not None and line.line.live else None)
+    if out.stopped is not None:  # kept, as a single-process run keeps its finished repeats
+        if out.doc is None:  # another rank: rank 0 says it; this one exits as driver.run says
+            return out.rc
+        if line is not None:
+            line.close()
+        term = isinstance(out.stopped, Terminated)
+        say(_stopped_line(out.doc, args.results, "terminated" if term else "interrupted"), sys.stderr)
+        return 143 if term else 130  # as main() says an interrupted or terminated single-process run
     if out.doc is None:  # another rank: rank 0 reports the run; this rank's own failure goes on its stderr
         for line in out.errors:
             say(f"ckptbench: {line} (the run's result is rank 0's)", sys.stderr)
@@ -152,12 +182,15 @@ def print_sweep(doc: dict) -> None:
     if "knee" not in doc:
         return
     best = doc["aggregate_gbps"][str(doc["best"])]["median"]
-    print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s} {'RTO s':>7s}  of best")
+    effs = doc.get("efficiency_by_level") or {}
+    print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s} {'RTO s':>7s}  of best  of floor")
     for lv in doc["levels"]:
         g, rto = doc["aggregate_gbps"][str(lv)], doc["rto_s"][str(lv)]
         mark = "  ← knee" if lv == doc["knee"] else ""
+        eff = effs.get(str(lv))
         print(f"  {lv:6d} {g['median']:7.2f} {g['min']:7.2f} {g['max']:7.2f} {rto['median']:7.3f}  "
-              f"{human_pct(g['median'] / best):>6s}{mark}")
+              f"{human_pct(g['median'] / best):>6s}  {human_pct(eff) if eff is not None else '—':>8s}{mark}")
+    print_floor(doc)  # the fastest level's RTO against the floor, in a run's words
     print(f"knee: {doc['knee']} per rank (smallest level within {human_pct(doc['margin'])} of the best, "
           f"{doc['best']}); recommendation: {doc['recommendation']}")
 
@@ -169,8 +202,18 @@ def cmd_sweep_distributed(args) -> int:
 
     levels = parse_levels(args.levels)
     opts = run_options(args, concurrency=levels[0])
+    if args.results and os.environ.get("RANK", "0") == "0":
+        from ckptbench.records import results
+
+        results.check_writable(args.results)
 
     def deliver(doc: dict) -> None:
+        if args.results and "knee" in doc:  # as a single-process sweep records it: `check --results` advises from it
+            from ckptbench.restore.sweep import measured_knee, record_knee
+
+            medians = {int(lv): st["median"] for lv, st in doc["aggregate_gbps"].items()}
+            record_knee(args.results, measured_knee(doc["source"], medians,
+                                                    f"{doc['world_size']}-rank distributed sweep"))
         _emit(doc, args.json, print_sweep)
 
     def level_done(level: int, gbps: float) -> None:

@@ -37,10 +37,11 @@ def warm() -> float:
     return warm_up() + time.perf_counter() - t
 
 
-def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0) -> dict:
-    """This rank's repeat, as a plain report (errors included)."""
+def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0, heard=None) -> dict:
+    """This rank's repeat, as a plain report (errors included); the interrupt `heard` raised again where a loader
+    turned it into a failure of the file."""
     from ckptbench.distributed.live import Poster
-    from ckptbench.distributed.rank import RankReport, RankRestore, tensor_digests
+    from ckptbench.distributed.rank import RankReport, RankRestore, report_doc, tensor_digests
     from ckptbench.distributed.shares import plan_share
     from ckptbench.restore.stages import StageClock
 
@@ -78,16 +79,11 @@ def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0) -> di
     except CkptbenchError as exc:
         rep.status, rep.error = "failed", str(exc)
         rep.end_s = time.perf_counter() - t0
+    if heard is not None:  # a Ctrl-C that torch's loader turned into a damaged file's error: the rank was stopped
+        heard.raise_if_heard()
     live.on_bytes(rep.bytes_read, rep.bytes_needed)
     live.on_stage("done" if rep.status == "ok" else "failed")
-    doc = dataclasses.asdict(rep)
-    doc["read_gbps"] = rep.read_gbps
-    # this rank's bytes read over the bytes its share needs; and what torch's DCP reader would have read for it
-    doc["amplification"] = rep.bytes_read / rep.bytes_needed if rep.bytes_needed else None
-    stock = rep.plan.get("dcp_reader")
-    doc["dcp_reader_amplification"] = stock["bytes"] / rep.bytes_needed if stock and rep.bytes_needed else None
-    doc["cache"] = ready if world.local_rank == 0 else None
-    return doc
+    return report_doc(rep, ready if world.local_rank == 0 else None)
 
 
 def _device(device: str, world) -> str:
@@ -125,21 +121,23 @@ def _open(source_url: str, dopts: DistOptions):
     return source
 
 
-def _repeats(world, source, opts, dopts, repeats: int, tag: str, show, errors: list[str],
-             warmup_s: float = 0.0) -> tuple[list[dict], bool]:
-    """`repeats` restores by every rank: rank 0 gets their combined figures (others an empty list), and every
-    rank whether all succeeded. Stops at the first failed repeat, on every rank alike (rank 0's verdict says)."""
+def _repeats(world, source, opts, dopts, repeats: int, tag: str, show, errors: list[str], warmup_s: float = 0.0, *,
+             at, reps: list[dict], then: tuple | None = None, heard=None) -> bool:
+    """`repeats` restores by every rank: rank 0 appends their combined figures to `reps` as each ends (so that an
+    interrupted run still has them), and every rank learns whether all succeeded. Stops at the first failed repeat,
+    on every rank alike (rank 0's verdict says). `at` follows the repeat under way and the next (`then` after the
+    last)."""
     from ckptbench.distributed.summary import combine
 
-    reps: list[dict] = []
     for i in range(1, repeats + 1):
         key = (tag, i)
+        at.key, at.then = key, (tag, i + 1) if i < repeats else then
         with contextlib.ExitStack() as stack:
             if world.rank == 0 and show is not None:  # every rank's stage and bytes, while they restore
                 from ckptbench.distributed.live import Watcher
 
                 stack.enter_context(Watcher(world, key, lambda summary: show(i, summary)))
-            mine = _one_repeat(world, source, opts, dopts, key, warmup_s if i == 1 else 0.0)
+            mine = _one_repeat(world, source, opts, dopts, key, warmup_s if i == 1 else 0.0, heard)
             _post_report(world, mine, key, errors, i)
             if world.rank == 0:
                 reports, missing = world.gather_some(*key, "report")
@@ -148,11 +146,11 @@ def _repeats(world, source, opts, dopts, repeats: int, tag: str, show, errors: l
             if missing:
                 rep["status"] = "failed"
                 rep["problems"].insert(0, missing)
-            world.post({"ok": rep["status"] == "ok", "why": "; ".join(rep["problems"])}, *key, "verdict")
             reps.append(rep)
+            world.post({"ok": rep["status"] == "ok", "why": "; ".join(rep["problems"])}, *key, "verdict")
         if not world.wait_for(*key, "verdict")["ok"]:
-            return reps, False
-    return reps, True
+            return False
+    return True
 
 
 def _post_report(world, mine: dict, key: tuple, errors: list[str], i: int) -> None:
@@ -162,10 +160,11 @@ def _post_report(world, mine: dict, key: tuple, errors: list[str], i: int) -> No
     world.post(mine, *key, "report", world.rank)
 
 
-def _finish(world, doc: dict | None, deliver) -> None:
-    """Rank 0 delivers (prints, records) and then lets the others go; they wait for that before exiting."""
+def _finish(world, doc: dict | None, deliver, wait_s: float | None = None) -> None:
+    """Rank 0 delivers (prints, records) and then lets the others go; they wait for that (up to `wait_s`, else the
+    rank timeout) before exiting."""
     if world.rank != 0:
-        world.wait_for("finished")  # rank 0 has printed and recorded: exiting now cannot cut it short
+        world.wait_for("finished", deadline_s=wait_s)  # rank 0 has printed and recorded: exiting cannot cut it short
         world.post(True, "bye", world.rank)
         return
     try:
@@ -183,6 +182,7 @@ class Outcome:
     # exit would make torchrun stop rank 0 before it reports), 1 when rank 0 was not heard from
     doc: dict | None  # rank 0 only
     errors: list[str]  # this rank's own failures, one line each
+    stopped: BaseException | None = None  # the Ctrl-C or SIGTERM that stopped this rank
 
 
 def _options(opts) -> dict:
@@ -192,40 +192,78 @@ def _options(opts) -> dict:
 def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str, show=None,
         deliver=None) -> Outcome:
     """Every rank calls this; rank 0 hands the run document to `deliver` (print, record) before the other ranks
-    are let go, and returns it."""
+    are let go, and returns it. Interrupted (Ctrl-C, SIGTERM), rank 0 delivers the repeats that finished (a document
+    with `interrupted`) and every rank returns the interrupt as `stopped`."""
     from ckptbench.system import env as envmod
     from ckptbench.distributed import group
     from ckptbench.distributed.shares import saved_world
+    from ckptbench.distributed.stop import Heard, Under
     from ckptbench.distributed.summary import summarize
     source = _open(source_url, dopts)
     world = group.join(opts.device, dopts.timeout_s)
     try:
         errors: list[str] = []
-        reps, ok = _repeats(world, source, opts, dopts, repeats, "run", show, errors, warm())
-        collective = _first_collective(world) if ok else None  # every rank knows `ok`: all or none call it
-        doc = None
-        if world.rank == 0:
-            listing = source.list()
-            doc = summarize(run_id, listing, world, _options(opts), dopts.policy, saved_world(listing), reps,
-                            envmod.snapshot(source_url))
-            doc["first_collective_s"] = collective
-            doc |= efficiency.of_ranks(source, listing, opts, doc)
+        at, reps = Under(("run", 1)), []
+        try:
+            with Heard() as heard:
+                ok = _repeats(world, source, opts, dopts, repeats, "run", show, errors, warm(), at=at, reps=reps,
+                              heard=heard)
+            collective = _first_collective(world) if ok else None  # every rank knows `ok`: all or none call it
+            doc = None
+            if world.rank == 0:
+                listing = source.list()
+                doc = summarize(run_id, listing, world, _options(opts), dopts.policy, saved_world(listing), reps,
+                                envmod.snapshot(source_url))
+                doc["first_collective_s"] = collective
+                doc |= efficiency.of_ranks(source, listing, opts, doc)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (the CLI raises it as one)
+            return _stopped(world, source_url, source, opts, dopts, reps, at, repeats, run_id, deliver, exc, errors)
         _finish(world, doc, deliver)
         return Outcome(0 if doc is None or doc["status"] in ("ok", "unverified") else 1, doc, errors)
     finally:
         group.leave(world)
 
 
-def _sweep_floor(source, opts, good: dict[int, list[dict]], rto_s: dict[str, dict]) -> dict:
-    """A distributed sweep against the floor: each node's share of the bytes, and each level's efficiency (the
-    floor over the level's median RTO, the slowest rank's)."""
+def _stopped(world, source_url: str, source, opts, dopts, reps, at, repeats: int, run_id: str, deliver, exc,
+             errors) -> Outcome:
+    """An interrupted run: the others unblocked, the finished repeats delivered by rank 0, and every rank out within
+    BYE_S. Rank 0 exits as an interrupted process does; another rank exits 0 once rank 0 has recorded (torchrun
+    stops the rest when a worker exits non-zero first), else as interrupted."""
+    from ckptbench.system import env as envmod
+    from ckptbench.distributed import stop
+    from ckptbench.distributed.group import RankFailure
+
+    stop.unblock(world, at)
+    doc = stop.document(run_id, source, opts, _options(opts), dopts.policy, world, reps, at, repeats,
+                        envmod.snapshot(source_url)) if world.rank == 0 else None
+    try:
+        _finish(world, doc, deliver, wait_s=BYE_S)
+    except RankFailure:  # rank 0 did not say it was done: this rank's own interruption is its exit status
+        return Outcome(130, None, errors, exc)
+    return Outcome(130 if world.rank == 0 else 0, doc, errors, exc)
+
+
+def _sweep_floor(source, listing, opts, good: dict[int, list[dict]], rto_s: dict[str, dict]) -> dict:
+    """A distributed sweep against the floor, worked out as a run's (each node's share of the bytes against the
+    slowest rank's RTO): each level's efficiency is the floor over its median RTO, and the sweep's the fastest
+    level's, as a single-process sweep's is its best level's. No efficiency where the floor gives none (not
+    measured, or a cold read with no storage figure): its note says why."""
+    from ckptbench.core.errors import name_source
+    from ckptbench.system import floor as fl
+
     first = next(iter(good.values()))[0]
-    nodes = len({r["host"] for r in first["ranks"]}) or 1
-    hot = ((first.get("cache") or {}).get("residency_before") or 0.0) >= efficiency.HOT
-    out = efficiency.fields(source, first["bytes_read"] // nodes, measured_s=None,
-                            hash_alg=efficiency.hash_of(opts.hash, source.list()), hot=hot)
-    out["efficiency_by_level"] = {lv: out["floor_s"] / st["median"] if out["floor_s"] and st["median"] else None
+    fastest = min(rto_s, key=lambda lv: rto_s[lv]["median"])
+    held = {"rto_stats": {"median": rto_s[fastest]["median"]}, "bytes_read": first["bytes_read"],
+            "nodes": len({r["host"] for r in first["ranks"]}) or 1, "cache": first.get("cache")}
+    out = efficiency.of_ranks(source, listing, opts, held)
+    usable = out["efficiency"] is not None
+    out["efficiency_by_level"] = {lv: out["floor_s"] / st["median"] if usable and st["median"] else None
                                   for lv, st in rto_s.items()}
+    if usable:  # which level's it is, before the note's last words (restore_fields ends it with any over-floor)
+        over = name_source(fl.over_floor(out["efficiency"]), getattr(source, "url", None))
+        out["floor_note"] = out["floor_note"].removesuffix(over) + (
+            f"; the efficiency is concurrency {fastest}'s, the fastest level (the floor over its median RTO, the "
+            "slowest rank's)") + over
     return out
 
 
@@ -233,31 +271,42 @@ def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats:
           say=None) -> Outcome:
     """The distributed restore at each per-rank concurrency level: the aggregate read rate by level and its knee
     (the smallest level within 10 % of the best), for this many ranks on this storage."""
-    from ckptbench.distributed import group
+    from ckptbench.distributed import group, stop
     from ckptbench.core.stats import spread
     from ckptbench.restore.sweep import KNEE_MARGIN, knee
 
     source = _open(source_url, dopts)
     world = group.join(opts.device, dopts.timeout_s)
+    at = stop.Under((f"sweep{levels[0]}", 1))
     try:
         errors: list[str] = []
         by_level: dict[int, list[dict]] = {}
-        warmup_s = warm()
-        for level in levels:
-            reps, ok = _repeats(world, source, opts.but(concurrency=level), dopts, repeats,
-                                f"sweep{level}", None, errors, warmup_s)
-            warmup_s = 0.0
-            by_level[level] = reps
-            if not ok:
-                break
-            if world.rank == 0 and say:
-                say(level, spread([r["aggregate_gbps"] for r in reps])["median"])
+        try:
+            with stop.Heard() as heard:
+                warmup_s = warm()
+                for n, level in enumerate(levels):
+                    reps: list[dict] = []
+                    then = (f"sweep{levels[n + 1]}", 1) if n + 1 < len(levels) else None
+                    ok = _repeats(world, source, opts.but(concurrency=level), dopts, repeats, f"sweep{level}", None,
+                                  errors, warmup_s, at=at, reps=reps, then=then, heard=heard)
+                    warmup_s = 0.0
+                    by_level[level] = reps
+                    if not ok:
+                        break
+                    if world.rank == 0 and say:
+                        say(level, spread([r["aggregate_gbps"] for r in reps])["median"])
+        except KeyboardInterrupt:  # nothing is kept of a sweep cut short (nor of a single-process one): let go
+            stop.unblock(world, at)
+            if world.rank == 0:
+                world.post(True, "finished")
+            raise
         doc = None
         if world.rank == 0:
+            listing = source.list()
             good = {lv: reps for lv, reps in by_level.items() if reps and all(r["status"] == "ok" for r in reps)}
             stats = {lv: spread([r["aggregate_gbps"] for r in reps]) for lv, reps in good.items()}
-            doc = {"kind": "dist-sweep", "source": source_url, "world_size": world.size, "each_rank": dopts.policy,
-                   "cache": opts.cache, "repeats": repeats, "levels": list(stats),
+            doc = {"kind": "dist-sweep", "source": listing.source, "world_size": world.size,
+                   "each_rank": dopts.policy, "cache": opts.cache, "repeats": repeats, "levels": list(stats),
                    "aggregate_gbps": {str(lv): st for lv, st in stats.items()},
                    "rto_s": {str(lv): spread([r["rto_s"] for r in good[lv]]) for lv in good},
                    "problems": [p for reps in by_level.values() for r in reps for p in r["problems"]],
@@ -265,7 +314,7 @@ def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats:
             if stats:
                 k, best = knee({lv: st["median"] for lv, st in stats.items()})
                 doc.update(knee=k, best=best, margin=KNEE_MARGIN, recommendation=f"--concurrency {k} per rank")
-                doc |= _sweep_floor(source, opts, good, doc["rto_s"])
+                doc |= _sweep_floor(source, listing, opts, good, doc["rto_s"])
         _finish(world, doc, deliver)
         return Outcome(0 if doc is None or doc["status"] in ("ok", "unverified") else 1, doc, errors)
     finally:

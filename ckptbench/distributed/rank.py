@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import fastio
 import torch
@@ -57,6 +57,18 @@ class RankReport:
     def read_gbps(self) -> float:
         span = self.read_end_s - self.read_start_s
         return self.bytes_read / span / 1e9 if span > 0 else 0.0
+
+
+def report_doc(rep: RankReport, cache: dict | None = None) -> dict:
+    """The report a rank posts for rank 0 to combine: its figures, its bytes over what its share needs, what torch's
+    DCP reader would have read for it, and (on one rank per node) the node's page cache before the repeat."""
+    doc = asdict(rep)
+    doc["read_gbps"] = rep.read_gbps
+    doc["amplification"] = rep.bytes_read / rep.bytes_needed if rep.bytes_needed else None
+    stock = rep.plan.get("dcp_reader")
+    doc["dcp_reader_amplification"] = stock["bytes"] / rep.bytes_needed if stock and rep.bytes_needed else None
+    doc["cache"] = cache
+    return doc
 
 
 def merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:

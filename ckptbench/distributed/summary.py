@@ -104,8 +104,11 @@ def summarize(run_id: str, listing, world, options: dict, policy: str, saved: in
 
 def record(path: str, doc: dict, options) -> None:
     """The run document in results.csv.jsonl, and one results.csv row per repeat (kind `dist`: the RTO and stages of
-    the slowest rank, the aggregate read rate, all ranks' bytes, `ranks` the world size)."""
-    append_document(path, doc)
+    the slowest rank, the aggregate read rate, all ranks' bytes, `ranks` the world size). An interrupted run keeps
+    its finished repeats so, and the repeat under way is one row `cancelled`, as a single-process run records it."""
+    stopped = doc.get("interrupted") or {}
+    if doc["repeats"] or not stopped:  # a run stopped before any repeat finished has only its cancelled row
+        append_document(path, doc)
     settings = settings_of(options, RESTORE_SETTINGS[1:]) | {
         "format": doc["format"], "mode": f"distributed-{doc['each_rank']}", "ranks": doc["world_size"]}
     rows = []
@@ -118,4 +121,8 @@ def record(path: str, doc: dict, options) -> None:
         rows.append(row("dist", doc["run_id"], i, doc["source"], settings, figures, doc["env"], status=rep["status"],
                         verified=bool(rep.get("verified")), success_rate=ranks_ok / len(rep["ranks"])
                         if rep["ranks"] else 0.0))
+    if stopped.get("repeat"):
+        rows.append(row("dist", doc["run_id"], stopped["repeat"], doc["source"], settings,
+                        {f"{s}_s": "" for s in STAGES}, doc["env"], status="cancelled", verified=False,
+                        success_rate=None))
     append(path, rows)
