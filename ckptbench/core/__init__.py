@@ -5,4 +5,4 @@ Other folders import only the modules named below (`from ckptbench.core import X
 what is not named is this folder's own.
 """
 
-__all__ = ["errors", "units", "stats", "concurrency", "stages", "progress", "paths", "verdicts", "options"]
+__all__ = ["errors", "units", "stats", "concurrency", "stages", "progress", "paths", "verdicts", "options", "interrupt"]

@@ -197,7 +197,8 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
     from ckptbench.system import env as envmod
     from ckptbench.distributed import group
     from ckptbench.distributed.shares import saved_world
-    from ckptbench.distributed.stop import Heard, Under
+    from ckptbench.core.interrupt import Heard
+    from ckptbench.distributed.stop import Under
     from ckptbench.distributed.summary import summarize
     source = _open(source_url, dopts)
     world = group.join(opts.device, dopts.timeout_s)
@@ -271,6 +272,7 @@ def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats:
           say=None) -> Outcome:
     """The distributed restore at each per-rank concurrency level: the aggregate read rate by level and its knee
     (the smallest level within 10 % of the best), for this many ranks on this storage."""
+    from ckptbench.core.interrupt import Heard
     from ckptbench.distributed import group, stop
     from ckptbench.core.stats import spread
     from ckptbench.restore.sweep import KNEE_MARGIN, knee
@@ -282,7 +284,7 @@ def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats:
         errors: list[str] = []
         by_level: dict[int, list[dict]] = {}
         try:
-            with stop.Heard() as heard:
+            with Heard() as heard:
                 warmup_s = warm()
                 for n, level in enumerate(levels):
                     reps: list[dict] = []

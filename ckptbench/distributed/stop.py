@@ -11,48 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
 STOPPED = "interrupted (Ctrl-C or SIGTERM)"  # an interrupted rank's error, as rank 0 names it among the problems
-
-
-class Heard:
-    """Notes the Ctrl-C or SIGTERM that reaches this rank while in use (main thread only), and raises it as the
-    handler it wraps does. A KeyboardInterrupt raised while torch's loader is reading comes out of torch as an
-    AttributeError, which the format's loader then calls a corrupt shard: `raise_if_heard` raises the interrupt
-    again, and the rank stops as interrupted instead of reporting a damaged file."""
-
-    def __init__(self):
-        self.exc: BaseException | None = None
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> "Heard":
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                previous = signal.getsignal(signum)
-                if callable(previous):  # only a signal that raises (Ctrl-C; SIGTERM as the CLI sets it)
-                    self._previous[signum] = previous
-                    signal.signal(signum, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        import signal
-
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        return False
-
-    def _handler(self, signum, frame) -> None:
-        try:
-            self._previous[signum](signum, frame)
-        except BaseException as exc:
-            self.exc = exc
-            raise
-
-    def raise_if_heard(self) -> None:
-        if self.exc is not None:
-            raise self.exc
 
 
 @dataclass

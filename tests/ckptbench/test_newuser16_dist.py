@@ -121,7 +121,7 @@ def test_no_floor_at_all_says_why_rather_than_null(torch2, plant_floor):
 def test_an_interrupt_torch_swallows_inside_its_loader_is_still_heard():
     """torch turns a KeyboardInterrupt raised in a file's read into an AttributeError, which a format's loader then
     calls a corrupt shard; the rank hears it anyway and stops as interrupted."""
-    from ckptbench.distributed.stop import Heard
+    from ckptbench.core.interrupt import Heard
 
     buf = io.BytesIO()
     torch.save({"w": torch.randn(64)}, buf)

@@ -143,3 +143,27 @@ def test_compare_takes_a_saves_rate_as_save_prints_it(tmp_path, h):
     doc = json.loads(h.run_cli("compare", path, "--json").out)
     fig = next(f for f in doc["figures"] if f["figure"] == "write_gbps")
     assert fig["newest"]["median"] == pytest.approx(want)
+
+
+def test_a_ctrl_c_a_loader_swallowed_stops_the_run_as_interrupted(ckpt, monkeypatch):
+    """torch turns a Ctrl-C that lands in its read into an AttributeError, which the format's loader calls a corrupt
+    shard: a single-process run reported a damaged file and exit 1 where the user had pressed Ctrl-C."""
+    import os
+    import signal
+
+    import pytest
+
+    from ckptbench.core.errors import CkptbenchError
+    from ckptbench.restore import runner
+
+    def execute(self):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # arrives while the "loader" runs: its handler runs on return
+        except KeyboardInterrupt:  # swallowed, as torch does, and turned into a load error
+            raise CkptbenchError("model-00001-of-00001.safetensors: corrupt or truncated") from None
+        raise AssertionError("the interrupt never came")
+
+    monkeypatch.setattr(runner.Run, "execute", execute)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(ckpt("safetensors", 1), runner.RunOptions(), repeats=1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler given back
