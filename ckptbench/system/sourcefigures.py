@@ -25,7 +25,7 @@ import fastio
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.core.units import human_pct
 from ckptbench.system.ceilings import (LIBC, POP_BYTES, REPEATS, Ceiling, anonymous, ceiling_of, counts_text,
-                                       parallel, populate, thread_counts)
+                                       parallel, populate, sweep, thread_counts)
 
 STORAGE_SAMPLE = 1 << 30  # the most of the source's files read per level
 MIN_STORAGE_SAMPLE = 64 << 20  # below this, a read measures the device's latency, not its bandwidth
@@ -289,12 +289,7 @@ def _page_cache_copy(take: list[tuple[str, int]], total: int, cores: int, repeat
 
             return total / parallel(n, one)
 
-        best, best_n = [], 1
-        for n in thread_counts(cores):
-            rates = [copy(n) for _ in range(repeats)]
-            if not best or statistics.median(rates) > statistics.median(best):
-                best, best_n = rates, n
-        return best, best_n
+        return sweep(thread_counts(cores), copy, repeats)
     finally:
         if dst is not None:
             dst.close()

@@ -409,8 +409,27 @@ def test_population_samples_are_held_within_a_budget(monkeypatch):
     monkeypatch.setattr(ceilings, "_hold_budget", lambda: 3 << 20)
     monkeypatch.setattr(ceilings, "populate", lambda region, n: (1e9 * n, "fixed"))
     rates, how, threads = ceilings._best(make, live.remove, cores=4, repeats=3)
-    assert peak[0] == 3 << 20 and not live  # 9 samples, at most 3 held, every one closed at the end
+    assert peak[0] == 3 << 20 and not live  # 5 samples (sweep), at most 3 held, every one closed at the end
     assert threads == 4 and rates == [4e9] * 3 and how == "fixed"
+
+
+def test_a_sweep_repeats_the_best_count_and_any_count_that_beat_its_median():
+    from ckptbench.system import ceilings
+
+    calls = []
+
+    def steady(n):
+        calls.append(n)
+        return n * 1e9
+
+    assert ceilings.sweep([1, 2, 4], steady, 3) == ([4e9] * 3, 4)
+    assert calls == [1, 2, 4, 4, 4]  # one sample a count, the repeats at the best only
+    # one lucky sample at 1 thread: its repeats fall to 1 GB/s, and 2 threads' single sample (4) beat that median, so
+    # 2 threads are repeated too and win on their median
+    seq = {1: iter([5e9, 1e9, 1e9]), 2: iter([4e9, 4e9, 4e9])}
+    calls.clear()
+    assert ceilings.sweep([1, 2], lambda n: calls.append(n) or next(seq[n]), 3) == ([4e9] * 3, 2)
+    assert sorted(calls) == [1, 1, 1, 2, 2, 2]
 
 
 def test_the_hold_budget_minds_a_containers_memory_limit(tmp_path, monkeypatch):
