@@ -1,4 +1,5 @@
-"""Packing a checkpoint's small files into a few large ones, and reading members straight from the packs.
+"""Packing a checkpoint's small files into a few large ones, and unpacking them again (members.py reads a member
+straight from its pack).
 
 Every name, offset and size in a manifest is hostile until checked: names must be plain relative paths, every
 file read goes through `confine`, and `pack` / `unpack` check the whole manifest before they write anything, then
@@ -11,7 +12,7 @@ import contextlib
 import os
 import shutil
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import fastio
 
@@ -19,6 +20,7 @@ from ckptbench.checkpoint import confine
 from ckptbench.checkpoint import layouts
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
+from ckptbench.checkpoint.members import FILE_KINDS, pack_tables, refuse, safe_member, whole
 from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
 
@@ -26,145 +28,20 @@ PACKED_KINDS = ("small",)  # shards and format metadata stay files: loaders such
 # a folder holding one of these is a component a loader finds by name (diffusers' tokenizer/, scheduler/)
 _CONFIG_SUFFIX = "config.json"
 EMPTY = "empty: the directory holds no files; point at a checkpoint directory"  # every command's line for it
-FILE_KINDS = ("model", "optimizer", "meta", "small")  # what a file (or a pack member) may be; "pack" is a pack
 COPY_CHUNK = 8 << 20
-_CRAFTED = "refusing it (the checkpoint may be crafted: check where it came from)"
 
 
 def pack_name(i: int, n: int) -> str:
     return f"pack-{i + 1:05d}-of-{n:05d}.ckpack"
 
 
-def safe_member(name, where: str = "the pack") -> str:
-    """A member name that stays inside its directory once joined: relative and canonical ("a/b": no empty, "." or
-    ".." part), no NUL or backslash, no drive. One line naming `where` otherwise."""
-    if not confine.is_plain(name):
-        raise CkptbenchError(f"{where}: member {quote(name)} is not a plain relative path and could land outside its "
-                             f"directory; {_CRAFTED}", exit_code=1)
-    return name
-
-
-@dataclass(frozen=True)
-class Member:
-    """One file inside a pack: bytes [offset, offset + size) of the pack, checked against the pack's size."""
-
-    rel: str
-    offset: int
-    size: int
-    kind: str
-    rank: int | None
-
-
-@dataclass(frozen=True)
-class PackTable:
-    """A pack file, its declared size, and its members, checked: inside the pack, no two overlapping."""
-
-    name: str
-    size: int
-    members: tuple[Member, ...]
-
-
-def _whole(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _refuse(where: str, what: str) -> CkptbenchError:
-    return CkptbenchError(f"{where}: {what}; {_CRAFTED}", exit_code=1)
-
-
-def _member(directory: str, pack_file: str, pack_size: int, rel, record) -> Member:
-    """A member record ([offset, size, kind, rank]) checked on its own: whole numbers, inside the pack."""
-    where = os.path.join(directory, pack_file)
-    if not isinstance(record, (list, tuple)) or not 2 <= len(record) <= 4:
-        raise _refuse(where, f"member {quote(rel)} has no [offset, size, kind, rank] record")
-    off, size = record[0], record[1]
-    kind = record[2] if len(record) > 2 else "small"
-    rank = record[3] if len(record) > 3 else None
-    if not _whole(off) or not _whole(size):
-        raise _refuse(where, f"member {quote(rel)} has offset {quote(off)} and size {quote(size)}, not whole numbers "
-                             "of bytes")
-    if off + size > pack_size:
-        raise _refuse(where, f"member {quote(rel)} lies at {off}+{size}, past the pack's {pack_size} bytes")
-    if kind not in FILE_KINDS or (rank is not None and not _whole(rank)):
-        raise _refuse(where, f"member {quote(rel)} has kind {quote(kind)} and rank {quote(rank)}")
-    return Member(safe_member(rel, where), off, size, kind, rank)
-
-
-def _packs_of(directory: str, man: mf.Manifest) -> dict:
-    if not isinstance(man.packs, dict) or not all(isinstance(i, dict) for i in man.packs.values()):
-        raise _refuse(os.path.join(directory, mf.MANIFEST_NAME), "its packs table is not {pack: {member: record}}")
-    return man.packs
-
-
-_INDEXED: tuple = (None, None)  # (the manifest last looked up, its _Index): a load reads every member of one
-
-
-@dataclass(frozen=True)
-class _Index:
-    size: dict  # pack file -> the size its first "pack" entry in the file list declares
-    home: dict  # member -> the first pack whose table names it
-
-
-def _index(man: mf.Manifest) -> _Index:
-    """Lookups a scan of the file list or the pack tables answered per call: with a file and a member per manifest
-    line, reading every member cost lines squared (10**5 members: 10**10 steps)."""
-    global _INDEXED
-    cached, index = _INDEXED
-    if cached is man:
-        return index
-    size: dict = {}
-    for e in man.files:
-        if e.kind == "pack":
-            size.setdefault(e.path, e.bytes)
-    home: dict = {}
-    for pack_file, table in man.packs.items():
-        for rel in table:
-            home.setdefault(rel, pack_file)
-    index = _Index(size, home)
-    _INDEXED = (man, index)
-    return index
-
-
-def _pack_size(directory: str, man: mf.Manifest, pack_file) -> int:
-    """The size the manifest's file list declares for a pack (packs come first there): an unlisted one is refused."""
-    safe_member(pack_file, directory)
-    size = _index(man).size.get(pack_file)
-    if not _whole(size):
-        raise _refuse(os.path.join(directory, mf.MANIFEST_NAME),
-                      f"pack {quote(pack_file)} is not listed with a size among its files")
-    return size
-
-
-def pack_tables(directory: str, man: mf.Manifest) -> list[PackTable]:
-    """Every pack of a manifest with its members, all checked before anything is read: names, whole-number offsets
-    and sizes inside the pack's declared size, no overlap; a file listed as a pack must have a table. Names across
-    packs and files are checked by the caller (`_check_names`)."""
-    packs = _packs_of(directory, man)
-    tables = []
-    for pack_file, index in packs.items():
-        size = _pack_size(directory, man, pack_file)
-        members = [_member(directory, pack_file, size, rel, rec) for rel, rec in index.items()]
-        end, prev = 0, None
-        for m in sorted(members, key=lambda m: (m.offset, m.size)):
-            if m.offset < end:
-                raise _refuse(os.path.join(directory, pack_file),
-                              f"members {quote(prev.rel)} and {quote(m.rel)} overlap")
-            if m.size:
-                end, prev = m.offset + m.size, m
-        tables.append(PackTable(pack_file, size, tuple(members)))
-    unlisted = [e.path for e in man.files if e.kind == "pack" and (not isinstance(e.path, str) or e.path not in packs)]
-    if unlisted:
-        raise _refuse(os.path.join(directory, mf.MANIFEST_NAME), f"pack {quote(unlisted[0])} has no member table")
-    return tables
-
-
 def _checked_entry(directory: str, e: mf.FileEntry) -> mf.FileEntry:
     """A manifest file entry a pack or unpack may copy: plain name, whole-number size, known kind and rank."""
     safe_member(e.path, directory)
-    if not _whole(e.bytes):
-        raise _refuse(directory, f"file {quote(e.path)} declares {quote(e.bytes)} bytes, not a whole number")
-    if e.kind not in FILE_KINDS or (e.rank is not None and not _whole(e.rank)):
-        raise _refuse(directory, f"file {quote(e.path)} has kind {quote(e.kind)} and rank {quote(e.rank)}")
+    if not whole(e.bytes):
+        raise refuse(directory, f"file {quote(e.path)} declares {quote(e.bytes)} bytes, not a whole number")
+    if e.kind not in FILE_KINDS or (e.rank is not None and not whole(e.rank)):
+        raise refuse(directory, f"file {quote(e.path)} has kind {quote(e.kind)} and rank {quote(e.rank)}")
     return e
 
 
@@ -173,16 +50,16 @@ def _check_names(where: str, names: list[str]) -> None:
     seen: set[str] = set()
     for n in names:
         if n == mf.MANIFEST_NAME:
-            raise _refuse(where, f"{quote(n)} is the manifest's own name, not a file to copy")
+            raise refuse(where, f"{quote(n)} is the manifest's own name, not a file to copy")
         if n in seen:
-            raise _refuse(where, f"{quote(n)} is named twice")
+            raise refuse(where, f"{quote(n)} is named twice")
         seen.add(n)
     # sorted with "/" lowest (names hold no NUL), a file's first descendant, if it has one, comes right after it:
     # one pass, where joining every prefix of every name was quadratic in its parts (2000 names of 2048 parts: 65 s)
     ordered = sorted(seen, key=lambda n: n.replace("/", "\0"))
     for n, after in zip(ordered, ordered[1:]):
         if after.startswith(n + "/"):
-            raise _refuse(where, f"{quote(after)} would sit inside {quote(n)}, which is a file")
+            raise refuse(where, f"{quote(after)} would sit inside {quote(n)}, which is a file")
 
 
 def _mode_of(directory: str, rel: str, size: int) -> int:
@@ -375,7 +252,7 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
             finally:
                 os.close(dst)
             packs[name] = index
-        _copy_whole(directory, keep, tmp, modes)
+        _copywhole(directory, keep, tmp, modes)
         alg = man.hash if man is not None else "crc32c"
         rels = list(packs) + [e.path for e in keep]
         kinds = {e.path: e for e in keep}
@@ -392,7 +269,7 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
     return packed
 
 
-def _copy_whole(directory: str, entries: list[mf.FileEntry], tmp: str, modes: dict) -> None:
+def _copywhole(directory: str, entries: list[mf.FileEntry], tmp: str, modes: dict) -> None:
     """Files that stay files, each opened through confine at its declared size and copied into `tmp`."""
     for e in entries:
         src = confine.open_member(directory, e.path, e.bytes)
@@ -401,18 +278,6 @@ def _copy_whole(directory: str, entries: list[mf.FileEntry], tmp: str, modes: di
         finally:
             os.close(src)
 
-
-def read_member(directory: str, man: mf.Manifest | None, rel: str) -> bytes:
-    """A file's bytes whether it stands alone or sits in a pack, read through confine: a packed member's record is
-    checked against the pack's declared size, and the read never leaves [offset, offset + size)."""
-    if man is not None:
-        packs = _packs_of(directory, man)
-        pack_file = _index(man).home.get(rel)
-        if pack_file is not None:
-            size = _pack_size(directory, man, pack_file)
-            m = _member(directory, pack_file, size, rel, packs[pack_file][rel])
-            return confine.read_member(directory, pack_file, size, offset=m.offset, length=m.size)
-    return confine.read_member(directory, rel)
 
 
 def unpack(directory: str, out: str) -> mf.Manifest:
@@ -436,7 +301,7 @@ def unpack(directory: str, out: str) -> mf.Manifest:
                     _copy_out(src, m.offset, m.size, tmp, m.rel, modes[t.name], os.path.join(directory, t.name))
             finally:
                 os.close(src)
-        _copy_whole(directory, kept, tmp, kept_modes)
+        _copywhole(directory, kept, tmp, kept_modes)
         rels = [m.rel for t in tables for m in t.members] + [e.path for e in kept]
         meta = {m.rel: (m.kind, m.rank) for t in tables for m in t.members} | {e.path: (e.kind, e.rank) for e in kept}
         files = tuple(mf.FileEntry(r, f.bytes, f.digest, *meta[r]) for r, f in zip(rels, _hashed(tmp, rels, man.hash)))

@@ -164,7 +164,7 @@ def _notes(lay, entries: list[Tensor]) -> list[str]:
 def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None) -> dict:
     """The inspect document: layout, tensors by group, the read plan, and what the check stage will do."""
     from ckptbench.restore import load as restore
-    from ckptbench.checkpoint.packs import read_member
+    from ckptbench.checkpoint.members import read_member
     from ckptbench.sources import ReadOptions
 
     listing = source.list()

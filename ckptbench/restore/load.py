@@ -17,7 +17,7 @@ from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
 from ckptbench.checkpoint.model import GPT, build_on_meta, check_dims, master_optimizer, sample_batch
-from ckptbench.checkpoint.packs import read_member
+from ckptbench.checkpoint.members import read_member
 
 if TYPE_CHECKING:
     from ckptbench.checkpoint.verify import VerifyReport

@@ -358,7 +358,7 @@ class Run:
 
 def _buffer_reader(listing: Listing, man: mf.Manifest | None, buffers: dict):
     """Tail members out of the read buffers: a packed member is a slice of its pack's buffer."""
-    from ckptbench.checkpoint.packs import pack_tables
+    from ckptbench.checkpoint.members import pack_tables
 
     by_rel = {listing.rel(p): b for p, b in buffers.items()}
     members = {}

@@ -99,7 +99,7 @@ class ObjectRead:
         if self.into == "memory":
             ob.buffer = mmap.mmap(-1, max(4096, o.size), flags=_ANON)
         elif self.into == "stage":
-            from ckptbench.checkpoint.packs import safe_member
+            from ckptbench.checkpoint.members import safe_member
 
             if o.rel.endswith(STAGE_SUFFIX):  # its final name is another object's temporary one: they would mix
                 raise CkptbenchError(f"{self.url}/{o.rel}: ends in {STAGE_SUFFIX}, the suffix of ckptbench's "

@@ -292,7 +292,7 @@ def _str_eq_counter():
 def test_reading_every_packed_member_costs_one_lookup_each(tmp_path):
     """read_member scanned the file list for its pack's size on every call: n members, n packs, n**2 compares."""
     from ckptbench.checkpoint import manifest as mf
-    from ckptbench.checkpoint import packs
+    from ckptbench.checkpoint import members
 
     Name, counts = _str_eq_counter()
     per_n = {}
@@ -307,7 +307,7 @@ def test_reading_every_packed_member_costs_one_lookup_each(tmp_path):
             tables[pack_file] = {f"m{i}.json": [0, 4, "small", None]}
         man = mf.Manifest("safetensors", "p", {}, 0, "fp32", "fp32", 1, 0, "none", tuple(files), packs=tables)
         counts["eq"] = 0
-        assert all(packs.read_member(str(directory), man, f"m{i}.json") == b"x" * 4 for i in range(n))
+        assert all(members.read_member(str(directory), man, f"m{i}.json") == b"x" * 4 for i in range(n))
         per_n[n] = counts["eq"]
     assert per_n[200] <= 2 * per_n[100] + 10, per_n
 

@@ -391,11 +391,11 @@ def test_pack_never_widens_permissions(h, ckpt, tmp_path):
 
 
 def _read_member_in_child(crafted: str, rel: str) -> subprocess.CompletedProcess:
-    """packs.read_member in a fresh interpreter (a FIFO would block this one): prints the bytes' length, or the
+    """members.read_member in a fresh interpreter (a FIFO would block this one): prints the bytes' length, or the
     error's exit code and line."""
-    code = ("import sys\nfrom ckptbench.checkpoint import manifest, packs\nfrom ckptbench.core.errors import CkptbenchError\n"
+    code = ("import sys\nfrom ckptbench.checkpoint import manifest, members\nfrom ckptbench.core.errors import CkptbenchError\n"
             "d, rel = sys.argv[1], sys.argv[2]\n"
-            "try:\n    print(len(packs.read_member(d, manifest.read(d), rel)))\n"
+            "try:\n    print(len(members.read_member(d, manifest.read(d), rel)))\n"
             "except CkptbenchError as exc:\n    print(f'error {exc.exit_code} {exc}')\n")
     return subprocess.run([sys.executable, "-c", code, crafted, rel], capture_output=True, text=True, timeout=60)
 
@@ -437,14 +437,14 @@ def test_read_member_goes_through_confine(h, packed, secret, tmp_path, how, need
 def test_read_member_of_a_sound_pack_is_the_member(h, packed, ckpt):
     """Control for the test above: the same call on the untouched pack gives the original file's bytes."""
     from ckptbench.checkpoint import manifest
-    from ckptbench.checkpoint import packs
+    from ckptbench.checkpoint import members
 
     man = manifest.read(packed)
     src = ckpt("torch", 4)
     for rel in ["config.json", "tokenizer.json", "dataloader/rank002_worker0000.idx"]:
         with open(os.path.join(src, rel), "rb") as f:
-            assert packs.read_member(packed, man, rel) == f.read(), rel
-    assert json.loads(packs.read_member(packed, man, "config.json"))["n_layer"] > 0
+            assert members.read_member(packed, man, rel) == f.read(), rel
+    assert json.loads(members.read_member(packed, man, "config.json"))["n_layer"] > 0
 
 
 # ---- packs' own checks, on a Manifest that did not come through manifest.parse --------------------------------
@@ -467,14 +467,14 @@ def test_packs_check_records_themselves(packed, pack_file, rel, record, needle):
     from dataclasses import replace
 
     from ckptbench.checkpoint import manifest
-    from ckptbench.checkpoint import packs
+    from ckptbench.checkpoint import members
     from ckptbench.core.errors import CkptbenchError
 
     man = manifest.read(packed)
     assert [e.bytes for e in man.files if e.path == "pack-00001-of-00004.ckpack"] == [PACK1_BYTES]
     files = tuple(replace(e, path=pack_file) if e.path == "pack-00001-of-00004.ckpack" else e for e in man.files)
     crafted = replace(man, files=files, packs={pack_file: {rel: record}})
-    for call in (lambda: packs.pack_tables(packed, crafted), lambda: packs.read_member(packed, crafted, rel)):
+    for call in (lambda: members.pack_tables(packed, crafted), lambda: members.read_member(packed, crafted, rel)):
         with pytest.raises(CkptbenchError) as info:
             call()
         assert info.value.exit_code == 1 and needle in str(info.value) and "\n" not in str(info.value)
@@ -484,11 +484,11 @@ def test_packs_table_not_a_mapping_is_refused(packed):
     from dataclasses import replace
 
     from ckptbench.checkpoint import manifest
-    from ckptbench.checkpoint import packs
+    from ckptbench.checkpoint import members
     from ckptbench.core.errors import CkptbenchError
 
     man = manifest.read(packed)
     for table in ([1, 2], {"pack-00001-of-00004.ckpack": ["config.json"]}):
         with pytest.raises(CkptbenchError) as info:
-            packs.read_member(packed, replace(man, packs=table), "config.json")
+            members.read_member(packed, replace(man, packs=table), "config.json")
         assert info.value.exit_code == 1 and "packs table" in str(info.value)
