@@ -2,29 +2,23 @@
 step directories with `latest`, Hugging Face's .bin shards with their index, a Hugging Face Trainer's
 checkpoint-N directory, ckptbench's own rank shards.
 
-`latest` and the index are the checkpoint's content, hence hostile: read no further than a small bound, and every
-name in them confined to the checkpoint before it selects anything. The selection works from the member names and
-a bounded fetch of a small member, so a directory (read through confine) and an S3 prefix (a ranged GET) share it.
-Free of torch: the listing uses it.
+The files that point at others (`latest`, an index) are the checkpoint's content, hence hostile: pointers.py reads
+them within a small bound and confines every name in them before it selects anything. The selection works from the
+member names and a bounded fetch of a small member, so a directory (read through confine) and an S3 prefix (a ranged
+GET) share it. Free of torch: the listing uses it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Callable
 
-from ckptbench.checkpoint import confine
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.checkpoint.pointers import (HF_INDEX, LATEST, Fetch, confine_name, one_of, read_hf_index, read_latest,
+                                           refuse)
 
-LATEST = "latest"
-MAX_LATEST = 4096  # `latest` holds one directory name
-HF_INDEX = "pytorch_model.bin.index.json"
 HF_SINGLE = "pytorch_model.bin"
 ST_INDEX = "model.safetensors.index.json"
-MAX_INDEX = 64 << 20  # a 70B model's index is about 100 KiB
 TORCH_EXT = (".pt", ".pth", ".bin", ".ckpt")  # .ckpt: Lightning's (and Stable Diffusion's) torch.save
 DS_MODEL = re.compile(r"^(?:bf16_)?(?:zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$")
 DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
@@ -38,7 +32,6 @@ _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
 # Megatron-LM: <root>/latest_checkpointed_iteration.txt names iter_NNNNNNN (or release); each iteration holds a
 # torch.save per model-parallel rank (mp_rank_TT[_PPP]/model_optim_rng.pt, distrib_optim.pt) or, saved as
 # torch_dist, a DCP checkpoint (.metadata, *.distcp, common.pt)
-MEGATRON_LATEST = "latest_checkpointed_iteration.txt"
 _ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
 MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
@@ -49,10 +42,6 @@ TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "optimi
                    "random_states_0.pkl")
 TRAINING_ARGS = "training_args.bin"
 SKIP_WHY = {TRAINING_ARGS: "a pickled TrainingArguments object: not state, and unpickling it could run code"}
-
-# fetch(rel, limit, what): a small member's bytes, refused in one line (naming it as `what`) without reading it
-# when it holds more than `limit` bytes
-Fetch = Callable[[str, int, str], bytes]
 
 
 @dataclass(frozen=True)
@@ -80,109 +69,6 @@ class Layout:
                 "unloaded": [{"path": p, "why": why} for p, why in self.unloaded]}
 
 
-MAX_DCP_METADATA = 1 << 30  # a 405B model's .metadata is tens of MB
-
-
-def check_sizes(where: str, sizes) -> None:
-    """Members whose size alone says the checkpoint is crafted, refused before a byte of them is read: a DCP
-    .metadata beyond any real one would cost its size in memory before its pickle is even looked at."""
-    for rel, size in sizes:
-        if rel.rsplit("/", 1)[-1] == ".metadata" and (size or 0) > MAX_DCP_METADATA:
-            raise too_large(f"{where}/{rel}", size, MAX_DCP_METADATA, "DCP metadata")
-
-
-def _refuse(where: str, what: str, todo: str) -> CkptbenchError:
-    return CkptbenchError(f"{where}: {what}; {todo}")
-
-
-def too_large(where: str, size: int | None, limit: int, what: str) -> CkptbenchError:
-    """The one line for a member larger than its kind holds (`size` None: it grew past the bound while read)."""
-    held = f"{size} bytes, more" if size is not None else f"more than {limit} bytes, more"
-    return _refuse(where, f"{held} than {what} holds (at most {limit})", "the file is corrupt or crafted: fix or "
-                   "remove it")
-
-
-def _read_small(directory: str, rel: str, limit: int, what: str) -> bytes:
-    """At most `limit` bytes of a regular file inside the directory, refused whole when it is larger."""
-    fd = confine.open_member(directory, rel)
-    try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise too_large(os.path.join(directory, rel), size, limit, what)
-        out = bytearray()
-        while len(out) <= limit:  # a file that grows while read is cut at the bound, not followed
-            chunk = os.pread(fd, limit + 1 - len(out), len(out))
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(fd)
-    if len(out) > limit:
-        raise too_large(os.path.join(directory, rel), None, limit, what)
-    return bytes(out)
-
-
-def local_fetch(directory: str) -> Fetch:
-    return lambda rel, limit, what: _read_small(directory, rel, limit, what)
-
-
-def _confine(where: str, rel, on_disk: bool) -> None:
-    """A name the checkpoint's content gives must be a plain path below it; on a filesystem, also after following
-    symlinks (confine); in an object store there are none, and the listing says what exists."""
-    if on_disk:
-        confine.resolve(where, rel)
-    elif not confine.is_plain(rel):
-        raise CkptbenchError(f"{where}: the checkpoint names {str(rel)[:80]!r}, which is not a plain relative path "
-                             "and could point outside the checkpoint directory; refusing it (the checkpoint may be "
-                             "crafted: check where it came from)", exit_code=1)
-
-
-def read_latest(where: str, rels: list[str] | None = None, fetch: Fetch | None = None) -> str:
-    """The step directory DeepSpeed's `latest` names: one plain name of a directory inside the checkpoint.
-    Without `fetch`, `where` is a directory on disk; with it, `rels` (the listing) says which directories exist."""
-    on_disk = fetch is None
-    path = os.path.join(where, LATEST)
-    todo = ("write the name of one step directory (e.g. global_step100) into it, or point at a step "
-            "directory instead")
-    raw = (fetch or local_fetch(where))(LATEST, MAX_LATEST, "a DeepSpeed `latest` file")
-    try:
-        tag = raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise _refuse(path, "is not text, so it names no step directory", todo) from None
-    if not tag or "/" in tag or not confine.is_plain(tag):
-        raise _refuse(path, f"names {tag[:80]!r}, not one directory name inside the checkpoint", todo)
-    if on_disk:
-        is_dir = os.path.isdir(confine.resolve(where, tag))
-    else:
-        is_dir = any(r.startswith(tag + "/") for r in rels or ())
-    if not is_dir:
-        raise _refuse(path, f"names {tag[:80]!r}, which is not a directory in {where}", todo)
-    return tag
-
-
-def parse_hf_index(raw: bytes, where: str) -> dict[str, str]:
-    """The weight map (tensor name -> shard file) of a Hugging Face index, its types checked."""
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise _refuse(where, f"not valid JSON ({str(exc)[:80]})", "re-copy the checkpoint or fix the index") from None
-    if not isinstance(doc, dict):
-        raise _refuse(where, f"holds a JSON {type(doc).__name__}, not an object", "re-copy or fix the index")
-    weight_map = doc.get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise _refuse(where, "has no weight_map of tensor names to shard files", "re-copy or fix the index")
-    for name, shard in weight_map.items():
-        if not isinstance(shard, str):
-            raise _refuse(where, f"maps {name[:80]!r} to {type(shard).__name__} {str(shard)[:40]!r}, not a "
-                          "file name", "re-copy or fix the index")
-    return weight_map
-
-
-def read_hf_index(directory: str, rel: str = HF_INDEX, fetch: Fetch | None = None) -> dict[str, str]:
-    raw = (fetch or local_fetch(directory))(rel, MAX_INDEX, "a weight index")
-    return parse_hf_index(raw, os.path.join(directory, rel))
-
-
 def _step_dirs(rels: list[str]) -> set[str]:
     """Top-level directories that hold one DeepSpeed step: global_stepN, or DeepSpeed's state files."""
     out = set()
@@ -195,35 +81,17 @@ def _step_dirs(rels: list[str]) -> set[str]:
     return out
 
 
-def _one_of(where: str, dirs: set[str], kind: str, pointer: str, what: str, named: Callable[[], str | None],
-            on_disk: bool = False) -> str:
-    """The directory to restore among `dirs`: the one the pointer file names (`named()`, None without one), else
-    the only one, else one line saying the choice is ambiguous (and, on disk, that a pointer the listing leaves out,
-    a symlink or a FIFO, is there but never read)."""
-    tag = named()
-    if tag is not None:
-        return tag
-    if len(dirs) == 1:
-        return next(iter(dirs))
-    listed = ", ".join(sorted(dirs)[:3]) + (", ..." if len(dirs) > 3 else "")
-    path = os.path.join(where, pointer)
-    none = f", and its `{pointer}` is not a regular file (a symlink, FIFO or folder is never read), so nothing says" \
-        if on_disk and os.path.lexists(path) else f" and no `{pointer}` file saying"
-    raise _refuse(where, f"{len(dirs)} {kind} directories ({listed}){none} which to restore",
-                  f"point at one {kind.split()[-1]} directory, or write {what} into {path}")
-
-
 def _deepspeed(where: str, rels: list[str], top: set[str], steps: set[str], fetch: Fetch | None) -> Layout:
     if any(DS_MODEL.match(r) or DS_OPTIM.match(r) for r in top):  # pointed at one step directory
         tag, files, prefix = None, tuple(rels), ""
     else:
-        tag = _one_of(where, steps, "DeepSpeed step", LATEST, "its name",
-                      lambda: read_latest(where, rels, fetch) if LATEST in top else None, fetch is None)
+        tag = one_of(where, steps, "DeepSpeed step", LATEST, "its name",
+                     lambda: read_latest(where, rels, fetch) if LATEST in top else None, fetch is None)
         prefix = tag + "/"
         if not any(r.startswith(prefix) and r.endswith(TORCH_EXT) for r in rels):
-            raise _refuse(os.path.join(where, LATEST) if LATEST in top else where,
-                          f"the step directory {tag!r} holds no torch files",
-                          "point at a step directory that holds DeepSpeed's model and optimizer states")
+            raise refuse(os.path.join(where, LATEST) if LATEST in top else where,
+                         f"the step directory {tag!r} holds no torch files",
+                         "point at a step directory that holds DeepSpeed's model and optimizer states")
         files = tuple(r for r in rels if r.startswith(prefix) or r.split("/")[0] not in steps)  # other steps: not read
     names = [(r, r[len(prefix):]) for r in files if r.startswith(prefix) and "/" not in r[len(prefix):]]
     ranks = sorted({int(m.group(1)) for _, n in names if (m := DS_OPTIM.match(n))})
@@ -241,10 +109,10 @@ def _indexed(where: str, rels: list[str], index: str, shard: re.Pattern, fetch: 
     shards = sorted(set(read_hf_index(where, index, fetch).values()))
     listed = set(rels)
     for name in shards:
-        _confine(where, name, fetch is None)  # refuses a name that is not plain or leads outside
+        confine_name(where, name, fetch is None)  # refuses a name that is not plain or leads outside
         if name not in listed:
-            raise _refuse(path, f"names shard {name[:80]!r}, which is missing from {where} (or not a "
-                          "regular file)", "re-copy the checkpoint with all its shards")
+            raise refuse(path, f"names shard {name[:80]!r}, which is missing from {where} (or not a "
+                         "regular file)", "re-copy the checkpoint with all its shards")
     named = set(shards)
     return tuple(r for r in rels if r in named or not shard.match(r)), tuple(shards)
 
@@ -348,28 +216,6 @@ def iterations(rels: list[str]) -> set[str]:
                                           or len(parts) == 2 and parts[1] == ".metadata"):
             out.add(parts[0])
     return out
-
-
-def read_iteration(where: str, rels: list[str], fetch: Fetch | None = None) -> str:
-    """The iteration directory Megatron's latest_checkpointed_iteration.txt names: a number (iter_%07d) or
-    `release`, the directory inside the checkpoint."""
-    path = os.path.join(where, MEGATRON_LATEST)
-    todo = "write the iteration to restore into it (e.g. 2000), or point at an iteration directory instead"
-    raw = (fetch or local_fetch(where))(MEGATRON_LATEST, MAX_LATEST, f"Megatron's {MEGATRON_LATEST}")
-    text = raw.decode("utf-8", "replace").strip()
-    tag = "release" if text == "release" else f"iter_{int(text):07d}" if text.isascii() and text.isdigit() \
-        and len(text) <= 7 else None
-    if tag is None:
-        raise _refuse(path, f"holds {text[:40]!r}, neither an iteration number nor `release`", todo)
-    if not any(r.startswith(tag + "/") for r in rels):
-        raise _refuse(path, f"names iteration {text!r}, but {tag} is not in {where}", todo)
-    return tag
-
-
-def megatron_iteration(where: str, rels: list[str], top: set[str], iters: set[str], fetch: Fetch | None) -> str:
-    """The iteration to restore: the one latest_checkpointed_iteration.txt names, else the only one."""
-    return _one_of(where, iters, "Megatron iteration", MEGATRON_LATEST, "its number",
-                   lambda: read_iteration(where, rels, fetch) if MEGATRON_LATEST in top else None, fetch is None)
 
 
 def is_one_checkpoint(rels: list[str]) -> bool:

@@ -23,8 +23,9 @@ import posixpath
 import re
 from dataclasses import replace
 
-from ckptbench.checkpoint import confine, layouts
-from ckptbench.checkpoint.layouts import Fetch, Layout
+from ckptbench.checkpoint import confine, layouts, pointers
+from ckptbench.checkpoint.layouts import Layout
+from ckptbench.checkpoint.pointers import Fetch
 from ckptbench.core.errors import CkptbenchError
 
 WEIGHT_EXT = (".safetensors", ".distcp", ".metadata", *layouts.TORCH_EXT)
@@ -86,8 +87,8 @@ def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
     top = _top(rels)
     iters = layouts.iterations(rels)
     if iters and not any(layouts.MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r):
-        tag = layouts.megatron_iteration(where, rels, top, iters, fetch)
-        why = (f"the iteration {layouts.MEGATRON_LATEST} names" if layouts.MEGATRON_LATEST in top
+        tag = pointers.megatron_iteration(where, rels, top, iters, fetch)
+        why = (f"the iteration {pointers.MEGATRON_LATEST} names" if pointers.MEGATRON_LATEST in top
                else "the only iteration")
         return tag, why, tuple((d, f"another iteration: {why} is {tag}") for d in sorted(iters - {tag}))
     holding = _holding(rels)

@@ -11,7 +11,7 @@ import fastio
 from ckptbench.system import pagecache as conditions
 from ckptbench.system import probes
 from ckptbench.system import readmode
-from ckptbench.checkpoint import layouts, resume
+from ckptbench.checkpoint import pointers, resume
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.checkpoint.detect import format_of
@@ -79,7 +79,7 @@ def _selected(directory: str, files: list[fastio.FileSpec], pick: str | None, od
         files, rels = [f for f, _ in inside], [r for _, r in inside]
     keep = set(lay.files)
     chosen = [(f, r) for f, r in zip(files, rels) if r in keep]
-    layouts.check_sizes(directory, [(r, f.size) for f, r in chosen])
+    pointers.check_sizes(directory, [(r, f.size) for f, r in chosen])
     return directory, [f for f, _ in chosen], lay
 
 

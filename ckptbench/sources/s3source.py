@@ -8,7 +8,7 @@ import os
 import fastio
 
 from ckptbench.core import concurrency as conc
-from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint import pointers
 from ckptbench.checkpoint import resume
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.checkpoint.detect import format_of
@@ -58,7 +58,7 @@ class S3Source:
         man = mf.parse(raw, f"{self.url}/{mf.MANIFEST_NAME}") if raw is not None else None
         keep = set(lay.files)
         objects = [o for o in objects if o.rel in keep]
-        layouts.check_sizes(self.url, [(o.rel, o.size) for o in objects])
+        pointers.check_sizes(self.url, [(o.rel, o.size) for o in objects])
         files = [fastio.FileSpec(f"{self.url}/{o.rel}", o.size) for o in objects]
         fmt = format_of(man, [o.rel for o in objects], self.url)
         return Listing(self.url, files, man, fmt, layout=resume.with_unloaded(lay, fmt))
@@ -71,12 +71,12 @@ class S3Source:
         if obj is None:
             raise CkptbenchError(f"{where}: not in the listing of {self.url}; re-copy the checkpoint")
         if obj.size > limit:
-            raise layouts.too_large(where, obj.size, limit, what)
+            raise pointers.too_large(where, obj.size, limit, what)
         if obj.size == 0:  # a range of an empty object is not satisfiable: there is nothing to fetch
             return b""
         body = self._ranged_get(obj, where, limit)
         if len(body) > limit:
-            raise layouts.too_large(where, None, limit, what)
+            raise pointers.too_large(where, None, limit, what)
         return body
 
     def _ranged_get(self, obj: s3.S3Object, where: str, limit: int, attempts: int = 5) -> bytes:

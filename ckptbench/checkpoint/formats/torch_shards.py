@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint import pointers
 from ckptbench.checkpoint.formats.state import CheckpointState, FormatError
 from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
 
@@ -52,12 +52,12 @@ def _check_agree(seen: dict, one: CheckpointState, path: str) -> None:
 
 def _hf_index_of(directory: str, buffers: dict | None) -> tuple[str, dict[str, str]] | None:
     """The Hugging Face index beside the shards: from the bytes already read where there are some, else the file."""
-    where = os.path.join(directory, layouts.HF_INDEX)
+    where = os.path.join(directory, pointers.HF_INDEX)
     raw = buffers.get(where) if buffers is not None else None
     if raw is not None:
-        return where, layouts.parse_hf_index(bytes(raw), where)
+        return where, pointers.parse_hf_index(bytes(raw), where)
     if os.path.isfile(where) and not os.path.islink(where):
-        return where, layouts.read_hf_index(directory)
+        return where, pointers.read_hf_index(directory)
     return None
 
 
