@@ -66,7 +66,7 @@ def _member(directory: str, pack_file: str, pack_size: int, rel, record) -> Memb
     rank = record[3] if len(record) > 3 else None
     if not whole(off) or not whole(size):
         raise refuse(where, f"member {quote(rel)} has offset {quote(off)} and size {quote(size)}, not whole numbers "
-                             "of bytes")
+                            "of bytes")
     if off + size > pack_size:
         raise refuse(where, f"member {quote(rel)} lies at {off}+{size}, past the pack's {pack_size} bytes")
     if kind not in FILE_KINDS or (rank is not None and not whole(rank)):
@@ -115,7 +115,7 @@ def _pack_size(directory: str, man: mf.Manifest, pack_file) -> int:
     size = _index(man).size.get(pack_file)
     if not whole(size):
         raise refuse(os.path.join(directory, mf.MANIFEST_NAME),
-                      f"pack {quote(pack_file)} is not listed with a size among its files")
+                     f"pack {quote(pack_file)} is not listed with a size among its files")
     return size
 
 
@@ -132,7 +132,7 @@ def pack_tables(directory: str, man: mf.Manifest) -> list[PackTable]:
         for m in sorted(members, key=lambda m: (m.offset, m.size)):
             if m.offset < end:
                 raise refuse(os.path.join(directory, pack_file),
-                              f"members {quote(prev.rel)} and {quote(m.rel)} overlap")
+                             f"members {quote(prev.rel)} and {quote(m.rel)} overlap")
             if m.size:
                 end, prev = m.offset + m.size, m
         tables.append(PackTable(pack_file, size, tuple(members)))
