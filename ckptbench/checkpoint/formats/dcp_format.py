@@ -21,6 +21,7 @@ from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, RawBytes, check_walk,
                                                group_of, walk_limit)
 from ckptbench.checkpoint.formats.dcp_metadata import _CRAFTED, MAX_DIMS, SafeReader, _whole
+from ckptbench.checkpoint.formats.torch_format import tensor_in_place
 
 class _DeterministicWriter(FileSystemWriter):
     """Same seed, same bytes: torch's .metadata records the temporary path, a random save id, and its
@@ -121,15 +122,20 @@ def load_byte_entry(data: bytes):
     return value.getvalue() if isinstance(value, io.BytesIO) else value
 
 
-def _chunk(stream, fqn: str, rel: str, info, sizes) -> torch.Tensor:
-    """One stored chunk (a torch.save of the chunk tensor), loaded weights_only and checked against its extent."""
-    stream.seek(info.offset)
-    raw = stream.read(info.length)
+def _chunk(stream, buf, fqn: str, rel: str, info, sizes) -> torch.Tensor:
+    """One stored chunk (a torch.save of the chunk tensor), loaded weights_only and checked against its extent:
+    in place from `buf` (the shard's read buffer, when the fused read has it) as a view of its bytes, which the
+    caller copies into place once; else read out of `stream` and loaded."""
     where = f"{rel}: entry {fqn[:80]!r} at {info.offset}+{info.length}"
+    raw = memoryview(buf).cast("B")[info.offset:info.offset + info.length] if buf is not None else None
+    if raw is None:
+        stream.seek(info.offset)
+        raw = stream.read(info.length)
     if len(raw) != info.length:
         raise FormatError(f"{where}: the shard ends after {len(raw)} of those bytes; the shard is truncated")
+    t = tensor_in_place(raw, where) if buf is not None else None
     try:
-        t = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+        t = t if t is not None else torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     except Exception as exc:  # torch's reader fails on bad bytes with whatever they provoke
         raise FormatError(f"{where}: not a readable tensor ({_why(exc)}); the shard is corrupt") from None
     if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(sizes):
@@ -151,6 +157,7 @@ def _fill(reader: "SafeReader", meta: Metadata, tensors: dict[str, torch.Tensor]
         per_file.setdefault(str(info.relative_path), []).append((info.offset, key, info))
     values: dict[str, object] = {}
     for rel, items in sorted(per_file.items()):
+        buf = reader.fs.buffers.get(rel) if "/" not in rel else None  # the shard as the fused read landed it
         with reader.fs.create_stream(os.path.join(str(reader.path), rel), "rb") as stream:
             for _, key, info in sorted(items, key=lambda i: i[0]):
                 md = meta.state_dict_metadata.get(key.fqn)
@@ -161,7 +168,7 @@ def _fill(reader: "SafeReader", meta: Metadata, tensors: dict[str, torch.Tensor]
                 sizes = chunks.get((key.fqn, tuple(key.offset or ())))
                 if md is None or sizes is None:
                     continue  # stored but not declared: nothing to restore it into (checked: declared ones are stored)
-                t = _chunk(stream, key.fqn, rel, info, sizes)
+                t = _chunk(stream, buf, key.fqn, rel, info, sizes)
                 view = tensors[key.fqn]
                 for dim, (off, n) in enumerate(zip(key.offset, sizes)):
                     view = view.narrow(dim, off, n)
