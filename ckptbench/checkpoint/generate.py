@@ -16,6 +16,7 @@ import torch
 
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.core.units import human_count
 from ckptbench.checkpoint.formats import CheckpointState, module_for
 from ckptbench.checkpoint.model import DTYPES, GPT, master_optimizer, sample_batch
 from ckptbench.checkpoint.profiles import FORMATS, Profile
@@ -160,7 +161,7 @@ def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks:
     try:
         shutil.rmtree(tmp, ignore_errors=True)  # ours only if a dead process had our pid; a symlink there fails mkdir
         os.mkdir(tmp)
-        say(f"building the model ({profile.dims.param_count / 1e6:.1f} M parameters) and taking one AdamW step")
+        say(f"building the model ({human_count(profile.dims.param_count)} parameters) and taking one AdamW step")
         state = train_one_step(profile, seed)
         check_cancel()
         assignment = assign_ranks(state, ranks)

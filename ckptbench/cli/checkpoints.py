@@ -92,6 +92,7 @@ def cmd_verify(args) -> int:
 
 def cmd_load(args) -> int:
     from ckptbench.cli.show import print_pick
+    from ckptbench.core.units import human_count
     from ckptbench.restore.load import restore_dir
 
     out = restore_dir(args.directory, verify=not args.no_verify, optimizer_step=args.optimizer_step, pick=args.pick)
@@ -110,7 +111,7 @@ def cmd_load(args) -> int:
             ref = (f" ({len(out.verify.unlisted)} file(s) not in the manifest, so not verified: "
                    f"{out.verify.unlisted[0]})")
         kind = "structural check" if c.structural_only else "check"
-        say(f"{out.format}: {c.param_count / 1e6:.2f} M parameters {c.dtypes['weights']}, {out.tail_files} small "
+        say(f"{out.format}: {human_count(c.param_count)} parameters {c.dtypes['weights']}, {out.tail_files} small "
             f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")  # ref names an unlisted file
         if c.summary:
             say(f"  {c.summary}")

@@ -134,7 +134,7 @@ def _profile(name: str, scale: float):
 
 def cmd_plan(args) -> int:
     from ckptbench.plan.shape import plan
-    from ckptbench.core.units import human_bytes, human_gbps
+    from ckptbench.core.units import human_bytes, human_count, human_gbps
 
     if args.nodes is None and (args.storage or args.ranks_per_node or args.node_memory):
         raise CkptbenchError("--storage, --ranks-per-node and --node-memory plan a multi-node restore: add --nodes N")
@@ -150,7 +150,7 @@ def cmd_plan(args) -> int:
         _emit(doc)
         return 0
     d = doc["dims"]
-    print(f"{doc['profile']}: {doc['params'] / 1e9:.3f} B parameters ({d['layers']} layers, hidden {d['hidden']}, "
+    print(f"{doc['profile']}: {human_count(doc['params'])} parameters ({d['layers']} layers, hidden {d['hidden']}, "
           f"{d['heads']} heads, vocab {d['vocab']}), {doc['world_size']} ranks")
     for part, n in doc["bytes"].items():
         print(f"  {part:22s} {human_bytes(n):>12s}")
@@ -226,7 +226,7 @@ def cmd_check(args) -> int:
 
 def cmd_gen(args) -> int:
     from ckptbench.checkpoint.generate import generate
-    from ckptbench.core.units import human_bytes
+    from ckptbench.core.units import human_bytes, human_count
 
     profile = _profile(args.profile, args.scale)
     tell = (lambda msg: print(msg, file=sys.stderr)) if sys.stderr.isatty() else None
@@ -240,7 +240,7 @@ def cmd_gen(args) -> int:
     total = sum(f.bytes for f in man.files)
     # "+ the manifest": `run` lists every file the directory holds, the manifest (ckptbench.json) too
     print(f"wrote {args.directory}: {man.format}, {man.world_size} rank(s), {len(man.files)} files + the manifest, "
-          f"{human_bytes(total)}, {man.param_count / 1e6:.1f} M parameters")
+          f"{human_bytes(total)}, {human_count(man.param_count)} parameters")
     return 0
 
 

@@ -68,6 +68,17 @@ class Command:
     handler: Callable
     args: tuple  # Options in --help order; a tuple of Options is a group whose members exclude each other
     description: str | None = None
+    # the first word that is not one of its options starts a command line, all of it the job's, as `time` and
+    # `strace` take one: `--` before it is optional
+    job_follows: bool = False
+
+    def takes_value(self) -> dict[str, bool]:
+        """Each flag it knows (-h too), and whether it takes the next word as its value."""
+        flags = {"-h": False, "--help": False}
+        for arg in self.args:
+            for opt in arg if isinstance(arg, tuple) else (arg,):
+                flags |= {flag: opt.action is None for flag in opt.flags}
+        return flags
 
 
 _READ_OPTIONS = (o.CONCURRENCY, o.READ, o.HASH, o.BLOCK_SIZE, o.CHUNK_SIZE, o.PART_SIZE, o.MULTIPART, o.CACHE,
@@ -86,7 +97,7 @@ COMMANDS = (
             _lazy("cmd_watch", "watch"),
             (o.WATCHED, o.MATCH, o.SAMPLE_INTERVAL, o.NO_VERDICT,
              o.RESULTS.but(help="where the watch is recorded (kind watch)"), o.WATCH_SOURCE, (o.JSON, o.TUI)),
-            description="ckptbench watch PID | --match PATTERN | -- COMMAND ..."),
+            description="ckptbench watch PID | --match PATTERN | [--] COMMAND ...", job_follows=True),
     Command("inspect", "what a checkpoint holds and what restoring it will do (headers only)",
             _lazy("cmd_inspect", "checkpoints"),
             (o.SOURCE, _RESTORE_CONCURRENCY, o.JSON, o.TENSORS, o.PICK)),
@@ -159,6 +170,29 @@ COMMANDS = (
 )
 
 
+def job_after_dashes(argv: list[str]) -> list[str]:
+    """`watch python train.py --resume` as `watch -- python train.py --resume`: without the `--`, argparse took the
+    job's options as ckptbench's (`-c pass` refused as unrecognized, a `--json` or `--source` of the job's silently
+    ckptbench's). A first word of digits is left as it is: a PID, or said not to be one."""
+    cmd = next((c for c in COMMANDS if c.job_follows and argv[:1] == [c.name]), None)
+    if cmd is None:
+        return argv
+    flags = cmd.takes_value()
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "--" or word[:1].isdigit():
+            return argv
+        if word == "-" or not word.startswith("-"):
+            return [*argv[:i], "--", *argv[i:]]
+        flag = word.split("=", 1)[0]
+        known = [flag] if flag in flags else [f for f in flags if flag.startswith("--") and f.startswith(flag)]
+        if len(known) != 1:  # unknown or ambiguous: argparse says so, in its one line
+            return argv
+        i += 2 if flags[known[0]] and "=" not in word else 1
+    return argv
+
+
 class _Parser(argparse.ArgumentParser):
     """Bad arguments are one line, like every other bad input: what, where, and where to read more."""
 
@@ -204,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure") and stream.errors == "strict":
             stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(job_after_dashes(sys.argv[1:] if argv is None else list(argv)))
     args.reparse = parser.parse_args  # a handler that runs another command (demo --headless)
     if not getattr(args, "handler", None):
         parser.print_help()

@@ -175,14 +175,14 @@ def cmd_sweep(args) -> int:
 
         return cmd_sweep_distributed(args)
     from ckptbench.cli.settings import read_options
-    from ckptbench.restore.sweep import parse_levels, sweep
+    from ckptbench.restore.sweep import Sweep, parse_levels
 
     levels = parse_levels(args.levels)
     opts = read_options(args)
 
     def level_done(level, gbps):
-        if sys.stderr.isatty():
-            print(f"  concurrency {level:4d}: {gbps:.2f} GB/s", file=sys.stderr)
+        if sys.stderr.isatty():  # one write: a Ctrl-C between print's text and its newline ran the next line on
+            sys.stderr.write(f"  concurrency {level:4d}: {gbps:.2f} GB/s\n")
 
     from ckptbench.sources import open_source
 
@@ -190,12 +190,45 @@ def cmd_sweep(args) -> int:
         from ckptbench.records import results
 
         results.check_writable(args.results)
-    res = sweep(open_source(args.source, args.pick), levels, repeats=args.repeat, cache=args.cache, opts=opts,
-                progress=level_done)
+    sweep = Sweep(open_source(args.source, args.pick), levels, repeats=args.repeat, cache=args.cache, opts=opts)
+    try:
+        res = sweep.run(progress=level_done)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as the CLI raises it: the reads that finished are kept
+        return _sweep_stopped(args, sweep, exc)
     if args.results:  # the checklist and the dashboard advise from the knee measured, not from a preset
         from ckptbench.restore.sweep import measured_knee, record_knee
 
         record_knee(args.results, measured_knee(res.source, {lv: s["median"] for lv, s in res.gbps.items()}, "sweep"))
+    return _show_sweep(args, res)
+
+
+def _sweep_stopped(args, sweep, exc: KeyboardInterrupt) -> int:
+    """A sweep stopped by Ctrl-C or SIGTERM: its levels read so far printed and recorded as a cancelled sweep (no
+    knee, so `check` does not advise from it), one line saying so, and the exit an interrupted run has."""
+    from ckptbench.cli.root import Terminated
+    from ckptbench.restore.sweep import record_interrupted
+
+    res = sweep.result()
+    word = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    if res is not None:
+        if args.results:
+            record_interrupted(args.results, res)
+        _show_sweep(args, res)
+    under = sweep.under
+    where = (f"during read {sweep.done + 1} of {sweep.total} (concurrency {under[1]}, repeat {under[0]} of "
+             f"{sweep.repeats})" if under else f"after read {sweep.done} of {sweep.total}")
+    if res is None:
+        kept = "nothing measured, nothing recorded"
+    else:
+        kept = (f"{sweep.done} read(s) finished, of concurrency {', '.join(map(str, res.levels))}, shown above; "
+                + (f"recorded in {args.results} as an interrupted sweep, with no knee (`check` does not advise from "
+                   "it)" if args.results else "not recorded (no --results)"))
+    say(f"ckptbench: {word} {where}: {kept}", sys.stderr)
+    return 143 if word == "terminated" else 130  # as main() says an interrupted or terminated command
+
+
+def _show_sweep(args, res) -> int:
+    """The sweep in words (or its JSON document); an interrupted one says how many reads each level got, and no knee."""
     if res.floor and res.floor.get("floor_note"):  # its commands name this checkpoint, as run's do
         res.floor["floor_note"] = name_source(res.floor["floor_note"], args.source)
     for path, why in res.failed:
@@ -206,18 +239,22 @@ def cmd_sweep(args) -> int:
         sys.stdout.write("\n")
         return rc
     best = res.gbps[res.best]["median"]
+    stopped = res.interrupted
     print_pick(res.layout, verb="swept")
     say(f"{res.source}: read throughput by concurrency ({res.cache} cache"
         f"{'' if res.cache_verified else ', NOT verified'}; hash {res.hash}; read path {res.read}; median of "
-        f"{args.repeat})")
+        + (f"the reads each level finished, {args.repeat} asked; interrupted after {stopped['reads']} of "
+           f"{stopped['of']} reads)" if stopped else f"{args.repeat})"))
     effs = (res.floor or {}).get("efficiency_by_level") or {}
-    print(f"  {'level':>6s} {'GB/s':>7s} {'min':>7s} {'max':>7s}  of best  of floor")
+    reads = f" {'reads':>5s}" if stopped else ""
+    print(f"  {'level':>6s}{reads} {'GB/s':>7s} {'min':>7s} {'max':>7s}  of best  of floor")
     for lv in res.levels:
         s = res.gbps[lv]
         mark = "  ← knee" if lv == res.knee else ""
         eff = f"{human_pct(effs[lv]):>8s}" if effs.get(lv) is not None else f"{'—':>8s}"
+        n = f" {s['n']:5d}" if stopped else ""
         # one decimal: the knee's rule is 'within 10 %', and a level at 89.8 % shown as '90 %' was not chosen
-        print(f"  {lv:6d} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best * 100:5.1f} %  "
+        print(f"  {lv:6d}{n} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best * 100:5.1f} %  "
               f"{eff}{mark}")
     if res.floor:
         rate, own = res.floor.get("floor_gbps"), res.floor.get("binding_gbps")
@@ -225,8 +262,13 @@ def cmd_sweep(args) -> int:
         head = "" if not rate or (own and abs(own - rate) <= 0.005 * rate) else f"{rate:.2f} GB/s, "
         say(f"floor: {head}bound by {binding.text(res.floor)} ({res.floor['floor_note']})" if rate else
             f"floor: {res.floor['floor_note']}")
-    print(f"knee: {res.knee} (smallest level within {human_pct(res.margin)} of the best, {res.best}); "
-          f"recommendation: --concurrency {res.knee}")
+    if stopped:
+        missing = f"; concurrency {', '.join(map(str, stopped['not_read']))} not read" if stopped["not_read"] else ""
+        print(f"knee: none, the sweep was interrupted (a level read fewer times, or not at all, could move it"
+              f"{missing}); run the sweep again for it")
+    else:
+        print(f"knee: {res.knee} (smallest level within {human_pct(res.margin)} of the best, {res.best}); "
+              f"recommendation: --concurrency {res.knee}")
     return rc
 
 

@@ -1,9 +1,14 @@
 """An interrupt that a library swallowed: a Ctrl-C (or SIGTERM, which the CLI raises as one) that reaches the process
 while torch reads a file comes out of torch as an AttributeError, which a format's loader then calls a corrupt shard.
 `Heard` notes it as it arrives, so a run stops as interrupted (its finished repeats kept, exit 130) instead of
-reporting a damaged file. Used by the single-process runner and by every rank of a distributed run."""
+reporting a damaged file. Used by the single-process runner, by every rank of a distributed run, and by a sweep
+(`stops_as_interrupted`)."""
 
 from __future__ import annotations
+
+from contextlib import contextmanager
+
+from ckptbench.core.errors import CkptbenchError
 
 
 class Heard:
@@ -45,3 +50,16 @@ class Heard:
     def raise_if_heard(self) -> None:
         if self.exc is not None:
             raise self.exc
+
+
+@contextmanager
+def stops_as_interrupted():
+    """A block that stops as interrupted when a Ctrl-C or SIGTERM reached it, whatever a library made of it (swallowed,
+    or turned into one of our errors such as a corrupt shard): its caller keeps what finished before it."""
+    with Heard() as heard:
+        try:
+            yield heard
+        except CkptbenchError:
+            heard.raise_if_heard()
+            raise
+        heard.raise_if_heard()

@@ -119,7 +119,8 @@ OUT = argument("out", "OUT")
 PROFILE = argument("profile", "PROFILE", "small, medium, large, 7b, 30b, 70b, or a .toml path")
 SAVE_WHAT = argument("what", "PROFILE|SOURCE", "a profile (its state generated once) or a checkpoint dir")
 SAVE_TARGET = argument("target", "TARGET", "the directory the saves go into (step-NNNNNN, newest kept)")
-WATCHED = argument("target", "PID | -- COMMAND", "a PID, or the job to start after --", nargs="*")
+WATCHED = argument("target", "PID | [--] COMMAND", "a PID, or the job to start: every word from its first on is the "
+                   "job's, its options too (`--` before it is optional)", nargs="*")
 RESULTS_FILE = argument("results", "RESULTS", "a results.csv written by run")
 S3_URL = argument("url", "s3://BUCKET/PREFIX")
 

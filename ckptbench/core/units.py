@@ -1,5 +1,5 @@
-"""Figures as people write them and read them: byte sizes ("1M", "64KiB" in, "1.5 GiB" out), shares ("82 %") and
-ages ("12 min"), one format each for every command and the dashboard."""
+"""Figures as people write them and read them: byte sizes ("1M", "64KiB" in, "1.5 GiB" out), shares ("82 %"),
+ages ("12 min") and counts ("21.1 M"), one format each for every command and the dashboard."""
 
 from __future__ import annotations
 
@@ -47,6 +47,15 @@ def human_age(seconds: float) -> str:
     if s < 48 * 3600:
         return f"{s / 3600:.1f} h"
     return f"{s / 86400:.1f} d"
+
+
+def human_count(n: float) -> str:
+    """A count (a model's parameters) in the unit that keeps it short, as the field writes it: "21.1 M", "6.7 B",
+    "360.2 K"; a small profile's 21 M read as "0.021 B" when every count was given in billions."""
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div * 0.99995:  # 999,960 reads "1.0 M", not "1000.0 K"
+            return f"{n / div:.1f} {unit}"
+    return f"{n:.0f}"
 
 
 def human_gbps(gbps: float) -> str:

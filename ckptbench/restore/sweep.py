@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from ckptbench.core import concurrency as conc
 from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.core.interrupt import stops_as_interrupted
 from ckptbench.core.paths import source_identity
 from ckptbench.restore import efficiency
 from ckptbench.restore.reading import read_source
@@ -21,9 +22,9 @@ KNEE_MARGIN = 0.10  # the knee: the smallest level within 10 % of the best media
 @dataclass(frozen=True)
 class SweepResult:
     source: str
-    levels: list[int]
+    levels: list[int]  # the levels read (all asked, unless interrupted)
     gbps: dict[int, dict]  # level -> spread of GB/s
-    knee: int
+    knee: int | None  # None: interrupted short of its reads
     best: int
     margin: float
     cache: str
@@ -36,6 +37,8 @@ class SweepResult:
     hash: str = "none"
     read: str = ""
     read_why: str = ""
+    # a sweep stopped by Ctrl-C: reads finished and asked, the one under way, the levels never read (Sweep.result)
+    interrupted: dict | None = None
 
     def to_json(self) -> dict:
         return {"source": self.source, "levels": self.levels, "gbps": {str(k): v for k, v in self.gbps.items()},
@@ -43,7 +46,9 @@ class SweepResult:
                 "cache_verified": self.cache_verified, "hash": self.hash, "read": self.read,
                 "read_why": self.read_why,
                 "failed": [{"path": p, "error": why} for p, why in self.failed],
-                "recommendation": f"--concurrency {self.knee}", "layout": self.layout} | (self.floor or {})
+                "recommendation": None if self.knee is None else f"--concurrency {self.knee}", "layout": self.layout,
+                } | ({"status": "cancelled", "interrupted": self.interrupted} if self.interrupted else {}) | (
+                    self.floor or {})
 
 
 def knee(medians: dict[int, float], margin: float = KNEE_MARGIN) -> tuple[int, int]:
@@ -77,7 +82,9 @@ class MeasuredKnee:
 
     @classmethod
     def from_json(cls, doc: dict) -> "MeasuredKnee | None":
-        """None for a document that is not a whole knee record (hand-edited, torn)."""
+        """None for a document that is not a whole knee record (hand-edited, torn, a sweep interrupted)."""
+        if doc.get("status", "ok") != "ok":
+            return None
         try:
             gbps = {int(k): float(v) for k, v in doc["gbps"].items()}
             mk = cls(str(doc["source"]), int(doc["knee"]), int(doc["best"]), gbps, str(doc["how"]), str(doc["date"]))
@@ -103,6 +110,18 @@ def record_knee(results_path: str, measured: MeasuredKnee) -> None:
     from ckptbench.records.results import append_document
 
     append_document(results_path, measured.to_json())
+
+
+def record_interrupted(results_path: str, res: SweepResult) -> None:
+    """An interrupted sweep's levels on record where a knee goes, status `cancelled` and no knee: `recorded_knee`
+    passes over it, and so does a ckptbench older than it (a knee that is no number is no knee record)."""
+    from ckptbench.records.results import append_document
+
+    append_document(results_path, {
+        "record": "knee", "status": "cancelled", "source": source_identity(res.source), "knee": None, "best": None,
+        "gbps": {str(lv): s["median"] for lv, s in res.gbps.items()},
+        "reads": {str(lv): s["n"] for lv, s in res.gbps.items()}, "how": "sweep",
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "interrupted": res.interrupted})
 
 
 def recorded_knee(results_path: str, source: str) -> MeasuredKnee | None:
@@ -143,35 +162,80 @@ def parse_levels(text: str) -> list[int]:
     return levels
 
 
+class Sweep:
+    """One sweep, its reads kept as they finish: stopped by Ctrl-C, `result` is the levels read so far, as a run
+    keeps its finished repeats."""
+
+    def __init__(self, source: str | Source, levels: list[int], *, repeats: int = 3, cache: str = "cold",
+                 opts: ReadOptions | None = None):
+        if repeats < 1:
+            raise CkptbenchError(f"--repeat must be at least 1, got {repeats}")
+        for level in levels:
+            conc.check(level, "--levels")
+        self.levels, self.repeats, self.cache = levels, repeats, cache
+        self.src = open_source(source) if isinstance(source, str) else source
+        self.base = opts or ReadOptions(hash="none")
+        self.listing = self.src.list()
+        self.reads: dict[int, list[float]] = {lv: [] for lv in levels}
+        self.failed = {d: f"directory not readable ({why})" for d, why in self.listing.skipped}
+        self.verified, self.hot, self.rep = True, False, None
+        self.under: tuple[int, int] | None = None  # (repeat, level) of the read under way
+
+    @property
+    def done(self) -> int:
+        return sum(len(v) for v in self.reads.values())
+
+    @property
+    def total(self) -> int:
+        return self.repeats * len(self.levels)
+
+    def run(self, progress=None, cancel: threading.Event | None = None) -> SweepResult:
+        """Reads the whole source once per level and repeat, every level once before any twice."""
+        for repeat in range(1, self.repeats + 1):
+            for level in self.levels:
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled("sweep cancelled")
+                self.under = (repeat, level)
+                with stops_as_interrupted():
+                    rep = read_source(self.src, self.listing, replace(self.base, concurrency=level), cache=self.cache,
+                                      cancel=cancel)
+                self._keep(level, rep)
+                if progress:
+                    progress(level, rep.read_gbps)
+        return self.result()
+
+    def _keep(self, level: int, rep) -> None:
+        self.rep, self.under = rep, None
+        self.verified &= rep.cache.verified
+        self.hot = rep.cache.residency_before >= efficiency.HOT  # the last read: what the floor holds levels against
+        self.failed.update({f.path: f.error.message for f in rep.result.failed})
+        self.reads[level].append(rep.read_gbps)
+
+    def result(self) -> SweepResult | None:
+        """The levels read so far (None before any read finished). Short of its reads, it has no knee (a level not
+        read, or not every repeat, could move it) and `interrupted` says where it stopped."""
+        read = {lv: v for lv, v in self.reads.items() if v}
+        if not read:
+            return None
+        stats = {lv: spread(v) for lv, v in read.items()}
+        medians = {lv: s["median"] for lv, s in stats.items()}
+        k, best = knee(medians)
+        stopped = None
+        if self.done < self.total:
+            k, stopped = None, {"reads": self.done, "of": self.total, "repeats": self.repeats,
+                                "under": dict(zip(("repeat", "level"), self.under)) if self.under else None,
+                                "not_read": [lv for lv in self.levels if lv not in read]}
+        label = self.cache if self.src.has_page_cache else f"n/a ({self.src.scheme})"
+        floor = efficiency.of_sweep(self.src, self.listing.bytes, medians, self.base.hash, self.hot,
+                                    [f.size for f in self.listing.files])
+        rep = self.rep
+        return SweepResult(self.listing.source, sorted(read), stats, k, best, KNEE_MARGIN, label, self.verified,
+                           tuple(sorted(self.failed.items())),
+                           self.listing.layout.describe() if self.listing.layout else None, floor, self.base.hash,
+                           rep.result.read, rep.read_why, stopped)
+
+
 def sweep(source: str | Source, levels: list[int], *, repeats: int = 3, cache: str = "cold",
           opts: ReadOptions | None = None, progress=None, cancel: threading.Event | None = None) -> SweepResult:
     """Reads the whole source once per level and repeat; `opts` gives everything but the concurrency."""
-    if repeats < 1:
-        raise CkptbenchError(f"--repeat must be at least 1, got {repeats}")
-    for level in levels:
-        conc.check(level, "--levels")
-    src = open_source(source) if isinstance(source, str) else source
-    base = opts or ReadOptions(hash="none")
-    listing = src.list()
-    results: dict[int, list[float]] = {lv: [] for lv in levels}
-    failed = {d: f"directory not readable ({why})" for d, why in listing.skipped}
-    verified, hot, rep = True, False, None
-    for _ in range(repeats):
-        for level in levels:
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("sweep cancelled")
-            rep = read_source(src, listing, replace(base, concurrency=level), cache=cache, cancel=cancel)
-            verified &= rep.cache.verified
-            hot = rep.cache.residency_before >= efficiency.HOT  # the last read: what the floor holds levels against
-            failed.update({f.path: f.error.message for f in rep.result.failed})
-            results[level].append(rep.read_gbps)
-            if progress:
-                progress(level, rep.read_gbps)
-    stats = {lv: spread(v) for lv, v in results.items()}
-    k, best = knee({lv: s["median"] for lv, s in stats.items()})
-    label = cache if src.has_page_cache else f"n/a ({src.scheme})"
-    floor = efficiency.of_sweep(src, listing.bytes, {lv: s["median"] for lv, s in stats.items()}, base.hash, hot,
-                                [f.size for f in listing.files])
-    return SweepResult(listing.source, levels, stats, k, best, KNEE_MARGIN, label, verified,
-                       tuple(sorted(failed.items())), listing.layout.describe() if listing.layout else None, floor,
-                       base.hash, rep.result.read if rep else "", rep.read_why if rep else "")
+    return Sweep(source, levels, repeats=repeats, cache=cache, opts=opts).run(progress, cancel)

@@ -98,14 +98,14 @@ def test_a_sweep_recorded_as_advised_is_what_check_then_reads(small, tmp_path):
 def test_sweeps_floor_note_names_the_checkpoint(small, monkeypatch):
     import ckptbench.restore.sweep as sweep_mod
 
-    real = sweep_mod.sweep
+    real = sweep_mod.Sweep.result  # what the sweep command shows, whole or interrupted
 
-    def noted(*a, **kw):
-        res = real(*a, **kw)
+    def noted(self):
+        res = real(self)
         res.floor["floor_note"] = "low: `ckptbench floor SOURCE --remeasure` when the box is quiet"
         return res
 
-    monkeypatch.setattr(sweep_mod, "sweep", noted)
+    monkeypatch.setattr(sweep_mod.Sweep, "result", noted)
     r = run_cli("sweep", small, "--levels", "1", "--repeat", "1")
     assert r.rc == 0, r.err
     assert f"`ckptbench floor '{small}' --remeasure`" in r.out and "SOURCE" not in r.out
