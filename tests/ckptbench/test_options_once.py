@@ -13,7 +13,7 @@ import pytest
 from ckptbench.checkpoint import profiles
 from ckptbench.cli import root
 from ckptbench.core import options as o
-from ckptbench.restore import runner
+from ckptbench.restore import repeat
 from ckptbench.system import pagecache
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -138,7 +138,7 @@ def test_a_bad_value_is_the_declarations_one_line(capsys):
 def test_the_vocabularies_are_the_lower_layers_and_the_domains_one_spelling():
     assert o.HASHES is fastio.HASHES and o.READ_MODES == (o.AUTO, *fastio.READ_MODES)
     assert pagecache.CACHE_MODES is o.CACHE_MODES and profiles.FORMATS is o.FORMATS
-    assert runner.MODES is o.RESTORE_MODES
+    assert repeat.MODES is o.RESTORE_MODES
 
 
 def test_a_control_cycles_from_the_default_to_the_off_choice():

@@ -20,8 +20,8 @@ from ckptbench.core.errors import CkptbenchError, redact, translate
 from ckptbench.sources import ReadHandle, ReadOptions, Source, drive, open_source, open_targets
 
 PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ckptbench")
-SEAM_USERS = ("restore/runner.py", "restore/reading.py", "restore/sweep.py", "system/live.py", "checklist/facts.py",
-              "restore/session.py")
+SEAM_USERS = ("restore/runner.py", "restore/repeat.py", "restore/reading.py", "restore/sweep.py", "system/live.py",
+              "checklist/facts.py", "restore/session.py")
 
 
 @pytest.fixture(scope="module")
