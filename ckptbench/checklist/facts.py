@@ -62,6 +62,16 @@ class Facts:
         return sum(self.sizes)
 
 
+def unknown(x) -> bool:
+    """A fact that could not be had: not gathered (None), or a probe's Unknown."""
+    return x is None or isinstance(x, probes.Unknown)
+
+
+def reason(x) -> str:
+    """Why a fact is unknown: the probe's own reason, else that it was not measured."""
+    return x.reason if isinstance(x, probes.Unknown) else "not measured"
+
+
 def _open_probe(paths: list[str], limit: int = 2000) -> tuple[float | None, list[tuple[str, str]]]:
     """Every file opened, stat'ed and closed once: the rate over the first `limit` (the metadata cost each
     small file adds) and the files this user cannot open, with the reason."""

@@ -1,4 +1,5 @@
-"""The troubleshooting checklist: rules over gathered facts → verdict, evidence, why it matters, and the fix."""
+"""The troubleshooting checklist: rules over gathered facts → verdict, evidence, why it matters, and the fix; the
+rules on the path to storage (network, mount options) are mounts.py's."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import shlex
 from ckptbench.checklist import efficiency, loads
 from ckptbench.checklist import fuse as checklist_fuse
 from ckptbench.system import probes
-from ckptbench.checklist.facts import Facts
+from ckptbench.checklist.facts import Facts, reason, unknown
+from ckptbench.checklist.mounts import mount_options, network_path
 from ckptbench.core import options as o
 from ckptbench.core.errors import name_source, printable
 from ckptbench.core.units import human_bytes, human_figure
@@ -17,17 +19,8 @@ from ckptbench.restore.sweep import MeasuredKnee, advice
 VERDICTS = ("ok", "warn", "fail", "unknown")
 REUSED = "reused buffers (a read's)"  # where a measured rate's bytes landed, said beside it
 SMALL_FILE_DEFAULT = 256 << 10
-NFS_MIN_RW = 1 << 20
 # evidence that is a share: a fraction in the JSON, a percent wherever a person reads it, as `run` prints efficiency
 SHARES = {"efficiency", "residency_now", "residency_after_evict", "measured_dirty_peak_fraction"}
-
-
-def _unknown(x) -> bool:
-    return x is None or isinstance(x, probes.Unknown)
-
-
-def _reason(x) -> str:
-    return x.reason if isinstance(x, probes.Unknown) else "not measured"
 
 
 def _measured(f: Facts) -> MeasuredKnee | None:
@@ -118,102 +111,6 @@ def small_files(f: Facts) -> Verdict:
     return Verdict("small_files", "Too many small files", "ok", ev, why, "none")
 
 
-def network_path(f: Facts) -> Verdict:
-    why = "a restore over the network is bounded by the path: a global or proxied endpoint, a congested link, retransmits"
-    title = "Network path"
-    if f.scheme == "s3":
-        s3 = f.s3 or {}
-        ev = dict(s3)
-        if s3.get("proxies"):
-            return Verdict("network_path", title, "warn", ev, why,
-                        "route S3 traffic around the proxy: NO_PROXY=.amazonaws.com, or a VPC gateway endpoint")
-        if not s3.get("regional"):
-            return Verdict("network_path", title, "warn", ev, why,
-                           "set AWS_REGION so the client uses the regional endpoint")
-        return Verdict("network_path", title, "ok", ev, why, "none")
-    if _unknown(f.mount):
-        return Verdict("network_path", title, "unknown", {"reason": _reason(f.mount)}, why,
-                       "find the mount with `findmnt -T SOURCE`")
-    m = f.mount
-    ev = {"fs_type": m.fs_type, "mount_source": m.source}
-    if m.fs_type.startswith("fuse"):
-        kind, endpoint = checklist_fuse.endpoint(f)
-        ev |= {"daemon": kind, "endpoint": endpoint}
-        where = f"{kind} reads from {endpoint}" if endpoint else f"the {kind or 'FUSE'} daemon hides its backend"
-        return Verdict("network_path", title, "unknown", ev, why,
-                       f"{where}: check that it is the regional (or VPC) endpoint of the bucket's region and that no "
-                    "proxy sits in between; for S3, compare with `ckptbench check s3://BUCKET/PREFIX`")
-    if not (m.fs_type.startswith("nfs") or m.fs_type in ("lustre", "cifs", "smb3", "ceph", "glusterfs")):
-        return Verdict("network_path", title, "ok", ev | {"network": False}, why,
-                       "none: local storage, no network path")
-    ev["server"] = probes.nfs_server(m) or m.source.split(":", 1)[0]
-    if _unknown(f.retransmit_rate):
-        return Verdict("network_path", title, "unknown", ev | {"reason": _reason(f.retransmit_rate)}, why,
-                       "check retransmits with `nstat -az TcpRetransSegs` while a restore runs")
-    ev["tcp_retransmit_pct"] = round(f.retransmit_rate * 100, 3)
-    if f.retransmit_rate > 0.01:
-        return Verdict("network_path", title, "warn", ev, why,
-                       "retransmits above 1 %: check the link (ethtool -S, MTU), or move the mount to the server's subnet")
-    return Verdict("network_path", title, "ok", ev, why, "none")
-
-
-def mount_options(f: Facts) -> Verdict:
-    why = "small rsize/wsize, soft mounts, atime updates and short read-ahead each cut sequential read throughput"
-    title = "Mount options"
-    if f.scheme == "s3":
-        return Verdict("mount_options", title, "ok", {"scheme": "s3"}, why, "none: no mount")
-    if _unknown(f.mount):
-        return Verdict("mount_options", title, "unknown", {"reason": _reason(f.mount)}, why,
-                       "check `findmnt -T SOURCE`")
-    m = f.mount
-    opts = probes.mount_options(m)
-    ev = {"fs_type": m.fs_type, "options": probes.options_once(m.options), "preset": f.preset.name if f.preset else None}
-    if not _unknown(f.read_ahead_kb):
-        ev["read_ahead_kb"] = f.read_ahead_kb
-    problems, fixes = [], []
-    severe = False
-    if m.fs_type.startswith("fuse"):
-        unjudged = checklist_fuse.option_problems(f, ev, problems, fixes)
-        if unjudged:
-            return Verdict("mount_options", title, "unknown", ev, why, unjudged)
-    if m.fs_type.startswith("nfs"):
-        for key in ("rsize", "wsize"):
-            v = int(opts.get(key, 0) or 0)
-            ev[key] = v
-            if v < NFS_MIN_RW:
-                problems.append(f"{key}={v} < 1 MiB")
-                severe |= v < 256 << 10
-        if "soft" in opts:
-            problems.append("soft mount: I/O errors instead of retries on a server hiccup")
-            severe = True
-        if "noresvport" not in opts:
-            problems.append("no noresvport: reconnects after a network event can hang")
-        if int(opts.get("nconnect", 1) or 1) < 2:
-            problems.append("one TCP connection (no nconnect)")
-        want = f.preset.mount_options if f.preset else {}
-        fixes.append("mount -t nfs4 -o " + ",".join(
-            (k if v is True else f"{k}={v}") for k, v in (want or {"rsize": NFS_MIN_RW, "wsize": NFS_MIN_RW, "hard": True,
-                                                                   "noresvport": True, "nconnect": 16}).items()))
-    if "strictatime" in opts:
-        problems.append("strictatime: every read writes an access time")
-        fixes.append("remount with noatime")
-    elif "noatime" not in opts and "relatime" not in opts and m.fs_type not in ("tmpfs", "proc", "sysfs"):
-        problems.append("atime updates on (no noatime/relatime)")
-        fixes.append("remount with noatime")
-    if not _unknown(f.read_ahead_kb) and f.read_ahead_kb < 128 and not m.fs_type.startswith("nfs"):
-        problems.append(f"read_ahead_kb={f.read_ahead_kb} is small for multi-GB shards")
-        fixes.append("echo 4096 > /sys/block/DEV/queue/read_ahead_kb (or blockdev --setra 8192 /dev/DEV)")
-    if m.fs_type == "lustre" and isinstance(f.stripe, dict) and f.preset and f.preset.min_stripe_count:
-        ev["stripe"] = f.stripe
-        if 0 < f.stripe["stripe_count"] < f.preset.min_stripe_count:
-            problems.append(f"stripe count {f.stripe['stripe_count']} for the largest shard")
-            fixes.append(f"lfs setstripe -c {f.preset.min_stripe_count} (or -1) on the checkpoint directory before saving")
-    ev["problems"] = problems
-    if not problems:
-        return Verdict("mount_options", title, "ok", ev, why, "none")
-    return Verdict("mount_options", title, "fail" if severe else "warn", ev, why, "; ".join(fixes))
-
-
 def fuse_mount(f: Facts) -> Verdict:
     """What a FUSE mount of an object store does to a checkpoint (judged only for a source on one: see evaluate)."""
     verdict, ev, fix = checklist_fuse.judge(f, _small_limit(f))
@@ -225,21 +122,21 @@ def limits_and_interference(f: Facts) -> Verdict:
     title = "System limits and scanning agents"
     ev: dict = {"concurrency": f.concurrency, "files": f.files}
     need = f.concurrency + 64
-    if _unknown(f.ulimit):
-        ev["ulimit"] = _reason(f.ulimit)
+    if unknown(f.ulimit):
+        ev["ulimit"] = reason(f.ulimit)
         verdict = "unknown"
         fix = "check `ulimit -n` in the training job's shell"
     else:
         soft, hard = f.ulimit
-        ev.update(ulimit_soft=soft, ulimit_hard=hard, fds_in_use=None if _unknown(f.fds) else f.fds)
+        ev.update(ulimit_soft=soft, ulimit_hard=hard, fds_in_use=None if unknown(f.fds) else f.fds)
         if soft != -1 and soft < need:
             verdict, fix = "fail", f"ulimit -n {max(65536, need)} (and LimitNOFILE= in the service unit)"
         elif soft != -1 and soft < f.files:
             verdict, fix = "warn", f"ulimit -n {max(65536, f.files + need)}: a loader that opens every shard at once needs {f.files}"
         else:
             verdict, fix = "ok", "none"
-    if _unknown(f.openers):
-        ev["other_readers"] = _reason(f.openers)
+    if unknown(f.openers):
+        ev["other_readers"] = reason(f.openers)
         if verdict == "ok":
             verdict, fix = "unknown", "check other readers with `fuser -vm SOURCE` or `lsof +D SOURCE`"
     else:
@@ -253,8 +150,8 @@ def limits_and_interference(f: Facts) -> Verdict:
 def oom(f: Facts) -> Verdict:
     why = "a restore that holds more than the box has is killed, usually after most of the read"
     title = "Out of memory at restore"
-    if _unknown(f.meminfo) or "MemAvailable" not in f.meminfo:
-        return Verdict("oom", title, "unknown", {"reason": _reason(f.meminfo)}, why,
+    if unknown(f.meminfo) or "MemAvailable" not in f.meminfo:
+        return Verdict("oom", title, "unknown", {"reason": reason(f.meminfo)}, why,
                        "check `free -g` before the restore")
     avail = f.meminfo["MemAvailable"]
     need = f.bytes
@@ -272,8 +169,8 @@ def device_mapping(f: Facts) -> Verdict:
     why = "a checkpoint saved on N ranks restored on M GPUs needs resharding, or ranks load the wrong shards"
     title = "Device mapping"
     ev = {"checkpoint_ranks": f.world_size}
-    if _unknown(f.gpus):
-        return Verdict("device_mapping", title, "unknown", ev | {"reason": _reason(f.gpus)}, why,
+    if unknown(f.gpus):
+        return Verdict("device_mapping", title, "unknown", ev | {"reason": reason(f.gpus)}, why,
                        "check `nvidia-smi -L`")
     ev["gpus"] = f.gpus["count"]
     if f.gpus["count"] == 0:
@@ -292,8 +189,8 @@ def cold_cache(f: Facts) -> Verdict:
     why = "a 'cold' benchmark that reads from the page cache reports the cache, not the storage"
     title = "Cold-cache validity"
     ev = {"residency_now": f.residency_now}
-    if _unknown(f.evict_residency):
-        return Verdict("cold_cache", title, "unknown", ev | {"reason": _reason(f.evict_residency)}, why,
+    if unknown(f.evict_residency):
+        return Verdict("cold_cache", title, "unknown", ev | {"reason": reason(f.evict_residency)}, why,
                        "run as a user who can open the files")
     ev["residency_after_evict"] = round(f.evict_residency, 4)
     if f.evict_residency > 0.05:
@@ -309,13 +206,13 @@ def write_side(f: Facts) -> Verdict:
     title = "Write side: dirty pages"
     ratio, bg = f.sysctls.get("vm.dirty_ratio"), f.sysctls.get("vm.dirty_background_ratio")
     dbytes = f.sysctls.get("vm.dirty_bytes")
-    if _unknown(f.meminfo) or _unknown(ratio) and _unknown(dbytes):
-        return Verdict("write_side", title, "unknown", {"reason": _reason(f.meminfo if _unknown(f.meminfo) else ratio)},
+    if unknown(f.meminfo) or unknown(ratio) and unknown(dbytes):
+        return Verdict("write_side", title, "unknown", {"reason": reason(f.meminfo if unknown(f.meminfo) else ratio)},
                        why, "check `sysctl vm.dirty_ratio vm.dirty_background_ratio` and Dirty in /proc/meminfo")
     avail = f.meminfo.get("MemAvailable", 0)
     limit = dbytes if isinstance(dbytes, int) and dbytes > 0 else (ratio * avail // 100 if isinstance(ratio, int) else 0)
     dirty_now = f.meminfo.get("Dirty", 0) + f.meminfo.get("Writeback", 0)
-    ev = {"dirty_ratio": None if _unknown(ratio) else ratio, "dirty_background_ratio": None if _unknown(bg) else bg,
+    ev = {"dirty_ratio": None if unknown(ratio) else ratio, "dirty_background_ratio": None if unknown(bg) else bg,
           "dirty_limit_bytes": limit, "checkpoint_bytes": f.bytes, "dirty_now_bytes": f.meminfo.get("Dirty"),
           "writeback_now_bytes": f.meminfo.get("Writeback")}
     total = f.meminfo.get("MemTotal", 0)
