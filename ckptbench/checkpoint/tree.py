@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 import stat
 
+from ckptbench.core.errors import CkptbenchError, printable
+
+# entries (files, folders, links) a listing visits: DeepSpeed's ZeRO shards at 4096 ranks are about 8200 files a step,
+# so a folder keeping 100 such steps fits; a million empty files took 90 s to list and are no checkpoint
+MAX_ENTRIES = 1 << 20
+
 # what an entry that is not a regular file is, said where it is passed over
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"))
@@ -29,13 +35,14 @@ def not_regular(path: str) -> str | None:
         return f"cannot be examined ({exc.strerror}): not read"
 
 
-def _entries(path: str, refused) -> tuple[list[os.DirEntry], list[os.DirEntry]] | None:
+def _entries(path: str, refused, seen) -> tuple[list[os.DirEntry], list[os.DirEntry]] | None:
     """(sub-directories not entered through a symlink, other entries) of one directory, each sorted by name; None
-    when it cannot be listed (`refused` told why)."""
+    when it cannot be listed (`refused` told why). `seen` is called on each entry, as it is read."""
     dirs, others = [], []
     try:
         with os.scandir(path) as it:
             for e in it:  # a symlink to a folder is a folder here (os.walk's sort), listed in `odd`, never entered
+                seen()
                 (dirs if _is_dir(e, follow=False) or (e.is_symlink() and _is_dir(e, follow=True)) else others).append(e)
     except OSError as exc:
         refused(exc)
@@ -58,17 +65,27 @@ def files(directory: str, skipped: list[tuple[str, str]] | None = None,
     report it instead of counting a partial listing as the whole checkpoint; `odd` gets the folders the list
     cannot show (a symlinked one, an empty one), by relative path, with what they are; `passed` gets the entries
     that are not regular files (a symlink, a FIFO), by path, with why they are not read. The walk keeps its own
-    stack: a tree nested as deep as paths go (two thousand levels) is listed, not a RecursionError."""
+    stack: a tree nested as deep as paths go (two thousand levels) is listed, not a RecursionError. A tree of more
+    than MAX_ENTRIES entries is refused in one line as soon as the walk has read one more than that."""
     out = []
+    count = 0
 
     def refused(exc: OSError) -> None:
         if skipped is not None:
             skipped.append((str(exc.filename), exc.strerror or str(exc)))
 
+    def seen() -> None:
+        nonlocal count
+        count += 1
+        if count > MAX_ENTRIES:
+            raise CkptbenchError(f"{printable(directory)}: more than {MAX_ENTRIES} entries (files and folders) below "
+                                 f"it; ckptbench reads checkpoints of up to {MAX_ENTRIES} files: point at one "
+                                 "checkpoint (one step's folder), not a folder of many")
+
     stack = [(directory, "")]
     while stack:
         root, rel = stack.pop()
-        found = _entries(root, refused)
+        found = _entries(root, refused, seen)
         if found is None:
             continue
         dirs, names = found
