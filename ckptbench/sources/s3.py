@@ -11,11 +11,13 @@ from ckptbench.core import concurrency as conc
 from ckptbench.checkpoint import confine, tree
 from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError, printable, redact
+from ckptbench.sources import s3guard
 
 DEFAULT_PART = 8 << 20
 MAX_ATTEMPTS = 10  # botocore's own retries per request, before ours per part
 READ_TIMEOUT_S = 30  # per socket read: a body that stalls fails after this, then is retried a bounded number of times
-MAX_OBJECTS = 1 << 20  # objects under one prefix: a listing of more is not one checkpoint
+# one answer's bytes held and time taken, whatever the server sends: s3guard (MAX_ERROR_ANSWER, SLOW_GRACE_S, MIN_RATE)
+MAX_OBJECTS = tree.MAX_ENTRIES  # objects under one prefix: one bound with a local listing's
 MAX_PAGES = 4096  # S3 pages hold up to 1000 keys: a listing that never ends (IsTruncated forever) stops here
 MAX_OBJECT_SIZE = 5 << 40  # S3's own limit on one object: a larger listed size is not a real one
 
@@ -86,6 +88,9 @@ def described(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
         return f"{error_code(exc) or 'an unrecognised error code'}, HTTP {status}"
+    guarded = s3guard.under(exc, s3guard.SlowAnswer) or s3guard.under(exc, s3guard.AnswerTooLarge)
+    if guarded is not None:
+        return f"{guarded}; check the endpoint and the network path to it"
     return redact((str(exc).splitlines() or [type(exc).__name__])[0][:200])
 
 
@@ -102,7 +107,8 @@ def classify(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         code = error_code(exc)
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        if code in ("SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503"):
+        # a bare 503 too, as RetryLog counts it: S3's SlowDown whose body was cut at s3guard's bound reads as one
+        if code in ("SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded") or status == 503:
             return THROTTLING
         if code in ("NoSuchKey", "NoSuchBucket", "404") or status == 404:
             return MISSING
@@ -113,6 +119,8 @@ def classify(exc: BaseException) -> str:
         if code in ("PermanentRedirect", "TemporaryRedirect", "Redirect") or 300 <= status < 400:
             return REDIRECT
         return SERVER_ERROR if status >= 500 else code or "client_error"
+    if s3guard.under(exc, s3guard.AnswerTooLarge) is not None:
+        return MALFORMED  # a listing page past s3guard's bound: botocore sees only a broken connection
     if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError, TimeoutError)):
         return TIMEOUT
     if isinstance(exc, (ConnectionClosedError, EndpointConnectionError, ResponseStreamingError, ConnectionError)):
@@ -184,6 +192,7 @@ def make_client(concurrency: int = conc.DEFAULT, *, retry_log: RetryLog | None =
         user_agent_extra="ckptbench",
     )
     client = boto3.session.Session().client("s3", config=cfg)
+    s3guard.install(client)
     if retry_log is not None:
         client.meta.events.register_first("needs-retry.s3", retry_log.hook)
     return client
@@ -192,14 +201,17 @@ def make_client(concurrency: int = conc.DEFAULT, *, retry_log: RetryLog | None =
 def _fail(url: S3Url, exc: BaseException) -> CkptbenchError:
     cls = classify(exc)
     host = endpoint_label()
+    slow, big = s3guard.under(exc, s3guard.SlowAnswer), s3guard.under(exc, s3guard.AnswerTooLarge)
     text = {
         MISSING: f"{url}: bucket {url.bucket!r} does not exist; check the name and the region",
         ACCESS_DENIED: f"{url}: access denied; check the credentials in use and the bucket policy",
         CONNECTION_RESET: f"{url}: cannot reach {host}; check AWS_ENDPOINT_URL, the network path and proxies",
-        TIMEOUT: f"{url}: {host} timed out; check the network path",
+        TIMEOUT: f"{url}: {host} timed out; check the network path" if slow is None else
+                 f"{url}: {host} sent its answer too slowly: {slow}; check the network path to it and that "
+                 "AWS_ENDPOINT_URL is an S3 endpoint",
         REDIRECT: f"{url}: {host} answered with a redirect, which ckptbench does not follow; set AWS_REGION to the "
                   "bucket's region or AWS_ENDPOINT_URL to the endpoint that serves it",
-        MALFORMED: f"{url}: {host} answered with something that is not a valid S3 response; check that "
+        MALFORMED: f"{url}: {host} answered with {big or 'something that is not a valid S3 response'}; check that "
                    "AWS_ENDPOINT_URL points at an S3 endpoint",
     }.get(cls, f"{url}: S3 error ({cls}); retry later or check the endpoint")
     return CkptbenchError(text)

@@ -122,6 +122,7 @@ class ThreadPoolRead(ObjectRead):
             md5 = fastio.Hasher("md5") if ob.md5s is not None else None
             held: list[bytes] = []
             got = 0
+            resp = None
             try:
                 t0 = time.perf_counter()
                 resp = self.client.get_object(**kw)
@@ -153,8 +154,9 @@ class ThreadPoolRead(ObjectRead):
                 cls = s3mod.classify(exc) if not isinstance(exc, CkptbenchError) else "size_mismatch"
                 with self.stat_lock:
                     self.bytes -= got
-                # botocore already retried what its request got back (an error status): ours are for cut bodies
-                if isinstance(exc, ClientError) or cls in FINAL or attempt == self.opts.part_retries:
+                # botocore already retried its request (an error status, a timeout or a drip before the headers
+                # were whole): ours are for bodies cut after them, so the attempts never multiply
+                if isinstance(exc, ClientError) or resp is None or cls in FINAL or attempt == self.opts.part_retries:
                     self._fail(ob, cls, f"{ob.o.key} bytes {start}-{end}: {cls} ({s3mod.described(exc)})")
                     return
                 self.retry_log.add(cls)

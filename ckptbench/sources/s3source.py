@@ -88,13 +88,15 @@ class S3Source:
         extra = {"IfMatch": f'"{obj.etag}"'} if obj.etag else {}
         attempt = 0
         while True:
+            resp = None
             try:
-                return self._client.get_object(Bucket=self.s3url.bucket, Key=obj.key, Range=f"bytes=0-{limit}",
-                                               **extra)["Body"].read(limit + 1)
+                resp = self._client.get_object(Bucket=self.s3url.bucket, Key=obj.key, Range=f"bytes=0-{limit}",
+                                               **extra)
+                return resp["Body"].read(limit + 1)
             except s3.call_errors() as exc:
                 cls = s3.classify(exc)
-                # botocore retries the request, not a body that breaks after the headers
-                if isinstance(exc, ClientError) or cls not in (s3.CONNECTION_RESET, s3.TIMEOUT) \
+                # botocore retries the request, not a body that breaks after the headers: only that is ours
+                if isinstance(exc, ClientError) or resp is None or cls not in (s3.CONNECTION_RESET, s3.TIMEOUT) \
                         or attempt == attempts - 1:
                     todo = ("it changed or vanished since it was listed: run again once the upload is whole"
                             if cls in (s3.CHANGED, s3.MISSING) else "retry, or check the endpoint")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+import s3hostile
 
 from ckptbench.testing.s3local import local_s3
 
@@ -48,3 +49,10 @@ def s3env(s3server, monkeypatch):
     for k in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_RETRY_MODE"):
         monkeypatch.delenv(k, raising=False)
     return s3server.env
+
+
+@pytest.fixture
+def hostile(monkeypatch):
+    """A crafted endpoint on 127.0.0.1 (s3hostile.Hostile), named in the environment with credentials that no output
+    may hold."""
+    yield from s3hostile.serve(monkeypatch)

@@ -1,152 +1,23 @@
 """A hostile or broken S3 endpoint: crafted listings, bodies and error answers from a small threaded HTTP server on
-127.0.0.1 (botocore talks to it for real), and hostile object names put in the local moto server. Each must give
-one line and a non-zero exit (or a failed file with its class), bounded work, nothing outside the output
+127.0.0.1 (s3hostile; botocore talks to it for real), and hostile object names put in the local moto server. Each
+must give one line and a non-zero exit (or a failed file with its class), bounded work, nothing outside the output
 directory, and no credential in any output."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import hashlib
 import os
 import pathlib
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 from s3help import files_under, one_line_error, run_cli
+from s3hostile import TOKEN, Handler, failed_file, listing, no_credentials, part_retries, s3_error
 
 import ckptbench.cli.run  # noqa: F401  (imported before any per-test stream redirection)
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.sources import s3 as s3mod
-from ckptbench.sources import s3read, s3source
-
-KEY_ID, SECRET = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-TOKEN = "FQoGZXIvYXdzEJr//////////wEaDHostileSessionToken0123456789abcdef"
-PASSWORD = "pa55w0rd-in-the-url"
-ETAG = "0123456789abcdef0123456789abcdef"
-
-
-def failed_file(rc, err: str, *needles: str) -> None:
-    """A read that ran and lost its file: exit 1, the failure on a line, no traceback."""
-    assert "Traceback" not in err and "Exception in thread" not in err, err
-    assert rc == 1, err
-    assert any(all(n in line for n in needles) for line in err.splitlines()), err
-
-
-def part_retries(monkeypatch, n: int) -> None:
-    """Our retries per part (5 by default; no option sets them) for this test."""
-    real = s3source.start
-    monkeypatch.setattr(s3source, "start", lambda c, u, o, opts, log, **kw: real(
-        c, u, o, dataclasses.replace(opts, part_retries=n), log, **kw))
-
-
-def listing(entries, truncated: bool = False, token: str | None = None) -> bytes:
-    """A ListObjectsV2 answer (keys URL-encoded, as botocore asks for); entries are (key, size) with size as text."""
-    items = "".join(f"<Contents><Key>{quote(k, safe='/')}</Key><Size>{s}</Size><ETag>&quot;{ETAG}&quot;</ETag>"
-                    f"</Contents>" for k, s in entries)
-    nxt = f"<NextContinuationToken>{token}</NextContinuationToken>" if token else ""
-    return (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>b</Name><EncodingType>url</EncodingType>'
-            f"<IsTruncated>{str(truncated).lower()}</IsTruncated>{items}{nxt}</ListBucketResult>").encode()
-
-
-def s3_error(status: int, code: str, message: str = "") -> tuple:
-    return status, {}, f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *_args) -> None:
-        pass
-
-    def do_HEAD(self) -> None:
-        self._answer(*s3_error(404, "NotFound"), head=True)
-
-    def do_GET(self) -> None:
-        app = self.server.app
-        url = urlsplit(self.path)
-        with app.lock:
-            app.requests.append((self.path, dict(self.headers.items())))
-            n = len(app.requests)
-        if "list-type" in parse_qs(url.query):
-            return self._answer(200, {}, app.pages(n)) if callable(app.pages) else self._answer(*app.pages)
-        key = unquote(url.path.split("/", 2)[2])
-        return app.get(self, key, self.headers.get("Range"))
-
-    def _answer(self, status: int, headers: dict, body: bytes, head: bool = False, length: int | None = None) -> None:
-        self.send_response(status)
-        for k, v in {"Content-Type": "application/xml", **headers}.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body) if length is None else length))
-        self.end_headers()
-        with contextlib.suppress(OSError):
-            self.wfile.write(b"" if head else body)
-            self.wfile.flush()
-
-
-class Hostile:
-    """The crafted endpoint: `pages(n)` answers the n-th request with a listing's bytes (or `pages` is a whole
-    (status, headers, body) answer); `get(handler, key, range)` answers a GET. Every request is recorded."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.requests: list[tuple[str, dict]] = []
-        self.release = threading.Event()  # stalled answers wait on it: set when the test ends
-        self.objects: dict[str, bytes] = {"ck/a.bin": bytes(range(256)) * 400}
-        self.pages = lambda n: listing([(k, len(v)) for k, v in self.objects.items()])
-        self.get = self.serve_range
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.app = self
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def serve_range(self, h: _Handler, key: str, rng: str | None, *, whole: bool = False, extra: bytes = b"",
-                    cut: int = 0) -> None:
-        """What S3 does (206 with the bytes asked for), or what a broken one does: the whole object with 200
-        (`whole`), `extra` bytes beyond it, or `cut` bytes fewer than its Content-Length says."""
-        data = self.objects[key]
-        start, end = 0, len(data) - 1
-        if rng and not whole:
-            start, end = (int(x) for x in rng.split("=", 1)[1].split("-"))
-            end = min(end, len(data) - 1)
-        body = data[start:end + 1] + extra
-        headers = {"ETag": f'"{ETAG}"', "Content-Type": "application/octet-stream"}
-        if cut:
-            h.close_connection = True
-        h._answer(206 if rng and not whole else 200, headers, body[:len(body) - cut], length=len(body))
-
-    def gets(self, key: str) -> list[dict]:
-        return [headers for path, headers in self.requests if unquote(urlsplit(path).path) == f"/b/{key}"]
-
-    def close(self) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture
-def hostile(monkeypatch):
-    """A crafted endpoint, named with user-info in its URL, and AWS credentials in the environment, so that every
-    test also checks that none of them reaches what it prints."""
-    server = Hostile()
-    endpoint = server.url.replace("http://", f"http://alice:{PASSWORD}@")
-    for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
-                 "AWS_SESSION_TOKEN": TOKEN, "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-                 "AWS_MAX_ATTEMPTS": "2"}.items():  # 2: botocore's retries stay, and stay short
-        monkeypatch.setenv(k, v)
-    for k in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_RETRY_MODE"):
-        monkeypatch.delenv(k, raising=False)
-    yield server
-    server.close()
-
-
-def no_credentials(*texts: str) -> None:
-    for text in texts:
-        for secret in (KEY_ID, SECRET, TOKEN, PASSWORD, "alice"):
-            assert secret not in text, (secret, text)
+from ckptbench.sources import s3read
 
 
 # --- the listing ---------------------------------------------------------------------------------------------------
@@ -296,7 +167,7 @@ def test_a_redirect_loop_fails_the_file(hostile, monkeypatch):
     the stack runs out. Before, that RecursionError killed the worker thread with a traceback and the file read as
     "cancelled"; now the file fails, named and classed."""
     hostile.get = lambda h, key, rng: h._answer(307, {"Location": f"{hostile.url}/b/{key}"}, b"")
-    monkeypatch.setattr(_Handler, "do_HEAD", lambda h: h._answer(307, {"Location": hostile.url}, b"", head=True))
+    monkeypatch.setattr(Handler, "do_HEAD", lambda h: h._answer(307, {"Location": hostile.url}, b"", head=True))
     rc, _, err = run_cli("read", "s3://b/ck")
     failed_file(rc, err, "s3://b/ck/a.bin")
     assert "cancelled" not in err
