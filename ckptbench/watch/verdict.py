@@ -13,7 +13,8 @@ from ckptbench.core.errors import name_source
 from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core.verdicts import Verdict
 from ckptbench.watch.results import source_of
-from ckptbench.watch.sampler import CPU_BUSY, FAULT_BYTES, WatchReport
+from ckptbench.watch.phases import CPU_BUSY, FAULT_BYTES
+from ckptbench.watch.sampler import WatchReport
 
 KINDS = ("storage-bound", "loader-cpu-bound", "loader-parallelism-bound", "fault-bound", "network-bound",
          "memory-pressure-bound", "unknown")

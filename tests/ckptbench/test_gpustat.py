@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from ckptbench.watch import phases
 from ckptbench.watch import sampler as watch
 from ckptbench.system.gpustat import GpuMemory
 
@@ -62,11 +63,11 @@ def test_without_nvidia_smi_or_when_it_fails_nothing_is_sampled_and_the_note_say
 
 def test_memory_growing_fast_with_little_io_is_copying_to_the_gpu():
     quiet = watch.Interval(0.0, 0.5, 0, 0, 0.1, 0.1, 0, 0.0, 1 << 30, "waiting")
-    copying = watch._with_gpu(quiet, 1 << 30, 3 << 30, 0.5)  # 2 GiB in 0.5 s
+    copying = phases.with_gpu(quiet, 1 << 30, 3 << 30, 0.5)  # 2 GiB in 0.5 s
     assert copying.phase == "copying-to-gpu" and copying.gpu_bytes == 3 << 30
-    assert watch._with_gpu(quiet, 1 << 30, (1 << 30) + (1 << 20), 0.5).phase == "waiting"  # 2 MB/s: not copying
+    assert phases.with_gpu(quiet, 1 << 30, (1 << 30) + (1 << 20), 0.5).phase == "waiting"  # 2 MB/s: not copying
     reading = watch.Interval(0.0, 0.5, 1 << 30, 0, 0.1, 0.1, 0, 0.0, 1 << 30, "reading")
-    assert watch._with_gpu(reading, 0, 2 << 30, 0.5).phase == "reading"  # I/O in flight says more
+    assert phases.with_gpu(reading, 0, 2 << 30, 0.5).phase == "reading"  # I/O in flight says more
 
 
 JOB = """

@@ -319,12 +319,12 @@ def test_a_watch_verdict_and_a_checklist_item_are_one_type_and_headroom_is_not_t
 def test_a_thread_that_waits_for_a_cpu_is_cpu_bound_not_reading():
     """On a busy box a loader's one thread got 0.3 of a core and queued for the rest: CPU-bound (CI read such a
     job's every interval as "reading" because it got under half a core, while its verdict said loader-cpu-bound)."""
-    from ckptbench.watch import sampler as watch
-    assert watch.phase_of(50e6, 0, 0.3, top_thread=0.95) == "deserializing"
-    assert watch.phase_of(50e6, 0, 0.3, top_thread=0.3) == "reading"  # it got what it asked for: waiting on I/O
-    assert watch.phase_of(1e6, 0, 0.8, top_thread=0.4) == "deserializing"  # busy, little I/O
-    assert watch.phase_of(1e6, 0, 0.2, top_thread=0.8) == "deserializing"  # queued for a core, no I/O
-    assert watch.phase_of(1e6, 0, 0.1, top_thread=0.1) == "waiting"
+    from ckptbench.watch import phases
+    assert phases.phase_of(50e6, 0, 0.3, top_thread=0.95) == "deserializing"
+    assert phases.phase_of(50e6, 0, 0.3, top_thread=0.3) == "reading"  # it got what it asked for: waiting on I/O
+    assert phases.phase_of(1e6, 0, 0.8, top_thread=0.4) == "deserializing"  # busy, little I/O
+    assert phases.phase_of(1e6, 0, 0.2, top_thread=0.8) == "deserializing"  # queued for a core, no I/O
+    assert phases.phase_of(1e6, 0, 0.1, top_thread=0.1) == "waiting"
 
 
 def test_a_blip_between_two_runs_of_one_phase_is_that_phase_and_a_long_pause_is_its_own():
