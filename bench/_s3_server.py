@@ -21,19 +21,19 @@ FAULT_SEED = 7
 
 
 def serve(backlog: int) -> int:
-    from ckptbench.testing import s3local
+    from ckptbench.testing import shaping
     from ckptbench.testing.s3local import local_s3
 
     # socketserver listens with a backlog of 5: 16 clients connecting at once overflow it, the kernel drops the
     # extra SYNs and those connections wait for the 1 s SYN retransmit. Real S3 does not do that, so the harness
     # raises the backlog (set before the proxy binds); --proxy-backlog 5 measures the server as it ships.
-    s3local._ProxyServer.request_queue_size = backlog
+    shaping._ProxyServer.request_queue_size = backlog
 
     # Requests in flight at the proxy (accepted, response not yet finished): the most at once is the
     # concurrency a client really used, whatever its settings say. Counted around the proxy's per-request entry.
     flight = {"now": 0, "peak": 0}
     lock = threading.Lock()
-    inner = s3local._Handler._proxy_one
+    inner = shaping._Handler._proxy_one
 
     def counted(handler) -> None:
         with lock:
@@ -45,7 +45,7 @@ def serve(backlog: int) -> int:
             with lock:
                 flight["now"] -= 1
 
-    s3local._Handler._proxy_one = counted
+    shaping._Handler._proxy_one = counted
     with local_s3(latency_s=0.0, bandwidth_bps=None, fault_rate=0.0, seed=FAULT_SEED) as s3:
         proxy = s3.proxy
         bucket = s3.make_bucket(BUCKET)
