@@ -279,7 +279,6 @@ def _copywhole(directory: str, entries: list[mf.FileEntry], tmp: str, modes: dic
             os.close(src)
 
 
-
 def unpack(directory: str, out: str) -> mf.Manifest:
     """The original layout back under `out`. The whole manifest is checked (names, member records, no overlap, no
     name twice) and every source opened through confine before anything is written; the files are written into a

@@ -104,7 +104,6 @@ class WatchReport:
         return doc
 
 
-
 def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -266,7 +265,6 @@ class Watch:
         report.counted_bytes = window_bytes(intervals, *report.window)
         report.bytes = max(report.counted_bytes, report.files_bytes)
         return report
-
 
 
 def start_job(command: list[str], *, stdout_to_stderr: bool = False) -> tuple[subprocess.Popen, str]:
