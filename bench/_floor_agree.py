@@ -17,7 +17,7 @@ import time
 
 import _peers
 from _floor_c import HOT_C, LAND_C, compile_c
-from _harness import child_env, log, make_cold
+from _harness import child_env, log, make_cold, settle
 
 AGREE_BAND = (0.9, 1.1)  # floor / independent tool
 SPREAD_MAX = 0.10  # (max - min) / median over the box runs
@@ -151,6 +151,7 @@ def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict
             how = "touch" if c.method.startswith("a write per page") else "populate"
             rates = {}
             for kind in dict.fromkeys((how, "touch", "populate")):
+                settle()  # as the floor's samples were taken (_harness.settle)
                 run = subprocess.run([exe, str(nbytes), str(threads), str(huge), kind, str(reps)],
                                      capture_output=True, text=True, check=False)
                 rates[kind] = [float(x) / 1e9 for x in run.stdout.split()] if run.returncode == 0 else []
@@ -188,6 +189,7 @@ def c_landing(storage, paths_sizes, repeats: int = 3) -> tuple[dict, dict]:
         for i in range(repeats):
             log(f"  C O_DIRECT loop into fresh pages, cold, {level} thread(s), repeat {i + 1} of {repeats}")
             make_cold(files)
+            settle()  # the eviction's freed pages back with the host, as before the floor's reads
             run = subprocess.run([exe, str(level), "direct", *files], capture_output=True, text=True, check=False)
             if run.returncode == 0 and run.stdout.strip():
                 rates.append(float(run.stdout.split()[0]) / 1e9)
@@ -238,6 +240,7 @@ def box_runs(directory: str, runs: int, cache_dir: str) -> list[dict]:
     for i in range(runs):
         log(f"  ckptbench floor --remeasure, run {i + 1} of {runs}")
         env = child_env() | {"XDG_CACHE_HOME": cache_dir}  # the bench's own cache, never the user's
+        settle()  # fresh memory as the loaders meet it (_harness.settle); not in the wall time
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-m", "ckptbench", "floor", directory, "--remeasure", "--json"],
                            capture_output=True, text=True, env=env, check=False)

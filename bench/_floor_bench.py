@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from _harness import log
+from _harness import log, settle
 
 EFFICIENCY_MIN = 0.85  # ckptbench's efficiency against the fresh-destination floor, hot and cold
 
@@ -18,6 +18,7 @@ def measure(paths_sizes: list[tuple[str, int]], directory: str, cache_dir: str |
 
     cache_dir = cache_dir or tempfile.mkdtemp(prefix="ckptbench-floor-")
     kw = {"size": size} if size else {}
+    settle()  # fresh memory as the loaders meet it (_harness.settle)
     return fl.measure(paths_sizes, mount_of(directory), remeasure=True, path=os.path.join(cache_dir, "floor.json"),
                       restore_bytes=sum(s for _, s in paths_sizes), **kw)  # fresh memory at the set's size too
 

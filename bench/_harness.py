@@ -16,6 +16,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -25,6 +26,7 @@ sys.path.insert(0, ROOT)  # fastio is built in place in the repo root
 
 from ckptbench.core.stats import spread  # noqa: E402
 
+SETTLE_S = 10.0  # settle(): set by a script's --settle
 HOT_MIN, COLD_MAX = 0.95, 0.05  # page-cache residency a hot repeat needs at least, a cold one at most
 MiB, KiB, GiB = 1 << 20, 1 << 10, 1 << 30
 
@@ -55,6 +57,19 @@ def _importable(module: str) -> bool:
     except ImportError:
         return False
     return True
+
+
+def settle() -> None:
+    """Waits SETTLE_S before a timed run or a measurement of fresh memory, after the last process's memory (or the
+    page cache's, evicted) was freed. On a VM with free page reporting (Firecracker, virtio-balloon; 2 MiB blocks,
+    page_reporting_order 9 here) freed memory goes back to the host a few seconds after it is freed, and memory
+    taken again before that populates several times faster: a C loop landing the 4 GiB set right after the
+    previous one exited took 0.9 s, 2 s later 2.2, 5 s later 3.4, 10 s later 3.7-4.1, 20 s later 4.3-4.5
+    (2026-12-05). A contender that starts in a millisecond (the C loop) won by that alone over one that imports
+    for a second or two (every Python loader), and a restore in a new process after a failure lands in memory
+    the host backs again. Every contender waits the same time after the last free."""
+    if SETTLE_S > 0:
+        time.sleep(SETTLE_S)
 
 
 def make_hot(paths: Sequence[str]) -> float:

@@ -6,6 +6,7 @@ import statistics
 
 import _floor_bench
 import _loaders
+import _harness
 from _harness import COLD_MAX, GiB, HOT_MIN, MiB, Series, Target, fmt, judge, preface, section
 from _peers_rounds import ATTEMPTS, C_LOOP, INCIDENTAL, Bench, PeerSeries
 
@@ -137,6 +138,10 @@ def notes(b: Bench) -> list[str]:
         "share. It is no loader (no tensors, no scan): it "
         "says what plain code lands in fresh memory in the same minutes, under the same cache state, as the rows.",
         f"Order: each round runs cold then hot, the loaders' order rotated each round; {b.repeat} round(s).",
+        f"Settle: every contender (and every measurement of fresh memory, the floor's included) starts "
+        f"{_harness.SETTLE_S:g} s after its cache state was made, so memory freed before it has gone back to a VM's "
+        "host for all alike (bench/_harness.py settle(): the C loop landed the set in 0.9 s right after a free, "
+        "3.7-4.1 s ten seconds later); ckptbench run keeps the state the bench made (`--cache as-is`) and checks it.",
         b.other.line(),
     ]
     versions = next((s.extra["versions"] for s in b.series.values() if s.extra.get("versions")), None)

@@ -19,6 +19,7 @@ import time
 import _floor_agree
 import _floor_bench
 import _foreign
+import _harness
 import _loaders
 from _floor_c import LAND_C, compile_c
 from _harness import GiB, OUT_DIR, ROOT, cache_dir, judge, log, machine, missing, utc_now, write_outputs
@@ -36,11 +37,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     + ", ".join(_loaders.LOADERS) + ")")
     ap.add_argument("--floor-runs", type=int, default=None, help="`ckptbench floor` runs for the floor's spread and "
                     "wall time, before fio and the C loop check it (default 5; 2 with --quick; 0 skips the checks)")
+    ap.add_argument("--settle", type=float, default=None, help="seconds every timed run and every measurement of "
+                    "fresh memory waits after the last free, so that a VM's host has taken the freed memory back for "
+                    "every contender alike (default 10; 0 with --quick)")
     ap.add_argument("--quick", action="store_true", help="a 256 MiB checkpoint, 1 round")
     args = ap.parse_args(argv)
     args.size_gib = args.size_gib if args.size_gib is not None else (0.25 if args.quick else 4.0)
     args.repeat = args.repeat if args.repeat is not None else (1 if args.quick else 5)
     args.floor_runs = args.floor_runs if args.floor_runs is not None else (2 if args.quick else 5)
+    args.settle = args.settle if args.settle is not None else (0.0 if args.quick else _harness.SETTLE_S)
     args.peers = [p for p in args.peers.split(",") if p]
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -55,6 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    _harness.SETTLE_S = args.settle
     modules = {"safetensors": "safetensors", "fastsafetensors": "fastsafetensors", "runai": "runai_model_streamer"}
     problem = missing("peers_bench", modules=("fastio", "torch", *(modules[p] for p in args.peers)),
                       install="pip install -c constraints.txt -e '.[bench]'")

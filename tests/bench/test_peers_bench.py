@@ -447,3 +447,19 @@ def test_fio_reads_into_huge_pages_reserved_for_it_and_given_back(tmp_path):
     with open(agree.HUGEPAGES) as f:
         assert f.read() == before  # the box's reservation as it was
 
+
+
+def test_every_contender_starts_the_same_settle_after_its_cache_state(monkeypatch, tmp_path):
+    """A VM hands freed memory back to its host seconds after the free; a contender started right after one lands
+    several times faster (_harness.settle): each cache state made for a contender is followed by the same wait."""
+    assert pb.parse_args([]).settle == h.SETTLE_S > 0 and pb.parse_args(["--quick"]).settle == 0
+    assert pb.parse_args(["--settle", "3"]).settle == 3
+    waits, made = [], []
+    monkeypatch.setattr(h, "SETTLE_S", 7.0)
+    monkeypatch.setattr(h.time, "sleep", waits.append)
+    monkeypatch.setattr(rounds, "make_cold", lambda files: made.append("cold") or 0.0)
+    monkeypatch.setattr(rounds, "make_hot", lambda files: made.append("hot") or 1.0)
+    b = rounds.Bench.__new__(rounds.Bench)
+    b.files = [str(tmp_path / "x")]
+    assert b.prepare("cold") == 0.0 and b.prepare("hot") == 1.0
+    assert made == ["cold", "hot"] and waits == [7.0, 7.0]
