@@ -254,6 +254,10 @@ class Run:
                 tail = restore.load_tail(listing.source, man)
             state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards,
                                        lay=listing.layout)
+            if listing.format == "dcp":  # why this stage outweighs the read for DCP, where the others build views
+                self.notes[LOAD] = ("each DCP chunk copied into a tensor of its own (DCP stores chunks at unaligned "
+                                    "offsets, so they cannot be the tensors): populating that fresh memory is most "
+                                    "of this stage")
         dims, why = restore.model_dims(man, tail, state.model)
         for said in (inert.describe(state.inert) if state.inert else "", why):
             if said:  # after the staging note, if any

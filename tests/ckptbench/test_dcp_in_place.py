@@ -66,3 +66,13 @@ def test_read_only_buffers_take_the_copying_path_to_the_same_state(tmp_path):
     got = _flat(dcp_format.load_dir(str(tmp_path), _buffers(tmp_path, bytes)))
     for key, want in saved.items():
         assert torch.equal(_get(got, key), want), key
+
+
+def test_a_dcp_run_says_why_its_load_stage_costs_what_it_does(tmp_path):
+    from clirun import run_cli
+
+    assert run_cli("gen", "small", tmp_path / "c", "--format", "dcp", "--scale", "0.05").rc == 0
+    r = run_cli("run", tmp_path / "c", "--repeat", "1", "--results", tmp_path / "r.csv")
+    assert r.rc == 0, r.err
+    note = [ln for ln in r.out.splitlines() if ln.strip().startswith("note (load):")]
+    assert len(note) == 1 and "each DCP chunk copied into a tensor of its own" in note[0], r.out
