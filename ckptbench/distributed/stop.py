@@ -62,4 +62,4 @@ def document(run_id: str, source, opts, options: dict, policy: str, world, reps:
     return doc
 
 
-__all__ = ["STOPPED", "Heard", "Under", "document", "unblock"]
+__all__ = ["STOPPED", "Under", "document", "unblock"]

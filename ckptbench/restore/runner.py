@@ -22,7 +22,7 @@ from ckptbench.checkpoint import manifest as mf
 from ckptbench.restore.device import check_device, to_device
 from ckptbench.restore.efficiency import hash_of, no_reference
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.core.interrupt import Heard
+from ckptbench.core.interrupt import stops_as_interrupted
 from ckptbench.restore.resources import PeakRSS, cpu_s, oom_precheck
 from ckptbench.restore.repeat import RepeatResult, RunOptions
 from ckptbench.sources import Listing, Source, open_source
@@ -317,14 +317,9 @@ def run(source: str | Source, opts: RunOptions, *, repeats: int = 3, progress: P
         r = Run(src, listing, opts, progress, cancel)
         if on_run:
             on_run(r)
-        with Heard() as heard:  # a Ctrl-C torch swallowed in its load (an AttributeError, "a corrupt shard") is
-            # raised as the interrupt it was: the run stops as interrupted, its finished repeats kept
-            try:
-                rep = r.execute()
-            except CkptbenchError:
-                heard.raise_if_heard()
-                raise
-            heard.raise_if_heard()
+        with stops_as_interrupted():  # a Ctrl-C torch swallowed in its load (an AttributeError, "a corrupt
+            # shard") is raised as the interrupt it was: the run stops as interrupted, its finished repeats kept
+            rep = r.execute()
         rep.warmup_s, warm = warm, 0.0
         out.append(rep)
         if on_repeat:
