@@ -26,7 +26,8 @@ sys.path.insert(0, ROOT)  # fastio is built in place in the repo root
 
 from ckptbench.core.stats import spread  # noqa: E402
 
-SETTLE_S = 10.0  # settle(): set by a script's --settle
+SETTLE_DEFAULT_S = 10.0
+SETTLE_S = SETTLE_DEFAULT_S  # settle(): set by a script's --settle
 HOT_MIN, COLD_MAX = 0.95, 0.05  # page-cache residency a hot repeat needs at least, a cold one at most
 MiB, KiB, GiB = 1 << 20, 1 << 10, 1 << 30
 

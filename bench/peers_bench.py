@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.size_gib = args.size_gib if args.size_gib is not None else (0.25 if args.quick else 4.0)
     args.repeat = args.repeat if args.repeat is not None else (1 if args.quick else 5)
     args.floor_runs = args.floor_runs if args.floor_runs is not None else (2 if args.quick else 5)
-    args.settle = args.settle if args.settle is not None else (0.0 if args.quick else _harness.SETTLE_S)
+    args.settle = args.settle if args.settle is not None else (0.0 if args.quick else _harness.SETTLE_DEFAULT_S)
     args.peers = [p for p in args.peers.split(",") if p]
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")

@@ -65,7 +65,9 @@ def test_a_huge_error_answer_to_a_get(hostile):
                                                                                 b"<Message>")
     rc, out, err, peak = traced("read", "s3://b/ck")
     failed_file(rc, err, "s3://b/ck/a.bin", "server_error", "HTTP 500")
-    assert len(hostile.sent) == 2 and max(hostile.sent) < KEPT, hostile.sent  # botocore's 2 attempts
+    # botocore's 2 attempts; the second one's count may not be in yet when the client has given up (the server's
+    # thread still writing into a closed socket): what is held to the bound is each attempt that was counted
+    assert 1 <= len(hostile.sent) <= 2 and max(hostile.sent) < KEPT, hostile.sent
     assert peak < KEPT, peak
     no_credentials(out, err)
 

@@ -125,7 +125,7 @@ def test_run_s3_dcp_fused_loads_from_memory(s3env, remote, ckpts, tmp_path, caps
     doc = json.loads(out)
     assert doc["format"] == "dcp"
     assert doc["status"] == "ok" and doc["success_rate"] == 1.0 and doc["errors"] == {}
-    assert "load" not in doc["repeats"][0]["notes"]  # no staging note: loaded from memory
+    assert "staged" not in doc["repeats"][0]["notes"].get("load", "")  # no staging note: loaded from memory
     assert doc["repeats"][0]["stages"]["load"] >= 0
     assert stage_temps() == before
 
