@@ -176,6 +176,7 @@ cdef class ReadHandle:
     cdef readonly long long chunk_size
     cdef int dsize
     cdef int multipart
+    cdef double _elapsed_hi  # the largest elapsed_s handed out: see snapshot
 
     def __dealloc__(self):
         if self.e != NULL:
@@ -195,12 +196,19 @@ cdef class ReadHandle:
         cdef int n = fio_engine_worker_stats(self.e, busy, wbytes, state, FIO_MAX_THREADS)
         end = s.t_last_end_ns if s.finished and s.t_last_end_ns else s.now_ns
         start = s.t_first_open_ns or s.t_start_ns
+        # A snapshot taken after the last block landed but before the last worker left reads the clock, which is
+        # later than the finished run's end (the last block's landing): elapsed never goes back, so rates drawn
+        # from two snapshots stay positive, and the end moves by at most that window (microseconds).
+        elapsed = max(0, end - start) / 1e9 if s.t_first_open_ns else 0.0
+        if elapsed < self._elapsed_hi:
+            elapsed = self._elapsed_hi
+        self._elapsed_hi = elapsed
         return Snapshot(
             bytes=s.bytes, bytes_planned=s.bytes_planned, files_done=s.files_done,
             files_failed=s.files_failed, files_total=s.files_total, retries=s.retries,
             reads=s.reads, active_workers=s.active, parked_workers=s.parked,
             threads=s.threads, concurrency=s.target,
-            elapsed_s=max(0, end - start) / 1e9 if s.t_first_open_ns else 0.0,
+            elapsed_s=elapsed,
             finished=bool(s.finished), cancelled=bool(s.cancelled),
             worker_busy_s=tuple(busy[i] / 1e9 for i in range(n)),
             latency_hist=tuple(s.hist[i] for i in range(FIO_HIST_BUCKETS)),
