@@ -17,8 +17,13 @@ from tui.watch_app import WatchApp
 from tui.widgets.chart import ThroughputChart
 
 SLOW = textwrap.dedent("""
-    import sys, time
-    time.sleep(0.3)
+    import os, sys, time
+    # reads once the test says the watch is sampling (_go): a job that slept a fixed 0.3 s had read its file and
+    # closed it before a loaded CI box had the app up, and the watch saw no checkpoint file
+    for _ in range(6000):
+        if os.path.exists(sys.argv[3]):
+            break
+        time.sleep(0.01)
     total = 0
     with open(sys.argv[1], "rb") as f:
         while chunk := f.read(1 << 20):
@@ -42,7 +47,15 @@ def _job(tmp_path, linger: float):
     script = tmp_path / "slow.py"
     script.write_text(SLOW)
     fastio.evict([str(data)])
-    return watch.start_job([sys.executable, str(script), str(data), str(linger)], stdout_to_stderr=True)
+    return watch.start_job([sys.executable, str(script), str(data), str(linger), str(tmp_path / "go")],
+                           stdout_to_stderr=True)
+
+
+async def _go(pilot, screen, tmp_path) -> None:
+    """Lets a SLOW job read (its third argument, tmp_path / "go"), once the watch has taken its first sample."""
+    chart = screen.query_one("#watch-chart", ThroughputChart)
+    await _until(pilot, lambda: chart.samples, "the watch's first sample")
+    (tmp_path / "go").touch()
 
 
 async def test_a_watched_job_is_drawn_live_and_judged_when_it_exits(tmp_path, h):
@@ -51,9 +64,9 @@ async def test_a_watched_job_is_drawn_live_and_judged_when_it_exits(tmp_path, h)
     try:
         async with app.run_test(size=h.SIZE) as pilot:
             screen = app.screen
+            await _go(pilot, screen, tmp_path)
             verdict = screen.query_one("#watch-verdict", Static)
             await _until(pilot, lambda: "verdict:" in h.text_of(verdict), "the verdict")
-            assert screen.query_one("#watch-chart", ThroughputChart).samples  # drawn while it ran
             text = h.text_of(verdict)
             assert "verdict: loader-cpu-bound" in text and "fix:" in text
             assert "exited after" in h.text_of(screen.query_one("#watch-target", Static))
@@ -70,6 +83,7 @@ async def test_v_stops_watching_and_judges_what_was_seen(tmp_path, h):
     try:
         async with app.run_test(size=h.SIZE) as pilot:
             screen = app.screen
+            await _go(pilot, screen, tmp_path)
             figures = screen.query_one("#watch-figures", Static)
             await _until(pilot, lambda: "waiting" in h.text_of(figures), "the job to finish reading")
             await pilot.press("v")
@@ -133,10 +147,12 @@ async def test_the_checkpoint_named_as_source_is_judged_whatever_its_files_are_c
     script = tmp_path / "slow.py"
     script.write_text(SLOW)
     fastio.evict([str(data)])
-    proc, marks = watch.start_job([sys.executable, str(script), str(data), "0"], stdout_to_stderr=True)
+    proc, marks = watch.start_job([sys.executable, str(script), str(data), "0", str(tmp_path / "go")],
+                                  stdout_to_stderr=True)
     app = WatchApp(proc.pid, proc=proc, marks=marks, interval=0.1, source=str(ck))
     try:
         async with app.run_test(size=h.SIZE) as pilot:
+            await _go(pilot, app.screen, tmp_path)
             verdict = app.screen.query_one("#watch-verdict", Static)
             await _until(pilot, lambda: "verdict:" in h.text_of(verdict), "the verdict")
             assert "verdict: loader-cpu-bound" in h.text_of(verdict), h.text_of(verdict)
