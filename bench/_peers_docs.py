@@ -39,7 +39,25 @@ def run_summary(doc: dict) -> dict:
             "bytes": doc.get("bytes"), "mode": opts.get("mode"), "read_option": opts.get("read"),
             "read_mode": read_mode, "read_why": why,
             "hash": hash_, "hash_how": hash_how, "concurrency": opts.get("concurrency"),
-            "block_size": opts.get("block_size"), "verified": doc.get("verified"), "warmup_s": doc.get("warmup_s")}
+            "block_size": opts.get("block_size"), "verified": doc.get("verified"), "warmup_s": doc.get("warmup_s"),
+            "fresh_gbps_per_core": met_rate(doc)}
+
+
+def met_rate(doc: dict) -> float | None:
+    """The fresh-memory rate the run's repeats met, per core of CPU time (fastio's workers in MADV_POPULATE_WRITE,
+    each repeat's `populated`): the median over those that populated enough to time, or None (an O_DIRECT read
+    populates nothing of its own)."""
+    import statistics
+
+    from ckptbench.system.floor import MET_MIN_BYTES
+
+    rates = []
+    for rep in doc.get("repeats") or []:
+        p = rep.get("populated") if isinstance(rep.get("populated"), dict) else {}
+        n, cpu = p.get("bytes"), p.get("cpu_s")
+        if isinstance(n, int) and isinstance(cpu, (int, float)) and n >= MET_MIN_BYTES and cpu > 0:
+            rates.append(n / cpu / 1e9)
+    return statistics.median(rates) if rates else None
 
 
 def resolved_read(doc: dict) -> tuple[str | None, str]:

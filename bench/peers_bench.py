@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"done in {elapsed:.0f} s")
     said, c_agree = _floor_bench.c_loop_lines(b.series, b.floors)
     agree += c_agree
-    verdicts = _floor_bench.targets(b.series, b.floors, args.peers) + said
+    met = _floor_bench.as_met(b.floor, b.floors, b.runs, b.total)
+    verdicts = _floor_bench.targets(b.series, b.floors, args.peers) + said + _floor_bench.met_lines(b.series, met,
+                                                                                                    args.peers)
     verdicts += [judge(t, b.series) for t in targets(b.series, args.peers)]
     print(report(b, verdicts, args, date, agree=agree), end="")
     facts = machine(args.dir) | {"peer_versions": _loaders.versions()}
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                              **meta["ckptbench_peers"]},
               "measurements": [s.as_dict() | {"floor": _floor_bench.row_model(s.key), "efficiency":
                                _floor_bench.efficiency(b.floors, s.key, s.median)} for s in b.series.values()],
-              "targets": verdicts, "floor": b.floor.to_json() | {"models": b.floors},
+              "targets": verdicts, "floor": b.floor.to_json() | {"models": b.floors, "as_met": met},
               "floor_agreement": agree_record | {"verdicts": agree},
               "ckptbench_runs": b.runs, "read_command": b.read_cmd, "other_work_core_s": b.other.share()[0],
               "results_csv": results, "root": ROOT}

@@ -132,6 +132,7 @@ cdef extern from "csrc/engine.h" nogil:
     int fio_engine_wait(fio_engine *e, int timeout_ms)
     void fio_engine_snapshot(fio_engine *e, fio_snapshot *s)
     int fio_engine_worker_stats(fio_engine *e, uint64_t *busy_ns, uint64_t *bytes, int *state, int n)
+    void fio_engine_populated(fio_engine *e, uint64_t *cpu_ns, uint64_t *bytes)
     const fio_file_state *fio_engine_file(fio_engine *e, int i)
     int fio_engine_file_done(fio_engine *e, int i) nogil
     void fio_engine_free(fio_engine *e)

@@ -194,6 +194,8 @@ cdef class ReadHandle:
         cdef int state[FIO_MAX_THREADS]
         fio_engine_snapshot(self.e, &s)
         cdef int n = fio_engine_worker_stats(self.e, busy, wbytes, state, FIO_MAX_THREADS)
+        cdef uint64_t pop_ns = 0, pop_bytes = 0
+        fio_engine_populated(self.e, &pop_ns, &pop_bytes)
         end = s.t_last_end_ns if s.finished and s.t_last_end_ns else s.now_ns
         start = s.t_first_open_ns or s.t_start_ns
         # A snapshot taken after the last block landed but before the last worker left reads the clock, which is
@@ -212,6 +214,7 @@ cdef class ReadHandle:
             finished=bool(s.finished), cancelled=bool(s.cancelled),
             worker_busy_s=tuple(busy[i] / 1e9 for i in range(n)),
             latency_hist=tuple(s.hist[i] for i in range(FIO_HIST_BUCKETS)),
+            populated_bytes=pop_bytes, populate_cpu_s=pop_ns / 1e9,
         )
 
     def set_concurrency(self, int n):

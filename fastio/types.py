@@ -99,6 +99,18 @@ class Snapshot:
     cancelled: bool
     worker_busy_s: tuple[float, ...] = ()
     latency_hist: tuple[int, ...] = field(default=(), repr=False)
+    # destinations populated before a read copies into them (MADV_POPULATE_WRITE), and the workers' CPU time in it: the
+    # rate this box gave fresh memory at while the read ran, per core (a VM's host backing freed memory again on
+    # first touch shows here; threads waiting for a core do not)
+    populated_bytes: int = 0
+    populate_cpu_s: float = 0.0
+
+    @property
+    def populate_gbps_per_core(self) -> float | None:
+        """Fresh memory's rate in this read, per core of CPU time; None where nothing was populated (O_DIRECT, a read
+        into reused blocks, a kernel without MADV_POPULATE_WRITE)."""
+        return self.populated_bytes / self.populate_cpu_s / 1e9 if self.populated_bytes and self.populate_cpu_s > 0 \
+            else None
 
     def latency_us(self, q: float) -> float | None:
         return percentile_us(self.latency_hist, q)

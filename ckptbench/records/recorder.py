@@ -14,7 +14,8 @@ def repeat_doc(r) -> dict:
     return {"stages": r.stages, "rto_s": r.rto_s, "read_gbps": r.read_gbps, "engine_gbps": r.engine_gbps,
             "warmup_s": r.warmup_s, "retries": r.retries, "retry_classes": r.retry_classes, "errors": r.errors,
             "cache": r.cache.to_dict(), "peak_rss_bytes": r.peak_rss_bytes, "cpu_s": r.cpu_s, "problems": r.problems,
-            "notes": r.notes, "read": {"mode": r.read_mode, "why": r.read_why}, "check": r.check_kind}
+            "notes": r.notes, "read": {"mode": r.read_mode, "why": r.read_why}, "check": r.check_kind,
+            "populated": {"bytes": r.populated_bytes, "cpu_s": r.populate_cpu_s}}
 
 
 def _merged(counts: list[dict[str, int]]) -> dict[str, int]:

@@ -35,20 +35,22 @@ def no_reference(alg: str, man) -> str:
 
 
 def fields(source, bytes_read: int, *, measured_s: float | None, hash_alg: str, hot: bool,
-           floating_bytes: int = 0, destination: str = fl.FRESH, device_bytes: int = 0, unit_bytes: int = 0) -> dict:
+           floating_bytes: int = 0, destination: str = fl.FRESH, device_bytes: int = 0, unit_bytes: int = 0,
+           met_gbps_per_core: float | None = None) -> dict:
     """The floor fields of `bytes_read` moved from `source` in `measured_s`: a restore lands them in memory it did
     not own before (`fresh`), a read or a sweep in buffers it reuses (`reused`: no population in the floor);
     `unit_bytes` the most one core hashes alone (floor.largest_unit)."""
     out = fl.restore_fields(fl.cached(fl.mount_key(source.describe())), bytes_read=bytes_read, measured_s=measured_s,
                             hash_alg=hash_alg, floating_bytes=floating_bytes, hot=hot, destination=destination,
-                            device_bytes=device_bytes, unit_bytes=unit_bytes)
+                            device_bytes=device_bytes, unit_bytes=unit_bytes, met_gbps_per_core=met_gbps_per_core)
     return out | {"floor_note": name_source(out["floor_note"], getattr(source, "url", None))}  # this checkpoint's
 
 
 def of_restore(source, listing, opts, *, measured_s: float | None = None, residency: float | None = None,
-               structural: bool = False) -> dict:
+               structural: bool = False, met_gbps_per_core: float | None = None) -> dict:
     """A restore's floor: before it runs (`residency` what the source holds now, `opts.cache` what it will do) or
-    after (`measured_s` its RTO, `residency` what it found, `structural` when its check scanned every byte)."""
+    after (`measured_s` its RTO, `residency` what it found, `structural` when its check scanned every byte,
+    `met_gbps_per_core` the fresh-memory rate it met: met_fresh)."""
     hot = opts.cache == "hot" or (opts.cache == "as-is" and (residency or 0.0) >= HOT)
     if residency is not None and measured_s is not None:
         hot = residency >= HOT  # what the run found, not what it was asked for
@@ -56,7 +58,16 @@ def of_restore(source, listing, opts, *, measured_s: float | None = None, reside
     return fields(source, listing.bytes, measured_s=measured_s, hash_alg=alg, hot=hot,
                   floating_bytes=listing.bytes if structural else 0,
                   device_bytes=listing.bytes if opts.device != "cpu" else 0,
-                  unit_bytes=fl.largest_unit((f.size for f in listing.files), alg))
+                  unit_bytes=fl.largest_unit((f.size for f in listing.files), alg),
+                  met_gbps_per_core=met_gbps_per_core)
+
+
+def met_fresh(reps) -> float | None:
+    """The fresh-memory rate the repeats met, per core (the median over those that populated enough to time:
+    fl.MET_MIN_BYTES), or None."""
+    rates = [r.populated_bytes / r.populate_cpu_s / 1e9 for r in reps
+             if r.populated_bytes >= fl.MET_MIN_BYTES and r.populate_cpu_s > 0]
+    return spread(rates)["median"] if rates else None
 
 
 def of_loop(source, listing, opts, *, residency: float | None = None) -> dict:
@@ -80,7 +91,7 @@ def of_repeats(source, listing, opts, reps) -> dict:
     step = ok[0].check_kind == "model step"
     held = spread([r.rto_s - (r.stages.get(CHECK, 0.0) if step else 0.0) for r in ok])["median"]
     out = of_restore(source, listing, opts, measured_s=held, residency=ok[0].cache.residency_before,
-                     structural=ok[0].check_kind == "structural")
+                     structural=ok[0].check_kind == "structural", met_gbps_per_core=met_fresh(ok))
     if step and out.get("efficiency") is not None:  # only beside an efficiency: without one there is none to explain
         first = spread([r.stages.get(CHECK, 0.0) for r in ok])["median"]
         # restore_fields ends the note with it, and fields() named the source in it: said after this, as there

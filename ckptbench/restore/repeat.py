@@ -95,6 +95,8 @@ class RepeatResult:
     read_mode: str = ""  # the read path this repeat used (what `auto` picked)
     read_why: str = ""
     check_kind: str = ""  # "model step" (a forward pass of the restored model) or "structural" (no model to run)
+    populated_bytes: int = 0  # fresh destination bytes the read populated, and its workers' CPU time in it: the
+    populate_cpu_s: float = 0.0  # rate this box gave fresh memory at in this repeat (fastio.Snapshot)
 
     @property
     def success_rate(self) -> float:

@@ -160,7 +160,8 @@ class Run:
         base = dict(bytes=res.bytes, files=len(expected), files_restored=len(expected - bad),
                     read_gbps=res.bytes / read_s / 1e9 if read_s > 0 else 0.0, engine_gbps=res.read_gbps,
                     retries=res.retries, errors=errors, cache=cache, retry_classes=self.source.retry_classes(),
-                    verified=self.verified, read_mode=o.read, read_why=self.read_why)
+                    verified=self.verified, read_mode=o.read, read_why=self.read_why,
+                    populated_bytes=res.final.populated_bytes, populate_cpu_s=res.final.populate_cpu_s)
         if problems:
             return RepeatResult(self.stages, self.notes, time.perf_counter() - t_start,
                                 peak_rss_bytes=self.rss.peak(), cpu_s=cpu_s(proc) - cpu0, status="failed",

@@ -233,9 +233,69 @@ def cached(mount: str | None = None, path: str | None = None) -> Floor | None:
 NOT_MEASURED = "this box's floor is not measured yet: `ckptbench floor SOURCE` measures it in seconds"
 # The floor fields every run document carries, in every kind (records/schema.py fills the ones a kind leaves out):
 # floor_s, efficiency (floor / measured), the binding resource, its rate and what that rate is of (binding.py), each
-# resource's time, what the floor stands on, and the rate the floor moves the bytes at (what a throughput chart draws).
+# resource's time, what the floor stands on, the rate the floor moves the bytes at (what a throughput chart draws),
+# and the floor as the run met the box (as_met: None where the run populated no fresh memory it could time).
 FIELDS = ("floor_s", "efficiency", "binding", "binding_gbps", "binding_how", "floor_times_s", "floor_note",
-          "floor_gbps")
+          "floor_gbps", "floor_as_met")
+MET_MIN_BYTES = 64 << 20  # fewer bytes populated in a run time its first faults and start-up, not a rate
+MET_OFF = 0.15  # the met rate this far from the floor's is said in the note (the floor's own spread is about this)
+
+
+def threads_in(method: str) -> int | None:
+    """The thread count a population figure's method line names ("…, 2 thread(s) of 1, 2, …"), or None."""
+    import re
+
+    m = re.search(r"\b(\d{1,5}) thread\(s\)", method)
+    return int(m.group(1)) if m else None
+
+
+def as_met(floor: Floor, met_gbps_per_core: float | None, *, bytes_read: int, measured_s: float | None,
+           **model_args) -> dict | None:
+    """The floor as a run met the box: its fresh-memory figure scaled by the rate the run's own population ran at
+    (fastio's workers' CPU time in MADV_POPULATE_WRITE, per core) over the rate the floor measured it at, per core.
+
+    Why: on a VM fresh memory is the host's to give, and it gave 0.5 to 9 GB/s in one afternoon here (a page the
+    host took back is backed again on first touch, and the vCPU stalls for it: a thread's CPU time shows it, a
+    thread waiting for a core does not). A floor measured minutes earlier held a restore to a rate the host no longer
+    gave. Like for like: both are MADV_POPULATE_WRITE on plain pages, per core of CPU time, so a restore that
+    populates on too few threads still reads slow; None where the run populated too little to time, or the
+    destination is not fresh."""
+    if not met_gbps_per_core or model_args.get("destination", FRESH) != FRESH:
+        return None
+    if (per_core := like_for_like(floor, bytes_read, model_args.get("cores"))) is None:
+        return None
+    scale = met_gbps_per_core / per_core
+    m = model(floor, bytes_read=bytes_read, fresh_scale=scale, **model_args)
+    return {"fresh_gbps_per_core": met_gbps_per_core, "floor_fresh_gbps_per_core": per_core, "scale": scale,
+            "floor_s": m["floor_s"], "efficiency": efficiency(m["floor_s"], measured_s), "binding": m["binding"],
+            "floor_times_s": m["times_s"]}
+
+
+def like_for_like(floor: Floor, bytes_read: int, cores: int | None = None) -> float | None:
+    """The floor's fresh-memory rate per core measured the way a restore populates (MADV_POPULATE_WRITE on the
+    pages a plain allocation gets: the restore's size class where it was measured, else the 4 KiB figure), which a
+    run's own rate is held against; the model's figure (it may be the huge pages') is scaled by the two's ratio.
+    None: not measured."""
+    pop = populate_ceiling(floor, bytes_read)
+    if pop is None:
+        return None
+    key = next((k for k, c in floor.ceilings.items() if c is pop), "")
+    ref = pop if large_size(key) else floor.ceilings.get("populate_4k", pop)
+    cores = cores or floor.box.get("cores") or 1
+    return ref.gbps / max(1, min(threads_in(ref.method) or cores, cores))
+
+
+def met_words(met: dict | None) -> str:
+    """The note's words for a run that met fresh memory at a rate off the floor's; "" within MET_OFF or unknown."""
+    if not met or abs(met["scale"] - 1) <= MET_OFF:
+        return ""
+    eff = f", {human_pct(met['efficiency'])} of it" if met["efficiency"] is not None else ""
+    how = ("slower than when the floor was measured (on a VM the host backs memory it took back again on first "
+           "touch; another process's memory use does the same)" if met["scale"] < 1 else
+           "faster than the floor's figure (memory freed a moment before comes back faster on a VM)")
+    return (f"; fresh memory ran at {met['fresh_gbps_per_core']:.2f} GB/s a core in this run against the floor's "
+            f"{met['floor_fresh_gbps_per_core']:.2f}, {how}: held to the box as it met it, the floor is "
+            f"{met['floor_s']:.3f} s{eff}")
 
 
 def unmeasured(note: str | None = None) -> dict:
@@ -290,13 +350,15 @@ def over_floor(eff: float | None) -> str:
 
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
                    floating_bytes: int = 0, hot: bool = False, destination: str = FRESH,
-                   device_bytes: int = 0, unit_bytes: int = 0) -> dict:
+                   device_bytes: int = 0, unit_bytes: int = 0, met_gbps_per_core: float | None = None) -> dict:
     """What every restore document carries: floor_s, efficiency (floor / measured), binding, the per-resource
-    times, and a note saying what the floor stands on (or that it is not measured)."""
+    times, a note saying what the floor stands on (or that it is not measured), and the floor as the run met the
+    box where it timed its own fresh memory (`met_gbps_per_core`: as_met)."""
     if floor is None:
         return unmeasured()
-    m = model(floor, bytes_read=bytes_read, floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot,
-              destination=destination, device_bytes=device_bytes, unit_bytes=unit_bytes)
+    args = dict(floating_bytes=floating_bytes, hash_alg=hash_alg, hot=hot, destination=destination,
+                device_bytes=device_bytes, unit_bytes=unit_bytes)
+    m = model(floor, bytes_read=bytes_read, **args)
     partial = not hot and not storage_usable(floor)  # a cold read's floor without what it reads from
     own = floor.storage is not None and bool(floor.storage.hot_gbps)
     note = (("the read was from the page cache; " if own else "the read was from the page cache (its copy held to "
@@ -321,8 +383,9 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     note += f"ceilings measured {human_age(max(ages))} ago at most"
     note += " while the box was busy (they may be low)" if floor.busy else ""
     eff = None if partial else efficiency(m["floor_s"], measured_s)
-    note += over_floor(eff)
+    met = None if partial else as_met(floor, met_gbps_per_core, bytes_read=bytes_read, measured_s=measured_s, **args)
+    note += over_floor(eff) + met_words(met)
     return {"floor_s": m["floor_s"], "efficiency": eff, "binding": m["binding"],
             "binding_gbps": m.get("gbps"), "binding_how": m.get("how"), "floor_times_s": m["times_s"],
             "floor_note": note,
-            "floor_gbps": bytes_read / m["floor_s"] / 1e9 if m["floor_s"] else None}
+            "floor_gbps": bytes_read / m["floor_s"] / 1e9 if m["floor_s"] else None, "floor_as_met": met}

@@ -103,14 +103,15 @@ def largest_unit(sizes, hash_alg: str, chunk: int = 0) -> int:
 
 def model(floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "none",
           destination: str = FRESH, cores: int | None = None, hot: bool = False, device_bytes: int = 0,
-          unit_bytes: int = 0) -> dict:
+          unit_bytes: int = 0, fresh_scale: float = 1.0) -> dict:
     """A restore's floor on this box: per resource, its bytes over its rate (storage — the device when cold, the
     page cache's copy when `hot`; fresh memory for a fresh owned destination, none for a reused or mapped one) and
     the CPU work (hashing, scanning) over the cores; the floor is the largest, and names what binds. From the page
     cache (`hot`) every part is the cores' work, populating and copying as much as hashing and scanning: a core
     does not copy one page while it populates or hashes another, so there the parts add up (the largest binds).
     `unit_bytes` (largest_unit): the most one core hashes alone; the CPU part is never under its time (md5 over a
-    single 4 GiB file on 64 cores is one core's work, and its floor divided by 64 put a read at 2 % of it)."""
+    single 4 GiB file on 64 cores is one core's work, and its floor divided by 64 put a read at 2 % of it).
+    `fresh_scale`: the fresh-memory figure times this (as_met: the rate a run met over the rate the floor measured)."""
     cores = cores or floor.box.get("cores") or 1
     rates: dict[str, float] = {}
     if hot and (copy := page_cache_gbps(floor, destination)) is not None:
@@ -118,7 +119,8 @@ def model(floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "n
     elif not hot and storage_usable(floor):
         rates[floor.resource] = storage_gbps(floor, destination)
     if destination == FRESH and (pop := populate_gbps(floor, bytes_read)) is not None:
-        rates["fresh memory"] = pop  # the population alone: from the page cache the copy is its own part, above
+        # the population alone: from the page cache the copy is its own part, above
+        rates["fresh memory"] = pop * fresh_scale
     if device_bytes and "h2d_pinned" in floor.ceilings:  # the state moved to a GPU, at the pinned link's rate
         rates["host-to-device"] = floor.ceilings["h2d_pinned"].gbps
     times = {k: (device_bytes if k == "host-to-device" else bytes_read) / (r * 1e9) for k, r in rates.items()}

@@ -100,6 +100,9 @@ void fio_engine_snapshot(fio_engine *e, fio_snapshot *s);
 int fio_engine_nworkers(fio_engine *e);
 /* Per-worker busy nanoseconds, bytes and state, for up to `n` workers; returns how many. */
 int fio_engine_worker_stats(fio_engine *e, uint64_t *busy_ns, uint64_t *bytes, int *state, int n);
+/* Destinations populated so far (MADV_POPULATE_WRITE before a read copies into them): the workers' CPU time in it, and
+ * the bytes: the rate this box gave fresh memory at in this run, per core. */
+void fio_engine_populated(fio_engine *e, uint64_t *cpu_ns, uint64_t *bytes);
 const fio_file_state *fio_engine_file(fio_engine *e, int i);
 /* While the run goes on: 1 when every unit of file i was read without error (its destination bytes are then
  * visible to the caller: the load pairs with the workers' release), -1 when it failed, 0 while units remain. */

@@ -246,3 +246,31 @@ def test_the_c_loop_row_is_measured_under_the_cache_state_and_checked(tmp_path):
     b.c_sum += 1  # what the files sum to is not what it landed: the row fails its check
     b.plain_c("hot")
     assert not b.series["hot/c-loop"].ok and "word sum" in b.series["hot/c-loop"].problems[-1]
+
+
+def test_the_floor_as_met_scales_fresh_memory_by_the_runs_own_rate_and_holds_every_contender_to_it():
+    import _peers_docs
+
+    f = a_floor()
+    nbytes = 3 * 10**9
+    floors = fb.models(f, nbytes)
+    # the 4 KiB figure, 3 GB/s on 2 threads, is 1.5 a core (the like-for-like one: a restore's pages); the hot runs
+    # met 0.5 and 1.0 (median 0.75: half of it), and the model's figure (huge pages, 5 GB/s) is halved
+    runs = [{"condition": "hot", "fresh_gbps_per_core": r} for r in (0.5, 1.0)] + [
+        {"condition": "cold", "fresh_gbps_per_core": None}]
+    met = fb.as_met(f, floors, runs, nbytes)
+    assert set(met) == {"hot"}  # the cold runs populated nothing they could time
+    hot = met["hot"]
+    assert floors["hot"]["times_s"]["fresh memory"] == pytest.approx(nbytes / 5e9)
+    assert hot["times_s"]["fresh memory"] == pytest.approx(nbytes / 2.5e9)
+    assert hot["times_s"]["page cache"] == floors["hot"]["times_s"]["page cache"]  # the copy is not scaled
+    assert hot["floor_s"] == pytest.approx(sum(hot["times_s"].values()))  # from the page cache the parts add up
+    assert hot["floor_gbps_per_core"] == pytest.approx(1.5) and hot["of"] == 2
+    s = {"hot/ckptbench": series("hot/ckptbench", [4.0]), "hot/safetensors": series("hot/safetensors", [8.0])}
+    (line,) = fb.met_lines(s, met, ["safetensors"])
+    assert line["status"] == "info" and line["value"] == pytest.approx(hot["floor_s"] / 4.0)
+    assert f"safetensors {hot['floor_s'] / 8.0:.3f}" in line["detail"]
+    doc = {"repeats": [{"populated": {"bytes": 1 << 30, "cpu_s": 0.5}}, {"populated": {"bytes": 1 << 30, "cpu_s": 1.0}},
+                       {"populated": {"bytes": 1 << 20, "cpu_s": 0.001}}, {}]}  # too few bytes to time; none
+    assert _peers_docs.met_rate(doc) == pytest.approx(((1 << 30) / 0.5 + (1 << 30) / 1.0) / 2 / 1e9)
+    assert _peers_docs.met_rate({"repeats": [{}]}) is None
