@@ -217,3 +217,20 @@ async def test_a_failed_restore_shows_no_rto(make_app, tmp_path, h):
         await pilot.pause(0.3)  # a poll after the failure keeps it failed
         rto = next(r for r in stage_text(dash).splitlines() if "RTO" in r)
         assert rto.strip().startswith("RTO — (failed after"), rto
+
+
+def test_the_stage_box_says_the_efficiency_against_the_box_as_the_run_met_it_when_that_is_off_the_floors():
+    """A run that met fresh memory at a rate off the floor's figure (floor_as_met) says both, as `run` does; within
+    the floor's spread, only the efficiency."""
+    from ckptbench.system import floor as fl
+    from tui.widgets.floorline import floor_text
+
+    fields = {"floor_s": 2.0, "floor_gbps": 2.0, "binding": "fresh memory", "binding_gbps": 2.0,
+              "floor_times_s": {"fresh memory": 2.0}, "efficiency": 0.5}
+    met = {"efficiency": 0.8, "scale": 0.6, "fresh_gbps_per_core": 1.2, "floor_fresh_gbps_per_core": 2.0}
+    text = floor_text(fields | {"floor_as_met": met}, done=0.5).plain
+    assert "efficiency 50 % (floor / RTO) · 80 % of the box as this run met it (fresh memory 1.20 GB/s a core, " \
+           "the floor's 2.00)" in text, text
+    near = met | {"scale": 1 + fl.MET_OFF / 2}
+    assert "as this run met it" not in floor_text(fields | {"floor_as_met": near}, done=0.5).plain
+    assert "as this run met it" not in floor_text(fields | {"floor_as_met": None}, done=0.5).plain
