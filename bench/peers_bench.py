@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"done in {elapsed:.0f} s")
     said, c_agree = _floor_bench.c_loop_lines(b.series, b.floors)
     agree += c_agree
-    met = _floor_bench.as_met(b.floor, b.floors, b.runs, b.total)
+    met = _floor_bench.as_met(b.floors, b.runs, b.total)
     verdicts = _floor_bench.targets(b.series, b.floors, args.peers) + said + _floor_bench.met_lines(b.series, met,
                                                                                                     args.peers)
     verdicts += [judge(t, b.series) for t in targets(b.series, args.peers)]

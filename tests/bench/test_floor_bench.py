@@ -256,9 +256,9 @@ def test_the_floor_as_met_scales_fresh_memory_by_the_runs_own_rate_and_holds_eve
     floors = fb.models(f, nbytes)
     # the 4 KiB figure, 3 GB/s on 2 threads, is 1.5 a core (the like-for-like one: a restore's pages); the hot runs
     # met 0.5 and 1.0 (median 0.75: half of it), and the model's figure (huge pages, 5 GB/s) is halved
-    runs = [{"condition": "hot", "fresh_gbps_per_core": r} for r in (0.5, 1.0)] + [
+    runs = [{"condition": "hot", "fresh_gbps_per_core": r, "rto": 9.0} for r in (0.5, 1.0)] + [
         {"condition": "cold", "fresh_gbps_per_core": None}]
-    met = fb.as_met(f, floors, runs, nbytes)
+    met = fb.as_met(floors, runs, nbytes)
     assert set(met) == {"hot"}  # the cold runs populated nothing they could time
     hot = met["hot"]
     assert floors["hot"]["times_s"]["fresh memory"] == pytest.approx(nbytes / 5e9)
@@ -266,11 +266,19 @@ def test_the_floor_as_met_scales_fresh_memory_by_the_runs_own_rate_and_holds_eve
     assert hot["times_s"]["page cache"] == floors["hot"]["times_s"]["page cache"]  # the copy is not scaled
     assert hot["floor_s"] == pytest.approx(sum(hot["times_s"].values()))  # from the page cache the parts add up
     assert hot["floor_gbps_per_core"] == pytest.approx(1.5) and hot["of"] == 2
+    pc = floors["hot"]["times_s"]["page cache"]
+    assert hot["own_efficiency"] == pytest.approx([(pc + nbytes / 5e9 * 3) / 9.0, (pc + nbytes / 5e9 * 1.5) / 9.0])
     s = {"hot/ckptbench": series("hot/ckptbench", [4.0]), "hot/safetensors": series("hot/safetensors", [8.0])}
     (line,) = fb.met_lines(s, met, ["safetensors"])
     assert line["status"] == "info" and line["value"] == pytest.approx(hot["floor_s"] / 4.0)
     assert f"safetensors {hot['floor_s'] / 8.0:.3f}" in line["detail"]
+    assert "each against the floor at the rate it met: median" in line["detail"]
     doc = {"repeats": [{"populated": {"bytes": 1 << 30, "cpu_s": 0.5}}, {"populated": {"bytes": 1 << 30, "cpu_s": 1.0}},
                        {"populated": {"bytes": 1 << 20, "cpu_s": 0.001}}, {}]}  # too few bytes to time; none
     assert _peers_docs.met_rate(doc) == pytest.approx(((1 << 30) / 0.5 + (1 << 30) / 1.0) / 2 / 1e9)
     assert _peers_docs.met_rate({"repeats": [{}]}) is None
+    # rows held to another floor of the run (median_models) are scaled against that floor's own figure
+    other = a_floor()
+    other.ceilings["populate_4k"] = dataclasses.replace(other.ceilings["populate_4k"], gbps=6.0)  # 3 a core
+    picked = fb.median_models([other], nbytes)
+    assert fb.as_met(picked, runs, nbytes)["hot"]["floor_gbps_per_core"] == pytest.approx(3.0)
