@@ -384,7 +384,7 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     note += " while the box was busy (they may be low)" if floor.busy else ""
     eff = None if partial else efficiency(m["floor_s"], measured_s)
     met = None if partial else as_met(floor, met_gbps_per_core, bytes_read=bytes_read, measured_s=measured_s, **args)
-    note += over_floor(eff) + met_words(met)
+    note += met_words(met) + over_floor(eff)  # over_floor last: of_repeats finds it at the end
     return {"floor_s": m["floor_s"], "efficiency": eff, "binding": m["binding"],
             "binding_gbps": m.get("gbps"), "binding_how": m.get("how"), "floor_times_s": m["times_s"],
             "floor_note": note,

@@ -113,3 +113,21 @@ def test_the_run_is_held_against_the_figure_measured_its_way_and_the_models_figu
                                                 "allocation's), one sample of 8192 MiB, 2 thread(s), fresh",
                                                 time.time(), size)
     assert fl.like_for_like(f, size) == pytest.approx(1.5)
+
+
+def test_a_run_whose_later_repeats_met_fresh_memory_faster_than_the_first_says_so():
+    """On a VM a repeat lands in the memory the one before just freed, which the host gives back faster: the median
+    RTO is then the later repeats', and a restore in a new process meets the first's."""
+    from types import SimpleNamespace
+
+    from ckptbench.restore.efficiency import later_repeats_faster
+
+    def reps(*cpu_s):
+        return [SimpleNamespace(populated_bytes=1 << 30, populate_cpu_s=c) for c in cpu_s]
+
+    said = later_repeats_faster(reps(2.0, 0.5, 0.6))
+    assert said.startswith("; the first repeat met fresh memory at 0.54 GB/s a core and the later ones at 1.97")
+    assert later_repeats_faster(reps(1.0, 0.8, 0.9)) == ""  # within FIRST_SLOWER
+    assert later_repeats_faster(reps(2.0)) == ""  # one repeat: nothing to compare
+    few = reps(2.0, 0.5) + [SimpleNamespace(populated_bytes=1 << 20, populate_cpu_s=0.001)]
+    assert later_repeats_faster(few) == ""  # a repeat not timed: which one was first is not known
