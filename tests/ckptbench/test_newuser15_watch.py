@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 
 from clirun import assert_one_line_error, run_cli, run_proc
 
@@ -20,7 +21,15 @@ SLEEP = shutil.which("sleep")
 
 def _sleeper(name: bytes | str = "sleep") -> subprocess.Popen:
     """`sleep 60` under the command name `name` (`exec -a NAME`): bytes kept as they are, not UTF-8 where asked."""
-    return subprocess.Popen([name, "60"], executable=SLEEP)
+    p = subprocess.Popen([name, "60"], executable=SLEEP)
+    # Popen returns once exec closed its error pipe, which the kernel does before it places the new command line:
+    # on a loaded box /proc/PID/cmdline read empty in that window and the search found nothing (full suite, once)
+    for _ in range(1000):
+        with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+            if f.read():
+                break
+        time.sleep(0.005)
+    return p
 
 
 def _stop(*procs: subprocess.Popen) -> None:

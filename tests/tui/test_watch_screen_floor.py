@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from ckptbench.system import floor as fl
 from ckptbench.system import probes
-from test_watch_screen import _job, _until
+from test_watch_screen import _go, _job, _until
 from tui.watch_app import WatchApp
 
 BINDING_GBPS = 2.0
@@ -42,6 +42,7 @@ async def _watched(tmp_path, h) -> tuple[str, str]:
     try:
         async with app.run_test(size=h.SIZE) as pilot:
             screen = app.screen
+            await _go(pilot, screen, tmp_path)  # the job reads once the watch samples it
             floor = screen.query_one("#watch-floor", Static)
             await _until(pilot, lambda: "floor:" in h.text_of(floor), "the floor line")
             return h.text_of(floor), h.text_of(screen.query_one("#watch-verdict", Static))
