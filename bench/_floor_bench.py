@@ -116,10 +116,11 @@ def as_met(floors: dict[str, dict], runs: list[dict], nbytes: int) -> dict[str, 
 
 def _scaled(m: dict, scale: float) -> tuple[float, dict]:
     """A model's floor and parts with its fresh-memory part at `scale` times the rate it was modelled at."""
+    from ckptbench.system.floormodel import combined
+
     times = dict(m["times_s"])
     times["fresh memory"] /= scale
-    parts = [t for k, t in times.items() if k != "host-to-device"]
-    return (max(sum(parts), times.get("host-to-device", 0.0)) if m.get("cores_shared") else max(times.values())), times
+    return combined(times, bool(m.get("cores_shared")))[0], times
 
 
 def met_lines(series: dict, met: dict[str, dict], peers: list[str]) -> list[dict]:

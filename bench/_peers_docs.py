@@ -49,14 +49,14 @@ def met_rate(doc: dict) -> float | None:
     populates nothing of its own)."""
     import statistics
 
-    from ckptbench.system.floor import MET_MIN_BYTES
+    from ckptbench.system.floor import populate_rate
 
     rates = []
     for rep in doc.get("repeats") or []:
         p = rep.get("populated") if isinstance(rep.get("populated"), dict) else {}
         n, cpu = p.get("bytes"), p.get("cpu_s")
-        if isinstance(n, int) and isinstance(cpu, (int, float)) and n >= MET_MIN_BYTES and cpu > 0:
-            rates.append(n / cpu / 1e9)
+        if isinstance(n, int) and isinstance(cpu, (int, float)) and (x := populate_rate(n, cpu)) is not None:
+            rates.append(x)
     return statistics.median(rates) if rates else None
 
 

@@ -88,10 +88,10 @@ def floor_line(doc: dict) -> str:
     if doc.get("floor_s") is None:
         return f"  floor: {doc.get('floor_note') or 'unknown'}"
     eff = f" · {human_pct(doc['efficiency'])} of it" if doc.get("efficiency") is not None else ""
-    from ckptbench.system.floor import MET_OFF
+    from ckptbench.system.floor import met_off
 
-    met = doc.get("floor_as_met") or {}
-    if eff and met.get("efficiency") is not None and abs(met["scale"] - 1) > MET_OFF:
+    met = doc.get("floor_as_met")
+    if eff and met_off(met) and met["efficiency"] is not None:
         eff += f" ({human_pct(met['efficiency'])} of the box as this run met it)"  # the note says why
     return f"  floor    {doc['floor_s']:9.3f} s, bound by {binding.bound(doc)}{eff} ({doc['floor_note']})"
 

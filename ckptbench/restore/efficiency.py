@@ -64,8 +64,7 @@ def of_restore(source, listing, opts, *, measured_s: float | None = None, reside
 
 def _met_rates(reps) -> list[float]:
     """Each repeat's fresh-memory rate a core, for those that populated enough to time (fl.MET_MIN_BYTES)."""
-    return [r.populated_bytes / r.populate_cpu_s / 1e9 for r in reps
-            if r.populated_bytes >= fl.MET_MIN_BYTES and r.populate_cpu_s > 0]
+    return [x for r in reps if (x := fl.populate_rate(r.populated_bytes, r.populate_cpu_s)) is not None]
 
 
 def met_fresh(reps) -> float | None:

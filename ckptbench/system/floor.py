@@ -285,9 +285,21 @@ def like_for_like(floor: Floor, bytes_read: int, cores: int | None = None) -> fl
     return ref.gbps / max(1, min(threads_in(ref.method) or cores, cores))
 
 
+def met_off(met: dict | None) -> bool:
+    """Whether a run met fresh memory more than MET_OFF off the floor's figure (then the efficiency as met is said
+    beside the floor's, in the text, the note and the dashboard alike)."""
+    return bool(met) and abs(met["scale"] - 1) > MET_OFF
+
+
+def populate_rate(nbytes: int, cpu_s: float) -> float | None:
+    """GB/s a core of a read that populated `nbytes` in `cpu_s` of its workers' CPU time; None under MET_MIN_BYTES
+    (too little to time) or without a time."""
+    return nbytes / cpu_s / 1e9 if nbytes >= MET_MIN_BYTES and cpu_s > 0 else None
+
+
 def met_words(met: dict | None) -> str:
     """The note's words for a run that met fresh memory at a rate off the floor's; "" within MET_OFF or unknown."""
-    if not met or abs(met["scale"] - 1) <= MET_OFF:
+    if not met_off(met):
         return ""
     eff = f", {human_pct(met['efficiency'])} of it" if met["efficiency"] is not None else ""
     how = ("slower than when the floor was measured (on a VM the host backs memory it took back again on first "

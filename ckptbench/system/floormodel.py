@@ -141,17 +141,8 @@ def model(floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "n
         rates["cpu"] = bytes_read / times["cpu"] / 1e9  # the rate the cores get through the bytes at
     if not times:
         return {"floor_s": None, "binding": None, "times_s": {}}
-    binding = max(times, key=times.get)
-    floor_s = times[binding]
-    cores_part = {k: t for k, t in times.items() if k != "host-to-device"}
-    if hot and len(cores_part) > 1:
-        # from the page cache every part is the cores' work, one after the other (a page is populated, then copied
-        # into, then hashed or scanned): the parts add up, and the largest of them is named; the link's transfers
-        # overlap the cores' work, as the device's do cold, and bind only past their sum
-        floor_s = sum(cores_part.values())
-        link = times.get("host-to-device", 0.0)
-        binding = "host-to-device" if link > floor_s else max(cores_part, key=cores_part.get)
-        floor_s = max(floor_s, link)
+    shared = hot and len([k for k in times if k != "host-to-device"]) > 1
+    floor_s, binding = combined(times, shared)
     s = floor.storage
     said = binding_words.how(binding, destination=destination, hot=hot, cores=used, cpu_work=" and ".join(work),
                              one_file=used < cores,
@@ -159,7 +150,20 @@ def model(floor, *, bytes_read: int, floating_bytes: int = 0, hash_alg: str = "n
                              own_page_cache=s is not None and bool(s.hot_gbps),
                              reused_copy=s is not None and destination == REUSED and bool(s.hot_reused_gbps))
     return {"floor_s": floor_s, "binding": binding, "times_s": times, "destination": destination,
-            "gbps": rates.get(binding), "how": said, "cores_shared": hot and len(cores_part) > 1}
+            "gbps": rates.get(binding), "how": said, "cores_shared": shared}
+
+
+def combined(times: dict[str, float], shared: bool) -> tuple[float, str]:
+    """The floor of per-resource `times`, and what binds it: the largest, or with `shared` (from the page cache)
+    the cores' parts added up, every one being the cores' work one after the other (a page is populated, then
+    copied into, then hashed or scanned), the largest of them named; the link's transfers overlap the cores' work,
+    as the device's do cold, and bind only past their sum."""
+    if not shared:
+        binding = max(times, key=times.get)
+        return times[binding], binding
+    cores_part = {k: t for k, t in times.items() if k != "host-to-device"}
+    total, link = sum(cores_part.values()), times.get("host-to-device", 0.0)
+    return (link, "host-to-device") if link > total else (total, max(cores_part, key=cores_part.get))
 
 
 def efficiency(floor_s: float | None, measured_s: float | None) -> float | None:

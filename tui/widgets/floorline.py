@@ -39,8 +39,8 @@ def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int |
         out.append(f" · {'pass ' + str(pass_no) + ': ' if pass_no else ''}efficiency ")
         out.append(human_pct(done), style="bold")
         out.append(" (floor / pass)" if pass_no else " (floor / RTO)", style="dim")
-        met = fields.get("floor_as_met") or {}
-        if not pass_no and met.get("efficiency") is not None and abs(met["scale"] - 1) > fl.MET_OFF:
+        met = fields.get("floor_as_met")
+        if not pass_no and fl.met_off(met) and met["efficiency"] is not None:
             # the box gave fresh memory at another rate than the floor's figure while this run ran: as run says it
             out.append(f" · {human_pct(met['efficiency'])} of the box as this run met it (fresh memory "
                        f"{met['fresh_gbps_per_core']:.2f} GB/s a core, the floor's "
