@@ -255,7 +255,8 @@ def _sweep_floor(source, listing, opts, good: dict[int, list[dict]], rto_s: dict
     first = next(iter(good.values()))[0]
     fastest = min(rto_s, key=lambda lv: rto_s[lv]["median"])
     held = {"rto_stats": {"median": rto_s[fastest]["median"]}, "bytes_read": first["bytes_read"],
-            "nodes": len({r["host"] for r in first["ranks"]}) or 1, "cache": first.get("cache")}
+            "nodes": len({r["host"] for r in first["ranks"]}) or 1, "cache": first.get("cache"),
+            "repeats": good[int(fastest)]}  # its fresh memory as the fastest level's ranks met it (floor_as_met)
     out = efficiency.of_ranks(source, listing, opts, held)
     usable = out["efficiency"] is not None
     out["efficiency_by_level"] = {lv: out["floor_s"] / st["median"] if usable and st["median"] else None

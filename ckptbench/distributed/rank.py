@@ -52,6 +52,8 @@ class RankReport:
     digests: dict[str, str] = field(default_factory=dict)  # --tensor-digests: crc32c of each local tensor
     assemble_s: float = 0.0  # within load: rows copied together from several stored chunks (resharding)
     warmup_s: float = 0.0  # first repeat: this process's one-time costs, paid before the start barrier
+    populated_bytes: int = 0  # fresh destination bytes the read populated, and its workers' CPU time in it (the
+    populate_cpu_s: float = 0.0  # rate the rank met fresh memory at: the floor as the run met the box, per node)
 
     @property
     def read_gbps(self) -> float:
@@ -176,6 +178,7 @@ class RankRestore:
             raise CkptbenchError(f"{rel}: unreadable ({f.error.message})"
                                  + (f" and {len(res.failed) - 1} more" if len(res.failed) > 1 else ""))
         rep.bytes_read = res.bytes
+        rep.populated_bytes, rep.populate_cpu_s = res.final.populated_bytes, res.final.populate_cpu_s
         return res
 
     def _verify(self, rep: RankReport, res: fastio.ReadResult) -> None:

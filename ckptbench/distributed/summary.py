@@ -57,6 +57,9 @@ def combine(reports: list[dict]) -> dict:
                 "skew_s": max(ends) - min(ends), "slowest_rank": slow["rank"], "slowest_stages": slow["stages"],
                 "read_span_s": span, "aggregate_gbps": bytes_read / span / 1e9 if span > 0 else None})
     doc["assemble_s"] = max(r.get("assemble_s", 0.0) for r in reports)
+    # every rank's fresh memory, together: CPU time per byte is per core whichever rank spent it (efficiency.met_ranks)
+    doc["populated"] = {"bytes": sum(r.get("populated_bytes", 0) for r in reports),
+                        "cpu_s": sum(r.get("populate_cpu_s", 0.0) for r in reports)}
     ours = [r["plan"].get("ours") or {"requests": 0, "backward_seeks": 0, "files_touched": 0} for r in reports]
     doc["read_plan"] = {"requests": sum(p["requests"] for p in ours),
                         "bytes_per_request": bytes_read / max(1, sum(p["requests"] for p in ours)),

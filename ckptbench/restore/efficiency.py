@@ -151,12 +151,22 @@ def of_sweep(source, bytes_read: int, medians_gbps: dict[int, float], hash_alg: 
     return out
 
 
+def met_ranks(repeats) -> float | None:
+    """The fresh-memory rate a distributed run's ranks met, per core: each finished repeat's bytes populated by
+    all its ranks over their workers' CPU time in it (a core's rate whichever rank spent it), the median over the
+    repeats that populated enough to time; None where none did (O_DIRECT, too little, runs from before it was kept)."""
+    rates = [x for r in repeats if r.get("status") == "ok" and isinstance(p := r.get("populated"), dict)
+             and (x := fl.populate_rate(p.get("bytes") or 0, p.get("cpu_s") or 0.0)) is not None]
+    return spread(rates)["median"] if rates else None
+
+
 def of_ranks(source, listing, opts, doc: dict) -> dict:
     """A distributed run's floor: each node's share of the bytes its ranks read (they share the node's storage
-    path, memory and cores), against the run's median RTO (the slowest rank's)."""
+    path, memory and cores), against the run's median RTO (the slowest rank's), and as the ranks met the box."""
     rto = (doc.get("rto_stats") or {}).get("median")
     per_node = (doc.get("bytes_read") or listing.bytes) // max(1, doc.get("nodes") or 1)
     hot = ((doc.get("cache") or {}).get("residency_before") or 0.0) >= HOT
     alg = hash_of(opts.hash, listing)
     return fields(source, per_node, measured_s=rto, hash_alg=alg, hot=hot,
-                  unit_bytes=min(per_node, fl.largest_unit((f.size for f in listing.files), alg)))
+                  unit_bytes=min(per_node, fl.largest_unit((f.size for f in listing.files), alg)),
+                  met_gbps_per_core=met_ranks(doc.get("repeats") or ()))
