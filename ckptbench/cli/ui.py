@@ -32,8 +32,9 @@ def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict 
     `ckptbench floor` cached, never measured here, as that would evict the checkpoint), plus `bytes_read`. Before a
     run, the cache condition is `opts.cache` (as-is: the residency in `info`, the source's summary); with `doc`, a
     finished run's document, which carries its own. Before a run, also `loop`: the floor of a loop pass (a read into
-    reused buffers, no landing). Lists the source: call it from a worker. None when there is no source or it cannot
-    be listed (the run says why)."""
+    reused buffers, no landing), and `fresh_per_core`: the floor's fresh-memory rate a core, which the rate a read
+    meets is set beside while it runs. Lists the source: call it from a worker. None when there is no source or it
+    cannot be listed (the run says why)."""
     from ckptbench.core.errors import CkptbenchError
     from ckptbench.restore import efficiency as eff
     from ckptbench.sources import open_source
@@ -50,7 +51,8 @@ def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict 
         return None
     residency = (info or {}).get("residency")
     return eff.of_restore(src, listing, opts, residency=residency) | {
-        "bytes_read": listing.bytes, "loop": eff.of_loop(src, listing, opts, residency=residency)}
+        "bytes_read": listing.bytes, "loop": eff.of_loop(src, listing, opts, residency=residency),
+        "fresh_per_core": eff.fresh_reference(src, listing)}
 
 
 def floor_share(fields: dict | None, read_gbps: float | None) -> float | None:

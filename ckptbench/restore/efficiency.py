@@ -62,6 +62,13 @@ def of_restore(source, listing, opts, *, measured_s: float | None = None, reside
                   met_gbps_per_core=met_gbps_per_core)
 
 
+def fresh_reference(source, listing) -> float | None:
+    """The floor's fresh-memory rate per core that a restore of `listing` is held to as it meets the box
+    (floor.like_for_like), for a live view to set the rate a read meets beside; None when the floor is not measured."""
+    floor = fl.cached(fl.mount_key(source.describe()))
+    return fl.like_for_like(floor, listing.bytes) if floor is not None else None
+
+
 def _met_rates(reps) -> list[float]:
     """Each repeat's fresh-memory rate a core, for those that populated enough to time (fl.MET_MIN_BYTES)."""
     return [x for r in reps if (x := fl.populate_rate(r.populated_bytes, r.populate_cpu_s)) is not None]

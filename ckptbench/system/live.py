@@ -13,6 +13,7 @@ import psutil
 
 from ckptbench.core.progress import eta_s
 from ckptbench.system import probes
+from ckptbench.system.floor import populate_rate
 
 
 def _plain(v):
@@ -99,4 +100,8 @@ class LiveRates:
                 "latency_p50_us": snap.latency_us(0.5), "latency_p99_us": snap.latency_us(0.99), "eta_s": eta,
                 "files": snap.files_done + snap.files_failed, "files_total": snap.files_total,
                 "errors": snap.files_failed, "retries": snap.retries, "active_workers": snap.active_workers,
-                "concurrency": snap.concurrency, "bytes": snap.bytes, "bytes_planned": snap.bytes_planned}
+                "concurrency": snap.concurrency, "bytes": snap.bytes, "bytes_planned": snap.bytes_planned,
+                # the rate the box gives fresh memory at so far, per core (None under floor.MET_MIN_BYTES, or where
+                # nothing is populated: O_DIRECT, reused blocks, an object store's reader)
+                "fresh_gbps_per_core": populate_rate(getattr(snap, "populated_bytes", 0),
+                                                     getattr(snap, "populate_cpu_s", 0.0))}

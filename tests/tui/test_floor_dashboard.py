@@ -134,6 +134,25 @@ async def test_live_share_of_the_floor_rate(make_app, small_ckpt, floor_cached, 
         assert "read now" not in stage_text(dash)
 
 
+async def test_live_fresh_memory_rate_beside_the_floors(make_app, small_ckpt, floor_cached, h):
+    """While a read runs, the stage box sets the rate the read meets fresh memory at (per core, fed here as the
+    dashboard feeds LiveRates' figure) beside the floor's like-for-like figure, when the two are apart."""
+    app = make_app(small_ckpt, cache="hot")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        await h.wait_until(pilot, lambda: "bound by" in stage_text(dash), "the floor before a run")
+        # the cached 4 KiB figure names no thread count: it is the box's cores' together
+        ref = FRESH_GBPS / 2 / fl.box_key()["cores"]
+        assert dash.floor.fresh_ref == pytest.approx(ref)
+        dash.floor.show(1.0, ref / 4)
+        await pilot.pause()
+        line = stage_text(dash).splitlines()[-1]
+        assert f"fresh memory so far {ref / 4:.2f} GB/s a core, the floor's {ref:.2f}" in line, line
+        dash.floor.show(1.0, ref * (1 + fl.MET_OFF / 2))  # within the floor's spread: nothing to say
+        await pilot.pause()
+        assert "fresh memory so far" not in stage_text(dash)
+
+
 async def test_loop_shows_each_pass_against_the_floor(make_app, small_ckpt, floor_cached, h):
     app = make_app(small_ckpt, concurrency=2, cache="cold")
     async with app.run_test(size=h.SIZE) as pilot:

@@ -59,3 +59,16 @@ def test_finished_snapshot_clocked_at_the_last_byte_keeps_peak_at_least_average(
     after the last byte but before the workers exited reports a longer elapsed_s than the final snapshot."""
     for _prev, s, live in feed([snap(0.25, PLANNED), snap(0.245, PLANNED, finished=True)]):
         assert live["peak_gbps"] >= live["avg_gbps"] - 1e-12, (s, live)
+
+
+def test_the_fresh_memory_rate_met_so_far_is_per_core_and_none_until_there_is_enough_to_time():
+    from dataclasses import replace
+
+    from ckptbench.system import floor as fl
+
+    rates = LiveRates()
+    little = replace(snap(0.5, 1 << 30), populated_bytes=fl.MET_MIN_BYTES - 1, populate_cpu_s=0.01)
+    assert rates.update(little)["fresh_gbps_per_core"] is None
+    enough = replace(snap(1.0, 2 << 30), populated_bytes=2 << 30, populate_cpu_s=0.8)
+    assert rates.update(enough)["fresh_gbps_per_core"] == pytest.approx((2 << 30) / 0.8 / 1e9)
+    assert rates.update(snap(1.5, 3 << 30))["fresh_gbps_per_core"] is None  # O_DIRECT: nothing populated

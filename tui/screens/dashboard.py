@@ -281,7 +281,7 @@ class Dashboard(LoopMode):
             f"busy {human_pct(live['busy_pct'] / 100)}"
             f"   ·   errors {live['errors']}  retries {live['retries']}")
         self.query_one("#progress", ProgressBar).update(total=max(1, snap.bytes_planned), progress=snap.bytes)
-        self.floor.show(live["avg_gbps"])
+        self.floor.show(live["avg_gbps"], live.get("fresh_gbps_per_core"))
 
     def _set(self, selector: str, text: str) -> None:
         """Updates a Static only when its text changes: every redraw takes CPU from the readers."""

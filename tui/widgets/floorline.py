@@ -22,9 +22,11 @@ def chart_label(fields: dict | None) -> tuple[float | None, str]:
 
 
 def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int | None = None,
-               live: float | None = None, looping: bool = False, source: str | None = None) -> Text:
+               live: float | None = None, looping: bool = False, source: str | None = None,
+               fresh: tuple[float, float] | None = None) -> Text:
     """The stage box's floor line: the floor's time and what binds it, then the efficiency of a finished run (or of
-    the last loop pass, `pass_no`, against the read floor) and the live share of the read in hand."""
+    the last loop pass, `pass_no`, against the read floor), the live share of the read in hand, and `fresh`: the
+    fresh-memory rate a core the read meets so far and the floor's, said when the two are apart (fl.met_off)."""
     if fields is None:
         return Text()  # not looked up yet (or the source could not be listed: the run says why)
     if fields.get("floor_s") is None:
@@ -52,6 +54,10 @@ def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int |
         out.append(" · read now at ")
         out.append(human_pct(live), style="bold")
         out.append(" of the floor's rate", style="dim")
+    if fresh is not None and fl.met_off({"scale": fresh[0] / fresh[1]}):
+        # the box gives fresh memory at another rate than when the floor was measured, now: a read that lags the
+        # floor's line while this says slower is waiting on the host, not on the restore
+        out.append(f" · fresh memory so far {fresh[0]:.2f} GB/s a core, the floor's {fresh[1]:.2f}", style="dim")
     return out
 
 
@@ -69,6 +75,7 @@ class FloorView:
         self.loop: dict | None = None  # a loop pass's: a read into reused buffers
         self.looping = False  # which of the two the chart and the stage box show
         self.passed: tuple[int, float | None] | None = None  # the last loop pass: its number and efficiency
+        self.fresh_ref: float | None = None  # the floor's fresh-memory rate a core (ui.restore_floor, before a run)
 
     @property
     def shown(self) -> dict | None:
@@ -77,6 +84,7 @@ class FloorView:
     def known(self, fields: dict) -> None:
         """A restore's floor fields (ui.restore_floor); a finished run's carry no loop floor: the last one stands."""
         self.fields, self.loop = fields, fields.get("loop", self.loop)
+        self.fresh_ref = fields.get("fresh_per_core", self.fresh_ref)
         self.chart.set_floor(*chart_label(self.shown))
         self.show()
 
@@ -94,8 +102,11 @@ class FloorView:
             self.passed = (last.pass_no, ui.efficiency(self.loop, last.rto_s))
         self.show()
 
-    def show(self, read_gbps: float | None = None) -> None:
-        """`read_gbps`: the running read's average rate; None when no read runs."""
+    def show(self, read_gbps: float | None = None, fresh_gbps_per_core: float | None = None) -> None:
+        """`read_gbps`: the running read's average rate; None when no read runs. `fresh_gbps_per_core`: the rate it
+        met fresh memory at so far (a loop pass reuses its buffers: none)."""
         pass_no, done = self.passed if self.passed else (None, (self.fields or {}).get("efficiency"))
+        fresh = (fresh_gbps_per_core, self.fresh_ref) if fresh_gbps_per_core and self.fresh_ref \
+            and not self.looping else None
         self.bar.show_floor(floor_text(self.shown, done=done, pass_no=pass_no, looping=self.looping,
-                                       live=ui.floor_share(self.shown, read_gbps), source=self.source))
+                                       live=ui.floor_share(self.shown, read_gbps), source=self.source, fresh=fresh))
