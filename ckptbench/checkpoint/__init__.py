@@ -6,4 +6,4 @@ Other folders import only the modules named below (`from ckptbench.checkpoint im
 what is not named is this folder's own.
 """
 
-__all__ = ["manifest", "profiles", "layouts", "pointers", "resume", "formats", "packs", "members", "detect", "tree", "confine", "model", "generate", "verify", "quote"]
+__all__ = ["manifest", "profiles", "layouts", "pointers", "resume", "formats", "packs", "members", "detect", "tree", "confine", "model", "generate", "verify", "quote", "shares"]

@@ -20,6 +20,7 @@ from ckptbench.checkpoint.pointers import (HF_INDEX, LATEST, Fetch, confine_name
 HF_SINGLE = "pytorch_model.bin"
 ST_INDEX = "model.safetensors.index.json"
 TORCH_EXT = (".pt", ".pth", ".bin", ".ckpt")  # .ckpt: Lightning's (and Stable Diffusion's) torch.save
+SHARD_EXT = {"safetensors": (".safetensors",), "torch": TORCH_EXT, "dcp": (".distcp",)}  # files holding tensors
 DS_MODEL = re.compile(r"^(?:bf16_)?(?:zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$")
 DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
 _STEP_DIR = re.compile(r"^global_step\d+$")

@@ -32,7 +32,9 @@ def warm() -> float:
     from ckptbench.restore.warmup import warm_up
 
     t = time.perf_counter()
-    from ckptbench.distributed import dcp_items, rank, shares  # noqa: F401
+    from ckptbench.checkpoint import shares  # noqa: F401
+    from ckptbench.checkpoint.formats import dcp_items  # noqa: F401
+    from ckptbench.distributed import rank  # noqa: F401
 
     return warm_up() + time.perf_counter() - t
 
@@ -42,7 +44,7 @@ def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0, heard
     turned it into a failure of the file."""
     from ckptbench.distributed.live import Poster
     from ckptbench.distributed.rank import RankReport, RankRestore, report_doc, tensor_digests
-    from ckptbench.distributed.shares import plan_share
+    from ckptbench.checkpoint.shares import plan_share
     from ckptbench.restore.stages import StageClock
 
     rep = RankReport(world.rank, world.host, world.local_rank, warmup_s=warmup_s)
@@ -109,7 +111,7 @@ def _first_collective(world) -> float:
 
 
 def _open(source_url: str, dopts: DistOptions):
-    from ckptbench.distributed.shares import POLICIES
+    from ckptbench.checkpoint.shares import POLICIES
     from ckptbench.sources import open_source
 
     if dopts.policy not in POLICIES:
@@ -196,7 +198,7 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
     with `interrupted`) and every rank returns the interrupt as `stopped`."""
     from ckptbench.system import env as envmod
     from ckptbench.distributed import group
-    from ckptbench.distributed.shares import saved_world
+    from ckptbench.checkpoint.shares import saved_world
     from ckptbench.core.interrupt import Heard
     from ckptbench.distributed.stop import Under
     from ckptbench.distributed.summary import summarize

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass, field
 import fastio
 import torch
 
-from ckptbench.distributed.shares import Share
+from ckptbench.checkpoint.shares import Share
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.manifest import MANIFEST_NAME
-from ckptbench.checkpoint.formats import CheckpointState, group_of, inert
+from ckptbench.checkpoint.formats import CheckpointState, inert
 from ckptbench.core.stages import CHECK, DEVICE, LOAD, READ, VERIFY
 from ckptbench.restore.device import HostRing, ring_note
 from ckptbench.restore.stages import StageClock
@@ -204,29 +204,11 @@ class RankRestore:
                               if unlisted else ""))
 
     def _load(self, res: fastio.ReadResult, rep: RankReport) -> CheckpointState:
+        from ckptbench.checkpoint.shares import tensors_of
+
         share, bufs = self.share, res.buffers
         state = CheckpointState({})
-        for sl in share.slices:
-            fills = sl.fills
-            if len(fills) == 1 and (not sl.full or fills[0].box[1:] == tuple((0, n) for n in sl.full[1:])):
-                t = torch.frombuffer(bufs[fills[0].piece], dtype=sl.dtype) if share.pieces[fills[0].piece].length \
-                    else torch.empty(0, dtype=sl.dtype)
-                t = t.reshape(sl.shape)  # the read buffer becomes the tensor's storage: no copy
-            else:  # rows from several stored chunks (another world size saved them): copied into one tensor
-                t0 = time.perf_counter()
-                t = torch.empty(sl.shape, dtype=sl.dtype)
-                for f in fills:
-                    view = t
-                    for dim, (start, n) in enumerate(f.box):
-                        view = view.narrow(dim, start, n)
-                    view.copy_(torch.frombuffer(bufs[f.piece], dtype=sl.dtype).reshape(view.shape))
-                rep.assemble_s += time.perf_counter() - t0
-            _put(state, sl.key, t, self.fmt)
-        if share.byte_entries:
-            from ckptbench.checkpoint.formats.dcp_format import load_byte_entry
-
-            for key, i in share.byte_entries:
-                state.extra[key] = load_byte_entry(bytes(bufs[i]))
+        rep.assemble_s += tensors_of(share, bufs, self.fmt, state)
         whole = {os.path.join(self.root, p.rel): b for p, b in zip(share.pieces, bufs) if p.whole}
         if whole:
             state.merge(_load_whole(self.root, self.fmt, share, whole))
@@ -258,15 +240,6 @@ def tensor_digests(state: CheckpointState) -> dict[str, str]:
         h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
         out[name] = h.hexdigest()
     return out
-
-
-def _put(state: CheckpointState, key: str, t: torch.Tensor, fmt: str) -> None:
-    """A slice under the name the single-process loader of its format gives it: DCP's `model.` is the state dict's
-    container (dcp_format drops it), a safetensors or torch key's `model.` is part of the weight's own name."""
-    if group_of(key) == "model":
-        state.model[key.removeprefix("model.") if fmt == "dcp" else key] = t
-    else:
-        state.extra[key] = t
 
 
 def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview]) -> CheckpointState:

@@ -48,7 +48,7 @@ def document(run_id: str, source, opts, options: dict, policy: str, world, reps:
              repeats: int, env: dict) -> dict:
     """Rank 0's run document of the repeats that finished, status `cancelled`, saying where the run stopped; held
     against the floor as a finished run is."""
-    from ckptbench.distributed.shares import saved_world
+    from ckptbench.checkpoint.shares import saved_world
     from ckptbench.distributed.summary import summarize
     from ckptbench.restore import efficiency
 

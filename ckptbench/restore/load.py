@@ -45,7 +45,7 @@ class CheckReport:
     summary: str = ""  # what was checked, in one line
 
 
-SHARD_EXT = {"safetensors": (".safetensors",), "torch": layouts.TORCH_EXT, "dcp": (".distcp",)}
+SHARD_EXT = layouts.SHARD_EXT  # the files that hold tensors, by format (declared with the layouts)
 
 
 def shard_files(directory: str, fmt: str, lay: layouts.Layout | None = None) -> list[str]:

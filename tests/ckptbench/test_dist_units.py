@@ -12,9 +12,9 @@ import torch
 from safetensors.torch import save_file
 
 from ckptbench.distributed import group
-from ckptbench.distributed.dcp_items import locate
+from ckptbench.checkpoint.formats.dcp_items import locate
 from ckptbench.distributed.rank import merged, plan_analysis
-from ckptbench.distributed.shares import Piece, Share, plan_share, rows_of
+from ckptbench.checkpoint.shares import Piece, Share, plan_share, rows_of
 from ckptbench.distributed.summary import combine
 from ckptbench.checkpoint.formats import FormatError
 from ckptbench.sources import open_source

@@ -183,7 +183,7 @@ def test_names_are_checked_before_anything_is_imported(tmp_path):
     (tmp_path / "chunk.bin").write_bytes(chunk_raw)
     results = _in_child(f"""
         import os
-        from ckptbench.distributed import dcp_items
+        from ckptbench.checkpoint.formats import dcp_items
         def chunk():
             fd = os.open({str(tmp_path / "chunk.bin")!r}, os.O_RDONLY)
             dcp_items.locate(fd, 0, {len(chunk_raw)}, torch.float32, (2,), "chunk")
@@ -298,7 +298,7 @@ def test_a_module_torch_blocks_is_refused_in_one_line(tmp_path):
 
 
 def test_malformed_chunk_pickles_are_one_line(tmp_path):
-    from ckptbench.distributed import dcp_items
+    from ckptbench.checkpoint.formats import dcp_items
 
     chunk = io.BytesIO()
     torch.save(torch.zeros(2), chunk)

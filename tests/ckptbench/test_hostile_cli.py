@@ -290,7 +290,7 @@ def test_a_ranks_file_the_manifest_does_not_list_is_never_verified(tmp_path):
     from types import SimpleNamespace
 
     from ckptbench.distributed.rank import RankReport, RankRestore
-    from ckptbench.distributed.shares import Piece, Share
+    from ckptbench.checkpoint.shares import Piece, Share
     from ckptbench.restore.stages import StageClock
     from ckptbench.sources import Listing
     from ckptbench.sources.local import LocalSource

@@ -24,7 +24,7 @@ from ckptbench.checkpoint import confine
 from ckptbench.checkpoint import layouts
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.core.options import EACH_RANK
-from ckptbench.restore.load import SHARD_EXT
+from ckptbench.checkpoint.layouts import SHARD_EXT
 
 POLICIES = EACH_RANK  # --each-rank: part (its own share) or all (every rank reads everything)
 _DS_TAG = re.compile(r"zero_pp_rank_(\d+)")
@@ -180,7 +180,7 @@ def _dcp_rows(share: Share, root: str) -> None:
     rank 0. Each needed chunk's archive index is read (a few KiB) to find where its elements lie."""
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex, TensorStorageMetadata
 
-    from ckptbench.distributed.dcp_items import locate
+    from ckptbench.checkpoint.formats.dcp_items import locate
     from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
 
     reader = SafeReader(root)
@@ -309,3 +309,46 @@ def plan_share(listing, world: int, rank: int, policy: str = "part") -> Share:
     share = Share(rank, world, how, complete=world == 1)
     _whole_files(share, sizes, [r for r in rels if rank in owners[r]])
     return share
+
+
+def tensors_of(share: Share, bufs, fmt: str, state) -> float:
+    """Every slice of `share` into `state` (a CheckpointState) from `bufs`, the read buffers of its pieces in order,
+    and its DCP byte entries, loaded safely. A slice one piece fills whole is a view of that buffer, the read's
+    memory (no copy); one filled from several stored chunks (another world size saved them) is copied into a tensor
+    of its own. Returns the seconds spent on those copies."""
+    import time
+
+    assembling = 0.0
+    for sl in share.slices:
+        fills = sl.fills
+        if len(fills) == 1 and (not sl.full or fills[0].box[1:] == tuple((0, n) for n in sl.full[1:])):
+            t = torch.frombuffer(bufs[fills[0].piece], dtype=sl.dtype) if share.pieces[fills[0].piece].length \
+                else torch.empty(0, dtype=sl.dtype)
+            t = t.reshape(sl.shape)  # the read buffer becomes the tensor's storage: no copy
+        else:  # rows from several stored chunks: copied into one tensor
+            t0 = time.perf_counter()
+            t = torch.empty(sl.shape, dtype=sl.dtype)
+            for f in fills:
+                view = t
+                for dim, (start, n) in enumerate(f.box):
+                    view = view.narrow(dim, start, n)
+                view.copy_(torch.frombuffer(bufs[f.piece], dtype=sl.dtype).reshape(view.shape))
+            assembling += time.perf_counter() - t0
+        _put(state, sl.key, t, fmt)
+    if share.byte_entries:
+        from ckptbench.checkpoint.formats.dcp_format import load_byte_entry
+
+        for key, i in share.byte_entries:
+            state.extra[key] = load_byte_entry(bytes(bufs[i]))
+    return assembling
+
+
+def _put(state, key: str, t: torch.Tensor, fmt: str) -> None:
+    """A slice under the name the single-process loader of its format gives it: DCP's `model.` is the state dict's
+    container (dcp_format drops it), a safetensors or torch key's `model.` is part of the weight's own name."""
+    from ckptbench.checkpoint.formats import group_of
+
+    if group_of(key) == "model":
+        state.model[key.removeprefix("model.") if fmt == "dcp" else key] = t
+    else:
+        state.extra[key] = t
