@@ -311,13 +311,15 @@ def plan_share(listing, world: int, rank: int, policy: str = "part") -> Share:
     return share
 
 
-def tensors_of(share: Share, bufs, fmt: str, state) -> float:
-    """Every slice of `share` into `state` (a CheckpointState) from `bufs`, the read buffers of its pieces in order,
-    and its DCP byte entries, loaded safely. A slice one piece fills whole is a view of that buffer, the read's
-    memory (no copy); one filled from several stored chunks (another world size saved them) is copied into a tensor
-    of its own. Returns the seconds spent on those copies."""
+def tensors_of(share: Share, bufs) -> tuple[dict[str, torch.Tensor], dict[str, object], float]:
+    """Every slice of `share` from `bufs`, the read buffers of its pieces in order, by key; its DCP byte entries'
+    values, loaded safely; the seconds spent copying. A slice one piece fills whole is a view of that buffer, the
+    read's memory (no copy); one filled from several stored chunks (another world size saved them) is copied into a
+    tensor of its own."""
     import time
 
+    tensors: dict[str, torch.Tensor] = {}
+    entries: dict[str, object] = {}
     assembling = 0.0
     for sl in share.slices:
         fills = sl.fills
@@ -334,16 +336,16 @@ def tensors_of(share: Share, bufs, fmt: str, state) -> float:
                     view = view.narrow(dim, start, n)
                 view.copy_(torch.frombuffer(bufs[f.piece], dtype=sl.dtype).reshape(view.shape))
             assembling += time.perf_counter() - t0
-        _put(state, sl.key, t, fmt)
+        tensors[sl.key] = t
     if share.byte_entries:
         from ckptbench.checkpoint.formats.dcp_format import load_byte_entry
 
         for key, i in share.byte_entries:
-            state.extra[key] = load_byte_entry(bytes(bufs[i]))
-    return assembling
+            entries[key] = load_byte_entry(bytes(bufs[i]))
+    return tensors, entries, assembling
 
 
-def _put(state, key: str, t: torch.Tensor, fmt: str) -> None:
+def put(state, key: str, t: torch.Tensor, fmt: str) -> None:
     """A slice under the name the single-process loader of its format gives it: DCP's `model.` is the state dict's
     container (dcp_format drops it), a safetensors or torch key's `model.` is part of the weight's own name."""
     from ckptbench.checkpoint.formats import group_of

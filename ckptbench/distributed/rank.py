@@ -204,11 +204,14 @@ class RankRestore:
                               if unlisted else ""))
 
     def _load(self, res: fastio.ReadResult, rep: RankReport) -> CheckpointState:
-        from ckptbench.checkpoint.shares import tensors_of
+        from ckptbench.checkpoint.shares import put, tensors_of
 
         share, bufs = self.share, res.buffers
         state = CheckpointState({})
-        rep.assemble_s += tensors_of(share, bufs, self.fmt, state)
+        tensors, entries, rep.assemble_s = tensors_of(share, bufs)
+        for key, t in tensors.items():
+            put(state, key, t, self.fmt)
+        state.extra.update(entries)
         whole = {os.path.join(self.root, p.rel): b for p, b in zip(share.pieces, bufs) if p.whole}
         if whole:
             state.merge(_load_whole(self.root, self.fmt, share, whole))

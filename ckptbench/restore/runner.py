@@ -29,6 +29,7 @@ from ckptbench.sources import Listing, Source, open_source
 from ckptbench.core.stages import CHECK, DEVICE, LIST, LOAD, READ, VERIFY
 from ckptbench.restore.stages import StageClock
 from ckptbench.restore.warmup import warm_up
+from ckptbench.restore import tiles
 
 Progress = Callable[[str, "fastio.Snapshot | None"], None]
 
@@ -55,6 +56,8 @@ class Run:
         self.error_classes: dict[str, int] = {}
         self.verified = False
         self.early = None  # the scan of files the fused read finished early (structural check only)
+        self.asked_read = opts.read  # before execute resolves `auto`: a mode asked for by name is kept (tiles.usable)
+        self.tiled = None  # a DCP read by range (restore/tiles.py): its plan and each piece's buffer, for the load
 
     @property
     def stage(self) -> str:
@@ -70,6 +73,14 @@ class Run:
 
     def _read(self, alg: str) -> fastio.ReadResult:
         into = "stage" if self.stage_dir else "memory"
+        if into == "memory" and tiles.usable(self.listing, alg, self.asked_read, self.opts.mode == "fused",
+                                             self.source.files_on_disk):
+            try:
+                tiling = tiles.plan(self.listing)
+            except CkptbenchError:  # a metadata or chunk the plan cannot read: the whole-file load says what
+                tiling = None
+            if tiling is not None:
+                return self._read_tiles(tiling, alg)
         man = self.listing.manifest
         regions: dict = {}
         reading = self.opts.read_options(alg)
@@ -96,6 +107,34 @@ class Run:
             self.early.counts.update(landed_counts(self.handle, regions))
         self.error_classes = driven.error_classes
         return driven.result
+
+    def _read_tiles(self, tiling, alg: str) -> fastio.ReadResult:
+        """Every file by range, each DCP chunk's elements into a buffer of their own (restore/tiles.py), folded
+        back into the files' results; the pieces' buffers are kept for the load."""
+        self.opts, self.read_why = self.opts.but(read="pread"), tiles.WHY
+        driven = self.clock.read(self.source, tiling.listing, self.opts.read_options(alg), into="memory",
+                                 on_start=self._set_handle, on_tick=self.rss.sample,
+                                 on_progress=(lambda snap: self.progress(READ, snap)) if self.progress else None)
+        self.error_classes = driven.error_classes
+        res = driven.result
+        if not res.failed:
+            self.tiled = (tiling, tiles.piece_buffers(tiling, res))
+        return tiles.fold(tiling, self.listing, res)
+
+    def _from_pieces(self, listing: Listing, buffers: dict):
+        """The state from the pieces the tiled read landed (restore/tiles.py), laid out as a whole-file DCP load
+        lays it out."""
+        from ckptbench.checkpoint.formats import dcp_format
+        from ckptbench.checkpoint.shares import tensors_of
+
+        tiling, bufs = self.tiled
+        self.tiled = None  # the buffers go with the state
+        tensors, values, seconds = tensors_of(tiling.share, bufs)
+        named = {os.path.basename(p): b for p, b in buffers.items() if b is not None and "/" not in listing.rel(p)}
+        state = dcp_format.from_pieces(listing.source, tensors, values, named)
+        assembled = sum(1 for sl in tiling.share.slices if len(sl.fills) > 1)
+        self.notes[LOAD] = _from_pieces_note(sum(len(sl.fills) for sl in tiling.share.slices), assembled, seconds)
+        return state
 
     def _hash_buffers(self, res: fastio.ReadResult, alg: str) -> dict[str, str]:
         """Staged verify: hash what the read stage left in memory (or in the staging directory); with no hash
@@ -160,7 +199,7 @@ class Run:
         base = dict(bytes=res.bytes, files=len(expected), files_restored=len(expected - bad),
                     read_gbps=res.bytes / read_s / 1e9 if read_s > 0 else 0.0, engine_gbps=res.read_gbps,
                     retries=res.retries, errors=errors, cache=cache, retry_classes=self.source.retry_classes(),
-                    verified=self.verified, read_mode=o.read, read_why=self.read_why,
+                    verified=self.verified, read_mode=self.opts.read, read_why=self.read_why,
                     populated_bytes=res.final.populated_bytes, populate_cpu_s=res.final.populate_cpu_s)
         if problems:
             return RepeatResult(self.stages, self.notes, time.perf_counter() - t_start,
@@ -253,9 +292,12 @@ class Run:
                                          rels=listing.rels)
             else:
                 tail = restore.load_tail(listing.source, man)
-            state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards,
-                                       lay=listing.layout)
-            if listing.format == "dcp":  # why this stage outweighs the read for DCP, where the others build views
+            if self.tiled is not None:
+                state = self._from_pieces(listing, buffers or {})
+            else:
+                state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards,
+                                           lay=listing.layout)
+            if listing.format == "dcp" and LOAD not in self.notes:  # why this stage outweighs the read, for DCP
                 self.notes[LOAD] = ("each DCP chunk copied into a tensor of its own (DCP stores chunks at unaligned "
                                     "offsets, so they cannot be the tensors): populating that fresh memory is most "
                                     "of this stage")
@@ -267,6 +309,12 @@ class Run:
             return None, state
         dtype = man.weights_dtype if man is not None and man.weights_dtype else restore.main_dtype(state)
         return restore.restore(state, dims, dtype), state
+
+
+def _from_pieces_note(chunks: int, assembled: int, seconds: float) -> str:
+    return (f"{chunks} DCP chunk(s) read by range, each into memory of its own that is its tensor (no copy)"
+            + (f"; {assembled} tensor(s) saved in several chunks copied together in {seconds:.3f} s" if assembled
+               else ""))
 
 
 def _buffer_reader(listing: Listing, man: mf.Manifest | None, buffers: dict):

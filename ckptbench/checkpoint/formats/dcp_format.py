@@ -235,6 +235,26 @@ def load_dir(directory: str, buffers: dict | None = None) -> CheckpointState:
         raise
     except OSError as exc:
         raise FormatError(f"{directory}: unreadable ({exc.strerror}); check that its files are whole") from None
+    return _state_of(meta, tensors, values)
+
+
+def from_pieces(directory: str, tensors: dict[str, torch.Tensor], values: dict[str, object],
+                buffers: dict | None = None) -> CheckpointState:
+    """The state of a DCP checkpoint whose chunks were read by byte range (checkpoint/shares.tensors_of: every
+    tensor by key, each a view of the range its elements landed in or assembled from its chunks) and whose byte
+    entries are loaded: laid out as load_dir lays out a whole-file read, from the same metadata (`buffers`: file
+    name → bytes already read, .metadata among them)."""
+    meta = SafeReader(directory, buffers).read_metadata()
+    declared = {fqn for fqn, md in meta.state_dict_metadata.items() if isinstance(md, TensorStorageMetadata)}
+    if set(tensors) != declared:  # the plan and the metadata are one; a file changed between the two reads
+        raise FormatError(f"{directory}/.metadata: changed while it was read (its tensors differ from the plan's); "
+                          "run the restore again once nothing writes the checkpoint")
+    return _state_of(meta, tensors, values)
+
+
+def _state_of(meta: Metadata, tensors: dict[str, torch.Tensor], values: dict[str, object]) -> CheckpointState:
+    """ckptbench's own layout into model/optim/step; any other's model tensors (a `model.` prefix dropped) into
+    `model`, everything else into `extra` by key, with the nesting in `tree`."""
     flat = {**tensors, **values}
     if _is_own(flat):
         state = CheckpointState({})
