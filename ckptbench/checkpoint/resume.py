@@ -124,6 +124,11 @@ def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
                     if r in finals else f"beside the checkpoints, not part of {tag}") for r in sorted(top)]
         return tag, why, tuple(passed)
     if any(r.endswith(WEIGHT_EXT) for r in top):
+        if holding and not layouts.is_one_checkpoint(rels) and not top & set(BINDERS) and _loose(where, top, fetch):
+            # loose weight files beside folders of checkpoints: restored as one, they were read together and the
+            # format taken from a sub-folder's (a new user's extra.pt beside dcp/ and st/ restored as one "dcp")
+            raise _ambiguous(where, f"weight files at the top ({_listed(r for r in top if r.endswith(WEIGHT_EXT))})"
+                                    f" beside {len(holding)} folder(s) of checkpoints", sorted(holding) + ["."])
         return None  # a checkpoint at the top; its own layout says which of its files are read
     dcp = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith("/.metadata")}
     if len(dcp) > 1:
@@ -135,6 +140,16 @@ def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
         # lightning_logs/version_0 and version_1, two runs side by side: two checkpoints, never one
         raise _ambiguous(where, f"{len(holding)} folders of checkpoints", holding)
     return None
+
+
+def _loose(where: str, top: set[str], fetch: Fetch | None) -> bool:
+    """Whether the files at the top form no checkpoint layout of their own (no index, no trainer's or library's
+    names: plain files), so that folders of checkpoints beside them are candidates, not parts of the model (a
+    Hugging Face repository's original/ beside its indexed shards is not read, and not a rival)."""
+    try:
+        return layouts.select(where, sorted(top), fetch).name == "files"
+    except CkptbenchError:  # the top's own files claim a layout and say something impossible: that layout's line
+        return False
 
 
 def _lightning(where: str, rels: list[str]) -> tuple[str, str, tuple] | None:

@@ -159,3 +159,28 @@ def test_a_dcp_step_without_its_metadata_is_skipped_as_torchtitan_skips_it():
     assert "torchtitan's resume skips it" in dict(lay.skipped)["step-200"]
     rels += ["step-200/.metadata"]  # the save finished
     assert resume.choose("/t", rels).root == "step-200"
+
+
+def test_loose_weight_files_beside_folders_of_checkpoints_are_ambiguous_and_pick_chooses():
+    """A new user's folder: dcp/ and st/ (two checkpoints) and an extra.pt at the top. It was restored as one
+    "dcp" checkpoint reading all three (the format taken from dcp/.metadata); it is three candidates."""
+    rels = ["dcp/.metadata", "dcp/__0_0.distcp", "st/x.safetensors", "extra.pt"]
+    with pytest.raises(CkptbenchError, match=r"weight files at the top \(extra\.pt\) beside 2 folder\(s\) of "
+                                             r"checkpoints \(\., dcp, st\).*--pick NAME"):
+        resume.choose("/d", rels)
+    assert resume.choose("/d", rels, pick="dcp").name == "dcp"
+    top = resume.choose("/d", rels, pick=".")
+    assert top.files == ("extra.pt",) and {"dcp", "st"} <= set(dict(top.skipped))
+
+
+def test_an_indexed_model_beside_a_folder_of_other_weights_is_the_indexed_model(tmp_path):
+    """A Hugging Face repository with its original weights in original/ (Llama's consolidated.00.pth): the index at
+    the top names the model; original/ is not a rival checkpoint, so this is no ambiguity."""
+    import json
+
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"w": "model-00001-of-00001.safetensors"}}))
+    rels = ["model.safetensors.index.json", "model-00001-of-00001.safetensors", "config.json",
+            "original/consolidated.00.pth", "original/params.json"]
+    lay = resume.choose(str(tmp_path), rels)  # not ambiguous: the top is one checkpoint by its index
+    assert lay.root is None and lay.name == "hf-safetensors" and "model-00001-of-00001.safetensors" in lay.files
