@@ -314,7 +314,9 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
           "measured_gbps": round(probe.bytes / probe.seconds / 1e9, 3) if probe.seconds > 0 else None,
           "concurrency": probe.concurrency, "read": probe.read, "hash": probe.hash, "into": FRESH_WORDS,
           "cold": probe.cold,
-          "floor_cached": floor.cached, "ceilings": ceilings(floor, probe.hash, probe.bytes),
+          # the box's figures from the cache; the storage figure may still be measured now (a larger sample)
+          "floor_cached": floor.cached, "storage_measured_now": floor.storage_now,
+          "ceilings": ceilings(floor, probe.hash, probe.bytes),
           "notes": list(floor.notes)}
     if m["floor_s"] is None:
         return Verdict(ID, TITLE, "unknown", ev | {"reason": "no ceiling applies to this restore"}, WHY,

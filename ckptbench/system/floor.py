@@ -53,7 +53,8 @@ class Floor:
     storage: Ceiling | None = None
     mount: str | None = None
     notes: list[str] = field(default_factory=list)
-    cached: bool = False
+    cached: bool = False  # the box's figures came from the cache (the storage figure may not: storage_now)
+    storage_now: bool = False  # the storage figure was measured by this call (none kept, or a smaller sample)
     kept: bool = True  # False when the figures could not be cached: every later run says "not measured"
     busy: str = ""  # the box figures were measured while other work held the cores (_busy): kept with them
 
@@ -153,9 +154,15 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
         else:
             floor.storage, note = (link_ceiling(read, read_bytes, read_what) if read is not None
                                    else storage_ceiling(paths_sizes))
+            floor.storage_now = True
             if read is None:
                 floor.storage = replace(floor.storage, of_files=files_key(paths_sizes))
             floor.notes += [note] if note else []
+            if kept is not None:  # replaced for the mount: every run on it is held to this one from now on (`check`
+                # did this silently, and a new user's unchanged run went from 70 % to 137 % of its floor)
+                floor.notes.append(f"the {floor.resource} figure was measured now, from a larger sample than the "
+                                   f"{kept.sample_bytes >> 20} MiB kept from {human_age(kept.age_s)} ago, and "
+                                   "replaces it for this mount")
     # a sample too small to measure bandwidth does not replace a mount's figure that was large enough (a 17 MiB
     # checkpoint floored after a 282 MiB one left every restore on the mount without a storage figure)
     prev = valid_ceiling((kept_doc.get("storage") or {}).get(mount or ""), now) if mine and mount else None

@@ -197,6 +197,7 @@ def test_cli_check_json_measures_the_floor_and_carries_the_item(tmp_path, h, mon
     assert 0 < ev["sample_bytes"] == ev["ceilings"]["storage"]["sample_bytes"]  # the floor read the same files
     assert ev["measured_s"] > 0 and ev["floor_s"] > 0 and 0 < ev["efficiency"]
     assert ev["binding"] in ev["times_s"] and ev["cold"] in (True, False) and ev["floor_cached"] is False
+    assert ev["storage_measured_now"] is True  # nothing was kept: measured by this check
     for name in ("fresh memory", "page cache copy", "storage"):
         assert ev["ceilings"][name]["gbps"] > 0 and ev["ceilings"][name]["method"], name
     assert ev["ceilings"]["cpu"]["kernels_gbps"]["crc32c"] > 0
@@ -205,6 +206,7 @@ def test_cli_check_json_measures_the_floor_and_carries_the_item(tmp_path, h, mon
     assert (cache / "ckptbench" / "floor.json").exists()
     again = json.loads(h.run_cli("check", src, "--json").out)["items"][-1]
     assert again["evidence"]["floor_cached"] is True  # the box's figures came from the cache this time
+    assert again["evidence"]["storage_measured_now"] is False  # and the mount's figure of these files too
 
 
 def test_an_s3_source_is_held_against_the_cached_network_figure_and_check_never_sweeps_the_link(

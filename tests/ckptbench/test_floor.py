@@ -489,3 +489,26 @@ def test_floor_and_sysinfo_say_a_figures_age_in_one_format(monkeypatch, capsys):
                             "storage": {"gbps": 1.0, "age_s": 3 * 86400}, "landing_hot_gbps": None})
     out = capsys.readouterr().out
     assert "4.000 GB/s (1 min old)" in out and "1.000 GB/s for / (ext4) (3.0 d old)" in out, out
+
+
+def test_a_storage_figure_measured_again_from_a_larger_sample_says_it_replaces_the_mounts(tmp_path):
+    """`check` measures the floor for its own checkpoint: where the mount's kept figure came from a smaller sample,
+    the storage figure is measured again and replaces it for the mount. That was silent (its evidence said
+    floor_cached), and a new user's unchanged run moved from 70 % to 137 % of its floor."""
+    import json
+
+    data = tmp_path / "shard.bin"
+    data.write_bytes(os.urandom(8 << 20))
+    cache = str(tmp_path / "floor.json")
+    first = fl.measure([(str(data), 8 << 20)], "disk-test", path=cache, size=32 << 20)
+    assert first.storage_now and not any("replaces it" in n for n in first.notes)  # none kept: nothing replaced
+    kept = fl.measure([(str(data), 8 << 20)], "disk-test", path=cache, size=32 << 20)
+    assert kept.cached and not kept.storage_now  # the same sample: the kept figure is used
+    doc = json.loads(open(cache).read())
+    doc["storage"]["disk-test"]["sample_bytes"] = 4 << 20  # kept from a smaller checkpoint on the mount
+    with open(cache, "w") as f:
+        json.dump(doc, f)
+    again = fl.measure([(str(data), 8 << 20)], "disk-test", path=cache, size=32 << 20)
+    assert again.cached and again.storage_now and again.storage.sample_bytes == 8 << 20
+    assert any("measured now, from a larger sample than the 4 MiB kept" in n and "replaces it for this mount" in n
+               for n in again.notes), again.notes
