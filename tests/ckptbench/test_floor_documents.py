@@ -162,3 +162,24 @@ def test_plan_says_whose_fresh_memory_caps_the_nodes_and_takes_theirs(tmp_path, 
     assert "given with --node-memory" in h.run_cli(*args, "--node-memory", "0.25").out
     r = h.run_cli("plan", "7b", "--node-memory", "3")
     assert r.rc == 2 and "add --nodes N" in r.err
+
+
+def test_a_failed_restore_found_in_the_page_cache_is_shown_the_hot_floor(tmp_path, h, plant_floor):
+    """A run that fails its check has no time to hold, but its floor is still of what it found: an as-is run read
+    wholly from the page cache was shown the cold (storage) floor, where the same run passing was shown the hot."""
+    import torch
+    from safetensors.torch import save_file
+
+    root = tmp_path / "nan"
+    root.mkdir()
+    w = torch.randn(512, 512)
+    w[3, 4] = float("nan")
+    save_file({"w": w}, str(root / "model.safetensors"))
+    plant_floor(8.0, root, storage_gbps=0.5)  # storage would bind a cold floor, the page cache's copy a hot one
+    (root / "model.safetensors").read_bytes()  # now in the page cache
+    r = h.run_cli("run", root, "--repeat", "1", "--cache", "as-is", "--json", "--results", tmp_path / "r.csv")
+    doc = json.loads(r.out)
+    assert r.rc == 1 and doc["status"] == "failed", r.err
+    assert doc["repeats"][0]["cache"]["residency_before"] >= 0.9
+    assert doc["efficiency"] is None and "storage" not in doc["floor_times_s"], doc["floor_times_s"]
+    assert "page cache" in doc["floor_times_s"] and doc["floor_note"].startswith("the read was from the page cache")
