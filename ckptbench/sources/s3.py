@@ -56,6 +56,10 @@ def parse(url: str) -> S3Url:
     bucket, _, prefix = rest.partition("/")
     if not bucket or any(c in bucket for c in " \\"):
         raise CkptbenchError(f"{url}: no bucket name; write s3://BUCKET/PREFIX")
+    if "@" in bucket or ":" in bucket:  # no bucket name holds either: a user or credentials written into the URL
+        raise CkptbenchError("an s3:// URL with a user or credentials before its bucket ('...@'): S3 takes them from "
+                             "the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) or a profile "
+                             "(AWS_PROFILE), never from the URL; write s3://BUCKET/PREFIX")
     return S3Url(bucket, prefix.strip("/"))
 
 
@@ -213,6 +217,9 @@ def _fail(url: S3Url, exc: BaseException) -> CkptbenchError:
                   "bucket's region or AWS_ENDPOINT_URL to the endpoint that serves it",
         MALFORMED: f"{url}: {host} answered with {big or 'something that is not a valid S3 response'}; check that "
                    "AWS_ENDPOINT_URL points at an S3 endpoint",
+        # worded without "credentials" before a word: redact() would take the word for one
+        "NoCredentialsError": f"{url}: no AWS access key was found to sign requests with; set AWS_ACCESS_KEY_ID and "
+                              "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where an instance role provides them",
     }.get(cls, f"{url}: S3 error ({cls}); retry later or check the endpoint")
     return CkptbenchError(text)
 

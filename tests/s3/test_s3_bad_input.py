@@ -161,3 +161,22 @@ def test_object_deleted_mid_run(s3faulty, ckpt, monkeypatch, tmp_path):
     staged = files_under(stage)
     assert not [p for p in staged if p.endswith(PARTIAL)]
     assert staged == {rel: data for rel, data in local.items() if rel != target}
+
+
+def test_no_credentials_anywhere_says_where_they_go(s3env, s3bucket, monkeypatch, tmp_path):
+    """botocore finds no key (none in the environment, no profile, no instance role): the line says where one goes,
+    not "retry later or check the endpoint"."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    rc, _, err = run_cli(*command("run", f"s3://{s3bucket}/ck", tmp_path))
+    one_line_error(rc, err, "no AWS access key was found", "AWS_ACCESS_KEY_ID", "AWS_PROFILE")
+    assert "retry later" not in err
+
+
+def test_credentials_written_into_the_url_are_refused_and_never_printed(s3env, tmp_path):
+    rc, out, err = run_cli(*command("run", "s3://AKIAIOSFODNN7EXAMPLE:sEcReT@bucket/ck", tmp_path))
+    one_line_error(rc, err, "user or credentials before its bucket", "AWS_ACCESS_KEY_ID")
+    assert "sEcReT" not in out + err and "AKIAIOSFODNN7EXAMPLE" not in out + err
