@@ -113,7 +113,7 @@ def cmd_run(args) -> int:
         return cmd_run_distributed(args)
     from ckptbench.system import env as envmod
     from ckptbench.cli.settings import check_cost_options, check_s3_only, run_options
-    from ckptbench.restore import efficiency, runner as pipeline
+    from ckptbench.restore import runner as pipeline
     from ckptbench.records import results
     from ckptbench.records.recorder import Recorder
     from ckptbench.plan.cost import restore_cost
@@ -148,9 +148,35 @@ def cmd_run(args) -> int:
         if current:  # the repeat under way is recorded as stopped; finished ones are already in the file
             stopped = isinstance(exc, (KeyboardInterrupt, Cancelled))
             recorder.stopped(current[0].stages, "cancelled" if stopped else "failed", exc)
+        if isinstance(exc, KeyboardInterrupt) and recorder.reps:
+            progress.close()
+            return _run_stopped(args, source, listing, opts, recorder, exc)
         raise
     finally:
         progress.close()
+    return _run_done(args, source, listing, opts, recorder, reps)
+
+
+def _run_stopped(args, source, listing, opts, recorder, exc: KeyboardInterrupt) -> int:
+    """Ctrl-C (or SIGTERM) after some repeats ended: those are the run, on record as an interrupted one with its
+    document (a new user found only `ckptbench: interrupted`, and no run id to compare), said in one line; the exit
+    an interrupted command has."""
+    from ckptbench.cli.root import Terminated
+
+    word = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    done = len(recorder.reps)
+    stopped = {"status": "cancelled", "interrupted": {"repeat": done + 1, "repeats": args.repeat, "finished": done}}
+    _run_done(args, source, listing, opts, recorder, recorder.reps, stopped)
+    print(f"ckptbench: {word} during repeat {done + 1} of {args.repeat}: the run above is the {done} that finished"
+          + (" (on record as interrupted)" if args.results else ""), file=sys.stderr)
+    return 143 if word == "terminated" else 130  # as main() says an interrupted or terminated command
+
+
+def _run_done(args, source, listing, opts, recorder, reps: list, stopped: dict | None = None) -> int:
+    """The run document of `reps`, on record and shown (text or JSON); `stopped`: what a run cut short adds."""
+    from ckptbench.plan.cost import restore_cost
+    from ckptbench.restore import efficiency
+
     extra = {"layout": listing.layout.describe()} if listing.layout is not None else {}
     if args.price_per_hour is not None:
         from ckptbench.core.stats import spread
@@ -158,7 +184,7 @@ def cmd_run(args) -> int:
         rto = spread([r.rto_s for r in reps])["median"]
         extra["cost"] = restore_cost(rto, args.price_per_hour, args.spot_discount, args.restores_per_day)
     extra |= efficiency.of_repeats(source, listing, opts, reps)
-    doc = recorder.finish(reps, extra)
+    doc = recorder.finish(reps, extra | (stopped or {}))
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -273,14 +299,16 @@ def _show_sweep(args, res) -> int:
 
 
 def cmd_compare(args) -> int:
-    from ckptbench.records.compare import change_text, compare, figure_text, setting_text
+    from ckptbench.records.compare import MORE_SAMPLES, change_text, compare, figure_text, setting_text
+    from ckptbench.records.schema import plain
 
     c = compare(args.results, args.baseline, args.threshold, newest=args.newest, kind=args.kind)
-    if args.json:
-        json.dump({"kind": c.kind, "baseline": c.baseline_id, "newest": c.newest_id, "threshold_pct": c.threshold_pct,
-                   "env_diff": c.env_diff, "regressions": [f.figure for f in c.regressed],
-                   "figures": [vars(f) | {"noise_note": f.noise_note or None} for f in c.figures]}, sys.stdout,
-                  indent=2, default=str)
+    if args.json:  # plain: anything non-finite left is null, never NaN or Infinity (not JSON)
+        json.dump(plain({"kind": c.kind, "baseline": c.baseline_id, "newest": c.newest_id,
+                         "threshold_pct": c.threshold_pct, "env_diff": c.env_diff,
+                         "regressions": [f.figure for f in c.regressed],
+                         "figures": [vars(f) | {"noise_note": f.noise_note or None} for f in c.figures]}),
+                  sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         if c.env_diff:  # recorded settings: compare made them printable; say() again as every line here
@@ -297,8 +325,9 @@ def cmd_compare(args) -> int:
                 f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct):>8s}{flag}")
     if c.regressed:
         unsure = any(f.noise_note for f in c.regressed)
+        # what gives more samples is the kind's own option: save has --count, not --repeat, and a watch neither
         print(f"regression in {', '.join(f.figure for f in c.regressed)}"
-              + (" (a side of one repeat has no noise estimate: --repeat 3 or more on both runs tells a change from "
-                 "noise)" if unsure else ""), file=sys.stderr)
+              + (f" (a side of one repeat has no noise estimate: {MORE_SAMPLES.get(c.kind, MORE_SAMPLES['restore'])})"
+                 if unsure else ""), file=sys.stderr)
         return 1
     return 0

@@ -84,6 +84,7 @@ class Recorder:
         self.path, self.run_id, self.fmt, self.opts, self.env = path, run_id, fmt, opts, env
         self.source = recorded_text(source)
         self.done = 0
+        self.reps: list = []  # the repeats that ended, for the run document of a run stopped midway
 
     def _record(self, i: int, body: dict, figures: dict, read: str, *, status: str, verified: bool | None,
                 success_rate: float | None) -> None:
@@ -95,6 +96,7 @@ class Recorder:
 
     def repeat(self, r) -> None:
         self.done += 1
+        self.reps.append(r)
         if not self.path:
             return
         figures = {"cache_verified": r.cache.verified, "residency_before": r.cache.residency_before,
