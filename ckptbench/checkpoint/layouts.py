@@ -118,11 +118,26 @@ def _indexed(where: str, rels: list[str], index: str, shard: re.Pattern, fetch: 
     return tuple(r for r in rels if r in named or not shard.match(r)), tuple(shards)
 
 
+BELOW_WHY = ("weights in a sub-folder the index does not name (a repository's original/ checkpoint): "
+             "from_pretrained reads only the index's shards")
+
+
+def _below(lay: Layout) -> Layout:
+    """An indexed model without the weight files in its sub-folders: transformers loads the index's shards and never
+    opens them (Llama's original/consolidated.00.pth, as large as the model, was read with it: twice the RTO)."""
+    gone = tuple(r for r in lay.files if "/" in r and r.endswith((*TORCH_EXT, ".safetensors", ".distcp"))
+                 and r not in lay.model_files)
+    if not gone:
+        return lay
+    return replace(lay, files=tuple(r for r in lay.files if r not in gone),
+                   skipped=lay.skipped + tuple((r, BELOW_WHY) for r in gone))
+
+
 def _hf_bin(where: str, rels: list[str], top: set[str], fetch: Fetch | None) -> Layout:
     if HF_INDEX not in top:
         return Layout("hf-bin", tuple(rels), model_files=(HF_SINGLE,))
     files, shards = _indexed(where, rels, HF_INDEX, _HF_SHARD, fetch)
-    return Layout("hf-bin", files, model_files=shards)
+    return _below(Layout("hf-bin", files, model_files=shards))
 
 
 def state_stem(name: str) -> str | None:
@@ -246,7 +261,8 @@ def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
                       model_files=tuple(r for kind, _, r in own if kind == "model"),
                       optimizer_files=tuple(r for kind, _, r in own if kind == "optim"))
     if ST_INDEX in top:  # every shard the index names is there and inside, or the restore would be partial
-        return Layout("hf-safetensors", _indexed(where, rels, ST_INDEX, _ST_SHARD, fetch)[0])
+        files, shards = _indexed(where, rels, ST_INDEX, _ST_SHARD, fetch)
+        return _below(Layout("hf-safetensors", files, model_files=shards))
     if ".metadata" in top:
         return Layout("dcp", tuple(rels))
     if any(r.endswith(".ckpt") for r in top):

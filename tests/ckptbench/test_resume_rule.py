@@ -184,3 +184,22 @@ def test_an_indexed_model_beside_a_folder_of_other_weights_is_the_indexed_model(
             "original/consolidated.00.pth", "original/params.json"]
     lay = resume.choose(str(tmp_path), rels)  # not ambiguous: the top is one checkpoint by its index
     assert lay.root is None and lay.name == "hf-safetensors" and "model-00001-of-00001.safetensors" in lay.files
+
+
+def test_an_indexed_models_original_weights_in_a_sub_folder_are_not_read(tmp_path):
+    """transformers' from_pretrained reads the index's shards; Llama's original/consolidated.00.pth (as large as the
+    model) was read with them, doubling the RTO of a restore of the repository."""
+    import json
+
+    from ckptbench.checkpoint import layouts
+
+    for index, shard in (("model.safetensors.index.json", "model-00001-of-00001.safetensors"),
+                         ("pytorch_model.bin.index.json", "pytorch_model-00001-of-00001.bin")):
+        d = tmp_path / index
+        d.mkdir()
+        (d / index).write_text(json.dumps({"metadata": {}, "weight_map": {"w": shard}}))
+        rels = [index, shard, "config.json", "original/consolidated.00.pth", "original/params.json"]
+        lay = resume.choose(str(d), rels)
+        assert shard in lay.files and "config.json" in lay.files, lay.files
+        assert "original/consolidated.00.pth" not in lay.files
+        assert dict(lay.skipped)["original/consolidated.00.pth"] == layouts.BELOW_WHY
