@@ -124,11 +124,13 @@ def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
                     if r in finals else f"beside the checkpoints, not part of {tag}") for r in sorted(top)]
         return tag, why, tuple(passed)
     if any(r.endswith(WEIGHT_EXT) for r in top):
-        if holding and not layouts.is_one_checkpoint(rels) and not top & set(BINDERS) and _loose(where, top, fetch):
+        rivals = _checkpoints_below(where, rels, holding, fetch) if holding and not layouts.is_one_checkpoint(
+            rels) and not top & set(BINDERS) and _loose(where, top, fetch) else []
+        if rivals:
             # loose weight files beside folders of checkpoints: restored as one, they were read together and the
-            # format taken from a sub-folder's (a new user's extra.pt beside dcp/ and st/ restored as one "dcp")
+            # format taken from a sub-folder's (a new user's extra.pt beside dcp/ restored as one "dcp" checkpoint)
             raise _ambiguous(where, f"weight files at the top ({_listed(r for r in top if r.endswith(WEIGHT_EXT))})"
-                                    f" beside {len(holding)} folder(s) of checkpoints", sorted(holding) + ["."])
+                                    f" beside {len(rivals)} folder(s) of checkpoints", rivals + ["."])
         return None  # a checkpoint at the top; its own layout says which of its files are read
     dcp = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith("/.metadata")}
     if len(dcp) > 1:
@@ -150,6 +152,22 @@ def _loose(where: str, top: set[str], fetch: Fetch | None) -> bool:
         return layouts.select(where, sorted(top), fetch).name == "files"
     except CkptbenchError:  # the top's own files claim a layout and say something impossible: that layout's line
         return False
+
+
+def _checkpoints_below(where: str, rels: list[str], holding: set[str], fetch: Fetch | None) -> list[str]:
+    """The sub-folders among `holding` whose own files form a checkpoint layout (DCP's .metadata, an index, a
+    trainer's names): checkpoints of their own. Plain weight files in a sub-folder are part of a file set."""
+    out = []
+    for d in sorted(holding):
+        inside = [r[len(d) + 1:] for r in rels if r.startswith(d + "/")]
+        sub = f"{where.rstrip('/')}/{d}"
+        try:
+            within = None if fetch is None else (lambda rel, limit, what, d=d: fetch(f"{d}/{rel}", limit, what))
+            if layouts.select(sub, inside, within).name != "files":
+                out.append(d)
+        except CkptbenchError:  # its own files claim a layout (and say something impossible): a checkpoint still
+            out.append(d)
+    return out
 
 
 def _lightning(where: str, rels: list[str]) -> tuple[str, str, tuple] | None:

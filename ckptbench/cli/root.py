@@ -199,6 +199,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"ckptbench: error: {message} (see {self.prog} --help)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an option no command knows is sent to the command's own help, not the top's (a new
+        user's `run --concurency 4` was told to read `ckptbench --help`, which lists no run option)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            cmd = getattr(parsed, "command", None)
+            self.exit(2, f"ckptbench: error: unrecognized arguments: {printable(redact(' '.join(extras)))[:200]} "
+                         f"(see {self.prog}{' ' + cmd if cmd else ''} --help)\n")
+        return parsed
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(

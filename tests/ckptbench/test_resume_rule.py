@@ -162,12 +162,14 @@ def test_a_dcp_step_without_its_metadata_is_skipped_as_torchtitan_skips_it():
 
 
 def test_loose_weight_files_beside_folders_of_checkpoints_are_ambiguous_and_pick_chooses():
-    """A new user's folder: dcp/ and st/ (two checkpoints) and an extra.pt at the top. It was restored as one
-    "dcp" checkpoint reading all three (the format taken from dcp/.metadata); it is three candidates."""
+    """A new user's folder: dcp/ (a DCP checkpoint), st/ (a safetensors file) and an extra.pt at the top. It was
+    restored as one "dcp" checkpoint reading all three (the format taken from dcp/.metadata)."""
     rels = ["dcp/.metadata", "dcp/__0_0.distcp", "st/x.safetensors", "extra.pt"]
-    with pytest.raises(CkptbenchError, match=r"weight files at the top \(extra\.pt\) beside 2 folder\(s\) of "
-                                             r"checkpoints \(\., dcp, st\).*--pick NAME"):
+    with pytest.raises(CkptbenchError, match=r"weight files at the top \(extra\.pt\) beside 1 folder\(s\) of "
+                                             r"checkpoints \(\., dcp\).*--pick NAME"):
         resume.choose("/d", rels)
+    # plain weight files in a sub-folder are part of a file set (`read` of any files), not a rival checkpoint
+    assert resume.choose("/d", ["f0.bin", "f2.bin", "sub/f1.bin", "sub/f3.bin"]).root is None
     assert resume.choose("/d", rels, pick="dcp").name == "dcp"
     top = resume.choose("/d", rels, pick=".")
     assert top.files == ("extra.pt",) and {"dcp", "st"} <= set(dict(top.skipped))
