@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ckptbench.cli.show import emit
-from ckptbench.core.errors import CkptbenchError, printable, redact, shown
+from ckptbench.core.errors import CkptbenchError, printable, redact, redact_all, shown
 from ckptbench.core.units import human_figure, human_pct
 from ckptbench.system.floor import OVER_FLOOR
 
@@ -25,10 +25,11 @@ def run_line(r: dict) -> str:
     words = FIGURE_WORDS.get(r["figure"], r["figure"]) + (" after the first save" if r.get("steady") else "")
     repeats = f"{r['repeats']} repeat{'' if r['repeats'] == 1 else 's'}" + (
         f" (+{r['cancelled']} cancelled)" if r.get("cancelled") else "")
-    # recorded text is anyone's: an escape in a source path would retitle or wipe the terminal
-    return (f"{shown(r['run_id'], 40)}  {shown(r['kind'], 10):7s}  {shown(r['date'][:19], 19)}  "
-            f"{printable(redact(r['source']))}  {shown(how, 40)}  {repeats}  "
-            f"median {words} {took}{eff}  {shown(r['status'], 20)}")
+    # recorded text is anyone's: an escape in a source path would retitle or wipe the terminal, a `token=` in any
+    # field would be shown
+    return (f"{shown(redact(r['run_id']), 40)}  {shown(redact(r['kind']), 10):7s}  {shown(redact(r['date'][:19]), 19)}"
+            f"  {printable(redact(r['source']))}  {shown(redact(how), 40)}  {repeats}  "
+            f"median {words} {took}{eff}  {shown(redact(r['status']), 20)}")
 
 
 def cmd_history(args) -> int:
@@ -41,7 +42,7 @@ def cmd_history(args) -> int:
         raise CkptbenchError(f"{printable(args.results)}: a directory; name a results file run, save or watch wrote")
     found = runs(args.results)
     if args.json:
-        emit({"results": args.results, "runs": found})
+        emit(redact_all({"results": args.results, "runs": found}))  # escaped by JSON, but credentials go as in text
         return 0
     if not found:
         print(f"{printable(args.results)}: no runs recorded yet")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 
-from ckptbench.core.errors import CkptbenchError, printable, shown
+from ckptbench.core.errors import CkptbenchError, printable, redact, shown
 from ckptbench.plan.shape import plan
 from ckptbench.checkpoint.profiles import Profile
 from ckptbench.core.units import human_age, human_gbps
@@ -48,6 +48,12 @@ def _median(values: list[float]) -> float:
     return spread(values)["median"]
 
 
+def _said(text) -> str:
+    """A recorded field as the plan quotes it (text and --json): a source path or a run id edited to carry a
+    credential was printed whole."""
+    return shown(redact(str(text)))
+
+
 def measured_rank_read(results_path: str, on=None) -> dict | None:
     """The per-rank read rate of the newest distributed run (its aggregate rate ÷ its ranks), else of the
     newest restore run, neither read hot from the page cache, of the rows `on(row)` keeps; None when results.csv
@@ -61,15 +67,15 @@ def measured_rank_read(results_path: str, on=None) -> dict | None:
     dist = _runs(rows, lambda r: r["kind"] == "dist" and r["status"] in RESTORE_STATUSES and _ranks_ok(r), _aggregate)
     if dist:
         run = list(dist.values())[-1]
-        return {"source": "measured-dist", "run_id": shown(run[0]["run_id"]),
-                "date": shown(run[0]["timestamp"]), "where": shown(run[0]["source"]),
+        return {"source": "measured-dist", "run_id": _said(run[0]["run_id"]),
+                "date": _said(run[0]["timestamp"]), "where": _said(run[0]["source"]),
                 "ranks": int(run[0]["ranks"]),
                 "gbps": _median([_aggregate(r) / r["ranks"] for r in run])}
     restore = _runs(rows, lambda r: r["kind"] == "restore" and r["status"] in RESTORE_STATUSES)
     if restore:
         run = list(restore.values())[-1]
-        return {"source": "measured-restore", "run_id": shown(run[0]["run_id"]),
-                "date": shown(run[0]["timestamp"]), "where": shown(run[0]["source"]), "ranks": 1,
+        return {"source": "measured-restore", "run_id": _said(run[0]["run_id"]),
+                "date": _said(run[0]["timestamp"]), "where": _said(run[0]["source"]), "ranks": 1,
                 "gbps": _median([r["read_gbps"] for r in run])}
     return None
 
@@ -95,8 +101,8 @@ def rank_read_on(results_path: str, preset: Preset) -> tuple[dict | None, str]:
     other = measured_rank_read(results_path)
     if other is None:
         return None, ""
-    return None, (f"; the newest run in {printable(results_path)} ({other['run_id']}, {other['where']}) read other "
-                  f"storage than {preset.name}'s ({', '.join(sorted(kinds))}): not used")
+    return None, (f"; the newest run in {printable(redact(results_path))} ({other['run_id']}, {other['where']}) read "
+                  f"other storage than {preset.name}'s ({', '.join(sorted(kinds))}): not used")
 
 
 def _requests(profile: Profile, base: dict, preset: Preset) -> dict | None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
 from ckptbench.system.env import KEY_FIELDS
-from ckptbench.core.errors import CkptbenchError, shown
+from ckptbench.core.errors import CkptbenchError, redact, shown
 from ckptbench.core.stages import STAGES
 from ckptbench.records.results import jsonl_path, read_documents, read_rows
-from ckptbench.records.schema import KINDS, in_range
+from ckptbench.records.schema import KINDS, in_range, plain
 from ckptbench.core.stats import spread, sustained_rate
 from ckptbench.core.units import human_figure, human_pct
 
@@ -28,6 +29,12 @@ SETTINGS = ("source", "format", "mode", "cache", "concurrency", "read", "hash", 
 SAVE_SETTINGS = ("source", "format", "mode", "target", "ranks", "stagger_s")
 # what a run measured: a default baseline shares these (its other settings may differ, and are listed)
 MEASURED = ("source", "format", "cache")
+# what gives a run of each kind the samples a noise estimate needs (a save's first is left out of its figures)
+MORE_SAMPLES = {"restore": "--repeat 3 or more on both runs tells a change from noise",
+                "dist": "--repeat 3 or more on both runs tells a change from noise",
+                "save": "--count 4 or more on both runs (their first save is left out) tells a change from noise",
+                "watch": "a watch records one restore, so its noise stays unknown; `ckptbench run SOURCE --repeat 3` "
+                         "measures it"}
 
 
 @dataclass(frozen=True)
@@ -122,10 +129,16 @@ def steady(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def _shown(value):
+def _shown(key: str, value):
     """A recorded value as it may be shown: results fields are text anyone could have written (a terminal escape in a
-    source path or a kernel string would retitle or wipe the terminal)."""
-    return shown(value, 200) if isinstance(value, str) else value
+    source path or a kernel string would retitle or wipe the terminal, a `password=` in an env value was printed
+    whole); a number one a run can have had (NaN in a recorded env was NaN in --json, not JSON)."""
+    value = plain(value)  # non-finite numbers None, text valid UTF-8
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not in_range(key, value):
+        value = f"{value:g}"  # a cpu_count of 1e300 is no count: said as recorded, not in 300 digits
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return shown(redact(value if isinstance(value, str) else json.dumps(value, sort_keys=True)), 200)
 
 
 def _known(path: str, ids: list[str]) -> str:
@@ -206,24 +219,35 @@ def _floors(docs: dict[str, dict]) -> dict[str, dict]:
     gave one."""
     out = {}
     for run_id, d in docs.items():
-        f, e = d.get("floor_s"), d.get("efficiency")
-        # finite: JSON takes Infinity, and an infinite floor printed an efficiency of inf % and a change of nan %
-        if _finite(f) and f > 0 and _finite(e) and e > 0:
+        f = d.get("floor_s")
+        # in range: JSON takes Infinity, and an infinite floor printed an efficiency of inf % and a change of nan %;
+        # a floor of 1e308 s over any time overflowed to one
+        if measured("floor_s", f) and efficiency_of(d) is not None:
             out[run_id] = {"floor_s": float(f)}
     return out
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+def measured(figure: str, value):
+    """`value` where a run can have measured it as `figure` (schema.in_range), else None: compare refuses such a
+    figure, and history showed it (a check_s of -1e300 held a run to its floor for 1e300 s)."""
+    return value if in_range(figure, value) else None
+
+
+def efficiency_of(doc: dict | None) -> float | None:
+    """A run document's efficiency (its floor over its median time), where it recorded one a run can have had: above
+    0 and in range (1e308 read inf %, -5 a negative percent)."""
+    e = measured("efficiency", (doc or {}).get("efficiency"))
+    return e if e else None
 
 
 def held_s(doc: dict, rows: list[dict], took: str) -> list:
     """The time each repeat was held to its floor for, as restore/efficiency.of_repeats holds it: its RTO (a save's
-    until durable), less the check stage where the check ran the model (its compute, which no ceiling measures)."""
-    whole = [r.get(took) for r in rows]
-    if doc.get("check") != "model step" or not all(_finite(r.get("check_s")) for r in rows):
+    until durable), less the check stage where the check ran the model (its compute, which no ceiling measures). A
+    time no run can have taken is None."""
+    whole = [measured(took, r.get(took)) for r in rows]
+    if doc.get("check") != "model step" or not all(measured("check_s", r.get("check_s")) is not None for r in rows):
         return whole
-    return [t - r["check_s"] if _finite(t) else t for t, r in zip(whole, rows)]
+    return [None if t is None else measured(took, t - r["check_s"]) for t, r in zip(whole, rows)]
 
 
 def _command(docs: dict[str, dict], run_id: str) -> str | None:
@@ -232,9 +256,9 @@ def _command(docs: dict[str, dict], run_id: str) -> str | None:
     return command if isinstance(command, str) else None
 
 
-def _efficiency(floor: dict, measured) -> float | None:
-    ok = isinstance(measured, (int, float)) and 0 < measured < math.inf
-    return floor["floor_s"] / measured if ok else None
+def _efficiency(floor: dict, took) -> float | None:
+    """The floor over the time taken, where it is a share a run can have had (over a time of 5e-324 s: inf)."""
+    return measured("efficiency", floor["floor_s"] / took) if measured("held_s", took) else None
 
 
 def _newest(path: str, runs: dict[str, list[dict]], newest: str | None, kind: str | None) -> str:
@@ -362,5 +386,5 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     fb, fn = (floors.get(baseline) or {}).get("floor_s"), (floors.get(newest) or {}).get("floor_s")
     if fb and fn and abs(fn - fb) / fb > FLOOR_MOVED:  # the box itself did more or less: the efficiency says how much
         diff["floor_s"] = (fb, fn)  # of a change is the restore's
-    said = {shown(k): (_shown(a), _shown(b)) for k, (a, b) in diff.items()}
-    return Comparison(shown(baseline), shown(newest), figures, said, threshold_pct, kind)
+    said = {shown(k): (_shown(k, a), _shown(k, b)) for k, (a, b) in diff.items()}
+    return Comparison(shown(redact(baseline)), shown(redact(newest)), figures, said, threshold_pct, kind)

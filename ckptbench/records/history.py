@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import os
 
-from ckptbench.records.compare import COMPLETED, EFFICIENCY_OF, held_s, steady
+from ckptbench.records.compare import COMPLETED, EFFICIENCY_OF, efficiency_of, held_s, measured, steady
 from ckptbench.records.results import read_documents, read_rows
 from ckptbench.core.stats import spread
 
 # the one time each kind is known by: a restore's (and a watched or distributed one's) RTO, a save's until durable
 FIGURE_OF = {"save": "durable_s"}
-
-
-def _efficiency(doc: dict | None):
-    """The run document's efficiency (its floor over its median time), where it recorded a finite one."""
-    e = (doc or {}).get("efficiency")
-    return e if isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e) else None
 
 
 def runs(path: str) -> list[dict]:
@@ -33,7 +26,8 @@ def runs(path: str) -> list[dict]:
         statuses = {r["status"] for r in rows}
         kind = rows[0].get("kind") or "restore"
         figure = FIGURE_OF.get(kind, "rto_s")
-        figure_s = spread([r.get(figure) for r in ok])["median"] if ok else None
+        # a figure no run can have measured (compare refuses it) is unknown here, not a 300-digit time
+        figure_s = spread([measured(figure, r.get(figure)) for r in ok])["median"] if ok else None
         # the time its efficiency is over, where it is not figure_s: the RTO less the model's first step
         held = spread(held_s(docs.get(run_id) or {}, ok, figure))["median"] if ok else None
         out.append({
@@ -42,15 +36,16 @@ def runs(path: str) -> list[dict]:
             # a repeat cancelled midway is no repeat: said apart (a new user's 3 repeats read 4 after a Ctrl-C)
             "repeats": sum(1 for r in rows if r["status"] != "cancelled"),
             "cancelled": sum(1 for r in rows if r["status"] == "cancelled"),
-            "rto_s": spread([r["rto_s"] for r in ok])["median"] if ok else None,
+            "rto_s": spread([measured("rto_s", r["rto_s"]) for r in ok])["median"] if ok else None,
             # a distributed run's rate is its ranks' aggregate (schema 3 keeps read_gbps for one process's clock)
-            "read_gbps": spread([r.get("aggregate_gbps") if r.get("kind") == "dist" and r.get("aggregate_gbps")
-                                 is not None else r["read_gbps"] for r in ok])["median"] if ok else None,
+            "read_gbps": spread([measured("read_gbps", r.get("aggregate_gbps") if r.get("kind") == "dist" and
+                                          r.get("aggregate_gbps") is not None else r["read_gbps"])
+                                 for r in ok])["median"] if ok else None,
             "figure": figure,
             "figure_s": figure_s,
             "held_s": held if held is not None and held != figure_s else None,
             "steady": len(ok) < len(done),  # the first save left out
-            "efficiency": _efficiency(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
+            "efficiency": efficiency_of(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
             "status": statuses.pop() if len(statuses) == 1 else "mixed",
         })
     return out

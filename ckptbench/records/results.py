@@ -49,6 +49,8 @@ def _check_appendable(path: str) -> None:
         return
     except OSError as exc:
         raise _cannot(path, "append to it", exc) from None
+    if os.path.islink(path):  # append() would refuse it after the run: it never writes through a link
+        raise _linked(path)
     if not stat.S_ISREG(st.st_mode):
         raise CkptbenchError(f"{recorded_text(path)}: not a regular file; choose another --results path")
     try:
@@ -83,7 +85,11 @@ def check_writable(path: str, kind: str = "restore") -> None:
                                  f"{kind}s in a new --results path")
 
 
-FIRST_LINE_MAX = 1 << 24  # a document of ours (a distributed run's, every rank's figures) is far smaller
+# the longest line read: a document of ours is far shorter (a restore run's ~1.1 kB a repeat, a watch's ~300 B a
+# sample: this is 15 hours of samples at the default interval); a sparse file's 256 MiB of NULs was read whole, as
+# one line, at twice its size in memory
+DOCUMENT_MAX = 1 << 26
+ROW_MAX = 1 << 20  # a row of ours is ~1.1 kB, and csv refuses any one field over 128 kB
 
 
 def _check_ours(target: str) -> None:
@@ -94,10 +100,20 @@ def _check_ours(target: str) -> None:
     except (FileNotFoundError, PermissionError):  # none yet; or one we may append to but not read
         return
     try:
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            first = f.readline(FIRST_LINE_MAX)
+        _check_ours_at(fd, target)
     finally:
         os.close(fd)
+
+
+def _check_ours_at(fd: int, target: str) -> None:
+    """_check_ours on the open file: the one that is about to be appended to."""
+    first = bytearray()
+    while len(first) <= DOCUMENT_MAX:
+        chunk = os.pread(fd, 1 << 16, len(first))
+        first += chunk
+        if not chunk or b"\n" in chunk:
+            break
+    first = bytes(first.split(b"\n", 1)[0])
     if not first.strip():
         return  # empty: ours to start
     try:
@@ -129,13 +145,20 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _linked(path: str) -> CkptbenchError:
+    return CkptbenchError(f"{recorded_text(path)}: a symbolic link; results are never written through one (it can be "
+                          "pointed at any file): name a regular file as --results, and see what else writes there")
+
+
 def _open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
     """`path` opened without blocking and kept only if a regular file: a FIFO or a device named as a results file
     would block the open or the read, or never end it (told by the descriptor's type, so nothing swapped in after a
-    check gets through)."""
+    check gets through). With O_NOFOLLOW, a symbolic link is refused in one line."""
     try:
         fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and flags & os.O_NOFOLLOW:
+            raise _linked(path) from None
         if exc.errno != errno.ENXIO:  # ENXIO: a FIFO opened to write with no reader
             raise
         raise CkptbenchError(f"{recorded_text(path)}: not a regular file; not a ckptbench results file") from None
@@ -157,19 +180,44 @@ def header_of(path: str) -> tuple[str, ...]:
     """The columns an existing results file was started with (schema 1 or 2)."""
     try:
         with _open_text(path) as f:
-            return tuple(next(csv.reader(f), ()))
+            return tuple(next(csv.reader(_capped(f, path, ROW_MAX, "row")), ()))
     except OSError as exc:
         raise CkptbenchError(f"{path}: cannot read ({exc.strerror}); {_NAME_ONE}") from None
 
 
-def _ends_a_line(path: str, size: int) -> bool:
-    """Whether the file's last byte ends a line (an unreadable file is taken on trust)."""
+def _for_append(path: str, create: bool = False) -> tuple[int, bool]:
+    """(fd, readable) of `path` opened to append at the moment of writing: never through a symbolic link (one planted
+    after the check before the run had root append to, or create, the file it named), a regular file, and still the
+    file its name names. Readable where permitted, so that what is checked is the file written."""
+    flags = os.O_APPEND | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
     try:
-        with open(path, "rb") as f:
-            f.seek(size - 1)
-            return f.read(1) == b"\n"
+        fd, readable = _open_regular(path, flags | os.O_RDWR), True
+    except PermissionError:  # one we may append to but not read
+        fd, readable = _open_regular(path, flags | os.O_WRONLY), False
+    try:
+        _still_named(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, readable
+
+
+def _still_named(fd: int, path: str) -> None:
+    """The open file is the one `path` names now (same device and inode): a file or link put in its place since it
+    was opened or checked is refused, nothing written."""
+    try:
+        now = os.lstat(path)
     except OSError:
-        return True
+        now = None
+    st = os.fstat(fd)
+    if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        raise CkptbenchError(f"{recorded_text(path)}: replaced while being appended to (another file or a link put in "
+                             "its place); nothing written: see what else writes there, or choose another --results")
+
+
+def _ends_a_line(fd: int, size: int) -> bool:
+    """Whether the file's last byte ends a line."""
+    return os.pread(fd, 1, size - 1) == b"\n"
 
 
 def _in_schema(row: dict, columns: tuple[str, ...]) -> dict:
@@ -183,7 +231,7 @@ def _in_schema(row: dict, columns: tuple[str, ...]) -> dict:
 
 def append(path: str, rows: list[dict]) -> None:
     """Appends rows with one write each to an O_APPEND file: a crash loses at most the row being written."""
-    if not os.path.exists(path):
+    if not os.path.lexists(path):  # a link to nothing is refused below, never made a file through
         fd, tmp = new_file_beside(path)
         try:
             _write_all(fd, _line(list(COLUMNS)).encode("utf-8"))
@@ -197,13 +245,16 @@ def append(path: str, rows: list[dict]) -> None:
         finally:
             os.unlink(tmp)
         _fsync_dir(path)
-    read_rows(path)  # refuses a foreign or damaged file before touching it
-    columns = header_of(path)
-    if columns == COLUMNS_V1 and any(row.get("kind", "restore") != "restore" for row in rows):
-        raise CkptbenchError(f"{recorded_text(path)}: a schema-1 results file holds restores only; record saves in "
-                             "a new --results path")
-    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND)
+    fd, readable = _for_append(path)
     try:
+        if not readable:
+            raise CkptbenchError(f"{recorded_text(path)}: cannot read it to check it is ours; make it readable or "
+                                 "choose another --results path")
+        columns, _ = _rows_in(path, fd)  # refuses a foreign or damaged file before touching it: the very one written
+        if columns == COLUMNS_V1 and any(row.get("kind", "restore") != "restore" for row in rows):
+            raise CkptbenchError(f"{recorded_text(path)}: a schema-1 results file holds restores only; record saves "
+                                 "in a new --results path")
+        _still_named(fd, path)
         for given in rows:
             one = _in_schema(redact_all({"kind": "restore"} | given), columns)  # no credential is ever recorded
             values = [json.dumps(plain(one[c]), sort_keys=True, allow_nan=False) if c == "env"
@@ -218,11 +269,13 @@ def append_document(path: str, doc: dict) -> None:
     """Appends one JSON document as one line of the results file's .jsonl, fsync'd before returning."""
     target = jsonl_path(path)
     line = json.dumps(plain(redact_all(doc)), allow_nan=False) + "\n"  # every kind's document, credentials out
-    fd = _open_regular(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    fd, readable = _for_append(target, create=True)
     try:
         size = os.fstat(fd).st_size
-        if size and not _ends_a_line(target, size):
-            line = "\n" + line  # a line torn by a crash stays apart from this one
+        if size and readable:
+            _check_ours_at(fd, target)  # a foreign file put in its place since the check before the run
+            if not _ends_a_line(fd, size):
+                line = "\n" + line  # a line torn by a crash stays apart from this one
         _write_all(fd, line.encode("utf-8"))
         os.fsync(fd)
     finally:
@@ -238,7 +291,7 @@ def read_documents(path: str, record: str | None = None) -> list[dict]:
     docs = []
     try:
         with _open_text(jsonl_path(path)) as f:
-            for line in f:
+            for line in _capped(f, jsonl_path(path), DOCUMENT_MAX, "document"):
                 try:
                     doc = json.loads(line)
                 except (ValueError, RecursionError):  # torn by a crash, or nested past any document of ours
@@ -254,11 +307,30 @@ def read_documents(path: str, record: str | None = None) -> list[dict]:
     return docs
 
 
+def _capped(f, path: str, most: int, what: str):
+    """The text file's lines, each read only up to `most` characters: a longer one is refused in one line."""
+    lineno = 0
+    while line := f.readline(most + 1):
+        lineno += 1
+        if len(line) > most:
+            raise CkptbenchError(f"{recorded_text(path)}:{lineno}: a line over {most >> 20} MiB, longer than any "
+                                 f"{what} ckptbench writes (damaged, or not a results file); repair or move the file")
+        yield line
+
+
 def read_rows(path: str) -> list[dict]:
     """Rows as dicts with numbers parsed and env decoded; one clear error for anything that is not our file."""
+    return _rows_in(path)[1]
+
+
+def _rows_in(path: str, fd: int | None = None) -> tuple[tuple[str, ...], list[dict]]:
+    """The header and rows of the results file at `path`, or of the one open at `fd` (read from its start)."""
+    reader = None
     try:
-        with _open_text(path) as f:
-            reader = csv.reader(f)
+        with (_open_text(path) if fd is None else open(os.dup(fd), encoding="utf-8", newline="")) as f:
+            if fd is not None:
+                f.seek(0)
+            reader = csv.reader(_capped(f, path, ROW_MAX, "row"))
             header = next(reader, None)
             if header is None:
                 raise CkptbenchError(f"{path}: empty; not a ckptbench results file")
@@ -273,9 +345,10 @@ def read_rows(path: str) -> list[dict]:
                                          f"{len(columns)}); repair or move the file")
                 row = dict.fromkeys(COLUMNS, "") | {"kind": "restore"} | dict(zip(columns, values))
                 rows.append(_once(_parse(_from_schema(row, columns), path, lineno), seen, path, lineno))
-            return rows
+            return columns, rows
     except csv.Error as exc:  # e.g. a field over csv's size limit
-        raise CkptbenchError(f"{path}:{reader.line_num}: malformed row ({exc}); repair or move the file") from None
+        where = f":{reader.line_num}" if reader is not None else ""
+        raise CkptbenchError(f"{path}{where}: malformed row ({exc}); repair or move the file") from None
     except UnicodeDecodeError:
         raise CkptbenchError(f"{path}: not a text file; not a ckptbench results file") from None
     except OSError as exc:
