@@ -11,7 +11,8 @@ from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts, reason, unknown
 from ckptbench.checklist.mounts import mount_options, network_path
 from ckptbench.core import options as o
-from ckptbench.core.errors import name_source, printable
+from ckptbench.core.errors import name_source, printable, redact
+from ckptbench.core.paths import source_identity
 from ckptbench.core.units import human_bytes, human_figure
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.sweep import MeasuredKnee, advice
@@ -51,6 +52,28 @@ def _rates_of(f: Facts) -> dict:
     return {"read": f.sweep.get("read") or "unknown", "hash": f.sweep.get("hash"), "into": REUSED}
 
 
+def _skipped_knee(f: Facts) -> dict:
+    """The newest knee recorded for this source when it is malformed, which advice passes over (to an older one, or
+    none): one line saying so, as a malformed results row is said, where the user would otherwise see no reason."""
+    if f.sweep is not None or not f.results:
+        return {}
+    from ckptbench.records.results import jsonl_path, read_documents
+
+    mine = source_identity(f.source)
+    for doc in reversed(read_documents(f.results, "knee")):
+        if not isinstance(doc.get("source"), str) or source_identity(doc["source"]) != mine:
+            continue
+        if doc.get("status", "ok") != "ok":
+            continue  # an interrupted sweep's levels: no knee, and on record as such
+        why = MeasuredKnee.malformed(doc)
+        if why is None:
+            return {}
+        where = printable(redact(jsonl_path(f.results)))
+        return {"knee_record": f"{where}: the newest knee record of this checkpoint is malformed ({why}): not used; "
+                               "measure the knee again"}
+    return {}
+
+
 def concurrency(f: Facts) -> Verdict:
     why = "too few parallel reads leave bandwidth unused; far more than the knee only adds contention"
     title = "Concurrency"
@@ -59,7 +82,7 @@ def concurrency(f: Facts) -> Verdict:
     if m is None:
         floor = advised.concurrency
         ev = {"concurrency": f.concurrency, "preset": f.preset.name if f.preset else None, "preset_minimum": floor,
-              "basis": advised.basis}
+              "basis": advised.basis} | _skipped_knee(f)
         measure = _measure_it(f)
         if floor and f.concurrency < floor:
             return Verdict("concurrency", title, "warn", ev, why,
@@ -69,6 +92,7 @@ def concurrency(f: Facts) -> Verdict:
     current = gbps.get(f.concurrency)
     ev = {"concurrency": f.concurrency, "knee": knee, "best": best, "gbps_by_level": gbps,
           "gbps_at_current": current, "gbps_at_knee": gbps[knee]} | _rates_of(f) | {"basis": advised.basis}
+    ev |= _skipped_knee(f)
     if f.concurrency < knee:
         if current is None:  # a level the measurement did not read (an auto-tune stops past the knee)
             return Verdict("concurrency", title, "warn", ev, why, f"--concurrency {knee}, the {advised.basis}")

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, replace
 
 from ckptbench.core import concurrency as conc
-from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.core.errors import Cancelled, CkptbenchError, redact, shown
 from ckptbench.core.interrupt import stops_as_interrupted
 from ckptbench.core.paths import source_identity
 from ckptbench.restore import efficiency
@@ -60,6 +60,10 @@ def knee(medians: dict[int, float], margin: float = KNEE_MARGIN) -> tuple[int, i
     return best, best
 
 
+GBPS_MAX = 10_000.0  # a level's GB/s past any storage a box reads from: a record saying more is no measurement
+TEXT_MAX = 64  # a knee record's `how` and `date` as shown ("quick sweep", "2025-01-31 12:00"), past that cut
+
+
 @dataclass(frozen=True)
 class MeasuredKnee:
     """A knee someone measured on a source — a sweep, a quick sweep, an auto-tune — and when: the one figure every
@@ -80,17 +84,37 @@ class MeasuredKnee:
         return {"record": "knee", "source": source_identity(self.source), "knee": self.knee, "best": self.best,
                 "gbps": {str(k): v for k, v in self.gbps.items()}, "how": self.how, "date": self.date}
 
+    @staticmethod
+    def malformed(doc: dict) -> str | None:
+        """Why a finished knee document is no whole knee record (hand-edited, torn, written by something else), in
+        a few words; None when it is one. Its figures go into advice and a JSON document: each is checked here."""
+        gbps = doc.get("gbps")
+        if not isinstance(gbps, dict) or not gbps:
+            return "it has no GB/s by level"
+        for k, v in gbps.items():
+            if not (isinstance(k, str) and 0 < len(k) <= 6 and k.isascii() and k.isdigit() and k == str(int(k))
+                    and conc.MIN <= int(k) <= conc.MAX):
+                return f"level {shown(redact(str(k)), 20)!r} is not a concurrency {conc.MIN}..{conc.MAX}"
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= GBPS_MAX:  # NaN fails too
+                return f"its GB/s at level {int(k)} is {shown(redact(str(v)), 20)!r}, not a rate 0..{GBPS_MAX:g}"
+        for name in ("knee", "best"):
+            v = doc.get(name)
+            if isinstance(v, bool) or not isinstance(v, int) or str(v) not in gbps:
+                return f"its {name} {shown(redact(str(v)), 20)!r} is not a level it measured"
+        for name in ("source", "how", "date"):
+            if not isinstance(doc.get(name), str):
+                return f"it has no {name}"
+        return None
+
     @classmethod
     def from_json(cls, doc: dict) -> "MeasuredKnee | None":
-        """None for a document that is not a whole knee record (hand-edited, torn, a sweep interrupted)."""
-        if doc.get("status", "ok") != "ok":
+        """None for a document that is not a whole knee record (a sweep interrupted, or `malformed`). Its `how` and
+        `date` are shown as they came: redacted, printable and cut (a 100 kB one was printed whole, twice)."""
+        if doc.get("status", "ok") != "ok" or cls.malformed(doc) is not None:
             return None
-        try:
-            gbps = {int(k): float(v) for k, v in doc["gbps"].items()}
-            mk = cls(str(doc["source"]), int(doc["knee"]), int(doc["best"]), gbps, str(doc["how"]), str(doc["date"]))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
-        return mk if mk.knee in gbps and conc.MIN <= mk.knee <= conc.MAX else None
+        gbps = {int(k): float(v) for k, v in doc["gbps"].items()}
+        return cls(doc["source"], doc["knee"], doc["best"], gbps, shown(redact(doc["how"]), TEXT_MAX),
+                   shown(redact(doc["date"]), TEXT_MAX))
 
 
 def measured_knee(source: str, medians: dict[int, float], how: str, date: str | None = None, *,

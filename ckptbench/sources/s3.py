@@ -218,7 +218,7 @@ def _fail(url: S3Url, exc: BaseException) -> CkptbenchError:
         MALFORMED: f"{url}: {host} answered with {big or 'something that is not a valid S3 response'}; check that "
                    "AWS_ENDPOINT_URL points at an S3 endpoint",
         # worded without "credentials" before a word: redact() would take the word for one
-        "NoCredentialsError": f"{url}: no AWS access key was found to sign requests with; set AWS_ACCESS_KEY_ID and "
+        "NoCredentialsError": f"{url}: no AWS access key was found to sign S3 requests with; set AWS_ACCESS_KEY_ID and "
                               "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where an instance role provides them",
     }.get(cls, f"{url}: S3 error ({cls}); retry later or check the endpoint")
     return CkptbenchError(text)

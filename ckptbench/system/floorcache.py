@@ -12,7 +12,7 @@ import platform
 
 import fastio
 
-from ckptbench.core.errors import printable
+from ckptbench.core.errors import printable, redact
 from ckptbench.system.ceilings import DEVICE_FIGURES, Ceiling, gpu_models, large_size
 
 MAX_AGE_S = 86400.0
@@ -46,6 +46,13 @@ def cache_path() -> str:
 
 CACHE_MAX = 1 << 20  # a cache of one box and a few dozen mounts is a few kB: anything larger is not ours
 MOUNTS_MAX = 64  # storage figures kept, the freshest first
+BUSY_MAX = 300  # the line saying what held the cores while the floor was measured
+
+
+def shown_text(text: str, limit: int) -> str:
+    """A string from the cache as `floor`, `sysinfo` and their JSON show it: redacted whole (a cut can hide the "@"
+    of a URL's user:password), printable, then cut: a planted one carried a key to the screen and the records."""
+    return printable(redact(text))[:limit]
 
 
 def _load_cache(path: str) -> dict:
@@ -69,9 +76,9 @@ def _load_cache(path: str) -> dict:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("box"), dict):
         return {}
     busy = doc.get("busy")
+    busy = shown_text(busy, BUSY_MAX) if isinstance(busy, str) else ""
     return {"schema": SCHEMA, "box": doc["box"]} | {k: doc[k] for k in ("ceilings", "storage", "write")
-                                                    if isinstance(doc.get(k), dict)} | (
-        {"busy": busy[:300]} if isinstance(busy, str) and busy else {})
+                                                    if isinstance(doc.get(k), dict)} | ({"busy": busy} if busy else {})
 
 
 METHOD_MAX = 600  # a method line's characters: a longer one was not written by us
@@ -107,7 +114,7 @@ def valid_ceiling(entry, now: float) -> Ceiling | None:
     of_files = entry.get("of_files", "")
     if not (isinstance(of_files, str) and len(of_files) <= 16 and all(c in "0123456789abcdef" for c in of_files)):
         of_files = ""  # not one of ours: then not known whose files it read
-    return Ceiling(*rates, printable(method)[:METHOD_MAX], at, sample, fresh_gbps=float(into_fresh),
+    return Ceiling(*rates, shown_text(method, METHOD_MAX), at, sample, fresh_gbps=float(into_fresh),
                    hot_gbps=float(hot), hot_reused_gbps=float(hot_reused), of_files=of_files)
 
 

@@ -47,37 +47,89 @@ def is_checkpoint_file(path: str, size: int | None = None, source: str | None = 
     return path.endswith(CHECKPOINT_EXT)
 
 
-def _is_code(path: str) -> bool | None:
-    """Whether the file is an ELF object by its magic (a library or an executable copied under a checkpoint's
-    name: weights.bin, exe.ckpt); None when it cannot be read."""
-    try:
-        with open(path, "rb", buffering=0) as f:
-            try:  # one page, not a read-ahead window: the watch counts what comes into the page cache as the job's
-                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+def _held(pids, paths: set[str]) -> dict[str, set[tuple[int, int]]]:
+    """(device, inode) of each of `paths` as the tree holds it, through its /proc/PID/fd links: a link's name is the
+    job's, and a job in another mount namespace (a container) names files this namespace has elsewhere, or not at
+    all, or as a FIFO whose open blocks."""
+    out: dict[str, set[tuple[int, int]]] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            link = f"/proc/{pid}/fd/{fd}"
+            try:
+                path = os.readlink(link)
+                if path in paths:
+                    st = os.stat(link)
+                    out.setdefault(path, set()).add((st.st_dev, st.st_ino))
             except OSError:
-                pass
-            return f.read(4) == _ELF
+                continue  # closed between listing and reading
+    return out
+
+
+def _same(st: os.stat_result, ident: set[tuple[int, int]] | None) -> bool:
+    return stat.S_ISREG(st.st_mode) and (ident is None or (st.st_dev, st.st_ino) in ident)
+
+
+def _data_size(path: str, ident: set[tuple[int, int]] | None = None) -> int | None:
+    """The file's size when it is data: a regular file, readable, not an ELF object by its magic (a library or an
+    executable copied under a checkpoint's name: weights.bin, exe.ckpt), and, with `ident`, one of those (device,
+    inode) pairs: the job's own file, not whatever its name reaches here. None otherwise, and what is not the job's
+    is never opened (a FIFO's open blocks, a device's acts) nor read."""
+    try:
+        if not _same(os.lstat(path), ident):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+        if not _same(st, ident):  # replaced between the look and the open
+            return None
+        try:  # one page, not a read-ahead window: the watch counts what comes into the page cache as the job's
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        except OSError:
+            pass
+        return None if os.pread(fd, 4, 0) == _ELF else st.st_size
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 class FileJudge:
     """Which of the files a job holds are its checkpoint's: by name and place (is_checkpoint_file), then by their
-    first bytes, read once per file (a job holds the same files interval after interval)."""
+    first bytes, read once per file (a job holds the same files interval after interval), and only where the name
+    reaches the very file the job holds: the verdict re-reads these files by name."""
 
     def __init__(self, source: str | None = None):
         self.source = source_root(source)
         self._open: dict[tuple[str, int], bool] = {}  # (path, size) -> a checkpoint file
         self._mapped: dict[tuple[str, str, int], int | None] = {}  # (path, dev, inode) -> size, None: not one
 
+    def open_files(self, files, pids) -> list:
+        """Of the files (procstat.OpenFile) the tree `pids` has open, the checkpoint's: named or placed as one, the
+        same file here as the job's (device and inode), readable and not code (what cannot be read cannot be judged,
+        nor re-read by the verdict)."""
+        new = {f.path for f in files
+               if (f.path, f.size) not in self._open and is_checkpoint_file(f.path, source=self.source)}
+        held = _held(pids, new) if new else {}
+        for f in files:
+            if f.path in held and (f.path, f.size) not in self._open:
+                self._open[f.path, f.size] = _data_size(f.path, held[f.path]) is not None
+        # one closed before its link was read is judged when next seen held, or at the end among the unseen
+        return [f for f in files if self._open.get((f.path, f.size), False)]
+
     def open_file(self, path: str, size: int) -> bool:
-        """An open file is the checkpoint's: named or placed as one, and readable and not code (what cannot be
-        read cannot be judged, nor re-read by the verdict)."""
+        """A file under the checkpoint (the job was never seen to hold it) is the checkpoint's: named or placed as
+        one, and a regular file, readable and not code."""
         if not is_checkpoint_file(path, source=self.source):
             return False
         key = (path, size)
         if key not in self._open:
-            self._open[key] = _is_code(path) is False
+            self._open[key] = _data_size(path) is not None
         return self._open[key]
 
     def mapped_file(self, path: str, dev: str, inode: int, execs: bool) -> int | None:
@@ -88,22 +140,16 @@ class FileJudge:
         return self._mapped[key]
 
     def _judge_mapping(self, path: str, dev: str, inode: int) -> int | None:
-        """The file's size when the mapping names a checkpoint: a regular file still at that path (same device and
-        inode), checkpoint-like as an open file must be, and not code by its magic."""
+        """The file's size when the mapping names a checkpoint: the mapped file itself still at that path (same
+        device and inode, checked on what was opened), checkpoint-like as an open file must be, and not code."""
         if not is_checkpoint_file(path, source=self.source):
-            return None
-        try:
-            st = os.stat(path)
-        except OSError:
             return None
         major, _, minor = dev.partition(":")
         try:
-            same = st.st_ino == inode and (os.major(st.st_dev), os.minor(st.st_dev)) == (int(major, 16), int(minor, 16))
-        except ValueError:
+            ident = {(os.makedev(int(major, 16), int(minor, 16)), inode)}
+        except (ValueError, OverflowError):
             return None
-        if not same or not stat.S_ISREG(st.st_mode) or _is_code(path) is not False:
-            return None
-        return st.st_size
+        return _data_size(path, ident)
 
 
 def _read(path: str) -> str:

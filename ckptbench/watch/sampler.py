@@ -190,7 +190,7 @@ class Watch:
                 cur = procstat.sample(self.pid)
             except procstat.ProcessGone:
                 break
-            ckpt = [f for f in cur.files if judge.open_file(f.path, f.size)]
+            ckpt = judge.open_files(cur.files, cur.pids)  # the files themselves, not what their names reach here
             for f in ckpt:
                 files[f.path] = f.size
                 positions[f.path] = max(positions.get(f.path, 0), f.pos)
