@@ -46,6 +46,7 @@ bench: build
 	$(BIN)/python bench/restore_bench.py
 	$(BIN)/python bench/s3_bench.py
 	$(BIN)/python bench/peers_bench.py
+	$(BIN)/python bench/dcp_bench.py
 	$(BIN)/python bench/save_bench.py
 	$(BIN)/python bench/watch_bench.py
 	$(BIN)/python bench/dist_bench.py
