@@ -407,7 +407,7 @@ def test_population_samples_are_held_within_a_budget(monkeypatch):
         return r
 
     monkeypatch.setattr(ceilings, "_hold_budget", lambda: 3 << 20)
-    monkeypatch.setattr(ceilings, "populate", lambda region, n: (1e9 * n, "fixed"))
+    monkeypatch.setattr(ceilings, "populate", lambda region, n, *at: (1e9 * n, "fixed"))
     rates, how, threads = ceilings._best(make, live.remove, cores=4, repeats=3)
     assert peak[0] == 3 << 20 and not live  # 5 samples (sweep), at most 3 held, every one closed at the end
     assert threads == 4 and rates == [4e9] * 3 and how == "fixed"

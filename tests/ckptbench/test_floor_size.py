@@ -77,6 +77,56 @@ def test_a_real_large_sample_is_one_plain_allocation_of_the_size_class(monkeypat
     assert ceilings.populate_large(40 << 20) == (None, None)  # half the available memory at most: the box's own
 
 
+def test_the_size_class_sample_stops_at_its_time_budget_and_says_how_much_it_populated(monkeypatch):
+    """`floor` is to take seconds: a 4 GiB class populated at a bad minute's 0.7 GB/s took 5 s of a 15 s floor. The
+    sample goes in steps and stops once its budget is spent, its rate over what it populated, said in its method."""
+    monkeypatch.setattr(ceilings, "LARGE_MIN", 32 << 20)
+    monkeypatch.setattr(ceilings, "LARGE_STEP", 8 << 20)
+    monkeypatch.setattr(ceilings, "LARGE_BUDGET_S", 0.25)
+    steps = []
+
+    def slow(region, n, start=0, length=None):  # 8 MiB steps at 0.1 GB/s: 0.084 s each, the budget spent in 3
+        steps.append((start, length))
+        return 0.1e9, "MADV_POPULATE_WRITE"
+
+    monkeypatch.setattr(ceilings, "populate", slow)
+    c, held = ceilings.populate_large(64 << 20, cores=2)
+    held.close()
+    assert [s for s, _ in steps] == [0, 8 << 20, 16 << 20] and all(n == 8 << 20 for _, n in steps)  # in order
+    assert c.gbps == pytest.approx(0.1) and c.sample_bytes == 64 << 20  # the class it stands for
+    assert "24 MiB of it in the 0.25 s" in c.method and "one sample of 64 MiB" in c.method
+    steps.clear()
+    monkeypatch.setattr(ceilings, "populate", lambda region, n, start=0, length=None: steps.append(length) or
+                        (100e9, "MADV_POPULATE_WRITE"))  # fast: the whole class within the budget, said as whole
+    c, held = ceilings.populate_large(64 << 20, cores=2)
+    held.close()
+    assert sum(steps) == 64 << 20 and "of it in the" not in c.method and c.gbps == pytest.approx(100)
+
+
+def test_a_real_size_class_sample_cut_short_populates_the_pages_it_counts(monkeypatch):
+    """The real path, with no time to spare: one step populated (resident), the rest of the allocation untouched."""
+    import ctypes
+    import mmap
+
+    monkeypatch.setattr(ceilings, "LARGE_STEP", 4 << 20)
+    region = mmap.mmap(-1, 32 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    region.madvise(mmap.MADV_NOHUGEPAGE)  # whole pages of 4 KiB: a huge page would make the untouched rest resident
+    try:
+        rate, how, done = ceilings._populate_for(region, 2, 0.0)
+        assert done == 4 << 20 and rate > 0 and how in ("MADV_POPULATE_WRITE", "a write per page")
+        pages = len(region) // mmap.PAGESIZE
+        vec = (ctypes.c_ubyte * pages)()
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+        base = ctypes.c_char.from_buffer(region)
+        assert libc.mincore(ctypes.addressof(base), len(region), vec) == 0
+        del base  # the export goes before the region closes
+        resident = [i for i in range(pages) if vec[i] & 1]
+        assert resident == list(range((4 << 20) // mmap.PAGESIZE))  # the first step's pages, and no others
+    finally:
+        region.close()
+
+
 def test_measure_adds_a_size_class_to_cached_box_figures_once_and_keeps_the_others(tmp_path, monkeypatch):
     cache = str(tmp_path / "floor.json")
     now = time.time()
