@@ -131,12 +131,12 @@ def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int
 
 def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict], dict]:
     """The floor's populate_4k and populate_thp (a Ceiling each) against the C loop at the floor's best thread count
-    and method; a figure at a restore's size (populate_at_*) against one C sample of that size, no page advice (a
-    plain allocation, as the floor's), every thread the floor used."""
+    and method; a figure at a restore's size (populate_at_*) against one C sample of the bytes it populated
+    (populated_of), no page advice (a plain allocation, as the floor's), every thread the floor used."""
     from ckptbench.system import floor as fl
 
     out, record = [], {}
-    large = [(k, 2, c.sample_bytes, 1) for k, c in ceilings.items() if fl.large_size(k)]
+    large = [(k, 2, populated_of(c), 1) for k, c in ceilings.items() if fl.large_size(k)]
     with tempfile.TemporaryDirectory(prefix="ckptbench-pop-") as tmp:
         exe = compile_c(tmp)
         for key, huge, nbytes, reps in [("populate_thp", 1, size, repeats), ("populate_4k", 0, size, repeats),
@@ -165,6 +165,13 @@ def c_population(ceilings: dict, size: int, repeats: int = 5) -> tuple[list[dict
             out.append(ratio_verdict(name, value, AGREE_BAND, detail))
             record[key] = {"floor_gbps": c.gbps, "threads": threads, "method": how, "c_gbps": rates, "bytes": nbytes}
     return out, record
+
+
+def populated_of(c) -> int:
+    """The bytes a size-class figure populated: its class, or what its time budget let it populate (the method says
+    "(N MiB of it in the …")": the C sample populates as many, for like against like."""
+    m = re.search(r"\((\d+) MiB of it in the ", c.method)  # ceilings.populate_large's words
+    return int(m.group(1)) << 20 if m else c.sample_bytes
 
 
 def fresh_how(method: str) -> int | None:

@@ -282,3 +282,19 @@ def test_the_floor_as_met_scales_fresh_memory_by_the_runs_own_rate_and_holds_eve
     other.ceilings["populate_4k"] = dataclasses.replace(other.ceilings["populate_4k"], gbps=6.0)  # 3 a core
     picked = fb.median_models([other], nbytes)
     assert fb.as_met(picked, runs, nbytes)["hot"]["floor_gbps_per_core"] == pytest.approx(3.0)
+
+
+def test_a_size_class_figure_cut_by_its_budget_is_checked_against_as_many_bytes(monkeypatch):
+    """The C sample populates what the floor's populated (its method says so), not the whole class."""
+    from ckptbench.system import ceilings as cl
+
+    monkeypatch.setattr(cl, "LARGE_MIN", 16 << 20)
+    monkeypatch.setattr(cl, "LARGE_STEP", 4 << 20)
+    monkeypatch.setattr(cl, "LARGE_BUDGET_S", 0.0)  # the real words of a cut sample: one step
+    cut, held = cl.populate_large(32 << 20, cores=2)
+    held.close()
+    assert cut.sample_bytes == 32 << 20 and agree.populated_of(cut) == 4 << 20
+    monkeypatch.setattr(cl, "LARGE_BUDGET_S", 60.0)
+    whole, held = cl.populate_large(32 << 20, cores=2)
+    held.close()
+    assert agree.populated_of(whole) == 32 << 20
