@@ -103,9 +103,10 @@ def print_report(r) -> None:
              f"write {s['peak_write_gbps']:.2f} GB/s against {s['peak_write_gbps_all_at_once']:.2f} GB/s with every "
              f"rank at once; device peak {_fmt(s['device_peak_write_mbps'], '.0f', ' MB/s')}")
     if r.floor:
-        from ckptbench.cli.show import floor_line
+        from ckptbench.cli.show import floor_lines
 
-        _say(floor_line(r.floor))
+        for line in floor_lines(r.floor):
+            _say(line)
     for n in r.notes:
         _say(f"  note: {n}")
 

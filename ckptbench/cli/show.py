@@ -82,9 +82,16 @@ def print_recorded(path: str | None, run_id: str, what: str = "run") -> None:
           "the newest against the last one like it")
 
 
+def floor_lines(doc: dict) -> list[str]:
+    """floor_line, then its note's clauses, a line each, indented under it."""
+    if doc.get("floor_s") is None:
+        return [floor_line(doc)]
+    return [floor_line(doc)] + [f"           {c}" for c in clauses(doc.get("floor_note") or "")]
+
+
 def floor_line(doc: dict) -> str:
     """The line that holds a measured time (a restore's RTO, a read's wall time, a save's until durable) against
-    what the box can do."""
+    what the box can do (floor_lines adds what it stands on)."""
     if doc.get("floor_s") is None:
         return f"  floor: {doc.get('floor_note') or 'unknown'}"
     eff = f" · {human_pct(doc['efficiency'])} of it" if doc.get("efficiency") is not None else ""
@@ -93,8 +100,22 @@ def floor_line(doc: dict) -> str:
     met = doc.get("floor_as_met")
     if eff and met_off(met) and met["efficiency"] is not None:
         eff += f" ({human_pct(met['efficiency'])} of the box as this run met it)"  # the note says why
-    return f"  floor    {doc['floor_s']:9.3f} s, bound by {binding.bound(doc)}{eff} ({doc['floor_note']})"
+    return f"  floor    {doc['floor_s']:9.3f} s, bound by {binding.bound(doc)}{eff}"
+
+
+def clauses(note: str) -> list[str]:
+    """A note's clauses, split at its top-level "; " (never inside parentheses): one printed line each. The note as
+    one parenthesis ran to 900 characters after the floor's figure, where a new user stopped reading."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(note):
+        depth += (ch == "(") - (ch == ")") if ch in "()" else 0
+        if depth <= 0 and note.startswith("; ", i):
+            out.append(note[start:i])
+            start = i + 2
+    out.append(note[start:])
+    return [c.strip() for c in out if c.strip()]
 
 
 def print_floor(doc: dict) -> None:
-    say(floor_line(doc))  # its note names the source
+    for line in floor_lines(doc):  # its note names the source
+        say(line)

@@ -8,7 +8,7 @@ import re
 import sys
 import threading
 
-from ckptbench.cli.show import print_recorded
+from ckptbench.cli.show import clauses, print_recorded
 from ckptbench.core.errors import Cancelled, CkptbenchError, printable, redact, redact_all
 from ckptbench.system import binding
 
@@ -99,9 +99,12 @@ def _print(doc: dict) -> None:
     for path, size in sorted(doc["files"].items())[:10]:
         how = "mapped" if path in mapped else "read between samples" if path in unseen else "open"
         _say(f"  {how}: {path} ({human_bytes(size)})")
-    if "floor_s" in doc:
-        _say(f"floor: {doc['floor_s']:.2f} s, bound by {binding.bound(doc)} ({doc['floor_note']})"
-             if doc["floor_s"] is not None else f"floor: {doc['floor_note']}")
+    if "floor_s" in doc and doc["floor_s"] is not None:
+        _say(f"floor: {doc['floor_s']:.2f} s, bound by {binding.bound(doc)}")
+        for c in clauses(doc["floor_note"] or ""):
+            _say(f"       {c}")
+    elif "floor_s" in doc:
+        _say(f"floor: {doc['floor_note']}")
     v = doc.get("verdict")
     if v:
         _say(f"verdict: {v['kind']}: {v['summary']}")

@@ -79,3 +79,19 @@ def test_every_document_kind_carries_what_its_binding_rate_is_of():
     assert "binding_how" in fl.FIELDS and set(fl.unmeasured()) == set(fl.FIELDS)
     fields = fl.restore_fields(_floor(fresh=1.5), bytes_read=GB, measured_s=1.0, hash_alg="none")
     assert set(fl.FIELDS) <= set(fields)
+
+
+def test_the_floor_prints_its_figure_on_one_line_and_what_it_stands_on_a_clause_a_line():
+    """The note as one parenthesis after the figure ran to 900 characters on one line; a clause a line now, split
+    at its top-level "; " only (a parenthesis keeps its own)."""
+    from ckptbench.cli.show import clauses, floor_lines
+
+    assert clauses("a; b (c; d); e") == ["a", "b (c; d)", "e"]
+    assert clauses("") == [] and clauses("one") == ["one"] and clauses("x (unclosed; y") == ["x (unclosed; y"]
+    hot = fl.restore_fields(_floor(hot=8.0, populate_4k=2.0, populate_thp=2.0), bytes_read=4 * GB, measured_s=3.0,
+                            hash_alg="none", hot=True)
+    lines = floor_lines(hot)
+    assert lines[0].startswith("  floor ") and "% of it" in lines[0] and hot["floor_note"] not in lines[0]
+    assert [ln.strip() for ln in lines[1:]] == clauses(hot["floor_note"]) and len(lines) > 2
+    assert all(ln.startswith("           ") for ln in lines[1:])
+    assert floor_lines(fl.unmeasured()) == ["  floor: " + fl.unmeasured()["floor_note"]]
