@@ -1,0 +1,42 @@
+"""From a new user's pass (round 3): a hot torch.load watched by PID was counted as 16 MiB of its 288 MiB (the
+file was open at one sample only, and the reads after it came from the page cache, fetching nothing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from clirun import run_cli
+
+
+def _iv(t0, t1, nbytes, files, phase="reading"):
+    from ckptbench.watch import sampler as watch
+
+    return watch.Interval(t0, t1, nbytes, 0, 0.3, 0.3, 0, 0.0, 1 << 30, phase, ckpt_files=files)
+
+
+# watch: read calls from the page cache beside the interval that saw the file open are the load's
+
+def test_a_hot_read_load_the_watch_saw_open_once_is_counted_whole():
+    from ckptbench.watch import sampler as watch
+
+    mib = 1 << 20
+    intervals = [_iv(0.0, 0.25, 9 * mib, 0, "starting"), _iv(0.25, 0.5, 0, 0, "waiting"),
+                 _iv(0.5, 0.75, 16 * mib, 1), _iv(0.75, 1.0, 272 * mib, 0), _iv(1.0, 1.25, 0, 0, "waiting")]
+    report = watch.WatchReport(pid=1, command="job", wall_s=1.25, bytes=0, disk_bytes=0,
+                               files={"/ckpt/ckpt.pt": 288 * mib}, intervals=intervals, phases=[], interval_s=0.25)
+    t0, t1 = report.window
+    assert watch.window_bytes(intervals, t0, t1) == 288 * mib
+    assert 0.5 <= t0 and t1 <= 1.0
+
+
+def test_read_calls_beside_the_load_stop_once_its_files_are_in():
+    """The imports before the open and a log after the load are not the load's: the files' bytes are all in."""
+    from ckptbench.watch.window import reading_window
+
+    mib = 1 << 20
+    intervals = [_iv(0.0, 0.25, 9 * mib, 0, "starting"), _iv(0.25, 0.5, 100 * mib, 1), _iv(0.5, 0.75, 200 * mib, 0),
+                 _iv(0.75, 1.0, 30 * mib, 0)]
+    w = reading_window(intervals, [], 0.25, 0, 300 * mib)
+    assert w.t0 >= 0.25 and w.t1 <= 0.75
+    # without the files' size (a caller that passes none) read calls alone never widen it
+    assert reading_window(intervals, [], 0.25).t1 <= 0.5
