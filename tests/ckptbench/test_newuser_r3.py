@@ -40,3 +40,20 @@ def test_read_calls_beside_the_load_stop_once_its_files_are_in():
     assert w.t0 >= 0.25 and w.t1 <= 0.75
     # without the files' size (a caller that passes none) read calls alone never widen it
     assert reading_window(intervals, [], 0.25).t1 <= 0.5
+
+
+# sysinfo: the system panel's figures need no checkpoint
+
+def test_sysinfo_without_a_source_gives_the_box_and_the_current_directorys_mount(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    r = run_cli("sysinfo", "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["source"] is None and doc["mount_point"] and "mem_available_bytes" in doc and "floor" in doc
+    r = run_cli("sysinfo")
+    assert r.rc == 0, r.err
+    assert r.out.splitlines()[0].split() == ["source", "none:", "the", "mount", "below", "is", "the", "current",
+                                             "directory's"]
