@@ -112,7 +112,9 @@ COMMANDS = (
                                             "from a preset"))),
     Command("compare", "newest run against a baseline; exit 1 on a regression beyond the noise",
             _lazy("cmd_compare", "run"),
-            (o.RESULTS_FILE.but(help="a results.csv written by run, save or watch"), (o.NEWEST, o.RUN_KIND),
+            (o.RESULTS_FILE.but(nargs="?", default=o.RESULTS.default, help="a results.csv written by run, save or "
+                                                                           "watch (default: results.csv)"),
+             (o.NEWEST, o.RUN_KIND),
              o.BASELINE.but(help="run id to compare against (default: the last earlier run of the same kind made the "
                                  "same way; for a watch, of the same command)"),
              o.THRESHOLD, o.JSON)),

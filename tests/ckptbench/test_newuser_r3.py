@@ -57,3 +57,13 @@ def test_sysinfo_without_a_source_gives_the_box_and_the_current_directorys_mount
     assert r.rc == 0, r.err
     assert r.out.splitlines()[0].split() == ["source", "none:", "the", "mount", "below", "is", "the", "current",
                                              "directory's"]
+
+
+# compare: its results file defaults as history's does, and a missing one is the same line
+
+def test_compare_takes_results_csv_by_default_and_says_a_missing_one_as_history_does(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    c, h = run_cli("compare"), run_cli("history")
+    assert c.rc == h.rc == 2
+    assert c.err_lines == h.err_lines == ["ckptbench: error: results.csv: no such results file; `ckptbench run`, "
+                                          "`save` and `watch` write one (--results PATH), or name the one they wrote"]
