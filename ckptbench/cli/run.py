@@ -185,6 +185,8 @@ def _run_done(args, source, listing, opts, recorder, reps: list, stopped: dict |
         extra["cost"] = restore_cost(rto, args.price_per_hour, args.spot_discount, args.restores_per_day)
     extra |= efficiency.of_repeats(source, listing, opts, reps)
     doc = recorder.finish(reps, extra | (stopped or {}))
+    if not args.results:
+        doc["run_id"] = None  # --results '': nothing on record, no id to name to compare (as watch says it)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

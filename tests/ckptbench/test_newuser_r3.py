@@ -3,8 +3,6 @@ file was open at one sample only, and the reads after it came from the page cach
 
 from __future__ import annotations
 
-import pytest
-
 from clirun import run_cli
 
 
@@ -67,3 +65,22 @@ def test_compare_takes_results_csv_by_default_and_says_a_missing_one_as_history_
     assert c.rc == h.rc == 2
     assert c.err_lines == h.err_lines == ["ckptbench: error: results.csv: no such results file; `ckptbench run`, "
                                           "`save` and `watch` write one (--results PATH), or name the one they wrote"]
+
+
+# run and save with --results '': the document --json prints, its run id null (nothing on record to name)
+
+def test_run_and_save_json_unrecorded_say_run_id_null(tmp_path, ckpt, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    ck = ckpt("safetensors", 1)
+    r = run_cli("run", ck, "--repeat", "1", "--json", "--results", "")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["record"] == "run" and doc["kind"] == "restore" and doc["run_id"] is None
+    r = run_cli("save", ck, tmp_path / "saves", "--count", "1", "--json", "--results", "")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert (doc["record"], doc["kind"], doc["run_id"], doc["schema"]) == ("run", "save", None, 3), list(doc)[:6]
+    assert doc["saves"] and "env" in doc
+    assert not (tmp_path / "results.csv").exists()
