@@ -84,3 +84,16 @@ def test_run_and_save_json_unrecorded_say_run_id_null(tmp_path, ckpt, monkeypatc
     assert (doc["record"], doc["kind"], doc["run_id"], doc["schema"]) == ("run", "save", None, 3), list(doc)[:6]
     assert doc["saves"] and "env" in doc
     assert not (tmp_path / "results.csv").exists()
+
+
+# a restore pointed at one of its files is sent to the folder that holds it
+
+def test_run_of_a_checkpoint_file_names_the_folder_that_holds_it(ckpt):
+    import os
+
+    shard = next(os.path.join(ckpt("safetensors", 1), n) for n in sorted(os.listdir(ckpt("safetensors", 1)))
+                 if n.endswith(".safetensors"))
+    for command in ("run", "inspect", "check"):
+        r = run_cli(command, shard)
+        assert r.rc == 2 and r.err_lines == [f"ckptbench: error: {shard}: a file, not a directory; point at the "
+                                             f"checkpoint directory that holds it ({ckpt('safetensors', 1)})"], r.err
