@@ -97,3 +97,16 @@ def test_run_of_a_checkpoint_file_names_the_folder_that_holds_it(ckpt):
         r = run_cli(command, shard)
         assert r.rc == 2 and r.err_lines == [f"ckptbench: error: {shard}: a file, not a directory; point at the "
                                              f"checkpoint directory that holds it ({ckpt('safetensors', 1)})"], r.err
+
+
+# watch: a phase line a tiny --interval alternates 40 times is each phase's total
+
+def test_a_watch_phase_line_of_many_runs_gives_each_phases_total():
+    from ckptbench.cli.watch import PHASES_SHOWN, phases_line
+
+    few = [{"phase": "reading", "t0": 0.0, "t1": 0.5}, {"phase": "waiting", "t0": 0.5, "t1": 0.75}]
+    assert phases_line(few) == "phases: reading 0.50 s → waiting 0.25 s"
+    many = [{"phase": ("reading", "deserializing")[k % 2], "t0": k * 0.01, "t1": (k + 1) * 0.01} for k in range(40)]
+    line = phases_line(many)
+    assert len(many) > PHASES_SHOWN and "→" not in line and len(line) < 120, line
+    assert line == "phases: 40 runs, in total reading 0.20 s, deserializing 0.20 s (each run in --json)"
