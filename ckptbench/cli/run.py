@@ -324,7 +324,7 @@ def cmd_compare(args) -> int:
             if f.regression or f.improved:  # with the note a side of one repeat leaves, as the other verdicts say it
                 flag = f"  {f.verdict}" + (f" ({f.noise_note})" if f.noise_note else "")
             say(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} "
-                f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct):>8s}{flag}")
+                f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct, f.figure, f.baseline['median'], f.newest['median']):>8s}{flag}")
     if c.regressed:
         unsure = any(f.noise_note for f in c.regressed)
         # what gives more samples is the kind's own option: save has --count, not --repeat, and a watch neither

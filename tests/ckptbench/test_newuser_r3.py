@@ -3,6 +3,8 @@ file was open at one sample only, and the reads after it came from the page cach
 
 from __future__ import annotations
 
+import pytest
+
 from clirun import run_cli
 
 
@@ -110,3 +112,15 @@ def test_a_watch_phase_line_of_many_runs_gives_each_phases_total():
     line = phases_line(many)
     assert len(many) > PHASES_SHOWN and "→" not in line and len(line) < 120, line
     assert line == "phases: 40 runs, in total reading 0.20 s, deserializing 0.20 s (each run in --json)"
+
+
+# compare: the efficiency's change in percentage points, every other figure's as a percent of the baseline
+
+@pytest.mark.parametrize("figure, base, new, pct, text", [
+    ("efficiency", 1.10, 0.93, -15.45, "-17 pts"), ("efficiency", 0.50, 0.53, 6.0, "+3.0 pts"),
+    ("rto_s", 0.243, 0.251, 3.46, "+3.5 %"), ("efficiency", None, 0.9, None, ""),
+])
+def test_compare_says_an_efficiencys_change_in_points(figure, base, new, pct, text):
+    from ckptbench.records.compare import change_text
+
+    assert change_text(pct, figure, base, new) == text
