@@ -1,5 +1,8 @@
 """From a new user's pass (round 3): a hot torch.load watched by PID was counted as 16 MiB of its 288 MiB (the
-file was open at one sample only, and the reads after it came from the page cache, fetching nothing)."""
+file was open at one sample only, and the reads after it came from the page cache, fetching nothing); `sysinfo`
+needed a SOURCE and `compare` a RESULTS that `history` defaults; run and save given `--results ''` printed an id never
+recorded, or no document at all; `run model.safetensors` was not sent to its folder; a watch at a tiny interval made
+a 900-character phase line; compare gave an efficiency's change as a relative percent."""
 
 from __future__ import annotations
 
