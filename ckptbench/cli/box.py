@@ -21,11 +21,17 @@ def cmd_sysinfo(args) -> int:
     from ckptbench.system import floor as fl
     from ckptbench.system.live import SystemSampler
 
-    where = open_source(args.source).describe()
-    sampler = SystemSampler(args.source)
+    # without SOURCE, the box's figures and the current directory's mount: the system panel needs no checkpoint
+    where = open_source(args.source).describe() if args.source is not None else {}
+    sampler = SystemSampler(args.source if args.source is not None else ".")
     sampler.sample()
     time.sleep(0.5)  # rates need two samples
-    doc = source_summary(args.source) | sampler.sample() | where  # the sampler sees no mount behind an s3:// URL
+    sampled = sampler.sample()
+    if args.source is None:
+        sampled["source"] = None
+        where = {"fs_type": sampled["fs_type"], "mount_point": sampled["mount_point"]}
+    summary = source_summary(args.source) if args.source is not None else {}
+    doc = summary | sampled | where  # the sampler sees no mount behind an s3:// URL
     if "mount_options" in doc:
         from ckptbench.system.probes import options_once
 
@@ -37,7 +43,9 @@ def cmd_sysinfo(args) -> int:
         _emit(doc)
         return 0
     for k, v in doc.items():  # the source's path, its mount's source and options: words from elsewhere
-        if k != "floor":
+        if k == "source" and v is None:
+            say(f"{k:24s} none: the mount below is the current directory's")
+        elif k != "floor":
             say(f"{k:24s} {shown_field(k, v)}")
     print_cached_floor(doc["floor"])
     return 0

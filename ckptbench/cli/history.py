@@ -34,10 +34,10 @@ def run_line(r: dict) -> str:
 
 def cmd_history(args) -> int:
     from ckptbench.records.history import runs
+    from ckptbench.records.results import NO_RESULTS
 
     if not os.path.exists(args.results):
-        raise CkptbenchError(f"{printable(args.results)}: no such results file; `ckptbench run`, `save` and `watch` "
-                             "write one (--results PATH), or name the one they wrote")
+        raise CkptbenchError(f"{printable(args.results)}: {NO_RESULTS}")
     if os.path.isdir(args.results):
         raise CkptbenchError(f"{printable(args.results)}: a directory; name a results file run, save or watch wrote")
     found = runs(args.results)

@@ -112,7 +112,9 @@ COMMANDS = (
                                             "from a preset"))),
     Command("compare", "newest run against a baseline; exit 1 on a regression beyond the noise",
             _lazy("cmd_compare", "run"),
-            (o.RESULTS_FILE.but(help="a results.csv written by run, save or watch"), (o.NEWEST, o.RUN_KIND),
+            (o.RESULTS_FILE.but(nargs="?", default=o.RESULTS.default, help="a results.csv written by run, save or "
+                                                                           "watch (default: results.csv)"),
+             (o.NEWEST, o.RUN_KIND),
              o.BASELINE.but(help="run id to compare against (default: the last earlier run of the same kind made the "
                                  "same way; for a watch, of the same command)"),
              o.THRESHOLD, o.JSON)),
@@ -159,7 +161,9 @@ COMMANDS = (
                                           "dashboard opens without one)"), o.RESULTS, (o.START_RUN, o.START_LOOP, o.START_WATCH, o.OPEN_RANKS))),
     Command("demo", "generate the small sample checkpoint (once) and restore it live in the TUI", _lazy("cmd_demo"),
             (o.DEMO_DIR, o.HEADLESS, o.SCALE.but(help="resize the sample (default: the small profile)"), o.DEMO_S3)),
-    Command("sysinfo", "the dashboard's system figures, headless", _lazy("cmd_sysinfo", "box"), (o.SOURCE, o.JSON)),
+    Command("sysinfo", "the dashboard's system figures, headless", _lazy("cmd_sysinfo", "box"),
+            (o.SOURCE.but(nargs="?", help="a checkpoint directory on any mount, or an s3:// URL (optional: without "
+                                          "one, the box's figures and the current directory's mount)"), o.JSON)),
     Command("floor", "what this box can physically do for a restore (storage, fresh memory, copy, hashing, scanning), "
                      "measured in seconds and cached per box; with SOURCE, that checkpoint's floor (its files "
                      "are read cold when its mount's storage figure is measured: they leave the page cache)",

@@ -185,6 +185,8 @@ def _run_done(args, source, listing, opts, recorder, reps: list, stopped: dict |
         extra["cost"] = restore_cost(rto, args.price_per_hour, args.spot_discount, args.restores_per_day)
     extra |= efficiency.of_repeats(source, listing, opts, reps)
     doc = recorder.finish(reps, extra | (stopped or {}))
+    if not args.results:
+        doc["run_id"] = None  # --results '': nothing on record, no id to name to compare (as watch says it)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -326,7 +328,7 @@ def cmd_compare(args) -> int:
             if f.regression or f.improved:  # with the note a side of one repeat leaves, as the other verdicts say it
                 flag = f"  {f.verdict}" + (f" ({f.noise_note})" if f.noise_note else "")
             say(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} "
-                f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct):>8s}{flag}")
+                f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct, f.figure, f.baseline['median'], f.newest['median']):>8s}{flag}")
     if c.regressed:
         unsure = any(f.noise_note for f in c.regressed)
         # what gives more samples is the kind's own option: save has --count, not --repeat, and a watch neither

@@ -10,7 +10,7 @@ import time
 import uuid
 
 from ckptbench.cli.show import print_recorded
-from ckptbench.core.errors import Cancelled, printable, redact, redact_all
+from ckptbench.core.errors import Cancelled, printable, redact
 from ckptbench.core.units import human_bytes, human_pct
 
 MARK = {True: "ok  ", False: "FAIL", None: " ?  "}
@@ -153,9 +153,10 @@ def cmd_save(args) -> int:
                                         status, envmod.snapshot(args.target))
         raise
     line.close()
-    doc = redact_all(report.to_json())
     if args.results:
         doc = save_results.record(args.results, run_id, args.what, report, envmod.snapshot(report.target))
+    elif args.json:  # the document as it would be on record (record, kind, schema), its run id null: --json's shape
+        doc = save_results.unrecorded(args.what, report, envmod.snapshot(report.target))
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

@@ -89,7 +89,7 @@ def _print(doc: dict) -> None:
              f"(its own counters saw {human_bytes(doc['counted_bytes'])} in the reading window)")
     if doc["marks"]:
         _say("marks: " + ", ".join(f"{m['stage']} at {m['t']:.2f} s" for m in doc["marks"]))
-    _say("phases: " + " → ".join(f"{p['phase']} {p['t1'] - p['t0']:.2f} s" for p in doc["phases"]))
+    _say(phases_line(doc["phases"]))
     if doc.get("gpu_peak_bytes") is not None:
         _say(f"GPU memory (nvidia-smi): peak {human_bytes(doc['gpu_peak_bytes'])}"
              + (f" ({doc['gpu_note']})" if doc.get("gpu_note") else ""))
@@ -171,3 +171,18 @@ def cmd_watch(args) -> int:
         if run_id:
             print_recorded(args.results, run_id, "watch")
     return 0 if report.exit_code in (None, 0) else 1
+
+
+PHASES_SHOWN = 8  # runs of a phase one line shows in order; more (a tiny --interval) are told as each phase's total
+
+
+def phases_line(phases: list[dict]) -> str:
+    """The phases in order, or, when they alternate more often than a line can follow (38 runs at --interval 0.01),
+    each phase's total time in the order first seen: every run stays in --json."""
+    if len(phases) <= PHASES_SHOWN:
+        return "phases: " + " → ".join(f"{p['phase']} {p['t1'] - p['t0']:.2f} s" for p in phases)
+    total: dict[str, float] = {}
+    for p in phases:
+        total[p["phase"]] = total.get(p["phase"], 0.0) + p["t1"] - p["t0"]
+    return (f"phases: {len(phases)} runs, in total " + ", ".join(f"{k} {v:.2f} s" for k, v in total.items())
+            + " (each run in --json)")

@@ -102,7 +102,12 @@ def figure_text(figure: str, value: float) -> str:
     return human_figure(figure, value, SHARES)
 
 
-def change_text(change_pct: float | None) -> str:
+def change_text(change_pct: float | None, figure: str = "", baseline: float | None = None,
+                newest: float | None = None) -> str:
+    """A figure's change as a percent of the baseline's; a share's (the efficiency) in percentage points: 110 % to
+    93 % read "-16 %", which a reader takes for the points it is not."""
+    if figure in SHARES and baseline is not None and newest is not None:
+        return human_pct(newest - baseline, signed=True).replace(" %", " pts")
     return "" if change_pct is None else human_pct(change_pct / 100, signed=True)
 
 

@@ -351,11 +351,16 @@ def _rows_in(path: str, fd: int | None = None) -> tuple[tuple[str, ...], list[di
         raise CkptbenchError(f"{path}{where}: malformed row ({exc}); repair or move the file") from None
     except UnicodeDecodeError:
         raise CkptbenchError(f"{path}: not a text file; not a ckptbench results file") from None
+    except FileNotFoundError:
+        raise CkptbenchError(f"{path}: {NO_RESULTS}") from None
     except OSError as exc:
         raise CkptbenchError(f"{path}: cannot read ({exc.strerror}); {_NAME_ONE}") from None
 
 
 _NAME_ONE = "name a results file run, save or watch wrote"
+# compare and history alike (compare said "cannot read (No such file or directory)")
+NO_RESULTS = "no such results file; `ckptbench run`, `save` and `watch` write one (--results PATH), or name the one " \
+             "they wrote"
 
 
 def _once(row: dict, seen: set, path: str, lineno: int) -> dict:

@@ -45,6 +45,12 @@ def record(path: str, run_id: str, what: str, report, env: dict) -> dict:
     return redact_all(doc)  # what is shown is what was recorded: a target path can carry a credential
 
 
+def unrecorded(what: str, report, env: dict) -> dict:
+    """The run document `record` would append, for a run given `--results ''`: nothing on record, so no run id."""
+    return redact_all(document("run", "save", None, what, report.to_json(), env, status="ok", verified=None,
+                               success_rate=1.0))
+
+
 def record_stopped(path: str, run_id: str, what: str, target: str, opts, done: list, status: str, env: dict) -> None:
     """A run that did not end (`status` failed or cancelled): the saves it finished, then a row for the one under
     way, with no figures."""

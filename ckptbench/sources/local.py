@@ -119,6 +119,11 @@ class LocalSource:
             where = self.targets[0]
             if not os.path.exists(where):
                 raise CkptbenchError(f"{where}: no such directory; point at a checkpoint directory")
+            if os.path.isfile(where):  # a new user's `run model.safetensors`: the folder is what a restore loads
+                import shlex
+
+                raise CkptbenchError(f"{where}: a file, not a directory; point at the checkpoint directory that "
+                                     f"holds it ({shlex.quote(os.path.dirname(where) or '.')})")
             if not os.path.isdir(where):
                 raise CkptbenchError(f"{where}: not a directory; point at a checkpoint directory")
         self.url = self.targets[0] if len(self.targets) == 1 else ", ".join(self.targets)

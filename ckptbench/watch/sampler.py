@@ -74,7 +74,7 @@ class WatchReport:
     def reading(self) -> Window:
         """The restore's reading window (window.py): between the job's first and last marks when it marks, else
         from its first to its last read of the checkpoint, the ends cut to their bytes' time."""
-        return reading_window(self.intervals, self.marks, self.interval_s, self.files_bytes)
+        return reading_window(self.intervals, self.marks, self.interval_s, self.files_bytes, sum(self.files.values()))
 
     @property
     def window(self) -> tuple[float, float]:

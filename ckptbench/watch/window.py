@@ -41,14 +41,22 @@ class Window:
     note: str = ""  # why it cannot time the restore; "" when it can
 
 
+def _read_calls(i) -> bool:
+    """Read calls alone at a reading rate: a checkpoint file's, next to an interval that held one."""
+    return i.bytes >= PROGRESS_MIN and i.bytes / _dt(i) >= IO_MIN_BPS
+
+
 def reading_window(intervals: list, marks: list[dict], interval_s: float | None = None,
-                   files_bytes: int = 0) -> Window:
+                   files_bytes: int = 0, held_bytes: int = 0) -> Window:
     """The restore's reading window. With two marks or more, between the first and the last. Else from the first to
     the last interval with progress among those where a checkpoint file was held (open or mapped at their end) and
     the runs of intervals either side of them that fetched at a reading rate (a shard mapped, read and let go between
     two samples); without such a file, the intervals that fetched, else those that read. Time after the last read
     (the job sleeping, tearing down) and before the first is not reading. `files_bytes`, what the checkpoint files'
-    pages say the job read, widens it to the nearest reads until its counters hold that much (`_reach`)."""
+    pages say the job read, widens it to the nearest reads until its counters hold that much (`_reach`). `held_bytes`,
+    the size of the checkpoint files seen, lets read calls beside the held intervals in until the window holds that
+    much: a hot torch.load opens, reads and closes its file between two samples but one, and its 288 MiB were
+    counted as the 16 MiB of the one that saw the file open (`_beside`)."""
     if len(marks) >= 2:
         return Window(marks[0]["t"], marks[-1]["t"], "marks")
     n = len(intervals)
@@ -59,6 +67,7 @@ def reading_window(intervals: list, marks: list[dict], interval_s: float | None 
             lo -= 1
         while hi + 1 < n and _fetching(intervals[hi + 1]):
             hi += 1
+        lo, hi = _beside(intervals, lo, hi, held_bytes)
     else:
         reads = [k for k, i in enumerate(intervals) if _fetching(i)] or \
                 [k for k, i in enumerate(intervals) if i.phase in ("reading", "faulting")]
@@ -70,6 +79,20 @@ def reading_window(intervals: list, marks: list[dict], interval_s: float | None 
     if moving:
         lo, hi = moving[0], moving[-1]
     return _cut(intervals, lo, hi, interval_s)
+
+
+def _beside(intervals: list, lo: int, hi: int, cap: int) -> tuple[int, int]:
+    """lo..hi widened over the runs of intervals either side whose read calls alone ran at a reading rate (a page-cache
+    hit fetches nothing, from disk or into a mapping), while the window holds under `cap` bytes: a job's imports
+    before its load, or its next file after it, are not the load's once its files' bytes are all in."""
+    def inside() -> int:
+        return sum(_bytes(i) for i in intervals[lo:hi + 1])
+
+    while hi + 1 < len(intervals) and inside() < cap and _read_calls(intervals[hi + 1]):
+        hi += 1
+    while lo > 0 and inside() < cap and _read_calls(intervals[lo - 1]):
+        lo -= 1
+    return lo, hi
 
 
 def _reach(intervals: list, lo: int, hi: int, want: int) -> tuple[int, int]:

@@ -134,7 +134,8 @@ def test_a_repeat_that_is_not_a_whole_number_from_1_is_refused(tmp_path, value):
 
 
 def test_a_missing_results_file_says_what_to_do(tmp_path):
-    assert_one_line_error(run_cli("compare", tmp_path / "none.csv"), "name a results file run, save or watch wrote")
+    assert_one_line_error(run_cli("compare", tmp_path / "none.csv"),
+                          "no such results file; `ckptbench run`, `save` and `watch` write one")
 
 
 def test_append_never_writes_through_a_planted_temporary_link(tmp_path):

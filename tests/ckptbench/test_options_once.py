@@ -34,7 +34,7 @@ TODAY = {
              "--read{auto,pread,mmap,direct}=auto --hash{none,crc32c,xxh64,md5,sha256}=none --block-size=1048576 "
              "--part-size=8388608 --json --distributed --each-rank{part,all}=part --rank-timeout=300.0 --pick "
              "--results=",
-    "compare": "results --newest --kind --baseline --threshold=5.0 --json",
+    "compare": "results=results.csv --newest --kind --baseline --threshold=5.0 --json",
     "history": "results=results.csv --json",
     "check": "source --concurrency/-c=8 --quick-sweep --results=results.csv --json --markdown",
     "plan": "profile --interval --scale=1.0 --nodes --ranks-per-node --storage --node-memory --results=results.csv --target --json",

@@ -123,6 +123,7 @@ class HistoryScreen(Screen):
         for f in c.figures:
             flag = (" [red]REGRESSION[/]" if f.regression else " [green]improved[/]" if f.improved
                     else f" ({f.verdict})" if f.verdict else "")
+            change = change_text(f.change_pct, f.figure, f.baseline["median"], f.newest["median"])
             lines.append(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} → "
-                         f"{figure_text(f.figure, f.newest['median']):>10s} {change_text(f.change_pct)}{flag}")
+                         f"{figure_text(f.figure, f.newest['median']):>10s} {change}{flag}")
         self.query_one("#comparison", Static).update("\n".join(lines))
