@@ -1,0 +1,92 @@
+"""Hostile checkpoints, third round: the checkpoint parsers behind a restore (DCP's metadata and chunk archives on the
+ranged read, written by torch.distributed.checkpoint and then crafted), and what a write does when the disk fills.
+Bad input is one line and a non-zero exit; the work it causes grows with its bytes (counted, never timed)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from ckptbench.checkpoint import shares
+from ckptbench.checkpoint.formats import FormatError, dcp_format
+from ckptbench.sources import open_source
+
+
+def _dcp(directory, state: dict):
+    """A DCP checkpoint torch writes, and its metadata as torch pickled it (read here: the test's own file)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, checkpoint_id=str(directory), no_dist=True)
+    with open(os.path.join(directory, ".metadata"), "rb") as f:
+        return str(directory), pickle.load(f)
+
+
+def _rewrite(directory: str, meta) -> None:
+    with open(os.path.join(directory, ".metadata"), "wb") as f:
+        pickle.dump(meta, f)
+
+
+def _lines_in(path: str, call) -> int:
+    """Lines of `path` run while `call()` runs (a generator's every step counts): what a loop there costs."""
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        if frame.f_code.co_filename != path:
+            return None
+        if event == "line":
+            count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_a_dcp_byte_entry_stored_in_no_shard_is_one_line(tmp_path, h):
+    """The ranged (tiled) restore looked a byte entry's storage up with next(): a metadata declaring one that no
+    shard stores was a StopIteration traceback from `run`; the whole-file load skipped it silently."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    directory, meta = _dcp(tmp_path / "ck", {"model": {"w": torch.arange(8.0)}, "note": "hello"})
+    meta.state_dict_metadata["orphan"] = BytesStorageMetadata()
+    _rewrite(directory, meta)
+    with pytest.raises(FormatError, match=r"/\.metadata: byte entry 'orphan' is stored in no shard"):
+        dcp_format.load_dir(directory)
+    for mode in ("fused", "staged"):
+        r = h.run_cli("run", directory, "--repeat", "1", "--results", "", "--mode", mode)
+        assert r.rc != 0 and "Traceback" not in r.err, r.err
+        assert "byte entry 'orphan' is stored in no shard" in r.err, r.err
+
+
+def test_planning_a_ranged_dcp_restore_costs_one_lookup_per_byte_entry(tmp_path):
+    """Each byte entry's storage was found by scanning every storage entry: N byte entries cost N² steps (30,000 of
+    them, 2.6 MB of metadata, added 23 s to a run; a few MB more, hours). Counted in lines run, at 600 entries."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+
+    directory, meta = _dcp(tmp_path / "ck", {"model": {"w": torch.arange(8.0)}})
+    n = 600
+    for i in range(n):
+        meta.state_dict_metadata[f"b{i}"] = BytesStorageMetadata()
+        meta.storage_data[MetadataIndex(f"b{i}")] = _StorageInfo("__0_0.distcp", 0, 0)
+    _rewrite(directory, meta)
+    listing = open_source(directory).list()
+    share = None
+
+    def plan():
+        nonlocal share
+        share = shares.plan_share(listing, 1, 0)
+
+    lines = _lines_in(shares.__file__, plan)
+    assert len(share.byte_entries) == n
+    assert lines < 40 * n, f"{lines} lines run in shares.py for {n} byte entries"
