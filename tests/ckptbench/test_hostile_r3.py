@@ -90,3 +90,22 @@ def test_planning_a_ranged_dcp_restore_costs_one_lookup_per_byte_entry(tmp_path)
     lines = _lines_in(shares.__file__, plan)
     assert len(share.byte_entries) == n
     assert lines < 40 * n, f"{lines} lines run in shares.py for {n} byte entries"
+
+
+@pytest.mark.parametrize("name", [b".format_version", b"data.pkl"])
+def test_a_dcp_chunk_archive_with_a_record_name_not_utf8_is_one_line(tmp_path, h, name):
+    """The ranged restore reads each chunk's archive index with torch's zip reader, which hands record names (and
+    its own errors quoting them) back through pybind11 as UTF-8: one byte flipped in a name was a UnicodeDecodeError
+    traceback from `run` (a plan that refuses a chunk falls back to the whole-file load, which names it)."""
+    directory, _ = _dcp(tmp_path / "ck", {"model": {"w": torch.arange(64.0), "v": torch.ones(3, 5)}})
+    shard = os.path.join(directory, "__0_0.distcp")
+    with open(shard, "rb") as f:
+        data = f.read()
+    assert data.count(name) >= 2  # every chunk's archive names it, in its local header and its directory
+    with open(shard, "wb") as f:
+        f.write(data.replace(name, name[:3] + b"\xff" + name[4:]))
+    r = h.run_cli("run", directory, "--repeat", "1", "--results", "")
+    assert r.rc != 0 and "Traceback" not in r.err, r.err
+    assert len(r.err_lines) == 1 and "__0_0.distcp: entry 'model." in r.err, r.err  # the whole-file load's line
+    with pytest.raises(FormatError, match="not a torch.save archive"):  # the plan refuses it, in one line too
+        shares.plan_share(open_source(directory).list(), 1, 0)
