@@ -4,6 +4,7 @@ Bad input is one line and a non-zero exit; the work it causes grows with its byt
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import sys
@@ -109,3 +110,75 @@ def test_a_dcp_chunk_archive_with_a_record_name_not_utf8_is_one_line(tmp_path, h
     assert len(r.err_lines) == 1 and "__0_0.distcp: entry 'model." in r.err, r.err  # the whole-file load's line
     with pytest.raises(FormatError, match="not a torch.save archive"):  # the plan refuses it, in one line too
         shares.plan_share(open_source(directory).list(), 1, 0)
+
+
+@pytest.fixture
+def swapped(tmp_path, monkeypatch):
+    """A checkpoint whose one shard is swapped, after the listing and before the read, for a symlink to a secret of
+    the same size outside it (a size an attacker can stat without reading it): the read used to follow it, and the
+    header check then quoted the secret's first 8 bytes back as a header length."""
+    from ckptbench.sources import local
+
+    secret = tmp_path / "shadow"
+    secret.write_bytes(b"root:$6$" + b"s3cr3t-hash-" * 8)
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    shard = ck / "model.safetensors"
+    shard.write_bytes(b"\0" * secret.stat().st_size)
+    start = local.LocalSource.start_read
+
+    def swap_then_read(self, *args, **kwargs):
+        if not shard.is_symlink():
+            shard.unlink()
+            shard.symlink_to(secret)
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(local.LocalSource, "start_read", swap_then_read)
+    return ck
+
+
+@pytest.mark.parametrize("args", [("run", "--repeat", "1", "--results", ""),
+                                  ("run", "--repeat", "1", "--results", "", "--mode", "staged"), ("read",)])
+def test_a_shard_swapped_for_a_symlink_after_the_listing_is_never_read(swapped, h, args):
+    r = h.run_cli(args[0], swapped, *args[1:])
+    assert r.rc != 0 and "Traceback" not in r.err, r.err
+    assert "symbolic link" in r.out + r.err, r.out + r.err
+    assert "header length" not in r.out + r.err  # the secret's bytes were never parsed
+
+
+def test_the_loaders_never_follow_a_symlink_where_the_listing_had_a_file(tmp_path):
+    from ckptbench.checkpoint.formats import safetensors_format, torch_format
+
+    for name, load in (("model.safetensors", safetensors_format.header_entries), ("model.pt", torch_format.peek_file)):
+        real = tmp_path / f"real-{name}"
+        torch.save({"w": torch.ones(2)}, real) if name.endswith(".pt") else real.write_bytes(b"\0" * 16)
+        link = tmp_path / name
+        link.symlink_to(real)
+        with pytest.raises(FormatError, match="is a symbolic link now, swapped in since the checkpoint was listed"):
+            load(str(link))
+
+
+def test_fastio_follows_a_symlink_only_when_asked_to(tmp_path):
+    import fastio
+
+    real = tmp_path / "real.bin"
+    real.write_bytes(b"x" * 5000)
+    link = tmp_path / "link.bin"
+    link.symlink_to(real)
+    followed = fastio.read_files([str(link)])
+    assert followed.files[0].error is None and followed.files[0].bytes == 5000
+    refused = fastio.read_files([str(link), str(real)], nofollow=True)
+    assert refused.files[0].error is not None and refused.files[0].error.errno == 40  # ELOOP
+    assert "symbolic link" in refused.files[0].error.message
+    assert refused.files[1].error is None and refused.files[1].bytes == 5000
+
+
+def test_read_of_a_file_the_user_names_through_a_symlink_still_reads_it(tmp_path, h):
+    real = tmp_path / "real.bin"
+    real.write_bytes(b"y" * 8192)
+    link = tmp_path / "named.bin"
+    link.symlink_to(real)
+    r = h.run_cli("read", link, "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert (doc["bytes"], doc["files_ok"], doc["files_failed"]) == (8192, 1, 0)
