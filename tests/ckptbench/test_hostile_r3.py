@@ -182,3 +182,35 @@ def test_read_of_a_file_the_user_names_through_a_symlink_still_reads_it(tmp_path
     assert r.rc == 0, r.err
     doc = json.loads(r.out)
     assert (doc["bytes"], doc["files_ok"], doc["files_failed"]) == (8192, 1, 0)
+
+
+def test_a_full_disk_under_the_results_file_is_one_line_naming_it(ckpt, tmp_path, h, monkeypatch):
+    """A run whose results file's filesystem was full ended in 'I/O: No space left on device; check the path and its
+    permissions': no file named, and the wrong thing to check."""
+    import errno
+
+    write = os.write
+
+    def full(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path / "out")):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write(fd, data)
+
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(os, "write", full)
+    r = h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", tmp_path / "out" / "results.csv")
+    assert r.rc == 1 and "Traceback" not in r.err, r.err
+    assert len(r.err_lines) == 1, r.err
+    line = r.err_lines[0]
+    assert str(tmp_path / "out" / "results.csv") in line and "free space" in line, line
+    assert "permissions" not in line, line
+
+
+def test_a_full_disk_is_never_sent_to_check_permissions():
+    from ckptbench.core.errors import translate
+
+    for code in ("ENOSPC", "EDQUOT"):
+        err = translate(OSError(getattr(__import__("errno"), code), "full", "/data/pack-00001.ckpack"))
+        assert str(err).startswith("/data/pack-00001.ckpack: full") and "free space" in str(err), str(err)
+        assert "permissions" not in str(err) and err.exit_code == 1
+    assert "permissions" in str(translate(OSError(13, "Permission denied", "/x")))
