@@ -96,6 +96,7 @@ cdef extern from "csrc/engine.h" nogil:
         int64_t chunk_size
         int alg
         int multipart
+        int nofollow
 
     ctypedef struct fio_file_state:
         char *path

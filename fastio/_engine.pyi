@@ -54,6 +54,7 @@ def start(
     multipart: bool = False,
     into_memory: bool = False,
     scan: dict[int, list[tuple[int, int, str]]] | None = None,
+    nofollow: bool = False,
     _faults: dict[str, tuple[int, int, int]] | None = None,
 ) -> ReadHandle: ...
 def read_files(files: Iterable[_File], **options: object) -> ReadResult: ...

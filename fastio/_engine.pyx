@@ -401,7 +401,7 @@ def _scan_regions(scan, specs, str read, bint into_memory):
 
 def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
           block_size=1 << 20, chunk_size=64 << 20, bint multipart=False, bint into_memory=False, scan=None,
-          _faults=None):
+          bint nofollow=False, _faults=None):
     """Starts reading `files` (paths, (path, size) pairs or FileSpec) and returns a ReadHandle at once.
 
     A FileSpec with an `offset` reads only the bytes [offset, offset+size) of its file: its result, digest and
@@ -416,6 +416,8 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
     in those regions of a file (its tensors) block by block as they land, while the bytes are in the CPU's caches
     (a scan of the whole buffer afterwards reads them back from memory at a fifth of the rate); the counts are
     `handle.scan_counts(i)`.
+    With `nofollow` a file that is a symbolic link when it is opened fails (ELOOP) instead of being followed: a
+    listing of regular files stays what is read, whatever is swapped in meanwhile.
     `_faults` maps a path to (errno, after_byte, count) for tests of the failure paths (after_byte is a position in
     the file, whatever range a spec names; every spec of that path gets the fault), or to "hold": the
     worker stops before opening that file until `handle._release()`.
@@ -497,6 +499,7 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
     opt.chunk_size = chunk_size
     opt.alg = alg
     opt.multipart = multipart
+    opt.nofollow = nofollow
     cdef int err = 0
     h.e = fio_engine_start(h.specs, len(specs), &opt, &err)
     if h.e == NULL:

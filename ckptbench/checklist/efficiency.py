@@ -94,7 +94,7 @@ def short_restore(files: list[tuple[str, int]], concurrency: int, hash_alg: str)
     cond = pagecache.prepare(paths, "cold")
     mode = readmode.choose([(s.path, s.size) for s in specs], cond.residency_before, 1 << 20).mode
     t0 = time.perf_counter()
-    res = fastio.read_files(specs, concurrency=concurrency, read=mode, hash=hash_alg, into_memory=True)
+    res = fastio.read_files(specs, concurrency=concurrency, read=mode, hash=hash_alg, into_memory=True, nofollow=True)
     seconds = time.perf_counter() - t0
     if res.failed:
         raise CkptbenchError(f"{res.failed[0].path}: unreadable ({res.failed[0].error.message})")

@@ -192,7 +192,7 @@ def _dcp_rows(share: Share, root: str) -> None:
         for fqn, md in meta.state_dict_metadata.items():
             if isinstance(md, BytesStorageMetadata):
                 if share.rank == 0:
-                    info = next(v for k, v in storage.items() if k.fqn == fqn)
+                    info = storage[MetadataIndex(fqn)]  # checked to be there; a scan per entry was quadratic
                     share.byte_entries.append((fqn, share.add(Piece(str(info.relative_path), info.offset,
                                                                     info.length, False))))
                 continue

@@ -96,7 +96,7 @@ def verify(listing, *, concurrency: int = 8, hash: str = "crc32c") -> VerifyRepo
             else:
                 rels.append(e.path)
                 specs.append(fastio.FileSpec(path, e.bytes))
-    res = fastio.read_files(specs, hash=alg, concurrency=concurrency)
+    res = fastio.read_files(specs, hash=alg, concurrency=concurrency, nofollow=True)
     by_rel = dict(zip(rels, res.files))
     if not reference:
         problems += [(r, f"unreadable: {f.error.message}") for r, f in by_rel.items() if f.error]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 
 
@@ -144,6 +145,9 @@ def translate(exc: BaseException) -> CkptbenchError | None:
     if isinstance(exc, OSError):
         where = exc.filename if exc.filename is not None else "I/O"
         what = exc.strerror or _first_line(exc)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk: the path and its permissions are fine
+            return CkptbenchError(f"{redact(str(where))}: {what} while writing; free space on that filesystem, or "
+                                  "write somewhere else", exit_code=1)
         return CkptbenchError(f"{redact(str(where))}: {what}; check the path and its permissions", exit_code=1)
     module = type(exc).__module__ or ""
     if module.startswith(("botocore", "boto3", "awscrt", "s3transfer")):

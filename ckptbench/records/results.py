@@ -125,10 +125,13 @@ def _check_ours_at(fd: int, target: str) -> None:
                              "document of ours); name another --results path, or move that file away")
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes, path: str) -> None:
     view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:  # named: a full disk was "I/O: No space left on device"
+        raise OSError(exc.errno, exc.strerror, recorded_text(path)) from None
 
 
 def _fsync_dir(path: str) -> None:
@@ -234,7 +237,7 @@ def append(path: str, rows: list[dict]) -> None:
     if not os.path.lexists(path):  # a link to nothing is refused below, never made a file through
         fd, tmp = new_file_beside(path)
         try:
-            _write_all(fd, _line(list(COLUMNS)).encode("utf-8"))
+            _write_all(fd, _line(list(COLUMNS)).encode("utf-8"), path)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -259,7 +262,7 @@ def append(path: str, rows: list[dict]) -> None:
             one = _in_schema(redact_all({"kind": "restore"} | given), columns)  # no credential is ever recorded
             values = [json.dumps(plain(one[c]), sort_keys=True, allow_nan=False) if c == "env"
                       else plain(one.get(c, "")) for c in columns]
-            _write_all(fd, _line(values).encode("utf-8"))
+            _write_all(fd, _line(values).encode("utf-8"), path)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -276,7 +279,7 @@ def append_document(path: str, doc: dict) -> None:
             _check_ours_at(fd, target)  # a foreign file put in its place since the check before the run
             if not _ends_a_line(fd, size):
                 line = "\n" + line  # a line torn by a crash stays apart from this one
-        _write_all(fd, line.encode("utf-8"))
+        _write_all(fd, line.encode("utf-8"), target)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -96,8 +96,9 @@ def _target_files(target: str, skipped: list[tuple[str, str]], odd: dict[str, st
         if not found and not skipped:
             raise CkptbenchError(f"{target}: empty: the directory holds no files; point at a checkpoint directory")
         return found
-    if os.path.isfile(target):
-        return [fastio.FileSpec(target, os.stat(target).st_size)]
+    if os.path.isfile(target):  # a link the user names is followed here, once: the read opens what it names
+        return [fastio.FileSpec(os.path.realpath(target) if os.path.islink(target) else target,
+                                os.stat(target).st_size)]
     if os.path.exists(target):
         raise CkptbenchError(f"{target}: not a regular file or directory")
     raise CkptbenchError(f"{target}: no such file or directory; point at a checkpoint directory")
@@ -179,7 +180,8 @@ class LocalSource:
         return LocalReadHandle(fastio.start(
             listing.files, concurrency=opts.concurrency, read=opts.read, hash=opts.hash,
             block_size=opts.block_size, chunk_size=opts.chunk_size, multipart=opts.multipart,
-            into_memory=into == "memory", scan=scan if into == "memory" and opts.read != "mmap" else None))
+            into_memory=into == "memory", scan=scan if into == "memory" and opts.read != "mmap" else None,
+            nofollow=True))
 
     def retry_classes(self) -> dict[str, int]:
         return {}

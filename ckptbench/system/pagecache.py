@@ -46,7 +46,7 @@ def prepare(paths: list[str], requested: str, *, drop_caches: bool = False) -> C
                                   "(tmpfs, or pages mapped by another process)")
         return CacheCondition("cold", frac, True, note.strip())
     if requested == "hot":
-        fastio.read_files(paths, concurrency=2, read="pread", hash="none")
+        fastio.read_files(paths, concurrency=2, read="pread", hash="none", nofollow=True)
         frac = _residency(paths).fraction
         if frac < HOT_MIN:
             return CacheCondition("hot", frac, False, f"not hot: only {human_pct(frac)} resident after a pre-read "

@@ -182,7 +182,7 @@ static int open_retry(struct fio_engine *e, fio_file_state *f, int flags)
 {
     for (int attempt = 0;; attempt++) {
         /* O_NONBLOCK: a FIFO or a device named in a listing must fail its type check, not hang the open */
-        int fd = open(f->path, flags | O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        int fd = open(f->path, flags | O_RDONLY | O_CLOEXEC | O_NONBLOCK | (e->opt.nofollow ? O_NOFOLLOW : 0));
         if (fd >= 0)
             return fd;
         int retryable = transient(errno) || errno == EMFILE || errno == ENFILE;
@@ -487,6 +487,8 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
                 file_fail(f, EISDIR, "is a directory, not a file"); /* Linux refuses O_DIRECT on a directory with EINVAL */
             else if (e->opt.mode == FIO_MODE_DIRECT && err == EINVAL)
                 file_fail(f, err, "open with O_DIRECT refused (filesystem without direct I/O? use pread)");
+            else if (e->opt.nofollow && err == ELOOP)
+                file_fail(f, err, "is a symbolic link (swapped in since it was listed?): never followed");
             else
                 file_fail(f, err, "open: %s", strerror(err));
         } else if (fstat(fd, &st) != 0) {

@@ -48,6 +48,7 @@ typedef struct {
     int64_t chunk_size;
     int alg;
     int multipart; /* per-chunk digests plus a digest of them (the S3 multipart ETag construction) */
+    int nofollow;  /* open with O_NOFOLLOW: a listed file swapped for a symlink since the listing is not followed */
 } fio_options;
 
 typedef struct {

@@ -127,7 +127,8 @@ def locate(fd: int, item_offset: int, item_length: int, dtype: torch.dtype, size
         reader = torch._C.PyTorchFileReader(win)
         records = set(reader.get_all_records())
         pkl = bytes(reader.get_record("data.pkl")) if "data.pkl" in records else None
-    except (RuntimeError, OSError) as exc:
+    # UnicodeDecodeError: a record name that is not UTF-8 (or torch's message quoting one), as pybind11 decodes it
+    except (RuntimeError, OSError, UnicodeDecodeError) as exc:
         raise FormatError(f"{where}: not a torch.save archive ({str(exc).splitlines()[0][:100]}); the shard is "
                           "corrupt or truncated") from None
     if pkl is None:
@@ -154,7 +155,7 @@ def locate(fd: int, item_offset: int, item_length: int, dtype: torch.dtype, size
         raise FormatError(f"{where}: the chunk's storage {record} is missing; {_CRAFTED}")
     try:
         start = reader.get_record_offset(record) + t.storage_offset * dtype.itemsize
-    except (RuntimeError, OSError) as exc:  # the archive's own record table is damaged
+    except (RuntimeError, OSError, UnicodeDecodeError) as exc:  # the archive's own record table is damaged
         raise FormatError(f"{where}: the chunk's storage {record} cannot be located ({str(exc).splitlines()[0][:80]}"
                           f"); {_CRAFTED}") from None
     nbytes = numel * dtype.itemsize

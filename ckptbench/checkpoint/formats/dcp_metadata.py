@@ -222,6 +222,8 @@ def _check_metadata(meta, where: str, fs: _ConfinedFS) -> Metadata:
                               f"entry; {_CRAFTED}")
         if isinstance(md, TensorStorageMetadata):
             total += _tensor_bytes(fqn, md, meta.storage_data, where)
+        elif MetadataIndex(fqn) not in meta.storage_data:  # where DCP (and a ranged plan) looks a byte entry up
+            raise FormatError(f"{where}: byte entry {fqn[:80]!r} is stored in no shard; {_CRAFTED}")
     if total > sum(files.values()):
         raise FormatError(f"{where}: declares {total} bytes of tensors, its shards hold {sum(files.values())}; "
                           f"{_CRAFTED}")

@@ -4,6 +4,7 @@ key grouping, and the bounded walk every loader uses."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import re
@@ -111,14 +112,22 @@ class CheckpointState:
                 yield group_of(name), name, v
 
 
+def cannot_open(path: str, exc: OSError) -> "FormatError":
+    if exc.errno == errno.ELOOP:
+        return FormatError(f"{path}: is a symbolic link now, swapped in since the checkpoint was listed: never "
+                           "followed; restore a copy nothing else writes to")
+    return FormatError(f"{path}: cannot open ({exc.strerror}); check the path and its permissions")
+
+
 @contextlib.contextmanager
 def open_regular(path: str, what: str):
     """(file, its stat) of `path` opened without blocking on a FIFO and kept only if a regular file: one descriptor,
-    so what is checked is what is read. `what` completes "not a regular file; ... must be one"."""
+    so what is checked is what is read. `what` completes "not a regular file; ... must be one". A symlink is refused
+    (O_NOFOLLOW): the listing holds none, so one there now was swapped in since."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError as exc:
-        raise FormatError(f"{path}: cannot open ({exc.strerror}); check the path and its permissions") from None
+        raise cannot_open(path, exc) from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -12,7 +12,7 @@ import struct
 import zipfile
 
 from ckptbench.checkpoint.formats import torch_prescan
-from ckptbench.checkpoint.formats.state import FormatError
+from ckptbench.checkpoint.formats.state import FormatError, cannot_open
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # what torch.save's pre-zip format pickles first
@@ -119,11 +119,12 @@ def check_start(head: bytes, where: str) -> bool:
 
 
 def open_regular(path: str):
-    """The shard opened for reading without blocking on a FIFO, refused unless a regular file."""
+    """The shard opened for reading without blocking on a FIFO or following a symlink swapped in since the listing,
+    refused unless a regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError as exc:
-        raise FormatError(f"{path}: cannot open ({exc.strerror}); check the path and its permissions") from None
+        raise cannot_open(path, exc) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise FormatError(f"{path}: not a regular file; a torch shard must be one")
