@@ -124,8 +124,8 @@ def test_compare_holds_each_repeat_against_its_runs_floor_and_says_when_the_floo
     assert "floor_s" not in doc["env_diff"]  # the same box, the same floor
     text = h.run_cli("compare", results).out
     line = next(ln for ln in text.splitlines() if ln.split()[:1] == ["efficiency"])
-    # a share as `run` prints it, not the document's fraction (0.82)
-    assert re.match(r"\s*efficiency\s+\d+(\.\d)? %\s+\d+(\.\d)? %\s+[+-]\d+(\.\d)? %", line), text
+    # a share as `run` prints it, not the document's fraction (0.82), and its change in percentage points
+    assert re.match(r"\s*efficiency\s+\d+(\.\d)? %\s+\d+(\.\d)? %\s+[+-]\d+(\.\d)? pts", line), text
     assert f"{eff['baseline']['median']:.4g}" not in line, line
     plant_floor(1.0)  # the box now does a quarter of what it did: the floor moved, and compare says so
     assert h.run_cli("run", root, "--repeat", "2", "--cache", "hot", "--results", results).rc == 0
