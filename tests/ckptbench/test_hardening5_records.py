@@ -312,18 +312,29 @@ def test_compare_redacts_recorded_settings_and_environment(recorded, tmp_path, a
 
 # --- 6. the hint names the option of the kind compared ----------------------------------------------------------------
 
-def _regressed(path: str) -> tuple[str, str]:
-    """(newest, baseline): the two runs recorded, oldest as the baseline."""
+def _regressed(path: str, slower: str, faster: str | None = None) -> tuple[str, str]:
+    """(newest, baseline): the two runs recorded, oldest as the baseline, with the newest's `slower` figure set to 3×
+    the baseline's largest (and its `faster` figure to a third of the baseline's smallest). Three times its own
+    figure was not always a regression: the first save of a fresh process has been 3× slower than the second."""
     baseline, newest = _ids(path)
+    with open(path, newline="") as f:
+        base = [row for row in csv.DictReader(f) if row["run_id"] == baseline]
+    worst = 3 * max(float(row[slower]) for row in base)
+    least = min(float(row[faster]) for row in base) / 3 if faster else None
+
+    def edit(row):
+        if row["run_id"] == newest:
+            row[slower] = str(worst)
+            if faster:
+                row[faster] = str(least)
+
+    _edit_rows(path, edit)
     return newest, baseline
 
 
 def test_compare_two_saves_of_one_repeat_names_count_not_repeat(recorded, tmp_path):
     path = _copy(recorded, tmp_path, "save")
-    newest, baseline = _regressed(path)
-    _edit_rows(path, lambda row: row.update(durable_s=str(float(row["durable_s"]) * 3),
-                                            write_gbps=str(float(row["write_gbps"]) / 3))
-               if row["run_id"] == newest else None)
+    newest, baseline = _regressed(path, "durable_s", "write_gbps")
     r = run_cli("compare", path, "--newest", newest, "--baseline", baseline)
     assert r.rc == 1, r.err
     assert "--count 4 or more on both runs" in r.err and "--repeat" not in r.err
@@ -331,8 +342,7 @@ def test_compare_two_saves_of_one_repeat_names_count_not_repeat(recorded, tmp_pa
 
 def test_compare_two_restores_of_one_repeat_names_repeat(recorded, tmp_path):
     path = _copy(recorded, tmp_path)
-    newest, baseline = _regressed(path)
-    _edit_rows(path, lambda row: row.update(rto_s=str(float(row["rto_s"]) * 3)) if row["run_id"] == newest else None)
+    newest, baseline = _regressed(path, "rto_s")
     r = run_cli("compare", path, "--newest", newest, "--baseline", baseline)
     assert r.rc == 1, r.err
     assert "--repeat 3 or more on both runs" in r.err
