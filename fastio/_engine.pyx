@@ -516,7 +516,8 @@ def read_files(files, **options):
 
 
 def residency(paths):
-    """Bytes of `paths` in the page cache right now (mincore), as Residency(resident, total)."""
+    """Bytes of `paths` in the page cache right now (mincore), as Residency(resident, total). A path that is a
+    symbolic link fails (ELOOP), as in `evict`: both take the paths a listing resolved."""
     cdef int64_t res = 0, tot = 0
     cdef int rc
     cdef bytes b

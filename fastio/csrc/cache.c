@@ -13,7 +13,9 @@
 int fio_residency(const char *path, int64_t *resident, int64_t *total)
 {
     *resident = *total = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not hang a residency probe */
+    /* a FIFO must not hang a residency probe; a link swapped in for a listed file is not followed (its target is
+       no checkpoint's, and callers pass the paths a listing resolved once) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (fd < 0)
         return errno;
     struct stat st;
@@ -59,7 +61,7 @@ int fio_residency(const char *path, int64_t *resident, int64_t *total)
 
 int fio_evict(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not hang a residency probe */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW); /* as in fio_residency */
     if (fd < 0)
         return errno;
     int rc = 0;

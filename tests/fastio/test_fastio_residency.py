@@ -74,6 +74,21 @@ def test_evict_tries_every_path_and_reports_first_failure(tmp_path, files):
     assert fastio.residency([p]).fraction <= 0.05  # the good path after the bad one was still evicted
 
 
+def test_residency_and_evict_never_follow_a_symbolic_link(tmp_path, files):
+    """A shard swapped for a link after the listing: probing or evicting it would act on the link's target, a file
+    outside the checkpoint; both refuse it (ELOOP) and leave the target's pages as they were."""
+    target = files.make(SIZE, fsync=True)
+    fastio.read_files([target], hash="none")
+    assert fastio.residency([target]).fraction >= 0.95
+    link = tmp_path / "model.safetensors"
+    link.symlink_to(target)
+    for probe in (fastio.residency, fastio.evict):
+        with pytest.raises(fastio.FastIOError) as ei:
+            probe([str(link)])
+        assert ei.value.errno == errno.ELOOP and ei.value.filename == str(link)
+    assert fastio.residency([target]).fraction >= 0.95  # the target was not evicted through the link
+
+
 def test_drop_caches_drops_or_raises(files):
     p = files.make(SIZE, fsync=True)
     fastio.read_files([p], hash="none")
