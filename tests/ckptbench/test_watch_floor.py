@@ -19,6 +19,7 @@ import torch
 
 import fastio
 from ckptbench.core.units import human_pct
+from ckptbench.system.floorcache import OVER_FLOOR
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLOOR_KEYS = ("floor_s", "efficiency", "binding", "binding_gbps", "floor_times_s", "floor_note")
@@ -96,7 +97,9 @@ def test_the_watch_holds_the_loader_against_a_measured_floor(tmp_path, checkpoin
             f"bound by {doc['binding']} ({doc['binding_gbps']:.2f} GB/s {doc['binding_how']}))")
     summary = doc["verdict"]["summary"]
     assert summary.startswith(want) and summary[len(want)] in ";:", summary
-    if doc["efficiency"] >= 0.9:  # at the storage's floor: the storage binds, whatever the re-read says
+    if doc["efficiency"] > OVER_FLOOR:  # past a good ceiling's spread the floor was measured low (a busy box)
+        assert "so that floor is unreliable" in summary, summary  # and the verdict is the loader's own evidence
+    elif doc["efficiency"] >= 0.9:  # at the storage's floor: the storage binds, whatever the re-read says
         assert doc["verdict"]["verdict"] == "storage-bound", summary
     assert doc["verdict"]["evidence"]["floor_s"] == doc["floor_s"]
     from ckptbench.records.results import read_documents
