@@ -79,16 +79,27 @@ def test_a_refused_preflight_keeps_a_folder_put_in_place_of_the_one_it_made(tmp_
     assert target.is_dir()
 
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    """A real full disk: a 1 MiB tmpfs (the tests run as root), unmounted afterwards."""
+def _mount(tmp_path, options: str):
+    """A real small filesystem: a tmpfs (the tests run as root), unmounted afterwards."""
     import subprocess
 
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)], check=True)
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """1 MiB: a checkpoint's bytes do not fit."""
+    yield from _mount(tmp_path, "size=1m")
+
+
+@pytest.fixture(params=["size=1m", "size=64m,nr_inodes=6"], ids=["bytes", "inodes"])
+def full(tmp_path, request):
+    """Full of bytes (a write fails), or of inodes (creating a file fails, with the staging folder's name)."""
+    yield from _mount(tmp_path, request.param)
 
 
 def test_a_first_save_that_fills_the_disk_leaves_no_target_folder_behind(tmpfs):
@@ -97,3 +108,48 @@ def test_a_first_save_that_fills_the_disk_leaves_no_target_folder_behind(tmpfs):
     assert r.rc == 1 and "Traceback" not in r.err, r.err
     assert "no space left on the device while writing step-000001" in r.err, r.err
     assert os.listdir(tmpfs) == []
+
+
+# pack and unpack into a full disk: the line names the file in OUT it was writing, and OUT is not left half-written
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("packs")
+    ck, out = root / "ck", root / "packed"
+    r = run_cli("gen", "small", ck, "--scale", SCALE, "--format", "torch")
+    assert r.rc == 0, r.err
+    r = run_cli("pack", ck, out)
+    assert r.rc == 0, r.err
+    return ck, out
+
+
+def _names_a_file_in(r, out) -> None:
+    assert r.rc == 1 and "Traceback" not in r.err, r.err
+    assert len(r.err_lines) == 1, r.err
+    line = r.err_lines[0]
+    assert line.startswith(f"ckptbench: error: {out}/") and "No space left on device" in line, line
+    assert "free space" in line and "permissions" not in line and ".tmp-" not in line, line
+
+
+@pytest.mark.parametrize("command", ["pack", "unpack"])
+def test_pack_and_unpack_into_a_full_disk_name_the_file_they_were_writing(packed, full, command):
+    source = packed[0] if command == "pack" else packed[1]
+    out = full / "sub" / "out"
+    r = run_cli(command, source, out)
+    _names_a_file_in(r, out)
+    assert os.listdir(full) == []  # nothing half-written: the staging folder and the parent made for it are gone
+
+
+def test_a_manifest_written_to_a_full_disk_names_it(packed, tmpfs):
+    from ckptbench.checkpoint import manifest as mf
+
+    with open(tmpfs / "filler", "wb") as f:  # the disk filled to its last byte
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"x" * 65536)
+                f.flush()
+    (tmpfs / "ck").mkdir()
+    with pytest.raises(OSError) as caught:
+        mf.read(str(packed[0])).write(str(tmpfs / "ck"))
+    assert caught.value.filename == str(tmpfs / "ck" / mf.MANIFEST_NAME)
+    assert os.listdir(tmpfs / "ck") == []  # its temporary file is not left behind
