@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import pytest
 
-from clirun import run_cli
+from clirun import assert_one_line_error, run_cli
 
 SCALE = "0.02"  # the small profile: about 5.5 MiB a save
 
@@ -153,3 +153,38 @@ def test_a_manifest_written_to_a_full_disk_names_it(packed, tmpfs):
         mf.read(str(packed[0])).write(str(tmpfs / "ck"))
     assert caught.value.filename == str(tmpfs / "ck" / mf.MANIFEST_NAME)
     assert os.listdir(tmpfs / "ck") == []  # its temporary file is not left behind
+
+
+# typos: the line names what was most likely meant, and stays one line with argparse's exit 2
+
+@pytest.mark.parametrize("args, meant", [
+    (["rn", "x"], "invalid choice: 'rn'; did you mean 'run'?"),
+    (["sav", "small", "t"], "invalid choice: 'sav'; did you mean 'save'?"),
+    (["sysinf"], "invalid choice: 'sysinf'; did you mean 'sysinfo'?"),
+    (["run", "/nonexistent", "--concurency", "4"],
+     "unrecognized arguments: --concurency 4; did you mean --concurrency?"),
+    (["run", "/nonexistent", "--repat=3"], "unrecognized arguments: --repat=3; did you mean --repeat?"),
+    (["save", "small", "t", "--no-fsnyc"], "did you mean --no-fsync?"),
+    (["--verison"], "unrecognized arguments: --verison; did you mean --version?"),
+    (["run", "/nonexistent", "--mode", "fsued"], "argument --mode: invalid choice: 'fsued'; did you mean 'fused'?"),
+])
+def test_a_typo_is_answered_with_what_was_meant(tmp_path, args, meant):
+    r = run_cli(*args)
+    assert_one_line_error(r, meant)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["zzzz"], "invalid choice: 'zzzz' (choose from 'read', 'run'"),
+    (["run", "/nonexistent", "--qqqqqq"], "unrecognized arguments: --qqqqqq (see ckptbench run --help)"),
+    (["read", "/nonexistent", "--hash", "crc64"], "invalid choice: 'crc64' (choose from"),
+])
+def test_nothing_close_is_no_guess(args, needle):
+    r = run_cli(*args)
+    assert_one_line_error(r, needle)
+    assert "did you mean" not in r.err
+
+
+def test_the_guess_reaches_a_user_running_the_installed_command(h):
+    r = h.run_proc("inspekt", "/nonexistent")
+    assert_one_line_error(r, "did you mean 'inspect'?")
