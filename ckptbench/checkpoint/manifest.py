@@ -7,6 +7,7 @@ reads a value from it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -61,10 +62,17 @@ class Manifest:
     def write(self, directory: str) -> None:
         path = os.path.join(directory, MANIFEST_NAME)
         tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.to_json(), f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.to_json(), f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:  # a file object's write and flush name no file: a full disk was "I/O: ..."
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # no half-written manifest left beside the checkpoint
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, path) from None
         os.replace(tmp, path)
 
     def by_kind(self, kind: str) -> list[FileEntry]:

@@ -78,8 +78,20 @@ def _create(root: str, rel: str, mode: int) -> int:
     return os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o666)
 
 
-def _copy_range(src: int, offset: int, length: int, dst: int, where: str) -> None:
-    """Bytes [offset, offset + length) of `src` to `dst`, in chunks, then to disk."""
+@contextlib.contextmanager
+def _writing(path: str):
+    """An OSError of a write or fsync names the file written: theirs carry none, and a full disk was "I/O: No space
+    left on device" with no word of where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, path) from None
+
+
+def _copy_range(src: int, offset: int, length: int, dst: int, where: str, into: str) -> None:
+    """Bytes [offset, offset + length) of `src` (the file `where`) to `dst` (the file `into`), in chunks."""
     done = 0
     while done < length:
         chunk = os.pread(src, min(COPY_CHUNK, length - done), offset + done)
@@ -87,16 +99,23 @@ def _copy_range(src: int, offset: int, length: int, dst: int, where: str) -> Non
             raise CkptbenchError(f"{where}: shorter than the checkpoint says; it changed while being read",
                                  exit_code=1)
         view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view):]
+        with _writing(into):
+            while view:
+                view = view[os.write(dst, view):]
         done += len(chunk)
 
 
+def _fsync(dst: int, into: str) -> None:
+    with _writing(into):
+        os.fsync(dst)
+
+
 def _copy_out(src: int, offset: int, length: int, root: str, rel: str, mode: int, where: str) -> None:
+    into = os.path.join(root, rel)
     dst = _create(root, rel, mode)
     try:
-        _copy_range(src, offset, length, dst, where)
-        os.fsync(dst)
+        _copy_range(src, offset, length, dst, where, into)
+        _fsync(dst, into)
     finally:
         os.close(dst)
 
@@ -123,11 +142,15 @@ def _staged(out: str):
         os.mkdir(tmp)
         yield tmp
         os.rename(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         for d in made:
             with contextlib.suppress(OSError):
                 os.rmdir(d)
+        if isinstance(exc, OSError) and isinstance(exc.filename, str) and (
+                exc.filename == tmp or exc.filename.startswith(tmp + os.sep)):
+            # named where the user will look: the staging folder is gone, and OUT is what was being written
+            raise OSError(exc.errno, exc.strerror, target + exc.filename[len(tmp):]) from None
         raise
 
 
@@ -237,18 +260,19 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
             for e in group:
                 mode &= modes[e.path]  # a pack is never readable by more than any of its members
             index: dict[str, list] = {}
+            into = os.path.join(tmp, name)
             dst = _create(tmp, name, mode)
             try:
                 pos = 0
                 for e in sorted(group, key=lambda e: e.path):
                     src = confine.open_member(directory, e.path, e.bytes)
                     try:
-                        _copy_range(src, 0, e.bytes, dst, os.path.join(directory, e.path))
+                        _copy_range(src, 0, e.bytes, dst, os.path.join(directory, e.path), into)
                     finally:
                         os.close(src)
                     index[e.path] = [pos, e.bytes, e.kind, e.rank]
                     pos += e.bytes
-                os.fsync(dst)
+                _fsync(dst, into)
             finally:
                 os.close(dst)
             packs[name] = index

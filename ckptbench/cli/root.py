@@ -4,6 +4,7 @@ of core/options, rendered here; a command lists the ones it takes."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -45,7 +46,7 @@ def _with_default(opt: o.Option) -> str | None:
     return f"{opt.help} (default: {shown:g})" if isinstance(shown, float) else f"{opt.help} (default: {shown})"
 
 
-def add_option(p, opt: o.Option) -> None:
+def add_option(p, opt: o.Option) -> argparse.Action:
     """Renders one declaration into a parser (or a group of one)."""
     if opt.action == "negatable":
         kw = {"action": argparse.BooleanOptionalAction, "default": opt.default}
@@ -56,9 +57,8 @@ def add_option(p, opt: o.Option) -> None:
               "metavar": opt.metavar, "nargs": opt.nargs, "const": opt.const}
         kw = {k: v for k, v in kw.items() if v is not None}  # a positional given default=None is no longer required
     if opt.flags:
-        p.add_argument(*opt.flags, dest=opt.dest, help=_with_default(opt), **kw)
-    else:
-        p.add_argument(opt.dest, help=opt.help, **kw)
+        return p.add_argument(*opt.flags, dest=opt.dest, help=_with_default(opt), **kw)
+    return p.add_argument(opt.dest, help=opt.help, **kw)
 
 
 @dataclass(frozen=True)
@@ -197,20 +197,47 @@ def job_after_dashes(argv: list[str]) -> list[str]:
     return argv
 
 
+def _near(word: str, known) -> str | None:
+    """The one known word a typo most likely meant, or None when none is close."""
+    match = difflib.get_close_matches(word, [k for k in known if isinstance(k, str)], n=1)
+    return match[0] if match else None
+
+
 class _Parser(argparse.ArgumentParser):
-    """Bad arguments are one line, like every other bad input: what, where, and where to read more."""
+    """Bad arguments are one line, like every other bad input: what, where, and where to read more; a typo also
+    names the command, option or value it most likely meant."""
+
+    flags: dict[str | None, list[str]] = {}  # long options by command (None: the top), set by build_parser
 
     def error(self, message: str):
         self.exit(2, f"ckptbench: error: {message} (see {self.prog} --help)\n")
 
+    def _check_value(self, action, value):
+        """As argparse's, with the near miss named: `ckptbench rn` listed all twenty commands and no hint of run.
+        (argparse's own hook for a value outside an argument's choices; a command name is one too.)"""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError:
+            meant = _near(value, action.choices) if isinstance(value, str) else None
+            if meant is None:
+                raise
+            choices = ", ".join(map(repr, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}; did you mean {meant!r}? (choose from "
+                                                 f"{choices})") from None
+
     def parse_args(self, args=None, namespace=None):
         """As argparse's, but an option no command knows is sent to the command's own help, not the top's (a new
-        user's `run --concurency 4` was told to read `ckptbench --help`, which lists no run option)."""
+        user's `run --concurency 4` was told to read `ckptbench --help`, which lists no run option), with the option
+        it most likely meant."""
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             cmd = getattr(parsed, "command", None)
-            self.exit(2, f"ckptbench: error: unrecognized arguments: {printable(redact(' '.join(extras)))[:200]} "
-                         f"(see {self.prog}{' ' + cmd if cmd else ''} --help)\n")
+            known = self.flags.get(cmd, [])
+            typos = (word.split("=", 1)[0] for word in extras if word.startswith("--") and word != "--")
+            meant = next((m for m in (_near(t, known) for t in typos) if m is not None), None)
+            hint = f"; did you mean {meant}?" if meant else ""  # a known option: never the user's text (a secret)
+            self.exit(2, f"ckptbench: error: unrecognized arguments: {printable(redact(' '.join(extras)))[:200]}"
+                         f"{hint} (see {self.prog}{' ' + cmd if cmd else ''} --help)\n")
         return parsed
 
 
@@ -219,18 +246,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ckptbench",
         description="Checkpoint-restore benchmark and live diagnosis for large-model training.",
     )
-    parser.add_argument("--version", action="version", version=f"ckptbench {__version__}")  # not an option: no value
+    # not an option of core/options: it takes no value
+    version = parser.add_argument("--version", action="version", version=f"ckptbench {__version__}")
+    flags = {None: ["--help", *version.option_strings]}
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in COMMANDS:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
+        actions = []
         for arg in cmd.args:
             if isinstance(arg, tuple):
                 group = p.add_mutually_exclusive_group()
-                for opt in arg:
-                    add_option(group, opt)
+                actions += [add_option(group, opt) for opt in arg]
             else:
-                add_option(p, arg)
+                actions.append(add_option(p, arg))
         p.set_defaults(handler=cmd.handler)
+        flags[cmd.name] = ["--help", *(f for a in actions for f in a.option_strings if f.startswith("--"))]
+    parser.flags = flags
     return parser
 
 

@@ -4,6 +4,7 @@ against the checkpoint interval."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -54,8 +55,10 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def prepare_target(target: str, source: str | None) -> str:
-    """The target as an existing directory (created when its parent exists); never inside the source."""
+def prepare_target(target: str, source: str | None) -> tuple[str, int | None]:
+    """The target as an existing directory (created when its parent exists); never inside the source. With it, an
+    open descriptor of the directory when this call created it (None when it was already there): the one folder a
+    failed run may take away again. Held open, its inode cannot be reused by a folder made in its place."""
     if source is not None and _inside(target, source):
         raise CkptbenchError(f"{target}: inside the source checkpoint {source}; save somewhere else, or the "
                              "saves would become part of what is saved")
@@ -66,6 +69,7 @@ def prepare_target(target: str, source: str | None) -> str:
                                  "save to another target")
     if os.path.exists(target) and not os.path.isdir(target):
         raise CkptbenchError(f"{target}: exists and is not a directory; choose a directory")
+    made = None
     if not os.path.isdir(target):
         parent = os.path.dirname(os.path.abspath(target))
         if not os.path.isdir(parent):
@@ -75,7 +79,28 @@ def prepare_target(target: str, source: str | None) -> str:
         except OSError as exc:
             raise CkptbenchError(f"{target}: cannot create the target directory ({exc.strerror}); choose a "
                                  "writable place", exit_code=1) from None
-    return os.path.abspath(target)
+        try:
+            made = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.rmdir(target)  # ours, made a moment ago
+            raise CkptbenchError(f"{target}: cannot open the target directory just created ({exc.strerror}); "
+                                 "choose a writable place", exit_code=1) from None
+    return os.path.abspath(target), made
+
+
+def unmake_target(target: str, made: int | None) -> None:
+    """Removes the target a failed run created, while it is still that same empty folder: a refused preflight left
+    an empty TARGET behind. A folder that was there before, or that holds anything (a save, the results file, a
+    user's file), stays."""
+    if made is None:
+        return
+    try:
+        now, ours = os.lstat(target), os.fstat(made)
+        if (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino):  # not a folder put in its place since
+            os.rmdir(target)  # fails on anything not empty: nothing in it is ever deleted
+    except OSError:
+        pass
 
 
 def _is_save(target: str, name: str) -> bool:
@@ -169,9 +194,7 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
     Runs in any thread; `cancel` stops between saves and between a save's rank writes (the partial save removed).
     `on_save(SaveTiming)` after each save, `on_sample(WritebackSample)` from the sampler's thread every 250 ms.
     `also_ours`: files this run writes that may lie in the target (its results file), not counted as the user's."""
-    from ckptbench.save.analysis import analyze
-    from ckptbench.save.state import checkpoint_of, load_what, source_dir
-    from ckptbench.save.write import write_save
+    from ckptbench.save.state import checkpoint_of, source_dir
 
     validate(opts)
     source = source_dir(what)
@@ -179,7 +202,25 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
         raise CkptbenchError(f"--pick {pick[:80]!r}: chooses a checkpoint within a folder, and {what} is a profile; "
                              "drop --pick")
     listing = checkpoint_of(source, pick) if source is not None else None  # its one line before the target exists
-    target = prepare_target(target, source)
+    target, made = prepare_target(target, source)
+    try:
+        return _save_into(what, target, opts, on_save, on_sample, cancel, scale, force, on_preflight, also_ours,
+                          listing)
+    except BaseException:
+        unmake_target(target, made)
+        raise
+    finally:
+        if made is not None:
+            os.close(made)
+
+
+def _save_into(what: str, target: str, opts: SaveOptions, on_save, on_sample, cancel: threading.Event | None,
+               scale: float, force: bool, on_preflight, also_ours: tuple[str, ...], listing) -> SaveReport:
+    """run_save's work once the target exists: the load, the preflight and the series of saves."""
+    from ckptbench.save.analysis import analyze
+    from ckptbench.save.state import load_what
+    from ckptbench.save.write import write_save
+
     refuse_foreign(target, also_ours)
     loaded = load_what(what, opts, scale, listing)
     checks = pf.preflight(target, int(loaded.bytes * 1.02) * (opts.keep + 1))

@@ -238,8 +238,8 @@ def test_ctrl_c_to_a_sweep_as_a_user_sends_it(small, tmp_path):
 def test_an_option_the_command_does_not_know_sends_the_user_to_that_commands_help():
     """`run --concurency 4` (a typo) said "(see ckptbench --help)", whose list has no run option."""
     r = run_cli("run", "/nonexistent", "--concurency", "4")
-    assert r.rc == 2 and r.err_lines == ["ckptbench: error: unrecognized arguments: --concurency 4 (see ckptbench run "
-                                         "--help)"], r.err
+    assert r.rc == 2 and r.err_lines == ["ckptbench: error: unrecognized arguments: --concurency 4; did you mean "
+                                         "--concurrency? (see ckptbench run --help)"], r.err
     r = run_cli("--bogus")
     assert r.rc == 2 and r.err_lines[-1].endswith("(see ckptbench --help)"), r.err
     r = run_cli("read", "/nonexistent", "--password=sEcReT")  # a mistyped option can carry a secret: never shown
