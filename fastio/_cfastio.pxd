@@ -29,8 +29,8 @@ cdef extern from "csrc/digest.h" nogil:
     void fio_digest_free(fio_digest *d)
 
 cdef extern from "csrc/cache.h" nogil:
-    int fio_residency(const char *path, int64_t *resident, int64_t *total)
-    int fio_evict(const char *path)
+    int fio_residency(const char *path, int nofollow, int64_t *resident, int64_t *total)
+    int fio_evict(const char *path, int nofollow)
     int fio_drop_caches()
 
 cdef extern from "csrc/finite.h" nogil:

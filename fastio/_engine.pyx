@@ -515,9 +515,11 @@ def read_files(files, **options):
     return start(files, **options).wait()
 
 
-def residency(paths):
-    """Bytes of `paths` in the page cache right now (mincore), as Residency(resident, total). A path that is a
-    symbolic link fails (ELOOP), as in `evict`: both take the paths a listing resolved."""
+def residency(paths, nofollow=True):
+    """Bytes of `paths` in the page cache right now (mincore), as Residency(resident, total). With `nofollow` (the
+    default, as in `evict`: both take the paths a listing resolved) a path that is a symbolic link fails (ELOOP);
+    without, it is followed (a /proc/self/fd name of a file the caller holds open is such a link)."""
+    cdef int nf = 1 if nofollow else 0
     cdef int64_t res = 0, tot = 0
     cdef int rc
     cdef bytes b
@@ -528,14 +530,16 @@ def residency(paths):
         b = os.fsencode(p)
         cp = b
         with nogil:
-            rc = fio_residency(cp, &res, &tot)
+            rc = fio_residency(cp, nf, &res, &tot)
         raise_errno(rc, p, "residency")
         per.append((p, res, tot))
     return Residency(sum(x[1] for x in per), sum(x[2] for x in per), tuple(per))
 
 
-def evict(paths):
-    """Drops `paths` from the page cache (flushing dirty pages first); raises on the first failure after trying all."""
+def evict(paths, nofollow=True):
+    """Drops `paths` from the page cache (flushing dirty pages first); raises on the first failure after trying all.
+    `nofollow` as in `residency`."""
+    cdef int nf = 1 if nofollow else 0
     cdef int rc
     cdef bytes b
     cdef const char *cp
@@ -545,7 +549,7 @@ def evict(paths):
         b = os.fsencode(p)
         cp = b
         with nogil:
-            rc = fio_evict(cp)
+            rc = fio_evict(cp, nf)
         if rc and first is None:
             first = (rc, p)
     if first:

@@ -60,35 +60,38 @@ def residency_of(paths: list[str]) -> float:
     return _residency(_present(paths)).fraction
 
 
-def residency_of_each(paths: list[str]) -> tuple[tuple[str, int, int], ...]:
-    """(path, bytes resident, bytes) of each file that can be opened."""
-    return _residency(_present(paths)).per_file
+def residency_of_each(paths: list[str], *, held: bool = False) -> tuple[tuple[str, int, int], ...]:
+    """(path, bytes resident, bytes) of each file that can be opened. A path that is a symbolic link is not followed
+    (one swapped in since the listing points out of the checkpoint), unless `held`: /proc/self/fd names of files
+    the caller holds open, which are links to them."""
+    return _residency(_present(paths), held=held).per_file
 
 
-def evict(paths: list[str]) -> None:
-    _evict(_present(paths))
+def evict(paths: list[str], *, held: bool = False) -> None:
+    """Evicts the files that can be opened; `held` as in residency_of_each."""
+    _evict(_present(paths), held=held)
 
 
-def _residency(paths: list[str]) -> fastio.Residency:
+def _residency(paths: list[str], *, held: bool = False) -> fastio.Residency:
     """Residency of the files that can be opened: an unreadable one is its read's error to report, and must
     not sink the measurement of the others."""
     try:
-        return fastio.residency(paths)
+        return fastio.residency(paths, nofollow=not held)
     except fastio.FastIOError:
         parts = []
         for p in paths:
             try:
-                parts.append(fastio.residency([p]))
+                parts.append(fastio.residency([p], nofollow=not held))
             except fastio.FastIOError:
                 pass
         return fastio.Residency(sum(r.resident for r in parts), sum(r.total for r in parts),
                                 tuple(x for r in parts for x in r.per_file))
 
 
-def _evict(paths: list[str]) -> None:
+def _evict(paths: list[str], *, held: bool = False) -> None:
     """Evicts every file it can; the ones it cannot open fail in the read that follows, naming themselves."""
     try:
-        fastio.evict(paths)
+        fastio.evict(paths, nofollow=not held)
     except fastio.FastIOError:
         pass
 

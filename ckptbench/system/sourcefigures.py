@@ -214,10 +214,10 @@ def _in_page_cache(take: list[tuple[str, int]]):
         fastio.read_files([fastio.FileSpec(h, n, 0) for h, (_, n) in zip(held, take)], concurrency=2,
                           read="pread", hash="none")
         try:
-            resident = {p: r for p, r, _ in pagecache.residency_of_each(held)}
+            resident = {p: r for p, r, _ in pagecache.residency_of_each(held, held=True)}
             yield None if any(resident.get(h, 0) < n * 0.95 for h, (_, n) in zip(held, take)) else fds
         finally:
-            pagecache.evict(held)
+            pagecache.evict(held, held=True)
     finally:
         for fd in fds:
             os.close(fd)

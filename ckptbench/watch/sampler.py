@@ -262,7 +262,7 @@ class Watch:
         report.files_bytes = sum(max(through_maps.get(p, 0), arrived.get(p, 0)) for p in files)
         report.intervals = started_by(intervals, report.window)
         report.phases = merge_phases(report.intervals)
-        report.counted_bytes = window_bytes(intervals, *report.window)
+        report.counted_bytes = window_bytes(intervals, *report.window, disk_cap=sum(files.values()) or None)
         report.bytes = max(report.counted_bytes, report.files_bytes)
         return report
 

@@ -10,12 +10,12 @@
 
 #define WINDOW (1LL << 30) /* map at most 1 GiB at a time to bound the mincore vector */
 
-int fio_residency(const char *path, int64_t *resident, int64_t *total)
+int fio_residency(const char *path, int nofollow, int64_t *resident, int64_t *total)
 {
     *resident = *total = 0;
-    /* a FIFO must not hang a residency probe; a link swapped in for a listed file is not followed (its target is
-       no checkpoint's, and callers pass the paths a listing resolved once) */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    /* a FIFO must not hang a residency probe; with nofollow a link swapped in for a listed file is not followed (its
+       target is no checkpoint's); without, for a /proc/self/fd name of a file the caller holds open */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
     if (fd < 0)
         return errno;
     struct stat st;
@@ -59,9 +59,9 @@ int fio_residency(const char *path, int64_t *resident, int64_t *total)
     return rc;
 }
 
-int fio_evict(const char *path)
+int fio_evict(const char *path, int nofollow)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW); /* as in fio_residency */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0)); /* as in fio_residency */
     if (fd < 0)
         return errno;
     int rc = 0;

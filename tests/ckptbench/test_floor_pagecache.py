@@ -64,7 +64,7 @@ def test_a_real_page_cache_figure_on_this_disk_leaves_the_file_uncached(tmp_path
 def test_a_mount_that_does_not_keep_pages_cached_has_no_page_cache_figure(tmp_path, monkeypatch):
     data = tmp_path / "shard.bin"
     data.write_bytes(os.urandom(4 << 20))
-    monkeypatch.setattr(pagecache, "residency_of_each", lambda paths: tuple((p, 0, 4 << 20) for p in paths))
+    monkeypatch.setattr(pagecache, "residency_of_each", lambda paths, **kw: tuple((p, 0, 4 << 20) for p in paths))
     assert sourcefigures.page_cache_rates([(str(data), 4 << 20)], cores=2, repeats=1) == ([], 0)
 
 

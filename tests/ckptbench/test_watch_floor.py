@@ -202,6 +202,18 @@ def test_bytes_through_mappings_add_to_read_calls_and_the_disk_is_not_counted_tw
     assert watch.window_bytes([iv], 0.0, 1.0) == 50 << 20 and iv.gbps == pytest.approx(50 * 2 ** 20 / 1e9)
 
 
+def test_the_disks_count_beyond_the_checkpoints_size_is_not_the_checkpoints():
+    """The disk's count is the process's, of every file: libraries faulted in from a cold cache as the load ran
+    counted as checkpoint bytes. Where the checkpoint's files are known it counts up to their size; the read calls
+    and mappings, which are the checkpoint's, still count whole."""
+    from ckptbench.watch import sampler as watch
+
+    iv = watch.Interval(0.0, 1.0, 10 << 20, 254 << 20, 1.0, 1.0, 1, 0.0, 1 << 30, "reading", mapped_bytes=40 << 20)
+    assert watch.window_bytes([iv], 0.0, 1.0) == 254 << 20  # no files known: the disk's count is all there is
+    assert watch.window_bytes([iv], 0.0, 1.0, disk_cap=128 << 20) == 128 << 20
+    assert watch.window_bytes([iv], 0.0, 1.0, disk_cap=32 << 20) == 50 << 20  # never under what the job's calls saw
+
+
 def test_the_floor_sentence_leads_the_verdict_and_a_missing_floor_says_nothing():
     from ckptbench.watch import sampler as watch
     from ckptbench.watch import verdict

@@ -87,6 +87,12 @@ def test_residency_and_evict_never_follow_a_symbolic_link(tmp_path, files):
             probe([str(link)])
         assert ei.value.errno == errno.ELOOP and ei.value.filename == str(link)
     assert fastio.residency([target]).fraction >= 0.95  # the target was not evicted through the link
+    # asked to follow (a /proc/self/fd name of a file the caller holds open is such a link), both act on the file
+    with open(target, "rb") as f:
+        held = f"/proc/self/fd/{f.fileno()}"
+        assert fastio.residency([held], nofollow=False).total == SIZE
+        fastio.evict([held], nofollow=False)
+    assert fastio.residency([target]).fraction <= 0.05
 
 
 def test_drop_caches_drops_or_raises(files):
