@@ -587,12 +587,12 @@ def test_device_mapping_unknown(env):
 def _fake_cache(monkeypatch, after_evict: tuple[int, int], fail: bool = False) -> dict:
     state = {"evicted": []}
 
-    def evict(paths):
+    def evict(paths, nofollow=True):
         if fail:
             raise fastio.FastIOError(errno.EPERM, None, paths[0])
         state["evicted"] += list(paths)
 
-    def residency(paths):
+    def residency(paths, nofollow=True):
         return fastio.Residency(*after_evict) if state["evicted"] else fastio.Residency(4, 4)
 
     monkeypatch.setattr(checklist_facts.fastio, "evict", evict)
