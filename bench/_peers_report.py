@@ -150,7 +150,7 @@ def notes(b: Bench) -> list[str]:
     rss = {s.key: max(r for r in s.extra["peak_rss_bytes"] if r) for s in b.series.values()
            if any(s.extra.get("peak_rss_bytes", []))}
     if rss:
-        out.append("Peers' peak RSS (the child's ru_maxrss, largest over repeats): "
+        out.append("Peers' peak RSS (the child's VmHWM, largest over repeats): "
                    + ", ".join(f"{k} {v / MiB:.0f} MiB" for k, v in rss.items()) + ".")
     return out
 

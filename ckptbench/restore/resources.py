@@ -6,6 +6,7 @@ import psutil
 
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.sources import Listing
+from ckptbench.system import probes
 
 
 def memory_needed(listing: Listing, mode: str) -> int:
@@ -44,15 +45,7 @@ class PeakRSS:
 
     def peak(self) -> int:
         self.sample()
-        if self.reset:
-            try:
-                with open("/proc/self/status") as f:
-                    for line in f:
-                        if line.startswith("VmHWM:"):
-                            return max(self.sampled, int(line.split()[1]) * 1024)
-            except OSError:
-                pass
-        return self.sampled
+        return max(self.sampled, probes.own_peak_rss()) if self.reset else self.sampled
 
 
 def cpu_s(proc: psutil.Process) -> float:

@@ -3,11 +3,11 @@ document beside it in results.csv.jsonl, and the whole report as the run documen
 
 from __future__ import annotations
 
-import resource
 from dataclasses import asdict
 
 from ckptbench.core.errors import redact_all
 from ckptbench.records.results import SAVE_SETTINGS, append, append_document, document, row, settings_of
+from ckptbench.system import probes
 
 
 def _settings(opts, target: str) -> dict:
@@ -21,7 +21,7 @@ def _row(run_id: str, what: str, target: str, opts, t, env: dict, report=None) -
     """One finished save; the run's page-cache figures when the run ended (`report`), else none."""
     figures = {"bytes": t.bytes, "blocking_s": t.blocking_s, "written_s": t.written_s, "durable_s": t.durable_s,
                "write_gbps": t.bytes / t.durable_s / 1e9 if t.durable_s > 0 else "", "overran": t.overran,
-               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+               "peak_rss_bytes": probes.own_peak_rss()}
     if report is not None:
         figures |= {"dirty_peak_fraction": report.dirty_peak_fraction, "throttled": report.throttled,
                     "write_amplification": report.write_amplification}

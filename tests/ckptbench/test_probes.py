@@ -537,3 +537,21 @@ def test_size_histogram_buckets_and_edges():
 
 def test_unknown_reason_names_errno_text(tmp_path):
     assert_unknown(probes.meminfo(str(tmp_path)), os.strerror(errno.ENOENT))
+
+
+def test_own_peak_rss_is_the_childs_not_the_parent_it_was_forked_from():
+    """ru_maxrss of a child keeps the peak of the memory map exec replaced: a child of a large parent (the peers
+    bench, 5 GiB) reported the parent's size for every peer. own_peak_rss is the child's own."""
+    import subprocess
+    import sys
+
+    big = bytearray(512 << 20)  # this process's resident size grows by 512 MiB, touched
+    for i in range(0, len(big), 4096):
+        big[i] = 1
+    code = ("import resource; from ckptbench.system import probes; "
+            "print(probes.own_peak_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    own, maxrss = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                          check=True).stdout.split())
+    assert maxrss >= 512 << 20  # the inherited peak the kernel keeps (what the bench reported before)
+    assert 0 < own < 256 << 20  # a Python importing ckptbench.system: far below the parent's 512 MiB
+    del big
