@@ -156,8 +156,14 @@ def cmd_run_distributed(args) -> int:
         deliver(doc)
 
     dopts = DistOptions(args.each_rank, args.rank_timeout, args.tensor_digests, args.pick)
-    out = run(args.source, opts, dopts, args.repeat, run_id=run_id, deliver=deliver_after_line,
-              show=line if line is not None and line.line.live else None)
+    try:
+        out = run(args.source, opts, dopts, args.repeat, run_id=run_id, deliver=deliver_after_line,
+                  show=line if line is not None and line.line.live else None)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM where driver.run does not keep repeats (joining, leaving)
+        if rank0:
+            raise  # said once, by main(), for the run
+        # another rank: rank 0 says it for the run (CI once had rank 1's bare 'interrupted' beside rank 0's line)
+        return 143 if isinstance(exc, Terminated) else 130
     if out.stopped is not None:  # kept, as a single-process run keeps its finished repeats
         if out.doc is None:  # another rank: rank 0 says it; this one exits as driver.run says
             return out.rc

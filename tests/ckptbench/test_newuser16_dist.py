@@ -285,3 +285,21 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_an_interrupt_outside_the_repeats_is_said_by_rank_0_alone(rank, monkeypatch, capsys, tmp_path):
+    """Ctrl-C under torchrun reaches every rank; one that is not rank 0 and is interrupted where the driver keeps no
+    repeats (joining the group, leaving it) exits as interrupted without a line of its own: rank 0 says it for the
+    run (fresh-clone CI once had rank 1's bare 'ckptbench: interrupted' beside rank 0's one line)."""
+    from ckptbench.cli import root
+    from ckptbench.distributed import driver
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "run", interrupted)
+    monkeypatch.setenv("RANK", rank)
+    assert root.main(["run", str(tmp_path), "--distributed", "--results", ""]) == 130
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "interrupted" in ln]
+    assert said == (["ckptbench: interrupted"] if rank == "0" else [])
