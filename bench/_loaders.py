@@ -155,7 +155,8 @@ def residency(paths: list[str]) -> float | None:
 
 def peak_rss() -> int:
     """The child's own peak (VmHWM since its exec): its ru_maxrss is the bench's, 5367 MiB for every peer in run 21,
-    because exec records the memory map it replaces there."""
+    because exec records the memory map it replaces there. (ckptbench's probes.own_peak_rss, read here: a peer's
+    process imports nothing of ckptbench.)"""
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 

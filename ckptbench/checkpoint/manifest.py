@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from ckptbench.checkpoint import confine
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, naming
 from ckptbench.checkpoint.profiles import DIM_LIMITS, DTYPE_BYTES, FORMATS, MAX_RANK
 
 MANIFEST_NAME = "ckptbench.json"
@@ -63,16 +63,14 @@ class Manifest:
         path = os.path.join(directory, MANIFEST_NAME)
         tmp = path + ".tmp"
         try:
-            with open(tmp, "w") as f:
+            with naming(path), open(tmp, "w") as f:
                 json.dump(self.to_json(), f, indent=1)
                 f.flush()
                 os.fsync(f.fileno())
-        except OSError as exc:  # a file object's write and flush name no file: a full disk was "I/O: ..."
+        except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)  # no half-written manifest left beside the checkpoint
-            if exc.filename is not None:
-                raise
-            raise OSError(exc.errno, exc.strerror, path) from None
+            raise
         os.replace(tmp, path)
 
     def by_kind(self, kind: str) -> list[FileEntry]:

@@ -22,7 +22,7 @@ from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.checkpoint.members import FILE_KINDS, pack_tables, refuse, safe_member, whole
 from ckptbench.checkpoint.quote import quote
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, naming
 
 PACKED_KINDS = ("small",)  # shards and format metadata stay files: loaders such as DCP's open them by path
 # a folder holding one of these is a component a loader finds by name (diffusers' tokenizer/, scheduler/)
@@ -78,18 +78,6 @@ def _create(root: str, rel: str, mode: int) -> int:
     return os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o666)
 
 
-@contextlib.contextmanager
-def _writing(path: str):
-    """An OSError of a write or fsync names the file written: theirs carry none, and a full disk was "I/O: No space
-    left on device" with no word of where."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is not None:
-            raise
-        raise OSError(exc.errno, exc.strerror, path) from None
-
-
 def _copy_range(src: int, offset: int, length: int, dst: int, where: str, into: str) -> None:
     """Bytes [offset, offset + length) of `src` (the file `where`) to `dst` (the file `into`), in chunks."""
     done = 0
@@ -99,14 +87,14 @@ def _copy_range(src: int, offset: int, length: int, dst: int, where: str, into: 
             raise CkptbenchError(f"{where}: shorter than the checkpoint says; it changed while being read",
                                  exit_code=1)
         view = memoryview(chunk)
-        with _writing(into):
+        with naming(into):
             while view:
                 view = view[os.write(dst, view):]
         done += len(chunk)
 
 
 def _fsync(dst: int, into: str) -> None:
-    with _writing(into):
+    with naming(into):
         os.fsync(dst)
 
 

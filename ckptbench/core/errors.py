@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import re
 
@@ -125,6 +126,18 @@ def name_source(text: str, source: str | None) -> str:
 
     named = shlex.quote(printable(redact(str(source))))
     return _COMMAND.sub(lambda m: re.sub(r"\bSOURCE\b", lambda _: named, m.group(0)), text)
+
+
+@contextlib.contextmanager
+def naming(path: str):
+    """An OSError raised without a file (os.write's, os.fsync's, a file object's write and flush) is raised again
+    naming `path`: a full disk was "I/O: No space left on device" with no word of where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, path) from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -15,7 +15,7 @@ import os
 import stat
 import tempfile
 
-from ckptbench.core.errors import CkptbenchError, redact_all, shown
+from ckptbench.core.errors import CkptbenchError, naming, redact_all, shown
 from ckptbench.core.paths import new_file_beside
 from ckptbench.records.schema import (  # noqa: F401  (re-exported: what readers and writers of results use)
     SCHEMA, COLUMNS_V1, SAVE_COLUMNS, COLUMNS_V2, COLUMNS, KINDS, STATUSES, RESTORE_SETTINGS, SAVE_SETTINGS,
@@ -127,11 +127,9 @@ def _check_ours_at(fd: int, target: str) -> None:
 
 def _write_all(fd: int, data: bytes, path: str) -> None:
     view = memoryview(data)
-    try:
+    with naming(recorded_text(path)):
         while view:
             view = view[os.write(fd, view):]
-    except OSError as exc:  # named: a full disk was "I/O: No space left on device"
-        raise OSError(exc.errno, exc.strerror, recorded_text(path)) from None
 
 
 def _fsync_dir(path: str) -> None:
