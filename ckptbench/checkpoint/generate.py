@@ -15,7 +15,7 @@ import fastio
 import torch
 
 from ckptbench.checkpoint import manifest as mf
-from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.core.errors import EXIT_REFUSED_BY_SYSTEM, Cancelled, CkptbenchError
 from ckptbench.core.units import human_count
 from ckptbench.checkpoint.formats import CheckpointState, module_for
 from ckptbench.checkpoint.model import DTYPES, GPT, master_optimizer, sample_batch
@@ -129,11 +129,12 @@ def _check_target(directory: str, need: int, force: bool) -> str:
     if not os.path.isdir(parent):
         raise CkptbenchError(f"{parent}: no such directory; create it first")
     if not os.access(parent, os.W_OK):
-        raise CkptbenchError(f"{parent}: not writable; choose a directory you can write to")
+        raise CkptbenchError(f"{parent}: not writable; choose a directory you can write to",
+                             exit_code=EXIT_REFUSED_BY_SYSTEM)
     free = shutil.disk_usage(parent).free
     if free < need:
         raise CkptbenchError(f"{parent}: {free / 2**30:.2f} GiB free, the checkpoint needs {need / 2**30:.2f} GiB; "
-                             "free space or use --scale")
+                             "free space or use --scale", exit_code=EXIT_REFUSED_BY_SYSTEM)
     return target
 
 

@@ -8,7 +8,7 @@ import sys
 import threading
 
 from ckptbench.cli.show import emit as _emit, say
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, write_refused_exit
 
 
 def _print_summary(report) -> None:
@@ -277,7 +277,7 @@ def _ensure_dir(path: str, what: str) -> None:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
         raise CkptbenchError(f"{path}: cannot create the {what} ({exc.strerror}); set XDG_CACHE_HOME or "
-                             "pass --dir to a writable place") from None
+                             "pass --dir to a writable place", exit_code=write_refused_exit(exc)) from None
 
 
 def cmd_demo(args) -> int:

@@ -8,6 +8,16 @@ import re
 
 
 EXIT_UNCHECKED = 3  # verify: nothing to check against (no manifest, no digests): not a pass, not a mismatch
+EXIT_REFUSED_BY_SYSTEM = 1  # the command was right, the place is not: a read-only or full filesystem, permissions
+# the errors that say so; any other (ENOENT: a folder that is not there) is the command's, exit 2
+_SYSTEM_REFUSALS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
+
+
+def write_refused_exit(exc: OSError) -> int:
+    """The exit status for a destination that could not be written: 1 where the system refused it (as `translate`
+    says of every OSError met while working), 2 where the path as given cannot be one. A script can then tell
+    "called wrong" (2) from "this box would not let it" (1), whichever command met it first."""
+    return EXIT_REFUSED_BY_SYSTEM if exc.errno in _SYSTEM_REFUSALS else 2
 
 
 class CkptbenchError(Exception):

@@ -15,7 +15,7 @@ import os
 import stat
 import tempfile
 
-from ckptbench.core.errors import CkptbenchError, naming, redact_all, shown
+from ckptbench.core.errors import CkptbenchError, naming, redact_all, shown, write_refused_exit
 from ckptbench.core.paths import new_file_beside
 from ckptbench.records.schema import (  # noqa: F401  (re-exported: what readers and writers of results use)
     SCHEMA, COLUMNS_V1, SAVE_COLUMNS, COLUMNS_V2, COLUMNS, KINDS, STATUSES, RESTORE_SETTINGS, SAVE_SETTINGS,
@@ -34,7 +34,8 @@ def jsonl_path(path: str) -> str:
 
 
 def _cannot(path: str, what: str, exc: OSError) -> CkptbenchError:
-    return CkptbenchError(f"{recorded_text(path)}: cannot {what} ({exc.strerror}); choose a writable --results path")
+    return CkptbenchError(f"{recorded_text(path)}: cannot {what} ({exc.strerror}); choose a writable --results path",
+                          exit_code=write_refused_exit(exc))
 
 
 def _check_appendable(path: str) -> None:

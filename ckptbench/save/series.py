@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict
 
 from ckptbench.save import preflight as pf
-from ckptbench.core.errors import Cancelled, CkptbenchError
+from ckptbench.core.errors import Cancelled, CkptbenchError, write_refused_exit
 from ckptbench.checkpoint.manifest import MANIFEST_NAME
 from ckptbench.checkpoint.profiles import FORMATS
 from ckptbench.save.report import SaveOptions, SaveReport, SaveTiming
@@ -78,14 +78,14 @@ def prepare_target(target: str, source: str | None) -> tuple[str, int | None]:
             os.mkdir(target)
         except OSError as exc:
             raise CkptbenchError(f"{target}: cannot create the target directory ({exc.strerror}); choose a "
-                                 "writable place", exit_code=1) from None
+                                 "writable place", exit_code=write_refused_exit(exc)) from None
         try:
             made = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.rmdir(target)  # ours, made a moment ago
             raise CkptbenchError(f"{target}: cannot open the target directory just created ({exc.strerror}); "
-                                 "choose a writable place", exit_code=1) from None
+                                 "choose a writable place", exit_code=write_refused_exit(exc)) from None
     return os.path.abspath(target), made
 
 

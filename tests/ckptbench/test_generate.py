@@ -270,7 +270,7 @@ def test_parent_not_writable_for_an_unprivileged_user(h):
         err = open(err_path).read()
         os.unlink(err_path)
         os.rmdir(os.path.dirname(err_path))
-        assert os.WEXITSTATUS(status) == 2, err
+        assert os.WEXITSTATUS(status) == 1, err  # the system refused the write: the command was right (docs/reference.md, exit status)
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("ckptbench: error:") and "not writable" in lines[0], err
         assert os.listdir(parent) == []

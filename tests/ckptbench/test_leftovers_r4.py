@@ -188,3 +188,44 @@ def test_nothing_close_is_no_guess(args, needle):
 def test_the_guess_reaches_a_user_running_the_installed_command(h):
     r = h.run_proc("inspekt", "/nonexistent")
     assert_one_line_error(r, "did you mean 'inspect'?")
+
+
+def test_a_place_the_system_refuses_exits_1_and_a_path_that_is_not_there_exits_2(tmp_path):
+    """One rule for every command: gen's unwritable folder exited 2, save's 1, pack's 1 and --results' 2 for the
+    same read-only mount. The system refusing (EROFS, EACCES, ENOSPC) is 1; a path as typed that cannot be one is 2."""
+    import errno
+
+    from ckptbench.core.errors import write_refused_exit
+    from ckptbench.records import results
+
+    for code in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT):
+        assert write_refused_exit(OSError(code, os.strerror(code))) == 1, errno.errorcode[code]
+    for code in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):
+        assert write_refused_exit(OSError(code, os.strerror(code))) == 2, errno.errorcode[code]
+    ro = results._cannot(str(tmp_path / "r.csv"), "create the results file there",
+                         OSError(errno.EROFS, "Read-only file system"))
+    missing = results._cannot(str(tmp_path / "no" / "r.csv"), "create the results file there",
+                              OSError(errno.ENOENT, "No such file or directory"))
+    assert (ro.exit_code, missing.exit_code) == (1, 2)
+    assert "Read-only file system" in str(ro) and "choose a writable --results path" in str(ro)
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    yield from _mount(tmp_path, "size=1m,ro")
+
+
+@pytest.mark.parametrize("command", ["gen", "save", "pack", "run --results", "sweep --results"])
+def test_every_command_meeting_a_read_only_mount_exits_1_in_one_line(packed, read_only, command):
+    """A real read-only tmpfs: each command says so in one line and exits 1; nothing appears on the mount."""
+    ck = packed[0]
+    args = {"gen": ("gen", "small", read_only / "ck", "--scale", SCALE),
+            "save": ("save", "small", read_only / "t", "--scale", SCALE, "--count", "1"),
+            "pack": ("pack", ck, read_only / "p"),
+            "run --results": ("run", ck, "--repeat", "1", "--results", read_only / "r.csv"),
+            "sweep --results": ("sweep", ck, "--levels", "1,2", "--results", read_only / "r.csv")}[command]
+    r = run_cli(*args)
+    assert r.rc == 1 and "Traceback" not in r.err, (command, r.err)
+    assert len(r.err_lines) == 1 and r.err_lines[0].startswith("ckptbench: error:"), r.err
+    assert "Read-only file system" in r.err or "not writable" in r.err, r.err
+    assert os.listdir(read_only) == []
