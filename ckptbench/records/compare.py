@@ -52,8 +52,9 @@ class FigureDelta:
 
     @property
     def verdict(self) -> str:
-        """How the text tells it: REGRESSION, improved, too small to matter, within noise, or that one repeat a side
-        gives no noise to judge (where one side had repeats, their spread did judge: said so)."""
+        """How the text tells it: REGRESSION, improved, too small to matter, beyond noise but under --threshold,
+        within noise, or that one repeat a side gives no noise to judge (where one side had repeats, their spread did
+        judge: said so)."""
         if self.regression:
             return "REGRESSION"
         if self.improved:
@@ -62,8 +63,8 @@ class FigureDelta:
             return "too small to matter"
         if self.baseline.get("n") == self.newest.get("n") == 1:
             return "one repeat each: noise unknown"
-        if self.beyond_noise:
-            return ""
+        if self.beyond_noise:  # a real change, but under --threshold: a blank read as "no change" (or unjudged)
+            return "beyond noise, under --threshold" if self.change_pct else ""
         return "within noise" if self.noise_known else "within the other run's spread"
 
     @property

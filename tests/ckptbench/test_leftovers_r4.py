@@ -229,3 +229,24 @@ def test_every_command_meeting_a_read_only_mount_exits_1_in_one_line(packed, rea
     assert len(r.err_lines) == 1 and r.err_lines[0].startswith("ckptbench: error:"), r.err
     assert "Read-only file system" in r.err or "not writable" in r.err, r.err
     assert os.listdir(read_only) == []
+
+
+def test_a_change_beyond_the_noise_but_under_the_threshold_is_labelled(tmp_path):
+    """+4 % RTO with repeats that do not overlap, under --threshold 5: the line had no label at all, read by a user
+    as "no change" or as not judged. It is real and not flagged: said so, exit 0."""
+    from ckptbench.records import results
+
+    env = {"date": "2026-01-01T00:00:00+00:00", "kernel": "6.1", "cpu_count": 2}
+    settings = {"format": "safetensors", "mode": "fused", "cache": "cold", "concurrency": 8, "read": "pread",
+                "hash": "", "block_size": 1 << 20, "device": "cpu"}
+    path = str(tmp_path / "r.csv")
+    for run_id, rto in (("base", 1.00), ("new", 1.04)):
+        results.append(path, [results.row("restore", run_id, i, "/data/ck", settings,
+                                           {"rto_s": rto + i * 0.001, "read_gbps": 1 / (rto + i * 0.001)}, env,
+                                           status="ok", verified=True, success_rate=1.0) for i in (1, 2, 3)])
+    r = run_cli("compare", path, "--threshold", "5")
+    assert r.rc == 0, r.err
+    rto = next(line for line in r.out.splitlines() if line.strip().startswith("rto_s"))
+    assert "beyond noise, under --threshold" in rto and "REGRESSION" not in rto, r.out
+    r = run_cli("compare", path, "--threshold", "3")
+    assert r.rc == 1 and "REGRESSION" in r.out, r.out
