@@ -88,6 +88,7 @@ cdef extern from "csrc/engine.h" nogil:
         const fio_scan_region *scan
         int nscan
         uint64_t *scan_counts
+        int rel_off
 
     ctypedef struct fio_options:
         int concurrency
@@ -97,6 +98,8 @@ cdef extern from "csrc/engine.h" nogil:
         int alg
         int multipart
         int nofollow
+        int beneath
+        int beneath_fd
 
     ctypedef struct fio_file_state:
         char *path

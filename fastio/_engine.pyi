@@ -55,6 +55,7 @@ def start(
     into_memory: bool = False,
     scan: dict[int, list[tuple[int, int, str]]] | None = None,
     nofollow: bool = False,
+    beneath: str | PathLike[str] | None = None,
     _faults: dict[str, tuple[int, int, int]] | None = None,
 ) -> ReadHandle: ...
 def read_files(files: Iterable[_File], **options: object) -> ReadResult: ...

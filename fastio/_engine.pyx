@@ -401,7 +401,7 @@ def _scan_regions(scan, specs, str read, bint into_memory):
 
 def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
           block_size=1 << 20, chunk_size=64 << 20, bint multipart=False, bint into_memory=False, scan=None,
-          bint nofollow=False, _faults=None):
+          bint nofollow=False, beneath=None, _faults=None):
     """Starts reading `files` (paths, (path, size) pairs or FileSpec) and returns a ReadHandle at once.
 
     A FileSpec with an `offset` reads only the bytes [offset, offset+size) of its file: its result, digest and
@@ -417,7 +417,9 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
     (a scan of the whole buffer afterwards reads them back from memory at a fifth of the rate); the counts are
     `handle.scan_counts(i)`.
     With `nofollow` a file that is a symbolic link when it is opened fails (ELOOP) instead of being followed: a
-    listing of regular files stays what is read, whatever is swapped in meanwhile.
+    listing of regular files stays what is read, whatever is swapped in meanwhile. `beneath`, a directory every
+    path lies below (as "DIR/a/b" is below "DIR"), opens each file from that directory one component at a time with
+    none followed when it is a symbolic link: a folder swapped for a link meanwhile fails (ELOOP) too.
     `_faults` maps a path to (errno, after_byte, count) for tests of the failure paths (after_byte is a position in
     the file, whatever range a spec names; every spec of that path gets the fault), or to "hold": the
     worker stops before opening that file until `handle._release()`.
@@ -442,6 +444,7 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
         why = _range_error(s, read)
         if why:
             raise OptionError(why)
+    rel_at = _below(beneath, specs)
     regions = _scan_regions(scan, specs, read, into_memory)
     faults = _faults or {}
     cdef ReadHandle h = ReadHandle.__new__(ReadHandle)
@@ -466,6 +469,7 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
         h.specs[i].size = -1 if specs[i].size is None else specs[i].size
         h.specs[i].range = specs[i].offset is not None
         h.specs[i].offset = specs[i].offset or 0
+        h.specs[i].rel_off = rel_at
         if into_memory:
             if specs[i].size is None:
                 h._buffers.append(None)  # unreadable at stat time; the engine reports why
@@ -501,13 +505,35 @@ def start(files, *, int concurrency=4, str read="pread", str hash="crc32c",
     opt.multipart = multipart
     opt.nofollow = nofollow
     cdef int err = 0
-    h.e = fio_engine_start(h.specs, len(specs), &opt, &err)
+    if beneath is not None:
+        opt.beneath = 1
+        opt.beneath_fd = os.open(beneath, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # the caller's own folder
+    try:
+        h.e = fio_engine_start(h.specs, len(specs), &opt, &err)
+    finally:
+        if opt.beneath:
+            os.close(opt.beneath_fd)  # the engine holds its own duplicate
     if h.e == NULL:
         raise_errno(err or 12, what="starting the read engine")
     h.hash, h.read, h.block_size, h.chunk_size = hash, read, block_size, chunk_size
     h.dsize = fio_digest_size(alg)
     h.multipart = multipart
     return h
+
+
+def _below(beneath, specs) -> int:
+    """Where each path's part below `beneath` starts (0 without it); an OptionError for a path not below it."""
+    if beneath is None:
+        return 0
+    root = os.fspath(beneath)
+    if not isinstance(root, str) or not root:
+        raise OptionError(f"beneath must be a directory path, got {beneath!r}")
+    root = root.rstrip("/") or "/"
+    prefix = root if root == "/" else root + "/"
+    for s in specs:
+        if not s.path.startswith(prefix) or len(s.path) == len(prefix):
+            raise OptionError(f"{s.path!r} does not lie below {root!r} (beneath)")
+    return len(os.fsencode(prefix))
 
 
 def read_files(files, **options):

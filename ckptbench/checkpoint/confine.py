@@ -8,6 +8,7 @@ opened without blocking and without following a final symlink, be a regular file
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -60,8 +61,9 @@ def open_member(root: str, rel, size: int | None = None, *, links: bool = True) 
     """A read-only descriptor on a regular file inside root; `size`, when given, must be its size; `links` as
     resolve takes it."""
     path = resolve(root, rel, links=links)
+    base = os.path.realpath(root)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = _open_beneath(base, path[len(base):].lstrip("/"))
     except OSError as exc:
         raise CkptbenchError(f"{os.path.join(root, rel)}: cannot open ({exc.strerror})", exit_code=1) from None
     try:
@@ -75,6 +77,28 @@ def open_member(root: str, rel, size: int | None = None, *, links: bool = True) 
         os.close(fd)
         raise
     return fd
+
+
+def _open_beneath(base: str, rel: str) -> int:
+    """`rel` (resolve's real path, relative to the real `base`) opened one component at a time, none followed when it
+    is a symbolic link: resolve saw no link there, so a folder swapped for one since (to /etc) fails (ELOOP) instead
+    of being read through. O_NOFOLLOW on the whole path guards its last component only; fastio's engine walks the
+    same way (`beneath`)."""
+    at = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        *folders, name = rel.split("/")
+        for part in folders:
+            try:
+                below = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at)
+            except NotADirectoryError:  # O_PATH|O_NOFOLLOW takes a link as itself: not a directory
+                if stat.S_ISLNK(os.stat(part, dir_fd=at, follow_symlinks=False).st_mode):
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP)) from None
+                raise
+            os.close(at)
+            at = below
+        return os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=at)
+    finally:
+        os.close(at)
 
 
 def read_member(root: str, rel, size: int | None = None, *, offset: int = 0, length: int | None = None) -> bytes:

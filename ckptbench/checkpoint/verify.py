@@ -96,7 +96,10 @@ def verify(listing, *, concurrency: int = 8, hash: str = "crc32c") -> VerifyRepo
             else:
                 rels.append(e.path)
                 specs.append(fastio.FileSpec(path, e.bytes))
-    res = fastio.read_files(specs, hash=alg, concurrency=concurrency, nofollow=True)
+    # below the folder the paths were made in (the manifest's members resolved to real paths): a folder swapped for a
+    # link since they were checked is not read through
+    res = fastio.read_files(specs, hash=alg, concurrency=concurrency, nofollow=True,
+                            beneath=os.path.realpath(directory) if reference else directory)
     by_rel = dict(zip(rels, res.files))
     if not reference:
         problems += [(r, f"unreadable: {f.error.message}") for r, f in by_rel.items() if f.error]

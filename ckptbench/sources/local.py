@@ -104,6 +104,19 @@ def _target_files(target: str, skipped: list[tuple[str, str]], odd: dict[str, st
     raise CkptbenchError(f"{target}: no such file or directory; point at a checkpoint directory")
 
 
+def _beneath(directory: str | None, files) -> str | None:
+    """The folder the engine opens `files` below, so that a folder of the listing swapped for a link since is not
+    read through: the directory as given, whose names the listing joined, or its real path, under which
+    confine.resolve put a manifest's or a rank's members. None for files named one by one."""
+    if directory is None:
+        return None
+    for root in (directory, os.path.realpath(directory)):
+        prefix = root.rstrip("/") + "/"
+        if all(f.path.startswith(prefix) and len(f.path) > len(prefix) for f in files):
+            return root
+    return None
+
+
 class LocalSource:
     """One checkpoint directory, or (for a plain read) any files and directories named together."""
 
@@ -181,7 +194,7 @@ class LocalSource:
             listing.files, concurrency=opts.concurrency, read=opts.read, hash=opts.hash,
             block_size=opts.block_size, chunk_size=opts.chunk_size, multipart=opts.multipart,
             into_memory=into == "memory", scan=scan if into == "memory" and opts.read != "mmap" else None,
-            nofollow=True))
+            nofollow=True, beneath=_beneath(self.directory, listing.files)))
 
     def retry_classes(self) -> dict[str, int]:
         return {}

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -178,11 +179,53 @@ static int pseudo_fs(int fd)
     }
 }
 
+/* `rel` opened below the directory `dirfd` one component at a time, none followed when it is a symbolic link (ELOOP,
+ * wherever it lies): a folder inside the checkpoint swapped for a link to /etc since the listing fails instead of
+ * being read through; O_NOFOLLOW alone guards the last component only. openat2's RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS
+ * says it in one call, but kernels before 5.6 and the container seccomp profiles of their time refuse it (ENOSYS,
+ * EPERM); this walk needs openat alone. The listing's names are plain ("a/b": no "", "." or ".." part); the walk
+ * refuses any other (EINVAL) rather than trust that. */
+static int open_beneath(int dirfd, const char *rel, int flags)
+{
+    char part[NAME_MAX + 1];
+    int at = dirfd;
+    for (const char *p = rel;;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        int fd = -1, err;
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) {
+            err = EINVAL;
+        } else if (n > NAME_MAX) {
+            err = ENAMETOOLONG;
+        } else {
+            memcpy(part, p, n);
+            part[n] = 0;
+            /* O_PATH: a folder the caller may search but not list is walked as open(2) walks it */
+            fd = openat(at, part, slash ? O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC : flags | O_NOFOLLOW);
+            err = errno;
+            struct stat st;
+            if (fd < 0 && err == ENOTDIR && slash && fstatat(at, part, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                S_ISLNK(st.st_mode))
+                err = ELOOP; /* O_PATH|O_NOFOLLOW takes a link as itself, and O_DIRECTORY then says ENOTDIR */
+        }
+        if (at != dirfd)
+            close(at);
+        if (fd < 0 || !slash) {
+            errno = fd < 0 ? err : errno;
+            return fd;
+        }
+        at = fd;
+        p = slash + 1;
+    }
+}
+
 static int open_retry(struct fio_engine *e, fio_file_state *f, int flags)
 {
     for (int attempt = 0;; attempt++) {
         /* O_NONBLOCK: a FIFO or a device named in a listing must fail its type check, not hang the open */
-        int fd = open(f->path, flags | O_RDONLY | O_CLOEXEC | O_NONBLOCK | (e->opt.nofollow ? O_NOFOLLOW : 0));
+        int how = flags | O_RDONLY | O_CLOEXEC | O_NONBLOCK | (e->opt.nofollow ? O_NOFOLLOW : 0);
+        int fd = e->opt.beneath && f->rel_off > 0 ? open_beneath(e->opt.beneath_fd, f->path + f->rel_off, how)
+                                                   : open(f->path, how);
         if (fd >= 0)
             return fd;
         int retryable = transient(errno) || errno == EMFILE || errno == ENFILE;
@@ -488,7 +531,8 @@ static void process_unit(worker_t *w, const unit_t *u, uint8_t *buf)
             else if (e->opt.mode == FIO_MODE_DIRECT && err == EINVAL)
                 file_fail(f, err, "open with O_DIRECT refused (filesystem without direct I/O? use pread)");
             else if (e->opt.nofollow && err == ELOOP)
-                file_fail(f, err, "is a symbolic link (swapped in since it was listed?): never followed");
+                file_fail(f, err, "is, or lies under, a symbolic link (swapped in since it was listed?): never "
+                                  "followed");
             else
                 file_fail(f, err, "open: %s", strerror(err));
         } else if (fstat(fd, &st) != 0) {
@@ -682,6 +726,7 @@ static int build_plan(struct fio_engine *e, const fio_file_spec *specs)
         f->path = strdup(s->path);
         if (!f->path)
             return ENOMEM;
+        f->rel_off = e->opt.beneath && s->rel_off > 0 && (size_t)s->rel_off < strlen(s->path) ? s->rel_off : 0;
         f->size = s->size;
         f->offset = s->offset;
         f->range = s->range;
@@ -745,6 +790,14 @@ fio_engine *fio_engine_start(const fio_file_spec *files, int nfiles, const fio_o
         return NULL;
     }
     e->opt = *opt;
+    if (opt->beneath) { /* our own descriptor: the caller may close its one as soon as this returns */
+        e->opt.beneath_fd = fcntl(opt->beneath_fd, F_DUPFD_CLOEXEC, 3);
+        if (e->opt.beneath_fd < 0) {
+            *err = errno;
+            free(e);
+            return NULL;
+        }
+    }
     e->nfiles = nfiles;
     e->dsize = fio_digest_size(opt->alg);
     e->files = calloc((size_t)nfiles + 1, sizeof(fio_file_state));
@@ -942,6 +995,8 @@ void fio_engine_free(fio_engine *e)
     free(e->workers);
     if (e->bufs)
         munmap(e->bufs, e->bufs_len);
+    if (e->opt.beneath && e->opt.beneath_fd >= 0)
+        close(e->opt.beneath_fd);
     if (e->nthreads || e->t_start) {
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);

@@ -39,6 +39,8 @@ typedef struct {
     const fio_scan_region *scan;
     int nscan;
     uint64_t *scan_counts;
+    /* with fio_options.beneath: where the part of `path` below that directory starts (0: opened by its path) */
+    int rel_off;
 } fio_file_spec;
 
 typedef struct {
@@ -49,6 +51,11 @@ typedef struct {
     int alg;
     int multipart; /* per-chunk digests plus a digest of them (the S3 multipart ETag construction) */
     int nofollow;  /* open with O_NOFOLLOW: a listed file swapped for a symlink since the listing is not followed */
+    /* 1: a spec with rel_off is opened below the directory beneath_fd (the engine keeps its own duplicate), one
+     * component at a time, none followed when it is a symbolic link: a folder of the listing swapped for a link
+     * since is not read through */
+    int beneath;
+    int beneath_fd;
 } fio_options;
 
 typedef struct {
@@ -63,6 +70,7 @@ typedef struct {
     const fio_scan_region *scan;
     int nscan;
     uint64_t *scan_counts;
+    int rel_off;
     int nunits;
     int remaining;
     int err;
