@@ -80,3 +80,38 @@ def test_a_dcp_empty_tensor_whose_dimensions_overflow_is_one_line(tmp_path, h):
     with pytest.raises(FormatError, match="entry 'e' has size .* more elements than a tensor can hold"):
         dcp_format.load_dir(directory)
     _assert_one_line(h, directory, "more elements than a tensor can hold")
+
+
+@pytest.mark.parametrize("which", ["results.csv", "results.csv.jsonl"])
+def test_a_row_cut_short_by_a_full_disk_is_taken_back(ckpt, tmp_path, h, monkeypatch, which):
+    """A row whose write the disk cut short (half written, then ENOSPC) stayed in results.csv: the run said 'env is
+    not a JSON object' instead of 'no space', and every later run, history and compare refused the file ('repair or
+    move the file'). What a failed write wrote is taken back; the rows before it stay."""
+    import errno
+
+    out = tmp_path / "out"
+    out.mkdir()
+    results = out / "results.csv"
+    first = h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results)
+    assert first.rc == 0, first.err
+    before = {p: p.read_bytes() for p in (results, out / "results.csv.jsonl")}
+    write, cut = os.write, []
+
+    def full(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}") == str(out / which):
+            if not cut:
+                cut.append(fd)
+                return write(fd, bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write(fd, data)
+
+    monkeypatch.setattr(os, "write", full)
+    r = h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results)
+    monkeypatch.setattr(os, "write", write)
+    assert cut, "the write was never cut"
+    assert r.rc == 1 and "Traceback" not in r.err and len(r.err_lines) == 1, r.err
+    assert "free space" in r.err and str(out / which) in r.err, r.err
+    assert (out / which).read_bytes() == before[out / which], "half a record was left"
+    assert h.run_cli("history", results).rc == 0
+    again = h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results)
+    assert again.rc == 0, again.err
