@@ -115,3 +115,49 @@ def test_a_row_cut_short_by_a_full_disk_is_taken_back(ckpt, tmp_path, h, monkeyp
     assert h.run_cli("history", results).rc == 0
     again = h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results)
     assert again.rc == 0, again.err
+
+
+SECRET = "hunter2XyZ0123456789abcdefghijklmn"  # 34 characters: the length of a Hugging Face token's tail
+
+
+@pytest.mark.parametrize("text,kept", [
+    # a pre-signed URL is a credential until it expires: anyone holding its signature reads the object
+    (f"https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=3600&X-Amz-Signature={SECRET}",
+     "X-Amz-Expires=3600"),
+    (f"https://storage.googleapis.com/b/o?GoogleAccessId=x&Expires=1&Signature={SECRET}&x=1", "&x=1"),
+    (f"https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sp=rl&sig={SECRET}", "sv=2022-11-02&sp=rl"),
+    # tokens whose prefix says what they are, with no name beside them
+    (f"python load.py hf_{SECRET} --step 5", "--step 5"),
+    (f"pip install git+https://github.com/o/r ghp_{SECRET}xy", "github.com/o/r"),
+])
+def test_signed_urls_and_prefixed_tokens_vanish(text, kept):
+    """A pre-signed S3 (GCS, Azure) URL's signature and a bare Hugging Face or GitHub token were kept whole by redact:
+    a job watched with one on its command line had it in the text, --json and results."""
+    from ckptbench.core.errors import redact
+
+    out = redact(text)
+    assert SECRET not in out and kept in out, out
+    assert redact(out) == out
+
+
+@pytest.mark.parametrize("text", ["--sigma 0.5 --design a --signal-every 10", "/data/assign/hf_small/model.bin"])
+def test_words_that_hold_sig_or_hf_are_kept(text):
+    from ckptbench.core.errors import redact
+
+    assert redact(text) == text
+
+
+def test_a_watched_job_with_a_presigned_url_records_no_signature(tmp_path):
+    import subprocess
+    import sys
+
+    results = tmp_path / "R.csv"
+    url = f"https://b.s3.amazonaws.com/ckpt/model.safetensors?X-Amz-Expires=600&X-Amz-Signature={SECRET}"
+    job = [sys.executable, "-c", "import time; time.sleep(0.4)", url, f"hf_{SECRET}"]
+    p = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--json", "--no-verdict", "--interval", "0.1",
+                        "--results", str(results), "--", *job], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    recorded = results.read_text() + open(f"{results}.jsonl").read()
+    for text in (p.stdout, p.stderr, recorded):
+        assert SECRET not in text, text
+    assert "b.s3.amazonaws.com/ckpt/model.safetensors" in recorded
