@@ -161,3 +161,43 @@ def test_a_watched_job_with_a_presigned_url_records_no_signature(tmp_path):
     for text in (p.stdout, p.stderr, recorded):
         assert SECRET not in text, text
     assert "b.s3.amazonaws.com/ckpt/model.safetensors" in recorded
+
+
+_MAPPER = """
+import mmap, os, sys, time
+held = []
+for n in os.listdir(sys.argv[1]):
+    f = open(os.path.join(sys.argv[1], n), "rb")
+    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    m[:]
+    held.append((f, m))
+print("mapped", flush=True)
+time.sleep(60)
+"""
+
+
+def test_watch_finds_mapped_shards_whose_names_hold_line_breaks(tmp_path):
+    """/proc/PID/maps writes a newline in a name as \\012, and splitlines() also broke a line at \\r, \\x1c-\\x1e and
+    \\x85: a job mapping 'a\\rb.safetensors' or 'c\\nd.safetensors' was seen mapping nothing of them (a file whose
+    name holds a literal backslash-012 is told apart by its device and inode)."""
+    import subprocess
+    import sys
+
+    from ckptbench.watch.maps import FileJudge, MapReader
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    names = ["plain.safetensors", "a\rb.safetensors", "c\nd.safetensors", "e\x85f.safetensors", "g\\012h.safetensors",
+             "i\x1cj.safetensors"]
+    for i, n in enumerate(names):
+        (ck / n).write_bytes(bytes([i + 1]) * (4096 * (i + 1)))
+    job = subprocess.Popen([sys.executable, "-c", _MAPPER, str(ck)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "mapped"
+        for judge in (FileJudge(str(ck)), FileJudge()):  # placed under --source, or by its name alone
+            files, resident = MapReader(judge).sample([job.pid])
+            assert files == {str(ck / n): 4096 * (i + 1) for i, n in enumerate(names)}
+            assert resident == {(job.pid, str(ck / n)): 4096 * (i + 1) for i, n in enumerate(names)}
+    finally:
+        job.kill()
+        job.wait()
