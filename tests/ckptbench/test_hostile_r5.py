@@ -201,3 +201,20 @@ def test_watch_finds_mapped_shards_whose_names_hold_line_breaks(tmp_path):
     finally:
         job.kill()
         job.wait()
+
+
+@pytest.mark.parametrize("run_id", [[1, 2], {"a": 1}, []])
+def test_history_of_a_document_whose_run_id_is_not_text_is_no_traceback(ckpt, tmp_path, h, run_id):
+    """A run document edited by hand (or by another user) to give its run_id as a list or an object: compare passed it
+    over, history indexed its documents by it and died with 'unhashable type' (a traceback)."""
+    results = tmp_path / "r.csv"
+    assert h.run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results).rc == 0
+    docs = [json.loads(line) for line in open(f"{results}.jsonl")]
+    for d in docs:
+        if d["record"] == "run":
+            d["run_id"] = run_id
+    with open(f"{results}.jsonl", "w") as f:
+        f.writelines(json.dumps(d) + "\n" for d in docs)
+    for args in ((), ("--json",)):
+        r = h.run_cli("history", results, *args)
+        assert r.rc == 0 and "Traceback" not in r.err, r.err
