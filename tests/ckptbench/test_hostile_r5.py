@@ -218,3 +218,16 @@ def test_history_of_a_document_whose_run_id_is_not_text_is_no_traceback(ckpt, tm
     for args in ((), ("--json",)):
         r = h.run_cli("history", results, *args)
         assert r.rc == 0 and "Traceback" not in r.err, r.err
+
+
+def test_a_folder_of_fifos_only_is_not_called_empty(tmp_path, h):
+    """A folder holding only FIFOs (a shard and `latest` made FIFOs) was 'empty: the directory holds no files': the
+    entries that are never read were passed over in silence, which hostile-input.md says never happens."""
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    os.mkfifo(ck / "model.safetensors")
+    os.mkfifo(ck / "latest")
+    for cmd in ("inspect", "run", "read", "verify"):
+        r = h.run_cli(cmd, ck, *(("--results", "") if cmd == "run" else ()))
+        assert r.rc == 2 and "Traceback" not in r.err and len(r.err_lines) == 1, (cmd, r.err)
+        assert "empty" not in r.err and "2 entries" in r.err and "a FIFO" in r.err, (cmd, r.err)
