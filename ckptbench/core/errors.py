@@ -37,7 +37,8 @@ class Cancelled(CkptbenchError):
 
 # A credential word anywhere in a name makes it one (AWS_SESSION_TOKEN, x-api-key, db_password, Authorization);
 # `author=` and `--tokenizer PATH` lose their values too: cosmetic, never a leak.
-_WORD = r"(?:secret|token|passw(?:or)?d|credential|auth|api[-_]?key|session)"
+# A pre-signed URL's signature (S3's X-Amz-Signature, GCS's Signature, Azure's sig) reads its object until it expires.
+_WORD = r"(?:secret|token|passw(?:or)?d|credential|auth|api[-_]?key|session|signature|sig(?![a-z]))"
 _NAME = rf"[A-Za-z0-9_.-]{{0,64}}{_WORD}[A-Za-z0-9_.-]{{0,64}}"  # bounded: a long run stays linear
 _START = r"(?:^|(?<=[\s\"'{(,;?&=]))"  # a name starts a word, never inside a path
 _QUOTED = r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'"
@@ -54,7 +55,8 @@ _HEADER = re.compile(r"(?P<keep>\b(?:proxy-)?authorization\s*[:=]\s*)(?P<value>A
                      r"\w+=[^\s,]*)+|(?:Bearer|Basic|Digest|Token|Negotiate|NTLM|AWS)\s+\S+|\S+)", _FLAGS)
 # NAME=value, NAME = value, --name value, NAME: value; a quoted value whole, else up to a space or a query's &
 _PAIR = re.compile(rf"{_START}(?P<keep>-{{0,2}}{_NAME}(?:\s*[=:]\s*|\s+))(?P<value>{_QUOTED}|[^\s&]+)", _FLAGS)
-_KEY_ID = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
+# AWS access key ids, and tokens whose prefix says what they are (Hugging Face's hf_, GitHub's ghp_ and kin)
+_KEY_ID = re.compile(r"\b(?:(?:AKIA|ASIA)[A-Z0-9]{16}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{36,})\b")
 _REDACTED = "<redacted>"
 
 
@@ -79,7 +81,8 @@ def _url(m: re.Match) -> str:
 
 def redact(text: str) -> str:
     """`text` without credentials: a URL's user-info, the value of any key, option or header named like a
-    credential (secret, token, password, passwd, credential, auth, api-key, session), and AWS access key ids."""
+    credential (secret, token, password, passwd, credential, auth, api-key, session, signature, sig), AWS access key
+    ids and prefixed tokens (hf_, ghp_)."""
     text = _URL.sub(_url, text)
     text = _BARE_INFO.sub("", text)
     text = _JSON.sub(lambda m: m.group("keep") + (m.group("q") + _REDACTED + m.group("q")

@@ -214,7 +214,7 @@ def _delta(fig: str, base: list, new: list, higher_better: bool, threshold_pct: 
                        bool(small and change))
 
 
-def _run_documents(path: str) -> dict[str, dict]:
+def run_documents(path: str) -> dict[str, dict]:
     """run_id -> its run document (results.csv.jsonl), for the runs that have one."""
     return {d["run_id"]: d for d in read_documents(path, "run") if isinstance(d.get("run_id"), str)}
 
@@ -342,7 +342,7 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
         raise CkptbenchError(f"{path}: {len(ids)} successful run(s) recorded; compare needs two (run the benchmark again)")
     newest = _newest(path, runs, newest, kind)
     kind = runs[newest][0]["kind"]
-    docs = _run_documents(path)
+    docs = run_documents(path)
     if baseline is None:
         baseline = _default_baseline(path, runs, newest, docs)
     elif baseline not in runs:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ckptbench.records.compare import COMPLETED, EFFICIENCY_OF, efficiency_of, held_s, measured, steady
-from ckptbench.records.results import read_documents, read_rows
+from ckptbench.records.compare import COMPLETED, EFFICIENCY_OF, efficiency_of, held_s, measured, run_documents, steady
+from ckptbench.records.results import read_rows
 from ckptbench.core.stats import spread
 
 # the one time each kind is known by: a restore's (and a watched or distributed one's) RTO, a save's until durable
@@ -18,7 +18,7 @@ def runs(path: str) -> list[dict]:
     grouped: dict[str, list[dict]] = {}
     for row in read_rows(path):
         grouped.setdefault(row["run_id"], []).append(row)
-    docs = {d.get("run_id"): d for d in read_documents(path, "run")}
+    docs = run_documents(path)  # as compare reads them: a run_id that is not text names no run
     out = []
     for run_id, rows in grouped.items():
         done = [r for r in rows if r["status"] in COMPLETED]

@@ -6,6 +6,7 @@ Beside it, results.csv.jsonl: one JSON document per line, {"record": "repeat"} a
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import io
@@ -127,10 +128,21 @@ def _check_ours_at(fd: int, target: str) -> None:
 
 
 def _write_all(fd: int, data: bytes, path: str) -> None:
+    """`data` appended whole or not at all: what a write cut short (a full disk) wrote is taken back, since half a row
+    left every later read and append of the file refused. Only while the file ends with our bytes: a writer that
+    appended since keeps its own."""
+    start, written = os.fstat(fd).st_size, 0
     view = memoryview(data)
-    with naming(recorded_text(path)):
-        while view:
-            view = view[os.write(fd, view):]
+    try:
+        with naming(recorded_text(path)):
+            while view:
+                n = os.write(fd, view)
+                written, view = written + n, view[n:]
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if written and os.fstat(fd).st_size == start + written:
+                os.ftruncate(fd, start)
+        raise
 
 
 def _fsync_dir(path: str) -> None:

@@ -93,6 +93,11 @@ def _target_files(target: str, skipped: list[tuple[str, str]], odd: dict[str, st
             raise CkptbenchError(f"{printable(target)}: holds no regular files, only {links} symbolic link(s), which "
                                  "are never followed (nothing outside the checkpoint is read); point at a copy made "
                                  "with `cp -rL` (a Hugging Face cache snapshot links into its blobs folder)")
+        if not found and not skipped and len(passed) > before:  # FIFOs, devices: there, and never read
+            path, why = passed[before]
+            raise CkptbenchError(f"{printable(target)}: holds no regular files, only {len(passed) - before} entries "
+                                 f"that are never read (first: {printable(os.path.relpath(path, target))}, "
+                                 f"{why.split(',')[0]}); point at a checkpoint directory of regular files")
         if not found and not skipped:
             raise CkptbenchError(f"{target}: empty: the directory holds no files; point at a checkpoint directory")
         return found

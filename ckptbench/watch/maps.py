@@ -132,35 +132,51 @@ class FileJudge:
             self._open[key] = _data_size(path) is not None
         return self._open[key]
 
-    def mapped_file(self, path: str, dev: str, inode: int, execs: bool) -> int | None:
-        """The size of a mapped file that is the checkpoint's, else None; an executable mapping is code."""
+    def mapped_file(self, path: str, dev: str, inode: int, execs: bool) -> tuple[str, int] | None:
+        """(its name, its size) of a mapped file that is the checkpoint's, else None; an executable mapping is code.
+        `path` is as maps writes it (see _names)."""
         key = (path, dev, inode)
         if key not in self._mapped:
             self._mapped[key] = None if execs else self._judge_mapping(path, dev, inode)
         return self._mapped[key]
 
-    def _judge_mapping(self, path: str, dev: str, inode: int) -> int | None:
-        """The file's size when the mapping names a checkpoint: the mapped file itself still at that path (same
-        device and inode, checked on what was opened), checkpoint-like as an open file must be, and not code."""
-        if not is_checkpoint_file(path, source=self.source):
-            return None
+    def _judge_mapping(self, path: str, dev: str, inode: int) -> tuple[str, int] | None:
+        """(name, size) when the mapping names a checkpoint: the mapped file itself still at that name (same device
+        and inode, checked on what was opened), checkpoint-like as an open file must be, and not code."""
         major, _, minor = dev.partition(":")
         try:
             ident = {(os.makedev(int(major, 16), int(minor, 16)), inode)}
         except (ValueError, OverflowError):
             return None
-        return _data_size(path, ident)
+        for name in _names(path):
+            size = _data_size(name, ident) if is_checkpoint_file(name, source=self.source) else None
+            if size is not None:
+                return name, size
+        return None
+
+
+def _names(path: str) -> tuple[str, ...]:
+    """The names a maps path can stand for: the kernel writes a newline in a name as \\012 and a backslash as it is,
+    so a literal backslash-012 reads the same; the device and inode tell which file it is."""
+    real = path.replace("\\012", "\n")
+    return (path,) if real == path else (path, real)
+
+
+def _lines(text: str) -> list[str]:
+    """A maps (or smaps) text's lines: only a newline ends one (splitlines, and open's universal newlines, also broke
+    a name at \\r, \\x1c-\\x1e or \\x85, which the kernel writes as they are)."""
+    return text.split("\n")
 
 
 def _read(path: str) -> str:
-    with open(path, errors="surrogateescape") as f:
+    with open(path, errors="surrogateescape", newline="") as f:  # a \r in a name is no line end
         return f.read()
 
 
 def _mappings(text: str) -> dict[str, tuple[str, int, bool]]:
     """File-backed mappings of a maps (or smaps) text: path -> (device, inode, whether any mapping executes)."""
     out: dict[str, tuple[str, int, bool]] = {}
-    for line in text.splitlines():
+    for line in _lines(text):
         if not _HEADER.match(line):
             continue
         parts = line.split(maxsplit=5)
@@ -191,16 +207,16 @@ class MapReader:
                 maps = _mappings(_read(f"/proc/{pid}/maps"))
             except OSError:
                 continue
-            mine = {}
+            mine = {}  # the path as maps writes it -> (the file's name, its size)
             for path, (dev, inode, execs) in maps.items():
-                size = self.judge.mapped_file(path, dev, inode, execs)
-                if size is not None:
-                    mine[path] = size
+                found = self.judge.mapped_file(path, dev, inode, execs)
+                if found is not None:
+                    mine[path] = found
             if not mine:
                 continue  # smaps walks every page table: read only while a checkpoint is mapped
-            files |= mine
+            files |= dict(mine.values())
             try:
-                resident |= {(pid, p): n for p, n in _rss(_read(f"/proc/{pid}/smaps"), set(mine)).items()}
+                resident |= {(pid, mine[p][0]): n for p, n in _rss(_read(f"/proc/{pid}/smaps"), set(mine)).items()}
             except OSError:
                 continue
         return files, resident
@@ -210,7 +226,7 @@ def _rss(text: str, paths: set[str]) -> dict[str, int]:
     """Rss bytes of every mapping of `paths` in a smaps text, summed per path."""
     out: dict[str, int] = {}
     current = None
-    for line in text.splitlines():
+    for line in _lines(text):
         if _HEADER.match(line):
             parts = line.split(maxsplit=5)
             current = parts[5] if len(parts) == 6 and parts[5] in paths else None

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkSt
 from ckptbench.checkpoint import confine
 from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.checkpoint.formats.state import FormatError, MemoryFile
+from ckptbench.checkpoint.formats.state import FormatError, MemoryFile, holds_shape
 
 _DCP_META = "torch.distributed.checkpoint.metadata"
 # What a DCP .metadata pickle legitimately names; anything else could run code when unpickled.
@@ -184,6 +184,8 @@ def _tensor_bytes(fqn: str, md, storage: dict, where: str) -> int:
     if not isinstance(props, TensorProperties) or not isinstance(dtype, torch.dtype) or not _dims(size) \
             or not isinstance(chunks, list):
         raise FormatError(f"{what} has dtype {str(dtype)[:30]}, size {str(size)[:60]}, not a tensor's; {_CRAFTED}")
+    if not holds_shape(size):
+        raise FormatError(f"{what} has size {tuple(size)[:8]}: more elements than a tensor can hold; {_CRAFTED}")
     covered = 0
     for c in chunks:
         offsets, sizes = getattr(c, "offsets", None), getattr(c, "sizes", None)

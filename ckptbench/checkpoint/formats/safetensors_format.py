@@ -10,8 +10,8 @@ import struct
 import torch
 from safetensors.torch import save_file
 
-from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, json_plain, open_regular,
-                                                read_regular)
+from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, holds_shape, json_plain,
+                                                open_regular, read_regular)
 from ckptbench.checkpoint.quote import quote
 
 INDEX = "model.safetensors.index.json"
@@ -141,6 +141,8 @@ def _entry(name: str, key: str, info) -> tuple[torch.dtype, list[int], int, int]
     if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(_whole(d) for d in shape):
         raise FormatError(f"{where} has shape {str(shape)[:60]}, not a list of at most {MAX_DIMS} whole numbers; "
                           f"{_CRAFTED}")
+    if not holds_shape(shape):
+        raise FormatError(f"{where} has shape {str(shape)[:60]}: more elements than a tensor can hold; {_CRAFTED}")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_whole(o) for o in offsets):
         raise FormatError(f"{where} has data_offsets {str(offsets)[:60]}, not two whole numbers; {_CRAFTED}")
     start, end = offsets

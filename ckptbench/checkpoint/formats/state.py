@@ -267,6 +267,17 @@ def check_walk(obj, limit: int, where: str) -> None:
         stack.extend([c for c in children if type(c) not in SCALARS and isinstance(c, _CONTAINERS)])
 
 
+def holds_shape(shape) -> bool:
+    """Whether torch can make a tensor of these whole-number dimensions: a zero-element one spans no bytes, so only
+    this bounds its other dimensions (torch and safetensors refuse [2**62, 2**62, 0] on its element count or strides)."""
+    n = 1
+    for d in shape:
+        n *= max(d, 1)
+        if n >= 1 << 63:
+            return False
+    return True
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
