@@ -31,6 +31,7 @@ class Interval:
     device_util_pct: float | None = None  # the checkpoint's block device, as iostat -x (None: no device known)
     gpu_bytes: int | None = None  # GPU memory the job's processes held at the interval's end (None: not known)
     mapped_bytes: int = 0  # checkpoint pages that came into the job's mappings (maps.py: faults, from disk or cache)
+    steps: tuple = ()  # (t1, bytes) of its parts: read calls or disk (not mappings), where in it the reads were
 
     @property
     def gbps(self) -> float:

@@ -24,6 +24,8 @@ from ckptbench.watch.phases import (Interval, interval_of, merge_phases, start_p
 from ckptbench.watch.window import Window, reading_window
 from ckptbench.core.errors import CkptbenchError, redact
 
+STEPS = 8  # parts of a sampling interval at which the job's byte counters alone are read: a load over two samples
+STEP_MIN_S = 0.03  # is timed by them, not by the two intervals' rates
 GPU_EVERY_S = 0.5  # nvidia-smi takes tens of milliseconds: asked at most this often
 
 
@@ -73,8 +75,13 @@ class WatchReport:
     @property
     def reading(self) -> Window:
         """The restore's reading window (window.py): between the job's first and last marks when it marks, else
-        from its first to its last read of the checkpoint, the ends cut to their bytes' time."""
-        return reading_window(self.intervals, self.marks, self.interval_s, self.files_bytes, sum(self.files.values()))
+        from its first to its last read of the checkpoint, the ends cut to their bytes' time. Read calls beside the
+        intervals that held a file are let in up to the size of the files it did not map: a mapping loader's bytes come
+        through its mappings, and the read calls beside them are its imports (at --interval 0.02, a job's modules read
+        just before its load were timed as the load's first reads)."""
+        mapped = set(self.mapped)
+        read = sum(n for p, n in self.files.items() if p not in mapped)
+        return reading_window(self.intervals, self.marks, self.interval_s, self.files_bytes, read)
 
     @property
     def window(self) -> tuple[float, float]:
@@ -153,6 +160,18 @@ class Watch:
             return True
         return info is not None
 
+    def _wait(self, prev: procstat.ProcSample) -> list | None:
+        """The interval's wait, its byte counters read at each of its STEPS parts (only those, a few microseconds):
+        where in it the reads began and ended. None when cancelled."""
+        n = max(1, min(STEPS, int(self.interval / STEP_MIN_S)))
+        marks = [(prev.t, prev.rchar, prev.read_bytes)]
+        for k in range(n):
+            if self.cancel.wait(self.interval / n):
+                return None
+            if k < n - 1:
+                marks.append(procstat.io_now(prev.pids))
+        return marks
+
     def run(self) -> WatchReport:
         # printed and recorded: a URL's user:password or a secret key on the command line stays out
         command = redact(" ".join(self.proc.args) if self.proc is not None else _cmdline(self.pid))
@@ -182,7 +201,8 @@ class Watch:
         gpu_prev = self.gpu.sample(set(prev.pids)) if self.gpu.available else None
         gpu_t = prev.t
         while True:
-            if self.cancel.wait(self.interval):
+            ticks = self._wait(prev)
+            if ticks is None:
                 ended = "cancelled"
                 break
             done = self._exited()
@@ -215,7 +235,8 @@ class Watch:
                 if isinstance(disk_prev, probes.DiskStats):
                     util = probes.disk_util(disk_prev, disk, cur.t - prev.t)["util_pct"]
                 disk_prev = disk
-            iv = replace(interval_of(prev, cur, t_start, grew), ckpt_files=len(here), device_util_pct=util)
+            iv = replace(interval_of(prev, cur, t_start, grew), ckpt_files=len(here), device_util_pct=util,
+                         steps=_steps([*ticks, (cur.t, cur.rchar, cur.read_bytes)], t_start))
             started = started or bool(files) or iv.phase in ("reading", "faulting")
             iv = replace(iv, phase=start_phase(iv.phase, started))
             if self.gpu.available and cur.t - gpu_t >= GPU_EVERY_S:
@@ -265,6 +286,14 @@ class Watch:
         report.counted_bytes = window_bytes(intervals, *report.window, disk_cap=sum(files.values()) or None)
         report.bytes = max(report.counted_bytes, report.files_bytes)
         return report
+
+
+def _steps(marks: list, t_start: float) -> tuple:
+    """(t1 since the watch started, bytes) of each part between the counters' readings: read calls or disk, the
+    larger (as `got` counts them); () when the interval was not split."""
+    if len(marks) < 3:
+        return ()
+    return tuple((b[0] - t_start, max(0, b[1] - a[1], b[2] - a[2])) for a, b in zip(marks, marks[1:]))
 
 
 def start_job(command: list[str], *, stdout_to_stderr: bool = False) -> tuple[subprocess.Popen, str]:

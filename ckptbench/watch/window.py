@@ -129,6 +129,33 @@ def _cut(intervals: list, lo: int, hi: int, interval_s: float | None) -> Window:
         rate = sum(_bytes(i) for i in between) / sum(_dt(i) for i in between)
     else:
         rate = max(_bytes(a) / _dt(a), _bytes(z) / _dt(z))
+        if (timed := _by_steps(a, z, rate)) is not None:
+            return timed
     if rate <= 0:
         return Window(a.t0, z.t1, "samples")
     return Window(max(a.t0, a.t1 - _bytes(a) / rate), min(z.t1, z.t0 + _bytes(z) / rate), "samples")
+
+
+FAST_SHARE = 0.25  # of the fastest part's rate: a part of an end interval slower than this is not the load's (imports)
+
+
+def _by_steps(a, z, rate: float) -> Window | None:
+    """Two intervals, none between, timed by their parts (the sampler reads the byte counters STEPS times an interval):
+    from the first to the last part that read at a quarter of the fastest part's rate or more, each cut to its bytes at
+    that rate. The faster interval's rate, what a cut has without them, is the load's only where it read through the
+    whole of it: a hot torch.load of 300 MiB in 0.17 s across a sample read 150 MiB in each and was timed at 0.50 s.
+    None where the parts do not hold the bytes (a mapping's are not in them) or say no more than the intervals."""
+    parts = []
+    for i in (a, z):
+        t = i.t0
+        for t1, n in i.steps:
+            parts.append((t, t1, n))
+            t = t1
+    if not a.steps or not z.steps:
+        return None
+    peak = max(n / max(1e-9, t1 - t0) for t0, t1, n in parts)
+    fast = [(t0, t1, n) for t0, t1, n in parts if n / max(1e-9, t1 - t0) >= FAST_SHARE * peak]
+    if peak <= rate or sum(n for _, _, n in fast) < SEEN_MIN * (_bytes(a) + _bytes(z)):
+        return None
+    (f0, f1, fn), (l0, l1, ln) = fast[0], fast[-1]
+    return Window(max(f0, f1 - fn / peak), min(l1, l0 + ln / peak), "samples")

@@ -1,0 +1,108 @@
+"""`ckptbench watch` at a tiny interval: a job's imports read its modules from the page cache through read calls (rchar)
+at a reading rate, and just before a mapping load they were taken into its reading window (the load's bytes come
+through its mappings and never fill the files' size, so read calls beside them were let in until they did): the
+window began at the imports, and the read rate came out at a third of what it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIB = 1 << 20
+
+
+def _iv(t0, t1, rchar, mapped, files, phase="deserializing"):
+    from ckptbench.watch import sampler as watch
+
+    return watch.Interval(t0, t1, rchar, 0, 1.0, 1.0, 1, 0.0, 1 << 30, phase, ckpt_files=files, mapped_bytes=mapped)
+
+
+def test_read_calls_before_a_mapping_load_are_its_imports_not_its_reads():
+    """Ten intervals of 20 ms reading 1.5 MiB of modules each, then a hot mapped load of part of a 300 MiB file seen in
+    five: the window is the load's 0.1 s, not 0.3 s from the first import."""
+    from ckptbench.watch import sampler as watch
+
+    dt = 0.02
+    imports = [_iv(k * dt, (k + 1) * dt, 3 * MIB // 2, 0, 0) for k in range(10)]
+    load = [_iv((10 + k) * dt, (11 + k) * dt, 4096, 30 * MIB, 1) for k in range(5)]
+    after = [_iv((15 + k) * dt, (16 + k) * dt, 0, 0, 0, "waiting") for k in range(3)]
+    report = watch.WatchReport(pid=1, command="job", wall_s=0.36, bytes=0, disk_bytes=0,
+                               files={"/ckpt/model.safetensors": 300 * MIB}, intervals=imports + load + after,
+                               phases=[], mapped=["/ckpt/model.safetensors"], files_bytes=150 * MIB, interval_s=dt)
+    t0, t1 = report.window
+    assert t0 >= 10 * dt - 1e-9 and t1 <= 15 * dt + 1e-9, (t0, t1)
+    # a file it read through read calls, seen open at one sample only, still takes in the read calls beside it
+    read = watch.WatchReport(pid=1, command="job", wall_s=0.36, bytes=0, disk_bytes=0,
+                             files={"/ckpt/model.pt": 300 * MIB},
+                             intervals=[_iv(0.0, 0.25, 9 * MIB, 0, 0, "starting"),
+                                        _iv(0.25, 0.5, 16 * MIB, 0, 1), _iv(0.5, 0.75, 284 * MIB, 0, 0)],
+                             phases=[], interval_s=0.25)
+    assert watch.window_bytes(read.intervals, *read.window) >= 300 * MIB
+
+
+BULK_MODULES = 400  # ~100 KiB each: ~40 MiB of modules read through read calls, a few MiB each 20 ms
+
+JOB = """
+    import glob, json, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from safetensors import safe_open
+    t0 = time.perf_counter()
+    import bulk  # the job's own modules, from the page cache, just before its load
+    t1 = time.perf_counter()
+    sd = {}
+    for path in sorted(glob.glob(sys.argv[2] + "/*.safetensors")):
+        with safe_open(path, "pt") as f:  # mapped; half of its tensors loaded: its count never fills the files
+            keys = sorted(f.keys())
+            sd |= {k: f.get_tensor(k).clone() for k in keys[: len(keys) // 2]}
+    t2 = time.perf_counter()
+    with open(sys.argv[3], "w") as f:
+        json.dump({"import_s": t1 - t0, "load_s": t2 - t1}, f)
+"""
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A 256 MiB bf16 safetensors checkpoint in 4 shards, a package of modules, and the loader."""
+    import compileall
+
+    from safetensors.torch import save_file
+
+    d = tmp_path_factory.mktemp("imports")
+    src = d / "ckpt"
+    src.mkdir()
+    gen = torch.Generator().manual_seed(0)
+    for s in range(4):
+        save_file({f"l{s}.w{j}": torch.randn(4 << 20, generator=gen).to(torch.bfloat16) for j in range(8)},
+                  str(src / f"model-{s + 1:05d}-of-00004.safetensors"))
+    pkg = d / "pkg" / "bulk"
+    pkg.mkdir(parents=True)
+    for k in range(BULK_MODULES):
+        (pkg / f"m{k}.py").write_text(f"DATA = {os.urandom(96 << 10)!r}\nX = sum(i * i for i in range(15000))\n")
+    (pkg / "__init__.py").write_text("".join(f"from . import m{k}\n" for k in range(BULK_MODULES)))
+    compileall.compile_dir(str(pkg), quiet=1)
+    script = d / "job.py"
+    script.write_text(textwrap.dedent(JOB))
+    return str(src), str(d / "pkg"), str(script)
+
+
+def test_a_mapping_load_after_its_imports_is_timed_without_them(tmp_path, job):
+    """Before: its imports (0.26 to 0.35 s) were in its window: 0.34 s of reading for a load the loader timed at
+    0.11 s, 0.69 s for 0.40 s. The window is the load's, not half its imports more (the box is shared: its time is
+    the loader's own, whatever it was)."""
+    src, pkg, script = job
+    subprocess.run(["cat", *(os.path.join(src, n) for n in os.listdir(src))], stdout=subprocess.DEVNULL, check=True)
+    own = tmp_path / "own.json"
+    r = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--json", "--results", "", "--no-verdict",
+                        "--interval", "0.02", "--source", src, "--", sys.executable, script, pkg, src, str(own)],
+                       capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    doc, loaded = json.loads(r.stdout), json.loads(own.read_text())
+    assert doc["window_how"] == "samples"
+    assert doc["io_span_s"] < loaded["load_s"] + 0.5 * loaded["import_s"], (doc["io_span_s"], loaded)
