@@ -38,7 +38,7 @@ class Cancelled(CkptbenchError):
 # A credential word anywhere in a name makes it one (AWS_SESSION_TOKEN, x-api-key, db_password, Authorization);
 # `author=` and `--tokenizer PATH` lose their values too: cosmetic, never a leak.
 # A pre-signed URL's signature (S3's X-Amz-Signature, GCS's Signature, Azure's sig) reads its object until it expires.
-_WORD = r"(?:secret|token|passw(?:or)?d|credential|auth|api[-_]?key|session|signature|sig(?![a-z]))"
+_WORD = r"(?:secret|token|passw(?:or)?d|credential|auth|api[-_]?key|private[-_]?key|session|signature|sig(?![a-z])|(?<![a-z])pat(?![a-z]))"
 _NAME = rf"[A-Za-z0-9_.-]{{0,64}}{_WORD}[A-Za-z0-9_.-]{{0,64}}"  # bounded: a long run stays linear
 _START = r"(?:^|(?<=[\s\"'{(,;?&=]))"  # a name starts a word, never inside a path
 _QUOTED = r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'"
@@ -56,7 +56,11 @@ _HEADER = re.compile(r"(?P<keep>\b(?:proxy-)?authorization\s*[:=]\s*)(?P<value>A
 # NAME=value, NAME = value, --name value, NAME: value; a quoted value whole, else up to a space or a query's &
 _PAIR = re.compile(rf"{_START}(?P<keep>-{{0,2}}{_NAME}(?:\s*[=:]\s*|\s+))(?P<value>{_QUOTED}|[^\s&]+)", _FLAGS)
 # AWS access key ids, and tokens whose prefix says what they are (Hugging Face's hf_, GitHub's ghp_ and kin)
-_KEY_ID = re.compile(r"\b(?:(?:AKIA|ASIA)[A-Z0-9]{16}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{36,})\b")
+_KEY_ID = re.compile(r"\b(?:(?:AKIA|ASIA)[A-Z0-9]{16}|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{36,}"
+                     r"|github_pat_[A-Za-z0-9_]{22,}|glpat-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+                     # OpenAI's and Anthropic's keys: upper case and digits among 32+ characters, which a path's
+                     # sk-model-checkpoint-2024 folder does not have
+                     r"|sk-(?=[A-Za-z0-9_-]*[A-Z])(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{32,})(?![A-Za-z0-9_-])")
 _REDACTED = "<redacted>"
 
 
@@ -81,8 +85,8 @@ def _url(m: re.Match) -> str:
 
 def redact(text: str) -> str:
     """`text` without credentials: a URL's user-info, the value of any key, option or header named like a
-    credential (secret, token, password, passwd, credential, auth, api-key, session, signature, sig), AWS access key
-    ids and prefixed tokens (hf_, ghp_)."""
+    credential (secret, token, password, passwd, credential, auth, api-key, private-key, session, signature, sig,
+    pat), AWS access key ids and prefixed tokens (hf_, ghp_, github_pat_, glpat-, xoxb-, sk-)."""
     text = _URL.sub(_url, text)
     text = _BARE_INFO.sub("", text)
     text = _JSON.sub(lambda m: m.group("keep") + (m.group("q") + _REDACTED + m.group("q")

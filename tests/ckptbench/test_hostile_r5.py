@@ -231,3 +231,22 @@ def test_a_folder_of_fifos_only_is_not_called_empty(tmp_path, h):
         r = h.run_cli(cmd, ck, *(("--results", "") if cmd == "run" else ()))
         assert r.rc == 2 and "Traceback" not in r.err and len(r.err_lines) == 1, (cmd, r.err)
         assert "empty" not in r.err and "2 entries" in r.err and "a FIFO" in r.err, (cmd, r.err)
+
+
+@pytest.mark.parametrize("text", [
+    f"GITHUB_PAT={SECRET}", f"PRIVATE_KEY={SECRET}", f"--private-key {SECRET}", f"github_pat_{SECRET}_{SECRET}",
+    f"glpat-{SECRET}", f"xoxb-{SECRET}", f"python -c \"key='sk-proj-{SECRET}A1'\"", f"sk-ant-api03-{SECRET}Z9"])
+def test_more_credential_shapes_vanish(text):
+    """Left whole by the first pass: a PAT or a private key named so, GitHub's fine-grained, GitLab's and Slack's
+    tokens, and OpenAI's or Anthropic's keys with no name beside them."""
+    from ckptbench.core.errors import redact
+
+    assert SECRET not in redact(text), redact(text)
+
+
+@pytest.mark.parametrize("text", ["--compat-mode x", "/data/path/to/ck", "/data/sk-model-checkpoint-2024-01-01-final",
+                                  "--patience 3", "spatial=2"])
+def test_words_near_the_new_shapes_are_kept(text):
+    from ckptbench.core.errors import redact
+
+    assert redact(text) == text
