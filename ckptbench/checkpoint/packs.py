@@ -27,7 +27,6 @@ from ckptbench.core.errors import CkptbenchError, naming
 PACKED_KINDS = ("small",)  # shards and format metadata stay files: loaders such as DCP's open them by path
 # a folder holding one of these is a component a loader finds by name (diffusers' tokenizer/, scheduler/)
 _CONFIG_SUFFIX = "config.json"
-EMPTY = "empty: the directory holds no files; point at a checkpoint directory"  # every command's line for it
 COPY_CHUNK = 8 << 20
 
 
@@ -153,12 +152,14 @@ def _check_out(directory: str, out: str) -> None:
 def _entries_for(directory: str, man: mf.Manifest | None) -> list[mf.FileEntry]:
     if man is not None:
         return list(man.files)
-    entries, skipped = [], []
-    rels = tree.rels(directory, skipped)
+    entries, skipped, passed = [], [], []
+    rels = tree.rels(directory, skipped, passed)
     if skipped:  # its files would be missing from OUT, which would still verify whole against its own manifest
         where, why = skipped[0]
         raise CkptbenchError(f"{where}: unreadable directory ({why}); its files would be left out of the pack: fix "
                              "its permissions", exit_code=1)
+    if not rels:
+        raise tree.nothing_to_read(directory, passed)
     for rel in rels:
         n = rel.rsplit("/", 1)[-1]
         if n.endswith((".safetensors", ".distcp", *layouts.TORCH_EXT)):
@@ -224,7 +225,7 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
         raise CkptbenchError(f"{directory}: already packed")
     entries = [_checked_entry(directory, e) for e in _entries_for(directory, man) if e.path != mf.MANIFEST_NAME]
     if not entries:  # an empty pack would then verify "OK: 1 files, 0 B"
-        raise CkptbenchError(f"{directory}: {EMPTY}")
+        raise tree.nothing_to_read(directory, [])
     by_name = opened_by_name(entries)
     members = [e for e in entries if e.kind in PACKED_KINDS and e.path not in by_name]
     keep = [e for e in entries if e.kind not in PACKED_KINDS or e.path in by_name]

@@ -109,6 +109,27 @@ def files(directory: str, skipped: list[tuple[str, str]] | None = None,
     return out
 
 
-def rels(directory: str, skipped: list[tuple[str, str]] | None = None) -> list[str]:
+def rels(directory: str, skipped: list[tuple[str, str]] | None = None,
+         passed: list[tuple[str, str]] | None = None) -> list[str]:
     """The same files as "/"-separated paths relative to `directory`."""
-    return [os.path.relpath(p, directory).replace(os.sep, "/") for p in files(directory, skipped)]
+    return [os.path.relpath(p, directory).replace(os.sep, "/") for p in files(directory, skipped, passed=passed)]
+
+
+EMPTY = "empty: the directory holds no files; point at a checkpoint directory"  # every command's line for it
+
+
+def nothing_to_read(directory: str, passed: list[tuple[str, str]]) -> CkptbenchError:
+    """Every command's line for a folder whose listing found no regular file: `passed`, the entries it passed over,
+    named when there are any (a folder of FIFOs or of links was called "empty", passing over in silence what is
+    there and never read)."""
+    links = sum(why.startswith("a symbolic link") for _, why in passed)
+    if links and links == len(passed):  # a Hugging Face cache snapshot is links into ../../blobs
+        return CkptbenchError(f"{printable(directory)}: holds no regular files, only {links} symbolic link(s), which "
+                              "are never followed (nothing outside the checkpoint is read); point at a copy made "
+                              "with `cp -rL` (a Hugging Face cache snapshot links into its blobs folder)")
+    if passed:  # FIFOs, devices: there, and never read
+        path, why = passed[0]
+        return CkptbenchError(f"{printable(directory)}: holds no regular files, only {len(passed)} entries that are "
+                              f"never read (first: {printable(os.path.relpath(path, directory))}, "
+                              f"{why.split(',')[0]}); point at a checkpoint directory of regular files")
+    return CkptbenchError(f"{printable(directory)}: {EMPTY}")

@@ -88,18 +88,8 @@ def _target_files(target: str, skipped: list[tuple[str, str]], odd: dict[str, st
     if os.path.isdir(target):
         before = len(passed)
         found = [fastio.FileSpec(p, os.stat(p).st_size) for p in tree.files(target, skipped, odd, passed)]
-        links = sum(w.startswith("a symbolic link") for _, w in passed[before:])
-        if not found and not skipped and links:  # a Hugging Face cache snapshot is links into ../../blobs
-            raise CkptbenchError(f"{printable(target)}: holds no regular files, only {links} symbolic link(s), which "
-                                 "are never followed (nothing outside the checkpoint is read); point at a copy made "
-                                 "with `cp -rL` (a Hugging Face cache snapshot links into its blobs folder)")
-        if not found and not skipped and len(passed) > before:  # FIFOs, devices: there, and never read
-            path, why = passed[before]
-            raise CkptbenchError(f"{printable(target)}: holds no regular files, only {len(passed) - before} entries "
-                                 f"that are never read (first: {printable(os.path.relpath(path, target))}, "
-                                 f"{why.split(',')[0]}); point at a checkpoint directory of regular files")
         if not found and not skipped:
-            raise CkptbenchError(f"{target}: empty: the directory holds no files; point at a checkpoint directory")
+            raise tree.nothing_to_read(target, passed[before:])
         return found
     if os.path.isfile(target):  # a link the user names is followed here, once: the read opens what it names
         return [fastio.FileSpec(os.path.realpath(target) if os.path.islink(target) else target,

@@ -316,13 +316,14 @@ def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_
     if not os.path.isdir(directory):
         raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
     skipped: list[tuple[str, str]] = []
-    rels = tree.rels(directory, skipped)
+    passed: list[tuple[str, str]] = []
+    rels = tree.rels(directory, skipped, passed)
     if skipped:  # the upload would be partial, and say it was whole
         where, why = skipped[0]
         raise CkptbenchError(f"{where}: unreadable directory ({why}); its files would not be uploaded: fix its "
                              "permissions", exit_code=1)
     if not rels:
-        raise CkptbenchError(f"{directory}: empty; nothing to upload")
+        raise tree.nothing_to_read(directory, passed)
     client = make_client(concurrency)
     cfg = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size, max_concurrency=4,
                          use_threads=True)

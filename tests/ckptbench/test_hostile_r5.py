@@ -227,10 +227,12 @@ def test_a_folder_of_fifos_only_is_not_called_empty(tmp_path, h):
     ck.mkdir()
     os.mkfifo(ck / "model.safetensors")
     os.mkfifo(ck / "latest")
-    for cmd in ("inspect", "run", "read", "verify"):
-        r = h.run_cli(cmd, ck, *(("--results", "") if cmd == "run" else ()))
+    more = {"run": ("--results", ""), "pack": (tmp_path / "out",), "upload": ("s3://bucket/prefix",)}
+    for cmd in ("inspect", "run", "read", "verify", "pack", "upload"):
+        r = h.run_cli(cmd, ck, *more.get(cmd, ()))
         assert r.rc == 2 and "Traceback" not in r.err and len(r.err_lines) == 1, (cmd, r.err)
         assert "empty" not in r.err and "2 entries" in r.err and "a FIFO" in r.err, (cmd, r.err)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("text", [
