@@ -133,6 +133,20 @@ def read_tensors(root, fmt: str, tmp_dir) -> tuple[dict, dict]:
     return model, optim
 
 
+def dcp_saved(directory, state: dict) -> tuple[str, object]:
+    """A DCP checkpoint torch writes, and its metadata as torch pickled it (unpickled here: the test's own file)."""
+    import pickle
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, checkpoint_id=str(directory), no_dist=True)
+    with open(os.path.join(directory, ".metadata"), "rb") as f:
+        return str(directory), pickle.load(f)
+
+
 def gpt_param_count(layers: int, hidden: int, heads: int, vocab: int, seq_len: int) -> int:
     """Written out from the GPT shape: token and position embeddings, L blocks, final LayerNorm, untied head."""
     h = hidden
@@ -150,7 +164,7 @@ def h():
         run_cli=run_cli, run_proc=run_proc, crc32c_hex=crc32c_hex, files_under=files_under, listing=listing,
         snapshot=snapshot, read_manifest=read_manifest, write_manifest=write_manifest,
         refresh_manifest_entry=refresh_manifest_entry, copy_ckpt=copy_ckpt, read_tensors=read_tensors,
-        gpt_param_count=gpt_param_count, SCALE=SCALE, FORMATS=FORMATS, MANIFEST=MANIFEST,
+        gpt_param_count=gpt_param_count, dcp_saved=dcp_saved, SCALE=SCALE, FORMATS=FORMATS, MANIFEST=MANIFEST,
     )
 
 

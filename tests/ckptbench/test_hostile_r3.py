@@ -8,24 +8,13 @@ import json
 import os
 import pickle
 import sys
-import warnings
 
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp
 
 from ckptbench.checkpoint import shares
 from ckptbench.checkpoint.formats import FormatError, dcp_format
 from ckptbench.sources import open_source
-
-
-def _dcp(directory, state: dict):
-    """A DCP checkpoint torch writes, and its metadata as torch pickled it (read here: the test's own file)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dcp.save(state, checkpoint_id=str(directory), no_dist=True)
-    with open(os.path.join(directory, ".metadata"), "rb") as f:
-        return str(directory), pickle.load(f)
 
 
 def _rewrite(directory: str, meta) -> None:
@@ -58,7 +47,7 @@ def test_a_dcp_byte_entry_stored_in_no_shard_is_one_line(tmp_path, h):
     shard stores was a StopIteration traceback from `run`; the whole-file load skipped it silently."""
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
-    directory, meta = _dcp(tmp_path / "ck", {"model": {"w": torch.arange(8.0)}, "note": "hello"})
+    directory, meta = h.dcp_saved(tmp_path / "ck", {"model": {"w": torch.arange(8.0)}, "note": "hello"})
     meta.state_dict_metadata["orphan"] = BytesStorageMetadata()
     _rewrite(directory, meta)
     with pytest.raises(FormatError, match=r"/\.metadata: byte entry 'orphan' is stored in no shard"):
@@ -69,13 +58,13 @@ def test_a_dcp_byte_entry_stored_in_no_shard_is_one_line(tmp_path, h):
         assert "byte entry 'orphan' is stored in no shard" in r.err, r.err
 
 
-def test_planning_a_ranged_dcp_restore_costs_one_lookup_per_byte_entry(tmp_path):
+def test_planning_a_ranged_dcp_restore_costs_one_lookup_per_byte_entry(tmp_path, h):
     """Each byte entry's storage was found by scanning every storage entry: N byte entries cost N² steps (30,000 of
     them, 2.6 MB of metadata, added 23 s to a run; a few MB more, hours). Counted in lines run, at 600 entries."""
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
-    directory, meta = _dcp(tmp_path / "ck", {"model": {"w": torch.arange(8.0)}})
+    directory, meta = h.dcp_saved(tmp_path / "ck", {"model": {"w": torch.arange(8.0)}})
     n = 600
     for i in range(n):
         meta.state_dict_metadata[f"b{i}"] = BytesStorageMetadata()
@@ -98,7 +87,7 @@ def test_a_dcp_chunk_archive_with_a_record_name_not_utf8_is_one_line(tmp_path, h
     """The ranged restore reads each chunk's archive index with torch's zip reader, which hands record names (and
     its own errors quoting them) back through pybind11 as UTF-8: one byte flipped in a name was a UnicodeDecodeError
     traceback from `run` (a plan that refuses a chunk falls back to the whole-file load, which names it)."""
-    directory, _ = _dcp(tmp_path / "ck", {"model": {"w": torch.arange(64.0), "v": torch.ones(3, 5)}})
+    directory, _ = h.dcp_saved(tmp_path / "ck", {"model": {"w": torch.arange(64.0), "v": torch.ones(3, 5)}})
     shard = os.path.join(directory, "__0_0.distcp")
     with open(shard, "rb") as f:
         data = f.read()

@@ -8,11 +8,9 @@ import json
 import os
 import pickle
 import struct
-import warnings
 
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 
 from ckptbench.checkpoint.formats import FormatError, dcp_format, safetensors_format
@@ -31,14 +29,6 @@ def _add_safetensors_entry(path: str, name: str, entry: dict) -> None:
     head += b" " * (-len(head) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(head)) + head + raw[8 + n :])
-
-
-def _dcp(directory, state: dict):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dcp.save(state, checkpoint_id=str(directory), no_dist=True)
-    with open(os.path.join(directory, ".metadata"), "rb") as f:
-        return str(directory), pickle.load(f)
 
 
 def _assert_one_line(h, directory: str, match: str) -> None:
@@ -68,7 +58,7 @@ def test_a_dcp_empty_tensor_whose_dimensions_overflow_is_one_line(tmp_path, h):
     inspect listed it and run blamed the checkpoint's files ('check that its files are whole')."""
     import torch.distributed.checkpoint.metadata as md
 
-    directory, meta = _dcp(tmp_path / "ck", {"w": torch.randn(4, 4), "e": torch.empty(0, 3)})
+    directory, meta = h.dcp_saved(tmp_path / "ck", {"w": torch.randn(4, 4), "e": torch.empty(0, 3)})
     size = torch.Size([HUGE, HUGE, 0])
     entry = meta.state_dict_metadata["e"]
     entry.size = size
