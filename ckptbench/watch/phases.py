@@ -116,11 +116,22 @@ def merge_phases(intervals: list[Interval]) -> list[dict]:
 
 
 def started_by(intervals: list[Interval], window: tuple[float, float]) -> list[Interval]:
-    """The intervals, "starting" only before the reading window: a loader busy as it read its first shard, before
-    any sample saw it hold a file, was called "starting" then; the window shows it was reading."""
+    """The intervals, "starting" exactly before the reading window: a loader busy as it read its first shard, before
+    any sample saw it hold a file, was called "starting" then, and the window shows it was reading; and a busy
+    interval wholly before the window that held no checkpoint file is the job starting, whatever its rate said as
+    it was sampled (at --interval 0.02 a job's imports read 20 MB/s and more from the page cache, and the phases
+    showed them as reading)."""
     t0, t1 = window
-    return [replace(i, phase=phase_of(i.gbps * 1e9, i.majflt_per_s, i.cpu_cores, i.top_thread_cores))
-            if i.phase == "starting" and min(i.t1, t1) > max(i.t0, t0) else i for i in intervals]
+    if t1 <= t0:  # nothing read: nothing to tell the start from
+        return intervals
+    out = []
+    for i in intervals:
+        if i.phase == "starting" and min(i.t1, t1) > max(i.t0, t0):
+            i = replace(i, phase=phase_of(i.gbps * 1e9, i.majflt_per_s, i.cpu_cores, i.top_thread_cores))
+        elif i.t1 <= t0 and i.ckpt_files == 0 and i.phase in ("reading", "deserializing"):
+            i = replace(i, phase="starting")
+        out.append(i)
+    return out
 
 
 def window_bytes(intervals: list[Interval], t0: float, t1: float, disk_cap: int | None = None) -> int:

@@ -106,3 +106,22 @@ def test_a_mapping_load_after_its_imports_is_timed_without_them(tmp_path, job):
     doc, loaded = json.loads(r.stdout), json.loads(own.read_text())
     assert doc["window_how"] == "samples"
     assert doc["io_span_s"] < loaded["load_s"] + 0.5 * loaded["import_s"], (doc["io_span_s"], loaded)
+
+
+def test_the_imports_before_the_window_are_the_job_starting_not_reading():
+    """The same job's phases: its imports at 75 MB/s read as "reading" (the live phase, from the rate alone), and the
+    report listed a reading phase before the load that the window already said was not the load's."""
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch.phases import merge_phases, started_by
+
+    dt = 0.02
+    imports = [_iv(k * dt, (k + 1) * dt, 3 * MIB // 2, 0, 0, "reading") for k in range(10)]
+    load = [_iv((10 + k) * dt, (11 + k) * dt, 4096, 30 * MIB, 1, "reading") for k in range(5)]
+    report = watch.WatchReport(pid=1, command="job", wall_s=0.3, bytes=0, disk_bytes=0,
+                               files={"/ckpt/model.safetensors": 300 * MIB}, intervals=imports + load,
+                               phases=[], mapped=["/ckpt/model.safetensors"], files_bytes=150 * MIB, interval_s=dt)
+    phases = merge_phases(started_by(report.intervals, report.window))
+    assert [p["phase"] for p in phases] == ["starting", "reading"], phases
+    assert abs(phases[1]["t0"] - 10 * dt) < 1e-9
+    # nothing read: no window to tell the start by, the phases stay as sampled
+    assert started_by(imports, (0.0, 0.0)) == imports
