@@ -1,0 +1,61 @@
+"""From a new user's pass (round 5): `check` read every byte of a checkpoint with a flipped byte, hashed it as its
+manifest does, and passed it (exit 0, "Checkpoint loads: ok", an efficiency for a restore `run` fails)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from clirun import run_cli
+
+
+@pytest.fixture(scope="module")
+def flipped(tmp_path_factory) -> tuple[str, str]:
+    """A generated checkpoint, and a copy of it with one byte of its largest shard flipped: (clean, flipped)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("nu_r5")
+    clean, bad = str(root / "clean"), str(root / "bad")
+    r = run_cli("gen", "small", clean, "--scale", "0.02")
+    assert r.rc == 0, r.err
+    shutil.copytree(clean, bad)
+    shard = max((os.path.join(bad, n) for n in os.listdir(bad) if n.endswith(".safetensors")), key=os.path.getsize)
+    with open(shard, "r+b") as f:
+        f.seek(os.path.getsize(shard) - 100)  # in the tensors' bytes, not the header: the headers still parse
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 1]))
+    return clean, bad
+
+
+def _items(r) -> dict[str, dict]:
+    return {i["id"]: i for i in json.loads(r.out)["items"]}
+
+
+def test_check_fails_a_checkpoint_whose_bytes_do_not_match_its_manifest(flipped, plant_floor):
+    clean, bad = flipped
+    plant_floor(4.0, source=bad, storage_gbps=4.0)
+    run = run_cli("run", bad, "--repeat", "1", "--results", "")
+    assert run.rc == 1 and "manifest says" in run.out + run.err  # the restore refuses it
+    r = run_cli("check", bad, "--json", "--results", "")
+    assert r.rc == 1, r.out
+    loads = _items(r)["loads"]
+    assert loads["verdict"] == "fail"
+    (problem,) = loads["evidence"]["digest_mismatch"]
+    assert "manifest says" in problem and ".safetensors" in problem
+    assert f"ckptbench verify {bad}" in loads["fix"]
+    effi = _items(r)["efficiency"]  # no efficiency for a restore that would fail
+    assert effi["verdict"] == "unknown" and "efficiency" not in effi["evidence"] and "--concurrency" not in effi["fix"]
+
+
+def test_check_of_a_clean_checkpoint_says_how_many_digests_it_matched(flipped, plant_floor):
+    clean, _ = flipped
+    plant_floor(4.0, source=clean, storage_gbps=4.0)
+    r = run_cli("check", clean, "--json", "--results", "")
+    assert r.rc == 0, r.out
+    loads = _items(r)["loads"]
+    assert loads["verdict"] == "ok"
+    manifest = json.load(open(os.path.join(clean, "ckptbench.json")))
+    assert loads["evidence"]["digests_matched"] == len(manifest["files"])
