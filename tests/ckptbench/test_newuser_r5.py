@@ -1,10 +1,13 @@
 """From a new user's pass (round 5): `check` read every byte of a checkpoint with a flipped byte, hashed it as its
-manifest does, and passed it (exit 0, "Checkpoint loads: ok", an efficiency for a restore `run` fails)."""
+manifest does, and passed it (exit 0, "Checkpoint loads: ok", an efficiency for a restore `run` fails); a watch that
+saw no checkpoint read was recorded with an RTO of 0.000 s and no source, shown so by `history`, and told to
+`compare` though compare passes over it."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -59,3 +62,35 @@ def test_check_of_a_clean_checkpoint_says_how_many_digests_it_matched(flipped, p
     assert loads["verdict"] == "ok"
     manifest = json.load(open(os.path.join(clean, "ckptbench.json")))
     assert loads["evidence"]["digests_matched"] == len(manifest["files"])
+
+
+# watch: a job that read no checkpoint file measured no restore
+
+@pytest.fixture(scope="module")
+def idle_watch(flipped, tmp_path_factory) -> tuple[str, str, object]:
+    clean, _ = flipped
+    results = str(tmp_path_factory.mktemp("nu_r5_watch") / "results.csv")
+    r = run_cli("watch", "--no-verdict", "--interval", "0.05", "--source", clean, "--results", results, "--",
+                sys.executable, "-c", "import time; time.sleep(0.3)")
+    assert r.rc == 0, r.err
+    return clean, results, r
+
+
+def test_a_watch_that_saw_no_checkpoint_read_is_no_zero_second_restore(idle_watch):
+    clean, results, _ = idle_watch
+    from ckptbench.records.results import read_rows
+
+    (row,) = read_rows(results)
+    assert row["rto_s"] is None and row["read_s"] is None and row["read_gbps"] is None
+    assert row["source"] == clean  # the checkpoint the user named
+    line = run_cli("history", results)
+    assert line.rc == 0, line.err
+    assert "0.000 s" not in line.out and "no checkpoint read seen" in line.out and clean in line.out
+    (doc,) = json.loads(run_cli("history", results, "--json").out)["runs"]
+    assert doc["rto_s"] is None and doc["figure_s"] is None
+
+
+def test_a_watch_that_saw_no_checkpoint_read_is_not_offered_to_compare(idle_watch):
+    _, results, r = idle_watch
+    recorded = [ln for ln in r.out.splitlines() if ln.startswith("recorded:")]
+    assert len(recorded) == 1 and "compare" in recorded[0] and "passes over it" in recorded[0]
