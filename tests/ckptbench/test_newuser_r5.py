@@ -94,3 +94,30 @@ def test_a_watch_that_saw_no_checkpoint_read_is_not_offered_to_compare(idle_watc
     _, results, r = idle_watch
     recorded = [ln for ln in r.out.splitlines() if ln.startswith("recorded:")]
     assert len(recorded) == 1 and "compare" in recorded[0] and "passes over it" in recorded[0]
+
+
+# inspect: the check it describes is the one the run does
+
+def test_inspect_of_weights_alone_promises_no_optimizer_check(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.randn(16, 16), "b": torch.randn(16)}, str(tmp_path / "model.safetensors"))
+    r = run_cli("inspect", tmp_path)
+    assert r.rc == 0, r.err
+    (check,) = [ln for ln in r.out.splitlines() if ln.startswith("check:")]
+    assert "optimizer" not in check and "NaN/Inf" in check
+
+
+def test_inspect_of_weights_and_optimizer_says_both_are_checked(tmp_path):
+    import torch
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "ckpt.pt")
+    r = run_cli("inspect", tmp_path)
+    assert r.rc == 0, r.err
+    (check,) = [ln for ln in r.out.splitlines() if ln.startswith("check:")]
+    assert "optimizer parts are checked against their weights" in check
