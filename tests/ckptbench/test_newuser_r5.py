@@ -121,3 +121,15 @@ def test_inspect_of_weights_and_optimizer_says_both_are_checked(tmp_path):
     assert r.rc == 0, r.err
     (check,) = [ln for ln in r.out.splitlines() if ln.startswith("check:")]
     assert "optimizer parts are checked against their weights" in check
+
+
+# sysinfo: the live Dirty figure is not the vm.dirty_bytes setting
+
+def test_sysinfo_text_says_dirty_and_writeback_are_live_figures_not_settings(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run_cli("sysinfo")
+    assert r.rc == 0, r.err
+    (dirty,) = [ln for ln in r.out.splitlines() if ln.startswith("dirty_bytes")]
+    (wb,) = [ln for ln in r.out.splitlines() if ln.startswith("writeback_bytes")]
+    assert "Dirty in /proc/meminfo now" in dirty and "not vm.dirty_bytes" in dirty
+    assert "Writeback in /proc/meminfo now" in wb
