@@ -133,3 +133,16 @@ def test_sysinfo_text_says_dirty_and_writeback_are_live_figures_not_settings(tmp
     (wb,) = [ln for ln in r.out.splitlines() if ln.startswith("writeback_bytes")]
     assert "Dirty in /proc/meminfo now" in dirty and "not vm.dirty_bytes" in dirty
     assert "Writeback in /proc/meminfo now" in wb
+
+
+def test_compare_says_why_a_watch_that_saw_no_checkpoint_read_is_not_compared(idle_watch):
+    from ckptbench.records.results import read_rows
+
+    _, results, _ = idle_watch
+    (row,) = read_rows(results)
+    for args in (("--newest", row["run_id"]), ("--baseline", row["run_id"])):
+        r = run_cli("compare", results, *args)
+        assert r.rc == 2 and len(r.err_lines) == 1, r.err
+        assert row["run_id"] in r.err and "saw no checkpoint read" in r.err and "no successful run" not in r.err
+    r = run_cli("compare", results)  # one run on record, which measured nothing: not "1 successful run"
+    assert r.rc == 2 and "0 successful run(s)" in r.err and "1 watch that saw no checkpoint read" in r.err, r.err
