@@ -146,3 +146,39 @@ def test_compare_says_why_a_watch_that_saw_no_checkpoint_read_is_not_compared(id
         assert row["run_id"] in r.err and "saw no checkpoint read" in r.err and "no successful run" not in r.err
     r = run_cli("compare", results)  # one run on record, which measured nothing: not "1 successful run"
     assert r.rc == 2 and "0 successful run(s)" in r.err and "1 watch that saw no checkpoint read" in r.err, r.err
+
+
+# save: Ctrl-C after some saves finished says what was kept and where
+
+def test_ctrl_c_to_save_says_which_saves_finished_and_the_run_they_are_on_record_as(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from ckptbench.records.results import read_rows
+
+    results, target = str(tmp_path / "r.csv"), tmp_path / "target"
+    count = 100000  # never all done: the rows of a finished run are written at its end, this one's when stopped
+    proc = subprocess.Popen([sys.executable, "-m", "ckptbench", "save", "small", str(target), "--scale", "0.02",
+                             "--count", str(count), "--keep", "1", "--results", results],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if any(n.startswith("step-") and n[5:].isdigit() and int(n[5:]) >= 3
+                   for n in (os.listdir(target) if target.is_dir() else ())):
+                break  # two saves finished (the newest one kept)
+            time.sleep(0.1)
+        else:
+            raise AssertionError("no two saves finished in 120 s")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    finished = [r for r in read_rows(results) if r["status"] == "ok"]
+    run_id = finished[0]["run_id"]
+    last = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("\r")][-1]
+    assert last.startswith(f"ckptbench: interrupted during save {len(finished) + 1} of {count}: "), err
+    assert f"{len(finished)} save(s) finished" in last and run_id in last and results in last, last
