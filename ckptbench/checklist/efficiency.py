@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import fastio
 
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, printable
 from ckptbench.core.units import human_pct
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.efficiency import hash_of
@@ -50,6 +50,10 @@ class RestoreProbe:
     cold: bool  # eviction verified: the bytes came from the device, not the page cache
     residency_before: float
     part_size: int = 0  # an object store's bytes per ranged GET; 0 for files
+    # the files read whole whose digest the manifest records: how many matched, and what differed in the others (a
+    # restore refuses those; the bytes were hashed anyway, so the check says so)
+    digests_matched: int = 0
+    mismatches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,9 +90,35 @@ def _sample(files: list[tuple[str, int]]) -> list[fastio.FileSpec]:
     return out
 
 
-def short_restore(files: list[tuple[str, int]], concurrency: int, hash_alg: str) -> RestoreProbe:
+def reference_of(listing, hash_alg: str) -> dict[str, tuple[int, str]]:
+    """Each file's (size, digest) as the manifest records them, by path, where it records digests of `hash_alg`."""
+    man = listing.manifest
+    if man is None or man.hash == "none" or man.hash != hash_alg:
+        return {}
+    return {os.path.normpath(os.path.join(listing.source, e.path)): (e.bytes, e.digest) for e in man.files}
+
+
+def _matched(res, specs: list[fastio.FileSpec], reference: dict[str, tuple[int, str]],
+             hash_alg: str) -> tuple[int, tuple[str, ...]]:
+    """How many of the files read whole matched the manifest's digest, and a line for each that did not."""
+    whole = {s.path for s in specs if s.offset is None}
+    matched, bad = 0, []
+    for r in res.files:
+        ref = reference.get(os.path.normpath(r.path))
+        if r.path not in whole or ref is None or r.error is not None or r.bytes != ref[0]:
+            continue
+        if r.digest == ref[1]:
+            matched += 1
+        else:
+            bad.append(f"{printable(r.path)}: {hash_alg} {r.digest}, manifest says {ref[1]}")
+    return matched, tuple(bad)
+
+
+def short_restore(files: list[tuple[str, int]], concurrency: int, hash_alg: str,
+                  reference: dict[str, tuple[int, str]] | None = None) -> RestoreProbe:
     """Reads the sample cold (evicted, checked) into fresh anonymous memory with the read path a cold restore takes,
-    hashing as the manifest does; raises CkptbenchError when a file cannot be read."""
+    hashing as the manifest does, and matches each file read whole against `reference` (reference_of); raises
+    CkptbenchError when a file cannot be read."""
     specs = _sample(files)
     paths = sorted({s.path for s in specs})
     cond = pagecache.prepare(paths, "cold")
@@ -98,8 +128,9 @@ def short_restore(files: list[tuple[str, int]], concurrency: int, hash_alg: str)
     seconds = time.perf_counter() - t0
     if res.failed:
         raise CkptbenchError(f"{res.failed[0].path}: unreadable ({res.failed[0].error.message})")
+    matched, mismatches = _matched(res, specs, reference or {}, hash_alg)
     return RestoreProbe(res.bytes, len(specs), seconds, hash_alg, mode, concurrency, cond.verified,
-                        cond.residency_before)
+                        cond.residency_before, digests_matched=matched, mismatches=mismatches)
 
 
 def gather(source, listing, concurrency: int, root: str = "/", unreadable: frozenset[str] = frozenset(),
@@ -119,7 +150,7 @@ def gather(source, listing, concurrency: int, root: str = "/", unreadable: froze
         return FloorFacts(why=f"{fl.not_measured()}; then run this item again", **thp)
     try:
         floor = floor or fl.measure(files, mount)
-        probe = short_restore(files, concurrency, alg)
+        probe = short_restore(files, concurrency, alg, reference_of(listing, alg))
     except (CkptbenchError, fastio.FastIOError, OSError) as exc:
         return FloorFacts(why=f"the floor could not be measured: {exc}; fix that, then run {FLOOR_CMD}", **thp)
     return FloorFacts(floor, probe, **thp)
@@ -309,6 +340,10 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
         return Verdict(ID, TITLE, "unknown", {"reason": ff.why or "not measured"}, WHY,
                        ff.why or f"run {FLOOR_CMD}")
     floor, probe = ff.floor, ff.restore
+    if probe.mismatches:  # a restore refuses these bytes: there is no restore to hold against the floor
+        from ckptbench.checklist.loads import NOT_LOADED
+
+        return Verdict(ID, TITLE, "unknown", {"reason": NOT_LOADED}, WHY, NOT_LOADED)
     m = fl.model(floor, bytes_read=probe.bytes, hash_alg=probe.hash, destination=fl.FRESH, hot=not probe.cold)
     ev = {"sample_bytes": probe.bytes, "sample_files": probe.files, "measured_s": round(probe.seconds, 4),
           "measured_gbps": round(probe.bytes / probe.seconds / 1e9, 3) if probe.seconds > 0 else None,

@@ -44,10 +44,21 @@ def read(source, listing) -> Headers:
         return Headers(error=printable(f"{exc.filename or listing.source}: {exc.strerror or exc}"))
 
 
-def judge(h: Headers) -> Verdict:
-    """fail with the error line when the headers do not parse; ok with what they hold; unknown where none were read."""
+DIGEST_WHY = "a restore checks each file's digest against the manifest: a file whose bytes changed fails it"
+DIGEST_FIX = ("replace the files named (copy the checkpoint again from where it was saved, or restore the one before "
+              "it): a restore refuses them; `ckptbench verify SOURCE` checks every file against the manifest")
+
+
+def judge(h: Headers, probe=None) -> Verdict:
+    """fail with the error line when the headers do not parse, or with each file the check's short restore (`probe`,
+    checklist/efficiency.RestoreProbe) read whole whose digest is not the manifest's; ok with what they hold, and how
+    many digests matched; unknown where none were read."""
     if h.error is not None:
         return Verdict(ID, TITLE, "fail", {"error": h.error}, WHY, FIX)
+    if probe is not None and probe.mismatches:
+        return Verdict(ID, TITLE, "fail", {"digest_mismatch": list(probe.mismatches[:20]),
+                                           "mismatch_count": len(probe.mismatches),
+                                           "digests_matched": probe.digests_matched}, DIGEST_WHY, DIGEST_FIX)
     if h.doc is None:
         return Verdict(ID, TITLE, "unknown", {"reason": h.reason}, WHY,
                        "`ckptbench run SOURCE` parses every header as it restores")
@@ -55,4 +66,6 @@ def judge(h: Headers) -> Verdict:
     ev = {"format": d["format"], "layout": d["layout"]["name"], "shards": d["layout"]["shards"],
           "tensors": sum(g["tensors"] for g in d["groups"].values()), "params": d["params"],
           "payload_bytes": d["read_plan"]["payload_bytes"]}
+    if probe is not None and probe.digests_matched:  # the short restore's files read whole, against the manifest
+        ev["digests_matched"] = probe.digests_matched
     return Verdict(ID, TITLE, "ok", ev, WHY, "none")

@@ -291,7 +291,7 @@ def evaluate(f: Facts) -> list[Verdict]:
     """Whether the checkpoint loads first (nothing else matters if it does not), every rule, the FUSE item after the
     mount options when the source sits on a FUSE mount, and the restore efficiency last when the check measured the
     floor."""
-    items = [loads.judge(f.headers)] + [rule(f) for rule in RULES]
+    items = [loads.judge(f.headers, f.floor_facts.restore if f.floor_facts else None)] + [rule(f) for rule in RULES]
     if on_fuse(f):
         items.insert(1 + RULES.index(mount_options) + 1, fuse_mount(f))  # after the loads item and mount options
     if f.floor_facts is not None:

@@ -51,11 +51,18 @@ def cmd_sysinfo(args) -> int:
     return 0
 
 
+# figures whose key reads as a setting: beside dirty_ratio, "dirty_bytes 391 MiB" read as vm.dirty_bytes set (which
+# would override the ratio); they are /proc/meminfo's pages waiting now
+LIVE_NOT_SETTING = {"dirty_bytes": "Dirty in /proc/meminfo now, not vm.dirty_bytes",
+                    "writeback_bytes": "Writeback in /proc/meminfo now"}
+
+
 def shown_field(key: str, v) -> str:
     """A sysinfo figure as the dashboard and `check` show the same one: in its key's units (human_figure)."""
     if key == "ulimit_nofile" and isinstance(v, (list, tuple)) and len(v) == 2:
         return f"soft {human_figure(key, v[0])}, hard {human_figure(key, v[1])}"
-    return human_figure(key, v, {"residency"})
+    said = human_figure(key, v, {"residency"})
+    return f"{said} ({LIVE_NOT_SETTING[key]})" if key in LIVE_NOT_SETTING else said
 
 
 def cached_floor(mount: str, nbytes: int = 0, source: str | None = None) -> dict:

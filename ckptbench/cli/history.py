@@ -10,6 +10,7 @@ from ckptbench.core.errors import CkptbenchError, printable, redact, redact_all,
 from ckptbench.core.units import human_figure, human_pct
 from ckptbench.system.floor import OVER_FLOOR
 
+UNSEEN = "no checkpoint read seen: compare passes over it"
 # what a kind's time is called on its line
 FIGURE_WORDS = {"rto_s": "RTO", "durable_s": "durable"}
 
@@ -18,6 +19,8 @@ def run_line(r: dict) -> str:
     """One run as the line says it: id, kind, date, source, how it was made, repeats, its time, efficiency, status."""
     how = "/".join(x for x in (r["mode"], r["cache"]) if x) or "-"
     took = "-" if r["figure_s"] is None else human_figure(r["figure"], r["figure_s"])
+    if r.get("unseen"):
+        took += f" ({UNSEEN})"
     if r.get("held_s") is not None:  # the efficiency is over this: said beside the RTO, or the two do not divide
         took += f" ({human_figure(r['figure'], r['held_s'])} less the model's first step)"
     eff = "" if r["efficiency"] is None else f"  efficiency {human_pct(r['efficiency'])}" + (

@@ -151,6 +151,8 @@ def cmd_save(args) -> int:
             status = "cancelled" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "failed"
             save_results.record_stopped(args.results, run_id, args.what, os.path.abspath(args.target), opts, done,
                                         status, envmod.snapshot(args.target))
+        if isinstance(exc, KeyboardInterrupt) and done:
+            return _save_stopped(args, opts, run_id, len(done), exc)
         raise
     line.close()
     if args.results:
@@ -164,3 +166,16 @@ def cmd_save(args) -> int:
         print_report(report)
         print_recorded(args.results, run_id, "save")
     return 0
+
+
+def _save_stopped(args, opts, run_id: str, done: int, exc: KeyboardInterrupt) -> int:
+    """Ctrl-C (or SIGTERM) after some saves finished: one line saying how many, and where they are on record (a new
+    user got `ckptbench: interrupted` alone, and no run id to name to history or compare); run's exit for it."""
+    from ckptbench.cli.root import Terminated
+
+    word = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    where = (f"on record as save run {run_id} in {printable(args.results)} (`ckptbench history "
+             f"{printable(args.results)}`)" if args.results else "not recorded (--results '')")
+    print(f"ckptbench: {word} during save {done + 1} of {opts.count}: {done} save(s) finished, each shown above, "
+          f"{where}", file=sys.stderr)
+    return 143 if word == "terminated" else 130  # as main() says an interrupted or terminated command

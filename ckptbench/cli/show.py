@@ -70,16 +70,18 @@ def emit(doc: dict) -> None:
     sys.stdout.write("\n")
 
 
-def print_recorded(path: str | None, run_id: str, what: str = "run") -> None:
+def print_recorded(path: str | None, run_id: str, what: str = "run", comparable: bool = True) -> None:
     """Where a run went on record, and how to find it again: a results file nobody was told of was found later in
-    the working directory, and a run id never printed could not be named to `compare --baseline`."""
+    the working directory, and a run id never printed could not be named to `compare --baseline`. A run compare
+    passes over (a watch that saw no checkpoint read) is said to be one."""
     if not path:
         return
     from ckptbench.core.errors import printable
 
     shown = printable(path)
-    print(f"recorded: {what} {run_id} in {shown} (its document in {shown}.jsonl); `ckptbench compare {shown}` holds "
-          "the newest against the last one like it")
+    then = ("`ckptbench compare {shown}` holds the newest against the last one like it" if comparable else
+            "it measured no restore (no checkpoint read seen), so `ckptbench compare` passes over it")
+    print(f"recorded: {what} {run_id} in {shown} (its document in {shown}.jsonl); " + then.format(shown=shown))
 
 
 def floor_lines(doc: dict) -> list[str]:

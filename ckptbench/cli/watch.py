@@ -158,7 +158,7 @@ def cmd_watch(args) -> int:
         from ckptbench.system import env as envmod
         from ckptbench.watch import results as watch_results
 
-        env = envmod.snapshot(watch_results.source_of(sorted(report.files)) or None)
+        env = envmod.snapshot(watch_results.source_in(doc) or None)
     if args.results:
         import uuid
 
@@ -169,7 +169,7 @@ def cmd_watch(args) -> int:
     else:
         _print(doc)
         if run_id:
-            print_recorded(args.results, run_id, "watch")
+            print_recorded(args.results, run_id, "watch", comparable=bool(doc["bytes"]))
     return 0 if report.exit_code in (None, 0) else 1
 
 

@@ -128,6 +128,12 @@ def _runs(path: str, rows: list[dict]) -> dict[str, list[dict]]:
     return runs
 
 
+def _unseen(rows: list[dict], runs: dict[str, list[dict]]) -> set[str]:
+    """The watches _runs left out for seeing no checkpoint read (ended well, of our kind, not compared)."""
+    return {r["run_id"] for r in rows if r.get("kind") == "watch" and r["status"] in COMPLETED and not r.get("bytes")
+            and r["run_id"] not in runs}
+
+
 def steady(rows: list[dict]) -> list[dict]:
     """A save run's rows after its first save (cold files and page cache), as its sustained figures are taken."""
     if rows[0]["kind"] == "save" and len(rows) > 1:
@@ -336,10 +342,20 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     of its kind made the same way; for a watch, of the same command)."""
     if threshold_pct < 0:
         raise CkptbenchError(f"--threshold must be ≥ 0, got {threshold_pct}")
-    runs = _runs(path, read_rows(path))
+    rows = read_rows(path)
+    runs = _runs(path, rows)
     ids = list(runs)
+    unseen = _unseen(rows, runs)
+    for named, flag in ((newest, "--newest"), (baseline, "--baseline")):
+        if named in unseen:  # an ok run of ours, left out on purpose: "no successful run" read as a wrong id
+            raise CkptbenchError(f"{path}: {shown(named)} ({flag}) is a watch that saw no checkpoint read: it timed no "
+                                 "restore, so there is nothing to compare; name another run (`ckptbench history` "
+                                 "lists them)")
     if len(ids) < 2:
-        raise CkptbenchError(f"{path}: {len(ids)} successful run(s) recorded; compare needs two (run the benchmark again)")
+        left = (f"; {len(unseen)} watch{'' if len(unseen) == 1 else 'es'} that saw no checkpoint read "
+                f"{'is' if len(unseen) == 1 else 'are'} not compared") if unseen else ""
+        raise CkptbenchError(f"{path}: {len(ids)} successful run(s) recorded{left}; compare needs two (run the "
+                             "benchmark again)")
     newest = _newest(path, runs, newest, kind)
     kind = runs[newest][0]["kind"]
     docs = run_documents(path)

@@ -25,6 +25,8 @@ def runs(path: str) -> list[dict]:
         ok = steady(done) if done else done  # a save's sustained figures are its saves after the first, as compare's
         statuses = {r["status"] for r in rows}
         kind = rows[0].get("kind") or "restore"
+        if kind == "watch" and not any(r.get("bytes") for r in ok):  # saw no checkpoint read: no restore timed
+            ok = []  # (older records gave it an RTO of 0 s; compare passes over it)
         figure = FIGURE_OF.get(kind, "rto_s")
         # a figure no run can have measured (compare refuses it) is unknown here, not a 300-digit time
         figure_s = spread([measured(figure, r.get(figure)) for r in ok])["median"] if ok else None
@@ -47,5 +49,6 @@ def runs(path: str) -> list[dict]:
             "steady": len(ok) < len(done),  # the first save left out
             "efficiency": efficiency_of(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
             "status": statuses.pop() if len(statuses) == 1 else "mixed",
+            "unseen": bool(done) and not ok,  # a watch of a job seen to read no checkpoint file
         })
     return out

@@ -202,7 +202,7 @@ def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None)
     check = ("model step: the manifest (or config.json) gives the model's shape, so the restored model runs one "
              "forward step and its output must be finite" if dims is not None else
              f"structural, no model step ({why_not}): every floating value ({human_bytes(floating)}) is scanned natively "
-             "for NaN/Inf and optimizer parts are checked against their weights")
+             "for NaN/Inf" + (" and optimizer parts are checked against their weights" if "optimizer" in groups else ""))
     return {
         "source": listing.source,
         "format": listing.format,

@@ -17,6 +17,11 @@ def source_of(files: list[str]) -> str:
     return os.path.commonpath([os.path.dirname(f) for f in files])
 
 
+def source_in(doc: dict) -> str:
+    """The watch's source: where the files it saw read lie, else the checkpoint named with --source, else ""."""
+    return source_of(sorted(doc["files"])) or (doc.get("checkpoint") or {}).get("path") or ""
+
+
 def _status(doc: dict) -> dict:
     """The job's own restore: nothing of it is ckptbench's to verify (verified None); it ended well when it exited 0."""
     done = doc.get("exit_code") in (None, 0)
@@ -27,15 +32,17 @@ def as_document(run_id: str | None, doc: dict, env: dict) -> dict:
     """The watch's run document, as results.csv.jsonl holds it and `watch --json` prints it (run_id None: not
     recorded)."""
     doc, env = redact_all(doc), redact_all(env)  # the job's command line and paths can carry credentials
-    return document("run", "watch", run_id, source_of(sorted(doc["files"])), doc, env, **_status(doc))
+    return document("run", "watch", run_id, source_in(doc), doc, env, **_status(doc))
 
 
 def record(path: str, run_id: str, doc: dict, env: dict) -> None:
     doc, env = redact_all(doc), redact_all(env)
-    source, said = source_of(sorted(doc["files"])), _status(doc)
+    source, said = source_in(doc), _status(doc)
     append_document(path, as_document(run_id, doc, env))
-    # read_gbps: the job's bytes over its reading window, which is also the row's read stage and RTO
-    figures = {"read_s": doc["io_span_s"], "rto_s": doc["io_span_s"], "bytes": doc["bytes"],
-               "files": len(doc["files"]), "read_gbps": doc["loader_gbps"], "peak_rss_bytes": doc["peak_rss_bytes"],
-               "cpu_s": doc["cpu_s"]}
+    # read_gbps: the job's bytes over its reading window, which is also the row's read stage and RTO; a job seen to
+    # read no checkpoint byte has no such window (0 s was shown as its RTO)
+    seen = bool(doc["bytes"])
+    figures = {"read_s": doc["io_span_s"] if seen else None, "rto_s": doc["io_span_s"] if seen else None,
+               "bytes": doc["bytes"], "files": len(doc["files"]), "read_gbps": doc["loader_gbps"] if seen else None,
+               "peak_rss_bytes": doc["peak_rss_bytes"], "cpu_s": doc["cpu_s"]}
     append(path, [row("watch", run_id, 1, source, {"format": "", "mode": "watched"}, figures, env, **said)])
