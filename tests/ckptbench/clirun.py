@@ -41,9 +41,10 @@ def run_proc(*args: str, timeout: int = 120, env: dict | None = None) -> Run:
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
-def assert_one_line_error(r: Run, needle: str = "") -> None:
-    """Bad input: exit 2, nothing on stdout, one "ckptbench: error:" line naming `needle`, no traceback."""
-    assert r.rc == 2
+def assert_one_line_error(r: Run, needle: str = "", rc: int = 2) -> None:
+    """Bad input: exit 2 (1 where the system refused a place: docs/reference.md's exit status), nothing on stdout,
+    one "ckptbench: error:" line naming `needle`, no traceback."""
+    assert r.rc == rc, (r.rc, r.err)
     assert r.out == ""
     assert len(r.err_lines) == 1, r.err
     assert r.err_lines[0].startswith("ckptbench: error: ") and needle in r.err_lines[0]
