@@ -280,8 +280,9 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
         f"the storage could not be measured ({storage.cache})"
     if w.bytes == 0 and w.exit_code is not None:  # started here: watched from its first instant, so it read none
         return _verdict("unknown", "the job read no file that looks like a checkpoint's while it ran", evidence,
-                        f"check that the job loads the files under --source ({w.source}); a hot load that maps them "
-                        "can slip between two samples: watch it with the files cold" if w.source else
+                        f"check that the job loads the files under --source ({w.source}); a hot load (from the page "
+                        "cache, read or mapped) can open, read and let go of them between two samples: watch it "
+                        "with the files cold, or with `--interval 0.02`" if w.source else
                         "name the checkpoint: `ckptbench watch --source DIR -- COMMAND` counts every file under DIR")
     if w.bytes == 0:
         return _verdict("unknown", "the job read nothing while watched (it had finished before the first sample, or "

@@ -125,3 +125,15 @@ def test_the_imports_before_the_window_are_the_job_starting_not_reading():
     assert abs(phases[1]["t0"] - 10 * dt) < 1e-9
     # nothing read: no window to tell the start by, the phases stay as sampled
     assert started_by(imports, (0.0, 0.0)) == imports
+
+
+def test_a_job_seen_reading_nothing_is_told_a_hot_load_of_any_kind_slips_between_samples():
+    """The fix said "a hot load that maps them" can slip between two samples: a hot torch.load, which reads, does too
+    (the new-user pass saw it), and a shorter interval catches it."""
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch import verdict
+
+    report = watch.WatchReport(pid=1, command="job", wall_s=0.5, bytes=0, disk_bytes=0, files={}, intervals=[],
+                               phases=[], exit_code=0, source="/ckpt")
+    v = verdict.judge(report, verdict.StorageProbe(1.0, "cold (verified)", 1, 1 << 20), cpus=2, mem_total=64 << 30)
+    assert v.verdict == "unknown" and "read or mapped" in v.fix and "--interval 0.02" in v.fix, v.fix
