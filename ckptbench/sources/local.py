@@ -15,7 +15,7 @@ from ckptbench.checkpoint import pointers, resume
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.checkpoint.detect import format_of
-from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.core.errors import CkptbenchError
 from ckptbench.sources.base import Listing, ReadOptions
 
 
