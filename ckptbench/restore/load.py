@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ckptbench.checkpoint.verify import VerifyReport
 from ckptbench.checkpoint.profiles import ModelDims
 from ckptbench.core.units import human_bytes
+from ckptbench.checkpoint.detect import not_a_checkpoint
 
 
 @dataclass
@@ -319,8 +320,7 @@ def restore_dir(directory: str, *, verify: bool = True, optimizer_step: bool = F
     listing = LocalSource(directory, checkpoint=True, pick=pick).list()
     directory, man, lay = listing.source, listing.manifest, listing.layout
     if listing.format == "unknown":
-        raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
-                             "point at a checkpoint directory")
+        raise not_a_checkpoint(directory, listing.passed)
     fmt = listing.format
     ver = verify_dir(listing, concurrency=concurrency) if verify else None
     if ver is not None and ver.has_reference and not ver.ok:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats import CheckpointState
+from ckptbench.checkpoint.detect import not_a_checkpoint
 
 
 @dataclass
@@ -39,8 +40,7 @@ def checkpoint_of(directory: str, pick: str | None = None):
 
     listing = LocalSource(directory, checkpoint=True, pick=pick).list()
     if listing.format == "unknown":
-        raise CkptbenchError(f"{listing.source}: no safetensors, torch or torch.distributed.checkpoint files found; "
-                             "point at a checkpoint directory")
+        raise not_a_checkpoint(listing.source, listing.passed)
     return listing
 
 
