@@ -30,3 +30,42 @@ def test_a_dcp_folder_whose_metadata_is_not_a_file_names_it(tmp_path, h, how):
         assert "no safetensors" not in r.err and "never read" in r.err, (cmd, r.err)
         assert ("a FIFO" if how == "fifo" else "symbolic link") in r.err, (cmd, r.err)
     assert not (tmp_path / "target").exists()
+
+
+def _save(h, target, *extra):
+    return h.run_cli("save", "small", target, "--scale", "0.02", "--no-fsync", "--results", "", *extra)
+
+
+def test_a_folder_under_the_staging_name_is_never_removed(tmp_path, h):
+    """A `.step-000001.tmp-HOST-PID` folder is let into the target as a killed save's leftover; when it held this
+    process's pid (a container's pids repeat), mkdir failed and the cleanup removed the folder that was there, with
+    whatever it held: nothing the save did not write is deleted. The save goes on under another staging name."""
+    from ckptbench.checkpoint.generate import staging_name
+
+    target = tmp_path / "t"
+    target.mkdir()
+    there = staging_name(str(target / "step-000001"))
+    os.mkdir(there)
+    with open(os.path.join(there, "kept.txt"), "w") as f:
+        f.write("not the save's\n")
+    r = _save(h, target, "--count", "1")
+    assert r.rc == 0, r.err
+    with open(os.path.join(there, "kept.txt")) as f:
+        assert f.read() == "not the save's\n"
+    assert sorted(os.listdir(target)) == sorted(["step-000001", os.path.basename(there)])
+
+
+def test_a_step_folder_whose_manifest_is_a_link_is_not_a_save(tmp_path, h):
+    """A `step-NNNNNN` folder whose `ckptbench.json` is a link (to a real save's manifest elsewhere) counted as a save
+    ckptbench wrote, since the check followed the link, and --keep removed it with the user's files in it. Save
+    writes its manifest as a regular file: anything else is the user's, refused and left as it was."""
+    other = tmp_path / "other"
+    assert _save(h, other, "--count", "1").rc == 0
+    target = tmp_path / "t"
+    (target / "step-000001").mkdir(parents=True)
+    (target / "step-000001" / "evals.txt").write_text("the user's evals\n")
+    os.symlink(other / "step-000001" / "ckptbench.json", target / "step-000001" / "ckptbench.json")
+    r = _save(h, target, "--count", "2", "--keep", "1")
+    assert_one_line_error(r, "step-000001")
+    assert sorted(os.listdir(target / "step-000001")) == ["ckptbench.json", "evals.txt"]
+    assert sorted(os.listdir(target)) == ["step-000001"]
