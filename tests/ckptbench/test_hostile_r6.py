@@ -69,3 +69,22 @@ def test_a_step_folder_whose_manifest_is_a_link_is_not_a_save(tmp_path, h):
     assert_one_line_error(r, "step-000001")
     assert sorted(os.listdir(target / "step-000001")) == ["ckptbench.json", "evals.txt"]
     assert sorted(os.listdir(target)) == ["step-000001"]
+
+
+def test_save_and_load_of_a_source_beyond_memory_stop_before_reading(tmp_path, h, monkeypatch):
+    """`run` stops before reading a checkpoint that cannot fit in memory; `save SOURCE` and `load` read it whole
+    with no such check: a 64 GiB sparse shard on a 23 GiB box was a MemoryError traceback (or the OOM killer, a
+    little smaller). Now the same line as run's, before the target exists."""
+    import psutil
+    from safetensors.torch import save_file
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    save_file({"w": torch.randn(512, 512)}, str(ck / "model.safetensors"), metadata={"format": "pt"})
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=256 << 10))
+    for cmd, more in (("save", (tmp_path / "target", "--count", "1", "--results", "")), ("load", ())):
+        r = h.run_cli(cmd, ck, *more)
+        assert_one_line_error(r, "is available; stop before reading")
+        assert str(ck) in r.err and "MemoryError" not in r.err, (cmd, r.err)
+    assert not (tmp_path / "target").exists()
