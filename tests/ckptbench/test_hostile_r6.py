@@ -88,3 +88,52 @@ def test_save_and_load_of_a_source_beyond_memory_stop_before_reading(tmp_path, h
         assert_one_line_error(r, "is available; stop before reading")
         assert str(ck) in r.err and "MemoryError" not in r.err, (cmd, r.err)
     assert not (tmp_path / "target").exists()
+
+
+SMALL_TOML = os.path.join(os.path.dirname(__file__), "..", "..", "profiles", "checkpoints", "small.toml")
+
+
+def _profile(tmp_path, old: str, new: str, prefix: str = "") -> str:
+    with open(SMALL_TOML) as f:
+        text = f.read()
+    assert old in text
+    path = tmp_path / "p.toml"
+    path.write_text(prefix + text.replace(old, new, 1))
+    return str(path)
+
+
+@pytest.mark.parametrize("old, new, prefix, needle", [
+    ("", "", "a = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deep"),
+    ('weights = "bfloat16"', "weights = { a = 1 }", "", "dtypes.weights"),
+    ('format = "safetensors"', "format = [1]", "", "checkpoint.format"),
+    ('name = "small"', 'name = "\\u001b]0;pwned\\u0007x"', "", "name"),
+    ('name = "small"', "name = 7", "", "name"),
+    ('name = "small"', 'name = "' + "n" * 5000 + '"', "", "name"),
+    ('description = "Laptop-sized: about 256 MiB in tens of files"', 'description = "\\u001b[2J wiped"', "",
+     "description"),
+    ("reference = false", 'reference = "false"', "", "reference"),
+], ids=["deep", "dtype-table", "format-list", "name-escapes", "name-number", "name-long", "description-escapes",
+        "reference-string"])
+def test_a_hostile_profile_toml_is_one_line(tmp_path, h, old, new, prefix, needle):
+    """A checkpoint profile given as a .toml path is checked as a storage preset is: nested past any profile was a
+    RecursionError traceback, a dtype given as a table a TypeError ('unhashable type'), a name holding ESC]0;…BEL
+    retitled the terminal from plan's first line, and reference = "false" (a string) made a real-model shape."""
+    path = _profile(tmp_path, old, new, prefix)
+    for cmd, more in (("plan", ()), ("gen", (tmp_path / "out",))):
+        r = h.run_cli(cmd, path, *more)
+        assert_one_line_error(r, needle)
+        assert "\x1b" not in r.err and len(r.err) < 600, (cmd, r.err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_profile_toml_that_is_not_a_small_regular_file_is_refused_unread(tmp_path, h):
+    """A profile is a few lines: a file of megabytes is no profile, and is not read whole."""
+    path = _profile(tmp_path, "", "", "# " + "x" * (4 << 20) + "\n")
+    assert_one_line_error(h.run_cli("plan", path), "not a checkpoint profile")
+
+
+def test_the_shipped_profiles_still_load():
+    from ckptbench.checkpoint import profiles
+
+    for name in profiles.available():
+        assert profiles.load(name).name == name
