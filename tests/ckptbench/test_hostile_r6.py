@@ -137,3 +137,18 @@ def test_the_shipped_profiles_still_load():
 
     for name in profiles.available():
         assert profiles.load(name).name == name
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--interval", "1e-320"], "--interval"),
+    (["--interval", "1e300"], "--interval"),
+    (["--nodes", "2", "--storage", "efs", "--node-memory", "1e-300"], "--node-memory"),
+])
+def test_plan_figures_no_plan_can_mean_are_one_line(h, args, needle):
+    """`plan 70b --interval 1e-320` was an OverflowError traceback (the bandwidth it needs is infinite), --interval
+    1e300 printed a rate of 300 zeros, and --node-memory 1e-300 an RTO floor of 10^302 s: held to the bounds save's
+    own --interval has (a week) and to a rate a node can have."""
+    r = h.run_cli("plan", "70b", *args)
+    assert_one_line_error(r, needle)
+    r = h.run_cli("plan", "70b", *args, "--json")
+    assert_one_line_error(r, needle)
