@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, printable
 from ckptbench.checkpoint.layouts import DS_MODEL, DS_OPTIM, TORCH_EXT
 from ckptbench.checkpoint.tree import files
 
@@ -26,8 +26,26 @@ def detect_names(names: list[str], where: str) -> str:
         return "safetensors"
     if any(n.endswith(TORCH_EXT) for n in names):
         return "torch"
-    raise CkptbenchError(f"{where}: no safetensors, torch or torch.distributed.checkpoint files found; "
-                         "point at a checkpoint directory")
+    raise not_a_checkpoint(where)
+
+
+_FORMAT_NAMES = {"dcp": "torch.distributed.checkpoint", "safetensors": "safetensors", "torch": "torch.save"}
+
+
+def not_a_checkpoint(where: str, passed=()) -> CkptbenchError:
+    """Every command's line for a folder whose files tell no format; where an entry that would tell one is there but
+    passed over (`passed`: a `.metadata` that is a FIFO or a link beside DCP's shards), it is named, never read."""
+    for path, why in passed:
+        name = os.path.basename(path)
+        try:
+            telling = detect_names([name], where)
+        except CkptbenchError:
+            continue
+        return CkptbenchError(f"{printable(where)}: {printable(os.path.relpath(path, where))} would make it a "
+                              f"{_FORMAT_NAMES[telling]} checkpoint but is {why.split(',')[0]}, never read; put the regular file there "
+                              "(a copy made with `cp -rL` for a link)")
+    return CkptbenchError(f"{printable(where)}: no safetensors, torch or torch.distributed.checkpoint files found; "
+                          "point at a checkpoint directory")
 
 
 def format_of(manifest, names: list[str], where: str) -> str:

@@ -6,15 +6,17 @@ import os
 import tomllib
 from dataclasses import dataclass, replace
 
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, printable, shown
 from ckptbench.core.options import FORMATS
-from ckptbench.core.paths import PROFILES_DIR
+from ckptbench.core.paths import PROFILES_DIR, read_small
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MAX_SMALL_FILES = 1 << 20
 # the bounds a checkpoint's shape is held to, in a profile and in a manifest alike
 DIM_LIMITS = {"layers": 4096, "hidden": 1 << 17, "heads": 4096, "vocab": 1 << 22, "seq_len": 1 << 22}
 MAX_RANK = 1 << 20
+PROFILE_MAX = 64 << 10  # a profile is a few dozen lines: a larger file is not one (and is never read whole)
+MAX_NAME, MAX_TEXT = 64, 200  # the name heads plan's first line; the description is a line
 
 
 @dataclass(frozen=True)
@@ -82,33 +84,70 @@ def _whole(path: str, key: str, v, low: int, high: int) -> int:
     return v
 
 
+def _text(path: str, key: str, v, most: int, least: int = 1) -> str:
+    """A string the profile gives, one line of at most `most` characters that a terminal shows as it is (a name
+    holding ESC]0;…BEL retitled the terminal from plan's first line)."""
+    if not isinstance(v, str) or not least <= len(v) <= most or printable(v) != v:
+        raise CkptbenchError(f"{printable(path)}: {key} must be one line of text of {least}..{most} characters, got "
+                             f"{shown(repr(v), 60)}; compare with small.toml")
+    return v
+
+
+def _doc(path: str) -> dict:
+    """The profile's TOML, read as a storage preset is: a small regular file, never blocking, nested within reason."""
+    try:
+        data = read_small(path, PROFILE_MAX)
+    except OSError as exc:
+        raise CkptbenchError(f"{printable(path)}: cannot read the profile ({exc.strerror})") from None
+    if data is None:
+        raise CkptbenchError(f"{printable(path)}: not a checkpoint profile (a regular file of at most "
+                             f"{PROFILE_MAX >> 10} KiB); compare with small.toml")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:  # RecursionError: a traceback
+        why = "nested too deep" if isinstance(exc, RecursionError) else \
+            "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        raise CkptbenchError(f"{printable(path)}: not a valid profile ({shown(printable(why), 120)}); compare with "
+                             "small.toml") from None
+
+
 def load(name: str) -> Profile:
-    """A profile by name, or by path to a .toml file."""
+    """A profile by name, or by path to a .toml file; every field checked as input from elsewhere."""
     path = name if name.endswith(".toml") else os.path.join(PROFILES_DIR, "checkpoints", f"{name}.toml")
     if not os.path.isfile(path):
-        raise CkptbenchError(f"unknown profile {name!r}: choose one of {', '.join(available())} or a .toml path")
+        raise CkptbenchError(f"unknown profile {shown(repr(name), 120)}: choose one of {', '.join(available())} or a "
+                             ".toml path")
+    doc = _doc(path)
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
         m, d, c = doc["model"], doc["dtypes"], doc["checkpoint"]
+        if not all(isinstance(t, dict) for t in (m, d, c)):
+            raise TypeError("model, dtypes and checkpoint must be tables")
+        reference = doc.get("reference", False)
+        if not isinstance(reference, bool):
+            raise CkptbenchError(f"{printable(path)}: reference must be true or false, got "
+                                 f"{shown(repr(reference), 60)}; compare with small.toml")
         profile = Profile(
-            name=doc["name"],
-            description=doc.get("description", ""),
-            reference=bool(doc.get("reference", False)),
+            name=_text(path, "name", doc["name"], MAX_NAME),
+            description=_text(path, "description", doc.get("description", ""), MAX_TEXT, least=0),
+            reference=reference,
             dims=ModelDims(**{k: _whole(path, f"model.{k}", m[k], 1, high) for k, high in DIM_LIMITS.items()}),
-            weights_dtype=d["weights"],
-            optimizer_dtype=d["optimizer"],
-            format=c["format"],
+            weights_dtype=_choice(path, "dtypes.weights", d["weights"], DTYPE_BYTES),
+            optimizer_dtype=_choice(path, "dtypes.optimizer", d["optimizer"], DTYPE_BYTES),
+            format=_choice(path, "checkpoint.format", c["format"], FORMATS),
             world_size=_whole(path, "checkpoint.world_size", c["world_size"], 1, MAX_RANK),
             small_files=_whole(path, "checkpoint.small_files", c["small_files"], 0, MAX_SMALL_FILES),
         )
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise CkptbenchError(f"{path}: not a valid profile ({type(exc).__name__}: {exc}); compare with small.toml") from None
-    if profile.format not in FORMATS:
-        raise CkptbenchError(f"{path}: unknown format {profile.format!r}; use one of {', '.join(FORMATS)}")
-    for dt in (profile.weights_dtype, profile.optimizer_dtype):
-        if dt not in DTYPE_BYTES:
-            raise CkptbenchError(f"{path}: unknown dtype {dt!r}; use one of {', '.join(DTYPE_BYTES)}")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CkptbenchError(f"{printable(path)}: not a valid profile ({type(exc).__name__}: "
+                             f"{shown(printable(str(exc)), 120)}); compare with small.toml") from None
     if profile.dims.hidden % profile.dims.heads:
         raise CkptbenchError(f"{path}: hidden {profile.dims.hidden} is not a multiple of heads {profile.dims.heads}")
     return profile
+
+
+def _choice(path: str, key: str, v, choices) -> str:
+    if not isinstance(v, str) or v not in choices:
+        what = "format" if key.endswith("format") else "dtype"
+        raise CkptbenchError(f"{printable(path)}: {key}: unknown {what} {shown(repr(v), 60)}; use one of "
+                             f"{', '.join(choices)}")
+    return v

@@ -188,7 +188,7 @@ NODES = option("--nodes", parse=whole(1, 1 << 20), metavar="N", help="restore on
 RANKS_PER_NODE = option("--ranks-per-node", parse=ranks, metavar="K", help="with --nodes: ranks on each node (8)")
 STORAGE = option("--storage", metavar="PRESET", help="with --nodes (required): a storage preset (efs, fsx-lustre, s3, "
                  "...) or a .toml path")
-NODE_MEMORY = option("--node-memory", parse=number(above=0, high=100_000), metavar="GB/S",
+NODE_MEMORY = option("--node-memory", parse=number(above=0.001, high=100_000), metavar="GB/S",
                      help="with --nodes: each node's fresh-memory rate, the most a node lands bytes in memory it did "
                           "not own (default: this box's, as `ckptbench floor` measured it: run plan on a training node)")
 SAVED_TO = option("--target", metavar="DIR", help="with --interval: only saves measured to this target")

@@ -30,6 +30,20 @@ def new_file_beside(path: str, mode: int = 0o666) -> tuple[int, str]:
     raise FileExistsError(f"{path}: no free temporary name beside it")
 
 
+def read_small(path: str, limit: int) -> bytes | None:
+    """A small file's bytes (a profile, a preset), opened without blocking (a FIFO swapped in after a check) and never
+    read past `limit`; None when it is not a regular file of at most `limit` bytes. OSError when it cannot be opened."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        data = os.read(fd, limit + 1) if stat.S_ISREG(st.st_mode) and st.st_size <= limit else None
+    finally:
+        os.close(fd)
+    return None if data is None or len(data) > limit else data
+
+
 def source_identity(source: str) -> str:
     """The source as records name it, the same whatever directory it was named from: an object store's URL without
     its trailing slash, a local path that is there resolved (a knee swept as `ckpts/x` was not found by `check

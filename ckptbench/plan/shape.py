@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 import os
 
-from ckptbench.core.errors import printable, shown
+from ckptbench.core.errors import CkptbenchError, printable, shown
 from ckptbench.checkpoint.profiles import DTYPE_BYTES, Profile
 from ckptbench.save.report import HEADROOM
+from ckptbench.save.series import MAX_WAIT_S
 
 SMALL_FILE_AVG = 56 << 10  # the generator's data-loader files average 56 KiB
 MAX_WRITE_GBPS = 1000.0  # far beyond any one machine's storage: a recorded figure above it is damaged, not measured
 MIN_WRITE_GBPS = 1e-4  # 100 kB/s: below, a save of 7B took 10^300 s and plan printed every digit of it
+MIN_INTERVAL_S = 1e-3  # --interval 1e-320 needed an infinite bandwidth: an OverflowError traceback
 
 
 def _in_range(gbps) -> bool:
@@ -89,6 +91,9 @@ def _against(total: int, interval_s: float, measured: dict) -> dict:
 
 
 def plan(profile: Profile, interval_s: float | None = None, measured: dict | None = None) -> dict:
+    if interval_s is not None and not MIN_INTERVAL_S <= interval_s <= MAX_WAIT_S:  # save's own bound above
+        raise CkptbenchError(f"--interval must be {MIN_INTERVAL_S:g} to {MAX_WAIT_S} seconds (a week), got "
+                             f"{interval_s:g}")
     p = profile.dims.param_count
     obytes = DTYPE_BYTES[profile.optimizer_dtype]
     parts = {

@@ -17,6 +17,7 @@ from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.core.units import human_bytes
 from ckptbench.sources import Listing, Source
+from ckptbench.checkpoint.detect import not_a_checkpoint
 
 # how trainers name per-rank files (the first group is the rank); DeepSpeed's ranks come from the layout. Hugging
 # Face's -0000N-of-0000M shards are not ranks: one process writes them all
@@ -169,8 +170,7 @@ def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None)
 
     listing = source.list()
     if listing.format == "unknown":
-        raise CkptbenchError(f"{listing.source}: no safetensors, torch or torch.distributed.checkpoint files "
-                             "found; point at a checkpoint directory")
+        raise not_a_checkpoint(listing.source, listing.passed)
     if not source.files_on_disk:
         raise CkptbenchError(f"{listing.source}: inspect reads headers from local files; for an object store, "
                              "copy the checkpoint's headers down or run `ckptbench run` against it")

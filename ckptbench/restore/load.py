@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from ckptbench.checkpoint.verify import VerifyReport
 from ckptbench.checkpoint.profiles import ModelDims
 from ckptbench.core.units import human_bytes
+from ckptbench.checkpoint.detect import not_a_checkpoint
+from ckptbench.restore.resources import oom_precheck
 
 
 @dataclass
@@ -319,8 +321,8 @@ def restore_dir(directory: str, *, verify: bool = True, optimizer_step: bool = F
     listing = LocalSource(directory, checkpoint=True, pick=pick).list()
     directory, man, lay = listing.source, listing.manifest, listing.layout
     if listing.format == "unknown":
-        raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
-                             "point at a checkpoint directory")
+        raise not_a_checkpoint(directory, listing.passed)
+    oom_precheck(listing, "staged", "loading it", "load a smaller checkpoint, or restore it per rank under torchrun")
     fmt = listing.format
     ver = verify_dir(listing, concurrency=concurrency) if verify else None
     if ver is not None and ver.has_reference and not ver.ok:

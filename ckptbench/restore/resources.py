@@ -17,14 +17,19 @@ def memory_needed(listing: Listing, mode: str) -> int:
     return total
 
 
-def oom_precheck(listing: Listing, mode: str) -> None:
+_RESTORE_FIX = ("--mode fused (tensors over the read buffers, no second copy), safetensors shards, or restore per rank "
+                "under torchrun")
+
+
+def oom_precheck(listing: Listing, mode: str, doing: str | None = None, fix: str = _RESTORE_FIX) -> None:
+    """One line before reading when the checkpoint cannot fit in memory: `doing` what holds it (a restore of `mode`
+    by default; save and load read it whole, as staged does) and the `fix`."""
     need = memory_needed(listing, mode)
     avail = psutil.virtual_memory().available
     if need > avail * 0.9:
         raise CkptbenchError(
-            f"{listing.source}: a {mode} restore holds about {need / 2**30:.1f} GiB, {avail / 2**30:.1f} GiB is "
-            "available; stop before reading. Fix: --mode fused (tensors over the read buffers, no second copy), "
-            "safetensors shards, or restore per rank under torchrun")
+            f"{listing.source}: {doing or f'a {mode} restore'} holds about {need / 2**30:.1f} GiB, "
+            f"{avail / 2**30:.1f} GiB is available; stop before reading. Fix: {fix}")
 
 
 class PeakRSS:

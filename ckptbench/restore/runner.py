@@ -30,6 +30,7 @@ from ckptbench.core.stages import CHECK, DEVICE, LIST, LOAD, READ, VERIFY
 from ckptbench.restore.stages import StageClock
 from ckptbench.restore.warmup import warm_up
 from ckptbench.restore import tiles
+from ckptbench.checkpoint.detect import not_a_checkpoint
 
 Progress = Callable[[str, "fastio.Snapshot | None"], None]
 
@@ -357,8 +358,7 @@ def run(source: str | Source, opts: RunOptions, *, repeats: int = 3, progress: P
     src = open_source(source) if isinstance(source, str) else source
     listing = listing or src.list()
     if listing.format == "unknown":
-        raise CkptbenchError(f"{listing.source}: no safetensors, torch or torch.distributed.checkpoint files "
-                             "found; point at a checkpoint directory")
+        raise not_a_checkpoint(listing.source, listing.passed)
     oom_precheck(listing, opts.mode)
     warm = warm_up()
     out = []

@@ -9,6 +9,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 from dataclasses import asdict
@@ -106,8 +107,12 @@ def unmake_target(target: str, made: int | None) -> None:
 def _is_save(target: str, name: str) -> bool:
     """A save ckptbench wrote: a real folder (not a link to one) named step-NNNNNN that holds its manifest."""
     path = os.path.join(target, name)
-    return (STEP.fullmatch(name) is not None and os.path.isdir(path) and not os.path.islink(path)
-            and os.path.isfile(os.path.join(path, MANIFEST_NAME)))
+    if STEP.fullmatch(name) is None or not os.path.isdir(path) or os.path.islink(path):
+        return False
+    try:  # the manifest as save writes it, a regular file: a link to a save's manifest elsewhere makes no save
+        return stat.S_ISREG(os.lstat(os.path.join(path, MANIFEST_NAME)).st_mode)
+    except OSError:
+        return False
 
 
 def existing_steps(target: str) -> list[tuple[int, str]]:

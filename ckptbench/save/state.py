@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats import CheckpointState
+from ckptbench.checkpoint.detect import not_a_checkpoint
 
 
 @dataclass
@@ -35,12 +36,14 @@ def _from_profile(name: str, scale: float) -> tuple[CheckpointState, dict]:
 def checkpoint_of(directory: str, pick: str | None = None):
     """The listing of the one checkpoint a resume loads from `directory` (resume.choose: the largest step, the
     iteration a pointer names, `pick`), as run, inspect and load take it; one line when there is none to save."""
+    from ckptbench.restore.resources import oom_precheck
     from ckptbench.sources.local import LocalSource
 
     listing = LocalSource(directory, checkpoint=True, pick=pick).list()
     if listing.format == "unknown":
-        raise CkptbenchError(f"{listing.source}: no safetensors, torch or torch.distributed.checkpoint files found; "
-                             "point at a checkpoint directory")
+        raise not_a_checkpoint(listing.source, listing.passed)
+    oom_precheck(listing, "staged", "saving it", "save a smaller checkpoint, or a profile scaled to the size you need "
+                 "(`save small TARGET --scale F`)")
     return listing
 
 

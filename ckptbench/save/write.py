@@ -9,6 +9,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 import fastio
@@ -226,16 +227,28 @@ def _publish(tmp: str, final: str) -> None:
                              "is; give each writer its own target", exit_code=1) from None
 
 
+def _make_staging(final: str) -> str:
+    """Creates the save's temporary directory and returns it: under another name when one is there (a killed save's
+    of the same pid, a container's pids repeat), which is left alone: the cleanup removes only what this made."""
+    tmp = staging_name(final)
+    try:
+        os.mkdir(tmp)
+    except FileExistsError:
+        tmp = f"{tmp}-{uuid.uuid4().hex[:8]}"
+        os.mkdir(tmp)
+    return tmp
+
+
 def write_save(target: str, name: str, state: CheckpointState, assignment: list[list[str]], info: dict, *,
                async_save: bool = False, stagger_s: float = 0.0, fsync: bool = True,
                cancel: threading.Event | None = None) -> WriteOutcome:
     """Writes TARGET/name atomically; on any failure the temporary directory is removed and nothing else changes."""
     final = os.path.join(target, name)
-    tmp = staging_name(final)
+    tmp = None
     fmt = info["format"]
     t0 = time.perf_counter()
     try:
-        os.mkdir(tmp)
+        tmp = _make_staging(final)
         if fmt == "dcp":
             written, blocking = _dcp_write(tmp, state, len(assignment), async_save, t0)
             spans = []
@@ -258,7 +271,8 @@ def write_save(target: str, name: str, state: CheckpointState, assignment: list[
     except BaseException as exc:
         code = _target_state(target) if isinstance(exc, Exception) or type(exc).__name__ == "CheckpointException" \
             else None
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:  # never a folder this save did not make
+            shutil.rmtree(tmp, ignore_errors=True)
         if code is not None and not isinstance(exc, (OSError, CkptbenchError)):  # ours already say what happened
             raise OSError(code, os.strerror(code), final) from exc
         raise

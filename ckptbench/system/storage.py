@@ -8,12 +8,11 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 import tomllib
 from dataclasses import dataclass, field
 
 from ckptbench.core.errors import CkptbenchError, printable, shown
-from ckptbench.core.paths import PROFILES_DIR
+from ckptbench.core.paths import PROFILES_DIR, read_small
 
 FOLDER = os.path.join(PROFILES_DIR, "storage")
 EXAMPLE = "compare with profiles/storage/efs.toml"
@@ -64,15 +63,10 @@ def _path(name: str) -> str:
 def _text(path: str) -> str:
     """The preset's text, read without blocking (a FIFO swapped in after the check) and never past PRESET_MAX."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            data = os.read(fd, PRESET_MAX + 1) if stat.S_ISREG(st.st_mode) and st.st_size <= PRESET_MAX else None
-        finally:
-            os.close(fd)
+        data = read_small(path, PRESET_MAX)
     except OSError as exc:
         raise CkptbenchError(f"{printable(path)}: cannot read the storage preset ({exc.strerror})") from None
-    if data is None or len(data) > PRESET_MAX:
+    if data is None:
         raise CkptbenchError(f"{printable(path)}: not a storage preset (a regular file of at most "
                              f"{PRESET_MAX >> 10} KiB); {EXAMPLE}")
     try:
