@@ -112,8 +112,7 @@ def print_report(r) -> None:
 
 
 def cmd_save(args) -> int:
-    from ckptbench.system import env as envmod
-    from ckptbench.save import results as save_results
+    from ckptbench.save.results import SaveRecorder
     from ckptbench.records.results import check_writable, jsonl_path
     from ckptbench.save.series import SaveOptions, refuse_foreign, run_save, validate
 
@@ -127,13 +126,14 @@ def cmd_save(args) -> int:
         check_writable(args.results, kind="save")
     out = sys.stderr if args.json else sys.stdout
     cancel = threading.Event()
-    done = []
-    run_id = uuid.uuid4().hex[:12]
+    # each save on record as it ends: a series killed outright keeps the saves it finished
+    recorder = SaveRecorder(args.results or None, uuid.uuid4().hex[:12], args.what, os.path.abspath(args.target), opts)
+    stopped_report = []
 
     line = SaveLine(opts.count)
 
     def on_save(t) -> None:
-        done.append(t)
+        recorder.saved(t)
         line.saved(t, lambda: print_save(t, out))
 
     def on_preflight(checks) -> None:
@@ -143,39 +143,49 @@ def cmd_save(args) -> int:
     try:
         report = run_save(args.what, args.target, opts, on_save=on_save, on_sample=line.sample, cancel=cancel,
                           scale=args.scale, force=args.force, on_preflight=on_preflight,
-                          also_ours=ours, pick=args.pick)
+                          also_ours=ours, pick=args.pick, on_stop=stopped_report.append)
     except BaseException as exc:
         line.close()
         cancel.set()
-        if args.results and done:  # the saves before the failure were measured: on record, then the one that stopped
-            status = "cancelled" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "failed"
-            save_results.record_stopped(args.results, run_id, args.what, os.path.abspath(args.target), opts, done,
-                                        status, envmod.snapshot(args.target))
-        if isinstance(exc, KeyboardInterrupt) and done:
-            return _save_stopped(args, opts, run_id, len(done), exc)
+        if recorder.saves:  # the saves before it are on record already; then the one that stopped
+            interrupted = isinstance(exc, (KeyboardInterrupt, Cancelled))
+            recorder.stopped("cancelled" if interrupted else "failed")
+        if isinstance(exc, KeyboardInterrupt) and recorder.saves:
+            return _save_stopped(args, opts, recorder, stopped_report, exc)
         raise
     line.close()
-    if args.results:
-        doc = save_results.record(args.results, run_id, args.what, report, envmod.snapshot(report.target))
-    elif args.json:  # the document as it would be on record (record, kind, schema), its run id null: --json's shape
-        doc = save_results.unrecorded(args.what, report, envmod.snapshot(report.target))
+    _show(args, recorder, report)
+    if not args.json:
+        print_recorded(args.results, recorder.run_id, "save")
+    return 0
+
+
+def _show(args, recorder, report, stopped: dict | None = None) -> None:
+    """The run document on record (with --results), then the report in words or, with --json, the document (with
+    --results '': as it would be on record, its run id null)."""
+    doc = recorder.finish(report, stopped) if args.results or args.json else None
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
         print_report(report)
-        print_recorded(args.results, run_id, "save")
-    return 0
 
 
-def _save_stopped(args, opts, run_id: str, done: int, exc: KeyboardInterrupt) -> int:
-    """Ctrl-C (or SIGTERM) after some saves finished: one line saying how many, and where they are on record (a new
-    user got `ckptbench: interrupted` alone, and no run id to name to history or compare); run's exit for it."""
+def _save_stopped(args, opts, recorder, stopped_report: list, exc: KeyboardInterrupt) -> int:
+    """Ctrl-C (or SIGTERM) after some saves finished: those are the run, on record as an interrupted one with its
+    document (as run's), and one line says how many finished and where they are on record (a new user got
+    `ckptbench: interrupted` alone, and no run id to name to history or compare); run's exit for it."""
     from ckptbench.cli.root import Terminated
 
     word = "terminated" if isinstance(exc, Terminated) else "interrupted"
-    where = (f"on record as save run {run_id} in {printable(args.results)} (`ckptbench history "
+    done = len(recorder.saves)
+    if stopped_report:  # none when the interrupt came as the series was being analysed: its saves are on record
+        under_way = done + 1 if done < opts.count else None  # None: every save had ended
+        _show(args, recorder, stopped_report[0], {"interrupted": {"save": under_way, "saves": opts.count,
+                                                                  "finished": done}})
+    where = (f"on record as save run {recorder.run_id} in {printable(args.results)} (`ckptbench history "
              f"{printable(args.results)}`)" if args.results else "not recorded (--results '')")
-    print(f"ckptbench: {word} during save {done + 1} of {opts.count}: {done} save(s) finished, each shown above, "
-          f"{where}", file=sys.stderr)
+    during = f"during save {done + 1}" if done < opts.count else f"after save {done}"
+    print(f"ckptbench: {word} {during} of {opts.count}: {done} save(s) finished, each shown above, {where}",
+          file=sys.stderr)
     return 143 if word == "terminated" else 130  # as main() says an interrupted or terminated command

@@ -2,7 +2,8 @@
 while torch reads a file comes out of torch as an AttributeError, which a format's loader then calls a corrupt shard.
 `Heard` notes it as it arrives, so a run stops as interrupted (its finished repeats kept, exit 130) instead of
 reporting a damaged file. Used by the single-process runner, by every rank of a distributed run, and by a sweep
-(`stops_as_interrupted`)."""
+(`stops_as_interrupted`). The other way round, `signals_held`: a block an interrupt waits for (a record being
+written)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,31 @@ def stops_as_interrupted():
             heard.raise_if_heard()
             raise
         heard.raise_if_heard()
+
+
+@contextmanager
+def signals_held():
+    """A block that a Ctrl-C or SIGTERM does not cut short (main thread only): one heard meanwhile is raised, as its
+    handler raises it, once the block has ended. A record written inside it (a save's document and its row) is on
+    record whole: an interrupt between the two left a document with no row."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    heard: list[tuple[int, object]] = []
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if callable(handler):  # only a signal that raises (Ctrl-C; SIGTERM as the CLI sets it)
+            previous[signum] = handler
+            signal.signal(signum, lambda n, frame: heard.append((n, frame)))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if heard:
+        signum, frame = heard[0]
+        previous[signum](signum, frame)

@@ -58,6 +58,7 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
                                        if _fraction(r.get("dirty_peak_fraction"))), default=None),
            "throttled": any(str(r.get("throttled")) == "True" for r in rows),
            "overran": sum(1 for r in rows if str(r.get("overran")) == "True")}
+    out |= _page_cache_of_run(results_path, rows[0]["run_id"])
     bad = [r["write_gbps"] for r in rows if not _in_range(r["write_gbps"])]
     if bad:
         out["unknown"] = (f"save run {out['run_id']} in {printable(results_path)} records write_gbps {bad[0]:g}, out "
@@ -73,6 +74,23 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
                           "(durable_s) to take its sustained throughput over; run `ckptbench save` again")
         return out
     out["sustained_gbps"] = rate
+    return out
+
+
+def _page_cache_of_run(results_path: str, run_id: str) -> dict:
+    """The run's page-cache figures from its run document, over every sample of the series: since each save goes on
+    record as it ends, its row holds its own samples' only (none for a save shorter than a sample). Nothing when the
+    run has no document (killed outright) or an older file's rows hold the run's figures in each."""
+    from ckptbench.records.results import read_documents
+
+    doc = next((d for d in reversed(read_documents(results_path, "run")) if d.get("run_id") == run_id), None)
+    if doc is None:
+        return {}
+    out = {}
+    if _fraction(doc.get("dirty_peak_fraction")):
+        out["dirty_peak_fraction"] = doc["dirty_peak_fraction"]
+    if isinstance(doc.get("throttled"), bool):
+        out["throttled"] = doc["throttled"]
     return out
 
 

@@ -32,6 +32,10 @@ class SaveTiming:
     durable_s: float  # until files and directory were fsync'd and the save renamed into place
     overran: bool  # took longer than the interval: the next save would start late
     spans: list = field(default_factory=list)  # each rank's write: {rank, start_s, end_s, bytes}
+    # this save's own page cache, from the samples taken since the save before it ended (None: no sample fell in it);
+    # the run's, over every sample, are the report's
+    dirty_peak_fraction: float | None = None
+    throttled: bool | None = None
 
 
 @dataclass

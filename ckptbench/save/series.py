@@ -192,12 +192,14 @@ def _fail_line(exc: BaseException, target: str, name: str, previous: str | None)
 
 def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_sample=None,
              cancel: threading.Event | None = None, scale: float = 1.0, force: bool = False,
-             on_preflight=None, also_ours: tuple[str, ...] = (), pick: str | None = None) -> SaveReport:
+             on_preflight=None, also_ours: tuple[str, ...] = (), pick: str | None = None, on_stop=None) -> SaveReport:
     """Saves the state of `what` (a profile name, or a checkpoint directory: the checkpoint in it a resume loads, as
     run and inspect pick it, or `pick`) `opts.count` times into `target`.
 
     Runs in any thread; `cancel` stops between saves and between a save's rank writes (the partial save removed).
-    `on_save(SaveTiming)` after each save, `on_sample(WritebackSample)` from the sampler's thread every 250 ms.
+    `on_save(SaveTiming)` after each save, `on_sample(WritebackSample)` from the sampler's thread every 250 ms;
+    `on_stop(SaveReport)` when a Ctrl-C, SIGTERM or `cancel` stops the series after some saves: the report of those
+    saves, before the interrupt goes on.
     `also_ours`: files this run writes that may lie in the target (its results file), not counted as the user's."""
     from ckptbench.save.state import checkpoint_of, source_dir
 
@@ -210,7 +212,7 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
     target, made = prepare_target(target, source)
     try:
         return _save_into(what, target, opts, on_save, on_sample, cancel, scale, force, on_preflight, also_ours,
-                          listing)
+                          listing, on_stop)
     except BaseException:
         unmake_target(target, made)
         raise
@@ -220,11 +222,10 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
 
 
 def _save_into(what: str, target: str, opts: SaveOptions, on_save, on_sample, cancel: threading.Event | None,
-               scale: float, force: bool, on_preflight, also_ours: tuple[str, ...], listing) -> SaveReport:
+               scale: float, force: bool, on_preflight, also_ours: tuple[str, ...], listing, on_stop) -> SaveReport:
     """run_save's work once the target exists: the load, the preflight and the series of saves."""
     from ckptbench.save.analysis import analyze
     from ckptbench.save.state import load_what
-    from ckptbench.save.write import write_save
 
     refuse_foreign(target, also_ours)
     loaded = load_what(what, opts, scale, listing)
@@ -238,35 +239,56 @@ def _save_into(what: str, target: str, opts: SaveOptions, on_save, on_sample, ca
                              "(--force saves anyway)", exit_code=1)
     sampler = WritebackSampler(target, on_sample=on_sample).start()
     saves: list[SaveTiming] = []
+    samples = None
+
+    def report() -> SaveReport:
+        return analyze(target, opts, saves, samples, checks, sampler.sectors_written_bytes(), loaded.notes)
+
     try:
-        start = time.perf_counter()
-        for i in range(opts.count):
-            if cancel is not None and cancel.is_set():
-                raise Cancelled(f"save cancelled after {len(saves)} save(s)")
-            steps = existing_steps(target)
-            name = next_name(target)
-            try:
-                out = write_save(target, name, loaded.state, loaded.assignment, loaded.info,
-                                 async_save=opts.async_save, stagger_s=opts.stagger_s, fsync=opts.fsync, cancel=cancel)
-            except CkptbenchError:
-                raise
-            except BaseException as exc:  # a writer's failure (OSError, safetensors', torch's, DCP's) is one line
-                if not isinstance(exc, Exception) and type(exc).__name__ != "CheckpointException":
-                    raise  # KeyboardInterrupt, SystemExit (DCP's CheckpointException is a BaseException too)
-                raise _fail_line(exc, target, name, steps[-1][1] if steps else None) from None
-            timing = SaveTiming(i + 1, name, out.bytes, out.blocking_s if out.blocking_s is not None else out.durable_s,
-                                out.written_s, out.durable_s,
-                                opts.interval_s is not None and out.durable_s > opts.interval_s,
-                                [asdict(s) for s in out.spans])
-            saves.append(timing)
-            if on_save is not None:
-                on_save(timing)
-            prune(target, opts.keep)
-            if opts.interval_s is not None and i + 1 < opts.count:
-                wait = start + (i + 1) * opts.interval_s - time.perf_counter()
-                if wait > 0 and (cancel.wait(wait) if cancel is not None else time.sleep(wait)):
-                    raise Cancelled(f"save cancelled after {len(saves)} save(s)")
-                start = max(start, time.perf_counter() - (i + 1) * opts.interval_s)  # an overrun shifts the grid
-    finally:
+        _series(target, opts, loaded, sampler, saves, on_save, cancel)
         samples = sampler.stop()
-    return analyze(target, opts, saves, samples, checks, sampler.sectors_written_bytes(), loaded.notes)
+        return report()
+    except BaseException as exc:
+        if samples is None:
+            samples = sampler.stop()  # its thread never outlives the series
+        if saves and on_stop is not None and isinstance(exc, (KeyboardInterrupt, Cancelled)):
+            on_stop(report())  # the saves that finished, analysed as a whole series is
+        raise
+
+
+def _series(target: str, opts: SaveOptions, loaded, sampler: WritebackSampler, saves: list, on_save,
+            cancel: threading.Event | None) -> None:
+    """The saves themselves, each appended to `saves` and handed to `on_save` as soon as it is durable and timed."""
+    from ckptbench.save.analysis import dirty_peak, throttled
+    from ckptbench.save.write import write_save
+
+    start, ended = time.perf_counter(), 0.0
+    for i in range(opts.count):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(f"save cancelled after {len(saves)} save(s)")
+        steps = existing_steps(target)
+        name = next_name(target)
+        try:
+            out = write_save(target, name, loaded.state, loaded.assignment, loaded.info,
+                             async_save=opts.async_save, stagger_s=opts.stagger_s, fsync=opts.fsync, cancel=cancel)
+        except CkptbenchError:
+            raise
+        except BaseException as exc:  # a writer's failure (OSError, safetensors', torch's, DCP's) is one line
+            if not isinstance(exc, Exception) and type(exc).__name__ != "CheckpointException":
+                raise  # KeyboardInterrupt, SystemExit (DCP's CheckpointException is a BaseException too)
+            raise _fail_line(exc, target, name, steps[-1][1] if steps else None) from None
+        now = sampler.clock()
+        window, ended = sampler.between(ended, now), now
+        timing = SaveTiming(i + 1, name, out.bytes, out.blocking_s if out.blocking_s is not None else out.durable_s,
+                            out.written_s, out.durable_s,
+                            opts.interval_s is not None and out.durable_s > opts.interval_s,
+                            [asdict(s) for s in out.spans], dirty_peak(window), throttled(window) if window else None)
+        saves.append(timing)
+        if on_save is not None:
+            on_save(timing)
+        prune(target, opts.keep)
+        if opts.interval_s is not None and i + 1 < opts.count:
+            wait = start + (i + 1) * opts.interval_s - time.perf_counter()
+            if wait > 0 and (cancel.wait(wait) if cancel is not None else time.sleep(wait)):
+                raise Cancelled(f"save cancelled after {len(saves)} save(s)")
+            start = max(start, time.perf_counter() - (i + 1) * opts.interval_s)  # an overrun shifts the grid

@@ -125,6 +125,15 @@ class WritebackSampler:
             self.on_sample(s)
         return s
 
+    def clock(self) -> float:
+        """Seconds since start(), on the clock the samples' `t` is on."""
+        return time.perf_counter() - self._t0
+
+    def between(self, after: float, until: float) -> list[WritebackSample]:
+        """The samples taken after `after` and up to `until` (clock() values): one save's share of the series."""
+        with self._lock:
+            return [s for s in self.samples if after < s.t <= until]
+
     def latest(self) -> WritebackSample | None:
         with self._lock:
             return self.samples[-1] if self.samples else None

@@ -158,7 +158,7 @@ def test_ctrl_c_to_save_says_which_saves_finished_and_the_run_they_are_on_record
     from ckptbench.records.results import read_rows
 
     results, target = str(tmp_path / "r.csv"), tmp_path / "target"
-    count = 100000  # never all done: the rows of a finished run are written at its end, this one's when stopped
+    count = 100000  # never all done: stopped midway
     proc = subprocess.Popen([sys.executable, "-m", "ckptbench", "save", "small", str(target), "--scale", "0.02",
                              "--count", str(count), "--keep", "1", "--results", results],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
