@@ -12,6 +12,7 @@ from ckptbench.cli.show import clauses, digests_line, print_floor, print_pick, p
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.system import binding
+from ckptbench.system.pagecache import NO_PAGE_CACHE
 
 
 class StageProgress:
@@ -87,7 +88,10 @@ def cache_line(c: dict, repeats: int) -> str:
         amount = f"{bound}{r * 100:.4g} % of it"
     else:
         amount = f"{bound}{human_pct(r)} of it"
-    how = {"cold": "cold: evicted first", "hot": "hot: read in first"}.get(c["requested"], "as-is: as found")
+    local = not any(NO_PAGE_CACHE in n for n in c["notes"])  # S3: nothing was evicted or read in
+    how = ({"cold": "cold: evicted first", "hot": "hot: read in first"} if local else
+           {"cold": "cold: nothing local to evict", "hot": "hot: nothing local to read in"}).get(c["requested"],
+                                                                                               "as-is: as found")
     state = ", verified" if c["verified"] else ", NOT VERIFIED"
     notes = f"; {'; '.join(c['notes'])}" if c["notes"] else ""
     return f"page cache before the restore: {amount} ({how}{state if c['requested'] != 'as-is' else ''}{notes})"

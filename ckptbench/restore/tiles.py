@@ -24,7 +24,7 @@ from ckptbench.checkpoint.shares import Piece, Share, plan_share
 from ckptbench.sources import Listing
 
 COMBINES = ("none", "crc32c")  # digests whose tiles combine into the file's (none: nothing to combine)
-WHY = ("pread: byte ranges, so that each DCP chunk's elements land in memory of their own (O_DIRECT needs "
+WHY = ("byte ranges: pread, so that each DCP chunk's elements land in memory of their own (O_DIRECT needs "
        "4096-aligned ones)")
 
 

@@ -342,5 +342,5 @@ def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_
             return list(pool.map(put, rels))
     except (ClientError, BotoCoreError) as exc:
         raise _fail(url, exc) from None
-    except S3UploadFailedError as exc:  # boto3 wraps the client error; the cause says what happened
-        raise _fail(url, exc.__cause__ or exc) from None
+    except S3UploadFailedError as exc:  # boto3 wraps the client error, raised inside its handler: no __cause__
+        raise _fail(url, exc.__cause__ or exc.__context__ or exc) from None

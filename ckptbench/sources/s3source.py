@@ -13,12 +13,12 @@ from ckptbench.checkpoint import resume
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.checkpoint.detect import format_of
 from ckptbench.system import probes
-from ckptbench.system.pagecache import CacheCondition
+from ckptbench.system.pagecache import NO_PAGE_CACHE, CacheCondition
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.sources import s3, s3read
 from ckptbench.sources.base import Listing, ReadOptions
 
-NO_CACHE = "S3: no local page cache, every read goes to the server"
+NO_CACHE = f"S3: {NO_PAGE_CACHE}, every read goes to the server"
 
 
 class S3Source:
@@ -106,6 +106,8 @@ class S3Source:
                 attempt += 1
 
     def prepare_cache(self, listing: Listing, cache: str, *, drop_caches: bool = False) -> CacheCondition:
+        if cache == "hot":  # nothing can be made resident: "hot, verified" with none of it cached said what was not
+            return CacheCondition(cache, 0.0, False, f"{NO_CACHE}: a hot read cannot be made")
         return CacheCondition(cache, 0.0, True, NO_CACHE)
 
     def residency(self, listing: Listing) -> float | None:

@@ -10,6 +10,7 @@ import fastio
 from ckptbench.core.options import CACHE_MODES  # noqa: F401  what restore checks --cache against
 from ckptbench.core.units import human_pct
 
+NO_PAGE_CACHE = "no local page cache"  # in the note of a source whose reads all go to a server (S3)
 COLD_MAX = 0.05  # a "cold" read with more than this resident is not cold
 HOT_MIN = 0.95
 

@@ -252,12 +252,12 @@ class Dashboard(LoopMode):
             self.poll_loop()
             return
         session = self.app.session
-        if session is None:
+        if session is None or not self.running:  # an ended run's stages stand as shown (a loop's since, its passes)
             return
         stages = session.stages()
-        self.query_one("#stages", StageBar).update_stages(stages, session.stage if self.running else None)
+        self.query_one("#stages", StageBar).update_stages(stages, session.stage)
         snap = session.snapshot()
-        if snap is None or not self.running:
+        if snap is None:
             return
         self.fixed = session.live_concurrency() is False
         self.show_settings(snap.concurrency)
@@ -327,6 +327,8 @@ class Dashboard(LoopMode):
     @on(RunCancelled)
     def cancelled(self, _msg: RunCancelled) -> None:
         self.running = False
+        if self.app.session is not None:  # the stages it finished before the cancel
+            self.query_one("#stages", StageBar).update_stages(self.app.session.stages(), None)
         self.notify("restore cancelled (recorded as cancelled)", severity="warning")
         self.floor.show()
         self.show_settings()

@@ -123,6 +123,8 @@ class HistoryScreen(Screen):
         for f in c.figures:
             flag = (" [red]REGRESSION[/]" if f.regression else " [green]improved[/]" if f.improved
                     else f" ({f.verdict})" if f.verdict else "")
+            if f.noise_note:  # a side of one repeat: the threshold alone decided, as `compare` says beside it
+                flag += f" ({f.noise_note})"
             change = change_text(f.change_pct, f.figure, f.baseline["median"], f.newest["median"])
             lines.append(f"  {f.figure:16s} {figure_text(f.figure, f.baseline['median']):>10s} → "
                          f"{figure_text(f.figure, f.newest['median']):>10s} {change}{flag}")

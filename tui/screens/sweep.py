@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
@@ -26,27 +28,40 @@ class SweepScreen(Screen):
     def on_mount(self) -> None:
         self.points: dict[int, float] = {}
         self.result: dict | None = None
+        self._cancel = threading.Event()
         self.action_start()
+
+    def on_unmount(self) -> None:
+        self._cancel.set()  # leaving the screen stops the sweep: its cold reads would evict what a restore reads
 
     def action_start(self) -> None:
         if self.app.source is None:
             return
+        if any(getattr(s, "running", False) for s in self.app.screen_stack):
+            self.query_one("#sweep-summary", Static).update(
+                "a restore or loop is running on the dashboard: a sweep's cold reads would evict its files; "
+                "R sweeps once it ends")
+            return
+        self._cancel.set()  # R again: the sweep under way stops before this one reads
+        self._cancel = threading.Event()
         self.points, self.result = {}, None
         self.render_chart()
         self.query_one("#sweep-summary", Static).update("sweeping (cold reads, one pass per level)…")
-        self.run_sweep()
+        self.run_sweep(self._cancel)
 
     @work(thread=True, exclusive=True, group="sweep", exit_on_error=False)
-    def run_sweep(self) -> None:
-        from ckptbench.core.errors import CkptbenchError, printable, redact
+    def run_sweep(self, cancel: threading.Event) -> None:
+        from ckptbench.core.errors import Cancelled, CkptbenchError, printable, redact
         from ckptbench.restore.sweep import measured_knee, record_knee, sweep
 
         try:
-            res = sweep(self.app.source, LEVELS, repeats=1, cache="cold",
-                        progress=lambda lv, g: self.post_message(SweepPoint(lv, g)))
+            res = sweep(self.app.source, LEVELS, repeats=1, cache="cold", cancel=cancel,
+                        progress=lambda lv, g: cancel.is_set() or self.post_message(SweepPoint(lv, g)))
             if self.app.results_path:  # the checklist advises from this knee, as from the CLI's sweep
                 record_knee(self.app.results_path, measured_knee(
                     res.source, {lv: s["median"] for lv, s in res.gbps.items()}, "sweep"))
+        except Cancelled:
+            return  # left, or started again: nothing measured to the end, nothing recorded
         except CkptbenchError as exc:
             self.post_message(WorkFailed(printable(redact(str(exc)))))
             return
