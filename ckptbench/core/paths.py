@@ -30,6 +30,26 @@ def new_file_beside(path: str, mode: int = 0o666) -> tuple[int, str]:
     raise FileExistsError(f"{path}: no free temporary name beside it")
 
 
+def replace_whole(path: str, text: str, mode: int = 0o644) -> str | None:
+    """`path` replaced whole by `text` (a reader sees the old file or the new one, never half of one; a link at `path`
+    is replaced, not written through); why it could not be, or None. Only the temporary file made here is removed."""
+    try:
+        fd, tmp = new_file_beside(path, mode)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        with open(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return None
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return exc.strerror or str(exc)
+
+
 def read_small(path: str, limit: int) -> bytes | None:
     """A small file's bytes (a profile, a preset), opened without blocking (a FIFO swapped in after a check) and never
     read past `limit`; None when it is not a regular file of at most `limit` bytes. OSError when it cannot be opened."""

@@ -129,21 +129,10 @@ def write_cache(path: str, doc: dict) -> str | None:
     not be written, or None (then the figures are measured again next time). The temporary file is created under a
     name nobody could have planted a link at (core/paths.new_file_beside), and only a file created here is ever
     removed."""
-    from ckptbench.core.paths import new_file_beside
+    from ckptbench.core.paths import replace_whole
 
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = new_file_beside(path, 0o644)
     except OSError as exc:
         return exc.strerror or str(exc)
-    try:
-        with open(fd, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)
-        return None
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        return exc.strerror or str(exc)
+    return replace_whole(path, json.dumps(doc))

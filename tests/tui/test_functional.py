@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import threading
 
 from textual import events
@@ -371,6 +372,19 @@ async def test_checklist_lists_every_item_exports_markdown_and_enter_reruns_one(
         for item in screen.doc["items"]:
             assert f"| {item['title']} | **{item['verdict']}** |" in md
         assert any(m == f"wrote {out}" for m, _ in app.notes), app.notes
+        # a folder it cannot write in (a real read-only mount): one error note, not a traceback out of the dashboard
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)], check=True)
+        try:
+            monkeypatch.chdir(ro)
+            await pilot.press("w")
+            said = [(m, sev) for m, sev in app.notes if m.startswith(f"{ro}/ckptbench-check.md: cannot write it")]
+            assert said and said[-1][1] == "error" and "Read-only file system" in said[-1][0], app.notes
+            assert os.listdir(ro) == []
+        finally:
+            monkeypatch.chdir(tmp_path)
+            subprocess.run(["umount", "-l", str(ro)], check=True)
 
         before = list(screen.items)
         await pilot.press("down", "down")

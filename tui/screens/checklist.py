@@ -129,7 +129,12 @@ class ChecklistScreen(Screen):
         if self.doc is None:
             self.notify("the checklist is still running", severity="warning")
             return
+        from ckptbench.core.paths import replace_whole
+
         path = os.path.abspath("ckptbench-check.md")
-        with open(path, "w") as f:
-            f.write(markdown(self.doc))
-        self.notify(f"wrote {path}")
+        why = replace_whole(path, markdown(self.doc))  # an unwritable folder was a traceback out of the dashboard
+        if why:
+            self.notify(f"{path}: cannot write it ({why}); start the dashboard in a folder you can write to",
+                        severity="error", markup=False)
+        else:
+            self.notify(f"wrote {path}", markup=False)
