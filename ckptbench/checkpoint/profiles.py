@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, replace
 
 from ckptbench.core.errors import CkptbenchError, printable, shown
 from ckptbench.core.options import FORMATS
-from ckptbench.core.paths import PROFILES_DIR, read_small
+from ckptbench.core.paths import PROFILES_DIR, read_toml
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MAX_SMALL_FILES = 1 << 20
@@ -95,20 +94,7 @@ def _text(path: str, key: str, v, most: int, least: int = 1) -> str:
 
 def _doc(path: str) -> dict:
     """The profile's TOML, read as a storage preset is: a small regular file, never blocking, nested within reason."""
-    try:
-        data = read_small(path, PROFILE_MAX)
-    except OSError as exc:
-        raise CkptbenchError(f"{printable(path)}: cannot read the profile ({exc.strerror})") from None
-    if data is None:
-        raise CkptbenchError(f"{printable(path)}: not a checkpoint profile (a regular file of at most "
-                             f"{PROFILE_MAX >> 10} KiB); compare with small.toml")
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:  # RecursionError: a traceback
-        why = "nested too deep" if isinstance(exc, RecursionError) else \
-            "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
-        raise CkptbenchError(f"{printable(path)}: not a valid profile ({shown(printable(why), 120)}); compare with "
-                             "small.toml") from None
+    return read_toml(path, PROFILE_MAX, "checkpoint profile", "compare with small.toml")
 
 
 def load(name: str) -> Profile:

@@ -64,6 +64,27 @@ def read_small(path: str, limit: int) -> bytes | None:
     return None if data is None or len(data) > limit else data
 
 
+def read_toml(path: str, limit: int, what: str, hint: str) -> dict:
+    """A small TOML file of ours to take from anyone (a profile, a storage preset): read as read_small reads it, and
+    every way it can be wrong one line naming it, `what` it should be and the `hint` (a file to compare with)."""
+    import tomllib
+
+    from ckptbench.core.errors import CkptbenchError, printable, shown
+
+    try:
+        data = read_small(path, limit)
+    except OSError as exc:
+        raise CkptbenchError(f"{printable(path)}: cannot read the {what} ({exc.strerror})") from None
+    if data is None:
+        raise CkptbenchError(f"{printable(path)}: not a {what} (a regular file of at most {limit >> 10} KiB); {hint}")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:  # RecursionError: a traceback
+        why = "nested too deep" if isinstance(exc, RecursionError) else \
+            "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        raise CkptbenchError(f"{printable(path)}: not a valid {what} ({shown(printable(why), 120)}); {hint}") from None
+
+
 def source_identity(source: str) -> str:
     """The source as records name it, the same whatever directory it was named from: an object store's URL without
     its trailing slash, a local path that is there resolved (a knee swept as `ckpts/x` was not found by `check

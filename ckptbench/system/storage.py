@@ -8,11 +8,10 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 
 from ckptbench.core.errors import CkptbenchError, printable, shown
-from ckptbench.core.paths import PROFILES_DIR, read_small
+from ckptbench.core.paths import PROFILES_DIR, read_toml
 
 FOLDER = os.path.join(PROFILES_DIR, "storage")
 EXAMPLE = "compare with profiles/storage/efs.toml"
@@ -58,21 +57,6 @@ def _path(name: str) -> str:
         raise CkptbenchError(f"unknown storage preset {shown(repr(name), 120)}: choose one of {', '.join(known)} or a "
                              ".toml path")
     return path
-
-
-def _text(path: str) -> str:
-    """The preset's text, read without blocking (a FIFO swapped in after the check) and never past PRESET_MAX."""
-    try:
-        data = read_small(path, PRESET_MAX)
-    except OSError as exc:
-        raise CkptbenchError(f"{printable(path)}: cannot read the storage preset ({exc.strerror})") from None
-    if data is None:
-        raise CkptbenchError(f"{printable(path)}: not a storage preset (a regular file of at most "
-                             f"{PRESET_MAX >> 10} KiB); {EXAMPLE}")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CkptbenchError(f"{printable(path)}: not a valid storage preset (not UTF-8 text)") from None
 
 
 def _number(doc: dict, path: str, key: str, *, whole: bool = False, default=None):
@@ -141,12 +125,7 @@ def _options(doc: dict, path: str) -> dict:
 def load(name: str) -> Preset:
     """A storage preset by name, or by path to a .toml file, every field validated."""
     path = _path(name)
-    try:
-        doc = tomllib.loads(_text(path))
-    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # nested past any preset: RecursionError, a traceback
-        why = exc if isinstance(exc, tomllib.TOMLDecodeError) else "nested too deep"
-        raise CkptbenchError(f"{printable(path)}: not a valid storage preset ({printable(str(why))}); {EXAMPLE}") \
-            from None
+    doc = read_toml(path, PRESET_MAX, "storage preset", EXAMPLE)  # small, regular, never blocking, nested in reason
     ceiling = _number(doc, path, "ceiling_gbps")
     if ceiling is None:
         raise CkptbenchError(f"{printable(path)}: ceiling_gbps is missing; {EXAMPLE}")
