@@ -63,15 +63,22 @@ def test_a_hot_load_across_two_samples_is_timed_near_the_loaders_own_time(tmp_pa
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent(JOB))
     own = tmp_path / "own.json"
-    r = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--json", "--results", "", "--no-verdict",
-                        "--source", str(path.parent), "--", sys.executable, str(job), str(path), str(own)],
-                       capture_output=True, text=True, timeout=240, cwd=REPO)
-    assert r.returncode == 0, r.stderr
-    doc, loaded = json.loads(r.stdout), json.loads(own.read_text())
-    # seen loading (a hot load's read calls between two samples can go uncounted: 280 MiB of 288 in a busy CI run;
-    # the count is a lower bound, docs/watch.md), and timed
-    assert doc["bytes"] >= 144 * MIB, doc["bytes"]
-    if doc["window_note"]:  # the load fell inside one sample: not timed, and said so
-        assert "one sampling interval" in doc["window_note"]
-    else:
-        assert doc["io_span_s"] <= 1.5 * loaded["load_s"] + 0.05, (doc["io_span_s"], loaded)
+    seen = 0
+    for _ in range(4):  # a hot load of 0.16 s can open, read and close its file between two samples: then it is not
+        # seen at all (bytes 0, a documented limit, what the "read nothing" verdict says), and is tried again
+        r = subprocess.run([sys.executable, "-m", "ckptbench", "watch", "--json", "--results", "", "--no-verdict",
+                            "--source", str(path.parent), "--", sys.executable, str(job), str(path), str(own)],
+                           capture_output=True, text=True, timeout=240, cwd=REPO)
+        assert r.returncode == 0, r.stderr
+        doc, loaded = json.loads(r.stdout), json.loads(own.read_text())
+        if doc["bytes"] == 0:
+            continue
+        seen += 1
+        # seen loading (read calls between two samples can go uncounted: 280 MiB of 288 once; a lower bound)
+        assert doc["bytes"] >= 144 * MIB, doc["bytes"]
+        if doc["window_note"]:  # the load fell inside one sample: not timed, and said so
+            assert "one sampling interval" in doc["window_note"]
+        else:
+            assert doc["io_span_s"] <= 1.5 * loaded["load_s"] + 0.05, (doc["io_span_s"], loaded)
+        break
+    assert seen, "the load was never seen in four tries"
