@@ -525,14 +525,18 @@ def _below(beneath, specs) -> int:
     """Where each path's part below `beneath` starts (0 without it); an OptionError for a path not below it."""
     if beneath is None:
         return 0
-    root = os.fspath(beneath)
-    if not isinstance(root, str) or not root:
+    try:
+        root = os.fsdecode(beneath)
+    except TypeError:
+        root = ""
+    if not root:
         raise OptionError(f"beneath must be a directory path, got {beneath!r}")
     root = root.rstrip("/") or "/"
     prefix = root if root == "/" else root + "/"
     for s in specs:
-        if not s.path.startswith(prefix) or len(s.path) == len(prefix):
-            raise OptionError(f"{s.path!r} does not lie below {root!r} (beneath)")
+        path = os.fsdecode(s.path)  # a FileSpec may carry bytes
+        if not path.startswith(prefix) or len(path) == len(prefix):
+            raise OptionError(f"{path!r} does not lie below {root!r} (beneath)")
     return len(os.fsencode(prefix))
 
 

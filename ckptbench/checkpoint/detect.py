@@ -42,8 +42,8 @@ def not_a_checkpoint(where: str, passed=()) -> CkptbenchError:
         except CkptbenchError:
             continue
         return CkptbenchError(f"{printable(where)}: {printable(os.path.relpath(path, where))} would make it a "
-                              f"{_FORMAT_NAMES[telling]} checkpoint but is {why.split(',')[0]}, never read; put the regular file there "
-                              "(a copy made with `cp -rL` for a link)")
+                              f"{_FORMAT_NAMES[telling]} checkpoint but is {why.split(',')[0]}, never read; put the "
+                              "regular file there (a copy made with `cp -rL` for a link)")
     return CkptbenchError(f"{printable(where)}: no safetensors, torch or torch.distributed.checkpoint files found; "
                           "point at a checkpoint directory")
 

@@ -112,14 +112,18 @@ def change_text(change_pct: float | None, figure: str = "", baseline: float | No
     return "" if change_pct is None else human_pct(change_pct / 100, signed=True)
 
 
+def saw_no_read(row: dict) -> bool:
+    """A watch's row of a job seen to read no checkpoint byte (one that slept, one attached too late): it timed no
+    restore, so it is compared with nothing (as a baseline it made a real watch a +32174 % RSS regression) and
+    history gives it no time."""
+    return row.get("kind") == "watch" and not row.get("bytes")
+
+
 def _runs(path: str, rows: list[dict]) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
     for r in rows:
-        # a watch that saw no checkpoint byte read (a job that slept, one attached too late) measured nothing: as
-        # a baseline it made a real watch a +32174 % RSS regression
         # a kind ckptbench does not write is no run of ours (rows with another were compared as restores)
-        if r["status"] in COMPLETED and r.get("kind") in KINDS and not (r.get("kind") == "watch"
-                                                                          and not r.get("bytes")):
+        if r["status"] in COMPLETED and r.get("kind") in KINDS and not saw_no_read(r):
             run = runs.setdefault(r["run_id"], [])
             if run and run[0]["kind"] != r["kind"]:  # its figures would be compared as the first row's kind
                 raise CkptbenchError(f"{path}: run {shown(r['run_id'], 40)!r} is recorded as {run[0]['kind']} and "
@@ -130,8 +134,7 @@ def _runs(path: str, rows: list[dict]) -> dict[str, list[dict]]:
 
 def _unseen(rows: list[dict], runs: dict[str, list[dict]]) -> set[str]:
     """The watches _runs left out for seeing no checkpoint read (ended well, of our kind, not compared)."""
-    return {r["run_id"] for r in rows if r.get("kind") == "watch" and r["status"] in COMPLETED and not r.get("bytes")
-            and r["run_id"] not in runs}
+    return {r["run_id"] for r in rows if saw_no_read(r) and r["status"] in COMPLETED and r["run_id"] not in runs}
 
 
 def steady(rows: list[dict]) -> list[dict]:

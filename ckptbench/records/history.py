@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ckptbench.records.compare import COMPLETED, EFFICIENCY_OF, efficiency_of, held_s, measured, run_documents, steady
+from ckptbench.records.compare import (COMPLETED, EFFICIENCY_OF, efficiency_of, held_s, measured, run_documents,
+                                       saw_no_read, steady)
 from ckptbench.records.results import read_rows
 from ckptbench.core.stats import spread
 
@@ -25,8 +26,8 @@ def runs(path: str) -> list[dict]:
         ok = steady(done) if done else done  # a save's sustained figures are its saves after the first, as compare's
         statuses = {r["status"] for r in rows}
         kind = rows[0].get("kind") or "restore"
-        if kind == "watch" and not any(r.get("bytes") for r in ok):  # saw no checkpoint read: no restore timed
-            ok = []  # (older records gave it an RTO of 0 s; compare passes over it)
+        if ok and all(saw_no_read(r) for r in ok):  # no restore timed (older records gave it an RTO of 0 s)
+            ok = []
         figure = FIGURE_OF.get(kind, "rto_s")
         # a figure no run can have measured (compare refuses it) is unknown here, not a 300-digit time
         figure_s = spread([measured(figure, r.get(figure)) for r in ok])["median"] if ok else None
