@@ -236,6 +236,16 @@ def _child_with_rank(parent: int, rank: int) -> int | None:
     return None
 
 
+def _running(pid):
+    """Whether pid is alive and not a zombie. torchrun can reap it between any two looks, so a /proc entry
+    that vanishes while being read means it has ended (CI once failed on exactly that race)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
 def test_a_rank_that_hangs_is_named_when_its_deadline_passes(torch2):
     """Rank 1 is stopped (SIGSTOP) as soon as it starts: it never answers. Rank 0 must say so, naming rank 1,
     once --rank-timeout passes, and exit; the stopped rank is killed afterwards, as torchrun does after its
@@ -257,10 +267,7 @@ def test_a_rank_that_hangs_is_named_when_its_deadline_passes(torch2):
             time.sleep(0.01)
         assert r1 and r0, "torchrun's workers not found"
         stopped = time.monotonic()
-        while os.path.exists(f"/proc/{r0}") and time.monotonic() < stopped + 60:
-            with open(f"/proc/{r0}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    break
+        while _running(r0) and time.monotonic() < stopped + 60:
             time.sleep(0.05)
         took = time.monotonic() - stopped
         os.kill(r1, signal.SIGKILL)
