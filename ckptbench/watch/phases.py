@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ckptbench.system import procstat
-from ckptbench.watch.window import FAULT_MIN_PER_S, IO_MIN_BPS, got
+from ckptbench.watch.window import FAULT_MIN_PER_S, IO_MIN_BPS, fetching, got
 
 PHASES = ("starting", "reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
 GPU_COPY_MIN_BPS = 50e6  # the job's GPU memory growing this fast, with little read I/O: it is copying to the GPU
@@ -59,6 +59,16 @@ def start_phase(phase: str, started: bool) -> str:
     """An interval's phase before the job came to its checkpoint (no checkpoint file open or mapped, nothing read
     yet): a busy one is "starting" (imports, the model built; a loader's import of torch reads as "deserializing")."""
     return "starting" if not started and phase != "waiting" else phase
+
+
+def live_phase(iv: Interval, seen: bool) -> Interval:
+    """The interval as the live line shows it: before any checkpoint file was seen open or mapped, read calls alone at
+    a reading rate, from the page cache, are what a job's imports look like (at --interval 0.02 they read 20 MB/s and
+    more), so it is "starting" there. The report keeps the sampled phase: its window needs it to find a hot load that
+    opened, read and closed its file between two samples, and `started_by` tells the start from the load after."""
+    if seen or iv.phase != "reading" or fetching(iv):
+        return iv
+    return replace(iv, phase="starting")
 
 
 def interval_of(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float, mapped: int = 0) -> Interval:

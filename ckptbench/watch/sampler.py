@@ -19,8 +19,8 @@ from ckptbench.system import procstat
 from ckptbench.watch.maps import FileJudge, MapReader
 from ckptbench.watch.maps import is_checkpoint_file  # noqa: F401  the screen's live count reaches it here
 from ckptbench.watch.pages import PageLedger, files_under
-from ckptbench.watch.phases import (Interval, interval_of, merge_phases, start_phase, started_by, window_bytes,
-                                    with_gpu)
+from ckptbench.watch.phases import (Interval, interval_of, live_phase, merge_phases, start_phase, started_by,
+                                    window_bytes, with_gpu)
 from ckptbench.watch.window import Window, reading_window
 from ckptbench.core.errors import CkptbenchError, redact
 
@@ -249,7 +249,7 @@ class Watch:
             peak = max(peak, cur.rss_bytes)
             sockets = max(sockets, cur.sockets)
             if self.on_interval:
-                self.on_interval(intervals[-1], cur)
+                self.on_interval(live_phase(intervals[-1], bool(files)), cur)
             prev = last = cur
             if done or cur.state in ("Z", "X"):  # exited: a zombie's counters are its final ones
                 break

@@ -26,7 +26,7 @@ def _dt(i) -> float:
     return max(1e-9, i.t1 - i.t0)
 
 
-def _fetching(i) -> bool:
+def fetching(i) -> bool:
     """Bringing bytes in from storage or into checkpoint mappings at a rate a restore reads at, whatever its CPU did
     meanwhile. Read calls alone are not enough away from a checkpoint file: a job's imports read their modules at
     20 MB/s and more, from the page cache."""
@@ -63,13 +63,13 @@ def reading_window(intervals: list, marks: list[dict], interval_s: float | None 
     held = [k for k, i in enumerate(intervals) if i.ckpt_files > 0 or i.mapped_bytes > 0]
     if held:
         lo, hi = held[0], held[-1]
-        while lo > 0 and _fetching(intervals[lo - 1]):
+        while lo > 0 and fetching(intervals[lo - 1]):
             lo -= 1
-        while hi + 1 < n and _fetching(intervals[hi + 1]):
+        while hi + 1 < n and fetching(intervals[hi + 1]):
             hi += 1
         lo, hi = _beside(intervals, lo, hi, held_bytes)
     else:
-        reads = [k for k, i in enumerate(intervals) if _fetching(i)] or \
+        reads = [k for k, i in enumerate(intervals) if fetching(i)] or \
                 [k for k, i in enumerate(intervals) if i.phase in ("reading", "faulting")]
         if not reads:
             return Window(0.0, 0.0, "")
@@ -105,7 +105,7 @@ def _reach(intervals: list, lo: int, hi: int, want: int) -> tuple[int, int]:
 
     if not want or inside() >= SEEN_MIN * want:
         return lo, hi
-    outside = sorted((k for k in range(len(intervals)) if not lo <= k <= hi and _fetching(intervals[k])),
+    outside = sorted((k for k in range(len(intervals)) if not lo <= k <= hi and fetching(intervals[k])),
                      key=lambda k: min(abs(k - lo), abs(k - hi)))
     for k in outside:
         lo, hi = min(lo, k), max(hi, k)

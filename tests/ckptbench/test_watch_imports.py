@@ -137,3 +137,29 @@ def test_a_job_seen_reading_nothing_is_told_a_hot_load_of_any_kind_slips_between
                                phases=[], exit_code=0, source="/ckpt")
     v = verdict.judge(report, verdict.StorageProbe(1.0, "cold (verified)", 1, 1 << 20), cpus=2, mem_total=64 << 30)
     assert v.verdict == "unknown" and "read or mapped" in v.fix and "--interval 0.02" in v.fix, v.fix
+
+
+def test_the_live_line_calls_the_imports_starting_and_the_load_reading(job):
+    """The live phase came from the rate alone: the same job's imports, read calls from the page cache at 75 MB/s
+    before any checkpoint file was open or mapped, showed as "reading" while they ran. Live, they are "starting";
+    the load itself, once a file is seen, is not."""
+    from ckptbench.watch import phases
+    from ckptbench.watch import sampler as watch
+
+    src, pkg, script = job
+    subprocess.run(["cat", *(os.path.join(src, n) for n in os.listdir(src))], stdout=subprocess.DEVNULL, check=True)
+    own = os.path.join(os.path.dirname(script), "own-live.json")
+    proc, marks = watch.start_job([sys.executable, script, pkg, src, own])
+    shown = []
+    try:
+        report = watch.Watch(proc.pid, interval=0.02, proc=proc, marks_path=marks, source=src,
+                             on_interval=lambda iv, cur: shown.append(iv)).run()
+    finally:
+        os.unlink(marks)
+    assert report.exit_code == 0 and len(shown) == len(report.intervals)
+    first = next(k for k, iv in enumerate(shown) if iv.ckpt_files or iv.mapped_bytes)
+    before = [iv for iv in shown[:first] if not phases.fetching(iv)]
+    # the imports were sampled (each a reading rate, their rate alone said "reading"), and none is shown as reading
+    assert any(iv.bytes / (iv.t1 - iv.t0) >= phases.IO_MIN_BPS for iv in before), before
+    assert all(iv.phase != "reading" for iv in before), [(iv.t0, iv.phase) for iv in before]
+    assert any(iv.phase in ("reading", "faulting", "deserializing") for iv in shown[first:])
