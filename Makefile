@@ -36,7 +36,8 @@ test: build
 	@command -v tmux >/dev/null && command -v fio >/dev/null && command -v s3fs >/dev/null \
 		|| { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq tmux fio s3fs; } \
 		|| { echo "make test needs tmux, fio and s3fs: apt-get install tmux fio s3fs"; exit 2; }
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not alone"
+	$(BIN)/python -m pytest -q -m alone
 
 # The peers (Run:ai Model Streamer, fastsafetensors) come with the bench-only extra, installed here.
 bench: build

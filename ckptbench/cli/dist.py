@@ -53,13 +53,12 @@ def print_dist(doc: dict) -> None:
           f"{len([r for r in doc['repeats'] if r['status'] == 'ok'])}")
     print_floor(doc)  # the node's bytes against the slowest rank's RTO, as a single-process run says it
     say("digests: verified against the manifest on every rank" if doc["verified"] else
-        digests_line(doc, " on some rank"))  # FAILED where a rank's digests differed, as `run` says it
+        digests_line(doc, _ranks_where(doc, last)))  # FAILED where a rank's digests differed, as `run` says it
     c = doc.get("cache")
     if c:
         flag = "" if c["verified"] else "  NOT VERIFIED"
         notes = f" ({'; '.join(c['notes'])})" if c["notes"] else ""
-        say(f"cache {c['requested']}: residency before ≤ {human_pct(c['residency_before'])} on every node"
-            f"{flag}{notes}")
+        say(f"cache {c['requested']}: residency before {_residency(c)}{flag}{notes}")
     print(f"read amplification {doc['amplification']:.2f} ({human_bytes(doc['bytes_read'])} read by all ranks / "
           f"{human_bytes(doc['unique_bytes'])} unique)")
     plan = last["read_plan"]
@@ -87,6 +86,29 @@ def print_dist(doc: dict) -> None:
     for r in last["ranks"][:1]:
         for stage, note in r["notes"].items():
             say(f"  note ({stage}, rank 0): {note}")
+
+
+def _ranks_where(doc: dict, last: dict) -> str:
+    """Which ranks a digests line is about: those that failed a repeat, else those whose last repeat matched nothing
+    against a reference ("on some rank" named none, and a user with 64 ranks went looking)."""
+    failed = sorted({r["rank"] for rep in doc["repeats"] for r in rep["ranks"] if r["status"] != "ok"})
+    ranks = failed or [r["rank"] for r in last["ranks"] if not r.get("verified")]
+    if not ranks or len(ranks) == len(last["ranks"]):
+        return " on every rank" if ranks else ""
+    shown = ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+    return f" on rank{'s' if len(ranks) > 1 else ''} {shown}"
+
+
+def _residency(c: dict) -> str:
+    """The nodes' residency before the clock, as the condition asked reads it: cold holds where the most resident node
+    is nearly empty, hot where the least resident one is nearly full ("≤ 100 %" said nothing of a hot run)."""
+    hi = c["residency_before"]
+    lo = c.get("residency_before_min", hi)
+    if c["requested"] == "hot":
+        return f"≥ {human_pct(lo)} on every node"
+    if c["requested"] == "cold":
+        return f"≤ {human_pct(hi)} on every node"
+    return human_pct(hi) if lo == hi else f"{human_pct(lo)}–{human_pct(hi)} across the nodes"
 
 
 class RanksLine:

@@ -300,6 +300,32 @@ def test_the_cache_condition_of_every_node_is_in_the_result():
     a["cache"] = {"ok": True, "residency_before": 0.01, "cache_verified": True, "note": ""}
     b["cache"] = {"ok": True, "residency_before": 0.40, "cache_verified": False, "note": "not cold: 40% resident"}
     rep = combine([a, b])
-    assert rep["cache"] == {"residency_before": 0.40, "verified": False, "notes": ["not cold: 40% resident"]}
+    assert rep["cache"] == {"residency_before": 0.40, "residency_before_min": 0.01, "verified": False,
+                            "notes": ["not cold: 40% resident"]}
     b["cache"] = None  # a second rank on the same node reports no cache of its own
-    assert combine([a, b])["cache"] == {"residency_before": 0.01, "verified": True, "notes": []}
+    assert combine([a, b])["cache"] == {"residency_before": 0.01, "residency_before_min": 0.01, "verified": True,
+                                        "notes": []}
+
+
+def test_the_digests_line_names_the_ranks_it_is_about():
+    """"NOT VERIFIED (… on some rank)" named none: the ranks whose last repeat matched nothing, or that failed."""
+    from ckptbench.cli.dist import _ranks_where
+
+    def doc(verified, statuses=None):
+        ranks = [{"rank": k, "status": (statuses or {}).get(k, "ok"), "verified": v} for k, v in enumerate(verified)]
+        return {"repeats": [{"ranks": ranks}]}, {"ranks": ranks}
+
+    assert _ranks_where(*doc([True, False, True, False])) == " on ranks 1, 3"
+    assert _ranks_where(*doc([True, False])) == " on rank 1"
+    assert _ranks_where(*doc([False, False])) == " on every rank"
+    assert _ranks_where(*doc([False, True, True], {2: "failed"})) == " on rank 2"  # a failure comes first
+    assert _ranks_where(*doc([False] * 12 + [True])).endswith("7 and 4 more")
+
+
+@pytest.mark.parametrize("requested, said", [("hot", "≥ 97 % on every node"), ("cold", "≤ 99 % on every node"),
+                                             ("as-is", "97 %–99 % across the nodes")])
+def test_the_nodes_residency_is_said_as_the_condition_reads_it(requested, said):
+    """A hot run said "residency before ≤ 100 %": true of any run. Hot is held by the least resident node."""
+    from ckptbench.cli.dist import _residency
+
+    assert _residency({"requested": requested, "residency_before": 0.99, "residency_before_min": 0.97}) == said

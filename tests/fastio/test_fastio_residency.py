@@ -95,6 +95,7 @@ def test_residency_and_evict_never_follow_a_symbolic_link(tmp_path, files):
     assert fastio.residency([target]).fraction <= 0.05
 
 
+@pytest.mark.alone  # every test beside it that warmed its files and checks they are hot would find them dropped
 def test_drop_caches_drops_or_raises(files):
     p = files.make(SIZE, fsync=True)
     fastio.read_files([p], hash="none")
