@@ -52,7 +52,7 @@ def models(floor, nbytes: int, floating_bytes: int = 0) -> dict[str, dict]:
     # the floor's fresh-memory rate a core measured as a restore populates (as_met holds the runs' own rate to it):
     # kept with each model, since the rows are held to one of several floors (median_models)
     per_core = fl.like_for_like(floor, nbytes)
-    return {k: m | {"fresh_per_core": per_core} for k, m in out.items()}
+    return {k: m | {"fresh_per_core": per_core, "bytes_read": nbytes} for k, m in out.items()}
 
 
 def median_models(floors: list, nbytes: int, floating_bytes: int = 0) -> dict[str, dict]:
@@ -114,6 +114,42 @@ def as_met(floors: dict[str, dict], runs: list[dict], nbytes: int) -> dict[str, 
     return out
 
 
+def probe(nbytes: int) -> float | None:
+    """GB/s of the figure the hot floor's fresh-memory part stands on (ceilings.populate_large: one plain allocation
+    of the set's size class, populated on every core), taken again right before a contender, after the same settle
+    (_peers_rounds.Bench.prepare). Why: the host's fresh memory drifts over a bench's twenty minutes and from one
+    minute to the next (the C loop's hot landing took 1.05, 1.27, 1.45, 1.59 and 2.52 s in run 22's five rounds), and
+    a floor measured once, before the rounds, held later rounds to a box they no longer met. None where the box has
+    not the memory to spare for it, and for a set under the size class the floor measures at its own size
+    (ceilings.LARGE_MIN): its fresh memory is the base samples', which a probe this short does not retake."""
+    from ckptbench.system import ceilings
+
+    c, region = ceilings.populate_large(nbytes)
+    if region is not None:
+        region.close()
+    return c.gbps if c is not None and c.gbps > 0 else None
+
+
+def paired(floors: dict[str, dict], s) -> dict | None:
+    """A row against the floor measured beside each of its repeats: its condition's floor with the fresh-memory part
+    at the rate the probe right before that repeat met (over the rate the floor was modelled at), each repeat's floor
+    over its seconds; the median and range of those, with how many. None for a row with no probes (cold rows, a
+    stage, --no-pair) or a floor with no fresh-memory part."""
+    import statistics
+
+    m = floors.get(row_model(s.key) or "") or {}
+    fresh_s = (m.get("times_s") or {}).get("fresh memory")
+    probes = s.extra.get("probe_gbps") or []
+    if not fresh_s or len(probes) != len(s.samples):
+        return None
+    modelled = m["bytes_read"] / fresh_s / 1e9
+    effs = [_scaled(m, p / modelled)[0] / t for p, t in zip(probes, s.samples) if p and t]
+    if not effs:
+        return None
+    return {"median": statistics.median(effs), "min": min(effs), "max": max(effs), "of": len(effs),
+            "probe_gbps": statistics.median([p for p in probes if p]), "modelled_gbps": modelled}
+
+
 def _scaled(m: dict, scale: float) -> tuple[float, dict]:
     """A model's floor and parts with its fresh-memory part at `scale` times the rate it was modelled at."""
     from ckptbench.system.floormodel import combined
@@ -157,15 +193,17 @@ def targets(series: dict, floors: dict[str, dict], peers: list[str]) -> list[dic
         s = series.get(f"{cond}/ckptbench")
         mine = efficiency(floors, f"{cond}/ckptbench", s.median if s else None)
         binding = floors[cond].get("binding") or "nothing measured"
-        out.append(_verdict(f"{cond}: ckptbench run's efficiency ≥ {EFFICIENCY_MIN:g} of this box's floor (fresh "
-                            f"destination, bound by {binding}; measured in this run)", mine, EFFICIENCY_MIN,
-                            [s] if s else []))
+        name = (f"{cond}: ckptbench run's efficiency ≥ {EFFICIENCY_MIN:g} of this box's floor (fresh destination, "
+                f"bound by {binding}; measured in this run)")
+        pair = paired(floors, s) if s is not None else None
+        out += (paired_targets(cond, series, floors, peers, pair, name, mine) if pair else
+                [_verdict(name, mine, EFFICIENCY_MIN, [s] if s else [])])
         if (own := floors.get(f"{cond}-own")) and own["floor_s"] and s and s.median:  # said, not judged
             eff = fl.efficiency(own["floor_s"], s.median)
             out.append({"target": f"{cond}: ckptbench run against the floor of its own work (its structural scan "
                                   f"added: {own['floor_s']:.3f} s; not a target)", "status": "info", "value": eff,
                         "detail": f"{eff:.3f}"})
-        for p in peers:
+        for p in peers if not pair else ():  # paired: judged against the peers' paired efficiencies above
             ps = series.get(f"{cond}/{p}")
             theirs = efficiency(floors, f"{cond}/{p}", ps.median if ps else None)
             value = mine / theirs if mine is not None and theirs else None
@@ -173,6 +211,35 @@ def targets(series: dict, floors: dict[str, dict], peers: list[str]) -> list[dic
                          [x for x in (s, ps) if x])
             v["detail"] = (f"{mine:.3f} vs {theirs:.3f} ({value:.3f}×)" if value is not None else v.get("detail"))
             out.append(v)
+    return out
+
+
+def paired_targets(cond: str, series: dict, floors: dict[str, dict], peers: list[str], mine: dict, name: str,
+                   once: float | None) -> list[dict]:
+    """The condition's targets where its repeats were paired with a probe of fresh memory (`paired`): ckptbench's
+    efficiency against the floor measured beside each repeat, ≥ EFFICIENCY_MIN and ≥ every peer's paired the same
+    way; the efficiency against the floor measured once, before the rounds, said beside them (not judged: it holds
+    a repeat to the box as it was minutes before)."""
+    s = series[f"{cond}/ckptbench"]
+    v = _verdict(f"{name}, each repeat against the floor measured right before it (paired: the fresh-memory figure "
+                 f"re-measured after the same settle; median of {mine['of']})", mine["median"], EFFICIENCY_MIN, [s])
+    v["detail"] = (f"{mine['median']:.3f} ({mine['min']:.3f}–{mine['max']:.3f}); fresh memory met by the probes "
+                   f"{mine['probe_gbps']:.2f} GB/s (median) against {mine['modelled_gbps']:.2f} in the floor measured "
+                   "once")
+    out = [v]
+    if once is not None:
+        out.append({"target": f"{cond}: ckptbench run against the floor measured once, before the rounds (not the "
+                              "target where repeats are paired)", "status": "info", "value": once,
+                    "detail": f"{once:.3f}"})
+    for p in peers:
+        ps = series.get(f"{cond}/{p}")
+        theirs = paired(floors, ps) if ps is not None else None
+        value = mine["median"] / theirs["median"] if theirs and theirs["median"] else None
+        v = _verdict(f"{cond}: ckptbench run's paired efficiency ≥ {p}'s (ckptbench / {p})", value, 1.0,
+                     [x for x in (s, ps) if x])
+        if value is not None:
+            v["detail"] = f"{mine['median']:.3f} vs {theirs['median']:.3f} ({value:.3f}×)"
+        out.append(v)
     return out
 
 

@@ -64,19 +64,21 @@ def ratio_cell(series: dict[str, PeerSeries], s: PeerSeries) -> str:
 def table(b: Bench) -> list[str]:
     """A row per loader and stage; efficiency (this box's floor for the set / median seconds) leads."""
     tensor_bytes = b.meta["total_size"]
-    head = ("condition", "loader", "efficiency", "median s", "min–max", "GB/s (tensor bytes)", "ratio",
+    head = ("condition", "loader", "efficiency", "paired", "median s", "min–max", "GB/s (tensor bytes)", "ratio",
             "disk share per repeat", "check")
-    rows = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---|---:|---|---|---|"]
+    rows = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---:|---|---:|---|---|---|"]
     order = [f"{c}/{k}" for c in ("cold", "hot") for k in ("ckptbench", *b.peers, "c-loop", "ckptbench/read-stage",
                                                             "ckptbench/read", "ckptbench/check-stage")]
     for s in (b.series[k] for k in order if k in b.series):
         eff = _floor_bench.efficiency(b.floors, s.key, s.median)
+        pair = _floor_bench.paired(b.floors, s)
         gbps = fmt(tensor_bytes / s.median / 1e9, 2) if s.median else "—"
         disk = "/".join(f"{d:.2f}" for d in s.disk) if s.disk else "—"
         check = "ok" if s.ok and not s.problems else ("CHECK FAILED: " if not s.ok else "") + "; ".join(s.problems[:2])
         span = f"{fmt(s.min, 3)}–{fmt(s.max, 3)}" if s.samples else "—"
         rows.append("| " + " | ".join([
-            s.condition_label(), s.loader, f"**{eff:.2f}**" if eff is not None else "—", fmt(s.median, 3), span,
+            s.condition_label(), s.loader, f"**{eff:.2f}**" if eff is not None else "—",
+            f"**{pair['median']:.2f}**" if pair else "—", fmt(s.median, 3), span,
             gbps if s.loader in _loaders.LOADERS or s.key.endswith(("/ckptbench", "/c-loop")) else "—",
             ratio_cell(b.series, s),
             disk, check]) + " |")
@@ -167,7 +169,9 @@ def report(b: Bench, verdicts: list[dict], args, date: str, facts: dict | None =
     lines += ["Efficiency = this box's floor for the set's bytes (measured in this run, below) / the row's median "
               "seconds: 1.00 is the box's best; hot rows against fresh memory populated, then copied into from the "
               "page cache; cold rows against the storage figure read into fresh memory; `ckptbench read` (reused "
-              "buffers) against storage alone.", ""]
+              "buffers) against storage alone. Paired (hot rows): each repeat against that floor with its "
+              "fresh-memory part re-measured right before the repeat, after the same settle (the host's fresh memory "
+              "drifts over the rounds), the median over the repeats; the hot targets are judged on it.", ""]
     lines += table(b)
     lines += ["", "ckptbench run's stages (median seconds):", ""] + stage_table(b)
     lines += section("Targets", verdict_lines(verdicts))

@@ -9,6 +9,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
+import _floor_bench
 import _loaders
 import _peers
 from _harness import (COLD_MAX, CheckedSeries, child_env, disk_read_bytes, held, log, make_cold, make_hot, rotated,
@@ -31,7 +32,11 @@ class PeerSeries(CheckedSeries):
 
     loader: str
 
-    def add(self, seconds: float, residency: float, disk: float | None = None, status: str = "ok") -> None:
+    def add(self, seconds: float, residency: float, disk: float | None = None, status: str = "ok",
+            probe: float | None = None) -> None:
+        """`probe`: the fresh-memory figure measured right before this repeat (_floor_bench.probe), where paired."""
+        if probe is not None:
+            self.extra.setdefault("probe_gbps", []).append(probe)
         self.samples.append(seconds)
         self.residency.append(residency)
         self.status.append(status)
@@ -43,7 +48,7 @@ class PeerSeries(CheckedSeries):
 
 
 class Bench:
-    def __init__(self, directory: str, meta: dict, repeat: int, peers: list[str], results: str):
+    def __init__(self, directory: str, meta: dict, repeat: int, peers: list[str], results: str, pair: bool = True):
         self.dir = directory
         self.meta = meta
         self.shards = _loaders.shard_paths(directory)
@@ -60,6 +65,8 @@ class Bench:
         self.floors: dict[str, dict] = {}  # the set's floor per condition (_floor_bench.models)
         self.c_loop: str | None = None  # the built C landing loop (_floor_c.LAND_C), when there is a compiler
         self.c_sum: int | None = None  # the files' word sum, its check
+        self.pair = pair  # each hot repeat paired with a probe of fresh memory right before it (_floor_bench.probe)
+        self.probe: float | None = None  # the probe before the repeat about to run
 
     def get(self, key: str, condition: str, loader: str) -> PeerSeries:
         if key not in self.series:
@@ -90,6 +97,10 @@ class Bench:
         goes back to the host, for every contender alike); their residency after."""
         res = make_cold(self.files) if condition == "cold" else make_hot(self.files)
         settle()
+        self.probe = None
+        if condition == "hot" and self.pair:  # then settled again: the probe's memory goes back as a run's does
+            self.probe = _floor_bench.probe(self.total)
+            settle()
         return res
 
     def peer(self, condition: str, name: str) -> None:
@@ -111,7 +122,7 @@ class Bench:
                 continue
             wrong = check_peer(doc, ref, self.meta["total_size"])
             s.problems += wrong
-            s.add(doc["seconds"], res, disk, "failed" if wrong else "ok")
+            s.add(doc["seconds"], res, disk, "failed" if wrong else "ok", self.probe)
             s.extra.setdefault("peak_rss_bytes", []).append(doc.get("peak_rss_bytes"))
             s.extra["versions"] = doc.get("versions")
             return
@@ -142,12 +153,12 @@ class Bench:
                 self.c_sum = word_sum(self.files)  # once, after the loop's first run: never inside a cache state
             if int(words[2]) != self.c_sum:
                 s.problems.append("the bytes it landed are not the files' (word sum differs)")
-                s.add(self.total / float(words[0]), res, disk, "failed")
+                s.add(self.total / float(words[0]), res, disk, "failed", self.probe)
                 return
             if condition == "hot" and self.read_the_set(disk):
                 log(f"    the cache did not hold ({disk:.0%} read from the disk); again")
                 continue
-            s.add(self.total / float(words[0]), res, disk)
+            s.add(self.total / float(words[0]), res, disk, probe=self.probe)
             return
         s.problems.append(f"a repeat refused: the {condition} cache state did not hold in {ATTEMPTS} attempts")
 
@@ -186,7 +197,7 @@ class Bench:
             status = "ok" if done and not problem and r["bytes"] == self.total else "failed"
             if status != "ok":
                 s.problems.append(f"status {r['status']}, {problem or 'exit 0'}, read {r['bytes']} of {self.total} B")
-            s.add(r["rto"], r["residency"], disk, status)
+            s.add(r["rto"], r["residency"], disk, status, self.probe)
             for stage in ("read", "check"):
                 if r[stage] is not None:
                     self.get(f"{condition}/ckptbench/{stage}-stage", condition, f"ckptbench run: {stage} stage").add(

@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--settle", type=float, default=None, help="seconds every timed run and every measurement of "
                     "fresh memory waits after the last free, so that a VM's host has taken the freed memory back for "
                     "every contender alike (default 10; 0 with --quick)")
+    ap.add_argument("--no-pair", dest="pair", action="store_false", help="no probe of fresh memory before each hot "
+                    "repeat (about 12 s each with the settle): the hot rows are held to the floor measured once")
     ap.add_argument("--quick", action="store_true", help="a 256 MiB checkpoint, 1 round")
     args = ap.parse_args(argv)
     args.size_gib = args.size_gib if args.size_gib is not None else (0.25 if args.quick else 4.0)
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y-%m-%dT%H%M%SZ", time.gmtime())
     os.makedirs(OUT_DIR, exist_ok=True)
     results = os.path.join(OUT_DIR, f"peers_bench-{stamp}-results.csv")
-    b = Bench(args.dir, meta, args.repeat, args.peers, results)
+    b = Bench(args.dir, meta, args.repeat, args.peers, results, pair=args.pair)
     t0 = time.monotonic()
     agree, agree_record = [], {}
     with tempfile.TemporaryDirectory(prefix="ckptbench-peers-floor-") as floor_cache:
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
               "checkpoint": {"dir": args.dir, "files": len(b.files), "bytes": b.total, "tensor_bytes": meta["total_size"],
                              **meta["ckptbench_peers"]},
               "measurements": [s.as_dict() | {"floor": _floor_bench.row_model(s.key), "efficiency":
-                               _floor_bench.efficiency(b.floors, s.key, s.median)} for s in b.series.values()],
+                               _floor_bench.efficiency(b.floors, s.key, s.median),
+                               "paired": _floor_bench.paired(b.floors, s)} for s in b.series.values()],
               "targets": verdicts, "floor": b.floor.to_json() | {"models": b.floors, "as_met": met},
               "floor_agreement": agree_record | {"verdicts": agree},
               "ckptbench_runs": b.runs, "read_command": b.read_cmd, "other_work_core_s": b.other.share()[0],

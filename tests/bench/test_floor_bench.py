@@ -298,3 +298,47 @@ def test_a_size_class_figure_cut_by_its_budget_is_checked_against_as_many_bytes(
     whole, held = cl.populate_large(32 << 20, cores=2)
     held.close()
     assert agree.populated_of(whole) == 32 << 20
+
+
+def paired_series(key: str, samples: list[float], probes: list[float]) -> rounds.PeerSeries:
+    s = rounds.PeerSeries(key, key.split("/")[0], "s", loader=key.split("/", 1)[1])
+    for v, p in zip(samples, probes):
+        s.add(v, 1.0, probe=p)
+    return s
+
+
+def test_a_paired_repeat_is_held_to_the_floor_with_the_fresh_memory_its_probe_met():
+    """Hot rows, each repeat paired with a probe of fresh memory right before it: the floor's fresh-memory part at
+    the probe's rate (the page-cache copy as measured), over the repeat's seconds; the median over the repeats."""
+    nbytes = 10 * 10**9
+    floors = fb.models(a_floor(), nbytes)  # hot: populate 10 GB at 5 GB/s (THP) + copy at 8 GB/s, added up
+    copy = nbytes / 8e9
+    s = paired_series("hot/ckptbench", [3.25, 5.0, 4.0], [5.0, 2.5, 4.0])
+    pair = fb.paired(floors, s)
+    # the repeats' floors: 2 + 1.25, 4 + 1.25, 2.5 + 1.25 s, over 3.25, 5.0 and 4.0 s
+    assert [pair["min"], pair["median"], pair["max"]] == pytest.approx(
+        sorted([(2 + copy) / 3.25, (4 + copy) / 5.0, (2.5 + copy) / 4.0]))
+    assert pair["of"] == 3 and pair["modelled_gbps"] == pytest.approx(5.0) and pair["probe_gbps"] == 4.0
+    # rows with no probes (cold, a stage, --no-pair), or not one a repeat, are not paired
+    assert fb.paired(floors, series("hot/ckptbench", [3.0])) is None
+    assert fb.paired(floors, series("cold/ckptbench", [3.0])) is None
+    s.samples.append(9.0)
+    assert fb.paired(floors, s) is None
+
+
+@pytest.mark.parametrize("theirs, status", [(4.0, "met"), (1.5, "MISSED")])
+def test_paired_hot_targets_are_judged_paired_and_the_once_measured_floor_is_said(theirs, status):
+    nbytes = 10 * 10**9
+    floors = fb.models(a_floor(), nbytes)
+    # the floor measured once says 3.25 s; a slower host in the rounds (2.5 GB/s) makes 5.25 s the floor there
+    sr = {"hot/ckptbench": paired_series("hot/ckptbench", [5.5, 5.5], [2.5, 2.5]),
+          "hot/runai": paired_series("hot/runai", [theirs * 2, theirs * 2], [5.0, 5.0])}
+    v = [x for x in fb.targets(sr, floors, ["runai"]) if x["target"].startswith("hot")]
+    judged = [x for x in v if x["status"] != "info"]
+    assert "paired" in judged[0]["target"] and judged[0]["status"] == "met"
+    assert judged[0]["value"] == pytest.approx((4 + 1.25) / 5.5)
+    once = next(x for x in v if "measured once" in x["target"])
+    assert once["value"] == pytest.approx(3.25 / 5.5)  # said, not judged: under 0.85, and not a miss
+    assert judged[1]["status"] == status
+    assert judged[1]["value"] == pytest.approx(((4 + 1.25) / 5.5) / (3.25 / (theirs * 2)))
+    assert len(judged) == 2  # no once-measured peer verdict beside the paired one
