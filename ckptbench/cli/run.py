@@ -117,11 +117,9 @@ def cmd_run(args) -> int:
         return cmd_run_distributed(args)
     from ckptbench.system import env as envmod
     from ckptbench.cli.settings import check_cost_options, check_s3_only, run_options
-    from ckptbench.restore import runner as pipeline
     from ckptbench.records import results
     from ckptbench.records.recorder import Recorder
     from ckptbench.plan.cost import restore_cost
-    from ckptbench.core.errors import Cancelled
     from ckptbench.sources import open_source
 
     opts = run_options(args)
@@ -137,6 +135,18 @@ def cmd_run(args) -> int:
     listing = source.list()
     recorder = Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
                         envmod.snapshot(args.source))
+    recorder.begin(args.repeat)  # a run killed outright is then told from one that ended (history: cut short)
+    try:
+        return _run_recorded(args, source, listing, opts, recorder, progress, cancel)
+    except BaseException as exc:
+        recorder.life.close(exc)  # ended, with no run document to say so
+        raise
+
+
+def _run_recorded(args, source, listing, opts, recorder, progress, cancel) -> int:
+    """The repeats, each on record as it ends, then the run document (or the repeat that stopped)."""
+    from ckptbench.core.errors import Cancelled
+    from ckptbench.restore import runner as pipeline
 
     current = []
 
