@@ -8,10 +8,9 @@ import threading
 import uuid
 
 from ckptbench.core.errors import CkptbenchError, name_source
-from ckptbench.cli.show import clauses, digests_line, print_floor, print_pick, print_recorded, say
+from ckptbench.cli.show import digests_line, print_floor, print_pick, print_recorded, say, sweep_floor_lines
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
-from ckptbench.system import binding
 from ckptbench.system.pagecache import NO_PAGE_CACHE
 
 
@@ -299,15 +298,8 @@ def _show_sweep(args, res) -> int:
         print(f"  {lv:6d}{n} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best * 100:5.1f} %  "
               f"{eff}{mark}")
     if res.floor:
-        rate, own = res.floor.get("floor_gbps"), res.floor.get("binding_gbps")
-        # the floor's rate is the binding one's when nothing adds to it: said once
-        head = "" if not rate or (own and abs(own - rate) <= 0.005 * rate) else f"{rate:.2f} GB/s, "
-        if rate:
-            say(f"floor: {head}bound by {binding.text(res.floor)}")
-            for c in clauses(res.floor["floor_note"] or ""):
-                say(f"       {c}")
-        else:
-            say(f"floor: {res.floor['floor_note']}")
+        for line in sweep_floor_lines(res.floor):
+            say(line)
     if stopped:
         missing = f"; concurrency {', '.join(map(str, stopped['not_read']))} not read" if stopped["not_read"] else ""
         print(f"knee: none, the sweep was interrupted (a level read fewer times, or not at all, could move it"
