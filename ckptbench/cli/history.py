@@ -15,6 +15,20 @@ UNSEEN = "no checkpoint read seen: compare passes over it"
 FIGURE_WORDS = {"rto_s": "RTO", "durable_s": "durable"}
 
 
+def status_words(r: dict) -> str:
+    """How a run ended, as its line says it: a run never ended on record says whether its process still runs."""
+    cut = r.get("cut_short")
+    if cut:
+        unit = "save" if r["kind"] == "save" else "repeat"
+        of = "" if cut.get("planned") is None else f" of {cut['planned']}"
+        return f"cut short after {cut['finished']}{of} {unit}s (its process is gone, no end on record: killed?)"
+    if r["status"] == "running":
+        return "running (its process is alive)"
+    if r["status"] == "unended":
+        return "no end on record (its process, on another host, cannot be checked from here)"
+    return shown(redact(r["status"]), 20)
+
+
 def run_line(r: dict) -> str:
     """One run as the line says it: id, kind, date, source, how it was made, repeats, its time, efficiency, status."""
     how = "/".join(x for x in (r["mode"], r["cache"]) if x) or "-"
@@ -32,7 +46,7 @@ def run_line(r: dict) -> str:
     # field would be shown
     return (f"{shown(redact(r['run_id']), 40)}  {shown(redact(r['kind']), 10):7s}  {shown(redact(r['date'][:19]), 19)}"
             f"  {printable(redact(r['source']))}  {shown(redact(how), 40)}  {repeats}  "
-            f"median {words} {took}{eff}  {shown(redact(r['status']), 20)}")
+            f"median {words} {took}{eff}  {status_words(r)}")
 
 
 def cmd_history(args) -> int:

@@ -8,10 +8,9 @@ import threading
 import uuid
 
 from ckptbench.core.errors import CkptbenchError, name_source
-from ckptbench.cli.show import clauses, digests_line, print_floor, print_pick, print_recorded, say
+from ckptbench.cli.show import digests_line, print_floor, print_pick, print_recorded, say, sweep_floor_lines
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
-from ckptbench.system import binding
 from ckptbench.system.pagecache import NO_PAGE_CACHE
 
 
@@ -117,11 +116,9 @@ def cmd_run(args) -> int:
         return cmd_run_distributed(args)
     from ckptbench.system import env as envmod
     from ckptbench.cli.settings import check_cost_options, check_s3_only, run_options
-    from ckptbench.restore import runner as pipeline
     from ckptbench.records import results
     from ckptbench.records.recorder import Recorder
     from ckptbench.plan.cost import restore_cost
-    from ckptbench.core.errors import Cancelled
     from ckptbench.sources import open_source
 
     opts = run_options(args)
@@ -137,6 +134,18 @@ def cmd_run(args) -> int:
     listing = source.list()
     recorder = Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
                         envmod.snapshot(args.source))
+    recorder.begin(args.repeat)  # a run killed outright is then told from one that ended (history: cut short)
+    try:
+        return _run_recorded(args, source, listing, opts, recorder, progress, cancel)
+    except BaseException as exc:
+        recorder.life.close(exc)  # ended, with no run document to say so
+        raise
+
+
+def _run_recorded(args, source, listing, opts, recorder, progress, cancel) -> int:
+    """The repeats, each on record as it ends, then the run document (or the repeat that stopped)."""
+    from ckptbench.core.errors import Cancelled
+    from ckptbench.restore import runner as pipeline
 
     current = []
 
@@ -289,15 +298,8 @@ def _show_sweep(args, res) -> int:
         print(f"  {lv:6d}{n} {s['median']:7.2f} {s['min']:7.2f} {s['max']:7.2f}  {s['median'] / best * 100:5.1f} %  "
               f"{eff}{mark}")
     if res.floor:
-        rate, own = res.floor.get("floor_gbps"), res.floor.get("binding_gbps")
-        # the floor's rate is the binding one's when nothing adds to it: said once
-        head = "" if not rate or (own and abs(own - rate) <= 0.005 * rate) else f"{rate:.2f} GB/s, "
-        if rate:
-            say(f"floor: {head}bound by {binding.text(res.floor)}")
-            for c in clauses(res.floor["floor_note"] or ""):
-                say(f"       {c}")
-        else:
-            say(f"floor: {res.floor['floor_note']}")
+        for line in sweep_floor_lines(res.floor):
+            say(line)
     if stopped:
         missing = f"; concurrency {', '.join(map(str, stopped['not_read']))} not read" if stopped["not_read"] else ""
         print(f"knee: none, the sweep was interrupted (a level read fewer times, or not at all, could move it"

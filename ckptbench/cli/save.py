@@ -114,7 +114,7 @@ def print_report(r) -> None:
 def cmd_save(args) -> int:
     from ckptbench.save.results import SaveRecorder
     from ckptbench.records.results import check_writable, jsonl_path
-    from ckptbench.save.series import SaveOptions, refuse_foreign, run_save, validate
+    from ckptbench.save.series import SaveOptions, refuse_foreign, validate
 
     opts = SaveOptions(format=args.format, interval_s=args.interval, count=args.count, keep=args.keep,
                        ranks=args.ranks, stagger_s=args.stagger, async_save=args.async_save, fsync=args.fsync)
@@ -128,8 +128,18 @@ def cmd_save(args) -> int:
     cancel = threading.Event()
     # each save on record as it ends: a series killed outright keeps the saves it finished
     recorder = SaveRecorder(args.results or None, uuid.uuid4().hex[:12], args.what, os.path.abspath(args.target), opts)
-    stopped_report = []
+    try:
+        return _series(args, opts, recorder, ours, out, cancel)
+    except BaseException as exc:
+        recorder.life.close(exc)  # ended, with no run document to say so
+        raise
 
+
+def _series(args, opts, recorder, ours, out, cancel) -> int:
+    """The saves, each on record as it ends, then the run document (or the save that stopped)."""
+    from ckptbench.save.series import run_save
+
+    stopped_report = []
     line = SaveLine(opts.count)
 
     def on_save(t) -> None:
@@ -143,7 +153,8 @@ def cmd_save(args) -> int:
     try:
         report = run_save(args.what, args.target, opts, on_save=on_save, on_sample=line.sample, cancel=cancel,
                           scale=args.scale, force=args.force, on_preflight=on_preflight,
-                          also_ours=ours, pick=args.pick, on_stop=stopped_report.append)
+                          also_ours=ours, pick=args.pick, on_stop=stopped_report.append,
+                          on_begin=recorder.begin)  # nothing on record of a series refused before its first save
     except BaseException as exc:
         line.close()
         cancel.set()
@@ -183,6 +194,7 @@ def _save_stopped(args, opts, recorder, stopped_report: list, exc: KeyboardInter
         under_way = done + 1 if done < opts.count else None  # None: every save had ended
         _show(args, recorder, stopped_report[0], {"interrupted": {"save": under_way, "saves": opts.count,
                                                                   "finished": done}})
+    recorder.life.close(exc)  # no run document was written: the series ended all the same
     where = (f"on record as save run {recorder.run_id} in {printable(args.results)} (`ckptbench history "
              f"{printable(args.results)}`)" if args.results else "not recorded (--results '')")
     during = f"during save {done + 1}" if done < opts.count else f"after save {done}"

@@ -105,6 +105,17 @@ def floor_line(doc: dict) -> str:
     return f"  floor    {doc['floor_s']:9.3f} s, bound by {binding.bound(doc)}{eff}"
 
 
+def sweep_floor_lines(floor: dict) -> list[str]:
+    """A sweep's floor as `sweep` and the sweep screen say it: its rate (said once where it is the binding resource's,
+    as nothing adds to it) and what binds it, then its note's clauses; the note alone where no floor was measured."""
+    rate, own = floor.get("floor_gbps"), floor.get("binding_gbps")
+    if not rate:
+        return [f"floor: {floor.get('floor_note') or 'unknown'}"]
+    head = "" if own and abs(own - rate) <= 0.005 * rate else f"{rate:.2f} GB/s, "
+    notes = clauses(floor.get("floor_note") or "")
+    return [f"floor: {head}bound by {binding.text(floor)}"] + [f"       {c}" for c in notes]
+
+
 def clauses(note: str) -> list[str]:
     """A note's clauses, split at its top-level "; " (never inside parentheses): one printed line each. The note as
     one parenthesis ran to 900 characters after the floor's figure, where a new user stopped reading."""

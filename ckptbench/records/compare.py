@@ -223,9 +223,11 @@ def _delta(fig: str, base: list, new: list, higher_better: bool, threshold_pct: 
                        bool(small and change))
 
 
-def run_documents(path: str) -> dict[str, dict]:
-    """run_id -> its run document (results.csv.jsonl), for the runs that have one."""
-    return {d["run_id"]: d for d in read_documents(path, "run") if isinstance(d.get("run_id"), str)}
+def run_documents(path: str, every: list[dict] | None = None) -> dict[str, dict]:
+    """run_id -> its run document (results.csv.jsonl), for the runs that have one; from `every` document of the file
+    where the caller has read them already."""
+    docs = read_documents(path, "run") if every is None else [d for d in every if d.get("record", "run") == "run"]
+    return {d["run_id"]: d for d in docs if isinstance(d.get("run_id"), str)}
 
 
 def _floors(docs: dict[str, dict]) -> dict[str, dict]:

@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
-from ckptbench.core.errors import one_line
+import contextlib
+import datetime as dt
+
+from ckptbench.core.errors import Cancelled, CkptbenchError, one_line
+from ckptbench.core.interrupt import signals_held
+from ckptbench.core.paths import source_identity
 from ckptbench.core.stages import STAGES
 from ckptbench.core.stats import spread
 from ckptbench.records.results import append, append_document
-from ckptbench.records.schema import document, plain, recorded_text, row, settings_of, status_of
+from ckptbench.records.schema import SCHEMA, document, plain, recorded_text, row, settings_of, status_of
+from ckptbench.system import procstat
 
 
 def repeat_doc(r) -> dict:
@@ -73,6 +79,44 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
                     verified=all(r.verified for r in reps), success_rate=min(r.success_rate for r in reps))
 
 
+class Lifeline:
+    """A run's beginning and end on record, so that a run killed outright (SIGKILL, OOM, a lost node: no handler runs,
+    no run document) is not read as one that ended: a `started` document before its first repeat (the process that
+    runs it, how many repeats it will make), and at its end its run document or, when it ends without one (failed,
+    or stopped before anything finished), an `ended` document. Both append-only, as every record. History calls a
+    run started and never ended `running` while its process lives and `cut short` once it is gone."""
+
+    def __init__(self, path: str | None, kind: str, run_id: str, source: str):
+        self.path, self.kind, self.run_id, self.source = path, kind, run_id, source
+        self.open = False
+
+    def begin(self, planned: int, *, mode: str, cache: str) -> None:
+        """On record before the first repeat starts; `mode` and `cache` as its rows will say them."""
+        if not self.path:
+            return
+        append(self.path, [])  # the results file made now, as its rows would make it: history reads runs from it
+        append_document(self.path, {
+            "record": "started", "kind": self.kind, "schema": SCHEMA, "run_id": self.run_id,
+            "source": recorded_text(source_identity(self.source)), "planned": planned, "mode": mode, "cache": cache,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "process": procstat.identity()})
+        self.open = True
+
+    def finished(self) -> None:
+        """Its run document is on record: that ends it."""
+        self.open = False
+
+    def close(self, exc: BaseException) -> None:
+        """Ended by `exc` without a run document (cancelled by an interrupt, else failed); nothing when its run
+        document ended it."""
+        if self.open:
+            self.open = False
+            status = "cancelled" if isinstance(exc, (KeyboardInterrupt, Cancelled)) else "failed"
+            # best effort: a results file that just failed would otherwise hide the error that ended the run
+            with signals_held(), contextlib.suppress(OSError, CkptbenchError):
+                append_document(self.path, {"record": "ended", "kind": self.kind, "schema": SCHEMA,
+                                            "run_id": self.run_id, "status": status})
+
+
 MAX_WHY = 500  # a failure's line in the record: the start of a longer message says what failed
 
 
@@ -85,6 +129,11 @@ class Recorder:
         self.source = recorded_text(source)
         self.done = 0
         self.reps: list = []  # the repeats that ended, for the run document of a run stopped midway
+        self.life = Lifeline(path, "restore", run_id, self.source)
+
+    def begin(self, repeats: int) -> None:
+        """The run on record as started, before its first repeat (Lifeline)."""
+        self.life.begin(repeats, mode=self.opts.mode, cache=self.opts.cache)
 
     def _record(self, i: int, body: dict, figures: dict, read: str, *, status: str, verified: bool | None,
                 success_rate: float | None) -> None:
@@ -123,4 +172,5 @@ class Recorder:
         doc = plain(summarize(self.run_id, self.source, self.fmt, self.opts, reps, self.env) | (extra or {}))
         if self.path:
             append_document(self.path, doc)
+            self.life.finished()
         return doc

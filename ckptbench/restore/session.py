@@ -92,12 +92,14 @@ class RestoreSession:
             listing = src.list()
             recorder = Recorder(self.results_path, uuid.uuid4().hex[:12], self.source, listing.format, self.opts,
                                 envmod.snapshot(self.source))
+            recorder.begin(repeats)  # a dashboard killed outright leaves the run cut short, not ended
             reps = pipeline.run(src, self.opts, repeats=repeats, progress=self._progress, cancel=self.cancel_event,
                                 on_run=self._on_run, on_repeat=recorder.repeat, listing=listing)
         except BaseException as exc:
             self.status = "cancelled" if isinstance(exc, Cancelled) else "failed"
             if recorder is not None:
                 recorder.stopped(self.stages(), self.status, exc)
+                recorder.life.close(exc)
             raise
         # the row and the document both carry the settings the run started with; live changes are listed
         self.doc = recorder.finish(reps, {"concurrency_changes": list(self.live_changes)}

@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 from ckptbench.core.errors import redact_all
 from ckptbench.core.interrupt import signals_held
+from ckptbench.records.recorder import Lifeline
 from ckptbench.records.results import SAVE_SETTINGS, append, append_document, document, row, settings_of
 from ckptbench.system import probes
 
@@ -48,6 +49,12 @@ class SaveRecorder:
         self.saves: list = []  # the saves that finished, each on record
         self._env: dict | None = None
         self.refused = False
+        self.life = Lifeline(path, "save", run_id, target)
+
+    def begin(self) -> None:
+        """The series on record as started, before its first save (Lifeline: a series killed outright is then read
+        as cut short, not as one that ended)."""
+        self.life.begin(self.opts.count, mode=_settings(self.opts, self.target)["mode"], cache="")
 
     def env(self) -> dict:
         """The target's environment, taken once (at the first save: the target exists by then) for every record."""
@@ -86,4 +93,5 @@ class SaveRecorder:
         if self.path:
             with signals_held():
                 append_document(self.path, doc)
+            self.life.finished()
         return redact_all(doc)  # what is shown is what was recorded: a target path can carry a credential

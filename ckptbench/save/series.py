@@ -192,14 +192,15 @@ def _fail_line(exc: BaseException, target: str, name: str, previous: str | None)
 
 def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_sample=None,
              cancel: threading.Event | None = None, scale: float = 1.0, force: bool = False,
-             on_preflight=None, also_ours: tuple[str, ...] = (), pick: str | None = None, on_stop=None) -> SaveReport:
+             on_preflight=None, also_ours: tuple[str, ...] = (), pick: str | None = None, on_stop=None,
+             on_begin=None) -> SaveReport:
     """Saves the state of `what` (a profile name, or a checkpoint directory: the checkpoint in it a resume loads, as
     run and inspect pick it, or `pick`) `opts.count` times into `target`.
 
     Runs in any thread; `cancel` stops between saves and between a save's rank writes (the partial save removed).
     `on_save(SaveTiming)` after each save, `on_sample(WritebackSample)` from the sampler's thread every 250 ms;
     `on_stop(SaveReport)` when a Ctrl-C, SIGTERM or `cancel` stops the series after some saves: the report of those
-    saves, before the interrupt goes on.
+    saves, before the interrupt goes on. `on_begin()` once the preflight has passed, before the first save.
     `also_ours`: files this run writes that may lie in the target (its results file), not counted as the user's."""
     from ckptbench.save.state import checkpoint_of, source_dir
 
@@ -212,7 +213,7 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
     target, made = prepare_target(target, source)
     try:
         return _save_into(what, target, opts, on_save, on_sample, cancel, scale, force, on_preflight, also_ours,
-                          listing, on_stop)
+                          listing, on_stop, on_begin)
     except BaseException:
         unmake_target(target, made)
         raise
@@ -222,7 +223,8 @@ def run_save(what: str, target: str, opts: SaveOptions, *, on_save=None, on_samp
 
 
 def _save_into(what: str, target: str, opts: SaveOptions, on_save, on_sample, cancel: threading.Event | None,
-               scale: float, force: bool, on_preflight, also_ours: tuple[str, ...], listing, on_stop) -> SaveReport:
+               scale: float, force: bool, on_preflight, also_ours: tuple[str, ...], listing, on_stop,
+               on_begin=None) -> SaveReport:
     """run_save's work once the target exists: the load, the preflight and the series of saves."""
     from ckptbench.save.analysis import analyze
     from ckptbench.save.state import load_what
@@ -237,6 +239,8 @@ def _save_into(what: str, target: str, opts: SaveOptions, on_save, on_sample, ca
         c = bad[0]
         raise CkptbenchError(f"{target}: preflight failed: {c.name}: {c.evidence}; {c.consequence}; {c.fix} "
                              "(--force saves anyway)", exit_code=1)
+    if on_begin is not None:
+        on_begin()
     sampler = WritebackSampler(target, on_sample=on_sample).start()
     saves: list[SaveTiming] = []
     samples = None

@@ -247,3 +247,49 @@ def find(pattern: str, *, exclude: int | None = None) -> int:
         listed = "; ".join(f"{p}: {redact(c)[:60]}" for p, c in found[:4])  # redacted whole: a cut hides the @
         raise CkptbenchError(f"--match {pattern!r}: {len(found)} processes match ({listed}); narrow it or give a PID")
     return found[0][0]
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (stat field 22): with the boot, it tells a PID used again apart."""
+    try:
+        return int(_stat_fields(_read(f"/proc/{pid}/stat"))[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _boot_id() -> str | None:
+    try:
+        return _read("/proc/sys/kernel/random/boot_id").strip() or None
+    except OSError:
+        return None
+
+
+def identity(pid: int | None = None) -> dict:
+    """What names a process (this one by default) for as long as it lives, across hosts and reboots: host, boot,
+    PID and start time. A run on record carries it so that a reader can tell it still running from cut short."""
+    pid = os.getpid() if pid is None else pid
+    return {"pid": pid, "host": os.uname().nodename, "boot_id": _boot_id(), "start_ticks": _start_ticks(pid)}
+
+
+def still_running(ident) -> bool | None:
+    """Whether the process `identity()` named is alive: False once it is gone (or its PID names another process, or
+    the box rebooted since), None where this host cannot tell (another host, or /proc hides it)."""
+    if not isinstance(ident, dict) or not isinstance(ident.get("pid"), int) or ident["pid"] <= 0:
+        return None
+    if ident.get("host") != os.uname().nodename:
+        return None  # a results file on shared storage: that host's processes are not this one's to see
+    boot = _boot_id()
+    if boot is None or ident.get("boot_id") is None:
+        return None
+    if boot != ident["boot_id"]:
+        return False
+    ticks = _start_ticks(ident["pid"])
+    if ticks is not None:
+        return ticks == ident.get("start_ticks")
+    try:
+        os.kill(ident["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return None
+    return None  # there but its /proc hidden (hidepid): its start time cannot be compared

@@ -110,13 +110,14 @@ def test_jsonl_has_a_repeat_record_per_row_then_the_run_record(two_runs):
         docs = [json.loads(line) for line in f]
     first, second = two_runs["first"]["run_id"], two_runs["second"]["run_id"]
     assert [(d["record"], d["run_id"], d.get("repeat")) for d in docs] == [
-        ("repeat", first, 1), ("repeat", first, 2), ("run", first, None), ("repeat", second, 1), ("run", second, None)]
+        ("started", first, None), ("repeat", first, 1), ("repeat", first, 2), ("run", first, None),
+        ("started", second, None), ("repeat", second, 1), ("run", second, None)]
     repeats = [d for d in docs if d["record"] == "repeat"]
     for row, doc in zip(rows, repeats):
         assert (row["run_id"], int(row["repeat"])) == (doc["run_id"], doc["repeat"])
         assert float(row["rto_s"]) == doc["rto_s"] and int(row["bytes"]) == doc["bytes"]
         assert json.loads(row["env"]) == doc["env"] and row["source"] == doc["source"]
-    assert docs[2] == dict(two_runs["first"])  # the run record is the document --json printed
+    assert docs[3] == dict(two_runs["first"])  # the run record is the document --json printed
 
 
 def test_env_column_is_json_of_the_machine(two_runs):

@@ -66,7 +66,8 @@ def test_sigkill_during_a_long_run_keeps_every_finished_repeat_in_both_files(ckp
     assert proc.returncode == -signal.SIGKILL, f"the run ended before the kill:\n{err.read()}"
     rows = csv_rows(results.read_bytes())
     assert len(rows) >= 2
-    docs = json_lines(open(str(results) + ".jsonl", "rb").read())
+    started, *docs = json_lines(open(str(results) + ".jsonl", "rb").read())
+    assert started["record"] == "started" and started["process"]["pid"] == proc.pid  # history: cut short
     assert all(d["record"] == "repeat" for d in docs), "a run killed mid-way has no summary"
     run_id = rows[0]["run_id"]
     assert [(r["run_id"], r["repeat"]) for r in rows] == [(run_id, str(i)) for i in range(1, len(rows) + 1)]
@@ -187,7 +188,7 @@ def test_a_source_path_that_is_not_utf8_is_recorded_escaped_in_both_files(ckpt, 
     rows = csv_rows(results.read_bytes())
     assert [r["source"] for r in rows] == [escaped]
     docs = json_lines(open(str(results) + ".jsonl", "rb").read())
-    assert [(d["record"], d["source"]) for d in docs] == [("repeat", escaped), ("run", escaped)]
+    assert [(d["record"], d["source"]) for d in docs] == [("started", escaped), ("repeat", escaped), ("run", escaped)]
     assert json.loads(proc.stdout)["source"] == escaped
 
 

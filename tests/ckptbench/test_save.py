@@ -85,7 +85,8 @@ def test_save_rows_in_results(three_saves):
         assert float(r["durable_s"]) == pytest.approx(s["durable_s"])
         assert float(r["write_gbps"]) == pytest.approx(s["bytes"] / s["durable_s"] / 1e9)
     assert json.loads(rows[0]["env"])["source_fs"]  # the environment of the target, as for restores
-    docs = [json.loads(line) for line in open(str(results) + ".jsonl")]
+    started, *docs = [json.loads(line) for line in open(str(results) + ".jsonl")]
+    assert (started["record"], started["run_id"], started["planned"]) == ("started", doc["run_id"], 3)
     assert [d["record"] for d in docs] == ["repeat"] * 3 + ["run"]
     assert all((d["status"], d["verified"], d["success_rate"]) == ("ok", None, 1.0) for d in docs)
 

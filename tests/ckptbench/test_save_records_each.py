@@ -209,7 +209,9 @@ def test_a_series_that_ends_records_as_before(finished):
     assert [(x["run_id"], x["repeat"], x["status"]) for x in rows] == (
         [(older["run_id"], i, "ok") for i in (1, 2, 3)] + [(newer["run_id"], i, "ok") for i in (1, 2, 3, 4)])
     docs = [json.loads(line) for line in open(results + ".jsonl")]
-    assert [d["record"] for d in docs] == ["repeat"] * 3 + ["run"] + ["repeat"] * 4 + ["run"]
+    # each series opened on record before its first save (a series killed outright is then cut short in history)
+    assert [d["record"] for d in docs] == (["started"] + ["repeat"] * 3 + ["run"]
+                                           + ["started"] + ["repeat"] * 4 + ["run"])
     assert [d["run_id"] for d in runs] == [older["run_id"], newer["run_id"]]
     run = runs[1]
     assert run == json.loads(json.dumps(newer))  # what --json showed is what is on record

@@ -160,12 +160,13 @@ async def test_concurrency_keys_between_runs_change_the_options(make_app, small_
         assert dash.concurrency == 1 and app.opts.concurrency == 1
         assert dash.query_one("#chart", ThroughputChart).marks == []  # marks only while running
         assert "concurrency 1" in h.text_of(dash.query_one("#settings", Static))
-        await pilot.press("m", "o", "e", "e", "a")  # read: auto (the default) -> pread -> mmap
-        assert (app.opts.mode, app.opts.cache, app.opts.read, app.opts.hash) == ("staged", "cold", "mmap", "crc32c")
-        await pilot.press("o", "o", "a", "a", "a", "a", "a")
-        assert (app.opts.cache, app.opts.hash) == ("as-is", None)
         await app.workers.wait_for_complete()  # the source listed: the digest the manifest names is known
         await pilot.pause()
+        # read: auto (the default) -> pread -> mmap; hash: the manifest's crc32c -> xxh64 (crc32c named is the same)
+        await pilot.press("m", "o", "e", "e", "a")
+        assert (app.opts.mode, app.opts.cache, app.opts.read, app.opts.hash) == ("staged", "cold", "mmap", "xxh64")
+        await pilot.press("o", "o", "a", "a", "a", "a")
+        assert (app.opts.cache, app.opts.hash) == ("as-is", None)
         settings = h.text_of(dash.query_one("#settings", Static))
         assert "mode staged" in settings and "read mmap" in settings, settings
         assert "hash crc32c (the manifest's)" in settings, settings  # gen's default digest

@@ -22,6 +22,7 @@ from ckptbench.core.progress import fmt_us
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core import options
+from ckptbench.restore.efficiency import hash_of
 from ckptbench.system.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
 from tui.messages import FloorKnown, RunCancelled, RunFailed, RunFinished, SourceListed
@@ -174,7 +175,14 @@ class Dashboard(LoopMode):
             return
         choices = CHOICES[what]
         current = getattr(self.app.opts, what)
-        self.app.update_opts(**{what: choices[(choices.index(current) + 1) % len(choices)]})
+        at = choices.index(current)
+        picked = choices[(at + 1) % len(choices)]
+        listing = self.listing
+        if what == "hash" and listing is not None and hash_of(picked, listing) == hash_of(current, listing):
+            # the manifest's digest named after "the manifest's" (or "none" after "none" where there is no manifest)
+            # is the same restore: the first press of a changed nothing the screen or the run shows
+            picked = choices[(at + 2) % len(choices)]
+        self.app.update_opts(**{what: picked})
         self.look_up_floor()  # the cache condition and the hash change the floor
         self.show_settings()
 

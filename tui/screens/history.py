@@ -43,6 +43,7 @@ class HistoryScreen(Screen):
         self.load()
 
     def load(self) -> None:
+        from ckptbench.cli.history import status_words
         from ckptbench.distributed.history import dist_runs
         from ckptbench.core.errors import CkptbenchError, printable, redact
         from ckptbench.records.history import runs
@@ -70,7 +71,7 @@ class HistoryScreen(Screen):
                                            r["cache"])),
                           str(r["repeats"]), "-" if r["rto_s"] is None else f"{r['rto_s']:.3f}",
                           "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", efficiency_cell(r),
-                          text(r["status"]), key=r["run_id"])
+                          text(status_words(r)), key=r["run_id"])
         if not self.runs:
             self.query_one("#comparison", Static).update(f"no runs recorded in {escape(path)} yet: press r on the dashboard")
         elif self.dist:

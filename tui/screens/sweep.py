@@ -10,7 +10,9 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from ckptbench.cli.show import sweep_floor_lines
 from ckptbench.core.units import human_pct
+from ckptbench.system import readmode
 from tui.messages import SweepDone, SweepPoint, WorkFailed
 
 LEVELS = [1, 2, 4, 8, 16, 32]
@@ -77,16 +79,22 @@ class SweepScreen(Screen):
         self.result = msg.result
         self.points = {int(k): v["median"] for k, v in msg.result["gbps"].items()}
         self.render_chart()
-        self.query_one("#sweep-summary", Static).update(
-            f"knee: concurrency [b]{msg.result['knee']}[/b] (smallest level within "
-            f"{human_pct(msg.result['margin'])} of the best, {msg.result['best']}) — press a to apply")
+        r = msg.result
+        cache = f"{r['cache']} cache" + ("" if r["cache_verified"] else ", NOT verified")
+        # the sweep's own result, as `ckptbench sweep` says it: how each level read, and against what floor
+        lines = [f"knee: concurrency [b]{r['knee']}[/b] (smallest level within {human_pct(r['margin'])} of the best, "
+                 f"{r['best']}) — press a to apply",
+                 escape(f"read path {r['read']} ({readmode.short(r['read_why'])}) · hash {r['hash']} · {cache}"),
+                 *(escape(line) for line in sweep_floor_lines(r))]
+        self.query_one("#sweep-summary", Static).update("\n".join(lines))
 
     @on(WorkFailed)
     def failed(self, msg: WorkFailed) -> None:
         self.notify(escape(msg.error), severity="error", timeout=10)
 
     def render_chart(self) -> None:
-        width = max(10, self.size.width - 24)
+        effs = (self.result or {}).get("efficiency_by_level") or {}  # the sweep's, each level's floor / its time
+        width = max(10, self.size.width - (46 if effs else 24))  # room for the figures after the bar, on one line
         top = max(self.points.values(), default=0) or 1
         knee = self.result["knee"] if self.result else None
         lines = []
@@ -97,7 +105,9 @@ class SweepScreen(Screen):
                 continue
             bar = "█" * max(1, int(g / top * width))
             style = "bold yellow" if lv == knee else "green"
-            lines.append(f"{lv:5d} │ [{style}]{bar}[/] {g:.2f} GB/s{'  ← knee' if lv == knee else ''}")
+            eff = effs.get(lv)
+            share = "" if eff is None else f" · {human_pct(eff)} of the floor"
+            lines.append(f"{lv:5d} │ [{style}]{bar}[/] {g:.2f} GB/s{share}{'  ← knee' if lv == knee else ''}")
         self.query_one("#sweep-chart", Static).update("concurrency\n" + "\n".join(lines))
 
     def action_apply(self) -> None:
