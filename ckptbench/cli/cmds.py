@@ -204,7 +204,8 @@ def cmd_check(args) -> int:
 
     facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results,
                    floor=True)
-    if not args.json and not args.markdown:  # it changed the box: said, as watch and floor say it
+    # it changed the box: said, as watch and floor say it (an object store's files leave no page cache)
+    if not args.json and not args.markdown and facts.page_cache:
         say(f"note: {args.source}'s files were read cold for the checklist: they have left the page cache (a job "
             "restoring from them now reads from storage)", sys.stderr)
     doc = report(args.source, evaluate(facts))

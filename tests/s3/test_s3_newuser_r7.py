@@ -61,3 +61,16 @@ def test_upload_says_its_bytes_time_and_rate(s3env, s3server, ckpt):
     mib, secs, gbps = map(float, found.groups())
     assert mib == pytest.approx(nbytes / 2**20, abs=0.05), line
     assert secs > 0 and gbps == pytest.approx(nbytes / secs / 1e9, rel=0.05, abs=0.0006), line
+
+
+def test_check_of_an_s3_source_claims_no_eviction(s3env, url):
+    """check said "s3://...'s files were read cold for the checklist: they have left the page cache" and its
+    Cold-cache item was unknown with the fix "run as a user who can open the files": nothing is cached locally,
+    nothing was evicted, and no permission is missing."""
+    rc, out, err = run_cli("check", url)
+    assert rc in (0, 1), err
+    assert "left the page cache" not in err, err
+    rc, out, err = run_cli("check", url, "--json")
+    item = next(i for i in json.loads(out)["items"] if i["id"] == "cold_cache")
+    assert item["verdict"] == "ok" and "no local page cache" in item["fix"], item
+    assert "user who can open" not in item["fix"], item
