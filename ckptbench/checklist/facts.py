@@ -26,6 +26,7 @@ SAMPLE_S = 1.0  # the window for rates (disk %util, TCP retransmits)
 class Facts:
     source: str
     scheme: str | None = None
+    page_cache: bool = True  # False for an object store: nothing local to evict, every read goes to the server
     files: int = 0
     sizes: list[int] = field(default_factory=list)
     open_rate: float | None = None  # files opened and closed per second
@@ -151,6 +152,7 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     f.gpus = probes.gpus()
     f.s3 = probes.s3_endpoint(dict(environ if environ is not None else os.environ))
     _sample_rates(f, root)
+    f.page_cache = src.has_page_cache
     if not src.has_page_cache:
         f.evict_residency = probes.Unknown(f"{src.scheme or 'this source'} has no local page cache: every read is cold")
     elif probe_cache:

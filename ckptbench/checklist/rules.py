@@ -213,6 +213,10 @@ def cold_cache(f: Facts) -> Verdict:
     why = "a 'cold' benchmark that reads from the page cache reports the cache, not the storage"
     title = "Cold-cache validity"
     ev = {"residency_now": f.residency_now}
+    if not f.page_cache:  # what `run --cache cold` calls verified: nothing local can serve a read
+        return Verdict("cold_cache", title, "ok", ev | {"page_cache": f"none ({f.scheme or 'this source'})"}, why,
+                       f"none: {f.scheme or 'this source'} keeps no local page cache, so every read is cold "
+                       "(nothing to evict)")
     if unknown(f.evict_residency):
         return Verdict("cold_cache", title, "unknown", ev | {"reason": reason(f.evict_residency)}, why,
                        "run as a user who can open the files")

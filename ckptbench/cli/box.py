@@ -83,7 +83,8 @@ def cached_floor(mount: str, nbytes: int = 0, source: str | None = None) -> dict
     missing = name_source(NOT_MEASURED if why == fl.NOT_MEASURED else why, source)  # the command names the source
     return {"mount": mount, "resource": fl.resource_of(mount), "box": box if box else missing,
             "storage": storage if storage else missing,
-            "landing_hot_gbps": fl.landing_gbps(f, hot=True, nbytes=nbytes) if f is not None else None,
+            "landing_hot_gbps": (fl.landing_gbps(f, hot=True, nbytes=nbytes)
+                                 if f is not None and fl.resource_of(mount) != "network" else None),  # no page cache
             "busy": name_source(f.busy, source) if f is not None else ""}  # measured while other work held the cores
 
 
@@ -229,8 +230,10 @@ def cmd_floor(args) -> int:
                           **fl.model(f, bytes_read=listing.bytes, hash_alg=hash_alg, unit_bytes=unit)}  # as `run`'s
         # the floors of the other runs `floor` cannot tell from this one: without a model step (the structural
         # check scans every floating byte), from the page cache (`run --cache hot`), onto a GPU (--device cuda)
-        variants = {"floor_s_structural": {"floating_bytes": nbytes}, "floor_s_hot": {"hot": True},
-                    "floor_s_hot_structural": {"hot": True, "floating_bytes": nbytes}}
+        variants = {"floor_s_structural": {"floating_bytes": nbytes}}
+        if files is not None:  # an object store has no local page cache: a hot run of it is never made
+            variants |= {"floor_s_hot": {"hot": True},
+                         "floor_s_hot_structural": {"hot": True, "floating_bytes": nbytes}}
         variants |= {"floor_s_device": {"device_bytes": nbytes}} if "h2d_pinned" in f.ceilings else {}
         for key, kw in variants.items():
             m = fl.model(f, bytes_read=nbytes, hash_alg=hash_alg, unit_bytes=unit, **kw)
@@ -238,7 +241,7 @@ def cmd_floor(args) -> int:
             if key == "floor_s_hot":  # its parts too: they add up, and a user checks that they do
                 doc["restore"] |= {"binding_hot": m["binding"], "binding_hot_gbps": m["gbps"],
                                    "binding_hot_how": m["how"], "times_s_hot": m["times_s"]}
-    doc["landing_hot_gbps"] = fl.landing_gbps(f, hot=True, nbytes=nbytes)
+    doc["landing_hot_gbps"] = None if link else fl.landing_gbps(f, hot=True, nbytes=nbytes)  # S3: no page cache
     if args.json:
         _emit(doc)
         return 0 if f.kept else 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 from ckptbench.cli.show import emit as _emit, say
 from ckptbench.core.errors import CkptbenchError, write_refused_exit
@@ -203,7 +204,8 @@ def cmd_check(args) -> int:
 
     facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results,
                    floor=True)
-    if not args.json and not args.markdown:  # it changed the box: said, as watch and floor say it
+    # it changed the box: said, as watch and floor say it (an object store's files leave no page cache)
+    if not args.json and not args.markdown and facts.page_cache:
         say(f"note: {args.source}'s files were read cold for the checklist: they have left the page cache (a job "
             "restoring from them now reads from storage)", sys.stderr)
     doc = report(args.source, evaluate(facts))
@@ -331,9 +333,15 @@ def cmd_upload(args) -> int:
     url = s3.parse(args.url)
     if args.part_size < 5 << 20:
         raise CkptbenchError(f"--part-size {args.part_size}: S3 multipart parts are at least 5 MiB")
+    from ckptbench.core.units import human_bytes, human_gbps
+
     tell = (lambda rel: say(f"  {rel}", sys.stderr)) if sys.stderr.isatty() else None  # the checkpoint's names
+    start = time.monotonic()
     done = s3.upload(args.directory, url, concurrency=args.concurrency, part_size=args.part_size, progress=tell)
-    print(f"uploaded {len(done)} files to {url}")
+    seconds = time.monotonic() - start
+    nbytes = sum(os.path.getsize(os.path.join(args.directory, rel)) for rel in done)
+    print(f"uploaded {len(done)} files ({human_bytes(nbytes)}) to {url} in {seconds:.3f} s, "
+          f"{human_gbps(nbytes / seconds / 1e9)} GB/s")
     return 0
 
 

@@ -143,7 +143,7 @@ COMMANDS = (
              o.RESULTS.but(help="append-only CSV; '' records nothing"), o.JSON, o.PICK)),
     Command("gen", "write a real sample checkpoint of a profile (not timed)", _lazy("cmd_gen"),
             (o.PROFILE, o.DIRECTORY.but(help="where the checkpoint is written (a new or empty directory; --force "
-                                             "replaces one gen wrote)"), o.FORMAT.but(default=None, help="default: the profile's"),
+                                             "replaces one gen wrote)"), o.FORMAT.but(default=None, help="the checkpoint format written (default: the profile's)"),
              o.RANKS.but(default=None, help="ranks the state is sharded over (default: the profile's)"), o.SEED,
              o.SCALE, o.DIGEST, o.FORCE.but(help="replace DIR when it holds a checkpoint gen wrote"))),
     Command("verify", "check every file against the checkpoint's manifest (exit 0 verified, 1 mismatch, "
@@ -152,10 +152,15 @@ COMMANDS = (
     Command("load", "verify, load into model and optimizer, and check one step (untimed)", _lazy("cmd_load", "checkpoints"),
             (o.DIRECTORY, o.NO_VERIFY, o.OPTIMIZER_STEP, o.JSON, o.PICK)),
     Command("pack", "pack a checkpoint's small files into a few large pack files", _lazy("cmd_pack"),
-            (o.DIRECTORY, o.OUT, o.TARGET_FILES)),
-    Command("unpack", "write a packed checkpoint back as separate files", _lazy("cmd_unpack"), (o.DIRECTORY, o.OUT)),
+            (o.DIRECTORY, o.OUT.but(help="where the packed checkpoint is written (a directory outside DIR)"),
+             o.TARGET_FILES)),
+    Command("unpack", "write a packed checkpoint back as separate files", _lazy("cmd_unpack"),
+            (o.DIRECTORY.but(help="a checkpoint `ckptbench pack` wrote"),
+             o.OUT.but(help="where the checkpoint is written back as separate files (a directory outside DIR)"))),
     Command("upload", "put a checkpoint directory under s3://bucket/prefix (multipart, CRC32C)", _lazy("cmd_upload"),
-            (o.DIRECTORY, o.S3_URL, o.CONCURRENCY, o.PART_SIZE)),
+            (o.DIRECTORY.but(help="a checkpoint directory: every file under it is put"), o.S3_URL, o.CONCURRENCY,
+             o.PART_SIZE.but(help="multipart part size: a larger file goes up in parts of this size (5 MiB at "
+                                  "least)"))),
     Command("tui", "the live dashboard: restore, concurrency by eye, checklist, sweep, history", _lazy("cmd_tui"),
             (o.SOURCE.but(nargs="?", help="a checkpoint directory on any mount, or an s3:// URL (optional: the "
                                           "dashboard opens without one)"), o.RESULTS, (o.START_RUN, o.START_LOOP, o.START_WATCH, o.OPEN_RANKS))),

@@ -79,8 +79,10 @@ def _print(doc: dict) -> None:
     print(f"watched {doc['pid']} ({command}): " + printable(redact(
         f"{doc['wall_s']:.2f} s, {doc['ended']}" + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))))
     least = "at least " if doc.get("count_note") else ""  # a count known to be short is not given as the rate
-    _say(f"read {least}{human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {least}"
-         f"{doc['loader_gbps']:.2f} GB/s; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; "
+    # no byte seen read times no reading: "0 B in 0.00 s: 0.00 GB/s" gave a rate nothing measured
+    read = (f"read {least}{human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {least}"
+            f"{doc['loader_gbps']:.2f} GB/s" if doc["bytes"] else "read: no checkpoint read seen, no reading timed")
+    _say(f"{read}; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; "
          f"major faults {doc['majflt']}")
     if least:
         _say(f"  a lower bound: {doc['count_note']}")

@@ -114,15 +114,15 @@ def argument(dest: str, metavar: str, help: str | None = None, nargs: str | None
 SOURCE = argument("source", "SOURCE", "a checkpoint directory on any mount")
 TARGETS = argument("targets", "DIR|FILE", "a checkpoint directory (the checkpoint a resume loads from it, as every "
                    "command picks it; see --pick), or files and directories read whole", nargs="+")
-DIRECTORY = argument("directory", "DIR")
-OUT = argument("out", "OUT")
+DIRECTORY = argument("directory", "DIR", "a checkpoint directory")
+OUT = argument("out", "OUT", "where the result is written (a directory outside DIR)")
 PROFILE = argument("profile", "PROFILE", "small, medium, large, 7b, 30b, 70b, or a .toml path")
 SAVE_WHAT = argument("what", "PROFILE|SOURCE", "a profile (its state generated once) or a checkpoint dir")
 SAVE_TARGET = argument("target", "TARGET", "the directory the saves go into (step-NNNNNN, newest kept)")
 WATCHED = argument("target", "PID | [--] COMMAND", "a PID, or the job to start: every word from its first on is the "
                    "job's, its options too (`--` before it is optional)", nargs="*")
 RESULTS_FILE = argument("results", "RESULTS", "a results.csv written by run")
-S3_URL = argument("url", "s3://BUCKET/PREFIX")
+S3_URL = argument("url", "s3://BUCKET/PREFIX", "the bucket, and the key prefix every file goes under")
 
 # how bytes are read
 CONCURRENCY = option("--concurrency", "-c", parse=whole(conc.MIN, conc.MAX), default=conc.DEFAULT,
@@ -130,8 +130,9 @@ CONCURRENCY = option("--concurrency", "-c", parse=whole(conc.MIN, conc.MAX), def
 READ = option("--read", choices=READ_MODES, default=AUTO,
               help="auto (default): direct for a cold read where the filesystem takes O_DIRECT, pread when cached")
 HASH = option("--hash", choices=HASHES, default="crc32c", help="digest computed while reading")
-RESTORE_HASH = HASH.but(default=None, help="default: the manifest's digest; none without a manifest (there is nothing "
-                        "to check a digest against; give one to record digests anyway)")
+RESTORE_HASH = HASH.but(default=None, help="digest computed while reading and checked against the manifest (default: "
+                        "the manifest's; none without a manifest: there is nothing to check a digest against; give one "
+                        "to record digests anyway)")
 BLOCK_SIZE = option("--block-size", parse=size, default=1 << 20, metavar="B", help="bytes per read call")
 CHUNK_SIZE = option("--chunk-size", parse=size, metavar="B",
                     help="big files are split into chunks of this size across workers (about 64M)")

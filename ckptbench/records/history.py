@@ -32,6 +32,7 @@ def runs(path: str) -> list[dict]:
             continue
         done = [r for r in rows if r["status"] in COMPLETED]
         ok = steady(done) if done else done  # a save's sustained figures are its saves after the first, as compare's
+        first_left_out = len(ok) < len(done)
         statuses = {r["status"] for r in rows}
         kind = rows[0].get("kind") or "restore"
         if ok and all(saw_no_read(r) for r in ok):  # no restore timed (older records gave it an RTO of 0 s)
@@ -55,7 +56,7 @@ def runs(path: str) -> list[dict]:
             "figure": figure,
             "figure_s": figure_s,
             "held_s": held if held is not None and held != figure_s else None,
-            "steady": len(ok) < len(done),  # the first save left out
+            "steady": first_left_out,  # the first save left out (not a watch left with no time: it timed none)
             "efficiency": efficiency_of(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
             "status": statuses.pop() if len(statuses) == 1 else "mixed",
             "unseen": bool(done) and not ok,  # a watch of a job seen to read no checkpoint file
