@@ -120,6 +120,8 @@ def _cut(intervals: list, lo: int, hi: int, interval_s: float | None) -> Window:
     is not a restore's time. One interval alone cannot be cut: the reads took less than it, by how much is unknown."""
     a, z = intervals[lo], intervals[hi]
     if lo == hi:  # intervals made by hand (interval_s None) are not samples: they are timed as they are
+        if interval_s is not None and (timed := _by_steps([a], 0.0, parts_min=2)) is not None:
+            return timed  # its byte counters' readings inside it say where the reads were
         note = "" if interval_s is None else (
             f"the reads fit in one sampling interval ({interval_s:g} s): too short to time; watch with "
             "`--interval 0.02`, or mark the load (`from ckptbench.mark import stage`)")
@@ -129,7 +131,7 @@ def _cut(intervals: list, lo: int, hi: int, interval_s: float | None) -> Window:
         rate = sum(_bytes(i) for i in between) / sum(_dt(i) for i in between)
     else:
         rate = max(_bytes(a) / _dt(a), _bytes(z) / _dt(z))
-        if (timed := _by_steps(a, z, rate)) is not None:
+        if (timed := _by_steps([a, z], rate)) is not None:
             return timed
     if rate <= 0:
         return Window(a.t0, z.t1, "samples")
@@ -139,23 +141,25 @@ def _cut(intervals: list, lo: int, hi: int, interval_s: float | None) -> Window:
 FAST_SHARE = 0.25  # of the fastest part's rate: a part of an end interval slower than this is not the load's (imports)
 
 
-def _by_steps(a, z, rate: float) -> Window | None:
-    """Two intervals, none between, timed by their parts (the sampler reads the byte counters STEPS times an interval):
-    from the first to the last part that read at a quarter of the fastest part's rate or more, each cut to its bytes at
-    that rate. The faster interval's rate, what a cut has without them, is the load's only where it read through the
-    whole of it: a hot torch.load of 300 MiB in 0.17 s across a sample read 150 MiB in each and was timed at 0.50 s.
-    None where the parts do not hold the bytes (a mapping's are not in them) or say no more than the intervals."""
-    if not a.steps or not z.steps:
+def _by_steps(ends: list, rate: float, parts_min: int = 1) -> Window | None:
+    """The end intervals (two, none between; or one alone) timed by their parts (the sampler reads the byte counters
+    STEPS times an interval): from the first to the last part that read at a quarter of the fastest part's rate or
+    more, each cut to its bytes at that rate. The faster interval's rate, what a cut has without them, is the load's
+    only where it read through the whole of it: a hot torch.load of 300 MiB in 0.17 s across a sample read 150 MiB in
+    each and was timed at 0.50 s; and a load inside one interval had no time at all. None where the parts do not hold
+    the bytes (a mapping's are not in them), say no more than the intervals, or are fewer than `parts_min` (reads
+    inside one part of one interval: the clock has no finer grain to time them by)."""
+    if not all(i.steps for i in ends):
         return None
     parts = []
-    for i in (a, z):
+    for i in ends:
         t = i.t0
         for t1, n in i.steps:
             parts.append((t, t1, n))
             t = t1
     peak = max(n / max(1e-9, t1 - t0) for t0, t1, n in parts)
     fast = [(t0, t1, n) for t0, t1, n in parts if n / max(1e-9, t1 - t0) >= FAST_SHARE * peak]
-    if peak <= rate or sum(n for _, _, n in fast) < SEEN_MIN * (_bytes(a) + _bytes(z)):
+    if peak <= rate or len(fast) < parts_min or sum(n for _, _, n in fast) < SEEN_MIN * sum(_bytes(i) for i in ends):
         return None
     (f0, f1, fn), (l0, l1, ln) = fast[0], fast[-1]
     return Window(max(f0, f1 - fn / peak), min(l1, l0 + ln / peak), "samples")
