@@ -101,8 +101,10 @@ def _open_beneath(base: str, rel: str) -> int:
         os.close(at)
 
 
-def read_member(root: str, rel, size: int | None = None, *, offset: int = 0, length: int | None = None) -> bytes:
-    """Bytes of a member (or of [offset, offset+length) inside it), never past its declared or actual size."""
+def read_member(root: str, rel, size: int | None = None, *, offset: int = 0, length: int | None = None,
+                most: tuple[int, str] | None = None) -> bytes:
+    """Bytes of a member (or of [offset, offset+length) inside it), never past its declared or actual size; with
+    `most` (bytes, what the file is), one longer than that is refused before any of it is read."""
     fd = open_member(root, rel, size)
     try:
         end = os.fstat(fd).st_size if size is None else size
@@ -110,6 +112,10 @@ def read_member(root: str, rel, size: int | None = None, *, offset: int = 0, len
             length = end - offset
         if offset < 0 or length < 0 or offset + length > end:
             raise _bad(root, rel, f"is read at {offset}+{length}, past its {end} bytes")
+        if most is not None and length > most[0]:
+            raise CkptbenchError(f"{os.path.join(root, rel)}: {length} bytes, more than {most[1]} ever holds (at most "
+                                 f"{most[0] >> 20} MiB); the file is damaged or crafted: check where the checkpoint "
+                                 "came from")
         out = bytearray()
         while len(out) < length:
             chunk = os.pread(fd, min(length - len(out), 16 << 20), offset + len(out))

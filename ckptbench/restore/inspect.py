@@ -19,6 +19,7 @@ from ckptbench.core.units import human_bytes
 from ckptbench.sources import Listing, Source
 from ckptbench.checkpoint.detect import not_a_checkpoint
 
+CONFIG_MAX = 16 << 20  # a model's config.json is a few kB (a multimodal one's tens of kB)
 # how trainers name per-rank files (the first group is the rank); DeepSpeed's ranks come from the layout. Hugging
 # Face's -0000N-of-0000M shards are not ranks: one process writes them all
 _RANK_PATTERNS = (
@@ -194,7 +195,9 @@ def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None)
     tail_bytes = sum(sizes.get(r, 0) for r in tail)
     dims, why_not = None, "no model shape is known"
     if man is not None and man.dims or "config.json" in rels:
-        config = {"config.json": read_member(directory, man, "config.json")} if "config.json" in rels else {}
+        # read for the shape only, within a bound: a sparse one claiming 256 GiB was read whole into memory
+        config = ({"config.json": read_member(directory, man, "config.json", most=(CONFIG_MAX, "a model's config"))}
+                  if "config.json" in rels else {})
         dims, why = restore.model_dims(man, config, {t.name for t in entries if t.group == "model"})
         why_not = why or why_not
     floating = sum(b for g in groups.values() for d, b in g.dtypes.items()
