@@ -36,3 +36,42 @@ def test_inspect_and_check_bound_their_read_of_config_json(tmp_path, h, ckpt):
     r = _capped("check", ck, "--json")
     assert r.rc == 1 and "Traceback" not in r.err and "MemoryError" not in r.err, r.err
     assert "config.json" in r.out
+
+
+def _fake_proc(tmp_path, mountinfo: bytes):
+    root = tmp_path / "root"
+    (root / "proc" / "self").mkdir(parents=True)
+    (root / "proc" / "self" / "mountinfo").write_bytes(mountinfo)
+    return root
+
+
+def test_a_mount_point_that_is_not_utf8_fails_no_probe(tmp_path):
+    """mountinfo shows a mount point's bytes as they are (only space, tab, newline and backslash escaped): one
+    mount at a name that is not UTF-8 anywhere on the box (a user's FUSE mount, a stick with a Latin-1 label) made
+    run, read, sysinfo and check a UnicodeDecodeError traceback before anything was read, whatever the checkpoint.
+    A probe fails soft; the checkpoint under such a mount is still found on it."""
+    from ckptbench.system import probes
+
+    root = _fake_proc(tmp_path, b"21 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+                                b"46 21 0:41 / /mnt/caf\xe9 rw,relatime - tmpfs none rw\n")
+    assert probes.mount_of("/data/x", str(root)).fs_type == "ext4"
+    m = probes.mount_of(os.fsdecode(b"/mnt/caf\xe9/ckpt"), str(root))
+    assert isinstance(m, probes.Mount) and m.fs_type == "tmpfs"
+
+
+def test_a_process_named_in_bytes_that_are_not_utf8_is_listed(tmp_path):
+    """check's scanning-agents item names the processes holding files open under the checkpoint by their comm, which
+    a process sets to any bytes (prctl PR_SET_NAME): one named \\xff was a UnicodeDecodeError traceback out of check."""
+    from ckptbench.system import probes
+
+    root = _fake_proc(tmp_path, b"")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "model.safetensors").write_bytes(b"x")
+    pid = root / "proc" / "4242"
+    (pid / "fd").mkdir(parents=True)
+    os.symlink(ck / "model.safetensors", pid / "fd" / "3")
+    (pid / "comm").write_bytes(b"\xff\xfeagent\x1b[2J\n")
+    found = probes.openers(str(ck), str(root))
+    assert [(p, n) for p, _, n in found] == [(4242, 1)]
+    assert "agent" in found[0][1]
