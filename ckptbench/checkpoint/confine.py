@@ -8,6 +8,8 @@ opened without blocking and without following a final symlink, be a regular file
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import errno
 import os
 import stat
@@ -16,6 +18,7 @@ from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
 
 MAX_MEMBER_PATH = 4096
+_BENEATH: contextvars.ContextVar[str | None] = contextvars.ContextVar("ckptbench_beneath", default=None)
 
 
 def _bad(root: str, rel, why: str) -> CkptbenchError:
@@ -99,6 +102,33 @@ def _open_beneath(base: str, rel: str) -> int:
         return os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=at)
     finally:
         os.close(at)
+
+
+@contextlib.contextmanager
+def beneath(root: str | None):
+    """Within it, open_listed opens a path below `root` as open_member does, one folder at a time from root. The
+    outermost root holds: the folder a user named, whose names the listing joined, guards the sub-folder it picked
+    (checkpoint-5 swapped for a link is refused too, where its own real path would follow the link)."""
+    if root is None or _BENEATH.get() is not None:
+        yield
+        return
+    token = _BENEATH.set(os.path.abspath(root))
+    try:
+        yield
+    finally:
+        _BENEATH.reset(token)
+
+
+def open_listed(path: str) -> int:
+    """A listed file opened read-only without blocking or following a final link; below the root `beneath` names,
+    none of its folders followed either: the listing holds no link, so a folder swapped for one since (the
+    checkpoint's own, for another checkpoint or /etc) fails (ELOOP) instead of being read through."""
+    root = _BENEATH.get()
+    if root is not None:
+        rel = os.path.relpath(os.path.abspath(path), root)
+        if is_plain(rel):
+            return _open_beneath(os.path.realpath(root), rel)
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
 
 
 def read_member(root: str, rel, size: int | None = None, *, offset: int = 0, length: int | None = None,

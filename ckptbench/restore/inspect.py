@@ -12,7 +12,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint import confine, layouts
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.core.units import human_bytes
@@ -165,16 +165,23 @@ def _notes(lay, entries: list[Tensor]) -> list[str]:
 
 def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None) -> dict:
     """The inspect document: layout, tensors by group, the read plan, and what the check stage will do."""
-    from ckptbench.restore import load as restore
-    from ckptbench.checkpoint.members import read_member
-    from ckptbench.sources import ReadOptions
-
     listing = source.list()
     if listing.format == "unknown":
         raise not_a_checkpoint(listing.source, listing.passed)
     if not source.files_on_disk:
         raise CkptbenchError(f"{listing.source}: inspect reads headers from local files; for an object store, "
                              "copy the checkpoint's headers down or run `ckptbench run` against it")
+    # no folder swapped for a link since the listing is read through: below the folder named, as fastio reads
+    with confine.beneath(getattr(source, "directory", None) or listing.source):
+        return _document(source, listing, concurrency, tensors)
+
+
+def _document(source: Source, listing: Listing, concurrency: int, tensors: str | None) -> dict:
+    """inspect's document of a listed checkpoint on local files."""
+    from ckptbench.restore import load as restore
+    from ckptbench.checkpoint.members import read_member
+    from ckptbench.sources import ReadOptions
+
     directory = listing.source
     man = listing.manifest
     rels = listing.rels

@@ -75,3 +75,63 @@ def test_a_process_named_in_bytes_that_are_not_utf8_is_listed(tmp_path):
     found = probes.openers(str(ck), str(root))
     assert [(p, n) for p, _, n in found] == [(4242, 1)]
     assert "agent" in found[0][1]
+
+
+def _outer_with_a_swap(tmp_path, h, ckpt, monkeypatch, after: str, before: bool = False):
+    """outer/checkpoint-5 (a copy of a real checkpoint, picked as a Trainer's resume picks it) and, outside, a
+    checkpoint of other weights; once `after` (a function of ckptbench, patched) has run, checkpoint-5 is swapped for a
+    link to the outside one (or as it starts, `before`): what changes between the listing (or the read) and the
+    loader's open."""
+    import importlib
+
+    import torch
+    from safetensors.torch import save_file
+
+    outer = tmp_path / "outer"
+    inner = h.copy_ckpt(ckpt("safetensors", 1), outer / "checkpoint-5")
+    other = tmp_path / "elsewhere"
+    h.copy_ckpt(inner, other)
+    for name in os.listdir(other):
+        if name.startswith("model-") and name.endswith(".safetensors"):
+            save_file({"outside.secret": torch.zeros(3)}, str(other / name))
+    module, owner, name = after.rsplit(".", 2)
+    try:
+        mod = getattr(importlib.import_module(module), owner)
+    except ImportError:
+        mod = importlib.import_module(f"{module}.{owner}")
+    real = getattr(mod, name)
+
+    def swap():
+        if os.path.isdir(inner) and not os.path.islink(inner):
+            os.rename(inner, tmp_path / "moved")
+            os.symlink(other, inner)
+
+    def swapped(*a, **k):
+        if before:
+            swap()
+        out = real(*a, **k)
+        swap()
+        return out
+
+    monkeypatch.setattr(mod, name, swapped)
+    return outer
+
+
+def test_inspect_never_reads_through_a_folder_swapped_for_a_link(tmp_path, h, ckpt, monkeypatch):
+    """inspect opened each shard by its path with O_NOFOLLOW, which guards the last component only: the checkpoint's
+    folder swapped for a link to another after the listing had inspect read the other's headers (names, shapes) as
+    this checkpoint's. The shard is opened one folder at a time from the checkpoint, as confine and fastio open one:
+    one line, the link named."""
+    outer = _outer_with_a_swap(tmp_path, h, ckpt, monkeypatch, "ckptbench.sources.local.LocalSource.list")
+    r = h.run_cli("inspect", outer, "--tensors")
+    assert "outside.secret" not in r.out
+    assert_one_line_error(r, "symbolic link", rc=2)
+
+
+def test_a_staged_restore_never_loads_through_a_folder_swapped_for_a_link(tmp_path, h, ckpt, monkeypatch):
+    """A staged restore reads and hashes the files (fastio, beneath the folder), then loads from the files by path:
+    the folder swapped for a link between the two had the other checkpoint's weights loaded as this one's."""
+    outer = _outer_with_a_swap(tmp_path, h, ckpt, monkeypatch, "ckptbench.restore.load.load_state", before=True)
+    r = h.run_cli("run", outer, "--mode", "staged", "--repeat", "1", "--results", "", "--cache", "as-is")
+    assert r.rc != 0 and "Traceback" not in r.err
+    assert "symbolic link" in r.err, r.err
