@@ -8,6 +8,8 @@ opened without blocking and without following a final symlink, be a regular file
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import errno
 import os
 import stat
@@ -16,6 +18,7 @@ from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
 
 MAX_MEMBER_PATH = 4096
+_BENEATH: contextvars.ContextVar[str | None] = contextvars.ContextVar("ckptbench_beneath", default=None)
 
 
 def _bad(root: str, rel, why: str) -> CkptbenchError:
@@ -101,8 +104,37 @@ def _open_beneath(base: str, rel: str) -> int:
         os.close(at)
 
 
-def read_member(root: str, rel, size: int | None = None, *, offset: int = 0, length: int | None = None) -> bytes:
-    """Bytes of a member (or of [offset, offset+length) inside it), never past its declared or actual size."""
+@contextlib.contextmanager
+def beneath(root: str | None):
+    """Within it, open_listed opens a path below `root` as open_member does, one folder at a time from root. The
+    outermost root holds: the folder a user named, whose names the listing joined, guards the sub-folder it picked
+    (checkpoint-5 swapped for a link is refused too, where its own real path would follow the link)."""
+    if root is None or _BENEATH.get() is not None:
+        yield
+        return
+    token = _BENEATH.set(os.path.abspath(root))
+    try:
+        yield
+    finally:
+        _BENEATH.reset(token)
+
+
+def open_listed(path: str) -> int:
+    """A listed file opened read-only without blocking or following a final link; below the root `beneath` names,
+    none of its folders followed either: the listing holds no link, so a folder swapped for one since (the
+    checkpoint's own, for another checkpoint or /etc) fails (ELOOP) instead of being read through."""
+    root = _BENEATH.get()
+    if root is not None:
+        rel = os.path.relpath(os.path.abspath(path), root)
+        if is_plain(rel):
+            return _open_beneath(os.path.realpath(root), rel)
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+
+
+def read_member(root: str, rel, size: int | None = None, *, offset: int = 0, length: int | None = None,
+                most: tuple[int, str] | None = None) -> bytes:
+    """Bytes of a member (or of [offset, offset+length) inside it), never past its declared or actual size; with
+    `most` (bytes, what the file is), one longer than that is refused before any of it is read."""
     fd = open_member(root, rel, size)
     try:
         end = os.fstat(fd).st_size if size is None else size
@@ -110,6 +142,10 @@ def read_member(root: str, rel, size: int | None = None, *, offset: int = 0, len
             length = end - offset
         if offset < 0 or length < 0 or offset + length > end:
             raise _bad(root, rel, f"is read at {offset}+{length}, past its {end} bytes")
+        if most is not None and length > most[0]:
+            raise CkptbenchError(f"{os.path.join(root, rel)}: {length} bytes, more than {most[1]} ever holds (at most "
+                                 f"{most[0] >> 20} MiB); the file is damaged or crafted: check where the checkpoint "
+                                 "came from")
         out = bytearray()
         while len(out) < length:
             chunk = os.pread(fd, min(length - len(out), 16 << 20), offset + len(out))

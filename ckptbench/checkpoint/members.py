@@ -142,14 +142,15 @@ def pack_tables(directory: str, man: mf.Manifest) -> list[PackTable]:
     return tables
 
 
-def read_member(directory: str, man: mf.Manifest | None, rel: str) -> bytes:
+def read_member(directory: str, man: mf.Manifest | None, rel: str, most: tuple[int, str] | None = None) -> bytes:
     """A file's bytes whether it stands alone or sits in a pack, read through confine: a packed member's record is
-    checked against the pack's declared size, and the read never leaves [offset, offset + size)."""
+    checked against the pack's declared size, and the read never leaves [offset, offset + size); `most` as
+    confine.read_member takes it."""
     if man is not None:
         packs = _packs_of(directory, man)
         pack_file = _index(man).home.get(rel)
         if pack_file is not None:
             size = _pack_size(directory, man, pack_file)
             m = _member(directory, pack_file, size, rel, packs[pack_file][rel])
-            return confine.read_member(directory, pack_file, size, offset=m.offset, length=m.size)
-    return confine.read_member(directory, rel)
+            return confine.read_member(directory, pack_file, size, offset=m.offset, length=m.size, most=most)
+    return confine.read_member(directory, rel, most=most)

@@ -12,13 +12,14 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint import confine, layouts
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.core.units import human_bytes
 from ckptbench.sources import Listing, Source
 from ckptbench.checkpoint.detect import not_a_checkpoint
 
+CONFIG_MAX = 16 << 20  # a model's config.json is a few kB (a multimodal one's tens of kB)
 # how trainers name per-rank files (the first group is the rank); DeepSpeed's ranks come from the layout. Hugging
 # Face's -0000N-of-0000M shards are not ranks: one process writes them all
 _RANK_PATTERNS = (
@@ -164,16 +165,23 @@ def _notes(lay, entries: list[Tensor]) -> list[str]:
 
 def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None) -> dict:
     """The inspect document: layout, tensors by group, the read plan, and what the check stage will do."""
-    from ckptbench.restore import load as restore
-    from ckptbench.checkpoint.members import read_member
-    from ckptbench.sources import ReadOptions
-
     listing = source.list()
     if listing.format == "unknown":
         raise not_a_checkpoint(listing.source, listing.passed)
     if not source.files_on_disk:
         raise CkptbenchError(f"{listing.source}: inspect reads headers from local files; for an object store, "
                              "copy the checkpoint's headers down or run `ckptbench run` against it")
+    # no folder swapped for a link since the listing is read through: below the folder named, as fastio reads
+    with confine.beneath(getattr(source, "directory", None) or listing.source):
+        return _document(source, listing, concurrency, tensors)
+
+
+def _document(source: Source, listing: Listing, concurrency: int, tensors: str | None) -> dict:
+    """inspect's document of a listed checkpoint on local files."""
+    from ckptbench.restore import load as restore
+    from ckptbench.checkpoint.members import read_member
+    from ckptbench.sources import ReadOptions
+
     directory = listing.source
     man = listing.manifest
     rels = listing.rels
@@ -194,7 +202,9 @@ def inspect(source: Source, *, concurrency: int = 8, tensors: str | None = None)
     tail_bytes = sum(sizes.get(r, 0) for r in tail)
     dims, why_not = None, "no model shape is known"
     if man is not None and man.dims or "config.json" in rels:
-        config = {"config.json": read_member(directory, man, "config.json")} if "config.json" in rels else {}
+        # read for the shape only, within a bound: a sparse one claiming 256 GiB was read whole into memory
+        config = ({"config.json": read_member(directory, man, "config.json", most=(CONFIG_MAX, "a model's config"))}
+                  if "config.json" in rels else {})
         dims, why = restore.model_dims(man, config, {t.name for t in entries if t.group == "model"})
         why_not = why or why_not
     floating = sum(b for g in groups.values() for d, b in g.dtypes.items()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ckptbench.checkpoint import layouts
+from ckptbench.checkpoint import confine, layouts
 from ckptbench.checkpoint import resume
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
@@ -73,7 +73,15 @@ def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes]
 
     `shards` names the shard paths when there is no directory to walk (an S3 prefix read into memory); `lay` the
     listing's layout (resume.choose, computed once), else it is chosen here from the directory. A Trainer's
-    torch.save state beside safetensors weights is loaded too (into `extra`, under each file's stem)."""
+    torch.save state beside safetensors weights is loaded too (into `extra`, under each file's stem). Files are
+    opened one folder at a time from `directory` (confine.beneath): one swapped for a link since it was read is
+    refused, not loaded as this checkpoint's."""
+    with confine.beneath(directory):
+        return _load_state(directory, fmt, buffers, shards, lay)
+
+
+def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | None, shards: list[str] | None,
+                lay: layouts.Layout | None) -> CheckpointState:
     fmt = fmt or detect(directory)
     mod = module_for(fmt)
     if fmt == "dcp":
@@ -313,7 +321,15 @@ class RestoreOutcome:
 def restore_dir(directory: str, *, verify: bool = True, optimizer_step: bool = False,
                 concurrency: int = 8, pick: str | None = None) -> RestoreOutcome:
     """Verify, load the tail and the shards, restore into model and optimizer, check — untimed building blocks, on
-    the checkpoint a resume loads (resume.choose, as `run` picks it)."""
+    the checkpoint a resume loads (resume.choose, as `run` picks it). Its files are opened below `directory`, no
+    folder followed (confine.beneath)."""
+    with confine.beneath(directory):
+        return _restore_dir(directory, verify=verify, optimizer_step=optimizer_step, concurrency=concurrency,
+                            pick=pick)
+
+
+def _restore_dir(directory: str, *, verify: bool, optimizer_step: bool, concurrency: int,
+                 pick: str | None) -> RestoreOutcome:
     from ckptbench.sources.local import LocalSource
     from ckptbench.checkpoint.verify import verify as verify_dir
 

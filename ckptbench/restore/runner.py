@@ -280,6 +280,7 @@ class Run:
     def _load_state(self, listing: Listing, man, buffers: dict | None):
         """Shards and the tail into a CheckpointState, then into the model built on the meta device."""
         from ckptbench.restore import load as restore
+        from ckptbench.checkpoint import confine
         from ckptbench.checkpoint.formats import inert
 
         if self.stage_dir:
@@ -296,8 +297,9 @@ class Run:
             if self.tiled is not None:
                 state = self._from_pieces(listing, buffers or {})
             else:
-                state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards,
-                                           lay=listing.layout)
+                with confine.beneath(getattr(self.source, "directory", None)):  # the folder named, as fastio reads
+                    state = restore.load_state(listing.source, listing.format, buffers=buffers, shards=shards,
+                                               lay=listing.layout)
             if listing.format == "dcp" and LOAD not in self.notes:  # why this stage outweighs the read, for DCP
                 self.notes[LOAD] = ("each DCP chunk copied into a tensor of its own (DCP stores chunks at unaligned "
                                     "offsets, so they cannot be the tensors): populating that fresh memory is most "

@@ -329,8 +329,11 @@ def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_
                          use_threads=True)
 
     def put(rel: str) -> str:
-        client.upload_file(os.path.join(directory, rel), url.bucket, url.key(rel),
-                           ExtraArgs={"ChecksumAlgorithm": "CRC32C"}, Config=cfg)
+        # opened as run reads: one component at a time from the folder, no link followed, a regular file on the
+        # descriptor (boto3's upload_file opened the path: a file or folder swapped for a link to /etc after the
+        # listing was put in the bucket, and a FIFO put in a file's place blocked the upload for good)
+        with os.fdopen(confine.open_member(directory, rel, links=False), "rb") as f:
+            client.upload_fileobj(f, url.bucket, url.key(rel), ExtraArgs={"ChecksumAlgorithm": "CRC32C"}, Config=cfg)
         if progress:
             progress(rel)
         return rel

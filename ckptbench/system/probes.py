@@ -18,10 +18,12 @@ class Unknown:
         return f"unknown ({self.reason})"
 
 
-def _read(root: str, rel: str) -> str | Unknown:
+def _read(root: str, rel: str, errors: str = "surrogateescape") -> str | Unknown:
+    """A /proc or /sys text, whatever bytes it holds: mountinfo shows a mount point's bytes as they are (one not UTF-8
+    on the box made every command a UnicodeDecodeError), kept as os.fsdecode keeps a path so it still matches one."""
     path = os.path.join(root, rel.lstrip("/"))
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8", errors=errors) as f:
             return f.read()
     except OSError as exc:
         return Unknown(f"{path}: {exc.strerror or exc}")
@@ -248,7 +250,7 @@ def openers(directory: str, root: str = "/", exclude_pid: int | None = None) -> 
             continue  # another user's process, or it exited
         hits = sum(1 for link in links if link.startswith(target))
         if hits:
-            comm = _read(root, f"proc/{pid}/comm")
+            comm = _read(root, f"proc/{pid}/comm", errors="replace")  # any bytes (PR_SET_NAME): only shown
             found.append((int(pid), comm.strip() if isinstance(comm, str) else "?", hits))
     return found
 

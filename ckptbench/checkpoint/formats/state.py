@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ckptbench.checkpoint.confine import open_listed
 from ckptbench.core.errors import CkptbenchError
 
 OPTIM_KEYS = ("master", "exp_avg", "exp_avg_sq")
@@ -114,8 +115,8 @@ class CheckpointState:
 
 def cannot_open(path: str, exc: OSError) -> "FormatError":
     if exc.errno == errno.ELOOP:
-        return FormatError(f"{path}: is a symbolic link now, swapped in since the checkpoint was listed: never "
-                           "followed; restore a copy nothing else writes to")
+        return FormatError(f"{path}: it, or a folder it lies in, is a symbolic link now, swapped in since the "
+                           "checkpoint was listed: never followed; restore a copy nothing else writes to")
     return FormatError(f"{path}: cannot open ({exc.strerror}); check the path and its permissions")
 
 
@@ -123,9 +124,10 @@ def cannot_open(path: str, exc: OSError) -> "FormatError":
 def open_regular(path: str, what: str):
     """(file, its stat) of `path` opened without blocking on a FIFO and kept only if a regular file: one descriptor,
     so what is checked is what is read. `what` completes "not a regular file; ... must be one". A symlink is refused
-    (O_NOFOLLOW): the listing holds none, so one there now was swapped in since."""
+    (O_NOFOLLOW), and so is a folder on its way below the checkpoint being loaded (confine.beneath): the listing
+    holds none, so one there now was swapped in since."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+        fd = open_listed(path)
     except OSError as exc:
         raise cannot_open(path, exc) from None
     with os.fdopen(fd, "rb") as f:

@@ -11,6 +11,7 @@ import stat
 import struct
 import zipfile
 
+from ckptbench.checkpoint.confine import open_listed
 from ckptbench.checkpoint.formats import torch_prescan
 from ckptbench.checkpoint.formats.state import FormatError, cannot_open
 
@@ -120,9 +121,10 @@ def check_start(head: bytes, where: str) -> bool:
 
 def open_regular(path: str):
     """The shard opened for reading without blocking on a FIFO or following a symlink swapped in since the listing,
-    refused unless a regular file."""
+    refused unless a regular file; a folder on its way below the checkpoint being loaded is not followed either
+    (confine.beneath)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+        fd = open_listed(path)
     except OSError as exc:
         raise cannot_open(path, exc) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
