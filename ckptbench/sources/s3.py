@@ -305,6 +305,19 @@ def list_objects(client, url: S3Url) -> list[S3Object]:
     return sorted(out, key=lambda o: o.key)
 
 
+class _Upto:
+    """A file object read up to `size` bytes and no further (boto3 reads a stream until it returns nothing)."""
+
+    def __init__(self, f, size: int):
+        self.f, self.left = f, size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        data = self.f.read(n) if n else b""
+        self.left -= len(data)
+        return data
+
+
 def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_size: int = DEFAULT_PART,
            progress=None) -> list[str]:
     """Puts every file of a checkpoint under the prefix: multipart above part_size, CRC32C checksums on all."""
@@ -332,8 +345,20 @@ def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_
         # opened as run reads: one component at a time from the folder, no link followed, a regular file on the
         # descriptor (boto3's upload_file opened the path: a file or folder swapped for a link to /etc after the
         # listing was put in the bucket, and a FIFO put in a file's place blocked the upload for good)
-        with os.fdopen(confine.open_member(directory, rel, links=False), "rb") as f:
-            client.upload_fileobj(f, url.bucket, url.key(rel), ExtraArgs={"ChecksumAlgorithm": "CRC32C"}, Config=cfg)
+        fd = confine.open_member(directory, rel, links=False)
+        with os.fdopen(fd, "rb") as f:
+            before = os.fstat(fd)
+            # the bytes it had when opened, no more: a file another process keeps writing was read to its end,
+            # however far that went
+            client.upload_fileobj(_Upto(f, before.st_size), url.bucket, url.key(rel),
+                                  ExtraArgs={"ChecksumAlgorithm": "CRC32C"}, Config=cfg)
+            after = os.fstat(fd)
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            # the object holds a mix of two versions of the file: ours to take back, and said
+            client.delete_object(Bucket=url.bucket, Key=url.key(rel))
+            raise CkptbenchError(f"{os.path.join(directory, rel)}: changed while it was uploaded ({before.st_size} "
+                                 f"bytes when opened, {after.st_size} after); its object is removed: upload again "
+                                 "once the checkpoint is written whole", exit_code=1)
         if progress:
             progress(rel)
         return rel

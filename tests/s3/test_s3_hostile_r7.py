@@ -97,3 +97,39 @@ def test_upload_of_a_fifo_swapped_in_after_listing_is_refused_not_a_hang(s3env, 
         t.join(30)
         pytest.fail("upload blocked on a FIFO")
     assert "err" in out and "config.json" in str(out["err"]) and "\n" not in str(out["err"])
+
+
+def test_upload_of_a_file_written_while_it_is_sent_is_refused_and_its_object_taken_back(s3env, s3server, s3bucket,
+                                                                                        small_ckpt, monkeypatch):
+    """A file another process goes on writing was read to its end, however far that went, and the object held a mix
+    of two versions. Now each file is sent as it was when opened (its size then), and one that changed meanwhile is
+    one line, exit 1, with its object removed (ours: we wrote it)."""
+    root, _ = small_ckpt
+    grown = root / "config.json"
+
+    class Growing(s3mod._Upto):
+        def read(self, n=-1):
+            if not getattr(self, "wrote", False):  # once per file, and only config.json grows
+                self.wrote = True
+                if os.path.samestat(os.fstat(self.f.fileno()), os.stat(grown)):
+                    with open(grown, "ab") as w:
+                        w.write(b"x" * 4096)
+            return super().read(n)
+
+    monkeypatch.setattr(s3mod, "_Upto", Growing)
+    with pytest.raises(CkptbenchError) as err:
+        s3mod.upload(str(root), s3mod.parse(f"s3://{s3bucket}/p"), concurrency=4)
+    line = str(err.value)
+    assert "config.json" in line and "changed while it was uploaded" in line and "\n" not in line, line
+    assert err.value.exit_code == 1
+    assert "p/config.json" not in bucket_contents(s3server, s3bucket)
+
+
+def test_upload_sends_each_file_as_it_was_when_opened(s3env, s3server, s3bucket, small_ckpt):
+    """The bytes in the bucket are the files' own, no more (the bound reads exactly their size)."""
+    root, _ = small_ckpt
+    s3mod.upload(str(root), s3mod.parse(f"s3://{s3bucket}/p"), concurrency=4)
+    got = bucket_contents(s3server, s3bucket)
+    for path in root.rglob("*"):
+        if path.is_file():
+            assert got[f"p/{path.relative_to(root)}"] == path.read_bytes()
