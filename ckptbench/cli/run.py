@@ -11,7 +11,6 @@ from ckptbench.core.errors import CkptbenchError, name_source
 from ckptbench.cli.show import digests_line, print_floor, print_pick, print_recorded, say, sweep_floor_lines
 from ckptbench.core.stages import STAGES
 from ckptbench.core.units import human_bytes, human_pct
-from ckptbench.system.pagecache import NO_PAGE_CACHE
 
 
 class StageProgress:
@@ -87,7 +86,7 @@ def cache_line(c: dict, repeats: int) -> str:
         amount = f"{bound}{r * 100:.4g} % of it"
     else:
         amount = f"{bound}{human_pct(r)} of it"
-    local = not any(NO_PAGE_CACHE in n for n in c["notes"])  # S3: nothing was evicted or read in
+    local = c.get("local", True)  # S3: nothing was evicted or read in
     how = ({"cold": "cold: evicted first", "hot": "hot: read in first"} if local else
            {"cold": "cold: nothing local to evict", "hot": "hot: nothing local to read in"}).get(c["requested"],
                                                                                                "as-is: as found")

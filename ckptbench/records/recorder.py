@@ -68,6 +68,7 @@ def summarize(run_id: str, source: str, fmt: str, opts, reps: list, env: dict) -
                       r.cache.residency_before for r in reps),
                   "residency_after": max((r.cache.residency_after or 0.0) for r in reps),
                   "verified": all(r.cache.verified for r in reps),
+                  "local": all(r.cache.local for r in reps),
                   "notes": sorted({r.cache.note for r in reps if r.cache.note})},
         "peak_rss_bytes": max(r.peak_rss_bytes for r in reps),
         "cpu_s": spread([r.cpu_s for r in reps])["median"],

@@ -107,8 +107,8 @@ class S3Source:
 
     def prepare_cache(self, listing: Listing, cache: str, *, drop_caches: bool = False) -> CacheCondition:
         if cache == "hot":  # nothing can be made resident: "hot, verified" with none of it cached said what was not
-            return CacheCondition(cache, 0.0, False, f"{NO_CACHE}: a hot read cannot be made")
-        return CacheCondition(cache, 0.0, True, NO_CACHE)
+            return CacheCondition(cache, 0.0, False, f"{NO_CACHE}: a hot read cannot be made", local=False)
+        return CacheCondition(cache, 0.0, True, NO_CACHE, local=False)
 
     def residency(self, listing: Listing) -> float | None:
         return None

@@ -22,9 +22,10 @@ class CacheCondition:
     verified: bool
     note: str = ""
     residency_after: float | None = None
+    local: bool = True  # False: a source whose reads all go to a server (S3): nothing to evict or read in
 
     def with_after(self, fraction: float) -> "CacheCondition":
-        return CacheCondition(self.requested, self.residency_before, self.verified, self.note, fraction)
+        return CacheCondition(self.requested, self.residency_before, self.verified, self.note, fraction, self.local)
 
     def to_dict(self) -> dict:
         return asdict(self)

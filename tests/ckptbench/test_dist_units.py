@@ -329,3 +329,12 @@ def test_the_nodes_residency_is_said_as_the_condition_reads_it(requested, said):
     from ckptbench.cli.dist import _residency
 
     assert _residency({"requested": requested, "residency_before": 0.99, "residency_before_min": 0.97}) == said
+
+
+def test_a_local_restore_says_its_page_cache_is_local_and_the_line_reads_it_so():
+    """cache_line told an S3 run by its note's wording; the cache document says it in a field."""
+    from ckptbench.cli.run import cache_line
+
+    c = {"requested": "cold", "residency_before": 0.0, "verified": True, "notes": [], "local": True}
+    assert "cold: evicted first, verified" in cache_line(c, 1)
+    assert "cold: nothing local to evict, verified" in cache_line(c | {"local": False}, 1)

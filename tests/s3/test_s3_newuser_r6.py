@@ -43,6 +43,7 @@ def test_a_hot_s3_restore_is_not_called_verified_hot(s3env, url, tmp_path):
     assert rc == 0, err
     cache = json.loads(out)["cache"]
     assert cache["requested"] == "hot" and cache["residency_before"] == 0.0 and cache["verified"] is False, cache
+    assert cache["local"] is False  # the text below goes by this field, not by a note's wording
     rc, out, err = run_cli("run", url, "--cache", "hot", "--repeat", "1", "--results", tmp_path / "r.csv")
     line = next(ln for ln in out.splitlines() if ln.startswith("page cache before the restore"))
     assert "hot: nothing local to read in, NOT VERIFIED" in line and "a hot read cannot be made" in line, line
