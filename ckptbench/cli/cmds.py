@@ -167,10 +167,16 @@ def cmd_plan(args) -> int:
         print(f"saving every {s['interval_s']:g} s needs {human_gbps(s['required_gbps'])} GB/s sustained "
               f"({human_gbps(s['per_rank_gbps'])} GB/s per rank)")
         m = s.get("measured")
-        if m:
+        if m and m.get("size_mismatch"):
             say(f"measured: {m['sustained_gbps']:.3f} GB/s sustained to {m['target']} (save run {m['run_id']}, "
-                f"{m['date']}): a save takes about {m['durable_s_estimate']:.1f} s, so the shortest safe interval "
-                f"is {m['shortest_safe_interval_s']:.1f} s: {'met' if m['meets_interval'] else 'NOT met'}")
+                f"{m['date']}), {m['size_mismatch']}; at that rate a save would take about "
+                f"{m['durable_s_estimate']:.1f} s")
+        elif m:
+            size = (f"measured on a {human_bytes(m['bytes'])} save, this plan is for {human_bytes(m['planned_bytes'])}"
+                    if m.get("bytes") else "the measured save's size is not recorded")
+            say(f"measured: {m['sustained_gbps']:.3f} GB/s sustained to {m['target']} (save run {m['run_id']}, "
+                f"{m['date']}; {size}): a save takes about {m['durable_s_estimate']:.1f} s, so the shortest safe "
+                f"interval is {m['shortest_safe_interval_s']:.1f} s: {'met' if m['meets_interval'] else 'NOT met'}")
         else:
             print(f"no save measured{' to ' + args.target if args.target else ''} in {args.results}: "
                   "run `ckptbench save` to the target for a measured verdict")

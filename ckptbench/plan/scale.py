@@ -80,6 +80,14 @@ def measured_rank_read(results_path: str, on=None) -> dict | None:
     return None
 
 
+def _newest_storage(results_path: str, run_id: str) -> str:
+    """What the run `run_id` (as measured_rank_read quotes it) read, as the plan's note names it."""
+    from ckptbench.records.results import read_rows
+
+    found = next((_storage_of(r) for r in reversed(read_rows(results_path)) if _said(r["run_id"]) == run_id), None)
+    return _said(found) if found else "storage it did not record"
+
+
 def _storage_of(row: dict) -> str | None:
     """What a recorded run read from: its URL scheme, else its filesystem as its environment recorded it; None when
     neither is known (it matches no preset)."""
@@ -101,8 +109,10 @@ def rank_read_on(results_path: str, preset: Preset) -> tuple[dict | None, str]:
     other = measured_rank_read(results_path)
     if other is None:
         return None, ""
+    # named by what it read: "read other storage than efs's (nfs, nfs4)" read as if the run had read NFS
+    read = _newest_storage(results_path, other["run_id"])
     return None, (f"; the newest run in {printable(redact(results_path))} ({other['run_id']}, {other['where']}) read "
-                  f"other storage than {preset.name}'s ({', '.join(sorted(kinds))}): not used")
+                  f"{read}, not {preset.name} ({', '.join(sorted(kinds))}), the storage this plan is for: not used")
 
 
 def _requests(profile: Profile, base: dict, preset: Preset) -> dict | None:

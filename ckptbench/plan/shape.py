@@ -14,6 +14,9 @@ SMALL_FILE_AVG = 56 << 10  # the generator's data-loader files average 56 KiB
 MAX_WRITE_GBPS = 1000.0  # far beyond any one machine's storage: a recorded figure above it is damaged, not measured
 MIN_WRITE_GBPS = 1e-4  # 100 kB/s: below, a save of 7B took 10^300 s and plan printed every digit of it
 MIN_INTERVAL_S = 1e-3  # --interval 1e-320 needed an infinite bandwidth: an OverflowError traceback
+# how far the measured save's size may be from the planned checkpoint's before its throughput gives no verdict: a
+# save's rate depends on its size (fixed costs of fsync, rename and manifest; the dirty limit a large one meets)
+SIZE_FACTOR = 2.0
 
 
 def _in_range(gbps) -> bool:
@@ -74,6 +77,8 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
                           "(durable_s) to take its sustained throughput over; run `ckptbench save` again")
         return out
     out["sustained_gbps"] = rate
+    sizes = sorted(r["bytes"] for r in rows if isinstance(r.get("bytes"), (int, float)) and r["bytes"] > 0)
+    out["bytes"] = int(sizes[len(sizes) // 2]) if sizes else None  # what each save of the run wrote
     return out
 
 
@@ -103,9 +108,22 @@ def _fraction(x) -> bool:
 
 
 def _against(total: int, interval_s: float, measured: dict) -> dict:
+    """The measured throughput applied to this checkpoint's size; no verdict (meets_interval None, size_mismatch
+    saying why) where the measured save was more than SIZE_FACTOR smaller or larger: its rate is not this size's."""
+    from ckptbench.core.units import human_bytes
+
     durable = total / (measured["sustained_gbps"] * 1e9)
-    return measured | {"durable_s_estimate": durable, "shortest_safe_interval_s": durable * HEADROOM,
-                       "meets_interval": durable * HEADROOM <= interval_s}
+    out = measured | {"planned_bytes": total, "durable_s_estimate": durable,
+                      "shortest_safe_interval_s": durable * HEADROOM, "meets_interval": durable * HEADROOM <= interval_s}
+    size = measured.get("bytes")
+    if size and max(size, total) / min(size, total) > SIZE_FACTOR:
+        out["meets_interval"] = None
+        out["size_mismatch"] = (
+            f"measured on a {human_bytes(size)} save; this plan is for {human_bytes(total)} "
+            f"({max(size, total) / min(size, total):.1f}x {'larger' if total > size else 'smaller'}): small saves run "
+            "below the throughput large ones reach, and large ones can meet the dirty limit, so no verdict on the "
+            f"interval from it; measure this size (`ckptbench save PROFILE TARGET --count 3`, `--scale F` to match)")
+    return out
 
 
 def plan(profile: Profile, interval_s: float | None = None, measured: dict | None = None) -> dict:

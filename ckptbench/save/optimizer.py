@@ -328,11 +328,13 @@ def _fold_step(state: CheckpointState, moved: dict[str, dict[str, torch.Tensor]]
     return f"; their step ({v}) is the save's step"
 
 
-def adopt(state: CheckpointState, ordered: bool, fmt: str = "safetensors") -> tuple[list[str], set[str]]:
+def adopt(state: CheckpointState, ordered: bool, fmt: str = "safetensors",
+          mapped: list | None = None) -> tuple[list[str], set[str]]:
     """Moves every foreign optimizer's state from `extra` into `state.optim` where its ids map to weight names for
     certain (`ordered` and `fmt`, the source's format, as for `mapping`). Returns notes (what was kept and how, or
     what was left out and why) and the keys of the state left out (told in its own note, not again among the other
-    tensors not saved)."""
+    tensors not saved). `mapped` gets (Found, id -> weight name, or None where left out) of each optimizer found
+    (save/carry.py takes the param_groups' hyper-parameters of those moved)."""
     notes, left = [], set()
     floating = [n for n, t in state.model.items() if t.is_floating_point()]  # integer buffers are never parameters
     more = {True: [0, 0, 0], False: [0, 0, 0]}  # saved or not, past the notes told one by one: count, tensors, bytes
@@ -344,6 +346,8 @@ def adopt(state: CheckpointState, ordered: bool, fmt: str = "safetensors") -> tu
         if names is not None and taken:
             names, how = None, f"another optimizer's state is already kept for {_quoted(taken[0])}"
         told = len(notes) < _NOTES
+        if mapped is not None:
+            mapped.append((f, names))
         if names is None:
             if told:
                 notes.append(f"optimizer state {shown(f.where)}.* NOT saved ({len(f.keys)} tensor(s), "

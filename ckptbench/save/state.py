@@ -58,17 +58,19 @@ def _from_directory(listing) -> tuple[CheckpointState, dict, list[str], int]:
     """The checkpoint's state, what its manifest records, notes on what is not saved, and where optimizer state is
     left out (its indices matched no weight names for certain) the bytes of every tensor not saved, else 0."""
     from ckptbench.restore.load import load_state, main_dtype
-    from ckptbench.save import optimizer
+    from ckptbench.save import carry, optimizer
 
     directory, man, fmt = listing.source, listing.manifest, listing.format
     state = load_state(directory, fmt, lay=listing.layout)  # the shards its layout names, in its order
     if not state.model:
         raise CkptbenchError(f"{directory}: no model weights found to save; point at a checkpoint with weights")
-    notes, left = optimizer.adopt(state, ordered=fmt == "torch", fmt=fmt)
+    mapped: list = []
+    notes, left = optimizer.adopt(state, ordered=fmt == "torch", fmt=fmt, mapped=mapped)
     notes[:0] = _picked(listing.layout)
     dropped = [k for k, v in state.extra.items() if hasattr(v, "numel") and k not in left]
     if dropped:
         notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {dropped[0][:80]}) are not saved")
+    notes += carry.carry(state, mapped, left)  # a resume needs the hyper-parameters, scheduler, epoch too
     if man is not None and man.dims:
         info = {"profile": man.profile, "dims": dict(man.dims), "param_count": man.param_count,
                 "weights_dtype": man.weights_dtype, "optimizer_dtype": man.optimizer_dtype, "seed": man.seed}
@@ -133,6 +135,7 @@ def load_what(what: str, opts, scale: float = 1.0, listing=None) -> Loaded:
     state.optim = {n: parts for n, parts in state.optim.items() if n in state.model}
     _check_storable(state, opts.format, what)
     info["format"] = opts.format
+    info["step"] = state.step  # the state's own step (a foreign optimizer's, folded by adopt), as its files say it
     size = sum(_nbytes(t) for t in state.model.values()) + sum(_nbytes(t) for p in state.optim.values()
                                                                 for t in p.values())
     if left_out:  # the figures are the writes': they must not pass for the checkpoint's

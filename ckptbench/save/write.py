@@ -74,6 +74,13 @@ def write_safetensors(path: str, tensors: dict[str, torch.Tensor], metadata: dic
         os.close(fd)
 
 
+def _plain_state(state: CheckpointState) -> dict:
+    """What every rank's optimizer file carries beside the tensors: the step, the optimizer's hyper-parameters and,
+    where the source had one, the training loop's state (scheduler, epoch, global_step); each rank's file alone
+    resumes the whole of it, as step and hparams always did."""
+    return {"step": state.step, "hparams": state.hparams} | ({"trainer_state": state.trainer} if state.trainer else {})
+
+
 def _write_rank_safetensors(tmp: str, state: CheckpointState, names: list[str], rank: int, world: int) -> Written:
     from ckptbench.checkpoint.formats.safetensors_format import shard_name
 
@@ -82,7 +89,7 @@ def _write_rank_safetensors(tmp: str, state: CheckpointState, names: list[str], 
     # every part the state holds, as the torch and DCP writers save them: a foreign optimizer's moments need not be
     # ckptbench's three (SGD's momentum_buffer, AMSGrad's max_exp_avg_sq)
     tensors = {f"{n}.{k}": t for n in names for k, t in state.optim.get(n, {}).items()}
-    meta = {"ckptbench_optimizer": json.dumps({"step": state.step, "hparams": state.hparams}, sort_keys=True)}
+    meta = {"ckptbench_optimizer": json.dumps(_plain_state(state), sort_keys=True)}
     write_safetensors(os.path.join(tmp, optim_file), tensors, meta)
     return [(model_file, "model", rank), (optim_file, "optimizer", rank)]
 
@@ -92,8 +99,7 @@ def _write_rank_torch(tmp: str, state: CheckpointState, names: list[str], rank: 
 
     model_file, optim_file = shard_names(rank)
     torch.save({n: state.model[n] for n in names}, os.path.join(tmp, model_file))
-    optim = {"state": {n: state.optim[n] for n in names if n in state.optim}, "step": state.step,
-             "hparams": state.hparams}
+    optim = {"state": {n: state.optim[n] for n in names if n in state.optim}} | _plain_state(state)
     torch.save(optim, os.path.join(tmp, optim_file))
     return [(model_file, "model", rank), (optim_file, "optimizer", rank)]
 
@@ -148,7 +154,10 @@ def _ranks_write(fmt: str, tmp: str, state: CheckpointState, assignment: list[li
 
 
 def _dcp_state(state: CheckpointState) -> dict:
-    return {"model": state.model, "optim": state.optim, "step": torch.tensor(state.step)}
+    """Non-tensor values go into the state dict as DCP's users put them (DCP stores each as a byte entry)."""
+    plain = {"hparams": state.hparams, "trainer_state": state.trainer}
+    return {"model": state.model, "optim": state.optim, "step": torch.tensor(state.step)} | \
+        {k: v for k, v in plain.items() if v}
 
 
 def _dcp_write(tmp: str, state: CheckpointState, ranks: int, async_save: bool,

@@ -15,7 +15,7 @@ def _save_rows(path, gbps: list[float], run_id: str = "r1", target: str = "/t") 
     env = {"date": "2024-01-01T00:00:00"}
     rows = [{"schema": results.SCHEMA, "kind": "save", "run_id": run_id, "repeat": i + 1, "timestamp": env["date"],
              "source": "small", "format": "safetensors", "mode": "sync", "status": "ok", "target": target,
-             "bytes": 10 << 30, "durable_s": 1.0, "write_gbps": g, "env": env} for i, g in enumerate(gbps)]
+             "bytes": 280 << 20, "durable_s": 1.0, "write_gbps": g, "env": env} for i, g in enumerate(gbps)]
     results.append(str(path), rows)
 
 

@@ -278,7 +278,7 @@ def test_plan_nodes_redacts_the_newest_run_it_did_not_use(recorded, tmp_path, ar
     _edit_rows(path, lambda row: row.update(source=HOSTILE_SOURCE))
     r = run_cli("plan", "7b", "--nodes", "4", "--storage", "fsx-lustre", "--results", path, *args)
     assert r.rc == 0, r.err
-    assert "read other storage than fsx-lustre's" in r.out
+    assert "not fsx-lustre (lustre), the storage this plan is for" in r.out
     assert SECRET not in r.out and "AKIA" not in r.out and "password=<redacted>" in r.out
 
 

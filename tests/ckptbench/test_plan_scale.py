@@ -256,7 +256,7 @@ def test_a_run_on_other_storage_is_not_the_presets_measured_rate(tmp_path):
     results.append(csv, [_row("local", "restore", 1.2, env={"source_fs": "ext4"})])
     lustre = storage.load("fsx-lustre")
     measured, why = plan_scale.rank_read_on(csv, lustre)
-    assert measured is None and "(local, /ckpt/local) read other storage than fsx-lustre's (lustre)" in why, why
+    assert measured is None and "(local, /ckpt/local) read ext4, not fsx-lustre (lustre), the storage this plan is for" in why, why
     doc = plan_scale.scale(profiles.load("7b"), 2, 8, lustre, measured, unmeasured_why=why)
     assert doc["per_rank"]["source"] == "assumed" and doc["per_rank"]["why"].endswith(": not used")
     nvme, _ = plan_scale.rank_read_on(csv, storage.load("local-nvme"))  # the storage it was measured on

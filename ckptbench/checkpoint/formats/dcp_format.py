@@ -18,8 +18,8 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, RawBytes, check_walk,
-                                               group_of, walk_limit)
+from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, RawBytes,
+                                               check_walk, group_of, json_plain, nest, walk_limit)
 from ckptbench.checkpoint.formats.dcp_metadata import _CRAFTED, MAX_DIMS, SafeReader, _whole
 from ckptbench.checkpoint.formats.torch_format import tensor_in_place
 
@@ -62,10 +62,28 @@ def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -
 _OWN_PARTS = set(OPTIM_KEYS)
 
 
+_OWN_PLAIN = ("hparams", "trainer_state")  # non-tensor values `save` writes beside them, as byte entries
+
+
+def _plain_of(fqn: str) -> bool:
+    return fqn.split(".", 1)[0] in _OWN_PLAIN
+
+
 def _is_own(fqns) -> bool:
-    """ckptbench's own layout (model.*, optim.<name>.<part>, step), which restores into its GPT."""
-    return all(f == "step" or f.startswith("model.") or (f.startswith("optim.") and f.rsplit(".", 1)[-1] in _OWN_PARTS)
-               for f in fqns)
+    """ckptbench's own layout (model.*, optim.<name>.<part>, step; hparams and trainer_state), which restores into
+    its GPT."""
+    return all(f == "step" or f.startswith("model.") or _plain_of(f)
+               or (f.startswith("optim.") and f.rsplit(".", 1)[-1] in _OWN_PARTS) for f in fqns)
+
+
+def _own_plain(meta: Metadata, flat: dict[str, object]) -> tuple[dict, dict] | None:
+    """hparams and trainer_state as `save` wrote them: nested by the paths DCP recorded, else by their dotted keys;
+    None where they are not plain data (another program's `hparams`: the checkpoint is not ckptbench's layout)."""
+    plain = {k: v for k, v in flat.items() if _plain_of(k)}
+    tree = _tree(meta, plain) if plain else {}
+    tree = tree if tree is not None else nest(plain)[0]
+    out = tuple(tree.get(k, {}) if isinstance(tree, dict) else None for k in _OWN_PLAIN)
+    return out if all(isinstance(d, dict) and json_plain(d) for d in out) else None
 
 
 def _allocate(meta: Metadata, where: str) -> dict[str, torch.Tensor]:
@@ -256,7 +274,8 @@ def _state_of(meta: Metadata, tensors: dict[str, torch.Tensor], values: dict[str
     """ckptbench's own layout into model/optim/step; any other's model tensors (a `model.` prefix dropped) into
     `model`, everything else into `extra` by key, with the nesting in `tree`."""
     flat = {**tensors, **values}
-    if _is_own(flat):
+    plain = _own_plain(meta, flat) if _is_own(flat) else None
+    if plain is not None:
         state = CheckpointState({})
         for fqn, t in tensors.items():
             parts = fqn.split(".")
@@ -266,6 +285,7 @@ def _state_of(meta: Metadata, tensors: dict[str, torch.Tensor], values: dict[str
                 state.optim.setdefault(".".join(parts[1:-1]), {})[parts[-1]] = t
         step = flat.get("step")
         state.step = int(step) if isinstance(step, torch.Tensor) and step.numel() == 1 else 0
+        state.hparams, state.trainer = plain
         return state
     state = CheckpointState({}, tree=_tree(meta, flat))
     for fqn, v in flat.items():

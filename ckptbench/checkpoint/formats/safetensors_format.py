@@ -187,12 +187,12 @@ def _meta(state: CheckpointState, meta, where: str) -> None:
         raise FormatError(bad) from None
     if not isinstance(doc, dict):
         raise FormatError(bad)
-    step, hparams = doc.get("step", meta.get("step", 0)), doc.get("hparams", {})
+    step, hparams, trainer = doc.get("step", meta.get("step", 0)), doc.get("hparams", {}), doc.get("trainer_state", {})
     if isinstance(step, str) and step.isascii() and step.isdigit() and len(step) < 19:
         step = int(step)
-    if not _whole(step) or not isinstance(hparams, dict) or not json_plain(hparams):
+    if not _whole(step) or not all(isinstance(d, dict) and json_plain(d) for d in (hparams, trainer)):
         raise FormatError(bad)
-    state.step, state.hparams = step, hparams
+    state.step, state.hparams, state.trainer = step, hparams, trainer
 
 
 def load_buffer(buf, name: str) -> CheckpointState:

@@ -91,6 +91,9 @@ class CheckpointState:
     extra: dict[str, object] = field(default_factory=dict)
     tree: dict | None = None  # the nesting a foreign checkpoint was saved with, where its format records it
     inert: set[str] = field(default_factory=set)  # classes its pickles named, kept as plain data (formats/inert.py)
+    # the training loop's plain values beside the tensors (a scheduler's state_dict, epoch, global_step), nested as
+    # JSON holds them: what a resume needs that is neither weights nor optimizer state (ckptbench's layout keeps it)
+    trainer: dict = field(default_factory=dict)
 
     def merge(self, other: "CheckpointState") -> None:
         self.model.update(other.model)
@@ -99,6 +102,7 @@ class CheckpointState:
         self.extra.update(other.extra)
         self.step = max(self.step, other.step)
         self.hparams = self.hparams or other.hparams
+        self.trainer = self.trainer or other.trainer
         self.inert |= other.inert
 
     def tensors(self):
@@ -213,6 +217,35 @@ def flatten(obj, prefix: str = "", depth: int = 0):
             yield key, v
         else:
             stack.pop()
+
+
+def _listed(node):
+    """`node` with every dict keyed "0".."n-1" turned back into the list the flat keys came from."""
+    if not isinstance(node, dict):
+        return node
+    out = {k: _listed(v) for k, v in node.items()}
+    if out and sorted(out) == sorted(map(str, range(len(out)))):
+        return [out[str(i)] for i in range(len(out))]
+    return out
+
+
+def nest(flat: dict[str, object]) -> tuple[dict, list[str]]:
+    """Flat dotted keys as the nesting they were flattened from (list indices back as lists); and the keys that
+    clash with another (one a value, the other below it: crafted), left out."""
+    root: dict = {}
+    clashes = []
+    for key, value in flat.items():
+        parts = key.split(".")
+        node = root
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                break
+        if not isinstance(node, dict) or parts[-1] in node:
+            clashes.append(key)
+            continue
+        node[parts[-1]] = value
+    return _listed(root), clashes
 
 
 _JSON_LEAVES = frozenset((str, int, float, bool, type(None)))

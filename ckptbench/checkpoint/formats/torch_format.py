@@ -58,7 +58,7 @@ def _parts(name, parts, where: str) -> dict:
     return parts
 
 
-_OWN_OPTIM = {"state", "step", "hparams"}
+_OWN_OPTIM = {"state", "step", "hparams", "trainer_state"}
 _WRAPPERS = ("module", "state_dict", "model", "model_state_dict")  # DeepSpeed, Lightning/HF, training loops
 _ZERO_FILE = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_(?:optim|model)_states\.pt$")
 
@@ -73,15 +73,16 @@ def _own_optimizer(obj: dict) -> bool:
 def _own_optimizer_state(obj: dict, where: str) -> CheckpointState:
     # dict.items, dict.get: a pickle can shadow the methods with instance attributes on an OrderedDict
     optim = {name: _parts(name, parts, where) for name, parts in dict.items(obj["state"])}
-    step, hparams = dict.get(obj, "step", 0), dict.get(obj, "hparams", {})
+    step, hparams, trainer = dict.get(obj, "step", 0), dict.get(obj, "hparams", {}), dict.get(obj, "trainer_state", {})
     if isinstance(step, torch.Tensor) and step.numel() == 1:
         step = step.item()
     if isinstance(step, float) and step.is_integer():
         step = int(step)
-    if not _whole(step) or not isinstance(hparams, dict) or not json_plain(hparams):
-        raise FormatError(f"{where}: optimizer step {quote(step, 40)} or hparams is not what a trainer writes "
-                          f"(a whole number, and numbers and names nested at most {MAX_DEPTH} deep); {_CRAFTED}")
-    return CheckpointState({}, optim=optim, step=step, hparams=hparams)
+    if not _whole(step) or not all(isinstance(d, dict) and json_plain(d) for d in (hparams, trainer)):
+        raise FormatError(f"{where}: optimizer step {quote(step, 40)}, trainer_state or hparams is not what a "
+                          f"trainer writes (a whole number, and numbers and names nested at most {MAX_DEPTH} deep); "
+                          f"{_CRAFTED}")
+    return CheckpointState({}, optim=optim, step=step, hparams=hparams, trainer=trainer)
 
 
 def _rank_tag(where: str) -> str | None:

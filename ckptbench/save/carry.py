@@ -1,0 +1,83 @@
+"""A foreign checkpoint's non-tensor state, carried into what `save` writes so that a resume from it is the same
+training state: the param_groups' hyper-parameters of each optimizer moved under its weights' names (lr, betas,
+weight_decay, eps, a scheduler's initial_lr) become `hparams`, and the other plain values (a scheduler's state_dict,
+epoch, global_step) the `trainer` state. Only values the safe readers already made (nothing is unpickled here) and
+only what JSON holds: raw bytes a reader would not unpickle, numpy arrays and other objects are named in one note."""
+
+from __future__ import annotations
+
+import torch
+
+from ckptbench.checkpoint.formats.state import CheckpointState, RawBytes, json_plain, nest
+from ckptbench.core.errors import shown
+
+_IDS = ("params", "param_names")  # a group's parameter ids and their names: the weights' names replace both
+
+
+def _group_head(f) -> str:
+    return f"{f.where[:-len('state')]}param_groups."
+
+
+def _groups(state: CheckpointState, f, names: dict) -> list[dict]:
+    """Each param group of `f` (its keys in `extra`), in order, with its hyper-parameters and `params` its weights'
+    names (an id no name was found for kept as it was)."""
+    head = _group_head(f)
+    groups, _ = nest({k[len(head):]: v for k, v in state.extra.items() if k.startswith(head)})
+    if isinstance(groups, dict):  # group numbers that skip (an empty group leaves no params key)
+        groups = [groups[g] for g in sorted(groups, key=lambda g: int(g) if g.isdigit() else -1)]
+    out = []
+    for g in groups:
+        if not isinstance(g, dict):
+            continue
+        ids = g.get("params")
+        ids = ids if isinstance(ids, list) else []
+        out.append({k: v for k, v in g.items() if k not in _IDS} | {"params": [names.get(i, i) for i in ids]})
+    return out
+
+
+def _why_not(value) -> str:
+    if isinstance(value, RawBytes):
+        return "bytes the safe reader did not unpickle"
+    return f"a {type(value).__module__.split('.')[0]}.{type(value).__name__}, not plain data" \
+        if type(value).__module__ != "builtins" else f"a {type(value).__name__}, which JSON does not hold"
+
+
+def carry(state: CheckpointState, mapped: list, left: set[str]) -> list[str]:
+    """Fills `state.hparams` (the param groups of the optimizers `adopt` moved) and `state.trainer` (every other
+    plain value of `extra`, nested again) and takes them out of `extra`; returns the one note on what is not
+    carried. `left`: the keys of optimizer state left out (told in their own note)."""
+    groups, taken, gone = [], set(), set()
+    moved = [(f, names) for f, names in mapped if names is not None]
+    for f, names in mapped:
+        keys = {k for k in state.extra if k.startswith(_group_head(f)) or k.startswith(f.where + ".")}
+        if names is None:  # left out: its hyper-parameters go with its state, which its own note names
+            gone |= keys
+            continue
+        groups += [g | ({"optimizer": f.prefix} if len(moved) > 1 else {}) for g in _groups(state, f, names)]
+        taken |= keys
+    if groups:
+        state.hparams = {"param_groups": groups}
+    plain, odd = {}, []
+    for key, value in state.extra.items():
+        if isinstance(value, torch.Tensor) or key in left or key in gone:
+            continue  # tensors outside model and optimizer, and the optimizers left out, have their own notes
+        if key in taken:
+            if key.startswith(tuple(f.where + "." for f, _ in moved)):
+                odd.append((key, "optimizer state that is not a tensor"))
+            continue
+        if json_plain(value):
+            plain[key] = value
+        else:
+            odd.append((key, _why_not(value)))
+    trainer, clashes = nest(plain)
+    odd += [(k, "it clashes with another key") for k in clashes]
+    for k in [k for k, v in trainer.items() if not json_plain(v)]:  # nested past what a reader takes back
+        odd.append((k, "nested too deep"))
+        del trainer[k]
+    state.trainer = {**state.trainer, **trainer}
+    state.extra = {k: v for k, v in state.extra.items() if k not in plain and k not in taken}
+    if not odd:
+        return []
+    key, why = odd[0]
+    return [f"{len(odd)} non-tensor value(s) NOT saved (e.g. {shown(key)}: {why}); the plain values beside them "
+            f"(a scheduler's state, epoch, global_step) are, as the save's trainer state"]
