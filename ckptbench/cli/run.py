@@ -316,7 +316,7 @@ def cmd_compare(args) -> int:
     c = compare(args.results, args.baseline, args.threshold, newest=args.newest, kind=args.kind)
     if args.json:  # plain: anything non-finite left is null, never NaN or Infinity (not JSON)
         json.dump(plain({"kind": c.kind, "baseline": c.baseline_id, "newest": c.newest_id,
-                         "threshold_pct": c.threshold_pct, "env_diff": c.env_diff,
+                         "threshold_pct": c.threshold_pct, "env_diff": c.env_diff, "notes": list(c.notes),
                          "regressions": [f.figure for f in c.regressed],
                          "figures": [vars(f) | {"noise_note": f.noise_note or None} for f in c.figures]}),
                   sys.stdout, indent=2, allow_nan=False)
@@ -326,6 +326,8 @@ def cmd_compare(args) -> int:
             say("WARNING: the runs differ in key environment or settings — the comparison may not be fair:")
             for k, (a, b) in c.env_diff.items():
                 say(f"  {setting_text(k, a, b)}")
+        for note in c.notes:
+            say(f"note: {note}")
         say(f"newest {c.newest_id} against baseline {c.baseline_id} (kind {c.kind}, threshold {c.threshold_pct:g} %)")
         say(f"  {'figure':16s} {'baseline':>10s} {'newest':>10s} {'change':>8s}")
         for f in c.figures:

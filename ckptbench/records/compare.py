@@ -87,6 +87,7 @@ class Comparison:
     env_diff: dict[str, tuple]
     threshold_pct: float
     kind: str
+    notes: tuple[str, ...] = ()  # what else a reader must know of the two runs (one cut short, or still running)
 
     @property
     def regressed(self) -> list[FigureDelta]:
@@ -414,4 +415,26 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     if fb and fn and abs(fn - fb) / fb > FLOOR_MOVED:  # the box itself did more or less: the efficiency says how much
         diff["floor_s"] = (fb, fn)  # of a change is the restore's
     said = {shown(k): (_shown(k, a), _shown(k, b)) for k, (a, b) in diff.items()}
-    return Comparison(shown(redact(baseline)), shown(redact(newest)), figures, said, threshold_pct, kind)
+    return Comparison(shown(redact(baseline)), shown(redact(newest)), figures, said, threshold_pct, kind,
+                      _unfinished(path, docs, runs, {"baseline": baseline, "newest": newest}))
+
+
+def _unfinished(path: str, docs: dict[str, dict], runs: dict[str, list[dict]], sides: dict[str, str]) -> tuple:
+    """A line for each side that never ended on record (recorder.Lifeline): killed outright, its figures are its
+    repeats that finished, fewer than it was to make; still running, those so far. Compared all the same: each row
+    is a whole repeat."""
+    from ckptbench.records.recorder import life, unended
+
+    lives = unended(read_documents(path), docs)
+    out = []
+    for side, run_id in sides.items():
+        now = life(lives.get(run_id), len(runs[run_id]))
+        unit = "saves" if runs[run_id][0]["kind"] == "save" else "repeats"
+        if now.get("status") == "cut short":
+            cut = now["cut_short"]
+            of = f" of {cut['planned']}" if cut["planned"] else ""
+            out.append(f"the {side} run {shown(redact(run_id))} was cut short (killed) after {cut['finished']}{of} "
+                       f"{unit}: its figures are those that finished")
+        elif now.get("status") == "running":
+            out.append(f"the {side} run {shown(redact(run_id))} is still running: its figures are its {unit} so far")
+    return tuple(out)

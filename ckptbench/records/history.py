@@ -6,9 +6,9 @@ import os
 
 from ckptbench.records.compare import (COMPLETED, EFFICIENCY_OF, efficiency_of, held_s, measured, run_documents,
                                        saw_no_read, steady)
+from ckptbench.records.recorder import life, unended
 from ckptbench.records.results import KINDS, read_documents, read_rows
 from ckptbench.core.stats import spread
-from ckptbench.system import procstat
 
 # the one time each kind is known by: a restore's (and a watched or distributed one's) RTO, a save's until durable
 FIGURE_OF = {"save": "durable_s"}
@@ -22,7 +22,7 @@ def runs(path: str) -> list[dict]:
         grouped.setdefault(row["run_id"], []).append(row)
     every = read_documents(path)
     docs = run_documents(path, every)  # as compare reads them: a run_id that is not text names no run
-    lives = _unended(every, docs)
+    lives = unended(every, docs)
     for run_id in lives.keys() - grouped.keys():  # killed before its first repeat ended: it ran all the same
         grouped[run_id] = []
     out = []
@@ -60,30 +60,8 @@ def runs(path: str) -> list[dict]:
             "efficiency": efficiency_of(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
             "status": statuses.pop() if len(statuses) == 1 else "mixed",
             "unseen": bool(done) and not ok,  # a watch of a job seen to read no checkpoint file
-        } | _life(lives.get(run_id), len(done)))
+        } | life(lives.get(run_id), len(done)))
     return sorted(out, key=lambda r: r["date"]) if any(not rows for rows in grouped.values()) else out
-
-
-def _unended(every: list[dict], docs: dict[str, dict]) -> dict[str, dict]:
-    """run_id -> its `started` document, for the runs started on record (records/recorder.Lifeline) that neither a
-    run document nor an `ended` one closed: running, or cut short."""
-    ended = {d.get("run_id") for d in every if d.get("record") == "ended"}
-    return {d["run_id"]: d for d in every if d.get("record") == "started" and isinstance(d.get("run_id"), str)
-            and d["run_id"] not in docs and d["run_id"] not in ended}
-
-
-def _life(started: dict | None, finished: int) -> dict:
-    """What a run never ended on record is now: `running` while its process lives, `cut short` (with how many of its
-    repeats or saves finished) once it is gone, `unended` where this host cannot tell; nothing where it ended."""
-    if started is None:
-        return {}
-    alive = procstat.still_running(started.get("process"))
-    if alive is None:  # not this host's process to see: neither running nor cut short can be said
-        return {"status": "unended"}
-    planned = started.get("planned")
-    return {"status": "running"} if alive else {
-        "status": "cut short",
-        "cut_short": {"finished": finished, "planned": planned if isinstance(planned, int) else None}}
 
 
 def _begun(started: dict) -> dict:
@@ -92,4 +70,4 @@ def _begun(started: dict) -> dict:
     text = {k: started.get(k) if isinstance(started.get(k), str) else "" for k in ("date", "source", "mode", "cache")}
     return {"run_id": started["run_id"], "kind": kind, **text, "repeats": 0, "cancelled": 0, "rto_s": None,
             "read_gbps": None, "figure": FIGURE_OF.get(kind, "rto_s"), "figure_s": None, "held_s": None,
-            "steady": False, "efficiency": None, "status": "unended", "unseen": False} | _life(started, 0)
+            "steady": False, "efficiency": None, "status": "unended", "unseen": False} | life(started, 0)

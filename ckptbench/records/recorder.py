@@ -118,6 +118,28 @@ class Lifeline:
                                             "run_id": self.run_id, "status": status})
 
 
+def unended(every: list[dict], docs: dict[str, dict]) -> dict[str, dict]:
+    """run_id -> its `started` document, for the runs started on record (records/recorder.Lifeline) that neither a
+    run document nor an `ended` one closed: running, or cut short."""
+    ended = {d.get("run_id") for d in every if d.get("record") == "ended"}
+    return {d["run_id"]: d for d in every if d.get("record") == "started" and isinstance(d.get("run_id"), str)
+            and d["run_id"] not in docs and d["run_id"] not in ended}
+
+
+def life(started: dict | None, finished: int) -> dict:
+    """What a run never ended on record is now: `running` while its process lives, `cut short` (with how many of its
+    repeats or saves finished) once it is gone, `unended` where this host cannot tell; nothing where it ended."""
+    if started is None:
+        return {}
+    alive = procstat.still_running(started.get("process"))
+    if alive is None:  # not this host's process to see: neither running nor cut short can be said
+        return {"status": "unended"}
+    planned = started.get("planned")
+    return {"status": "running"} if alive else {
+        "status": "cut short",
+        "cut_short": {"finished": finished, "planned": planned if isinstance(planned, int) else None}}
+
+
 MAX_WHY = 500  # a failure's line in the record: the start of a longer message says what failed
 
 

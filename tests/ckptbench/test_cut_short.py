@@ -89,6 +89,23 @@ def test_a_restore_run_killed_outright_is_cut_short_in_history(ckpt, tmp_path):
     assert f"cut short after {killed['repeats']} of 30 repeats" in text
 
 
+def test_compare_says_a_run_it_compares_was_cut_short(ckpt, tmp_path):
+    """compare took a killed run's rows as a finished run's, and said nothing: each row is a whole repeat, so it
+    still compares them, and says the run was cut short and after how many."""
+    results, src = str(tmp_path / "r.csv"), ckpt("safetensors", 2)
+    assert run_cli("run", src, "--repeat", "2", "--results", results).rc == 0
+    _, after, _ = _killed_after(["run", src, "--repeat", "30", "--results", results], results, 2 + 2)
+    killed = next(x for x in after.values() if x["status"] == "cut short")
+    c = run_cli("compare", results, "--json")
+    assert c.rc in (0, 1) and "Traceback" not in c.err, c.err
+    doc = json.loads(c.out)
+    assert doc["newest"] == killed["run_id"]
+    (note,) = doc["notes"]
+    assert f"was cut short (killed) after {killed['repeats']} of 30 repeats" in note and "newest" in note
+    text = run_cli("compare", results)
+    assert any(ln.startswith("note: the newest run") and "cut short" in ln for ln in text.out.splitlines()), text.out
+
+
 def test_a_series_killed_before_its_first_save_ended_is_listed_cut_short(tmp_path, monkeypatch):
     """Nothing finished, but it ran: history lists it with 0 of its saves (before, nothing said it had begun)."""
     from ckptbench.records.recorder import Lifeline
