@@ -310,7 +310,8 @@ def _show_sweep(args, res) -> int:
 
 
 def cmd_compare(args) -> int:
-    from ckptbench.records.compare import MORE_SAMPLES, change_text, compare, figure_text, setting_text
+    from ckptbench.records.compare import MORE_SAMPLES, compare
+    from ckptbench.records.deltas import change_text, figure_text, setting_text
     from ckptbench.records.schema import plain
 
     c = compare(args.results, args.baseline, args.threshold, newest=args.newest, kind=args.kind)

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 
 from ckptbench.system.env import KEY_FIELDS
 from ckptbench.core.errors import CkptbenchError, redact, shown
 from ckptbench.core.stages import STAGES
 from ckptbench.records.results import jsonl_path, read_documents, read_rows
-from ckptbench.records.schema import KINDS, in_range, plain
+from ckptbench.records.schema import KINDS, in_range
 from ckptbench.core.stats import spread, sustained_rate
-from ckptbench.core.units import human_figure, human_pct
+from ckptbench.records.deltas import MIN_RTO_SHARE, MIN_SECONDS, FigureDelta, delta, setting_value, shown_value
 
 # figure -> True when higher is better, by kind of run
 FIGURES = {"rto_s": False, **{f"{s}_s": False for s in STAGES}, "read_gbps": True, "aggregate_gbps": True,
@@ -22,7 +20,6 @@ SAVE_FIGURES = {"write_gbps": True, "durable_s": False, "written_s": False, "blo
 # kind, and a floor that moved more than this is said, as the box changed under the runs
 EFFICIENCY_OF = {"restore": "rto_s", "dist": "rto_s", "save": "durable_s"}
 FLOOR_MOVED = 0.10
-SHARES = {"efficiency"}  # a fraction in the documents, a percent wherever a person reads it
 
 # runs that differ in these measured different things
 SETTINGS = ("source", "format", "mode", "cache", "concurrency", "read", "hash", "block_size", "device")
@@ -35,48 +32,6 @@ MORE_SAMPLES = {"restore": "--repeat 3 or more on both runs tells a change from 
                 "save": "--count 4 or more on both runs (their first save is left out) tells a change from noise",
                 "watch": "a watch records one restore, so its noise stays unknown; `ckptbench run SOURCE --repeat 3` "
                          "measures it"}
-
-
-@dataclass(frozen=True)
-class FigureDelta:
-    figure: str
-    baseline: dict
-    newest: dict
-    change_pct: float | None
-    regression: bool
-    beyond_noise: bool  # the two runs' repeats do not overlap, whichever way the change went
-    improved: bool = False
-    noise_known: bool = True  # each side had two or more repeats: one repeat has no range to be within
-
-    too_small: bool = False  # a change under what can matter (a timer's grain, a sliver of the RTO)
-
-    @property
-    def verdict(self) -> str:
-        """How the text tells it: REGRESSION, improved, too small to matter, beyond noise but under --threshold,
-        within noise, or that one repeat a side gives no noise to judge (where one side had repeats, their spread did
-        judge: said so)."""
-        if self.regression:
-            return "REGRESSION"
-        if self.improved:
-            return "improved"
-        if self.too_small:
-            return "too small to matter"
-        if self.baseline.get("n") == self.newest.get("n") == 1:
-            return "one repeat each: noise unknown"
-        if self.beyond_noise:  # a real change, but under --threshold: a blank read as "no change" (or unjudged)
-            return "beyond noise, under --threshold" if self.change_pct else ""
-        return "within noise" if self.noise_known else "within the other run's spread"
-
-    @property
-    def noise_note(self) -> str:
-        """Beside a REGRESSION or an improvement that a side of one repeat let the threshold decide: that side has
-        no range, so no noise estimate (a one-repeat run was a REGRESSION with nothing to say so). Else ""."""
-        if not (self.regression or self.improved) or self.noise_known:
-            return ""
-        one_base, one_new = self.baseline.get("n") == 1, self.newest.get("n") == 1
-        if one_base and one_new:
-            return "one repeat each: noise unknown"
-        return f"one repeat in the {'newest' if one_new else 'baseline'}: its noise unknown"
 
 
 @dataclass(frozen=True)
@@ -96,21 +51,6 @@ class Comparison:
 
 # restores that ran to the end: "unverified" ones (no reference digest to compare with) are timed all the same
 COMPLETED = ("ok", "unverified")
-
-
-def figure_text(figure: str, value: float) -> str:
-    """A compared figure's median in the units its name says (bytes, seconds, GB/s, a share): 4 significant digits
-    printed a 4.2 GB peak RSS as 4.2e+09."""
-    return human_figure(figure, value, SHARES)
-
-
-def change_text(change_pct: float | None, figure: str = "", baseline: float | None = None,
-                newest: float | None = None) -> str:
-    """A figure's change as a percent of the baseline's; a share's (the efficiency) in percentage points: 110 % to
-    93 % read "-16 %", which a reader takes for the points it is not."""
-    if figure in SHARES and baseline is not None and newest is not None:
-        return human_pct(newest - baseline, signed=True).replace(" %", " pts")
-    return "" if change_pct is None else human_pct(change_pct / 100, signed=True)
 
 
 def saw_no_read(row: dict) -> bool:
@@ -145,18 +85,6 @@ def steady(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def _shown(key: str, value):
-    """A recorded value as it may be shown: results fields are text anyone could have written (a terminal escape in a
-    source path or a kernel string would retitle or wipe the terminal, a `password=` in an env value was printed
-    whole); a number one a run can have had (NaN in a recorded env was NaN in --json, not JSON)."""
-    value = plain(value)  # non-finite numbers None, text valid UTF-8
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not in_range(key, value):
-        value = f"{value:g}"  # a cpu_count of 1e300 is no count: said as recorded, not in 300 digits
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return shown(redact(value if isinstance(value, str) else json.dumps(value, sort_keys=True)), 200)
-
-
 def _known(path: str, ids: list[str]) -> str:
     """The runs one may name: the newest twelve, and how many more (a valid id left off read as not there)."""
     import shlex
@@ -164,64 +92,6 @@ def _known(path: str, ids: list[str]) -> str:
     named = ", ".join(shown(i) for i in ids[-12:])
     return named + (f" (and {len(ids) - 12} earlier: `ckptbench history {shlex.quote(shown(path, 200))}` lists them "
                     "all)" if len(ids) > 12 else "")
-
-
-# settings recorded as numbers: the CSV reads them back as floats, and `concurrency: 8.0 → 2.0` read as a fraction
-WHOLE_SETTINGS = ("concurrency", "block_size", "ranks")
-
-
-def _setting(key: str, value):
-    """A recorded setting as the run was given it: a whole number whole."""
-    if key in WHOLE_SETTINGS and isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-def setting_text(key: str, before, after) -> str:
-    """One line of what differs between two compared runs, each value in its unit: a hash left to the default was
-    an empty field, and the box's floor a bare 0.7797 among the settings."""
-    def text(value) -> str:
-        if key == "hash" and value in ("", None):
-            return "the manifest's (no --hash)"
-        if value in ("", None):
-            return "none"
-        if key == "block_size" and isinstance(value, (int, float)):
-            return human_figure("block_bytes", value)
-        return human_figure(key, value)
-
-    if key == "floor_s":
-        return (f"this box's floor for the restore: {text(before)} → {text(after)} (the box itself did more or "
-                "less; the efficiency says how much of the change is the restore's)")
-    return f"{key}: {text(before)} → {text(after)}"
-
-
-MIN_SECONDS = 0.001  # a change in seconds under this is the timer's grain and the scheduler's, not the restore's
-MIN_RTO_SHARE = 0.01  # a stage's change under this share of the RTO changes no restore anyone waits for
-
-
-def _delta(fig: str, base: list, new: list, higher_better: bool, threshold_pct: float,
-           min_abs: float = 0.0, medians: tuple | None = None) -> FigureDelta | None:
-    """`min_abs`: the least change of the median that can count (a verify stage of 0.004 s read +12 % REGRESSION
-    and failed the run's CI on a tenth of a millisecond). `medians`: each side's figure where it is not the median
-    of its repeats' values (their min and max still judge the noise)."""
-    b, n = spread(base), spread(new)
-    if b["median"] is None or n["median"] is None:
-        return None
-    if medians is not None:
-        b, n = b | {"median": medians[0]}, n | {"median": medians[1]}
-    change = (n["median"] - b["median"]) / b["median"] * 100 if b["median"] else None
-    if change is not None and not math.isfinite(change):  # over a baseline of 5e-324 s: +inf %, Infinity in --json
-        change = None
-    small = abs(n["median"] - b["median"]) < min_abs
-    worse = change is not None and not small and (change < -threshold_pct if higher_better else change > threshold_pct)
-    better = change is not None and not small and (change > threshold_pct if higher_better
-                                                   else change < -threshold_pct)
-    # beyond noise: every repeat of one run is past every repeat of the other (an improvement read "within noise"
-    # when only the worse direction was tested); with one repeat a side the threshold alone decides
-    beyond = n["max"] < b["min"] or n["min"] > b["max"]
-    known = b.get("n", 2) > 1 and n.get("n", 2) > 1
-    return FigureDelta(fig, b, n, change, bool(worse and beyond), beyond, bool(better and beyond), known,
-                       bool(small and change))
 
 
 def run_documents(path: str, every: list[dict] | None = None) -> dict[str, dict]:
@@ -389,7 +259,7 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
             medians = tuple(sustained_rate([r.get("bytes") for r in rows], [r.get("durable_s") for r in rows])
                             for rows in (base_rows, new_rows))
             medians = None if None in medians else medians
-        figures.append(_delta(fig, [r[fig] for r in base_rows], [r[fig] for r in new_rows], higher_better,
+        figures.append(delta(fig, [r[fig] for r in base_rows], [r[fig] for r in new_rows], higher_better,
                               threshold_pct, least, medians=medians))
     figures = [f for f in figures if f is not None]
     floors = _floors(docs)
@@ -400,21 +270,21 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
         # repeats' efficiencies differs from it for an even count: 64 % here, 61 % in the run); the repeats' own
         # still give the range the noise is judged by
         of_median = tuple(_efficiency(floors[run], spread(held[run])["median"]) for run in (baseline, newest))
-        delta = None if None in of_median else _delta(
+        eff = None if None in of_median else delta(
             "efficiency", [_efficiency(floors[baseline], t) for t in held[baseline]],
             [_efficiency(floors[newest], t) for t in held[newest]], True, threshold_pct, medians=of_median)
-        figures += [delta] if delta is not None else []
+        figures += [eff] if eff is not None else []
     env_b, env_n = base_rows[-1]["env"], new_rows[-1]["env"]
     diff = {k: (env_b.get(k), env_n.get(k)) for k in KEY_FIELDS if env_b.get(k) != env_n.get(k)}
     for k in SAVE_SETTINGS if kind == "save" else SETTINGS:
         if base_rows[-1][k] != new_rows[-1][k]:
-            diff[k] = (_setting(k, base_rows[-1][k]), _setting(k, new_rows[-1][k]))
+            diff[k] = (setting_value(k, base_rows[-1][k]), setting_value(k, new_rows[-1][k]))
     if kind == "watch" and _command(docs, baseline) != _command(docs, newest):  # a --baseline of another loader
         diff["command"] = (_command(docs, baseline), _command(docs, newest))
     fb, fn = (floors.get(baseline) or {}).get("floor_s"), (floors.get(newest) or {}).get("floor_s")
     if fb and fn and abs(fn - fb) / fb > FLOOR_MOVED:  # the box itself did more or less: the efficiency says how much
         diff["floor_s"] = (fb, fn)  # of a change is the restore's
-    said = {shown(k): (_shown(k, a), _shown(k, b)) for k, (a, b) in diff.items()}
+    said = {shown(k): (shown_value(k, a), shown_value(k, b)) for k, (a, b) in diff.items()}
     return Comparison(shown(redact(baseline)), shown(redact(newest)), figures, said, threshold_pct, kind,
                       _unfinished(path, docs, runs, {"baseline": baseline, "newest": newest}))
 

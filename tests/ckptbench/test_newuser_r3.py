@@ -124,6 +124,6 @@ def test_a_watch_phase_line_of_many_runs_gives_each_phases_total():
     ("rto_s", 0.243, 0.251, 3.46, "+3.5 %"), ("efficiency", None, 0.9, None, ""),
 ])
 def test_compare_says_an_efficiencys_change_in_points(figure, base, new, pct, text):
-    from ckptbench.records.compare import change_text
+    from ckptbench.records.deltas import change_text
 
     assert change_text(pct, figure, base, new) == text

@@ -12,7 +12,7 @@ import pytest
 from clirun import Run, assert_one_line_error, run_cli
 
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.records.compare import MIN_SECONDS
+from ckptbench.records.deltas import MIN_SECONDS
 
 SCALE = "0.02"
 STAGE_COLUMNS = ["list_s", "read_s", "verify_s", "load_s", "device_s", "check_s"]

@@ -103,7 +103,8 @@ class HistoryScreen(Screen):
             table.update_cell_at((i, 0), "●" if r["run_id"] in self.marked else " ")
 
     def action_compare(self) -> None:
-        from ckptbench.records.compare import change_text, compare, figure_text
+        from ckptbench.records.compare import compare
+        from ckptbench.records.deltas import change_text, figure_text
         from ckptbench.core.errors import CkptbenchError, printable, redact
 
         if len(self.marked) != 2:
