@@ -1,0 +1,54 @@
+"""A new user's pass over the TUI (round 8): the sweep screen reads as `ckptbench sweep` reads, the help and the
+dashboard's keys stay readable in an 80x24 terminal."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from ckptbench.sources import ReadOptions
+from tui.screens.help import HelpScreen
+from tui.screens.sweep import SweepScreen
+
+
+def _spy_sweep(monkeypatch) -> list[ReadOptions]:
+    """Records the ReadOptions each sweep is given, and runs the real one."""
+    import ckptbench.restore.sweep as sweep_mod
+
+    seen: list[ReadOptions] = []
+    real = sweep_mod.sweep
+
+    def spy(source, levels, *, opts=None, **kw):
+        seen.append(opts)
+        return real(source, levels, opts=opts, **kw)
+
+    monkeypatch.setattr(sweep_mod, "sweep", spy)
+    return seen
+
+
+async def test_the_sweep_screen_reads_the_way_ckptbench_sweep_does(make_app, small_ckpt, monkeypatch, h):
+    # it read pread, "as asked", where nobody asked: the dashboard's read was auto and `ckptbench sweep` read direct
+    seen = _spy_sweep(monkeypatch)
+    app = make_app(small_ckpt)
+    async with app.run_test(size=h.SIZE) as pilot:
+        await pilot.press("s")
+        screen = app.screen
+        assert isinstance(screen, SweepScreen)
+        await h.wait_until(pilot, lambda: screen.result is not None, "the sweep to finish", 60)
+        await pilot.pause()
+        summary = h.text_of(screen.query_one("#sweep-summary", Static))
+    (opts,) = seen
+    assert opts is not None and opts.read == "auto" and opts.hash == "none", opts
+    assert "as asked" not in summary, summary
+
+
+async def test_the_sweep_screen_reads_with_the_read_mode_the_dashboard_set(make_app, small_ckpt, monkeypatch, h):
+    seen = _spy_sweep(monkeypatch)
+    app = make_app(small_ckpt, read="mmap")
+    async with app.run_test(size=h.SIZE) as pilot:
+        await pilot.press("s")
+        screen = app.screen
+        await h.wait_until(pilot, lambda: screen.result is not None, "the sweep to finish", 60)
+        await pilot.pause()
+        summary = h.text_of(screen.query_one("#sweep-summary", Static))
+    assert seen[0].read == "mmap", seen
+    assert "read path mmap (as asked)" in summary, summary
