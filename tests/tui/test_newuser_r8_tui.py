@@ -52,3 +52,22 @@ async def test_the_sweep_screen_reads_with_the_read_mode_the_dashboard_set(make_
         summary = h.text_of(screen.query_one("#sweep-summary", Static))
     assert seen[0].read == "mmap", seen
     assert "read path mmap (as asked)" in summary, summary
+
+
+async def test_the_help_fits_an_80x24_terminal(make_app, small_ckpt, h):
+    # it was 90 columns wide whatever the terminal: at 80 every long line lost its end ("cache (as-is/cold/hot",
+    # "sha256,", "against the li", "--jso")
+    from tui.screens.help import HELP
+
+    app = make_app(small_ckpt)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        box = app.screen.query_one("#help", Static)
+        assert box.region.right <= 80 and box.region.bottom <= 24, box.region
+        shown = "\n".join(line.rstrip() for line in box.render().plain.splitlines())
+        for word in ("(as-is/cold/hot)", "sha256, none)", "against the limits", "sysinfo --json", "escape closes"):
+            assert word in " ".join(shown.split()), (word, shown)
+        assert box.content_region.width >= max(len(x) for x in HELP.splitlines() if "[b]" not in x), \
+            "a key's line wraps under the next key's column"
