@@ -71,3 +71,27 @@ async def test_the_help_fits_an_80x24_terminal(make_app, small_ckpt, h):
             assert word in " ".join(shown.split()), (word, shown)
         assert box.content_region.width >= max(len(x) for x in HELP.splitlines() if "[b]" not in x), \
             "a key's line wraps under the next key's column"
+
+
+async def test_the_live_figures_are_all_on_screen(make_app, small_ckpt, h):
+    # the figures had two rows whatever the width: beside the system panel the left column is 72 wide in a
+    # 120-column terminal (34 in 80), the first row (88 columns) wrapped into the second and workers, errors and
+    # retries were cut off
+    from tui.screens.dashboard import Dashboard
+
+    app = make_app(small_ckpt)
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        assert isinstance(dash, Dashboard)
+        await pilot.press("r")
+        await app.workers.wait_for_complete()
+        await h.wait_until(pilot, lambda: not dash.running, "the run to end")
+        await pilot.pause()
+        figures = dash.query_one("#figures", Static)
+        text = h.text_of(figures)
+        assert "retries 0" in text and "latency p50" in text, text
+        width = figures.content_region.width
+        needed = figures.get_content_height(figures.content_region.size, app.size, width)
+        assert needed <= figures.content_region.height, (needed, figures.content_region, text)
+        left = dash.query_one("#left")
+        assert figures.region.bottom <= left.region.bottom, (figures.region, left.region)
