@@ -6,6 +6,7 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from ckptbench.sources import ReadOptions
+from test_floor_dashboard import _held_s, floor_cached, stage_text  # noqa: F401  (a fixture)
 from tui.screens.help import HelpScreen
 from tui.screens.sweep import SweepScreen
 
@@ -95,3 +96,22 @@ async def test_the_live_figures_are_all_on_screen(make_app, small_ckpt, h):
         assert needed <= figures.content_region.height, (needed, figures.content_region, text)
         left = dash.query_one("#left")
         assert figures.region.bottom <= left.region.bottom, (figures.region, left.region)
+
+
+async def test_the_efficiency_after_a_run_names_the_time_it_is_over(make_app, small_ckpt, floor_cached, h):
+    # it said "efficiency 91 % (floor / RTO)" beside "floor 0.203 s" and "RTO 0.302s" (67 %): the run's efficiency
+    # is over the RTO less the model's first step, as `ckptbench run` and `history` say it
+    app = make_app(small_ckpt, cache="cold")
+    async with app.run_test(size=h.SIZE) as pilot:
+        dash = app.screen
+        await h.wait_until(pilot, lambda: "bound by" in stage_text(dash), "the floor before a run")
+        await pilot.press("r")
+        await h.wait_until(pilot, lambda: app.session is not None and app.session.doc is not None, "the run to end")
+        await app.workers.wait_for_complete()
+        await h.wait_until(pilot, lambda: "efficiency" in stage_text(dash), "the run's efficiency")
+        await pilot.pause()
+        doc = app.session.doc
+        text = " ".join(stage_text(dash).split())
+    assert doc["check"] == "model step" and doc["efficiency"], doc["check"]
+    assert "(floor / RTO)" not in text, text
+    assert f"(floor / the RTO less the model's first step, {_held_s(doc):.3f} s)" in text, text
