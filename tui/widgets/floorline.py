@@ -40,7 +40,10 @@ def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int |
     if done is not None:
         out.append(f" · {'pass ' + str(pass_no) + ': ' if pass_no else ''}efficiency ")
         out.append(human_pct(done), style="bold")
-        out.append(" (floor / pass)" if pass_no else " (floor / RTO)", style="dim")
+        held = None if pass_no else fields.get("held_s")
+        over = ("pass" if pass_no else "RTO" if held is None
+                else f"the RTO less the model's first step, {held:.3f} s")
+        out.append(f" (floor / {over})", style="dim")
         met = fields.get("floor_as_met")
         if not pass_no and fl.met_off(met) and met["efficiency"] is not None:
             # the box gave fresh memory at another rate than the floor's figure while this run ran: as run says it
