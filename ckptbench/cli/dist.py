@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from ckptbench.cli.show import digests_line, print_floor, print_recorded, say
@@ -155,8 +154,10 @@ def cmd_run_distributed(args) -> int:
     from ckptbench.records import results
     from ckptbench.distributed.driver import DistOptions, run
 
+    from ckptbench.distributed.group import rank_of_env
+
     opts = run_options(args)
-    rank0 = os.environ.get("RANK", "0") == "0"
+    rank0 = rank_of_env() == 0  # as the group reads RANK: "00" is rank 0 too, which checks --results and speaks
     if args.results and rank0:
         results.check_writable(args.results)
     run_id = uuid.uuid4().hex[:12]  # only rank 0 records, so only its id matters
@@ -233,7 +234,9 @@ def cmd_sweep_distributed(args) -> int:
 
     levels = parse_levels(args.levels)
     opts = run_options(args, concurrency=levels[0])
-    if args.results and os.environ.get("RANK", "0") == "0":
+    from ckptbench.distributed.group import rank_of_env
+
+    if args.results and rank_of_env() == 0:
         from ckptbench.records import results
 
         results.check_writable(args.results)

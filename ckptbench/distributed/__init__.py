@@ -6,4 +6,4 @@ Other folders import only the modules named below (`from ckptbench.distributed i
 what is not named is this folder's own.
 """
 
-__all__ = ["driver", "history", "summary", "live"]
+__all__ = ["driver", "group", "history", "summary", "live"]

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, shown
 
 _ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -97,15 +98,59 @@ def under_torchrun() -> bool:
     return all(k in os.environ for k in _ENV)
 
 
+_WHOLE = re.compile(r"-?[0-9]{1,9}")  # ASCII only: int() also takes " 1", "1_0" and "٣" (a rank torchrun never sets)
+# a host name or an IP address (IPv6 in brackets or bare, with a zone): what torch hands to getaddrinfo and writes
+# into its own log lines unfiltered, so a value with escapes or spaces never reaches it
+_ADDR = re.compile(r"[A-Za-z0-9._%:\[\]-]{1,253}")
+
+
 def _int_env(name: str, default: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None and default is not None:
         return default
+    if raw is None or not _WHOLE.fullmatch(raw):
+        raise CkptbenchError(f"{name}={shown(repr(raw), 40)} in the environment: not a whole number; start the "
+                             "ranks with torchrun") from None
+    return int(raw)
+
+
+def rank_of_env() -> int | None:
+    """RANK as `join` reads it (None where it reads none): whether this process is rank 0, before it joins."""
+    raw = os.environ.get("RANK", "0")
+    return int(raw) if _WHOLE.fullmatch(raw) else None
+
+
+def _place(rank: int, size: int) -> int:
+    """LOCAL_RANK, checked against the node's and the world's size: one rank per node (local rank 0) sets the page
+    cache for the node, so a local rank that no torchrun gives (7 of a 2-rank world, -1) left a cold run unevicted
+    and said nothing of it."""
+    local = _int_env("LOCAL_RANK", rank)
+    node = _int_env("LOCAL_WORLD_SIZE", size)
+    if not 1 <= node <= size:
+        raise CkptbenchError(f"LOCAL_WORLD_SIZE={node} is outside 1..WORLD_SIZE={size}; start the ranks with torchrun")
+    if not 0 <= local < node:
+        raise CkptbenchError(f"LOCAL_RANK={local} is outside 0..{node - 1} (LOCAL_WORLD_SIZE={node}, WORLD_SIZE="
+                             f"{size}); start the ranks with torchrun")
+    return local
+
+
+def _rendezvous_at() -> str:
+    """MASTER_ADDR:MASTER_PORT, checked before torch is given them: an address that is no host name or does not
+    resolve, or a port out of range, is one line here (torch retried it with C++ stack traces, and printed the
+    address, escapes and all, in its own log lines)."""
+    addr, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    if not _ADDR.fullmatch(addr):
+        raise CkptbenchError(f"MASTER_ADDR={shown(repr(addr), 60)} in the environment: not a host name or an IP "
+                             "address; set it to rank 0's host (torchrun sets it)")
+    if not _WHOLE.fullmatch(port) or not 1 <= int(port) <= 65535:
+        raise CkptbenchError(f"MASTER_PORT={shown(repr(port), 40)} in the environment: not a port (1..65535); "
+                             "set it to the rendezvous port (torchrun sets it)")
     try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise CkptbenchError(f"{name}={raw!r} in the environment: not a whole number; start the ranks with "
-                             "torchrun") from None
+        socket.getaddrinfo(addr.strip("[]"), int(port), type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise CkptbenchError(f"MASTER_ADDR={addr}: does not resolve ({getattr(exc, 'strerror', None) or exc}); "
+                             "set it to rank 0's host (torchrun sets it)") from None
+    return f"{addr}:{port}"
 
 
 def join(device: str, timeout_s: float) -> World:
@@ -119,9 +164,10 @@ def join(device: str, timeout_s: float) -> World:
     from torch.distributed import distributed_c10d
 
     rank, size = _int_env("RANK"), _int_env("WORLD_SIZE")
-    local = _int_env("LOCAL_RANK", rank)
     if not 0 <= rank < size:
         raise CkptbenchError(f"RANK={rank} is outside WORLD_SIZE={size}; start the ranks with torchrun")
+    local = _place(rank, size)
+    at = _rendezvous_at()
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if backend == "nccl":
         import torch
@@ -136,8 +182,8 @@ def join(device: str, timeout_s: float) -> World:
                                                timeout=timedelta(seconds=timeout_s)))
         except (RuntimeError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-            raise CkptbenchError(f"rank {rank}: cannot reach the rendezvous at {os.environ['MASTER_ADDR']}:"
-                                 f"{os.environ['MASTER_PORT']} ({first}); check that every rank was started") from None
+            raise CkptbenchError(f"rank {rank}: cannot reach the rendezvous at {at} ({first}); check that every rank "
+                                 "was started") from None
     # one namespace per run: keys from an earlier run on a long-lived store (torchrun's agent) are not ours
     world = World(rank, size, local, socket.gethostname(), backend, store, timeout_s, f"ckptbench/{run}")
     if not dist.is_initialized():

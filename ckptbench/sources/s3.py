@@ -20,6 +20,10 @@ READ_TIMEOUT_S = 30  # per socket read: a body that stalls fails after this, the
 MAX_OBJECTS = tree.MAX_ENTRIES  # objects under one prefix: one bound with a local listing's
 MAX_PAGES = 4096  # S3 pages hold up to 1000 keys: a listing that never ends (IsTruncated forever) stops here
 MAX_OBJECT_SIZE = 5 << 40  # S3's own limit on one object: a larger listed size is not a real one
+# an HTTP entity tag's characters (RFC 9110: no quote, no space or control) within a bound: the ETag goes back to the
+# server as If-Match on every GET, where a CR LF, a non-ASCII letter or 100 kB of it failed each file with the HTTP
+# client's own words (or as "missing", a 404 from awscrt), not as the listing's fault
+_ETAG = re.compile(r"[\x21\x23-\x7e]{0,1024}")
 
 
 def is_s3(source: str) -> bool:
@@ -270,7 +274,12 @@ def _entry(url: S3Url, prefix: str, o) -> S3Object | None:
         raise _crafted(url, f"names {quote(key)}: {quote(rel)} is not a plain relative path of printable characters")
     if type(size) is not int or not 0 <= size <= MAX_OBJECT_SIZE:
         raise _crafted(url, f"gives {quote(key)} the size {quote(size)}, which no S3 object has")
-    return S3Object(key, rel, size, str(o.get("ETag", "")).strip('"'))
+    etag = o.get("ETag", "")
+    bare = etag[1:-1] if isinstance(etag, str) and len(etag) >= 2 and etag[0] == etag[-1] == '"' else etag
+    if not isinstance(bare, str) or not _ETAG.fullmatch(bare):
+        raise _crafted(url, f"gives {quote(key)} the ETag {quote(etag, 80)}, which is not an HTTP entity tag "
+                            "(printable ASCII without quotes or spaces, in one pair of quotes)")
+    return S3Object(key, rel, size, bare)
 
 
 def _check_names(url: S3Url, objects: list[S3Object]) -> None:

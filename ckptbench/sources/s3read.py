@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import mmap
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ _ANON = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS  # no MAP_POPULATE: it holds the G
 ERRNO_OF = {s3mod.MISSING: 2, s3mod.ACCESS_DENIED: 13, s3mod.TIMEOUT: 110, s3mod.CONNECTION_RESET: 104,
             s3mod.CHANGED: 116, s3mod.CHECKSUM: 74, s3mod.THROTTLING: 11, s3mod.SERVER_ERROR: 5}
 STAGE_SUFFIX = ".ckptbench-partial"
+_MD5_HEX = re.compile(r"[0-9a-f]{32}")
 
 
 def _bucket(us: float) -> int:
@@ -158,13 +160,17 @@ class ObjectRead:
         """S3's own checksums where the object carries them: CRC32C of a single GET, the ETag MD5."""
         if ob.s3_crc32c and "-" not in ob.s3_crc32c:
             return base64.b64decode(ob.s3_crc32c) == whole.to_bytes(4, "big")
-        if self.opts.hash == "md5" and ob.o.etag and "-" not in ob.o.etag and len(ob.o.etag) == 32:
-            return ob.digest == ob.o.etag
-        if ob.md5s and len(ob.md5s) == ob.nparts and ob.o.etag.endswith(f"-{ob.nparts}"):
+        # an ETag is S3's MD5 only where it is written as one: 32 hex digits, and "-N" of the parts after them for a
+        # multipart object; another server's opaque tag (32 letters) is no checksum, not a corrupt object
+        etag = ob.o.etag.lower()
+        if self.opts.hash == "md5" and _MD5_HEX.fullmatch(etag):
+            return ob.digest == etag
+        if ob.md5s and len(ob.md5s) == ob.nparts and etag == f"{etag[:32]}-{ob.nparts}" \
+                and _MD5_HEX.fullmatch(etag[:32]):
             import hashlib
 
             joined = b"".join(ob.md5s[k] for k in range(ob.nparts))
-            return hashlib.md5(joined).hexdigest() == ob.o.etag.split("-")[0]
+            return hashlib.md5(joined).hexdigest() == etag.split("-")[0]
         return None
 
     def _close_out(self) -> None:
