@@ -133,7 +133,6 @@ def cmd_run(args) -> int:
     listing = source.list()
     recorder = Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
                         envmod.snapshot(args.source))
-    recorder.begin(args.repeat)  # a run killed outright is then told from one that ended (history: cut short)
     try:
         return _run_recorded(args, source, listing, opts, recorder, progress, cancel)
     except BaseException as exc:
@@ -151,6 +150,9 @@ def _run_recorded(args, source, listing, opts, recorder, progress, cancel) -> in
     def on_run(run) -> None:
         progress.repeat += 1
         current[:] = [run]
+        if progress.repeat == 1:  # past the checks before the first repeat (device, memory): a run refused there
+            # leaves nothing on record; from here, one killed outright is told from one that ended (cut short)
+            recorder.begin(args.repeat)
 
     try:
         reps = pipeline.run(source, opts, repeats=args.repeat, progress=progress, cancel=cancel, on_run=on_run,

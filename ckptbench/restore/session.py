@@ -92,9 +92,16 @@ class RestoreSession:
             listing = src.list()
             recorder = Recorder(self.results_path, uuid.uuid4().hex[:12], self.source, listing.format, self.opts,
                                 envmod.snapshot(self.source))
-            recorder.begin(repeats)  # a dashboard killed outright leaves the run cut short, not ended
+            begun = recorder
+
+            def on_run(run: pipeline.Run) -> None:
+                self._on_run(run)
+                if not begun.reps and not begun.life.open:  # the first repeat, past the checks before it: a
+                    # dashboard killed outright from here leaves the run cut short, not ended
+                    begun.begin(repeats)
+
             reps = pipeline.run(src, self.opts, repeats=repeats, progress=self._progress, cancel=self.cancel_event,
-                                on_run=self._on_run, on_repeat=recorder.repeat, listing=listing)
+                                on_run=on_run, on_repeat=recorder.repeat, listing=listing)
         except BaseException as exc:
             self.status = "cancelled" if isinstance(exc, Cancelled) else "failed"
             if recorder is not None:
