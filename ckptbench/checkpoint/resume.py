@@ -184,15 +184,18 @@ def _lightning(where: str, rels: list[str]) -> tuple[str, str, tuple] | None:
 
 def _bad_pick(where: str, pick: str, what: str, rels: list[str]) -> CkptbenchError:
     return CkptbenchError(f"--pick {pick[:80]!r}: {what} in {where}; choose one of {_listed(_candidates(rels))} "
-                          "(a sub-folder, a .ckpt file, or '.' for the files at the top)")
+                          "(a sub-folder, a .ckpt file, or '.' for the checkpoint at the top)")
 
 
 def _pick(where: str, rels: list[str], pick: str) -> tuple[str, list[str], list[tuple[str, str]], str | None]:
     """The user's choice as (root, its members, what is passed over, a .ckpt file chosen): "." (the files at the
     top), a sub-folder at any depth, or a .ckpt file at any depth."""
     if pick.strip() in (".", "./"):
-        only = sorted(_top(rels))
-        return "", only, [(d, "not picked (--pick .)") for d in sorted(_holding(rels))], None
+        # the files at the top and the sub-folders that hold no checkpoint of their own (a Trainer's dataloader
+        # state, which a manifest at the top lists: left out, they were "missing" from the checkpoint picked)
+        rivals = _holding(rels)
+        only = sorted(r for r in rels if "/" not in r or r.split("/", 1)[0] not in rivals)
+        return "", only, [(d, "not picked (--pick .)") for d in sorted(rivals)], None
     name = posixpath.normpath(pick.strip()) if pick.strip() else ""
     if not name or name == "." or not confine.is_plain(name):
         raise _bad_pick(where, pick, "not a plain path inside the folder", rels)

@@ -145,8 +145,8 @@ DROP_CACHES = switch("--drop-caches", "with --cache cold, also drop the whole pa
 S3_CLIENT = option("--s3-client", choices=S3_CLIENTS, default="threads",
                    help="S3 sources: boto3 with ckptbench's thread pool, or awscrt's native client")
 PICK = option("--pick", metavar="NAME", help="which checkpoint of a folder that holds several: a sub-folder "
-              "(checkpoint-9, checkpoint/step-9), a .ckpt file, or '.' for the files at the top (a final model); "
-              "default: the one a resume loads")
+              "(checkpoint-9, checkpoint/step-9), a .ckpt file, or '.' for the checkpoint at the top (a final model: "
+              "its files, and its sub-folders that hold no checkpoint of their own); default: the one a resume loads")
 
 # the restore
 MODE = option("--mode", choices=RESTORE_MODES, default="fused",

@@ -51,7 +51,7 @@ def _picked(lay) -> list[str]:
     """Which checkpoint of the folder is saved, and why, where the folder held more than one."""
     if lay is None or not lay.why:
         return []
-    return [f"saved the state of {lay.root or lay.tag or 'the files at the top'} ({lay.name}): {lay.why}"]
+    return [f"saved the state of {lay.root or lay.tag or 'the checkpoint at the top'} ({lay.name}): {lay.why}"]
 
 
 def _from_directory(listing) -> tuple[CheckpointState, dict, list[str], int]:
