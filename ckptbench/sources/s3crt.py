@@ -12,7 +12,7 @@ import fastio
 from ckptbench.core.errors import CkptbenchError, redact
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources.base import ReadOptions
-from ckptbench.sources.s3read import ObjectRead, _Obj
+from ckptbench.sources.s3read import ObjectRead, _Obj, etag_is_opaque
 
 
 class CrtRead(ObjectRead):
@@ -36,9 +36,15 @@ class CrtRead(ObjectRead):
             self.requests.append(crt.make_request(
                 type=S3RequestType.GET_OBJECT, request=_crt_get(host, url.bucket, ob.o.key, ob.o.etag),
                 checksum_config=S3ChecksumConfig(validate_response=True),
-                on_body=self._body_cb(ob), on_done=self._done_cb(ob, finished),
+                on_headers=self._headers_cb(ob), on_body=self._body_cb(ob), on_done=self._done_cb(ob, finished),
                 max_active_connections_override=opts.concurrency))
             self.gets += 1
+
+    @staticmethod
+    def _headers_cb(ob: _Obj):
+        def on_headers(status_code=None, headers=(), **_kw):
+            ob.opaque_etag |= etag_is_opaque(dict(headers or ()))
+        return on_headers
 
     def _body_cb(self, ob: _Obj):
         crc = fastio.Hasher("crc32c")

@@ -15,7 +15,7 @@ from ckptbench.core import concurrency as conc
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.sources import s3 as s3mod
 from ckptbench.sources.base import ReadOptions
-from ckptbench.sources.s3read import CHUNK, ObjectRead, _bucket, _Obj
+from ckptbench.sources.s3read import CHUNK, ObjectRead, _bucket, _Obj, etag_is_opaque
 
 # failures another attempt cannot mend: the object is gone, refused, replaced, corrupt, or not the size listed
 FINAL = (s3mod.MISSING, s3mod.ACCESS_DENIED, s3mod.CHANGED, s3mod.CHECKSUM, s3mod.REDIRECT, s3mod.MALFORMED,
@@ -131,6 +131,7 @@ class ThreadPoolRead(ObjectRead):
                     self.gets += 1
                 if ob.nparts == 1:
                     ob.s3_crc32c = resp.get("ChecksumCRC32C")
+                ob.opaque_etag |= etag_is_opaque(resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}))
                 for chunk in resp["Body"].iter_chunks(CHUNK):
                     n = len(chunk)
                     if got + n > want:

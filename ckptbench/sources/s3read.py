@@ -35,6 +35,15 @@ def _bucket(us: float) -> int:
     return 0 if us < 1 else min(HIST - 1, int(us).bit_length())
 
 
+def etag_is_opaque(headers) -> bool:
+    """Whether a GET's headers say the object is encrypted with a KMS key (SSE-KMS, DSSE-KMS) or the customer's
+    (SSE-C): S3 then gives it an ETag of 32 hex digits that is not the MD5 of its bytes (AWS's "Common Response
+    Headers"), and compared as one a sound object read as corrupt. `headers`: name -> value, any case."""
+    low = {str(k).lower(): str(v) for k, v in headers.items()}
+    return (low.get("x-amz-server-side-encryption", "").startswith("aws:kms")
+            or "x-amz-server-side-encryption-customer-algorithm" in low)
+
+
 @dataclass
 class _Obj:
     o: s3mod.S3Object
@@ -57,6 +66,7 @@ class _Obj:
     tmp: str | None = None
     final: str | None = None
     s3_crc32c: str | None = None
+    opaque_etag: bool = False  # the GET said SSE-KMS or SSE-C: S3's ETag is then not the MD5 of the bytes
     digest: str | None = None
     verified_s3: bool | None = None
 
@@ -163,6 +173,8 @@ class ObjectRead:
         # an ETag is S3's MD5 only where it is written as one: 32 hex digits, and "-N" of the parts after them for a
         # multipart object; another server's opaque tag (32 letters) is no checksum, not a corrupt object
         etag = ob.o.etag.lower()
+        if ob.opaque_etag:  # 32 hex digits all the same, but no digest of the data: a sound object is no mismatch
+            return None
         if self.opts.hash == "md5" and _MD5_HEX.fullmatch(etag):
             return ob.digest == etag
         if ob.md5s and len(ob.md5s) == ob.nparts and etag == f"{etag[:32]}-{ob.nparts}" \

@@ -9,6 +9,7 @@ from xml.sax.saxutils import escape
 
 import pytest
 from s3help import one_line_error, run_cli
+import s3hostile
 from s3hostile import no_credentials
 
 import ckptbench.cli.run  # noqa: F401  (imported before any per-test stream redirection)
@@ -62,4 +63,35 @@ def test_an_md5_etag_in_upper_case_still_verifies(hostile):
     # and a wrong MD5 still fails the file: the check is kept where the tag is one
     hostile.pages = lambda n: _listing_with_etag(hostile.objects, '"' + "0" * 32 + '"')
     rc, out, err = run_cli("read", "s3://b/ck", "--hash", "md5")
+    assert rc == 1 and "checksum" in err, err
+
+
+@pytest.mark.parametrize("encryption", [{"x-amz-server-side-encryption": "aws:kms"},
+                                        {"x-amz-server-side-encryption": "aws:kms:dsse"},
+                                        {"x-amz-server-side-encryption-customer-algorithm": "AES256"}],
+                         ids=["sse-kms", "dsse-kms", "sse-c"])
+@pytest.mark.parametrize("client", ["threads", "crt"])
+def test_an_etag_of_a_kms_or_customer_key_object_is_no_md5(hostile, encryption, client, monkeypatch):
+    """S3 gives an object encrypted with a KMS key or the customer's an ETag of 32 hex digits that is not the MD5 of
+    its bytes: held to it, a sound object read as corrupt under --hash md5. The GET's headers say so; S3-managed
+    keys (AES256) keep the MD5 ETag, and a wrong one still fails."""
+    data, encryption = hostile.objects["ck/a.bin"], dict(encryption)  # changed below: not the parameter's own
+    hostile.pages = lambda n: _listing_with_etag(hostile.objects, '"' + "0" * 32 + '"')
+
+    def headers():
+        return {"ETag": '"' + "0" * 32 + '"', "Content-Type": "application/octet-stream", **encryption}
+
+    def get(h, key, rng):
+        start, end = (int(x) for x in rng.split("=", 1)[1].split("-")) if rng else (0, len(data) - 1)
+        h._answer(206 if rng else 200, headers(), data[start:min(end, len(data) - 1) + 1])
+
+    hostile.get = get
+    # awscrt asks for the object's head before its ranged GETs
+    monkeypatch.setattr(s3hostile.Handler, "do_HEAD", lambda h: h._answer(200, headers(), data, head=True))
+    rc, out, err = run_cli("read", "s3://b/ck", "--hash", "md5", "--s3-client", client)
+    assert rc == 0 and "checksum" not in err and "Traceback" not in err, err
+    sse_s3 = {"x-amz-server-side-encryption": "AES256"}
+    encryption.clear()
+    encryption.update(sse_s3)
+    rc, out, err = run_cli("read", "s3://b/ck", "--hash", "md5", "--s3-client", client)
     assert rc == 1 and "checksum" in err, err
