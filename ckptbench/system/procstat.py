@@ -50,9 +50,13 @@ class ProcSample:
         return sum(self.threads.values())
 
 
-def _read_bytes(path: str) -> bytes:
+CMDLINE_MAX = 128 << 10  # of a command line searched for --match: a process can point its argument area at any
+# amount of its memory (prctl PR_SET_MM), and --match walks every process on the box
+
+
+def _read_bytes(path: str, most: int = -1) -> bytes:
     with open(path, "rb") as f:
-        return f.read()
+        return f.read(most)
 
 
 def _read(path: str) -> str:
@@ -235,7 +239,7 @@ def find(pattern: str, *, exclude: int | None = None) -> int:
         if not PID.fullmatch(name) or int(name) in mine:
             continue
         try:
-            raw = _read_bytes(f"/proc/{name}/cmdline").replace(b"\0", b" ").strip()
+            raw = _read_bytes(f"/proc/{name}/cmdline", CMDLINE_MAX).replace(b"\0", b" ").strip()
         except OSError:
             continue
         # matched as the pattern was decoded from argv (bytes kept as surrogates), shown with the bytes replaced

@@ -77,3 +77,21 @@ def test_rank_zero_spelt_00_still_checks_the_results_file(tmp_path, h, ckpt, mon
     for raw, want in (("0", 0), ("00", 0), ("3", 3), ("x", None), (" 0", None), ("\u0660", None)):
         monkeypatch.setenv("RANK", raw)
         assert group.rank_of_env() == want, raw
+
+
+def test_match_reads_a_bounded_share_of_each_command_line(monkeypatch):
+    """--match walks every process's command line: one pointed at a huge region (prctl PR_SET_MM) was read whole."""
+    from ckptbench.system import procstat
+
+    asked = []
+    real = procstat._read_bytes
+
+    def read(path, most=-1):
+        if path.endswith("/cmdline"):
+            asked.append(most)
+        return real(path, most)
+
+    monkeypatch.setattr(procstat, "_read_bytes", read)
+    with pytest.raises(procstat.CkptbenchError):
+        procstat.find("no-process-has-this-in-its-command-line-7f3a")
+    assert asked and all(0 < m <= procstat.CMDLINE_MAX for m in asked)
