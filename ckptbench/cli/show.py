@@ -112,8 +112,10 @@ def sweep_floor_lines(floor: dict) -> list[str]:
     if not rate:
         return [f"floor: {floor.get('floor_note') or 'unknown'}"]
     head = "" if own and abs(own - rate) <= 0.005 * rate else f"{rate:.2f} GB/s, "
-    notes = clauses(floor.get("floor_note") or "")
-    return [f"floor: {head}bound by {binding.text(floor)}"] + [f"       {c}" for c in notes]
+    first = f"floor: {head}bound by {binding.text(floor)}"
+    # a clause the first line says already is not said again ("into reused buffers" was, on the next line)
+    notes = [c for c in clauses(floor.get("floor_note") or "") if c.split(" (")[0] not in first]
+    return [first] + [f"       {c}" for c in notes]
 
 
 def clauses(note: str) -> list[str]:

@@ -61,3 +61,16 @@ def test_a_file_the_manifest_lists_that_is_gone_is_missing_without_a_hash_too(tr
     r = run_cli("run", copy, "--repeat", "1", "--results", "", "--hash", "none")
     assert r.rc == 1 and "Traceback" not in r.err, r.err
     assert "FAILED" in r.out and f"{gone}: listed in the manifest but not read" in r.out + r.err
+
+
+def test_the_sweep_floor_says_a_clause_once(trainer_dir):
+    """`sweep` said "bound by storage (… read into reused buffers)" and, on the next line, "into reused buffers (no
+    fresh memory to populate)"."""
+    from ckptbench.cli.show import sweep_floor_lines
+
+    lines = sweep_floor_lines({"floor_gbps": 2.0, "binding_gbps": 2.0, "binding": "storage",
+                               "binding_how": "read into reused buffers",
+                               "floor_note": "into reused buffers (no fresh memory to populate); ceilings measured "
+                                             "1 h ago"})
+    assert sum("into reused buffers" in ln for ln in lines) <= 1, lines
+    assert any("ceilings measured 1 h ago" in ln for ln in lines)
