@@ -129,6 +129,7 @@ def _repeats(world, source, opts, dopts, repeats: int, tag: str, show, errors: l
     interrupted run still has them), and every rank learns whether all succeeded. Stops at the first failed repeat,
     on every rank alike (rank 0's verdict says). `at` follows the repeat under way and the next (`then` after the
     last)."""
+    from ckptbench.distributed.rank import read_report
     from ckptbench.distributed.summary import combine
 
     for i in range(1, repeats + 1):
@@ -144,7 +145,7 @@ def _repeats(world, source, opts, dopts, repeats: int, tag: str, show, errors: l
             if world.rank == 0:
                 reports, missing = world.gather_some(*key, "report")
         if world.rank == 0:
-            rep = combine([reports[r] for r in sorted(reports)])
+            rep = combine([read_report(reports[r], r) for r in sorted(reports)])
             if missing:
                 rep["status"] = "failed"
                 rep["problems"].insert(0, missing)

@@ -62,8 +62,8 @@ class World:
         else:  # key by key only now, to name the ranks that never posted
             waiting = {r for r, k in keys.items() if not self.store.check([k])}
         present = [r for r in keys if r not in waiting] if fetch else []
-        got = dict(zip(present, (json.loads(v) for v in self.store.multi_get([keys[r] for r in present])))) \
-            if present else {}
+        raw = self.store.multi_get([keys[r] for r in present]) if present else []
+        got = {r: _decoded(v, r, parts[-1]) for r, v in zip(present, raw)}
         if not waiting:
             return got, None
         names = ", ".join(str(r) for r in sorted(waiting))
@@ -92,6 +92,17 @@ class World:
         _, missing = self.gather_some(name, deadline_s=deadline_s, fetch=False)
         if missing:
             raise RankFailure(missing)
+
+
+def _decoded(raw: bytes, rank: int, what: str):
+    """A rank's post as JSON: anything on the network can write to torch's store, and text that is not JSON was a
+    traceback on rank 0."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise CkptbenchError(f"rank {rank}'s '{what}' is not what a rank of ckptbench posts ({len(raw)} bytes that are "
+                             "not JSON); run the same ckptbench on every node, and keep the rendezvous port "
+                             "(MASTER_PORT) to the job's hosts") from None
 
 
 def under_torchrun() -> bool:

@@ -61,6 +61,45 @@ class RankReport:
         return self.bytes_read / span / 1e9 if span > 0 else 0.0
 
 
+_KINDS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "str | None": (str, type(None))}
+
+
+def read_report(doc, rank: int) -> dict:
+    """A report another rank posted, checked before rank 0 combines it: a dict holding every RankReport field with a
+    value of its type, from the rank it says. Anything on the network can write to the group's store (torch's is
+    not authenticated), and a rank of another ckptbench posts other fields: rank 0 took either apart with a
+    KeyError or a TypeError, a traceback. CkptbenchError naming the rank otherwise."""
+    import math
+    from dataclasses import fields
+
+    def bad(what: str) -> CkptbenchError:
+        return CkptbenchError(f"rank {rank}: its report cannot be read ({what}); run the same ckptbench on every "
+                              "node, and keep the rendezvous port (MASTER_PORT) to the job's hosts")
+
+    if not isinstance(doc, dict):
+        raise bad(f"a {type(doc).__name__}, not a report")
+    for f in fields(RankReport):
+        v = doc.get(f.name)
+        want = _KINDS.get(f.type) or ((dict,) if f.type.startswith("dict") else (list,))
+        if f.name not in doc or not isinstance(v, want) or (isinstance(v, bool) and bool not in want):
+            raise bad(f"{f.name} is missing or not {f.type}")
+        if isinstance(v, float) and not math.isfinite(v) or isinstance(v, (int, float)) and v < 0 \
+                and not isinstance(v, bool):
+            raise bad(f"{f.name} is {v}")
+    if doc["rank"] != rank:
+        raise bad(f"it says it is rank {doc['rank']}")
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
+               for t in doc["stages"].values()):
+        raise bad("a stage's seconds are not a time")
+    if not all(isinstance(k, str) and isinstance(v, list) and all(
+            isinstance(iv, list) and len(iv) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in iv)
+            for iv in v) for k, v in doc["intervals"].items()):
+        raise bad("its read intervals are not byte ranges")
+    if doc.get("cache") is not None and not isinstance(doc["cache"], dict):
+        raise bad("its cache condition is not one")
+    return doc
+
+
 def report_doc(rep: RankReport, cache: dict | None = None) -> dict:
     """The report a rank posts for rank 0 to combine: its figures, its bytes over what its share needs, what torch's
     DCP reader would have read for it, and (on one rank per node) the node's page cache before the repeat."""

@@ -95,3 +95,52 @@ def test_match_reads_a_bounded_share_of_each_command_line(monkeypatch):
     with pytest.raises(procstat.CkptbenchError):
         procstat.find("no-process-has-this-in-its-command-line-7f3a")
     assert asked and all(0 < m <= procstat.CMDLINE_MAX for m in asked)
+
+
+def _posted(**changes):
+    """A report as a rank posts it (report_doc through JSON, as the store carries it), with `changes`."""
+    import json
+
+    from ckptbench.distributed.rank import RankReport, report_doc
+
+    rep = RankReport(1, "node-b", 0, stages={"read": 0.5, "load": 0.25}, intervals={"a.bin": [(0, 4096)]},
+                     bytes_read=4096, bytes_needed=4096, end_s=0.8, read_end_s=0.6)
+    doc = json.loads(json.dumps(report_doc(rep)))
+    return doc | changes
+
+
+@pytest.mark.parametrize("changes, what", [
+    ({"rank": 0}, "it says it is rank 0"), ({"end_s": "soon"}, "end_s"), ({"bytes_read": -1}, "bytes_read is -1"),
+    ({"stages": {"read": "x"}}, "a stage's seconds"), ({"intervals": {"a.bin": [[0]]}}, "byte ranges"),
+    ({"verified": 1}, "verified"), ({"cache": [1]}, "cache condition")])
+def test_a_rank_report_rank_0_cannot_read_is_one_line_naming_the_rank(changes, what):
+    """Rank 0 combined the other ranks' posts as they came: anything on the network can write to torch's store, and
+    a rank of another ckptbench posts other fields. A KeyError or TypeError on rank 0, a traceback; one line now."""
+    from ckptbench.distributed.rank import read_report
+    from ckptbench.distributed.summary import combine
+
+    good = _posted()
+    assert read_report(good, 1) is good and combine([good])["status"] == "ok"
+    with pytest.raises(_error()) as err:
+        read_report(_posted(**changes), 1)
+    assert str(err.value).startswith("rank 1: its report cannot be read") and what in str(err.value)
+    missing = _posted()
+    del missing["stages"]
+    with pytest.raises(_error(), match="stages is missing"):
+        read_report(missing, 1)
+    with pytest.raises(_error(), match="a list, not a report"):
+        read_report([1, 2], 1)
+
+
+def test_a_post_that_is_not_json_is_one_line_naming_the_rank():
+    from ckptbench.distributed.group import _decoded
+
+    assert _decoded(b'{"ok": true}', 3, "ready") == {"ok": True}
+    with pytest.raises(_error(), match=r"rank 3's 'report' is not what a rank of ckptbench posts"):
+        _decoded(b"\x00\xffnot json", 3, "report")
+
+
+def _error():
+    from ckptbench.core.errors import CkptbenchError
+
+    return CkptbenchError
