@@ -42,7 +42,9 @@ def cmd_inspect(args) -> int:
         say(f"  {describe(lay['kept_as_data'])}")
     if args.tensors is not None:
         rows = doc["tensors"]
-        print(f"tensors{'' if args.tensors == '*' else ' matching ' + repr(args.tensors)}: {len(rows)}")
+        like = doc.get("tensor_names_like")
+        hint = f" (its names look like {', '.join(printable(n) for n in like)}: glob one of those)" if like else ""
+        say(f"tensors{'' if args.tensors == '*' else ' matching ' + repr(args.tensors)}: {len(rows)}{hint}")
         names = [printable(t["name"]) for t in rows]  # a header's names are input from elsewhere: no escapes run
         width = min(60, max(map(len, names), default=4))
         for t, name in zip(rows, names):

@@ -240,6 +240,10 @@ def _document(source: Source, listing: Listing, concurrency: int, tensors: str |
         "params": groups["model"].params if "model" in groups else 0,  # the model's parameter count
         "tensor_filter": tensors,
         "tensors": [t.row() for t in entries if tensors is None or fnmatch.fnmatchcase(t.name, tensors)],
+        # what its names look like, where the glob matched none: 'model.*' of a checkpoint whose names start
+        # blocks.0. read as an empty checkpoint
+        "tensor_names_like": [t.name for t in entries[:3]] if tensors is not None and not any(
+            fnmatch.fnmatchcase(t.name, tensors) for t in entries) else [],
         "read_plan": {
             "files": len(sizes),
             "bytes": total,

@@ -1,4 +1,6 @@
-"""`--pick .` is the checkpoint at the top: its files and its sub-folders that hold no checkpoint of their own (a
+"""What the eighth new-user pass found on the command line.
+
+`--pick .` is the checkpoint at the top: its files and its sub-folders that hold no checkpoint of their own (a
 Trainer's dataloader state, listed by the manifest at the top). It read the top files alone: the run FAILED with
 the sub-folder's files "missing", its header counted them as restored, and with `--hash none` the load reached for
 one and raised KeyError (a traceback). A manifest's file missing with `--hash none` is missing, not a traceback."""
@@ -74,3 +76,14 @@ def test_the_sweep_floor_says_a_clause_once(trainer_dir):
                                              "1 h ago"})
     assert sum("into reused buffers" in ln for ln in lines) <= 1, lines
     assert any("ceilings measured 1 h ago" in ln for ln in lines)
+
+
+def test_a_tensor_glob_that_matches_nothing_says_what_the_names_look_like(trainer_dir):
+    """The README's `inspect DIR --tensors 'model.*'` on the generated sample said "tensors matching 'model.*': 0",
+    and nothing else: its names start blocks.0."""
+    r = run_cli("inspect", trainer_dir, "--tensors", "model.*")
+    assert r.rc == 0, r.err
+    line = next(ln for ln in r.out.splitlines() if ln.startswith("tensors matching"))
+    assert line.startswith("tensors matching 'model.*': 0 (its names look like blocks.0."), line
+    doc = json.loads(run_cli("inspect", trainer_dir, "--tensors", "blocks.0.*", "--json").out)
+    assert doc["tensors"] and doc["tensor_names_like"] == []
