@@ -43,8 +43,8 @@ class Dashboard(LoopMode):
     BINDINGS = [
         ("r", "run", "Run"),
         ("x", "cancel", "Cancel"),
-        ("plus,equals_sign", "more", "+ conc"),
-        ("minus", "less", "- conc"),
+        ("plus,equals_sign", "more", "More"),  # the footer shows the key before it: "+ + conc" read twice
+        ("minus", "less", "Less"),
         ("c", "ask_concurrency", "Set conc"),
         ("m", "cycle('mode')", "Mode"),
         ("o", "cycle('cache')", "Cache"),
