@@ -63,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size-mib", type=int, default=512)
     ap.add_argument("--loops", type=int, default=12, help="loads per process (a few seconds of work)")
     ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--settle", type=float, default=hx.SETTLE_DEFAULT_S, help="seconds each run waits after the "
+                    "last one freed its memory (_harness.settle; default %(default)g)")
     args = ap.parse_args(argv)
+    hx.SETTLE_S = args.settle
     why = hx.missing("watch_bench.py", modules=("torch", "fastio"))
     if why:
         print(why, file=sys.stderr)
@@ -81,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             hx.log(f"round {r + 1} of {args.repeat}")
             order = ("alone", "watched") if r % 2 == 0 else ("watched", "alone")
             for which in order:
+                # the second of a pair ran right after the first freed its memory, which a VM's host gives back
+                # several times faster then: run 23's pairs read 1.2 s against 3.7 s, a +19.5 % "overhead" that a
+                # settled look (3.81-3.97 s alone, 3.76-3.83 s watched) did not show
+                hx.settle()
                 if which == "alone":
                     alone.append(_alone(script, path, args.loops))
                 else:
@@ -97,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     date = hx.utc_now()
     lines = hx.preface(date, hx.machine(os.path.dirname(path))) + [
         f"Loader: torch.load of {args.size_mib} MiB (hot) × {args.loops} in one process, its own clock; "
-        f"medians of {args.repeat}, alternating order.", "",
+        f"medians of {args.repeat}, alternating order, each run {hx.SETTLE_S:g} s after the last free.", "",
         "| | median s | min–max |", "|---|---:|---|",
         f"| alone | {a:.3f} | {min(alone):.3f}–{max(alone):.3f} |",
         f"| under `ckptbench watch` (250 ms) | {w:.3f} | {min(watched):.3f}–{max(watched):.3f} |", "",
