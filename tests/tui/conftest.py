@@ -102,6 +102,13 @@ async def wait_until(pilot, cond, what: str, timeout: float = 30.0, step: float 
         await pilot.pause(step)
 
 
+async def run_once(pilot, app) -> None:
+    """`r` on the dashboard, then until its run is on record and its workers are done."""
+    await pilot.press("r")
+    await wait_until(pilot, lambda: app.session is not None and app.session.doc is not None, "the run to end")
+    await app.workers.wait_for_complete()
+
+
 @pytest.fixture
 def make_app(tmp_path):
     """make_app(source, **run_options) -> CkptbenchApp with results in tmp_path/results.csv; app.notes records
@@ -127,4 +134,4 @@ def make_app(tmp_path):
 @pytest.fixture(scope="session")
 def h():
     return SimpleNamespace(read_results=read_results, text_of=text_of, task_count=task_count, wait_until=wait_until,
-                           STAGES=STAGES, SIZE=SIZE, REPO=REPO, CKPTBENCH_BIN=CKPTBENCH_BIN)
+                           run_once=run_once, STAGES=STAGES, SIZE=SIZE, REPO=REPO, CKPTBENCH_BIN=CKPTBENCH_BIN)

@@ -89,9 +89,7 @@ async def test_floor_line_and_efficiency_after_a_run(make_app, small_ckpt, floor
         assert f"floor {STORAGE_GBPS:.2f} GB/s · bound by storage" in chart_text(dash)
         assert "bound by storage" in stage_text(dash) and "efficiency" not in stage_text(dash)
 
-        await pilot.press("r")
-        await h.wait_until(pilot, lambda: app.session is not None and app.session.doc is not None, "the run to end")
-        await app.workers.wait_for_complete()
+        await h.run_once(pilot, app)
         await h.wait_until(pilot, lambda: "efficiency" in stage_text(dash), "the run's efficiency")
         doc = app.session.doc
         assert doc["status"] in ("ok", "unverified"), doc["status"]
@@ -179,9 +177,7 @@ async def test_without_a_floor_the_stage_box_says_how_to_measure_it(make_app, sm
     async with app.run_test(size=h.SIZE) as pilot:
         dash = app.screen
         await h.wait_until(pilot, lambda: "not measured" in stage_text(dash), "the not-measured line")
-        await pilot.press("r")
-        await h.wait_until(pilot, lambda: app.session is not None and app.session.doc is not None, "the run to end")
-        await app.workers.wait_for_complete()
+        await h.run_once(pilot, app)
         await pilot.pause()
         line = stage_text(dash).splitlines()[-1]
         assert line.startswith("floor: not measured · `ckptbench floor SOURCE`"), line

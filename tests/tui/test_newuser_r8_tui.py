@@ -105,9 +105,7 @@ async def test_the_efficiency_after_a_run_names_the_time_it_is_over(make_app, sm
     async with app.run_test(size=h.SIZE) as pilot:
         dash = app.screen
         await h.wait_until(pilot, lambda: "bound by" in stage_text(dash), "the floor before a run")
-        await pilot.press("r")
-        await h.wait_until(pilot, lambda: app.session is not None and app.session.doc is not None, "the run to end")
-        await app.workers.wait_for_complete()
+        await h.run_once(pilot, app)
         await h.wait_until(pilot, lambda: "efficiency" in stage_text(dash), "the run's efficiency")
         await pilot.pause()
         doc = app.session.doc
