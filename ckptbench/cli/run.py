@@ -150,9 +150,7 @@ def _run_recorded(args, source, listing, opts, recorder, progress, cancel) -> in
     def on_run(run) -> None:
         progress.repeat += 1
         current[:] = [run]
-        if progress.repeat == 1:  # past the checks before the first repeat (device, memory): a run refused there
-            # leaves nothing on record; from here, one killed outright is told from one that ended (cut short)
-            recorder.begin(args.repeat)
+        recorder.begin(args.repeat)  # from the first repeat on, a run killed outright is told from one that ended
 
     try:
         reps = pipeline.run(source, opts, repeats=args.repeat, progress=progress, cancel=cancel, on_run=on_run,

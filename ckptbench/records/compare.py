@@ -10,6 +10,7 @@ from ckptbench.core.stages import STAGES
 from ckptbench.records.results import jsonl_path, read_documents, read_rows
 from ckptbench.records.schema import KINDS, in_range
 from ckptbench.core.stats import spread, sustained_rate
+from ckptbench.records.recorder import life, unended
 from ckptbench.records.deltas import MIN_RTO_SHARE, MIN_SECONDS, FigureDelta, delta, setting_value, shown_value
 
 # figure -> True when higher is better, by kind of run
@@ -234,7 +235,8 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
                              "benchmark again)")
     newest = _newest(path, runs, newest, kind)
     kind = runs[newest][0]["kind"]
-    docs = run_documents(path)
+    every = read_documents(path)  # once: the run documents and the runs' ends both come from it
+    docs = run_documents(path, every)
     if baseline is None:
         baseline = _default_baseline(path, runs, newest, docs)
     elif baseline not in runs:
@@ -286,16 +288,14 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
         diff["floor_s"] = (fb, fn)  # of a change is the restore's
     said = {shown(k): (shown_value(k, a), shown_value(k, b)) for k, (a, b) in diff.items()}
     return Comparison(shown(redact(baseline)), shown(redact(newest)), figures, said, threshold_pct, kind,
-                      _unfinished(path, docs, runs, {"baseline": baseline, "newest": newest}))
+                      _unfinished(every, docs, runs, {"baseline": baseline, "newest": newest}))
 
 
-def _unfinished(path: str, docs: dict[str, dict], runs: dict[str, list[dict]], sides: dict[str, str]) -> tuple:
+def _unfinished(every: list[dict], docs: dict[str, dict], runs: dict[str, list[dict]], sides: dict[str, str]) -> tuple:
     """A line for each side that never ended on record (recorder.Lifeline): killed outright, its figures are its
     repeats that finished, fewer than it was to make; still running, those so far. Compared all the same: each row
     is a whole repeat."""
-    from ckptbench.records.recorder import life, unended
-
-    lives = unended(read_documents(path), docs)
+    lives = unended(every, docs)
     out = []
     for side, run_id in sides.items():
         now = life(lives.get(run_id), len(runs[run_id]))

@@ -155,8 +155,10 @@ class Recorder:
         self.life = Lifeline(path, "restore", run_id, self.source)
 
     def begin(self, repeats: int) -> None:
-        """The run on record as started, before its first repeat (Lifeline)."""
-        self.life.begin(repeats, mode=self.opts.mode, cache=self.opts.cache)
+        """The run on record as started (Lifeline), once: called as each repeat starts, past the checks before the
+        first (a run refused there leaves nothing on record), it writes at the first and changes nothing after."""
+        if not self.reps and not self.life.open:
+            self.life.begin(repeats, mode=self.opts.mode, cache=self.opts.cache)
 
     def _record(self, i: int, body: dict, figures: dict, read: str, *, status: str, verified: bool | None,
                 success_rate: float | None) -> None:

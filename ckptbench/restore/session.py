@@ -92,13 +92,10 @@ class RestoreSession:
             listing = src.list()
             recorder = Recorder(self.results_path, uuid.uuid4().hex[:12], self.source, listing.format, self.opts,
                                 envmod.snapshot(self.source))
-            begun = recorder
 
             def on_run(run: pipeline.Run) -> None:
                 self._on_run(run)
-                if not begun.reps and not begun.life.open:  # the first repeat, past the checks before it: a
-                    # dashboard killed outright from here leaves the run cut short, not ended
-                    begun.begin(repeats)
+                recorder.begin(repeats)  # from the first repeat on, a dashboard killed outright is cut short
 
             reps = pipeline.run(src, self.opts, repeats=repeats, progress=self._progress, cancel=self.cancel_event,
                                 on_run=on_run, on_repeat=recorder.repeat, listing=listing)
