@@ -24,8 +24,10 @@ POP_C = r"""
 static char *base;
 static size_t part;
 static int touch;
+static pthread_barrier_t gate;
 static void *work(void *arg) {
     volatile char *p = base + (size_t)arg * part;
+    pthread_barrier_wait(&gate);
     if (!touch) {
         if (madvise((void *)p, part, MADV_POPULATE_WRITE)) { perror("madvise"); exit(3); }
     } else {
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
     if (argc != 6) { fprintf(stderr, "usage: pop BYTES THREADS HUGE(0|1|2 none) populate|touch REPEATS\n"); return 2; }
     size_t size = strtoull(argv[1], NULL, 10);
     long threads = atol(argv[2]), pg = sysconf(_SC_PAGESIZE);
+    if (threads < 1 || threads > 256) { fprintf(stderr, "pop: THREADS 1..256\n"); return 2; }
     int huge = atoi(argv[3]), repeats = atoi(argv[5]);
     touch = strcmp(argv[4], "touch") == 0;
     part = size / threads / pg * pg;
@@ -46,11 +49,17 @@ int main(int argc, char **argv) {
         base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (base == MAP_FAILED) { perror("mmap"); return 3; }
         if (huge < 2) madvise(base, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+        /* the threads are started before the clock, as the floor's (ceilings.parallel): a thread's start maps its
+           stack, which waits for the memory-map lock a populating sibling holds, and threads started on the clock
+           ran partly one after another */
         struct timespec a, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
+        pthread_barrier_init(&gate, NULL, threads + 1);
         for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, work, (void *)i);
+        pthread_barrier_wait(&gate);
+        clock_gettime(CLOCK_MONOTONIC, &a);
         for (long i = 0; i < threads; i++) pthread_join(t[i], NULL);
         clock_gettime(CLOCK_MONOTONIC, &b);
+        pthread_barrier_destroy(&gate);
         printf("%.0f\n", threads * part / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9));
     }
     return 0;
@@ -151,8 +160,11 @@ HOT_C = r"""
 static int pfd[4096];
 static long poff[4096], plen[4096], pdst[4096], npieces, share;
 static char *dst;
+static pthread_barrier_t gate;
+static int gated;
 static void *work(void *arg) {
     long first = (long)arg * share, last = first + share < npieces ? first + share : npieces;
+    if (gated) pthread_barrier_wait(&gate);
     for (long i = first; i < last; i++)
         for (long done = 0; done < plen[i];) {
             ssize_t n = pread(pfd[i], dst + pdst[i] + done, plen[i] - done, poff[i] + done);
@@ -164,6 +176,7 @@ static void *work(void *arg) {
 int main(int argc, char **argv) {
     if (argc < 5) { fprintf(stderr, "usage: hot THREADS BYTES REPEATS FILE...\n"); return 2; }
     long threads = atol(argv[1]), want = atol(argv[2]), repeats = atol(argv[3]), total = 0;
+    if (threads < 1 || threads > 256) { fprintf(stderr, "hot: THREADS 1..256\n"); return 2; }
     for (int i = 4; i < argc && total < want; i++) {
         struct stat st;
         int fd = open(argv[i], O_RDONLY);
@@ -184,12 +197,16 @@ int main(int argc, char **argv) {
     work(0);  /* untimed: the pieces into the page cache */
     share = (npieces + threads - 1) / threads;
     pthread_t t[256];
+    gated = 1;
     for (long r = 0; r < repeats; r++) {
-        struct timespec a, b;
+        struct timespec a, b;  /* threads started before the clock, as the floor's (ceilings.parallel) */
+        pthread_barrier_init(&gate, NULL, threads + 1);
+        for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, work, (void *)i);
+        pthread_barrier_wait(&gate);
         clock_gettime(CLOCK_MONOTONIC, &a);
-        for (long i = 0; i < threads && i < 256; i++) pthread_create(&t[i], NULL, work, (void *)i);
-        for (long i = 0; i < threads && i < 256; i++) pthread_join(t[i], NULL);
+        for (long i = 0; i < threads; i++) pthread_join(t[i], NULL);
         clock_gettime(CLOCK_MONOTONIC, &b);
+        pthread_barrier_destroy(&gate);
         printf("%.0f\n", total / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9));
     }
     return 0;

@@ -133,17 +133,45 @@ def test_ratio_verdicts_take_the_ten_percent_band():
     assert agree.ratio_verdict("x", None, agree.AGREE_BAND, why_not="no fio")["detail"] == "no fio"
 
 
+def test_interleaved_checks_alternate_which_side_goes_first_and_settle_before_each(monkeypatch):
+    import _harness as h
+
+    events = []
+    monkeypatch.setattr(h, "SETTLE_S", 5.0)
+    monkeypatch.setattr(h.time, "sleep", lambda s: events.append("settle"))
+    sides = {"floor": iter([1.0, None, 3.0]), "c": iter([2.0, 4.0, 6.0])}
+
+    def side(name):
+        return lambda: events.append(name) or next(sides[name])
+
+    mine, theirs = agree.interleaved(side("floor"), side("c"), rounds=3)
+    assert events == ["settle", "floor", "settle", "c", "settle", "c", "settle", "floor", "settle", "floor",
+                      "settle", "c"]
+    assert mine == [1.0, 3.0] and theirs == [2.0, 4.0, 6.0]  # a failed sample is left out
+    v = agree._interleaved_verdict("x", 4.0, mine, theirs, "C")
+    assert v["value"] == pytest.approx(0.5) and v["status"] == "MISSED" and "1.000× the C loop's" in v["detail"]
+    assert agree._interleaved_verdict("x", 4.0, [], theirs, "C")["status"] == "not measured"
+    events.clear()
+    agree.interleaved(side("floor"), side("c"), rounds=0)
+    assert agree.interleaved(lambda: 1.0, lambda: 1.0, rounds=2, wait=False) == ([1.0, 1.0], [1.0, 1.0])
+    assert events == []
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
-def test_the_c_loop_populates_and_reports_a_rate_per_repeat():
+def test_the_floors_code_and_the_c_loop_populate_in_turn(monkeypatch):
+    import _harness as h
+
+    monkeypatch.setattr(h, "SETTLE_S", 0.0)  # the settle's order is the test above's
     ceilings = {k: c for k, c in a_floor().ceilings.items() if k.startswith("populate")}
-    ceilings["populate_at_16m"] = ceiling(2.0, "MADV_POPULATE_WRITE, 4 KiB pages (a plain allocation's), one sample "
-                                               "of 16 MiB, 2 thread(s), fresh", 16 << 20)
-    verdicts, record = agree.c_population(ceilings, 8 << 20, repeats=2)
-    assert len(verdicts) == 3 and all(v["value"] > 0 for v in verdicts)
-    assert len(record["populate_4k"]["c_gbps"]["populate"]) == 2 and record["populate_4k"]["threads"] == 2
-    assert len(record["populate_thp"]["c_gbps"]["touch"]) == 2
-    # the restore-size figure: one C sample of its own size, at its thread count
-    assert record["populate_at_16m"]["bytes"] == 16 << 20 and len(record["populate_at_16m"]["c_gbps"]["populate"]) == 1
+    ceilings["populate_at_1024m"] = ceiling(2.0, "MADV_POPULATE_WRITE, 4 KiB pages (a plain allocation's), one "
+                                                 "sample of 1024 MiB (16 MiB of it in the 2.5 s the sample may "
+                                                 "take), 2 thread(s), fresh", 1 << 30)
+    verdicts, record = agree.c_population(ceilings, 8 << 20, rounds=2)
+    assert len(verdicts) == 3 and all(v["value"] > 0 for v in verdicts), verdicts
+    assert len(record["populate_4k"]["c_gbps"]) == 2 and len(record["populate_4k"]["floor_code_gbps"]) == 2
+    assert record["populate_4k"]["threads"] == 2 and record["populate_thp"]["threads"] == 1
+    # the restore-size figure: the floor's own populate_large at its class, the C loop over the bytes it populated
+    assert record["populate_at_1024m"]["bytes"] == 16 << 20 and len(record["populate_at_1024m"]["c_gbps"]) == 2
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
@@ -159,9 +187,11 @@ def test_the_page_cache_copy_is_held_against_a_c_pread_loop_at_its_thread_count(
         paths.append((str(p), 6 << 20))
     storage, _ = sourcefigures.storage_ceiling(paths, levels=(1, 2), repeats=1)  # the method line the check parses
     assert storage.hot_gbps > 0 and agree.hot_threads(storage.method) in (1, 2)
-    verdict, record = agree.c_page_cache(storage, paths, repeats=3)
-    assert verdict["value"] > 0 and len(record["c_gbps"]) == 3
+    # the probe runs in a fresh process, with the module's real HOT_BYTES: 256 MiB asked of 12, whole MiB taken
+    verdict, record = agree.c_page_cache(storage, paths, rounds=2)
+    assert verdict["value"] > 0 and len(record["c_gbps"]) == 2 and len(record["floor_code_gbps"]) == 2
     assert record["threads"] == agree.hot_threads(storage.method)
+    assert all(1 <= n <= record["threads"] for n in record["floor_code_threads"])
     none, _ = agree.c_page_cache(dataclasses.replace(storage, hot_gbps=0.0), paths)
     assert none["status"] == "not measured"
 
@@ -342,3 +372,13 @@ def test_paired_hot_targets_are_judged_paired_and_the_once_measured_floor_is_sai
     assert judged[1]["status"] == status
     assert judged[1]["value"] == pytest.approx(((4 + 1.25) / 5.5) / (3.25 / (theirs * 2)))
     assert len(judged) == 2  # no once-measured peer verdict beside the paired one
+
+
+def test_the_host_beside_the_box_runs_is_said_with_the_floor_over_it():
+    runs = [{"doc": {"ceilings": {"populate_at_4096m": {"gbps": g}}}, "beside_gbps": b}
+            for g, b in ((4.0, 2.0), (8.0, 4.0), (6.0, 3.0))]
+    line = agree.host_beside(runs + [{"doc": None, "beside_gbps": 9.0}], "populate_at_4096m")
+    assert line["status"] == "info" and line["value"] == pytest.approx(2 / 3)  # the host moved 2-4 GB/s
+    assert "spread 0.0%" in line["detail"] and "2.000×" in line["detail"]  # the floor followed it exactly
+    assert agree.host_beside(runs[:1], "populate_at_4096m") is None
+    assert agree.host_beside([dict(r, beside_gbps=None) for r in runs], "populate_at_4096m") is None
