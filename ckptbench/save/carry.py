@@ -2,7 +2,8 @@
 training state: the param_groups' hyper-parameters of each optimizer moved under its weights' names (lr, betas,
 weight_decay, eps, a scheduler's initial_lr) become `hparams`, and the other plain values (a scheduler's state_dict,
 epoch, global_step) the `trainer` state. Only values the safe readers already made (nothing is unpickled here) and
-only what JSON holds: raw bytes a reader would not unpickle, numpy arrays and other objects are named in one note."""
+only what JSON holds, tuples kept as tuples where the format written can (safetensors' JSON cannot): raw bytes a
+reader would not unpickle, numpy arrays and other objects are named in one note."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def _groups(state: CheckpointState, f, names: dict) -> list[dict]:
     """Each param group of `f` (its keys in `extra`), in order, with its hyper-parameters and `params` its weights'
     names (an id no name was found for kept as it was)."""
     head = _group_head(f)
-    groups, _ = nest({k[len(head):]: v for k, v in state.extra.items() if k.startswith(head)})
+    tuples = {k[len(head):] for k in state.tuples if k.startswith(head)}  # Adam's betas
+    groups, _ = nest({k[len(head):]: v for k, v in state.extra.items() if k.startswith(head)}, tuples)
     if isinstance(groups, dict):  # group numbers that skip (an empty group leaves no params key)
         groups = [groups[g] for g in sorted(groups, key=lambda g: int(g) if g.isdigit() else -1)]
     out = []
@@ -69,7 +71,7 @@ def carry(state: CheckpointState, mapped: list, left: set[str]) -> list[str]:
             plain[key] = value
         else:
             odd.append((key, _why_not(value)))
-    trainer, clashes = nest(plain)
+    trainer, clashes = nest(plain, state.tuples)
     odd += [(k, "it clashes with another key") for k in clashes]
     for k in [k for k, v in trainer.items() if not json_plain(v)]:  # nested past what a reader takes back
         odd.append((k, "nested too deep"))

@@ -176,3 +176,16 @@ def test_values_beyond_plain_data_are_named_in_one_note_not_unpickled(tmp_path):
     assert len(notes) == 1 and notes[0].startswith("2 non-tensor value(s) NOT saved (e.g. np_state: a numpy"), notes
     saved = load_state(step, "torch")
     assert saved.trainer == {"epoch": 1}
+
+
+def test_tuples_come_back_as_tuples_and_the_optimizer_steps_on_them(source, tmp_path):
+    """Adam's betas are a tuple in its param_groups: the flat keys the safe reader gives made them a list."""
+    source_dir, model, _, _ = source
+    step, _ = _save(source_dir, tmp_path, "torch")
+    saved = load_state(step, "torch")
+    group = saved.hparams["param_groups"][0]
+    assert group["betas"] == (0.9, 0.95) and type(group["betas"]) is tuple
+    resumed, ropt, _ = _resume(*_user_read(step, "torch"))
+    assert type(ropt.param_groups[0]["betas"]) is tuple
+    _train(resumed, ropt, torch.optim.lr_scheduler.StepLR(ropt, step_size=2), 1, seed=3)  # it steps on them
+
