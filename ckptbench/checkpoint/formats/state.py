@@ -259,13 +259,20 @@ def nest(flat: dict[str, object], tuples=frozenset()) -> tuple[dict, list[str]]:
 _JSON_LEAVES = frozenset((str, int, float, bool, type(None)))
 
 
-def json_plain(value) -> bool:
+def rng_tensor(value) -> bool:
+    """A torch RNG state as torch.get_rng_state() and torch.cuda.get_rng_state() give it: a CPU uint8 vector."""
+    return (isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.dim() == 1
+            and value.layout == torch.strided and value.device.type == "cpu")
+
+
+def json_plain(value, rng: bool = False) -> bool:
     """True when `value` is what JSON holds (dicts keyed by strings, lists, tuples, strings, numbers, None) nested at
-    most MAX_DEPTH deep: a trainer's hyper-parameters, which ckptbench writes back as JSON when it saves them."""
+    most MAX_DEPTH deep: a trainer's hyper-parameters, which ckptbench writes back as JSON when it saves them.
+    `rng`: torch RNG states (rng_tensor) too, which the torch and DCP formats keep beside the plain values."""
     stack = [(value, 0)]
     while stack:
         v, depth = stack.pop()
-        if type(v) in _JSON_LEAVES:
+        if type(v) in _JSON_LEAVES or (rng and rng_tensor(v)):
             continue
         if depth >= MAX_DEPTH:
             return False

@@ -78,7 +78,7 @@ def _own_optimizer_state(obj: dict, where: str) -> CheckpointState:
         step = step.item()
     if isinstance(step, float) and step.is_integer():
         step = int(step)
-    if not _whole(step) or not all(isinstance(d, dict) and json_plain(d) for d in (hparams, trainer)):
+    if not _whole(step) or not all(isinstance(d, dict) and json_plain(d, rng=True) for d in (hparams, trainer)):
         raise FormatError(f"{where}: optimizer step {quote(step, 40)}, trainer_state or hparams is not what a "
                           f"trainer writes (a whole number, and numbers and names nested at most {MAX_DEPTH} deep); "
                           f"{_CRAFTED}")
