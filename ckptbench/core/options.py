@@ -29,13 +29,21 @@ MANIFEST_DIGESTS = ("crc32c", "md5")
 OFF = "none"  # the choice that turns a thing off: a control offers it last
 
 
+def _plain_digits(text: str) -> str:
+    """`text` if it is spelled in ASCII without underscores: int() and float() also take '١٢' and '1_0', which no
+    one means as a count, and a typo in a digit group would pass for another number."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(text)
+    return text
+
+
 def whole(low: int, high: int | None = None) -> Callable[[str], int]:
     """A whole number in low..high (no upper bound when high is None); ValueError names what is wrong."""
     def parse(text: str) -> int:
         try:
-            n = int(text)
+            n = int(_plain_digits(text))
         except ValueError:
-            raise ValueError(f"not a whole number: {text!r}") from None
+            raise ValueError(f"not a whole number: {text!r} (digits 0-9, e.g. 16)") from None
         if n < low or (high is not None and n > high):
             raise ValueError(f"must be {low}..{high}, got {n}" if high is not None else f"must be at least {low}, got {n}")
         return n
@@ -47,9 +55,9 @@ def number(above: float | None = None, high: float | None = None) -> Callable[[s
     """A finite number, greater than `above` and at most `high` where given."""
     def parse(text: str) -> float:
         try:
-            x = float(text)
+            x = float(_plain_digits(text))
         except ValueError:
-            raise ValueError(f"not a number: {text!r}") from None
+            raise ValueError(f"not a number: {text!r} (digits 0-9, e.g. 2.5)") from None
         if not math.isfinite(x):
             raise ValueError(f"must be a finite number, got {text!r}")
         if (above is not None and x <= above) or (high is not None and x > high):

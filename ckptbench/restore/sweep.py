@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from ckptbench.core import concurrency as conc
 from ckptbench.core.errors import Cancelled, CkptbenchError, redact, shown
 from ckptbench.core.interrupt import stops_as_interrupted
+from ckptbench.core.options import whole
 from ckptbench.core.paths import source_identity
 from ckptbench.restore import efficiency
 from ckptbench.restore.reading import read_source
@@ -176,9 +177,12 @@ def advice(measured: MeasuredKnee | None, preset=None) -> Advice:
     return Advice(None, "no measurement and no preset for this storage", None)
 
 
+_LEVEL = whole(-(1 << 63))  # any whole number as options spell one; the range is told below, with its own line
+
+
 def parse_levels(text: str) -> list[int]:
     try:
-        levels = sorted({int(x) for x in text.split(",") if x.strip()})
+        levels = sorted({_LEVEL(x.strip()) for x in text.split(",") if x.strip()})
     except ValueError:
         raise CkptbenchError(f"--levels {text!r}: give whole numbers separated by commas, e.g. 1,8,16,32,64") from None
     if not levels or levels[0] < conc.MIN or levels[-1] > conc.MAX:

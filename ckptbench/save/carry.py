@@ -1,14 +1,16 @@
 """A foreign checkpoint's non-tensor state, carried into what `save` writes so that a resume from it is the same
 training state: the param_groups' hyper-parameters of each optimizer moved under its weights' names (lr, betas,
 weight_decay, eps, a scheduler's initial_lr) become `hparams`, and the other plain values (a scheduler's state_dict,
-epoch, global_step) the `trainer` state. Only values the safe readers already made (nothing is unpickled here) and
-only what JSON holds: raw bytes a reader would not unpickle, numpy arrays and other objects are named in one note."""
+epoch, global_step, the RNG states a resume reseeds from) the `trainer` state. Only values the safe readers already
+made (nothing is unpickled here) and only what JSON holds, tuples kept as tuples where the format written can
+(safetensors' JSON cannot), and torch RNG states (uint8 vectors) where it keeps tensors beside them: raw bytes a
+reader would not unpickle, other numpy arrays and other objects are named in one note."""
 
 from __future__ import annotations
 
 import torch
 
-from ckptbench.checkpoint.formats.state import CheckpointState, RawBytes, json_plain, nest
+from ckptbench.checkpoint.formats.state import CheckpointState, RawBytes, json_plain, nest, rng_tensor
 from ckptbench.core.errors import shown
 
 _IDS = ("params", "param_names")  # a group's parameter ids and their names: the weights' names replace both
@@ -22,7 +24,8 @@ def _groups(state: CheckpointState, f, names: dict) -> list[dict]:
     """Each param group of `f` (its keys in `extra`), in order, with its hyper-parameters and `params` its weights'
     names (an id no name was found for kept as it was)."""
     head = _group_head(f)
-    groups, _ = nest({k[len(head):]: v for k, v in state.extra.items() if k.startswith(head)})
+    tuples = {k[len(head):] for k in state.tuples if k.startswith(head)}  # Adam's betas
+    groups, _ = nest({k[len(head):]: v for k, v in state.extra.items() if k.startswith(head)}, tuples)
     if isinstance(groups, dict):  # group numbers that skip (an empty group leaves no params key)
         groups = [groups[g] for g in sorted(groups, key=lambda g: int(g) if g.isdigit() else -1)]
     out = []
@@ -42,10 +45,30 @@ def _why_not(value) -> str:
         if type(value).__module__ != "builtins" else f"a {type(value).__name__}, which JSON does not hold"
 
 
-def carry(state: CheckpointState, mapped: list, left: set[str]) -> list[str]:
+def _rng_key(key: str) -> bool:
+    """A key a trainer keeps RNG state under: HF's rng_state.cpu, a loop's cpu_rng_state, Lightning's rng_states."""
+    low = key.lower()
+    return "rng" in low or "random" in low
+
+
+def rng_value(key: str, value, fmt: str):
+    """`value` as carried where it is part of an RNG state, else None: a torch RNG state as it is (safetensors keeps
+    no tensor beside its JSON: left to the note on tensors not saved), numpy's key array as the list of numbers
+    np.random.set_state also takes."""
+    if not _rng_key(key):
+        return None
+    if rng_tensor(value):
+        return value if fmt != "safetensors" else None
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 1:  # numeric: the reader checked
+        return value.tolist()
+    return None
+
+
+def carry(state: CheckpointState, mapped: list, left: set[str], fmt: str) -> list[str]:
     """Fills `state.hparams` (the param groups of the optimizers `adopt` moved) and `state.trainer` (every other
-    plain value of `extra`, nested again) and takes them out of `extra`; returns the one note on what is not
-    carried. `left`: the keys of optimizer state left out (told in their own note)."""
+    plain value of `extra`, and its RNG states, nested again) and takes them out of `extra`; returns the one note on
+    what is not carried. `left`: the keys of optimizer state left out (told in their own note); `fmt`: the format
+    written."""
     groups, taken, gone = [], set(), set()
     moved = [(f, names) for f, names in mapped if names is not None]
     for f, names in mapped:
@@ -59,6 +82,10 @@ def carry(state: CheckpointState, mapped: list, left: set[str]) -> list[str]:
         state.hparams = {"param_groups": groups}
     plain, odd = {}, []
     for key, value in state.extra.items():
+        rng = None if key in left or key in gone else rng_value(key, value, fmt)
+        if rng is not None:
+            plain[key] = rng
+            continue
         if isinstance(value, torch.Tensor) or key in left or key in gone:
             continue  # tensors outside model and optimizer, and the optimizers left out, have their own notes
         if key in taken:
@@ -69,9 +96,9 @@ def carry(state: CheckpointState, mapped: list, left: set[str]) -> list[str]:
             plain[key] = value
         else:
             odd.append((key, _why_not(value)))
-    trainer, clashes = nest(plain)
+    trainer, clashes = nest(plain, state.tuples)
     odd += [(k, "it clashes with another key") for k in clashes]
-    for k in [k for k, v in trainer.items() if not json_plain(v)]:  # nested past what a reader takes back
+    for k in [k for k, v in trainer.items() if not json_plain(v, rng=True)]:  # nested past what a reader takes back
         odd.append((k, "nested too deep"))
         del trainer[k]
     state.trainer = {**state.trainer, **trainer}

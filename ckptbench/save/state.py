@@ -54,7 +54,7 @@ def _picked(lay) -> list[str]:
     return [f"saved the state of {lay.root or lay.tag or 'the checkpoint at the top'} ({lay.name}): {lay.why}"]
 
 
-def _from_directory(listing) -> tuple[CheckpointState, dict, list[str], int]:
+def _from_directory(listing, fmt_out: str) -> tuple[CheckpointState, dict, list[str], int]:
     """The checkpoint's state, what its manifest records, notes on what is not saved, and where optimizer state is
     left out (its indices matched no weight names for certain) the bytes of every tensor not saved, else 0."""
     from ckptbench.restore.load import load_state, main_dtype
@@ -67,10 +67,11 @@ def _from_directory(listing) -> tuple[CheckpointState, dict, list[str], int]:
     mapped: list = []
     notes, left = optimizer.adopt(state, ordered=fmt == "torch", fmt=fmt, mapped=mapped)
     notes[:0] = _picked(listing.layout)
-    dropped = [k for k, v in state.extra.items() if hasattr(v, "numel") and k not in left]
+    dropped = [k for k, v in state.extra.items() if hasattr(v, "numel") and k not in left
+               and carry.rng_value(k, v, fmt_out) is None]
     if dropped:
         notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {dropped[0][:80]}) are not saved")
-    notes += carry.carry(state, mapped, left)  # a resume needs the hyper-parameters, scheduler, epoch too
+    notes += carry.carry(state, mapped, left, fmt_out)  # a resume needs the hyper-parameters, scheduler, RNG too
     if man is not None and man.dims:
         info = {"profile": man.profile, "dims": dict(man.dims), "param_count": man.param_count,
                 "weights_dtype": man.weights_dtype, "optimizer_dtype": man.optimizer_dtype, "seed": man.seed}
@@ -126,7 +127,8 @@ def load_what(what: str, opts, scale: float = 1.0, listing=None) -> Loaded:
     if source_dir(what) is not None:
         if scale != 1.0:
             raise CkptbenchError("--scale resizes a profile; a checkpoint directory is saved as it is: drop --scale")
-        state, info, notes, left_out = _from_directory(listing if listing is not None else checkpoint_of(what))
+        state, info, notes, left_out = _from_directory(listing if listing is not None else checkpoint_of(what),
+                                                       opts.format)
     else:
         state, info = _from_profile(what, scale)
     stray = [n for n in state.optim if n not in state.model]

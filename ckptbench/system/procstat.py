@@ -255,10 +255,16 @@ def find(pattern: str, *, exclude: int | None = None) -> int:
 
 def _start_ticks(pid: int) -> int | None:
     """When `pid` started, in clock ticks since boot (stat field 22): with the boot, it tells a PID used again apart."""
+    return _state_and_start(pid)[1]
+
+
+def _state_and_start(pid: int) -> tuple[str | None, int | None]:
+    """(state letter, start ticks) of `pid` (stat fields 3 and 22), read once; (None, None) where /proc hides it."""
     try:
-        return int(_stat_fields(_read(f"/proc/{pid}/stat"))[19])
+        fields = _stat_fields(_read(f"/proc/{pid}/stat"))
+        return fields[0], int(fields[19])
     except (OSError, ValueError, IndexError):
-        return None
+        return None, None
 
 
 def _boot_id() -> str | None:
@@ -287,9 +293,9 @@ def still_running(ident) -> bool | None:
         return None
     if boot != ident["boot_id"]:
         return False
-    ticks = _start_ticks(ident["pid"])
-    if ticks is not None:
-        return ticks == ident.get("start_ticks")
+    state, ticks = _state_and_start(ident["pid"])
+    if ticks is not None:  # a zombie (Z) or one being reaped (X) has ended: only its exit status is left
+        return ticks == ident.get("start_ticks") and state not in ("Z", "X")
     try:
         os.kill(ident["pid"], 0)
     except ProcessLookupError:

@@ -160,3 +160,24 @@ def test_a_process_is_told_apart_from_one_gone_or_elsewhere():
     gone.wait()
     assert procstat.still_running(ident) is False
     assert procstat.still_running(None) is None and procstat.still_running({"pid": "1"}) is None
+
+
+def test_a_zombie_is_not_running():
+    """A child that exited but was not reaped keeps its PID and start time in /proc (state Z): it has ended."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        ident = procstat.identity(pid)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until it has exited, unreaped
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the child never became a zombie")
+        assert ident["start_ticks"] is not None
+        assert procstat.still_running(ident) is False
+    finally:
+        os.waitpid(pid, 0)

@@ -24,6 +24,14 @@ from clirun import run_proc
     (["sweep", "{tmp}", "--block-size", "6K", "--read", "direct"], "multiple of 4096"),
     (["run", "{tmp}", "--price-per-hour", "nan"], "--price-per-hour"),
     (["run", "{tmp}", "--repeat", "0"], "--repeat"),
+    # int() and float() take other scripts' digits and underscores; a user means neither
+    (["read", "{tmp}", "-c", "\u0661\u0662"], "--concurrency"),
+    (["run", "{tmp}", "--repeat", "1_0"], "--repeat"),
+    (["plan", "small", "--interval", "\u0661\u0662"], "--interval"),
+    (["plan", "small", "--scale", "0_5"], "--scale"),
+    (["read", "{tmp}", "--block-size", "\u0661M"], "--block-size"),
+    (["sweep", "{tmp}", "--levels", "1,1_6"], "--levels"),
+    (["run", "{tmp}", "--device", "cuda:\u00b2"], "--device"),
 ])
 def test_bad_numbers_are_one_line_and_exit_2(tmp_path, args, needle):
     (tmp_path / "f.bin").write_bytes(b"x" * 10)
@@ -57,3 +65,14 @@ def test_run_options_hold_one_read_options():
         o.but(read="direct", block_size=4097)
     with pytest.raises(TypeError, match="not a restore setting"):
         o.but(concurency=2)
+
+
+def test_aws_max_attempts_in_other_digits_is_not_taken(monkeypatch):
+    """'²'.isdigit() holds and int('²') raises: the environment's value is botocore's to refuse, never a traceback."""
+    from ckptbench.sources import s3
+
+    for raw in ("\u00b2", "\u0661\u0662"):
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", raw)
+        assert "total_max_attempts" not in s3._retries(None), raw
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "7")
+    assert s3._retries(None)["total_max_attempts"] == 7

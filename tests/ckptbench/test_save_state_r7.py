@@ -176,3 +176,47 @@ def test_values_beyond_plain_data_are_named_in_one_note_not_unpickled(tmp_path):
     assert len(notes) == 1 and notes[0].startswith("2 non-tensor value(s) NOT saved (e.g. np_state: a numpy"), notes
     saved = load_state(step, "torch")
     assert saved.trainer == {"epoch": 1}
+
+
+def test_tuples_come_back_as_tuples_and_the_optimizer_steps_on_them(source, tmp_path):
+    """Adam's betas are a tuple in its param_groups: the flat keys the safe reader gives made them a list."""
+    source_dir, model, _, _ = source
+    step, _ = _save(source_dir, tmp_path, "torch")
+    saved = load_state(step, "torch")
+    group = saved.hparams["param_groups"][0]
+    assert group["betas"] == (0.9, 0.95) and type(group["betas"]) is tuple
+    resumed, ropt, _ = _resume(*_user_read(step, "torch"))
+    assert type(ropt.param_groups[0]["betas"]) is tuple
+    _train(resumed, ropt, torch.optim.lr_scheduler.StepLR(ropt, step_size=2), 1, seed=3)  # it steps on them
+
+
+@pytest.mark.parametrize("fmt", ["torch", "dcp"])
+def test_rng_states_are_carried_and_reseed_the_same(tmp_path, fmt):
+    """torch's, numpy's and Python's RNG states beside the weights (a loop's cpu_rng_state, numpy_rng_state,
+    python_rng_state) come back as each RNG's set_state takes them: the next draws are the source's."""
+    import random
+
+    model = _model()
+    opt, _ = _loop(model)
+    torch.manual_seed(5), np.random.seed(6), random.seed(7)
+    want = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)])
+    torch.manual_seed(5), np.random.seed(6), random.seed(7)
+    src = tmp_path / "src"
+    src.mkdir()
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 1,
+                "cpu_rng_state": torch.get_rng_state(), "numpy_rng_state": np.random.get_state(),
+                "python_rng_state": random.getstate()}, src / "checkpoint.pt")
+    step, doc = _save(str(src), tmp_path, fmt)
+    assert not any("NOT saved" in n or "not saved" in n for n in doc["notes"]), doc["notes"]
+    trainer = load_state(step, fmt).trainer if fmt == "dcp" else \
+        torch.load(os.path.join(step, "optim_rank000.pt"), weights_only=True)["trainer_state"]  # as a user reads it
+    torch.manual_seed(0), np.random.seed(0), random.seed(0)
+    torch.set_rng_state(trainer["cpu_rng_state"])
+    np.random.set_state(trainer["numpy_rng_state"])
+    random.setstate(trainer["python_rng_state"])
+    got = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)])
+    assert torch.equal(got[0], want[0]) and (got[1] == want[1]).all() and got[2] == want[2]
+    again = tmp_path / "again"  # and a save of the save carries them on
+    r = run_cli("save", step, again, "--count", "1", "--format", fmt)
+    assert r.rc == 0, r.err
+    assert torch.equal(load_state(str(again / "step-000001"), fmt).trainer["cpu_rng_state"], trainer["cpu_rng_state"])

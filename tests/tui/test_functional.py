@@ -309,8 +309,11 @@ async def test_number_prompt_sets_concurrency_and_rejects_zero(make_app, small_c
         assert field.value == "8"
         await pilot.press("backspace", "0", "enter")
         assert isinstance(app.screen, NumberPrompt), "0 was accepted"
-        assert (f"concurrency must be 1..{conc.MAX}", "error") in app.notes
+        assert (f"concurrency: must be 1..{conc.MAX}, got 0", "error") in app.notes
         assert dash.concurrency == 8 and app.opts.concurrency == 8
+        await pilot.press("backspace", "1", "_", "6", "enter")  # the Input's integer type lets an underscore in
+        assert isinstance(app.screen, NumberPrompt), "1_6 was accepted"
+        await pilot.press("backspace", "backspace", "backspace")
         await pilot.press("backspace", "1", "2", "enter")
         await pilot.pause()
         assert app.screen is dash

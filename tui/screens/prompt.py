@@ -7,7 +7,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
-from ckptbench.core import concurrency as conc
+from ckptbench.core import options
 
 
 class _Prompt(ModalScreen):
@@ -46,14 +46,10 @@ class NumberPrompt(_Prompt):
 
     def parse(self, text: str) -> int | None:
         try:
-            n = int(text)
-        except ValueError:
-            self.notify("a whole number, please", severity="error")
+            return options.CONCURRENCY.parse(text)  # the flag's own rule: the same numbers, the same words
+        except ValueError as exc:
+            self.notify(f"concurrency: {exc}", severity="error")
             return None
-        if not conc.MIN <= n <= conc.MAX:
-            self.notify(f"concurrency must be {conc.MIN}..{conc.MAX}", severity="error")
-            return None
-        return n
 
 
 class TextPrompt(_Prompt):

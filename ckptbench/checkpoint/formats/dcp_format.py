@@ -83,7 +83,7 @@ def _own_plain(meta: Metadata, flat: dict[str, object]) -> tuple[dict, dict] | N
     tree = _tree(meta, plain) if plain else {}
     tree = tree if tree is not None else nest(plain)[0]
     out = tuple(tree.get(k, {}) if isinstance(tree, dict) else None for k in _OWN_PLAIN)
-    return out if all(isinstance(d, dict) and json_plain(d) for d in out) else None
+    return out if all(isinstance(d, dict) and json_plain(d, rng=True) for d in out) else None
 
 
 def _allocate(meta: Metadata, where: str) -> dict[str, torch.Tensor]:

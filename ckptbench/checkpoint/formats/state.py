@@ -94,6 +94,7 @@ class CheckpointState:
     # the training loop's plain values beside the tensors (a scheduler's state_dict, epoch, global_step), nested as
     # JSON holds them: what a resume needs that is neither weights nor optimizer state (ckptbench's layout keeps it)
     trainer: dict = field(default_factory=dict)
+    tuples: set[str] = field(default_factory=set)  # flat keys of `extra` that were tuples (flatten's `tuples`)
 
     def merge(self, other: "CheckpointState") -> None:
         self.model.update(other.model)
@@ -104,6 +105,7 @@ class CheckpointState:
         self.hparams = self.hparams or other.hparams
         self.trainer = self.trainer or other.trainer
         self.inert |= other.inert
+        self.tuples |= other.tuples
 
     def tensors(self):
         """(group, flat name, tensor) of every tensor the state holds."""
@@ -181,11 +183,12 @@ def _too_deep(key: str) -> FormatError:
     return FormatError(f"{key[:80]!r}: nested deeper than {MAX_DEPTH} levels; the file is corrupt or crafted")
 
 
-def flatten(obj, prefix: str = "", depth: int = 0):
+def flatten(obj, prefix: str = "", depth: int = 0, tuples: set[str] | None = None):
     """(flat key, leaf) of a nested state dict, depth first: dict keys and list/tuple indices joined with dots (a
     list of a million ids is a million keys, as torch.save'd optimizers are read everywhere). Raises FormatError
     past MAX_DEPTH, on a key that is neither a str nor an int, or when the keys it builds run past KEY_CHARS_PER_LEAF
-    a key on average. One frame and one dict lookup per leaf, so a wide list costs what its pickle did."""
+    a key on average. One frame and one dict lookup per leaf, so a wide list costs what its pickle did. `tuples`,
+    where given, gets the key of every tuple below `obj`: nest gives them back as tuples, not lists."""
     if depth > MAX_DEPTH:
         raise _too_deep(prefix)
     top = _items(obj)
@@ -212,6 +215,8 @@ def flatten(obj, prefix: str = "", depth: int = 0):
                                       f"{KEY_CHARS_PER_LEAF} a key on average; the file is corrupt or crafted")
             sub = None if type(v) in SCALARS else _items(v)
             if sub is not None:
+                if tuples is not None and type(v) is tuple:
+                    tuples.add(key)
                 stack.append((key, child_depth + 1, iter(sub)))
                 break
             yield key, v
@@ -219,19 +224,22 @@ def flatten(obj, prefix: str = "", depth: int = 0):
             stack.pop()
 
 
-def _listed(node):
-    """`node` with every dict keyed "0".."n-1" turned back into the list the flat keys came from."""
+def _listed(node, path: str = "", tuples=frozenset()):
+    """`node` with every dict keyed "0".."n-1" turned back into the list the flat keys came from (a tuple where its
+    path is in `tuples`)."""
     if not isinstance(node, dict):
         return node
-    out = {k: _listed(v) for k, v in node.items()}
+    out = {k: _listed(v, f"{path}.{k}" if path else k, tuples) for k, v in node.items()}
     if out and sorted(out) == sorted(map(str, range(len(out)))):
-        return [out[str(i)] for i in range(len(out))]
+        items = [out[str(i)] for i in range(len(out))]
+        return tuple(items) if path in tuples else items
     return out
 
 
-def nest(flat: dict[str, object]) -> tuple[dict, list[str]]:
-    """Flat dotted keys as the nesting they were flattened from (list indices back as lists); and the keys that
-    clash with another (one a value, the other below it: crafted), left out."""
+def nest(flat: dict[str, object], tuples=frozenset()) -> tuple[dict, list[str]]:
+    """Flat dotted keys as the nesting they were flattened from (list indices back as lists, or as tuples where
+    their key is in `tuples`: Adam's betas, Python's RNG state, which random.setstate takes only as a tuple); and
+    the keys that clash with another (one a value, the other below it: crafted), left out."""
     root: dict = {}
     clashes = []
     for key, value in flat.items():
@@ -245,19 +253,26 @@ def nest(flat: dict[str, object]) -> tuple[dict, list[str]]:
             clashes.append(key)
             continue
         node[parts[-1]] = value
-    return _listed(root), clashes
+    return _listed(root, "", tuples), clashes
 
 
 _JSON_LEAVES = frozenset((str, int, float, bool, type(None)))
 
 
-def json_plain(value) -> bool:
+def rng_tensor(value) -> bool:
+    """A torch RNG state as torch.get_rng_state() and torch.cuda.get_rng_state() give it: a CPU uint8 vector."""
+    return (isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.dim() == 1
+            and value.layout == torch.strided and value.device.type == "cpu")
+
+
+def json_plain(value, rng: bool = False) -> bool:
     """True when `value` is what JSON holds (dicts keyed by strings, lists, tuples, strings, numbers, None) nested at
-    most MAX_DEPTH deep: a trainer's hyper-parameters, which ckptbench writes back as JSON when it saves them."""
+    most MAX_DEPTH deep: a trainer's hyper-parameters, which ckptbench writes back as JSON when it saves them.
+    `rng`: torch RNG states (rng_tensor) too, which the torch and DCP formats keep beside the plain values."""
     stack = [(value, 0)]
     while stack:
         v, depth = stack.pop()
-        if type(v) in _JSON_LEAVES:
+        if type(v) in _JSON_LEAVES or (rng and rng_tensor(v)):
             continue
         if depth >= MAX_DEPTH:
             return False

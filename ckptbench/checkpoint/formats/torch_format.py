@@ -78,7 +78,7 @@ def _own_optimizer_state(obj: dict, where: str) -> CheckpointState:
         step = step.item()
     if isinstance(step, float) and step.is_integer():
         step = int(step)
-    if not _whole(step) or not all(isinstance(d, dict) and json_plain(d) for d in (hparams, trainer)):
+    if not _whole(step) or not all(isinstance(d, dict) and json_plain(d, rng=True) for d in (hparams, trainer)):
         raise FormatError(f"{where}: optimizer step {quote(step, 40)}, trainer_state or hparams is not what a "
                           f"trainer writes (a whole number, and numbers and names nested at most {MAX_DEPTH} deep); "
                           f"{_CRAFTED}")
@@ -122,7 +122,8 @@ def _foreign(obj: dict, where: str) -> CheckpointState:
     lead = f"{mp}." if mp else ""
     extra_lead = lead + (f"{tag}." if tag else "")
     wrapped = wrapper + "." if wrapper is not None else None
-    for key, leaf in flatten(obj):
+    tuples: set[str] = set()
+    for key, leaf in flatten(obj, tuples=tuples):
         if type(leaf) in SCALARS:  # the bulk of a large file (ids, steps, flags): one lookup, no isinstance
             dest, name = extra, extra_lead + key
         elif not isinstance(leaf, torch.Tensor):
@@ -137,6 +138,7 @@ def _foreign(obj: dict, where: str) -> CheckpointState:
         if name in dest:
             raise FormatError(f"{where}: key {name[:80]!r} appears twice once the nesting is flattened; {_CRAFTED}")
         dest[name] = leaf
+    state.tuples = {extra_lead + k for k in tuples}
     return state
 
 
@@ -144,7 +146,7 @@ def _trainer_state(obj: dict, stem: str, where: str) -> CheckpointState:
     """A Trainer's optimizer.pt, scheduler.pt, scaler.pt or rng_state*.pth: everything in `extra` under the file's
     stem (optimizer.state.0.exp_avg, scheduler.last_epoch, rng_state.cpu), none of it a weight."""
     state = CheckpointState({})
-    for key, leaf in flatten(obj, stem):
+    for key, leaf in flatten(obj, stem, tuples=state.tuples):
         if type(leaf) not in SCALARS:
             _check_leaf(key, leaf, where)
         state.extra[key] = leaf
