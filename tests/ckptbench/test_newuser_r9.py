@@ -25,3 +25,28 @@ def test_plan_passes_over_an_as_is_restore_read_from_the_page_cache(tmp_path):
     assert m["run_id"] == "cold1" and m["gbps"] == pytest.approx(0.5)
     results.append(csv, [_row("asis_cold", 0.7, cache="as-is", residency_before=0.01)])
     assert plan_scale.measured_rank_read(csv)["run_id"] == "asis_cold"  # as found, but found on the device
+
+
+@pytest.mark.parametrize("fraction, text", [(0.285, "29 %"), (0.125, "13 %"), (0.0125, "1.3 %"),
+                                            (-0.285, "-29 %"), (0.415, "42 %")])
+def test_a_share_rounds_its_halves_up(fraction, text):
+    # check's efficiency item said efficiency=28 % in its evidence (0.285, rounded there) and 29 % in its fix
+    from ckptbench.core.units import human_pct
+
+    assert human_pct(fraction) == text
+
+
+def test_the_efficiency_item_says_one_figure_in_its_evidence_and_its_fix():
+    from floorhelp import fixed_floor
+
+    from ckptbench.checklist import efficiency as item
+    from ckptbench.checklist.rules import evidence_text
+    from ckptbench.restore.sweep import Advice
+
+    floor = fixed_floor(populate_4k=3.0, copy=10.0)  # no storage figure: the floor is fresh memory's
+    floor_s = 600_000_000 / 3e9
+    # 28.54 % before rounding, 0.285 in the evidence: its text said 28 % (half to even), the fix 29 %
+    probe = item.RestoreProbe(600_000_000, 1, floor_s / 0.2854, "none", "direct", 8, True, 0.0)
+    v = item.judge(item.FloorFacts(floor, probe), Advice(None, "", None))
+    said = evidence_text("efficiency", v.evidence["efficiency"])
+    assert said == "29 %" and "gap (29 % of that floor" in v.fix, (said, v.fix)
