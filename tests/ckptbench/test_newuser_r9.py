@@ -50,3 +50,32 @@ def test_the_efficiency_item_says_one_figure_in_its_evidence_and_its_fix():
     v = item.judge(item.FloorFacts(floor, probe), Advice(None, "", None))
     said = evidence_text("efficiency", v.evidence["efficiency"])
     assert said == "29 %" and "gap (29 % of that floor" in v.fix, (said, v.fix)
+
+
+def _one_interval_load(interval_s: float):
+    """A job that read 8 MiB of its checkpoint inside one sample, watched at `interval_s`."""
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch.phases import Interval
+
+    def iv(k, nbytes, phase, files):
+        return Interval(k * interval_s, (k + 1) * interval_s, nbytes, 0, 1.0, 1.0, 1, 0.0, 1 << 28, phase, files)
+
+    intervals = [iv(0, 0, "starting", 0), iv(1, 8 << 20, "reading", 1), iv(2, 0, "deserializing", 1)]
+    return watch.WatchReport(pid=1, command="job", wall_s=3 * interval_s, bytes=8 << 20, disk_bytes=0,
+                             files={"/ckpt/model.safetensors": 8 << 20}, intervals=intervals, phases=[],
+                             exit_code=0, source="/ckpt", files_bytes=8 << 20, interval_s=interval_s)
+
+
+@pytest.mark.parametrize("interval_s, advised", [(0.25, True), (0.02, False)])
+def test_a_load_too_short_to_time_is_told_of_a_finer_interval_only_where_it_was_sampled_coarser(interval_s, advised):
+    # watched with --interval 0.02, the note and the fix said to watch again with `--interval 0.02`
+    from ckptbench.watch import verdict
+
+    report = _one_interval_load(interval_s)
+    note = report.reading.note
+    assert "too short to time" in note and ("--interval 0.02" in note) == advised, note
+    v = verdict.judge(report, verdict.StorageProbe(2.0, "cold (verified)", 1, 8 << 20), cpus=2, mem_total=64 << 30)
+    assert v.verdict == "unknown" and "mark the load" in v.fix, (v.verdict, v.why, v.fix)
+    assert ("--interval 0.02" in v.fix) == advised and ("--interval 0.02" in v.why) == advised, v
+    assert v.fix.endswith("watch it with `--interval 0.02`, the files cold" if advised else "watch it with the files "
+                          "cold"), v.fix
