@@ -158,7 +158,7 @@ def floor_sentence(floor: dict | None) -> str:
     if not floor or floor.get("floor_s") is None or floor.get("efficiency") is None:
         return ""
     return (f"your loader runs at {human_pct(floor['efficiency'])} of this box's floor "
-            f"(floor {floor['floor_s']:.2f} s, bound by {binding.text(floor)})")  # as the floor line says it
+            f"(floor {floor['floor_s']:.3f} s, bound by {binding.text(floor)})")  # as the floor line says it
 
 
 PICKLED = (".bin", ".pt", ".pth", ".ckpt", ".pkl")  # torch.save's: unpickled a tensor at a time, in Python

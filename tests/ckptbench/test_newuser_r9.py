@@ -79,3 +79,20 @@ def test_a_load_too_short_to_time_is_told_of_a_finer_interval_only_where_it_was_
     assert ("--interval 0.02" in v.fix) == advised and ("--interval 0.02" in v.why) == advised, v
     assert v.fix.endswith("watch it with `--interval 0.02`, the files cold" if advised else "watch it with the files "
                           "cold"), v.fix
+
+
+def test_a_watchs_floor_is_said_to_the_millisecond_as_its_parts_are():
+    # 'floor: 0.00 s, bound by fresh memory (2.99 GB/s populated); fresh memory 0.003 s + page cache 0.001 s'
+    from ckptbench.cli.watch import floor_lines
+
+    doc = {"floor_s": 0.0042, "binding": "fresh memory", "binding_gbps": 2.99, "binding_how": "populated",
+           "floor_times_s": {"fresh memory": 0.0031, "page cache": 0.0011}, "floor_note": "the read was from the page "
+           "cache; every part on the cores, one after the other, so the parts add up"}
+    lines = floor_lines(doc)
+    assert lines[0].startswith("floor: 0.004 s, bound by fresh memory (2.99 GB/s populated)"), lines
+    assert "fresh memory 0.003 s + page cache 0.001 s" in lines[0] and len(lines) == 3, lines
+    assert floor_lines({"floor_s": None, "floor_note": "not measured"}) == ["floor: not measured"]
+    assert floor_lines({}) == []
+    from ckptbench.watch.verdict import floor_sentence
+
+    assert "(floor 0.004 s, bound by fresh memory" in floor_sentence(doc | {"efficiency": 0.5}), floor_sentence(doc)
