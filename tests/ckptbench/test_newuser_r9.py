@@ -96,3 +96,27 @@ def test_a_watchs_floor_is_said_to_the_millisecond_as_its_parts_are():
     from ckptbench.watch.verdict import floor_sentence
 
     assert "(floor 0.004 s, bound by fresh memory" in floor_sentence(doc | {"efficiency": 0.5}), floor_sentence(doc)
+
+
+def test_an_ambiguity_below_the_folder_named_says_the_pick_that_chooses_from_it():
+    # `run light` said "light/checkpoints: 2 Lightning checkpoints (epoch=1-step=100.ckpt, ...); choose one with
+    # --pick NAME (a .ckpt file) or point at it": --pick epoch=1-step=100.ckpt was 'no such folder in light', and a
+    # .ckpt file cannot be pointed at (a file, not a directory)
+    from ckptbench.checkpoint.resume import choose
+    from ckptbench.core.errors import CkptbenchError
+
+    rels = ["checkpoints/epoch=1-step=50.ckpt", "checkpoints/epoch=1-step=100.ckpt"]
+    with pytest.raises(CkptbenchError) as exc:
+        choose("light", rels)
+    said = str(exc.value)
+    assert said.startswith("light/checkpoints: 2 Lightning checkpoints") and said.endswith(
+        "choose one with --pick checkpoints/NAME (a .ckpt file)"), said
+    assert choose("light", rels, pick="checkpoints/epoch=1-step=100.ckpt").tag == "epoch=1-step=100.ckpt"
+    dcp = [f"run/{d}/{f}" for d in ("a", "b") for f in (".metadata", "__0_0.distcp")]
+    with pytest.raises(CkptbenchError) as exc:
+        choose("out", dcp)
+    assert str(exc.value).endswith("2 DCP checkpoints (a, b) and nothing saying which a resume loads; choose one "
+                                   "with --pick run/NAME or point at it"), exc.value
+    with pytest.raises(CkptbenchError) as exc:
+        choose("out/run", [r.removeprefix("run/") for r in dcp])
+    assert str(exc.value).endswith("--pick NAME or point at it"), exc.value
