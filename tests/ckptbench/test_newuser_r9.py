@@ -120,3 +120,20 @@ def test_an_ambiguity_below_the_folder_named_says_the_pick_that_chooses_from_it(
     with pytest.raises(CkptbenchError) as exc:
         choose("out/run", [r.removeprefix("run/") for r in dcp])
     assert str(exc.value).endswith("--pick NAME or point at it"), exc.value
+
+
+def test_a_lightning_file_picked_is_named_by_the_file(tmp_path):
+    # inspect said "picked the checkpoint at the top" of a .ckpt chosen at the top, and run "restored checkpoints"
+    # of one chosen below: the folder, not the checkpoint
+    import torch
+    from clirun import run_cli
+
+    folder = tmp_path / "light" / "checkpoints"
+    folder.mkdir(parents=True)
+    for step in (50, 100):
+        torch.save({"epoch": 1, "global_step": step, "state_dict": {"model.w": torch.ones(4, 4) * step}},
+                   folder / f"epoch=1-step={step}.ckpt")
+    r = run_cli("inspect", folder, "--pick", "epoch=1-step=100.ckpt")
+    assert r.rc == 0 and r.out.splitlines()[0] == "picked epoch=1-step=100.ckpt: --pick epoch=1-step=100.ckpt", r.out
+    r = run_cli("load", tmp_path / "light", "--pick", "checkpoints/epoch=1-step=50.ckpt")
+    assert r.rc == 0 and r.out.startswith("restored checkpoints/epoch=1-step=50.ckpt (lightning): "), r.out
