@@ -360,7 +360,8 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
     if eff is None:
         return Verdict(ID, TITLE, "unknown", ev | {"reason": "the short restore took no measurable time"}, WHY,
                        "point check at a larger checkpoint")
-    ev |= {"efficiency": round(eff, 3), "binding": m["binding"],
+    eff = round(eff, 3)  # as the evidence says it: the verdict and the fix read the same figure
+    ev |= {"efficiency": eff, "binding": m["binding"],
            "floor_s": round(m["floor_s"], 4), "gap_s": round(max(0.0, probe.seconds - m["floor_s"]), 4),
            "times_s": {k: round(v, 4) for k, v in m["times_s"].items()}}
     if probe.cold and not fl.storage_usable(floor):

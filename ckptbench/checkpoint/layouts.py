@@ -70,6 +70,15 @@ class Layout:
                 "unloaded": [{"path": p, "why": why} for p, why in self.unloaded]}
 
 
+def picked_name(root: str | None, tag: str | None) -> str:
+    """The checkpoint chosen, as a line names it from the folder given: a Lightning .ckpt file with the folder above
+    it (inspect said "picked the checkpoint at the top" of epoch=1-step=100.ckpt, run "restored checkpoints"), else
+    its folder, else its tag."""
+    if tag and tag.endswith(".ckpt"):
+        return f"{root}/{tag}" if root else tag
+    return root or tag or "the checkpoint at the top"
+
+
 def _step_dirs(rels: list[str]) -> set[str]:
     """Top-level directories that hold one DeepSpeed step: global_stepN, or DeepSpeed's state files."""
     out = set()

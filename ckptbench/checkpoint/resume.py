@@ -47,9 +47,24 @@ def _listed(names) -> str:
     return ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
 
 
-def _ambiguous(where: str, what: str, candidates, how: str = "") -> CkptbenchError:
-    return CkptbenchError(f"{where}: {what} ({_listed(candidates)}) and nothing saying which a resume loads; "
-                          f"choose one with --pick NAME{how} or point at it")
+class _Ambiguous(CkptbenchError):
+    """Several checkpoints where the rule cannot choose: one line naming them and how to pick one. `under` is the
+    path from the folder the user named down to `where`, which --pick takes its names below."""
+
+    def __init__(self, where: str, what: str, candidates, files: bool = False, under: str = ""):
+        self.parts = (where, what, tuple(candidates), files)
+        name = f"{under}/NAME" if under else "NAME"
+        # a .ckpt file cannot be pointed at (a command takes a folder): --pick alone chooses it
+        how = f"--pick {name} (a .ckpt file)" if files else f"--pick {name} or point at it"
+        super().__init__(f"{where}: {what} ({_listed(candidates)}) and nothing saying which a resume loads; "
+                         f"choose one with {how}")
+
+    def below(self, under: str) -> _Ambiguous:
+        return _Ambiguous(*self.parts, under=under)
+
+
+def _ambiguous(where: str, what: str, candidates, files: bool = False) -> CkptbenchError:
+    return _Ambiguous(where, what, candidates, files)
 
 
 def _holding(rels: list[str]) -> set[str]:
@@ -177,7 +192,7 @@ def _lightning(where: str, rels: list[str]) -> tuple[str, str, tuple] | None:
     if len(ckpts) < 2:
         return None
     if LIGHTNING_LAST not in ckpts:
-        raise _ambiguous(where, f"{len(ckpts)} Lightning checkpoints", ckpts, " (a .ckpt file)")
+        raise _ambiguous(where, f"{len(ckpts)} Lightning checkpoints", ckpts, files=True)
     tag, why = LIGHTNING_LAST, "last.ckpt, as Lightning's fit(ckpt_path=\"last\") resumes"
     return tag, why, tuple((r, f"another checkpoint: a resume takes {tag}") for r in ckpts if r != tag)
 
@@ -219,6 +234,14 @@ def _pick(where: str, rels: list[str], pick: str) -> tuple[str, list[str], list[
     return name, [r[len(prefix):] for r in rels if r.startswith(prefix)], passed, None
 
 
+def _named_from(root: str, call):
+    """call(), its ambiguity's candidates named for --pick from the folder given: they are below `root`."""
+    try:
+        return call()
+    except _Ambiguous as exc:
+        raise (exc.below(root) if root else exc) from None
+
+
 def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | None = None,
            odd: dict[str, str] | None = None) -> Layout:
     """The one checkpoint a resume loads below `where` (whose members are `rels`) and the files of it a restore
@@ -245,7 +268,7 @@ def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | 
         whys = [f"--pick {pick}"]
     megatron, only = False, ""
     for _ in range(MAX_LEVELS):
-        step = _level(at(root), rels, fetch_in(root), odd_in(root))
+        step = _named_from(root, lambda: _level(at(root), rels, fetch_in(root), odd_in(root)))
         if step is None:
             break
         tag, why, others = step
@@ -264,7 +287,7 @@ def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | 
         raise CkptbenchError(f"{where}: checkpoint folders nested deeper than {MAX_LEVELS} levels; point at the "
                              "checkpoint itself")
     whys += [f"{only}: {ONLY}"] if only else []
-    one = None if chosen else _lightning(at(root), rels)
+    one = None if chosen else _named_from(root, lambda: _lightning(at(root), rels))
     if one is not None:
         chosen, why, others = one
         passed += [(f"{root}/{d}" if root else d, w) for d, w in others]

@@ -11,6 +11,7 @@ from ckptbench.cli.show import emit as _emit, print_left, say
 
 def cmd_inspect(args) -> int:
     from ckptbench.checkpoint.formats.inert import describe
+    from ckptbench.checkpoint.layouts import picked_name
     from ckptbench.restore.inspect import inspect
     from ckptbench.sources import open_source
     from ckptbench.core.errors import printable
@@ -25,7 +26,7 @@ def cmd_inspect(args) -> int:
     layout = (f" ({lay['name']}{', step ' + lay['tag'] if lay['tag'] else ''})"
               if lay["name"] not in ("files", doc["format"]) else "")
     if lay["why"]:  # the root is the checkpoint's folder name
-        say(f"picked {lay['root'] or 'the checkpoint at the top'}: {lay['why']}")
+        say(f"picked {picked_name(lay['root'], lay['tag'])}: {lay['why']}")
     # every file the read plan counts: shards and the others (an index.json was in the plan's count and in no other)
     say(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s) and {lay['other_files']} "
         f"other file(s) ({human_bytes(lay['other_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")

@@ -32,8 +32,9 @@ def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
         return
     stream = stream or sys.stdout
     if lay.get("why"):  # the root and the tag are the checkpoint's names (a `latest` file's text)
-        what = lay.get("root") or lay.get("tag") or "the checkpoint at the top"
-        say(f"{verb} {what} ({lay['name']}): {lay['why']}", stream)
+        from ckptbench.checkpoint.layouts import picked_name
+
+        say(f"{verb} {picked_name(lay.get('root'), lay.get('tag'))} ({lay['name']}): {lay['why']}", stream)
     print_left(lay, stream)
 
 

@@ -34,7 +34,10 @@ def human_pct(fraction: float, *, signed: bool = False) -> str:
     """A share (0.82) as the text writes it: "82 %", with the space the README and docs use; `signed` for a change.
     Under 10 % one decimal stays, so a residency of 0.4 % does not read as none."""
     pct = round(fraction * 100, 9)  # 0.415 * 100 is 41.4999…: unrounded it would read 41 %, not 42 %
-    return f"{pct:{'+' if signed else ''}.{1 if abs(pct) < 9.95 else 0}f} %"
+    places = 1 if abs(pct) < 9.95 else 0
+    # halves up, as a person rounds: format() rounds them to even, so 0.285 read 28 % beside 0.2853's 29 %
+    shown = math.copysign(math.floor(abs(pct) * 10 ** places + 0.5) / 10 ** places, pct)
+    return f"{shown:{'+' if signed else ''}.{places}f} %"
 
 
 def human_age(seconds: float) -> str:

@@ -12,6 +12,7 @@ from ckptbench.core.errors import CkptbenchError, printable, redact, shown
 from ckptbench.plan.shape import plan
 from ckptbench.checkpoint.profiles import Profile
 from ckptbench.core.units import human_age, human_gbps
+from ckptbench.system.pagecache import COLD_MAX
 from ckptbench.system.storage import MIN_FIGURE, Preset
 
 MAX_READ_GBPS = 1000.0  # far beyond any storage a rank reads from: a recorded rate above it is damaged, not measured
@@ -54,16 +55,22 @@ def _said(text) -> str:
     return shown(redact(str(text)))
 
 
+def _from_storage(row: dict) -> bool:
+    """A row whose bytes came from the storage: not hot, and (as-is too) no more than a cold read's share of them in
+    the page cache before it — an as-is restore of files just read read them from memory."""
+    resident = row.get("residency_before")
+    return row.get("cache") != "hot" and not (isinstance(resident, float) and resident > COLD_MAX)
+
+
 def measured_rank_read(results_path: str, on=None) -> dict | None:
     """The per-rank read rate of the newest distributed run (its aggregate rate ÷ its ranks), else of the
-    newest restore run, neither read hot from the page cache, of the rows `on(row)` keeps; None when results.csv
-    holds neither."""
+    newest restore run, neither read from the page cache (_from_storage), of the rows `on(row)` keeps; None when
+    results.csv holds neither."""
     from ckptbench.records.results import read_rows
 
     if not results_path or not os.path.exists(results_path):
         return None
-    # a hot run read the page cache: it says nothing of the storage
-    rows = [r for r in read_rows(results_path) if r.get("cache") != "hot" and (on is None or on(r))]
+    rows = [r for r in read_rows(results_path) if _from_storage(r) and (on is None or on(r))]
     dist = _runs(rows, lambda r: r["kind"] == "dist" and r["status"] in RESTORE_STATUSES and _ranks_ok(r), _aggregate)
     if dist:
         run = list(dist.values())[-1]
@@ -111,7 +118,7 @@ def rank_read_on(results_path: str, preset: Preset) -> tuple[dict | None, str]:
         return None, ""
     # named by what it read: "read other storage than efs's (nfs, nfs4)" read as if the run had read NFS
     read = _newest_storage(results_path, other["run_id"])
-    return None, (f"; the newest run in {printable(redact(results_path))} ({other['run_id']}, {other['where']}) read "
+    return None, (f"; the newest run read from storage in {printable(redact(results_path))} ({other['run_id']}, {other['where']}) read "
                   f"{read}, not {preset.name} ({', '.join(sorted(kinds))}), the storage this plan is for: not used")
 
 

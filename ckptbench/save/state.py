@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats import CheckpointState
 from ckptbench.checkpoint.detect import not_a_checkpoint
+from ckptbench.checkpoint import layouts
 
 
 @dataclass
@@ -51,7 +52,7 @@ def _picked(lay) -> list[str]:
     """Which checkpoint of the folder is saved, and why, where the folder held more than one."""
     if lay is None or not lay.why:
         return []
-    return [f"saved the state of {lay.root or lay.tag or 'the checkpoint at the top'} ({lay.name}): {lay.why}"]
+    return [f"saved the state of {layouts.picked_name(lay.root, lay.tag)} ({lay.name}): {lay.why}"]
 
 
 def _from_directory(listing, fmt_out: str) -> tuple[CheckpointState, dict, list[str], int]:

@@ -15,6 +15,7 @@ from ckptbench.core.verdicts import Verdict
 from ckptbench.watch.results import source_of
 from ckptbench.watch.phases import CPU_BUSY, FAULT_BYTES
 from ckptbench.watch.sampler import WatchReport
+from ckptbench.watch.window import finer
 
 KINDS = ("storage-bound", "loader-cpu-bound", "loader-parallelism-bound", "fault-bound", "network-bound",
          "memory-pressure-bound", "unknown")
@@ -157,7 +158,7 @@ def floor_sentence(floor: dict | None) -> str:
     if not floor or floor.get("floor_s") is None or floor.get("efficiency") is None:
         return ""
     return (f"your loader runs at {human_pct(floor['efficiency'])} of this box's floor "
-            f"(floor {floor['floor_s']:.2f} s, bound by {binding.text(floor)})")  # as the floor line says it
+            f"(floor {floor['floor_s']:.3f} s, bound by {binding.text(floor)})")  # as the floor line says it
 
 
 PICKLED = (".bin", ".pt", ".pth", ".ckpt", ".pkl")  # torch.save's: unpickled a tensor at a time, in Python
@@ -241,6 +242,12 @@ def _median(values: list, empty):
     return sorted(values)[len(values) // 2] if values else empty
 
 
+def _watch_again(w: WatchReport) -> str:
+    """How to watch a load too short to time again: with what this watch lacked (--source, a finer interval)."""
+    lacked = [x for x in ("" if w.source else "`--source DIR`", finer(w.interval_s, "{}")) if x]
+    return f"watch it with {' and '.join(lacked)}, the files cold" if lacked else "watch it with the files cold"
+
+
 def _load_intervals(w: WatchReport) -> list:
     """The intervals the load's thread and device figures are taken over: those of its reading window that read,
     faulted or deserialized (not the job's start, nor its teardown or what it did after); the whole watch's when
@@ -282,7 +289,7 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
         return _verdict("unknown", "the job read no file that looks like a checkpoint's while it ran", evidence,
                         f"check that the job loads the files under --source ({w.source}); a hot load (from the page "
                         "cache, read or mapped) can open, read and let go of them between two samples: watch it "
-                        "with the files cold, or with `--interval 0.02`" if w.source else
+                        f"with the files cold{finer(w.interval_s, ', or with {}')}" if w.source else
                         "name the checkpoint: `ckptbench watch --source DIR -- COMMAND` counts every file under DIR")
     if w.bytes == 0:
         return _verdict("unknown", "the job read nothing while watched (it had finished before the first sample, or "
@@ -301,8 +308,7 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
     if ratio is not None and ratio >= LOADER_BOUND_RATIO and doubt:
         return _verdict("unknown", f"the loader got at least {loader:.2f} GB/s; {gives}; it cannot be called slow on "
                        f"that: {doubt.removeprefix('no efficiency: ')}", evidence,
-                       "mark the load (`from ckptbench.mark import stage`) and watch it with "
-                       + ("" if w.source else "`--source DIR` and ") + "`--interval 0.02`, the files cold")
+                       f"mark the load (`from ckptbench.mark import stage`) and {_watch_again(w)}")
     if ratio is not None and ratio >= LOADER_BOUND_RATIO:
         if fault_share >= 0.5:
             return _verdict("fault-bound", f"{got}; {gives}; most bytes came in through page faults "

@@ -10,6 +10,7 @@ IO_MIN_BPS = 20e6  # below this an interval is not "reading": a job's logging an
 FAULT_MIN_PER_S = 2000  # major faults per second that make an interval "faulting" (an mmap load from disk)
 PROGRESS_MIN = 1 << 20  # bytes in an interval that are the restore's progress: less is a log line or a header
 SEEN_MIN = 0.9  # of what the files' pages say the job read: a window whose counters hold less missed some of it
+FINE_INTERVAL_S = 0.02  # the sampling interval advised for a load too short to time (the sampler's finest useful one)
 
 
 def got(read_calls: int, mapped: int, disk: int) -> int:
@@ -114,6 +115,13 @@ def _reach(intervals: list, lo: int, hi: int, want: int) -> tuple[int, int]:
     return lo, hi
 
 
+def finer(interval_s: float | None, words: str) -> str:
+    """`words` naming `--interval 0.02` where the watch sampled more coarsely; "" where it sampled at that already
+    (a user who had was told to watch again with it)."""
+    return words.format(f"`--interval {FINE_INTERVAL_S:g}`") if interval_s is None or \
+        interval_s > FINE_INTERVAL_S else ""
+
+
 def _cut(intervals: list, lo: int, hi: int, interval_s: float | None) -> Window:
     """Intervals lo..hi with the first begun and the last ended where their bytes, at the rate of the intervals
     between them (of the faster of the two when none is between), say the reads began and ended: a sample interval
@@ -123,8 +131,8 @@ def _cut(intervals: list, lo: int, hi: int, interval_s: float | None) -> Window:
         if interval_s is not None and (timed := _by_steps([a], 0.0, parts_min=2)) is not None:
             return timed  # its byte counters' readings inside it say where the reads were
         note = "" if interval_s is None else (
-            f"the reads fit in one sampling interval ({interval_s:g} s): too short to time; watch with "
-            "`--interval 0.02`, or mark the load (`from ckptbench.mark import stage`)")
+            f"the reads fit in one sampling interval ({interval_s:g} s): too short to time; "
+            f"{finer(interval_s, 'watch with {}, or ')}mark the load (`from ckptbench.mark import stage`)")
         return Window(a.t0, a.t1, "samples", note)
     between = intervals[lo + 1:hi]
     if between:

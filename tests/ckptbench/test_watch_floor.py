@@ -93,7 +93,7 @@ def test_the_watch_holds_the_loader_against_a_measured_floor(tmp_path, checkpoin
     assert doc["floor_s"] == max(doc["floor_times_s"].values())
     assert doc["efficiency"] == pytest.approx(doc["floor_s"] / doc["io_span_s"], rel=1e-9)
     assert doc["binding_gbps"] > 0
-    want = (f"your loader runs at {human_pct(doc['efficiency'])} of this box's floor (floor {doc['floor_s']:.2f} s, "
+    want = (f"your loader runs at {human_pct(doc['efficiency'])} of this box's floor (floor {doc['floor_s']:.3f} s, "
             f"bound by {doc['binding']} ({doc['binding_gbps']:.2f} GB/s {doc['binding_how']}))")
     summary = doc["verdict"]["summary"]
     assert summary.startswith(want) and summary[len(want)] in ";:", summary
@@ -225,7 +225,7 @@ def test_the_floor_sentence_leads_the_verdict_and_a_missing_floor_says_nothing()
     floor = {"floor_s": 1.71, "efficiency": 0.31, "binding": "storage", "binding_gbps": 2.1}
     v = verdict.judge(report, probe, cpus=2, mem_total=64 << 30, floor=floor)
     assert v.verdict == "loader-cpu-bound" and v.why.startswith(
-        "your loader runs at 31 % of this box's floor (floor 1.71 s, bound by storage (2.10 GB/s)); the loader got")
+        "your loader runs at 31 % of this box's floor (floor 1.710 s, bound by storage (2.10 GB/s)); the loader got")
     assert v.evidence["efficiency"] == 0.31
     bare = verdict.judge(report, probe, cpus=2, mem_total=64 << 30, floor=dict(floor, floor_s=None, efficiency=None))
     assert bare.why == verdict.judge(report, probe, cpus=2, mem_total=64 << 30).why
