@@ -9,10 +9,14 @@ only say that it timed out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
+import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -164,6 +168,56 @@ def _rendezvous_at() -> str:
     return f"{addr}:{port}"
 
 
+WAIT_SAY_S = 10.0  # a rank still waiting for the rendezvous this long says so, once (rank 0 imports in seconds)
+
+
+def _await_listener(rank: int, at: str, timeout_s: float) -> None:
+    """Returns once something listens at the rendezvous `at` (host:port), or raises after `timeout_s`. Why: torch's
+    client waited the whole timeout in silence, then retried (another timeout), and printed C++ stack traces
+    before any line of ours; a rank whose rank 0 never started, or that was pointed elsewhere, is named here."""
+    host, port = at.rsplit(":", 1)
+    start = time.monotonic()
+    said, last = False, ""
+    while True:
+        left = timeout_s - (time.monotonic() - start)
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=max(0.1, min(5.0, left))):
+                return  # closed at once: the store takes a client that leaves before it speaks
+        except OSError as exc:
+            last = exc.strerror or type(exc).__name__
+        waited = time.monotonic() - start
+        if waited >= timeout_s:
+            raise CkptbenchError(f"rank {rank}: nothing listens at the rendezvous {at} after {timeout_s:g} s "
+                                 f"({last}); check that rank 0 was started and that MASTER_ADDR and MASTER_PORT "
+                                 "name it (torchrun sets both), or give it longer with --rank-timeout")
+        if not said and waited >= WAIT_SAY_S:
+            print(f"ckptbench: rank {rank}: waiting for the rendezvous at {at} ({last}); giving up after "
+                  f"{timeout_s:g} s", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(0.25)
+
+
+@contextlib.contextmanager
+def _torch_log_held():
+    """torch's C++ log lines (c10d's connect errors and retries, with stack traces) held back while the group forms:
+    written out after a success, as they came; dropped on a failure, which our one line says. The process's stderr
+    itself is redirected (the C++ side writes to the descriptor, not to sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if ok and held.tell():
+                held.seek(0)
+                os.write(2, held.read(1 << 20))
+
+
 def join(device: str, timeout_s: float) -> World:
     """This process's place in the group torchrun started: the process group (nccl for a CUDA device, gloo
     otherwise) initialized with `timeout_s` on every collective, and the store the ranks talk through."""
@@ -188,9 +242,12 @@ def join(device: str, timeout_s: float) -> World:
     if dist.is_initialized():
         store = distributed_c10d._get_default_store()
     else:
+        if rank or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # rank 0 hosts the store otherwise
+            _await_listener(rank, at, timeout_s)
         try:  # the store torch's env:// rendezvous gives (torchrun's agent store, or one rank 0 hosts)
-            store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=size,
-                                               timeout=timedelta(seconds=timeout_s)))
+            with _torch_log_held():
+                store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=size,
+                                                   timeout=timedelta(seconds=timeout_s)))
         except (RuntimeError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             raise CkptbenchError(f"rank {rank}: cannot reach the rendezvous at {at} ({first}); check that every rank "
@@ -202,8 +259,9 @@ def join(device: str, timeout_s: float) -> World:
         # with no name to give; this names it
         world.barrier("joined")
         try:
-            dist.init_process_group(backend, store=store, rank=rank, world_size=size,
-                                    timeout=timedelta(seconds=timeout_s))
+            with _torch_log_held():
+                dist.init_process_group(backend, store=store, rank=rank, world_size=size,
+                                        timeout=timedelta(seconds=timeout_s))
         except (RuntimeError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
             raise CkptbenchError(f"rank {rank}: cannot join the process group ({first}); check MASTER_ADDR, "

@@ -15,6 +15,8 @@ import crc32c
 import pytest
 import torch
 
+from ckptbench.distributed import group
+
 
 _WRITER = textwrap.dedent("""
     import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
@@ -215,6 +217,33 @@ def test_outside_torchrun_the_flag_says_how_to_start_it(torch2):
     r = run_cli("run", str(torch2), "--distributed")
     assert r.rc != 0 and "torchrun --nproc-per-node" in r.err and "Traceback" not in r.err
     assert len(r.err_lines) == 1
+
+
+def test_a_rank_with_nothing_at_the_rendezvous_says_so_in_one_line_by_its_deadline(torch2):
+    """Rank 1 started alone, nobody at MASTER_PORT: torch waited the whole timeout, retried another, then printed
+    C++ log lines and stack traces; the rank's own deadline now ends it with one line."""
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "ckptbench", "run", str(torch2), "--distributed", "--rank-timeout", "3"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    took = time.monotonic() - t0
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert "rank 1: nothing listens at the rendezvous 127.0.0.1:" in lines[0] and "after 3 s" in lines[0]
+    assert took < 60  # the rank's deadline, not torch's own
+
+
+def test_torchs_log_lines_are_held_while_the_group_forms_and_written_after_a_success(capfd):
+    with group._torch_log_held():
+        os.write(2, b"[W c10d] a warning worth keeping\n")
+    assert capfd.readouterr().err == "[W c10d] a warning worth keeping\n"
+    with pytest.raises(RuntimeError), group._torch_log_held():
+        os.write(2, b"[E c10d] connect failed\nframe #0: ...\n")
+        raise RuntimeError("the rendezvous failed: our line says so")
+    assert capfd.readouterr().err == ""
+    os.write(2, b"after\n")  # the descriptor is stderr again
+    assert capfd.readouterr().err == "after\n"
 
 
 def _child_with_rank(parent: int, rank: int) -> int | None:
