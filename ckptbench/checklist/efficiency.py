@@ -360,14 +360,20 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
     if eff is None:
         return Verdict(ID, TITLE, "unknown", ev | {"reason": "the short restore took no measurable time"}, WHY,
                        "point check at a larger checkpoint")
-    eff = round(eff, 3)  # as the evidence says it: the verdict and the fix read the same figure
-    ev |= {"efficiency": eff, "binding": m["binding"],
-           "floor_s": round(m["floor_s"], 4), "gap_s": round(max(0.0, probe.seconds - m["floor_s"]), 4),
+    ev |= {"binding": m["binding"], "floor_s": round(m["floor_s"], 4),
            "times_s": {k: round(v, 4) for k, v in m["times_s"].items()}}
     if probe.cold and not fl.storage_usable(floor):
+        # a cold restore held to the memory and CPU part of its floor: `run` gives no efficiency there (one read as
+        # slow as 15 %), and this item said 32 % with a warning beside run's "no efficiency is given"
         sample = floor.storage.sample_bytes if floor.storage else 0
         ev["storage_missing"] = (f"a {sample >> 20} MiB sample, under the {fl.MIN_STORAGE_SAMPLE >> 20} MiB a "
                                  "bandwidth figure needs")
+        return Verdict(ID, TITLE, "unknown", ev | {
+            "reason": f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, so "
+                      "no efficiency is given, as a run gives none"}, WHY,
+            f"point {FLOOR_CMD} at a larger checkpoint, then check again")
+    eff = round(eff, 3)  # as the evidence says it: the verdict and the fix read the same figure
+    ev |= {"efficiency": eff, "gap_s": round(max(0.0, probe.seconds - m["floor_s"]), 4)}
     return _verdict(eff, m, ev, ff, advised)
 
 
@@ -376,11 +382,6 @@ def _verdict(eff: float, m: dict, ev: dict, ff: FloorFacts, advised: Advice) -> 
     if m["floor_s"] < fl.FIXED_COSTS_S:  # run says its efficiency says little at this size: no verdict on it here
         return Verdict(ID, TITLE, "unknown", ev | {"reason": TOO_SMALL}, WHY,
                        "none at this size; point check at a checkpoint of tens of MiB or more to judge its efficiency")
-    if "storage_missing" in ev and eff < GOOD:
-        return Verdict(ID, TITLE, "warn", ev, WHY,
-                       f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, "
-                       f"so the gap ({human_pct(eff)} of that floor, bound by {binding.of_model(m)}) is likely the "
-                       f"storage's; point {FLOOR_CMD} at a larger checkpoint, then check again")
     if eff > fl.OVER_FLOOR:  # faster than the box can go: a ceiling read low, and the item says so, as a run does
         ev["over_floor"] = (f"the short restore ran at {human_pct(eff)} of the floor: a ceiling measured low (a busy "
                             "box, a noisy sample)")

@@ -116,11 +116,15 @@ def test_a_storage_sample_under_64_mib_is_said_and_not_used():
     f.storage = fl.Ceiling(0.5, 0.5, 0.5, "fixed storage", time.time())
     f.storage.sample_bytes = 5 << 20
     it = eff.judge(_facts(f, 1.0), KNEE_16)
-    assert it.verdict == "warn" and "storage" not in it.evidence["times_s"]
+    # as a run says of a cold restore held to part of its floor: no efficiency is given
+    assert it.verdict == "unknown" and "storage" not in it.evidence["times_s"]
+    assert "efficiency" not in it.evidence and it.evidence["floor_s"] > 0
     assert it.evidence["storage_missing"] == "a 5 MiB sample, under the 64 MiB a bandwidth figure needs"
-    assert it.fix.startswith("the floor has no storage figure (a 5 MiB sample")
-    assert "likely the storage's" in it.fix and "ckptbench floor SOURCE" in it.fix
+    assert it.evidence["reason"].startswith("the floor has no storage figure (a 5 MiB sample")
+    assert "no efficiency is given" in it.evidence["reason"] and "ckptbench floor SOURCE" in it.fix
     assert it.evidence["ceilings"]["storage"]["usable"] is False
+    hot = eff.judge(_facts(f, 1.0, cold=False), KNEE_16)  # a hot restore's floor needs no storage figure
+    assert hot.evidence["efficiency"] > 0 and "storage_missing" not in hot.evidence
 
 
 def test_unknown_without_a_floor_says_why_and_what_to_run():
@@ -193,9 +197,15 @@ def test_cli_check_json_measures_the_floor_and_carries_the_item(tmp_path, h, mon
     ev = it["evidence"]
     # a floor under FIXED_COSTS_S (this 5 MiB checkpoint's, on most boxes) gets no verdict, as run's note says
     tiny = ev["floor_s"] < fl.FIXED_COSTS_S
-    assert it["verdict"] == "unknown" and ev["reason"] == eff.TOO_SMALL if tiny else it["verdict"] in ("ok", "warn")
+    # a cold read of a sample under 64 MiB: the floor has no storage figure, and no efficiency is given
+    partial = ev["cold"] and ev["ceilings"]["storage"]["sample_bytes"] < fl.MIN_STORAGE_SAMPLE
+    if partial:
+        assert it["verdict"] == "unknown" and "no efficiency is given" in ev["reason"] and "efficiency" not in ev
+    else:
+        assert it["verdict"] == "unknown" and ev["reason"] == eff.TOO_SMALL if tiny else it["verdict"] in ("ok", "warn")
+        assert 0 < ev["efficiency"]
     assert 0 < ev["sample_bytes"] == ev["ceilings"]["storage"]["sample_bytes"]  # the floor read the same files
-    assert ev["measured_s"] > 0 and ev["floor_s"] > 0 and 0 < ev["efficiency"]
+    assert ev["measured_s"] > 0 and ev["floor_s"] > 0
     assert ev["binding"] in ev["times_s"] and ev["cold"] in (True, False) and ev["floor_cached"] is False
     assert ev["storage_measured_now"] is True  # nothing was kept: measured by this check
     for name in ("fresh memory", "page cache copy", "storage"):

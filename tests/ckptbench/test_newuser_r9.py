@@ -43,13 +43,16 @@ def test_the_efficiency_item_says_one_figure_in_its_evidence_and_its_fix():
     from ckptbench.checklist.rules import evidence_text
     from ckptbench.restore.sweep import Advice
 
-    floor = fixed_floor(populate_4k=3.0, copy=10.0)  # no storage figure: the floor is fresh memory's
-    floor_s = 600_000_000 / 3e9
+    from ckptbench.system import floor as fl
+
+    floor = fixed_floor(populate_4k=3.0, copy=10.0)  # a hot restore: its floor needs no storage figure
+    floor_s = fl.model(floor, bytes_read=600_000_000, hash_alg="none", hot=True)["floor_s"]
     # 28.54 % before rounding, 0.285 in the evidence: its text said 28 % (half to even), the fix 29 %
-    probe = item.RestoreProbe(600_000_000, 1, floor_s / 0.2854, "none", "direct", 8, True, 0.0)
+    probe = item.RestoreProbe(600_000_000, 1, floor_s / 0.2854, "none", "pread", 8, False, 1.0)
     v = item.judge(item.FloorFacts(floor, probe), Advice(None, "", None))
+    assert v.evidence["efficiency"] == 0.285 and v.evidence["floor_s"] == pytest.approx(floor_s, abs=1e-4)
     said = evidence_text("efficiency", v.evidence["efficiency"])
-    assert said == "29 %" and "gap (29 % of that floor" in v.fix, (said, v.fix)
+    assert said == "29 %" and v.fix.startswith("at 29 % of the floor"), (said, v.fix)
 
 
 def _one_interval_load(interval_s: float):
