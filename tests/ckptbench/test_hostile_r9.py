@@ -29,3 +29,22 @@ def test_save_carries_param_groups_keyed_by_any_name(tmp_path):
     r = run_cli("save", src, tmp_path / "t", "--count", "1", "--results", "")
     assert r.rc == 0 and "Traceback" not in r.err, r.err
     assert "optimizer state optimizer.state.* of 4 parameter(s) saved" in r.out + r.err
+
+
+def test_pack_and_unpack_leave_a_folder_already_under_their_staging_name(tmp_path, ckpt):
+    """pack and unpack stage OUT in `.OUT.tmp-PID` and removed whatever was there first ("a dead process's, with our
+    pid"): in a container pids repeat, and anyone who can write OUT's parent can plant one, so a folder of the user's
+    own files under that name was deleted with them. save stopped doing this (df05b06); now pack and unpack stage
+    under another name and leave it as it was."""
+    import os
+
+    src = ckpt("safetensors", 2)
+    for cmd, source, out in (("pack", src, tmp_path / "packed"), ("unpack", tmp_path / "packed", tmp_path / "back")):
+        planted = tmp_path / f".{out.name}.tmp-{os.getpid()}"
+        planted.mkdir()
+        (planted / "mine.txt").write_text("the user's own")
+        r = run_cli(cmd, source, out)
+        assert r.rc == 0, r.err
+        assert (planted / "mine.txt").read_text() == "the user's own", cmd
+        assert out.is_dir() and not any(p.name.startswith(f".{out.name}.tmp-") and p != planted
+                                        for p in tmp_path.iterdir())
