@@ -48,3 +48,23 @@ def test_pack_and_unpack_leave_a_folder_already_under_their_staging_name(tmp_pat
         assert (planted / "mine.txt").read_text() == "the user's own", cmd
         assert out.is_dir() and not any(p.name.startswith(f".{out.name}.tmp-") and p != planted
                                         for p in tmp_path.iterdir())
+
+
+def test_gen_leaves_a_folder_already_under_its_staging_name(tmp_path):
+    """gen staged in `.DIR.tmp-HOST-PID` and rmtree'd whatever was there first, as pack did: a folder of the user's own
+    files under this process's name went with it. It is left alone now."""
+    import os
+
+    from ckptbench.checkpoint.generate import staging_name
+
+    out = tmp_path / "ck"
+    planted = staging_name(str(out))
+    os.mkdir(planted)
+    with open(os.path.join(planted, "mine.txt"), "w") as f:
+        f.write("the user's own")
+    r = run_cli("gen", "small", out, "--scale", "0.05")
+    assert r.rc == 0, r.err
+    with open(os.path.join(planted, "mine.txt")) as f:
+        assert f.read() == "the user's own"
+    assert (out / "ckptbench.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ck", os.path.basename(planted)])
