@@ -68,3 +68,27 @@ def test_gen_leaves_a_folder_already_under_its_staging_name(tmp_path):
         assert f.read() == "the user's own"
     assert (out / "ckptbench.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ck", os.path.basename(planted)])
+
+
+def test_a_started_run_naming_no_pid_a_process_can_have_is_history_not_a_traceback(tmp_path, ckpt):
+    """history and compare ask whether a run started on record and never ended still runs: its `started` document's
+    pid went to os.kill as it was, and a .jsonl edited by hand with a pid of 2**40 was an OverflowError traceback.
+    A pid no process can have is one this host cannot check."""
+    import json
+
+    ck = ckpt("safetensors", 2)
+    results = tmp_path / "results.csv"
+    assert run_cli("run", ck, "--repeat", "1", "--results", results).rc == 0
+    jsonl = tmp_path / "results.csv.jsonl"
+    docs = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    run_id = docs[0]["run_id"]
+    for pid in (2 ** 40, 10 ** 30):
+        for d in docs:
+            if d["record"] == "started":
+                d["process"]["pid"] = pid
+        jsonl.write_text("".join(json.dumps(d) + "\n" for d in docs if d["record"] != "run"))
+        r = run_cli("history", results)
+        assert r.rc == 0 and "Traceback" not in r.err, r.err
+        assert run_id in r.out and "no end on record" in r.out
+        r = run_cli("compare", results, "--newest", run_id)
+        assert "Traceback" not in r.err and r.rc in (0, 2), r.err
