@@ -4,6 +4,7 @@ far as it is plain data, never a traceback."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from clirun import run_cli
 
@@ -92,3 +93,17 @@ def test_a_started_run_naming_no_pid_a_process_can_have_is_history_not_a_traceba
         assert run_id in r.out and "no end on record" in r.out
         r = run_cli("compare", results, "--newest", run_id)
         assert "Traceback" not in r.err and r.rc in (0, 2), r.err
+
+
+@pytest.mark.parametrize("env", ["\u00b2", "\u0663", "9" * 5000], ids=["superscript-2", "arabic-3", "5000-digits"])
+def test_aws_max_attempts_that_int_cannot_read_is_not_honoured(monkeypatch, env):
+    """AWS_MAX_ATTEMPTS was honoured when str.isdigit() held: '²' holds it and int() raises, as it does past 4300
+    digits, so every S3 command was a ValueError traceback before its first request. Such a value is not a sensible
+    number: ckptbench's own retries stand, as for 'lots' (and for an Arabic-Indic 3, which int() reads and no AWS
+    tool writes: ASCII digits, as RANK is read)."""
+    from ckptbench.sources import s3
+
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", env)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    client = s3.make_client(2)
+    assert client.meta.config.retries["total_max_attempts"] == s3.MAX_ATTEMPTS + 1
