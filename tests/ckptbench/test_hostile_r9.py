@@ -107,3 +107,15 @@ def test_aws_max_attempts_that_int_cannot_read_is_not_honoured(monkeypatch, env)
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     client = s3.make_client(2)
     assert client.meta.config.retries["total_max_attempts"] == s3.MAX_ATTEMPTS + 1
+
+
+@pytest.mark.parametrize("device", ["cuda:\u00b2", "cuda:" + "9" * 5000], ids=["superscript-2", "5000-digits"])
+def test_a_device_index_int_cannot_read_is_one_line(monkeypatch, device):
+    """--device cuda:² passed str.isdigit() and int() raised on a GPU box: a ValueError traceback before the restore."""
+    from ckptbench.core.errors import CkptbenchError
+    from ckptbench.restore.device import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(CkptbenchError, match="use cpu or cuda"):
+        check_device(device)
