@@ -119,3 +119,38 @@ def test_a_device_index_int_cannot_read_is_one_line(monkeypatch, device):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(CkptbenchError, match="use cpu or cuda"):
         check_device(device)
+
+
+def test_rank_0s_live_view_leaves_out_a_post_no_rank_wrote(monkeypatch):
+    """Rank 0 reads every rank's live post from torch's store (anything on the network can write to it): a post that
+    was not JSON, or held other fields, was a traceback out of the live view's thread, and the view showed nothing
+    more for that repeat. Such a post is left out; the others are still summed."""
+    import json
+    import threading
+    import time
+
+    from ckptbench.distributed import live
+
+    good = json.dumps({"s": "read", "b": 10, "n": 40}).encode()
+    for bad in (b"\xff not json", b"[1, 2]", json.dumps({"s": "read", "b": "x", "n": 1}).encode(),
+                json.dumps({"s": "read", "b": 1}).encode(), json.dumps({"s": ["r"], "b": 1, "n": 2}).encode()):
+        class Store:
+            def check(self, keys):
+                return True
+
+            def multi_get(self, keys):
+                return [good, bad]
+
+        class World:
+            size, store = 2, Store()
+
+            def key(self, *parts):
+                return "/".join(map(str, parts))
+
+        failed, shown = [], []
+        monkeypatch.setattr(threading, "excepthook", lambda a: failed.append(a.exc_value))
+        monkeypatch.setattr(live, "SHOW_S", 0.01)
+        with live.Watcher(World(), ("r", 1), shown.append):
+            time.sleep(0.1)
+        assert not failed, (bad, failed)
+        assert shown and shown[-1].bytes == 10 and shown[-1].needed == 40 and shown[-1].stages == {"read": 1}
