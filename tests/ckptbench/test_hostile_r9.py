@@ -154,3 +154,27 @@ def test_rank_0s_live_view_leaves_out_a_post_no_rank_wrote(monkeypatch):
             time.sleep(0.1)
         assert not failed, (bad, failed)
         assert shown and shown[-1].bytes == 10 and shown[-1].needed == 40 and shown[-1].stages == {"read": 1}
+
+
+@pytest.mark.parametrize("posted", [b"\xff not json", b"[true]", b'{"ok": "yes"}', b"{}"])
+def test_a_verdict_no_rank_0_wrote_is_one_line_on_the_other_ranks(posted):
+    """The other ranks wait for rank 0's verdict on each repeat in torch's store (anything on the network can write to
+    it): they decoded it as it came and took ["ok"] of it, so a post that was not JSON or not rank 0's was a
+    ValueError, TypeError or KeyError traceback on every one of them. One line naming rank 0's post now."""
+    from ckptbench.core.errors import CkptbenchError
+    from ckptbench.distributed import driver
+    from ckptbench.distributed.group import World
+
+    class Store:
+        def wait(self, keys, timeout):
+            pass
+
+        def get(self, key):
+            return posted
+
+    world = World(rank=1, size=2, local_rank=1, host="h", backend="gloo", store=Store(), timeout_s=5, prefix="p")
+    with pytest.raises(CkptbenchError, match="rank 0's 'verdict'"):
+        driver._verdict(world, ("r", 1))
+    if posted.startswith(b"\xff"):  # what every wait on rank 0 reads: 'finished' too
+        with pytest.raises(CkptbenchError, match="rank 0's 'finished'"):
+            world.wait_for("finished")
