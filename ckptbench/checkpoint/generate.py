@@ -9,6 +9,7 @@ import re
 import shutil
 import socket
 import threading
+import uuid
 from typing import Callable
 
 import fastio
@@ -159,9 +160,14 @@ def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks:
 
     reap_stale_staging(target)
     tmp = staging_name(target)
+    made = False
     try:
-        shutil.rmtree(tmp, ignore_errors=True)  # ours only if a dead process had our pid; a symlink there fails mkdir
-        os.mkdir(tmp)
+        try:
+            os.mkdir(tmp)
+        except FileExistsError:  # not ours (a killed gen's of a repeated container pid, or planted): left alone
+            tmp = f"{tmp}-{uuid.uuid4().hex[:8]}"
+            os.mkdir(tmp)
+        made = True
         say(f"building the model ({human_count(profile.dims.param_count)} parameters) and taking one AdamW step")
         state = train_one_step(profile, seed)
         check_cancel()
@@ -188,7 +194,8 @@ def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks:
         _swap_in(tmp, target)
         return man
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if made:  # never a folder this gen did not make
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import stat
+import uuid
 from dataclasses import replace
 
 import fastio
@@ -118,19 +119,27 @@ def _missing_parents(path: str) -> list[str]:
 @contextlib.contextmanager
 def _staged(out: str):
     """A temporary sibling of `out` (named with our pid), renamed to `out` when the block ends normally; on any
-    failure it is removed, with any parent directory made for it, so nothing half-written is left."""
+    failure it is removed, with any parent directory made for it, so nothing half-written is left. A folder already
+    under that name (a killed pack's of the same pid, a container's pids repeat, or planted) is left alone: this
+    stages under another name, and removes only what it made."""
     target = os.path.abspath(out)
     parent = os.path.dirname(target)
     tmp = os.path.join(parent, f".{os.path.basename(target)}.tmp-{os.getpid()}")
     made = _missing_parents(parent)
+    staged = False
     try:
         os.makedirs(parent, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)  # a dead process's, with our pid; a symlink there is left and fails
-        os.mkdir(tmp)
+        try:
+            os.mkdir(tmp)
+        except FileExistsError:
+            tmp = f"{tmp}-{uuid.uuid4().hex[:8]}"
+            os.mkdir(tmp)
+        staged = True
         yield tmp
         os.rename(tmp, target)
     except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if staged:
+            shutil.rmtree(tmp, ignore_errors=True)
         for d in made:
             with contextlib.suppress(OSError):
                 os.rmdir(d)

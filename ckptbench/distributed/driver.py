@@ -151,9 +151,19 @@ def _repeats(world, source, opts, dopts, repeats: int, tag: str, show, errors: l
                 rep["problems"].insert(0, missing)
             reps.append(rep)
             world.post({"ok": rep["status"] == "ok", "why": "; ".join(rep["problems"])}, *key, "verdict")
-        if not world.wait_for(*key, "verdict")["ok"]:
+        if not _verdict(world, key):
             return False
     return True
+
+
+def _verdict(world, key: tuple) -> bool:
+    """Whether rank 0 says every rank's repeat succeeded: its post as it writes it ({"ok": bool, ...}), else one line
+    (anything on the network can write to the store: a list there was a TypeError traceback on every other rank)."""
+    said = world.wait_for(*key, "verdict")
+    if not isinstance(said, dict) or not isinstance(said.get("ok"), bool):
+        raise CkptbenchError("rank 0's 'verdict' is not what a rank of ckptbench posts; run the same ckptbench on "
+                             "every node, and keep the rendezvous port (MASTER_PORT) to the job's hosts")
+    return said["ok"]
 
 
 def _post_report(world, mine: dict, key: tuple, errors: list[str], i: int) -> None:

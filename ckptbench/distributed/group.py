@@ -88,7 +88,7 @@ class World:
         if not self._wait([k], wait):
             raise RankFailure(f"rank 0 did not post '{parts[-1]}' within {wait:g} s: it failed or hangs (see its "
                               "output)")
-        return json.loads(self.store.get(k))
+        return _decoded(self.store.get(k), 0, parts[-1])  # anything on the network can write it, as a rank's post
 
     def barrier(self, name: str, deadline_s: float | None = None) -> None:
         """Every rank posts its arrival and waits for all the others'; RankFailure naming those that never came."""

@@ -50,6 +50,20 @@ class Summary:
     seconds: float
 
 
+def read_post(raw) -> dict | None:
+    """A rank's post as Poster writes it ({"s": stage, "b": bytes read, "n": bytes to read}), else None (left out of
+    the view): anything on the network can write to torch's store, and a post of other fields or no JSON was a
+    TypeError or ValueError traceback out of rank 0's live view, which then showed nothing more."""
+    try:
+        p = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(p, dict) or not isinstance(p.get("s"), str) or not all(
+            type(p.get(k)) is int and p[k] >= 0 for k in ("b", "n")):
+        return None
+    return p
+
+
 def summarize(posts: dict[int, dict], seconds: float) -> Summary:
     stages: dict[str, int] = {}
     for p in posts.values():
@@ -83,5 +97,6 @@ class Watcher:
         while not self.stop_event.wait(SHOW_S):
             if not self.world.store.check(keys):  # some rank has not posted yet: nothing whole to show
                 continue
-            posts = {r: json.loads(v) for r, v in enumerate(self.world.store.multi_get(keys))}
+            raw = enumerate(self.world.store.multi_get(keys))
+            posts = {r: p for r, v in raw if (p := read_post(v)) is not None}
             self.show(summarize(posts, time.monotonic() - self.t0))

@@ -10,7 +10,7 @@ def check_device(device: str) -> None:
     if device == "cpu":
         return
     name, _, index = device.partition(":")
-    if name != "cuda" or (index and not (index.isascii() and index.isdigit())):  # '²'.isdigit(), and int raises
+    if name != "cuda" or (index and not (index.isascii() and index.isdigit() and len(index) <= 4)):  # int('²') raises
         raise CkptbenchError(f"--device {device!r}: use cpu or cuda[:N]")
     import torch
 

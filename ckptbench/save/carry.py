@@ -27,7 +27,9 @@ def _groups(state: CheckpointState, f, names: dict) -> list[dict]:
     tuples = {k[len(head):] for k in state.tuples if k.startswith(head)}  # Adam's betas
     groups, _ = nest({k[len(head):]: v for k, v in state.extra.items() if k.startswith(head)}, tuples)
     if isinstance(groups, dict):  # group numbers that skip (an empty group leaves no params key)
-        groups = [groups[g] for g in sorted(groups, key=lambda g: int(g) if g.isdigit() else -1)]
+        # ASCII digits only: '²'.isdigit() holds and int('²') raises, as does int() of 5000 digits
+        groups = [groups[g] for g in sorted(groups, key=lambda g: int(g) if g.isascii() and g.isdigit()
+                                            and len(g) <= 9 else -1)]
     out = []
     for g in groups:
         if not isinstance(g, dict):

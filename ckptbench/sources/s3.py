@@ -178,7 +178,8 @@ def _retries(max_attempts: int | None) -> dict:
     included, as the AWS CLI and SDKs read it), else ckptbench's retries after the first attempt."""
     mode = os.environ.get("AWS_RETRY_MODE", "standard")
     raw = os.environ.get("AWS_MAX_ATTEMPTS", "")
-    if max_attempts is None and raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 100:  # '²'.isdigit(), int raises
+    # ASCII digits: '²'.isdigit() holds and int('²') raises (a traceback before any request)
+    if max_attempts is None and raw.isascii() and raw.isdigit() and len(raw) <= 3 and 1 <= int(raw) <= 100:
         return {"total_max_attempts": int(raw), "mode": mode}
     return {"max_attempts": MAX_ATTEMPTS if max_attempts is None else max_attempts, "mode": mode}
 

@@ -17,6 +17,7 @@ _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 PID = re.compile(r"[0-9]+")  # a /proc entry that is a process (ASCII digits only)
 MAX_TREE = 4096  # processes followed under one watched root: a fork bomb is not a restore
+PID_MAX_LIMIT = 1 << 22  # the kernel's bound on /proc/sys/kernel/pid_max: no PID is larger
 
 
 class ProcessGone(CkptbenchError):
@@ -284,8 +285,8 @@ def identity(pid: int | None = None) -> dict:
 def still_running(ident) -> bool | None:
     """Whether the process `identity()` named is alive: False once it is gone (or its PID names another process, or
     the box rebooted since), None where this host cannot tell (another host, or /proc hides it)."""
-    if not isinstance(ident, dict) or not isinstance(ident.get("pid"), int) or ident["pid"] <= 0:
-        return None
+    if not isinstance(ident, dict) or type(ident.get("pid")) is not int or not 0 < ident["pid"] <= PID_MAX_LIMIT:
+        return None  # no process's (a hand-edited record): os.kill raised OverflowError past a C int
     if ident.get("host") != os.uname().nodename:
         return None  # a results file on shared storage: that host's processes are not this one's to see
     boot = _boot_id()
