@@ -28,8 +28,10 @@ def cmd_inspect(args) -> int:
     if lay["why"]:  # the root is the checkpoint's folder name
         say(f"picked {picked_name(lay['root'], lay['tag'])}: {lay['why']}")
     # every file the read plan counts: shards and the others (an index.json was in the plan's count and in no other)
+    # the others' bytes said as theirs, the whole beside them: "(39.8 MiB)" read as the checkpoint's size (59.7 MiB)
     say(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s) and {lay['other_files']} "
-        f"other file(s) ({human_bytes(lay['other_bytes'])}), {'a' if lay['manifest'] else 'no'} manifest")
+        f"other file(s) ({human_bytes(lay['other_bytes'])} of them), {human_bytes(plan['bytes'])} in all, "
+        f"{'a' if lay['manifest'] else 'no'} manifest")
     print(f"  {'group':10s} {'tensors':>8s} {'params':>14s} {'bytes':>11s}  dtypes")
     for name, g in doc["groups"].items():
         dts = ", ".join(f"{d} {human_bytes(b)}" for d, b in g["dtypes"].items())

@@ -266,8 +266,7 @@ def populate_large(nbytes: int, cores: int | None = None) -> tuple[Ceiling | Non
     gives an allocation that asks for none), populated once on every core (for LARGE_BUDGET_S at most). On a VM the host backs the first of a
     guest's fresh memory and faults the rest in, so a restore's gigabytes populate slower than the base samples'
     hundreds of megabytes (4 GiB at 2.2 GB/s where 256 MiB samples ran at 5.3, here). Returns the ceiling (None when
-    the box has not half its available memory to spare) and the region: the caller holds it while the base samples
-    are measured (they would reuse its freed pages, which come back faster) and closes it."""
+    the box has not half its available memory to spare) and the region, which the caller closes."""
     cores = cores or os.cpu_count() or 1
     size = large_reach(nbytes)
     if not size:
@@ -314,14 +313,17 @@ def memory_ceilings(cores: int | None = None, size: int = POP_BYTES, repeats: in
                     restore_bytes: int = 0) -> dict[str, Ceiling]:
     """Fresh-memory population (4 KiB pages and THP) and copy into populated memory, at the best thread count of
     1, 2, 4.. cores; each figure the median of `repeats`. With `restore_bytes` of LARGE_MIN or more, fresh memory
-    at that restore's size too (populate_large), measured first."""
+    at that restore's size too (populate_large), measured after them. Why after: the size-class sample takes the
+    memory the host still backs, and the base samples measured while it was held landed in memory it faults in
+    (here: 4 KiB 0.57 GB/s and THP 0.9 beside 4.5 and 8.9 with nothing held, and a floor of 6.7 s beside 3.2);
+    a small restore in a new process meets the memory nothing holds. Measured after them, the size-class sample
+    met what it met alone (3.2-5.0 GB/s against 3.6-4.6 here): the base samples' pages, just freed, are the ones
+    the host still backed before them."""
     cores = cores or os.cpu_count() or 1
-    large, held = populate_large(restore_bytes, cores) if restore_bytes else (None, None)
-    try:
-        out = _memory_ceilings(cores, size, repeats)
-    finally:
-        if held is not None:
-            held.close()
+    out = _memory_ceilings(cores, size, repeats)
+    large, region = populate_large(restore_bytes, cores) if restore_bytes else (None, None)
+    if region is not None:
+        region.close()
     return out | ({large_key(large.sample_bytes): large} if large is not None else {})
 
 

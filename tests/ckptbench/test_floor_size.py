@@ -77,6 +77,27 @@ def test_a_real_large_sample_is_one_plain_allocation_of_the_size_class(monkeypat
     assert ceilings.populate_large(40 << 20) == (None, None)  # half the available memory at most: the box's own
 
 
+def test_the_base_samples_are_measured_before_the_size_class_sample_and_nothing_of_it_is_held(monkeypatch):
+    """Held while the base samples ran, the size-class sample took the memory the host still backed: they landed in
+    memory it faults in (4 KiB 0.57 GB/s against 4.5 with nothing held). A small restore meets memory nothing holds."""
+    order, regions = [], []
+
+    def base(cores, size, repeats):
+        order.append(("base", [r.closed for r in regions]))
+        return {}
+
+    def large(nbytes, cores=None):
+        order.append(("large", None))
+        regions.append(ceilings.anonymous(1 << 20, huge=False))
+        return fl.Ceiling(1.0, 1.0, 1.0, "x", time.time(), 1 << 30), regions[-1]
+
+    monkeypatch.setattr(ceilings, "_memory_ceilings", base)
+    monkeypatch.setattr(ceilings, "populate_large", large)
+    out = ceilings.memory_ceilings(cores=2, restore_bytes=1 << 30)
+    assert order == [("base", []), ("large", None)] and list(out) == ["populate_at_1024m"]
+    assert regions[0].closed  # given back at once
+
+
 def test_the_size_class_sample_stops_at_its_time_budget_and_says_how_much_it_populated(monkeypatch):
     """`floor` is to take seconds: a 4 GiB class populated at a bad minute's 0.7 GB/s took 5 s of a 15 s floor. The
     sample goes in steps and stops once its budget is spent, its rate over what it populated, said in its method."""

@@ -289,6 +289,11 @@ def test_inspect_shows_the_layout_and_the_optimizer_group(trainer, h):
     assert lay["shards"] + lay["other_files"] == doc["read_plan"]["files"] and lay["other_files"] > 0, lay
     text = h.run_cli("inspect", root).out.splitlines()[0]
     assert f"{lay['shards']} shard file(s) and {lay['other_files']} other file(s)" in text, text
+    # the others' size said as theirs, and the checkpoint's whole beside it (the others' alone read as the whole)
+    from ckptbench.core.units import human_bytes
+
+    assert f"({human_bytes(lay['other_bytes'])} of them), {human_bytes(doc['read_plan']['bytes'])} in all" in text, text
+    assert lay["other_bytes"] < doc["read_plan"]["bytes"]
 
 
 # ---- the numpy allowance: numeric arrays and nothing else -------------------------------------------------------
