@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from rich.markup import escape
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -32,6 +32,7 @@ from tui.widgets.floorline import FloorView
 from tui.widgets.stagebar import StageBar, digest_words, run_note, verify_line
 from tui.widgets.syspanel import SystemPanel
 
+SHORT_ROWS = 30  # a terminal this short gets the compact layout (-short in app.tcss)
 POLL_S = PROGRESS_INTERVAL_S  # the live figures are polled as often as the read reports progress
 SYSTEM_S = 1.0
 # what m, o, e and a cycle through: the run command's own declarations (its default first, the off choice last)
@@ -39,17 +40,24 @@ CHOICES = {"mode": options.MODE.values, "cache": options.CACHE.values, "read": o
            "hash": options.RESTORE_HASH.values}
 
 
+# Keys shown as one group each in the footer (their own words are the keys' tooltips, and the settings line names
+# which key changes which setting): one entry each, at 80 columns the footer cut off after "e Rea", with k, s, h, ?
+# and q — help and quit — out of sight.
+CONCURRENCY_KEYS = Binding.Group("Conc", compact=True)  # the settings line says "concurrency" beside it
+SETTING_KEYS = Binding.Group("Settings", compact=True)
+
+
 class Dashboard(LoopMode):
     BINDINGS = [
         ("r", "run", "Run"),
         ("x", "cancel", "Cancel"),
-        ("plus,equals_sign", "more", "More"),  # the footer shows the key before it: "+ + conc" read twice
-        ("minus", "less", "Less"),
-        ("c", "ask_concurrency", "Set conc"),
-        ("m", "cycle('mode')", "Mode"),
-        ("o", "cycle('cache')", "Cache"),
-        ("e", "cycle('read')", "Read"),
-        ("a", "cycle('hash')", "Hash"),
+        Binding("plus,equals_sign", "more", "More", group=CONCURRENCY_KEYS),
+        Binding("minus", "less", "Less", group=CONCURRENCY_KEYS),
+        Binding("c", "ask_concurrency", "Set concurrency", group=CONCURRENCY_KEYS),
+        Binding("m", "cycle('mode')", "Mode", group=SETTING_KEYS),
+        Binding("o", "cycle('cache')", "Cache", group=SETTING_KEYS),
+        Binding("e", "cycle('read')", "Read", group=SETTING_KEYS),
+        Binding("a", "cycle('hash')", "Hash", group=SETTING_KEYS),
         Binding("l", "loop", "Loop", show=False),  # in the help: the footer is full
         Binding("t", "tune", "Auto-tune", show=False),
     ]
@@ -79,6 +87,11 @@ class Dashboard(LoopMode):
             return None
         return True
 
+    def on_resize(self, event: events.Resize) -> None:
+        # under SHORT_ROWS rows (an 80x24 terminal) the title bar, which repeats the source line's path, gives its
+        # row to the figures and the progress bar, which were cut off (app.tcss)
+        self.set_class(event.size.height < SHORT_ROWS, "-short")
+
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="source")
@@ -90,7 +103,8 @@ class Dashboard(LoopMode):
             yield SystemPanel(id="system")
         yield StageBar(id="stages")
         yield Static(id="settings")
-        yield Footer()
+        # compact, and no palette key (ctrl+p still opens it): at 80 columns the keys cut off before s, h, ? and q
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         app = self.app
@@ -140,9 +154,12 @@ class Dashboard(LoopMode):
         fixed = " (fixed for this read)" if self.fixed else ""
         picked = o.read == "auto" and self.read_picked not in ("", "auto")
         read = f"auto→{self.read_picked}" if picked else o.read
+        key = lambda k: f"[b $accent]{k}[/] "  # the key that changes it, as the footer shows a key: the footer
+        # groups these under one word each
         self._set("#settings",
-            f"{state} · concurrency [b]{shown}[/b]{fixed} · mode [b]{o.mode}[/b] · cache [b]{o.cache}[/b] · "
-            f"read [b]{read}[/b] · hash [b]{escape(digest_words(o.hash, self.listing))}[/b]")
+            f"{state} · {key('+-c')}concurrency [b]{shown}[/b]{fixed} · {key('m')}mode [b]{o.mode}[/b] · "
+            f"{key('o')}cache [b]{o.cache}[/b] · {key('e')}read [b]{read}[/b] · "
+            f"{key('a')}hash [b]{escape(digest_words(o.hash, self.listing))}[/b]")
 
     def watch_concurrency(self, n: int) -> None:
         if not self.is_mounted:
