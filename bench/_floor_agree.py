@@ -129,7 +129,7 @@ def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int
         "bytes": sum(s for _, s in files), "residency_before": residency}
 
 
-ROUNDS = 5  # interleaved rounds of an agreement check: the floor's own code and the C loop, one sample each
+ROUNDS = 7  # interleaved rounds of an agreement check: the floor's own code and the C loop, one sample each
 
 
 def interleaved(floor_side, c_side, rounds: int = ROUNDS, wait: bool = True) -> tuple[list[float], list[float]]:
