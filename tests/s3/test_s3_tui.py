@@ -97,7 +97,7 @@ async def _crt_then_threads(url: str, results: str) -> None:
         await wait_until(pilot, lambda: dash.fixed, "the dashboard to see the CRT read's fixed concurrency", 2)
         for action in ("more", "less", "ask_concurrency"):
             assert dash.check_action(action, ()) is None, action
-        assert "· concurrency 1 (fixed for this read) ·" in settings_of(dash), settings_of(dash)
+        assert " concurrency 1 (fixed for this read) ·" in settings_of(dash), settings_of(dash)
         app.post_message(events.Key("plus", "+"))
         await pilot.pause(POLL_S + 0.05)  # more than a poll tick
         assert still_reading(session), "the CRT read ended before + could be checked"
@@ -107,7 +107,7 @@ async def _crt_then_threads(url: str, results: str) -> None:
         await pilot.pause(POLL_S + 0.05)
         assert still_reading(session), "the CRT read ended before the set could be checked"
         assert session.snapshot().concurrency == 1 and chart.marks == []
-        assert "· concurrency 1 (fixed for this read) ·" in settings_of(dash), settings_of(dash)
+        assert " concurrency 1 (fixed for this read) ·" in settings_of(dash), settings_of(dash)
         await finish(app, pilot, dash)
         assert session.status == "ok" and not dash.fixed
         assert "(fixed for this read)" not in settings_of(dash)
