@@ -202,8 +202,12 @@ def _torch_log_held():
     """torch's C++ log lines (c10d's connect errors and retries, with stack traces) held back while the group forms:
     written out after a success, as they came; dropped on a failure, which our one line says. The process's stderr
     itself is redirected (the C++ side writes to the descriptor, not to sys.stderr)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no stderr to hold (started with 2>&-): nothing to keep back
+        yield
+        return
     with tempfile.TemporaryFile() as held:
         os.dup2(held.fileno(), 2)
         ok = False

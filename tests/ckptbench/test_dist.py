@@ -353,3 +353,10 @@ def test_a_trainer_checkpoint_in_safetensors_splits_rows_and_loads_its_state_onc
     held = [r["rank"] for r in ranks if "optimizer.state.0.exp_avg" in r["digests"]]
     assert held == [0] and ranks[0]["digests"]["optimizer.state.0.exp_avg"] == _crc(exp_avg)
     assert doc["amplification"] == pytest.approx(1.0)
+
+
+def test_torchs_log_lines_are_not_held_where_there_is_no_stderr():
+    script = ("import os, sys\nfrom ckptbench.distributed import group\nos.close(2)\n"
+              "with group._torch_log_held():\n    x = 1\nsys.stdout.write('ok')\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "ok", p.stderr
