@@ -71,7 +71,10 @@ def _from_directory(listing, fmt_out: str) -> tuple[CheckpointState, dict, list[
     dropped = [k for k, v in state.extra.items() if hasattr(v, "numel") and k not in left
                and carry.rng_value(k, v, fmt_out) is None]
     if dropped:
-        notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {dropped[0][:80]}) are not saved")
+        # an RNG state among them is kept by the formats that hold tensors beside the trainer state
+        rng = [k for k in dropped if carry.rng_value(k, state.extra[k], "torch") is not None]
+        notes.append(f"{len(dropped)} tensor(s) outside model and optimizer (e.g. {(rng or dropped)[0][:80]}) are not "
+                     "saved" + (f"; {len(rng)} of them RNG state, which --format torch or dcp keeps" if rng else ""))
     notes += carry.carry(state, mapped, left, fmt_out)  # a resume needs the hyper-parameters, scheduler, RNG too
     if man is not None and man.dims:
         info = {"profile": man.profile, "dims": dict(man.dims), "param_count": man.param_count,

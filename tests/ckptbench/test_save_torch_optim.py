@@ -111,6 +111,8 @@ def test_a_trainers_optimizer_pt_beside_pytorch_model_bin_is_saved_by_name(tmp_p
     assert meta["step"] == 1
     # the RNG state is not a moment: it stays out, and is said to
     assert any("outside model and optimizer" in n and "rng_state" in n for n in doc["notes"]), doc["notes"]
+    # safetensors holds no tensor beside its JSON: the note says which formats keep the RNG state
+    assert any("RNG state, which --format torch or dcp keeps" in n for n in doc["notes"]), doc["notes"]
     assert not (tmp_path / "MARKER").exists()
 
 
