@@ -355,13 +355,17 @@ def host_beside(runs: list[dict], key: str) -> dict | None:
         return None
     host = [b for _, b in pairs]
     ratio = [c / b for c, b in pairs]
-    spread = lambda v: (max(v) - min(v)) / statistics.median(v)
     return {"target": f"the host over the same {len(pairs)} runs (not a target): a C loop populating as {key} did, "
                       "after each run's settle",
             "status": "info", "value": spread(host),
             "detail": f"the C loop's spread {spread(host):.1%} ({min(host):.2f}–{max(host):.2f} GB/s); each run's "
                       f"{key} over the C sample beside it {statistics.median(ratio):.3f}× "
                       f"({min(ratio):.3f}–{max(ratio):.3f}), spread {spread(ratio):.1%}"}
+
+
+def spread(v: list[float]) -> float:
+    """(max - min) / median: the spread every check here states."""
+    return (max(v) - min(v)) / statistics.median(v)
 
 
 def spread_of(runs: list[dict]) -> dict[str, float]:
@@ -373,7 +377,7 @@ def spread_of(runs: list[dict]) -> dict[str, float]:
             figures.setdefault(k, []).append(c["gbps"])
         if doc.get("storage"):
             figures.setdefault("storage", []).append(doc["storage"]["gbps"])
-    return {k: (max(v) - min(v)) / statistics.median(v) for k, v in figures.items() if len(v) > 1}
+    return {k: spread(v) for k, v in figures.items() if len(v) > 1}
 
 
 def floor_of(doc: dict):
@@ -410,7 +414,7 @@ def box_verdicts(runs: list[dict]) -> list[dict]:
             floors.setdefault(k, []).append(v)
     for k, v in floors.items():  # what a restore is held against: the issue's "five floor measurements"
         if len(v) > 1:
-            s = (max(v) - min(v)) / statistics.median(v)
+            s = spread(v)
             out.append({"target": f"the set's {k} over {len(v)} `ckptbench floor` runs: spread ≤ {SPREAD_MAX:.0%}",
                         "status": "met" if s <= SPREAD_MAX else "MISSED", "value": s,
                         "detail": f"{s:.1%} ({min(v):.3f}–{max(v):.3f} s, median {statistics.median(v):.3f} s)"})
@@ -479,12 +483,12 @@ def agreement(floor, paths_sizes, directory: str, runs: int, cache_dir: str,
     # beside each run, the C loop populating as the figure the set's hot floor stands on (its size class; the base
     # samples' for a set under it)
     key = next(filter(fl.large_size, floor.ceilings), "populate_4k")
-    c = floor.ceilings.get(key)
-    threads = threads_of(c.method) if c else None
+    hot_part = floor.ceilings.get(key)
+    threads = threads_of(hot_part.method) if hot_part else None
     with tempfile.TemporaryDirectory(prefix="ckptbench-host-") as tmp:
         exe = compile_c(tmp) if threads else None
-        beside = (lambda: _rate_of([exe, str(populated_of(c) if fl.large_size(key) else pop_size), str(threads),
-                                    "2" if fl.large_size(key) else "0", "populate", "1"])) if exe else None
+        nbytes, huge = (populated_of(hot_part), "2") if fl.large_size(key) else (pop_size, "0")
+        beside = (lambda: _rate_of([exe, str(nbytes), str(threads), huge, "populate", "1"])) if exe else None
         box = box_runs(directory, runs, cache_dir, beside)
     verdicts = box_verdicts(box)
     if host := host_beside(box, key):
