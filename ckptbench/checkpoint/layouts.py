@@ -34,6 +34,7 @@ _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
 # torch.save per model-parallel rank (mp_rank_TT[_PPP]/model_optim_rng.pt, distrib_optim.pt) or, saved as
 # torch_dist, a DCP checkpoint (.metadata, *.distcp, common.pt)
 _ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
+MEGATRON_COMMON, MEGATRON_META = "common.pt", "metadata.json"  # beside a torch_dist iteration's DCP files
 MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
 # state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.
@@ -53,7 +54,7 @@ class Layout:
     # (no layout known: every file)
     name: str
     files: tuple[str, ...]
-    tag: str | None = None  # DeepSpeed: the step directory restored (None when pointed at it directly)
+    tag: str | None = None  # DeepSpeed's step, Megatron's iteration restored (None when pointed at it directly)
     ranks: tuple[int, ...] = ()
     model_files: tuple[str, ...] = ()
     optimizer_files: tuple[str, ...] = ()
@@ -159,6 +160,12 @@ def trainer_state_files(rels) -> tuple[str, ...]:
     """The torch.save files a Hugging Face Trainer keeps its state in, at the top of the checkpoint: optimizer.pt,
     scheduler.pt, scaler.pt, rng_state*.pth."""
     return tuple(r for r in rels if TRAINER_STATE.match(r))
+
+
+def is_megatron_dist(top: set[str]) -> bool:
+    """A Megatron torch_dist iteration: its DCP files with common.pt (the state that is not sharded, which a resume
+    loads and merges) and metadata.json (the backend it was saved with) beside them."""
+    return ".metadata" in top and MEGATRON_COMMON in top and MEGATRON_META in top
 
 
 def is_trainer(top: set[str]) -> bool:
@@ -272,8 +279,8 @@ def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
     if ST_INDEX in top:  # every shard the index names is there and inside, or the restore would be partial
         files, shards = _indexed(where, rels, ST_INDEX, _ST_SHARD, fetch)
         return _below(Layout("hf-safetensors", files, model_files=shards))
-    if ".metadata" in top:
-        return Layout("dcp", tuple(rels))
+    if ".metadata" in top:  # Megatron's torch_dist keeps what is not sharded (iteration, args, scheduler) in common.pt
+        return Layout("dcp", tuple(rels), state_files=(MEGATRON_COMMON,) if is_megatron_dist(top) else ())
     if any(r.endswith(".ckpt") for r in top):
         return Layout("lightning", tuple(rels))
     if any(_ST_SHARD.match(r) or r.startswith("adapter_model.") for r in top):

@@ -266,14 +266,14 @@ def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | 
     if pick is not None:
         root, rels, passed, chosen = _pick(where, rels, pick)
         whys = [f"--pick {pick}"]
-    megatron, only = False, ""
+    megatron, only = None, ""  # megatron: the iteration folder Megatron's tracker file named
     for _ in range(MAX_LEVELS):
         step = _named_from(root, lambda: _level(at(root), rels, fetch_in(root), odd_in(root)))
         if step is None:
             break
         tag, why, others = step
         passed += [(f"{root}/{d}" if root else d, w) for d, w in others]
-        megatron |= "iteration" in why
+        megatron = tag if "iteration" in why else megatron
         if why == ONLY:  # wrappers say so once, with their whole path
             only = f"{only}/{tag}" if only else tag
         else:
@@ -295,8 +295,8 @@ def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | 
     if chosen:
         rels = [r for r in rels if r == chosen or not r.endswith(".ckpt")]
     lay = layouts.select(at(root), rels, fetch_in(root))
-    if megatron and lay.name in ("files", "dcp"):  # a torch_dist iteration
-        lay = replace(lay, name="megatron")
+    if megatron:  # the iteration is the tag, as DeepSpeed's step is; a torch_dist one is named for Megatron too
+        lay = replace(lay, name="megatron" if lay.name in ("files", "dcp") else lay.name, tag=megatron)
     within = tuple((f"{root}/{p}" if root else p, w) for p, w in lay.skipped)  # named from the folder given
     return replace(lay, root=root or None, why="; ".join(whys + [lay.why] if lay.why else whys),
                    skipped=tuple(passed) + within,

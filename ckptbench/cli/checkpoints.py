@@ -23,7 +23,8 @@ def cmd_inspect(args) -> int:
         return 0
     lay, plan = doc["layout"], doc["read_plan"]
     ranks = f"{lay['ranks']} rank(s), " if lay["ranks"] else ""
-    layout = (f" ({lay['name']}{', step ' + lay['tag'] if lay['tag'] else ''})"
+    step = "" if lay["name"] == "megatron" else "step "  # Megatron's tag names itself: iter_0000010
+    layout = (f" ({lay['name']}{', ' + step + lay['tag'] if lay['tag'] else ''})"
               if lay["name"] not in ("files", doc["format"]) else "")
     if lay["why"]:  # the root is the checkpoint's folder name
         say(f"picked {picked_name(lay['root'], lay['tag'])}: {lay['why']}")

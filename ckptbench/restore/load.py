@@ -61,10 +61,22 @@ def shard_files(directory: str, fmt: str, lay: layouts.Layout | None = None) -> 
 
 def _state_files(directory: str, lay: layouts.Layout | None) -> list[str]:
     """A Trainer's (or Accelerate's) torch.save state files (optimizer.pt, scheduler.pt, rng_state*.pth, scaler.pt,
-    optimizer.bin) beside safetensors weights, as the layout names them."""
+    optimizer.bin) beside safetensors weights, Megatron's common.pt beside DCP files, as the layout names them."""
     if lay is None:
         lay = layouts.select(directory, tree.rels(directory))
     return [os.path.join(directory, r) for r in lay.state_files]
+
+
+def with_state_files(state: CheckpointState, directory: str, lay: layouts.Layout | None,
+                     buffers: dict | None) -> CheckpointState:
+    """`state` with the torch.save state files the layout names merged in (a Trainer's optimizer.pt, scheduler.pt,
+    rng_state.pth; Megatron's common.pt beside DCP files), each read from `buffers` (path → bytes) where there."""
+    files = _state_files(directory, lay)
+    if files:
+        from ckptbench.checkpoint.formats.torch_shards import load_shards
+
+        state.merge(load_shards(files, buffers))
+    return state
 
 
 def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None,
@@ -86,7 +98,7 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
     mod = module_for(fmt)
     if fmt == "dcp":
         named = {os.path.basename(p): b for p, b in (buffers or {}).items() if b is not None}
-        return mod.load_dir(directory, buffers=named or None)
+        return with_state_files(mod.load_dir(directory, buffers=named or None), directory, lay, buffers)
     if lay is None and shards is None:
         lay = resume.choose(directory, tree.rels(directory))
         directory = os.path.join(directory, lay.root) if lay.root else directory
@@ -102,11 +114,7 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
                 state.merge(mod.load_buffer(buffers[path], path))
             else:
                 state.merge(mod.load_file(path))
-        trainer = _state_files(directory, lay)
-        if trainer:
-            from ckptbench.checkpoint.formats.torch_shards import load_shards
-
-            state.merge(load_shards(trainer, buffers))
+        with_state_files(state, directory, lay, buffers)
     if not any(True for _ in state.tensors()):
         raise FormatError(f"{directory}: no tensors found in its {fmt} files")
     return state

@@ -127,12 +127,14 @@ class Run:
         lays it out."""
         from ckptbench.checkpoint.formats import dcp_format
         from ckptbench.checkpoint.shares import tensors_of
+        from ckptbench.restore import load as restore
 
         tiling, bufs = self.tiled
         self.tiled = None  # the buffers go with the state
         tensors, values, seconds = tensors_of(tiling.share, bufs)
         named = {os.path.basename(p): b for p, b in buffers.items() if b is not None and "/" not in listing.rel(p)}
         state = dcp_format.from_pieces(listing.source, tensors, values, named)
+        state = restore.with_state_files(state, listing.source, listing.layout, buffers)
         assembled = sum(1 for sl in tiling.share.slices if len(sl.fills) > 1)
         self.notes[LOAD] = _from_pieces_note(sum(len(sl.fills) for sl in tiling.share.slices), assembled, seconds)
         return state

@@ -155,3 +155,137 @@ def test_a_torch_dist_iteration_restores_as_dcp(tmp_path, h):
     state = restore.load_state(str(it), "dcp")
     for k, t in sd.items():
         assert torch.equal(state.model[k], t), k
+
+
+# ---- megatron-core's torch_dist: what its DCP files hold beyond torch's (the real one: tests/compat) --------------
+
+
+def _dist(tmp_path, state: dict, megatron: bool):
+    """A DCP checkpoint torch writes, with Megatron's metadata.json beside it when `megatron`; its metadata
+    unpickled for crafting."""
+    import pickle
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    d = tmp_path / ("dist" if megatron else "plain")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, checkpoint_id=str(d), no_dist=True)
+    if megatron:
+        (d / "metadata.json").write_text('{"sharded_backend": "torch_dist", "sharded_backend_version": 1}')
+    with open(d / ".metadata", "rb") as f:
+        return d, pickle.load(f)
+
+
+def _rewrite(d, meta) -> None:
+    import pickle
+
+    with open(d / ".metadata", "wb") as f:
+        pickle.dump(meta, f)
+
+
+def test_saved_plans_in_the_metadata_are_admitted_and_dropped(tmp_path):
+    """megatron-core keeps every rank's SavePlan in .metadata (`all_local_plans`): refusing the planner's classes
+    refused every torch_dist checkpoint Megatron writes. They are admitted, and the attribute is not kept."""
+    from torch.distributed.checkpoint.planner import (SavePlan, TensorWriteData, WriteItem, WriteItemType)
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex
+
+    from ckptbench.checkpoint.formats import dcp_format
+
+    d, meta = _dist(tmp_path, {"w": torch.arange(6.0)}, megatron=True)
+    md = meta.state_dict_metadata["w"]
+    meta.all_local_plans = [SavePlan([WriteItem(MetadataIndex("w", torch.Size([0])), WriteItemType.SHARD,
+                                                tensor_data=TensorWriteData(ChunkStorageMetadata(
+                                                    torch.Size([0]), torch.Size([6])), md.properties, md.size))])]
+    _rewrite(d, meta)
+    state = dcp_format.load_dir(str(d))
+    assert torch.equal(state.model["w"], torch.arange(6.0))
+    from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
+
+    assert not hasattr(SafeReader(str(d)).read_metadata(), "all_local_plans")
+
+
+def test_a_saved_plan_carrying_a_forbidden_global_is_still_refused(tmp_path):
+    from ckptbench.checkpoint.formats import dcp_format
+    from ckptbench.checkpoint.formats.state import FormatError
+
+    class Evil:
+        def __reduce__(self):
+            return os.system, ("echo crafted",)
+
+    d, meta = _dist(tmp_path, {"w": torch.arange(6.0)}, megatron=True)
+    meta.all_local_plans = [Evil()]
+    _rewrite(d, meta)
+    with pytest.raises(FormatError, match=r"names posix\.system, which is not DCP metadata"):
+        dcp_format.load_dir(str(d))
+
+
+REAL = os.path.join(os.path.dirname(__file__), "..", "compat", "fixtures", "megatron_torch_dist", "iter_0000010")
+
+
+@pytest.mark.parametrize("megatron", [True, False])
+def test_a_sharded_objects_list_is_unwrapped_only_where_megatron_wrote_it(tmp_path, megatron):
+    """megatron-core saves each ShardedObject as a torch.save of a one-item list and its load hands the resume the
+    item (its RNG states, each layer's extra state); without its metadata.json the same bytes are a DCP byte entry
+    like any other, and its value is the list. The checkpoint is one megatron-core wrote (tests/compat)."""
+    import shutil
+
+    from ckptbench.checkpoint.formats import dcp_format
+
+    d = tmp_path / "iter"
+    shutil.copytree(REAL, d)
+    if not megatron:
+        (d / "metadata.json").unlink()
+    extra = dcp_format.load_dir(str(d)).extra
+    rng = extra["rng_state/shard_0.0_1.1"]
+    extra_state = extra["decoder.layers.mlp.linear_fc1._extra_state/shard_0_2"]
+    if not megatron:
+        assert extra_state == [None] and len(rng) == 1
+        extra_state, rng = extra_state[0], rng[0]
+    # Megatron-LM's own RNG state is a list (one per virtual pipeline stage) of dicts
+    assert extra_state is None and isinstance(rng, list) and len(rng) == 1
+    assert set(rng[0]) == {"random_rng_state", "np_rng_state", "torch_rng_state"}
+
+
+def _saved(value) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    return buf.getvalue()
+
+
+def test_numpy_in_a_byte_entry_comes_back_as_numbers_and_never_as_objects():
+    """Megatron's RNG ShardedObject holds numpy's state (an array of uint32): it is loaded as the numbers it is.
+    An array of strings is not numbers and stays the bytes it was saved as."""
+    from ckptbench.checkpoint.formats.dcp_format import load_byte_entry
+    from ckptbench.checkpoint.formats.state import RawBytes
+
+    state = np.random.RandomState(3).get_state()
+    got = load_byte_entry(_saved([state]))
+    assert got[0][0] == "MT19937" and np.array_equal(got[0][1], state[1]) and got[0][1].dtype == np.uint32
+    assert isinstance(load_byte_entry(_saved([np.array(["a", "b"])])), RawBytes)
+    assert isinstance(load_byte_entry(_saved([np.array([object()], dtype=object)])), RawBytes)
+
+
+def test_a_torch_dist_iteration_restores_its_common_state(tmp_path, h):
+    """common.pt holds what Megatron does not shard (iteration, args, the scheduler): its resume merges it into
+    the state it loads; it was read and never deserialized."""
+    import torch.distributed.checkpoint as dcp
+
+    it = tmp_path / "dist" / "iter_0000300"
+    it.mkdir(parents=True)
+    dcp.save({"embedding.word_embeddings.weight": torch.randn(20, 8)}, checkpoint_id=str(it), no_dist=True)
+    torch.save({"iteration": 300, "opt_param_scheduler": {"num_steps": 300, "max_lr": 3e-4}}, it / "common.pt")
+    (it / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
+    (tmp_path / "dist" / "latest_checkpointed_iteration.txt").write_text("300")
+    from ckptbench.restore import load as restore
+
+    state = restore.load_state(str(it), "dcp")
+    assert state.extra["iteration"] == 300 and state.extra["opt_param_scheduler.num_steps"] == 300
+    r = h.run_cli("inspect", tmp_path / "dist", "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["layout"]["name"] == "megatron" and doc["layout"]["tag"] == "iter_0000300"
+    assert "common.pt" not in json.dumps(doc["layout"].get("unloaded", []))

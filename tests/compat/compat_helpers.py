@@ -8,7 +8,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from compat_encoding import encode
+from compat_encoding import encode, flatten
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures")
@@ -42,6 +42,14 @@ def copy_fixture(name: str, dest_parent) -> Compat:
     return Compat(name, root, expected)
 
 
+def _leaves(key: str, v):
+    """A restored value as expected.json keys it: plain data (a list of ids) whole, a structure holding tensors or
+    arrays (a DCP byte entry: Megatron's RNG states) leaf by leaf under its flat keys."""
+    if encode(v).get("object") is None:
+        return [(key, encode(v))]
+    return [(k, encode(x)) for k, x in flatten(v, key)]
+
+
 def restored(root: str, load: bool = True):
     """(listing, encoded state) as ckptbench restores the directory: the listing picks the checkpoint and its
     files, load_state loads them (state None when not `load`). The one place that knows ckptbench's internals;
@@ -53,8 +61,26 @@ def restored(root: str, load: bool = True):
     if not load:
         return listing, None
     shards = [f.path for f in listing.files if f.path.endswith(restore.SHARD_EXT.get(listing.format, ()))]
-    state = restore.load_state(listing.source, listing.format, shards=shards)
-    got = {"model": {k: encode(v) for k, v in state.model.items()},
-           "extra": {k: encode(v) for k, v in state.extra.items()},
+    return listing, encoded(restore.load_state(listing.source, listing.format, shards=shards))
+
+
+def restored_by_run(root: str, monkeypatch) -> dict:
+    """The encoded state `run`'s own repeat loads (the fused read's buffers; a DCP checkpoint's chunks read by
+    range), taken where the repeat hands it to its check."""
+    from ckptbench.restore import runner
+    from ckptbench.restore.repeat import RunOptions
+
+    seen = []
+    check = runner._check
+    monkeypatch.setattr(runner, "_check", lambda restored, state, *a, **k: seen.append(state) or check(
+        restored, state, *a, **k))
+    reps = runner.run(root, RunOptions(), repeats=1)
+    assert [r.status for r in reps] in (["ok"], ["unverified"]), reps[0].problems
+    return encoded(seen[0])
+
+
+def encoded(state) -> dict:
+    """A CheckpointState as expected.json holds its groups."""
+    return {"model": {k: encode(v) for k, v in state.model.items()},
+           "extra": {k: e for key, v in state.extra.items() for k, e in _leaves(key, v)},
            "optim": {f"{n}.{k}": encode(t) for n, parts in state.optim.items() for k, t in parts.items()}}
-    return listing, got

@@ -1,8 +1,8 @@
 """Writes tests/compat/fixtures/<name>/: small checkpoints saved by the training libraries themselves, and beside each
 an expected.json of what that library's own loader or resume returns from it.
 
-Runs in the compat venv (`make compat`: torch CPU, transformers, accelerate, lightning, deepspeed, peft), never in
-the project's. CPU only, fixed seeds, tiny models. Each fixture is written under a fixed scratch path first, so
+Runs in the compat venv (`make compat`: torch CPU, transformers, accelerate, lightning, deepspeed, peft, megatron-core),
+never in the project's. CPU only, fixed seeds, tiny models. Each fixture is written under a fixed scratch path first, so
 paths a library records inside its files are the same on every machine, then copied to the output.
 
     .venv-compat/bin/python tests/compat/make_fixtures.py [--out DIR] [NAME ...]
@@ -39,7 +39,8 @@ from compat_encoding import encode, flatten  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRATCH = "/tmp/ckptbench-compat-gen"  # fixed: Lightning records absolute paths in its .ckpt
-LIBS = ("torch", "transformers", "accelerate", "lightning", "deepspeed", "peft", "safetensors", "numpy")
+LIBS = ("torch", "transformers", "accelerate", "lightning", "deepspeed", "peft", "megatron-core", "safetensors",
+        "numpy")
 
 
 def seed_all(seed: int = 0) -> None:
@@ -509,12 +510,120 @@ def torchtitan_dump(root: str) -> dict:
         return json.load(f)
 
 
+# ---- Megatron-LM's torch_dist: megatron-core's dist_checkpointing -----------------------------------------------
+
+
+def _on_cpu() -> None:
+    """megatron-core 0.16 stages a save through the GPU's calls even when every tensor is on the CPU: it syncs the
+    stream after copying tensors to the host and all-reduces a failure flag placed on the current device. Without a
+    GPU these are a no-op and the CPU; everything the checkpoint holds is still written by megatron-core's code."""
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.current_device = lambda: "cpu"
+
+
+def _megatron_parts(seed: int):
+    """A two-layer GPT of megatron-core's local spec (no Transformer Engine), CPU-initialised; its LR scheduler over a
+    torch Adam (megatron-core's own optimizers place their state on 'cuda' when built: no optimizer is saved here)."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    seed_all(seed)
+    cfg = TransformerConfig(num_layers=2, hidden_size=16, num_attention_heads=2, use_cpu_initialization=True)
+    model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=64,
+                     max_sequence_length=8)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sched = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=1e-3, min_lr=1e-5, lr_warmup_steps=2,
+                                    lr_decay_steps=10, lr_decay_style="cosine", start_wd=0.0, end_wd=0.0,
+                                    wd_incr_steps=10, wd_incr_style="constant")
+    return model, opt, sched
+
+
+def _megatron_state(model, sched, iteration: int) -> dict:
+    """What Megatron-LM's save_checkpoint hands dist_checkpointing.save for a torch_dist checkpoint
+    (training/checkpointing.py generate_state_dict and get_rng_state, without the GPU's RNG states): the model's
+    sharded state dict, the RNG states as one ShardedObject per (pipeline, tensor) rank, the rest common."""
+    import argparse as ap
+
+    from megatron.core import parallel_state as mpu
+    from megatron.core.dist_checkpointing import ShardedObject
+
+    rng = [{"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
+            "torch_rng_state": torch.get_rng_state()}]
+    rng = ShardedObject("rng_state", rng, (mpu.get_pipeline_model_parallel_world_size(),
+                                           mpu.get_tensor_model_parallel_world_size()),
+                        (mpu.get_pipeline_model_parallel_rank(), mpu.get_tensor_model_parallel_rank()),
+                        replica_id=mpu.get_data_parallel_rank(with_context_parallel=True))
+    args = ap.Namespace(num_layers=2, hidden_size=16, num_attention_heads=2, seq_length=8, ckpt_format="torch_dist",
+                        params_dtype=torch.float32, tensor_model_parallel_size=1, iteration=iteration,
+                        consumed_train_samples=iteration * 4)
+    return {"args": args, "checkpoint_version": 3.0, "iteration": iteration, "model": model.sharded_state_dict(),
+            "opt_param_scheduler": sched.state_dict(), "rng_state": rng,
+            "num_floating_point_operations_so_far": 1234567 * iteration}
+
+
+def megatron_torch_dist(root: str) -> dict:
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing, parallel_state
+    from megatron.core.dist_checkpointing import ShardedObject, ShardedTensor
+    from megatron.core.dist_checkpointing.dict_utils import nested_values
+
+    _on_cpu()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel(1, 1)
+    model, opt, sched = _megatron_parts(0)
+    for it in (5, 10):
+        for _ in range(5):
+            sched.step(1)
+        where = os.path.join(root, f"iter_{it:07d}")
+        os.makedirs(where)
+        dist_checkpointing.save(_megatron_state(model, sched, it), where)
+        # Megatron-LM's training loop writes the tracker after the iteration is whole (megatron-core has no such file)
+        with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(str(it))
+    # the resume: Megatron-LM reads the tracker, then dist_checkpointing.load into a fresh model's sharded dict
+    with open(os.path.join(root, "latest_checkpointed_iteration.txt")) as f:
+        picked = f"iter_{int(f.read().strip()):07d}"
+    fresh, _, fresh_sched = _megatron_parts(1)
+    template = _megatron_state(fresh, fresh_sched, 0)
+    loaded = dist_checkpointing.load(template, os.path.join(root, picked))
+    fresh.load_state_dict(loaded["model"])
+    # ckptbench names a tensor by its key in the checkpoint (the layers stacked, as Megatron stores them); each
+    # piece Megatron's load returned is placed at its global offset
+    whole = {}
+    shards = [(local, sh) for local, sh in template["model"].items() if isinstance(sh, ShardedTensor)]
+    for local, sh in shards:
+        t = whole.setdefault(sh.key, torch.zeros(sh.global_shape, dtype=sh.dtype))
+        piece, pre = loaded["model"][local], sh.prepend_axis_num  # the layer axis is an index, the rest slices
+        t[tuple(sh.global_offset[:pre]) + tuple(slice(o, o + n) for o, n in zip(sh.global_offset[pre:],
+                                                                                  piece.shape))] = piece
+    model_out = {k: encode(t) for k, t in whole.items()}
+    extra = {}
+    for local, sh in template["model"].items():
+        if isinstance(sh, ShardedObject):
+            extra.update({f"{sh.unique_key}.{k}" if k else sh.unique_key: encode(v)
+                          for k, v in flatten(loaded["model"][local])})
+    rng_key = template["rng_state"].unique_key
+    extra.update({f"{rng_key}.{k}": encode(v) for k, v in flatten(loaded["rng_state"])})
+    common = {k: v for k, v in loaded.items() if k not in ("model", "rng_state")}
+    extra.update({k: e for k, _, e in obj_items(common)})
+    assert not any(isinstance(v, (ShardedTensor, ShardedObject)) for v in nested_values(common))
+    dist.destroy_process_group()
+    return {"library": "megatron-core", "picked": picked, "pointer": "latest_checkpointed_iteration.txt",
+            "loader": "Megatron-LM's resume: the tracker's iteration; dist_checkpointing.load into a fresh "
+                      "model's sharded_state_dict (tensors placed at their global offsets, under their "
+                      "checkpoint keys), the RNG ShardedObject and the common state",
+            "model": model_out, "extra": extra}
+
+
 # ---- driver --------------------------------------------------------------------------------------------------------
 
 # DeepSpeed keeps a process group and its own globals: each fixture runs in a fresh interpreter
 FIXTURES = {f.__name__: f for f in (hf_safetensors, hf_sharded, hf_bin, trainer_outdir, trainer_outdir_final,
                                     accelerate_state, lightning_ckpt, lightning_ckpt_max, torchtitan_dump,
-                                    deepspeed_zero2, deepspeed_zero3, peft_lora)}
+                                    deepspeed_zero2, deepspeed_zero3, peft_lora, megatron_torch_dist)}
 
 
 def versions() -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import warnings
 
@@ -21,7 +22,8 @@ from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, RawBytes,
                                                check_walk, group_of, json_plain, nest, walk_limit)
 from ckptbench.checkpoint.formats.dcp_metadata import _CRAFTED, MAX_DIMS, SafeReader, _whole
-from ckptbench.checkpoint.formats.torch_format import tensor_in_place
+from ckptbench.checkpoint.formats.torch_format import numpy_allowed, tensor_in_place
+from ckptbench.checkpoint.layouts import MEGATRON_META
 
 class _DeterministicWriter(FileSystemWriter):
     """Same seed, same bytes: torch's .metadata records the temporary path, a random save id, and its
@@ -117,6 +119,8 @@ def _with_data(value) -> bool:
             need = v.numel() * v.element_size()
             if need and need > v.untyped_storage().nbytes() - v.storage_offset() * v.element_size():
                 return False
+        elif type(v).__module__ == "numpy" and getattr(getattr(v, "dtype", None), "kind", None) not in NUMBERS:
+            return False  # a numpy array that is not numbers, whatever its pickle claims
         elif isinstance(v, dict):
             stack.extend(dict.values(v))
         elif isinstance(v, (list, tuple, set, frozenset)):
@@ -124,13 +128,16 @@ def _with_data(value) -> bool:
     return True
 
 
+NUMBERS = ("b", "i", "u", "f", "c")  # the numpy kinds a byte entry's arrays may hold
+
+
 def load_byte_entry(data: bytes):
     """A byte entry's value, unpickled only by torch's weights_only unpickler (DCP's own loader runs any pickle),
-    which here also admits io.BytesIO (trainers save buffers; rebuilding one runs no code): plain data, tensors
-    with their data and buffers come back as values; anything else stays the bytes it was saved as, marked
-    RawBytes."""
+    which here also admits io.BytesIO (trainers save buffers; rebuilding one runs no code) and numeric numpy arrays
+    (Megatron keeps numpy's RNG state in one): plain data, tensors with their data, buffers and numbers come back as
+    values; anything else stays the bytes it was saved as, marked RawBytes."""
     try:
-        with torch.serialization.safe_globals([io.BytesIO]):
+        with torch.serialization.safe_globals([io.BytesIO]), numpy_allowed():
             value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
         check_walk(value, walk_limit(len(data)), "a byte entry")  # a shared graph (2**40 paths from 4 KiB) is kept
     except Exception:  # refused (a global beyond plain data) or not a torch.save stream: keep the bytes
@@ -197,6 +204,30 @@ def _fill(reader: "SafeReader", meta: Metadata, tensors: dict[str, torch.Tensor]
     return values
 
 
+MEGATRON_META_MAX = 1 << 16  # metadata.json names a backend and its version: a hundred bytes
+
+
+def _megatron(reader: SafeReader) -> bool:
+    """Whether megatron-core's dist_checkpointing wrote this DCP checkpoint (its metadata.json names the torch_dist
+    backend): it saves each ShardedObject as a torch.save of a list, one item per object sharing that key on the
+    rank, and its load hands the resume the item, not the list."""
+    try:
+        with reader.fs.create_stream(os.path.join(str(reader.path), MEGATRON_META), "rb") as f:
+            raw = f.read(MEGATRON_META_MAX + 1)
+        doc = json.loads(raw) if len(raw) <= MEGATRON_META_MAX else None
+    except (CkptbenchError, OSError, ValueError, RecursionError):  # absent, not a regular file, not JSON: not it
+        return False
+    return isinstance(doc, dict) and doc.get("sharded_backend") == "torch_dist"
+
+
+def _objects(reader: SafeReader, values: dict[str, object]) -> dict[str, object]:
+    """The byte entries as the checkpoint's writer loads them: a Megatron ShardedObject's one item out of its list
+    (its RNG states and extra states, as a Megatron resume gets them); any other DCP's as they are."""
+    if not values or not _megatron(reader):
+        return values
+    return {k: v[0] if type(v) is list and len(v) == 1 else v for k, v in values.items()}
+
+
 def _tree(meta: Metadata, flat: dict[str, object]) -> dict | None:
     """The checkpoint's own nesting, from the paths DCP records per key (planner_data); None when it records
     none or records something that is not a path (a crafted metadata is not trusted to nest)."""
@@ -248,7 +279,7 @@ def load_dir(directory: str, buffers: dict | None = None) -> CheckpointState:
         meta = reader.read_metadata()
         tensors = _allocate(meta, f"{directory}/.metadata")
         with _quiet():
-            values = _fill(reader, meta, tensors, directory)
+            values = _objects(reader, _fill(reader, meta, tensors, directory))
     except CkptbenchError:
         raise
     except OSError as exc:
@@ -262,7 +293,9 @@ def from_pieces(directory: str, tensors: dict[str, torch.Tensor], values: dict[s
     tensor by key, each a view of the range its elements landed in or assembled from its chunks) and whose byte
     entries are loaded: laid out as load_dir lays out a whole-file read, from the same metadata (`buffers`: file
     name → bytes already read, .metadata among them)."""
-    meta = SafeReader(directory, buffers).read_metadata()
+    reader = SafeReader(directory, buffers)
+    meta = reader.read_metadata()
+    values = _objects(reader, values)
     declared = {fqn for fqn, md in meta.state_dict_metadata.items() if isinstance(md, TensorStorageMetadata)}
     if set(tensors) != declared:  # the plan and the metadata are one; a file changed between the two reads
         raise FormatError(f"{directory}/.metadata: changed while it was read (its tensors differ from the plan's); "

@@ -6,6 +6,7 @@ goes through `confine`, so a storage path cannot reach outside the checkpoint di
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import math
 import os
@@ -26,7 +27,10 @@ from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats.state import FormatError, MemoryFile, holds_shape
 
 _DCP_META = "torch.distributed.checkpoint.metadata"
-# What a DCP .metadata pickle legitimately names; anything else could run code when unpickled.
+_DCP_PLAN = "torch.distributed.checkpoint.planner"
+# What a DCP .metadata pickle legitimately names; anything else could run code when unpickled. The planner's plain
+# dataclasses and its enum are there because Megatron-core keeps every rank's save plan in the metadata
+# (`all_local_plans`, to reuse plans across saves): every torch_dist checkpoint Megatron writes names them.
 _ALLOWED = {
     ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("torch", "Size"),
     ("torch.serialization", "_get_layout"), ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
@@ -34,6 +38,7 @@ _ALLOWED = {
     *((_DCP_META, n) for n in ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
                                 "TensorStorageMetadata", "ChunkStorageMetadata", "BytesStorageMetadata",
                                 "_MEM_FORMAT_ENCODING")),
+    *((_DCP_PLAN, n) for n in ("SavePlan", "WriteItem", "WriteItemType", "TensorWriteData", "BytesIOWriteData")),
 }
 
 
@@ -213,6 +218,9 @@ def _check_metadata(meta, where: str, fs: _ConfinedFS) -> Metadata:
     if not isinstance(entries, dict) or (storage_meta is not None and not isinstance(storage_meta, StorageMeta)):
         raise FormatError(f"{where}: state_dict_metadata or storage_meta is not DCP's; {_CRAFTED}")
     files = _storage_files(meta, where, fs)
+    # only the fields torch declares go on: what a writer added beside them (Megatron's saved plans) is never read
+    for extra in set(vars(meta)) - {f.name for f in dataclasses.fields(Metadata)}:
+        delattr(meta, extra)
     # plain dicts from here on: an OrderedDict can carry instance attributes that shadow its methods
     meta.state_dict_metadata, meta.storage_data = dict(dict.items(entries)), dict(dict.items(meta.storage_data))
     if isinstance(getattr(meta, "planner_data", None), dict):

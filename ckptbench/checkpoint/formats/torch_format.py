@@ -203,7 +203,7 @@ _numpy_scope = None
 
 
 @contextlib.contextmanager
-def _numpy_allowed():
+def numpy_allowed():
     """torch's weights_only unpickler with numeric numpy arrays allowed, for as long as any load in this process
     needs it (torch keeps its allowlist process-wide: entered and left once, not per thread)."""
     global _numpy_users, _numpy_scope
@@ -245,7 +245,7 @@ def _safe_load(load, where: str, source=None, limit: int = 0):
     or a file object) is given, it is loaded again with an inert stand-in for each (formats/inert.py). The
     object is walked only once `check_walk` has bounded it by `limit`. Returns (object, the names stood in for)."""
     try:
-        with _numpy_allowed():
+        with numpy_allowed():
             obj = load()
         check_walk(obj, limit, where)
         return obj, []
@@ -262,7 +262,7 @@ def _safe_load(load, where: str, source=None, limit: int = 0):
         raise FormatError(f"{where}: not a readable torch file ({type(exc).__name__}: {_why(exc)}); "
                           f"{_DAMAGED}") from None
     try:  # the happy path above costs nothing extra; only a refused file pays for reading its pickle's names
-        with _numpy_allowed():
+        with numpy_allowed():
             names = inert.names_in(source)
             with inert.stand_ins(names, where):
                 obj = load()
