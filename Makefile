@@ -63,7 +63,7 @@ compat: build
 	$(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pip install --quiet torch==2.13.0
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade transformers accelerate lightning peft megatron-core \
-		safetensors numpy
+		torchtitan safetensors numpy
 	DS_BUILD_OPS=0 $(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade --no-build-isolation deepspeed
 	DS_ACCELERATOR=cpu $(COMPAT_VENV)/bin/python tests/compat/make_fixtures.py
 	$(BIN)/python -m pytest -q tests/compat

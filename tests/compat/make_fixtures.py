@@ -39,8 +39,8 @@ from compat_encoding import encode, flatten  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRATCH = "/tmp/ckptbench-compat-gen"  # fixed: Lightning records absolute paths in its .ckpt
-LIBS = ("torch", "transformers", "accelerate", "lightning", "deepspeed", "peft", "megatron-core", "safetensors",
-        "numpy")
+LIBS = ("torch", "transformers", "accelerate", "lightning", "deepspeed", "peft", "megatron-core", "torchtitan",
+        "torchdata", "safetensors", "numpy")
 
 
 def seed_all(seed: int = 0) -> None:
@@ -406,7 +406,7 @@ def deepspeed_zero3(root: str) -> dict:
     return _deepspeed(root, 3)
 
 
-# ---- torchtitan's layout: FSDP2 on 2 ranks, DCP --------------------------------------------------------------------
+# ---- torchtitan: its CheckpointManager, FSDP2 on 2 ranks, DCP --------------------------------------------------------
 
 
 class _Titan(torch.nn.Module):
@@ -427,19 +427,48 @@ class _Titan(torch.nn.Module):
         return self.output(self.norm(h))
 
 
-def _titan_state(rank: int, step: int, model, opt, sched) -> dict:
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+class _Tokens(torch.utils.data.IterableDataset):
+    """A rank's token batches, resumable as torchtitan's datasets are (a sample index)."""
 
-    model_sd, optim_sd = get_state_dict(model, opt)
-    return {"model": model_sd, "optimizer": optim_sd, "lr_scheduler": sched.state_dict(),
-            "dataloader": {"world_size": 2, f"dp_rank_{rank}": json.dumps({"sample_idx": 2 * step}).encode()},
-            "train_state": {"step": torch.tensor(step, dtype=torch.int32),
-                            "ntokens_seen": torch.tensor(step * 2 * 8, dtype=torch.int64)}}
+    def __init__(self, rank: int):
+        self.rank, self.sample_idx = rank, 0
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(3 + self.rank)
+        while True:
+            self.sample_idx += 1
+            yield torch.randint(0, 64, (8,), generator=g)
+
+    def state_dict(self):
+        return {"sample_idx": self.sample_idx}
+
+    def load_state_dict(self, sd):
+        self.sample_idx = sd["sample_idx"]
 
 
-def _titan_parts():
+class _TrainState:
+    """What torchtitan's Trainer registers as "train_state" (trainer.py: state_dict / load_state_dict)."""
+
+    def __init__(self):
+        self.step, self.ntokens_seen = 0, 0
+
+    def state_dict(self):
+        return {"step": self.step, "ntokens_seen": self.ntokens_seen}
+
+    def load_state_dict(self, sd):
+        self.step, self.ntokens_seen = sd["step"], sd["ntokens_seen"]
+
+
+def _titan_trainer(rank: int, root: str):
+    """torchtitan's pieces as its Trainer builds them: the model FSDP2-sharded over 2 CPU ranks, its
+    OptimizersContainer (default_adamw), LRSchedulersContainer, ParallelAwareDataloader and CheckpointManager
+    (folder checkpoint/ under the dump folder, every 5 steps, the last step a full checkpoint)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+    from torchtitan.components.checkpoint import CheckpointManager
+    from torchtitan.components.dataloader import ParallelAwareDataloader
+    from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
+    from torchtitan.components.optimizer.optimizer import default_adamw
 
     mesh = init_device_mesh("cpu", (2,))
     seed_all(0)
@@ -447,55 +476,61 @@ def _titan_parts():
     for layer in model.layers.values():
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (step + 1))
-    return model, opt, sched
+    opt = default_adamw(lr=1e-2).build(model_parts=[model])
+    sched = LRSchedulersContainer.Config(warmup_steps=2).build(optimizers=opt, training_steps=10)
+    loader = ParallelAwareDataloader(_Tokens(rank), dp_rank=rank, dp_world_size=2, batch_size=2)
+    state = _TrainState()
+    ckpt = CheckpointManager.Config(enable=True, folder="checkpoint", interval=5, last_save_model_only=False).build(
+        dataloader=loader, model_parts=[model], optimizers=opt, lr_schedulers=sched,
+        states={"train_state": state}, sd_adapter=None, base_folder=root)
+    return model, opt, sched, loader, state, ckpt
 
 
 def titan_rank(rank: int, root: str, port: int, out_json: str) -> None:
     import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    from torch.distributed.checkpoint.state_dict_saver import _stateful_to_state_dict
     from torch.distributed.tensor import DTensor
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    model, opt, sched = _titan_parts()
-    g = torch.Generator().manual_seed(3 + rank)
+    model, opt, sched, loader, state, ckpt = _titan_trainer(rank, root)
+    batches = iter(loader)
     for step in range(1, 11):
-        x = torch.randint(0, 64, (2, 8), generator=g)
+        state.step = step
+        x = next(batches)
+        state.ntokens_seen += x.numel()
         torch.nn.functional.cross_entropy(model(x).reshape(-1, 64), x.reshape(-1)).backward()
         opt.step()
         sched.step()
         opt.zero_grad()
-        if step >= 9:
-            dcp.save(_titan_state(rank, step, model, opt, sched), checkpoint_id=os.path.join(
-                root, "checkpoint", f"step-{step}"))
+        ckpt.save(curr_step=step, last_step=step == 10)
+    ckpt.close()
     dist.barrier()
-    # the resume: torchtitan loads the highest step-N into fresh state dicts
-    steps = [int(n.split("-")[1]) for n in os.listdir(os.path.join(root, "checkpoint")) if n.startswith("step-")]
-    picked = os.path.join(root, "checkpoint", f"step-{max(steps)}")
-    model2, opt2, sched2 = _titan_parts()
-    sd = _titan_state(rank, 0, model2, opt2, sched2)
-    sd["dataloader"] = {"world_size": 0, f"dp_rank_{rank}": b""}
-    dcp.load(sd, checkpoint_id=picked)
-    flat, _ = flatten_state_dict(sd)
+    # the resume: a fresh Trainer's CheckpointManager loads the highest step (load_step -1)
+    model, opt, sched, loader, state, ckpt = _titan_trainer(rank, root)
+    assert ckpt.load(step=-1) and state.step == 10, state.step
+    picked = os.path.join(root, "checkpoint", f"step-{state.step}")
+    # what was loaded, keyed as DCP flattened the states CheckpointManager saved (its own flattening, then the
+    # Stateful objects' state_dict() and DCP's flattening, as dcp.save does them)
+    flat, _ = flatten_state_dict(_stateful_to_state_dict(ckpt._flattened_model_states_sd()))
     mine = {}
     for k in sorted(flat):
         v = flat[k]
         mine[k] = encode(v.full_tensor() if isinstance(v, DTensor) else v)
+    ckpt.close()
     gathered = [None, None]
     dist.all_gather_object(gathered, mine)
     if rank == 0:
         merged = {**gathered[1], **gathered[0]}
-        model_sd = {k.removeprefix("model."): e for k, e in merged.items() if k.startswith("model.")}
-        extra = {k: e for k, e in merged.items() if not k.startswith("model.")}
+        states = ("optimizer", "lr_scheduler", "dataloader", "train_state")
+        model_sd = {k: e for k, e in merged.items() if k.split(".")[0] not in states}
+        extra = {k: e for k, e in merged.items() if k.split(".")[0] in states}
         with open(out_json, "w") as f:
-            json.dump({"library": "torch.distributed (torchtitan's layout)", "picked": rel(picked, root),
-                       "loader": "the highest checkpoint/step-N (torchtitan's choice); dcp.load into fresh "
-                                 "get_state_dict state dicts of an FSDP2 model on 2 gloo ranks; DTensors gathered "
-                                 "whole; keys as DCP flattens them",
-                       "model": model_sd, "extra": extra}, f)
+            json.dump({"library": "torchtitan", "picked": rel(picked, root),
+                       "loader": "CheckpointManager.load(step=-1) in a fresh trainer's pieces on 2 gloo ranks "
+                                 "(FSDP2); the states it restored, flattened as it saves them (the model's keys at "
+                                 "the top), DTensors gathered whole", "model": model_sd, "extra": extra}, f)
     dist.destroy_process_group()
 
 

@@ -101,5 +101,5 @@ def test_torchtitan_dump_folder_loads_and_verifies_the_same_step_as_run(compat, 
     assert doc["source"] == c.picked and doc["layout"]["root"] == "checkpoint/step-10"
     r = cli("verify", c.root, "--json")
     assert r.rc == 3 and json.loads(r.out)["source"] == c.picked
-    r = cli("run", c.root, "--pick", "checkpoint/step-9", "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
-    assert r.rc == 0 and json.loads(r.out)["source"].endswith("checkpoint/step-9"), r.err
+    r = cli("run", c.root, "--pick", "checkpoint/step-5", "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc == 0 and json.loads(r.out)["source"].endswith("checkpoint/step-5"), r.err
