@@ -35,6 +35,11 @@ _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
 # torch_dist, a DCP checkpoint (.metadata, *.distcp, common.pt)
 _ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
 MEGATRON_COMMON, MEGATRON_META = "common.pt", "metadata.json"  # beside a torch_dist iteration's DCP files
+# FSDP's sharded state dict as Accelerate saves it (save_fsdp_model / save_fsdp_optimizer, which a Hugging Face Trainer
+# calls under FSDP): a DCP checkpoint per model (pytorch_model_fsdp_N: {"model": …}) and per optimizer (optimizer_N:
+# {"optimizer": …}), beside the Trainer's or Accelerate's other state files
+FSDP_MODEL_DIR = re.compile(r"^pytorch_model_fsdp_\d{1,4}$")
+FSDP_OPTIM_DIR = re.compile(r"^optimizer_\d{1,4}$")
 MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
 # state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.
@@ -63,10 +68,12 @@ class Layout:
     root: str | None = None  # the checkpoint is this sub-folder (resume.choose): sources descend into it
     why: str = ""  # why this checkpoint, where the folder held several (resume.choose)
     unloaded: tuple[tuple[str, str], ...] = ()  # (file, why) read with the checkpoint but never deserialized
+    dcp_dirs: tuple[str, ...] = ()  # sub-folders each holding a DCP checkpoint (FSDP's sharded model, optimizer)
 
     def describe(self) -> dict:
         return {"name": self.name, "tag": self.tag, "root": self.root, "why": self.why, "ranks": list(self.ranks), "model_files": list(self.model_files),
                 "optimizer_files": list(self.optimizer_files), "state_files": list(self.state_files),
+                "dcp_dirs": list(self.dcp_dirs),
                 "not_read": [{"path": p, "why": why} for p, why in self.skipped],
                 "unloaded": [{"path": p, "why": why} for p, why in self.unloaded]}
 
@@ -186,6 +193,26 @@ def _hf_trainer(where: str, rels: list[str], top: set[str], fetch: Fetch | None)
                   state_files=trainer_state_files(sorted(top)), unloaded=_plain_pickles(files))
 
 
+def _fsdp(where: str, rels: list[str], top: set[str], dirs: tuple[str, ...]) -> Layout:
+    """A Trainer's (trainer_state.json) or Accelerate's checkpoint of an FSDP run saved with SHARDED_STATE_DICT: the
+    DCP folders are the model and the optimizer; the Trainer's scheduler.pt and rng_state_N.pth are loaded beside
+    them; other sub-folders are not read."""
+    cut = sorted({r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith(".distcp")
+                  and (FSDP_MODEL_DIR.match(r.split("/")[0]) or FSDP_OPTIM_DIR.match(r.split("/")[0]))} - set(dirs))
+    if cut:  # DCP writes .metadata last: the resume's load of this folder fails, and a restore without it is partial
+        raise refuse(f"{where}/{cut[0]}", "DCP shards without their .metadata (a save cut short or still being "
+                     "written): a resume of this checkpoint fails there", "restore an earlier checkpoint (--pick) or "
+                     "finish the save")
+    mine = [r for r in rels if "/" not in r or r.split("/")[0] in dirs]
+    skipped = tuple((r, "not part of the FSDP checkpoint (its model and optimizer folders are read)")
+                    for r in rels if "/" in r and r.split("/")[0] not in dirs)
+    name = "hf-trainer" if "trainer_state.json" in top else "accelerate"
+    return Layout(name, tuple(mine), model_files=tuple(r for r in mine if FSDP_MODEL_DIR.match(r.split("/")[0])),
+                  optimizer_files=tuple(r for r in mine if FSDP_OPTIM_DIR.match(r.split("/")[0])),
+                  state_files=trainer_state_files(sorted(top)), skipped=skipped, unloaded=_plain_pickles(mine),
+                  dcp_dirs=dirs)
+
+
 PLAIN_PICKLE_WHY = "a plain pickle (Accelerate's RNG states): read, never unpickled, since unpickling can run code"
 
 
@@ -250,12 +277,20 @@ def iterations(rels: list[str]) -> set[str]:
     return out
 
 
+def fsdp_dirs(rels: list[str]) -> tuple[str, ...]:
+    """The sub-folders of FSDP's sharded state dict (Accelerate's pytorch_model_fsdp_N and, beside one, optimizer_N),
+    each a DCP checkpoint: () where no pytorch_model_fsdp_N holds a .metadata."""
+    dcp = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith("/.metadata")}
+    models = {d for d in dcp if FSDP_MODEL_DIR.match(d)}
+    return tuple(sorted(models | {d for d in dcp if FSDP_OPTIM_DIR.match(d)})) if models else ()
+
+
 def is_one_checkpoint(rels: list[str]) -> bool:
     """Sub-folders that are parts of one checkpoint, not checkpoints of their own: DeepSpeed's step folders under
-    `latest`, Megatron's model-parallel rank folders."""
+    `latest`, Megatron's model-parallel rank folders, FSDP's sharded model and optimizer folders."""
     top = {r for r in rels if "/" not in r}
     return bool(_step_dirs(rels)) or LATEST in top or any(
-        MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r)
+        MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r) or bool(fsdp_dirs(rels))
 
 
 def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
@@ -267,6 +302,8 @@ def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
     if steps or any(DS_MODEL.match(r) or DS_OPTIM.match(r) for r in top) or (
             LATEST in top and any("/" in r and r.endswith(TORCH_EXT) for r in rels)):
         return _deepspeed(where, rels, top, steps, fetch)
+    if fsdp := fsdp_dirs(rels):
+        return _fsdp(where, rels, top, fsdp)
     if is_trainer(top):
         return _hf_trainer(where, rels, top, fetch)
     if HF_INDEX in top or HF_SINGLE in top:

@@ -13,6 +13,7 @@ rank's plan without asking them.
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import re
@@ -125,8 +126,9 @@ def saved_world(listing) -> int | None:
     tags = {int(m.group(1)) for r in rels if (m := _DS_TAG.search(os.path.basename(r)))}
     if tags:
         return len(tags)
-    if listing.format == "dcp":
-        return sum(1 for r in rels if r.endswith(".distcp")) or None
+    if listing.format == "dcp":  # a file per rank in each DCP folder (FSDP's model and optimizer folders: two)
+        per = collections.Counter(os.path.dirname(r) for r in rels if r.endswith(".distcp"))
+        return max(per.values()) if per else None
     return None
 
 
@@ -175,14 +177,17 @@ def _safetensors_rows(share: Share, root: str, rels: list[str]) -> None:
             share.slices.append(sl)
 
 
-def _dcp_rows(share: Share, root: str) -> None:
+def _dcp_rows(share: Share, root: str, sub: str = "") -> None:
     """Rows of every tensor from the DCP chunks that hold them (any world size saved them); byte entries to
-    rank 0. Each needed chunk's archive index is read (a few KiB) to find where its elements lie."""
+    rank 0. Each needed chunk's archive index is read (a few KiB) to find where its elements lie. `sub`: the
+    folder below `root` holding the .metadata (FSDP's model or optimizer folder); pieces are named from `root`."""
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex, TensorStorageMetadata
 
     from ckptbench.checkpoint.formats.dcp_items import locate
     from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
 
+    at = sub + "/" if sub else ""
+    root = os.path.join(root, sub) if sub else root
     reader = SafeReader(root)
     meta = reader.read_metadata()
     share.index_bytes += os.stat(os.path.join(root, ".metadata")).st_size
@@ -193,7 +198,7 @@ def _dcp_rows(share: Share, root: str) -> None:
             if isinstance(md, BytesStorageMetadata):
                 if share.rank == 0:
                     info = storage[MetadataIndex(fqn)]  # checked to be there; a scan per entry was quadratic
-                    share.byte_entries.append((fqn, share.add(Piece(str(info.relative_path), info.offset,
+                    share.byte_entries.append((fqn, share.add(Piece(at + str(info.relative_path), info.offset,
                                                                     info.length, False))))
                 continue
             if not isinstance(md, TensorStorageMetadata):
@@ -213,7 +218,7 @@ def _dcp_rows(share: Share, root: str) -> None:
                 where = f"{root}/{rel}: entry {fqn[:80]!r} at {info.offset}+{info.length}"
                 data = locate(fds[rel], info.offset, info.length, md.properties.dtype, size, where)
                 share.index_bytes += data.index_bytes
-                _rows_piece(share, rel, md.properties.dtype, full, data.offset, off, size, sl,
+                _rows_piece(share, at + rel, md.properties.dtype, full, data.offset, off, size, sl,
                             (info.offset, info.length))
             share.slices.append(sl)
     finally:
@@ -293,8 +298,10 @@ def plan_share(listing, world: int, rank: int, policy: str = "part") -> Share:
                                    f"(torch.chunk over {world} rank(s), as FSDP shards), read by byte range",
                       complete=world == 1)
         if fmt == "dcp":
-            _dcp_rows(share, root)
-            rest = [r for r in rels if not r.endswith(".distcp") and r != ".metadata"]
+            subs = listing.layout.dcp_dirs if listing.layout is not None and listing.layout.dcp_dirs else ("",)
+            for sub in subs:  # the checkpoint's own .metadata, or FSDP's model and optimizer folders'
+                _dcp_rows(share, root, sub)
+            rest = [r for r in rels if not r.endswith(".distcp") and r.rsplit("/", 1)[-1] != ".metadata"]
         else:
             _safetensors_rows(share, root, tensors)
             rest = [r for r in rels if r not in set(tensors)]

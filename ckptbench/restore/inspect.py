@@ -116,23 +116,30 @@ def _entries(directory: str, listing: Listing):
 
         from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
 
-        meta = SafeReader(directory).read_metadata()
-        held: dict[str, set[str]] = {}  # the .distcp files a tensor's chunks lie in
-        for idx, info in (meta.storage_data or {}).items():
-            held.setdefault(idx.fqn, set()).add(str(info.relative_path))
-        for fqn, md in meta.state_dict_metadata.items():
-            if isinstance(md, TensorStorageMetadata):
-                shape = tuple(md.size)
-                n = 1
-                for d in shape:
-                    n *= d
-                group = group_of(fqn)  # named as the restore names it: a model weight without DCP's `model.`
-                out.append(Tensor(fqn.removeprefix("model.") if group == "model" else fqn, _dtype(md.properties.dtype),
-                                  shape, n * md.properties.dtype.itemsize, ",".join(sorted(held.get(fqn, ()))) or
-                                  ".metadata", group))
-            else:
-                others += 1
-        return out, others, set()
+        from ckptbench.restore.load import dcp_roots
+
+        for root in dcp_roots(directory, lay):
+            at = os.path.relpath(root, directory)
+            at = "" if at == "." else at + "/"  # FSDP's model and optimizer folders: files named from the checkpoint
+            meta = SafeReader(root).read_metadata()
+            held: dict[str, set[str]] = {}  # the .distcp files a tensor's chunks lie in
+            for idx, info in (meta.storage_data or {}).items():
+                held.setdefault(idx.fqn, set()).add(at + str(info.relative_path))
+            for fqn, md in meta.state_dict_metadata.items():
+                if isinstance(md, TensorStorageMetadata):
+                    shape = tuple(md.size)
+                    n = 1
+                    for d in shape:
+                        n *= d
+                    group = group_of(fqn)  # named as the restore names it: a model weight without DCP's `model.`
+                    out.append(Tensor(fqn.removeprefix("model.") if group == "model" else fqn,
+                                      _dtype(md.properties.dtype), shape, n * md.properties.dtype.itemsize,
+                                      ",".join(sorted(held.get(fqn, ()))) or at + ".metadata", group))
+                else:
+                    others += 1
+        state_files = list(lay.state_files) if lay is not None else []
+        torch_out, more, inert = _torch_entries(directory, state_files)  # Megatron's common.pt, a Trainer's state
+        return out + torch_out, others + more, inert
     state_files = list(lay.state_files) if lay is not None else []
     if fmt == "safetensors":
         from ckptbench.checkpoint.formats import safetensors_format as st
@@ -233,6 +240,7 @@ def _document(source: Source, listing: Listing, concurrency: int, tensors: str |
             "kept_as_data": sorted(inert),  # classes its pickles name, never imported or run (formats/inert.py)
             "not_read": [{"path": p, "why": why} for p, why in lay.skipped],  # present, deliberately not read
             "unloaded": [{"path": p, "why": why} for p, why in lay.unloaded],  # read, never deserialized
+            "dcp_dirs": list(lay.dcp_dirs),  # FSDP's sharded model and optimizer folders, each a DCP checkpoint
             "notes": _notes(lay, entries),
         },
         "groups": {name: {"tensors": g.tensors, "params": g.params, "bytes": g.bytes,

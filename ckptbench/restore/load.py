@@ -67,6 +67,14 @@ def _state_files(directory: str, lay: layouts.Layout | None) -> list[str]:
     return [os.path.join(directory, r) for r in lay.state_files]
 
 
+def dcp_roots(directory: str, lay: layouts.Layout | None) -> list[str]:
+    """The folders holding a DCP checkpoint's .metadata: the checkpoint's own, or, for FSDP's sharded state dict in
+    a Trainer's or Accelerate's folder, each of its model and optimizer folders (the layout's, else the tree's)."""
+    dirs = lay.dcp_dirs if lay is not None else layouts.fsdp_dirs(tree.rels(directory)) \
+        if os.path.isdir(directory) else ()
+    return [os.path.join(directory, d) for d in dirs] or [directory]
+
+
 def with_state_files(state: CheckpointState, directory: str, lay: layouts.Layout | None,
                      buffers: dict | None) -> CheckpointState:
     """`state` with the torch.save state files the layout names merged in (a Trainer's optimizer.pt, scheduler.pt,
@@ -97,8 +105,12 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
     fmt = fmt or detect(directory)
     mod = module_for(fmt)
     if fmt == "dcp":
-        named = {os.path.basename(p): b for p, b in (buffers or {}).items() if b is not None}
-        return with_state_files(mod.load_dir(directory, buffers=named or None), directory, lay, buffers)
+        state = CheckpointState({})
+        for root in dcp_roots(directory, lay):  # the checkpoint's own folder, or FSDP's model and optimizer folders
+            named = {os.path.basename(p): b for p, b in (buffers or {}).items()
+                     if b is not None and os.path.dirname(os.path.normpath(p)) == os.path.normpath(root)}
+            state.merge(mod.load_dir(root, buffers=named or None))
+        return with_state_files(state, directory, lay, buffers)
     if lay is None and shards is None:
         lay = resume.choose(directory, tree.rels(directory))
         directory = os.path.join(directory, lay.root) if lay.root else directory

@@ -43,7 +43,8 @@ def usable(listing: Listing, alg: str, asked_read: str, fused: bool, on_disk: bo
     """Whether a restore of `listing` lands its chunks by range: a fused DCP restore of files on a filesystem,
     hashed with a digest whose tiles combine, its read mode left to ckptbench (auto) or pread."""
     return (listing.format == "dcp" and fused and on_disk and alg in COMBINES
-            and asked_read in ("auto", "pread"))
+            and asked_read in ("auto", "pread")
+            and not (listing.layout is not None and listing.layout.dcp_dirs))  # one .metadata at the top: ranged
 
 
 def plan(listing: Listing) -> Tiling | None:

@@ -65,3 +65,59 @@ def test_inspect_counts_the_optimizer(tmp_path, h):
     moments = [t for parts in saved["optimizer"]["state"].values() for k, t in parts.items() if k != "step"]
     steps = [parts["step"] for parts in saved["optimizer"]["state"].values()]
     assert doc["groups"]["optimizer"]["bytes"] == sum(t.nbytes for t in moments + steps)
+
+
+# ---- FSDP's sharded state dict (the real one, written by Accelerate's own save: tests/compat trainer_fsdp_sharded) --
+
+
+def _fsdp_folder(root, optimizer_metadata: bool = True, extra_dcp: bool = False):
+    """A Trainer checkpoint of an FSDP run laid out as Accelerate's save_fsdp_model / save_fsdp_optimizer lay it
+    out, written by DCP itself: {"model": …} in pytorch_model_fsdp_0, {"optimizer": …} in optimizer_0."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    m = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(m.parameters())
+    m(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": m.state_dict()}, checkpoint_id=str(root / "pytorch_model_fsdp_0"), no_dist=True)
+        dcp.save({"optimizer": opt.state_dict()}, checkpoint_id=str(root / "optimizer_0"), no_dist=True)
+        if extra_dcp:
+            dcp.save({"w": torch.zeros(2)}, checkpoint_id=str(root / "exported"), no_dist=True)
+    if not optimizer_metadata:
+        (root / "optimizer_0" / ".metadata").unlink()
+    torch.save({"last_epoch": 1}, root / "scheduler.pt")
+    (root / "trainer_state.json").write_text('{"global_step": 1}')
+    return m
+
+
+def test_an_fsdp_trainer_checkpoint_is_one_checkpoint_of_two_dcp_folders(tmp_path, h):
+    """It was refused as 'weight files at the top beside 2 folder(s) of checkpoints': the model and optimizer folders
+    and scheduler.pt are one resume's state."""
+    root = tmp_path / "checkpoint-1"
+    root.mkdir()
+    m = _fsdp_folder(root, extra_dcp=True)
+    r = h.run_cli("inspect", root, "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["layout"]["name"] == "hf-trainer"
+    assert doc["layout"]["dcp_dirs"] == ["optimizer_0", "pytorch_model_fsdp_0"]
+    assert any(n["path"].startswith("exported/") for n in doc["layout"]["not_read"])
+    from ckptbench.restore import load as restore
+
+    state = restore.load_state(str(root), "dcp")
+    assert torch.equal(state.model["weight"], m.weight.detach())
+    assert "optimizer.state.0.exp_avg" in state.extra and state.extra["scheduler.last_epoch"] == 1
+    assert not any(k.startswith("w") and k != "weight" for k in state.model)  # exported/ is not read
+
+
+def test_an_fsdp_optimizer_folder_cut_short_is_one_line(tmp_path, h):
+    root = tmp_path / "checkpoint-1"
+    root.mkdir()
+    _fsdp_folder(root, optimizer_metadata=False)
+    r = h.run_cli("run", root, "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc == 2 and len(r.err_lines) == 1, r.err
+    assert "optimizer_0: DCP shards without their .metadata" in r.err_lines[0]

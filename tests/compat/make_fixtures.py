@@ -545,6 +545,105 @@ def torchtitan_dump(root: str) -> dict:
         return json.load(f)
 
 
+# ---- FSDP's sharded state dict, as a Hugging Face Trainer checkpoint holds it ---------------------------------------
+
+
+def _fsdp_parts(rank: int):
+    """tiny_llama FSDP2-sharded over 2 CPU ranks as Accelerate's prepare shards it (each decoder layer, then the
+    root), its AdamW and LR scheduler, and the FSDP plugin with SHARDED_STATE_DICT (Accelerate's default)."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (2,))
+    model = tiny_llama()
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (step + 1))
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type="SHARDED_STATE_DICT")
+    return model, opt, sched, plugin
+
+
+def fsdp_rank(rank: int, root: str, port: int, out_json: str) -> None:
+    """One rank: 2 steps, then checkpoint-2 as Trainer._save_checkpoint writes it under FSDP (Accelerate's
+    save_fsdp_model and save_fsdp_optimizer, Trainer._save_rng_state, the scheduler's torch.save, the trainer
+    state); then the resume Trainer runs under FSDP (load_fsdp_model, load_fsdp_optimizer, the torch.load of the
+    scheduler and this rank's RNG state) into fresh parts."""
+    import types
+
+    import torch.distributed as dist
+    from accelerate import Accelerator
+    from accelerate.utils import load_fsdp_model, load_fsdp_optimizer, save_fsdp_model, save_fsdp_optimizer
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    from torch.distributed.tensor import DTensor
+    from transformers import Trainer, TrainerState
+    from transformers.training_args import ParallelMode
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE="2")
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    acc = Accelerator(cpu=True)  # its process index and count are what the save and load functions ask of it
+    seed_all(0)
+    model, opt, sched, plugin = _fsdp_parts(rank)
+    for x in token_batches(2):
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    out = os.path.join(root, "checkpoint-2")
+    save_fsdp_model(plugin, acc, model, out)
+    save_fsdp_optimizer(plugin, acc, opt, model, out)
+    if rank == 0:
+        torch.save(sched.state_dict(), os.path.join(out, "scheduler.pt"))
+        TrainerState(global_step=2, max_steps=2).save_to_json(os.path.join(out, "trainer_state.json"))
+    args = types.SimpleNamespace(parallel_mode=ParallelMode.DISTRIBUTED, world_size=2, process_index=rank)
+    Trainer._save_rng_state(types.SimpleNamespace(args=args), out)
+    dist.barrier()
+    # the resume, each rank
+    seed_all(1)
+    model, opt, sched, plugin = _fsdp_parts(rank)
+    load_fsdp_model(plugin, acc, model, out)
+    load_fsdp_optimizer(plugin, acc, opt, model, out)
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    flat, _ = flatten_state_dict({"optimizer": get_optimizer_state_dict(model, opt)})
+    mine = {"model": {k: encode(v.full_tensor() if isinstance(v, DTensor) else v)
+                      for k, v in model.state_dict().items()},
+            "extra": {k: encode(v.full_tensor() if isinstance(v, DTensor) else v) for k, v in flat.items()}}
+    rec = Recorder()
+    with rec.torch_load():
+        sched.load_state_dict(torch.load(os.path.join(out, "scheduler.pt"), weights_only=True))
+        torch.load(os.path.join(out, f"rng_state_{rank}.pth"), weights_only=False)
+    for path, items in rec.loads:
+        mine["extra"].update(state_file(items, os.path.basename(path).rsplit(".", 1)[0]))
+    gathered = [None, None]
+    dist.all_gather_object(gathered, mine)
+    if rank == 0:
+        with open(out_json, "w") as f:
+            json.dump({"library": "accelerate (a Hugging Face Trainer's FSDP checkpoint)", "picked": "checkpoint-2",
+                       "loader": "Accelerate's load_fsdp_model and load_fsdp_optimizer (what Trainer calls under "
+                                 "FSDP) into fresh FSDP2 parts on 2 gloo ranks, DTensors gathered whole; the "
+                                 "scheduler's and each rank's RNG state's torch.load",
+                       "torch_loaded": ["checkpoint-2/rng_state_0.pth", "checkpoint-2/rng_state_1.pth",
+                                        "checkpoint-2/scheduler.pt"],
+                       "model": gathered[0]["model"],
+                       "extra": {**gathered[1]["extra"], **gathered[0]["extra"]}}, f)
+    dist.destroy_process_group()
+
+
+def trainer_fsdp_sharded(root: str) -> dict:
+    out_json = os.path.join(tempfile.mkdtemp(prefix="fsdp-"), "expected.json")
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, __file__, "--fsdp-rank", str(r), root, str(port), out_json])
+             for r in range(2)]
+    rcs = [p.wait(timeout=300) for p in procs]
+    assert rcs == [0, 0], rcs
+    with open(out_json) as f:
+        return json.load(f)
+
+
 # ---- Megatron-LM's torch_dist: megatron-core's dist_checkpointing -----------------------------------------------
 
 
@@ -658,7 +757,8 @@ def megatron_torch_dist(root: str) -> dict:
 # DeepSpeed keeps a process group and its own globals: each fixture runs in a fresh interpreter
 FIXTURES = {f.__name__: f for f in (hf_safetensors, hf_sharded, hf_bin, trainer_outdir, trainer_outdir_final,
                                     accelerate_state, lightning_ckpt, lightning_ckpt_max, torchtitan_dump,
-                                    deepspeed_zero2, deepspeed_zero3, peft_lora, megatron_torch_dist)}
+                                    deepspeed_zero2, deepspeed_zero3, peft_lora, megatron_torch_dist,
+                                    trainer_fsdp_sharded)}
 
 
 def versions() -> dict:
@@ -694,8 +794,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.path.join(HERE, "fixtures"))
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--titan-rank", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--fsdp-rank", nargs=4, help=argparse.SUPPRESS)
     p.add_argument("names", nargs="*", help=f"fixtures to write (default: all): {', '.join(FIXTURES)}")
     a = p.parse_args(argv)
+    if a.fsdp_rank:
+        r, root, port, out_json = a.fsdp_rank
+        fsdp_rank(int(r), root, int(port), out_json)
+        return 0
     if a.titan_rank:
         r, root, port, out_json = a.titan_rank
         titan_rank(int(r), root, int(port), out_json)

@@ -14,7 +14,7 @@ LABELS = {"hf_safetensors": "hf-safetensors", "hf_sharded": "hf-safetensors", "h
           "trainer_outdir": "hf-trainer", "trainer_outdir_final": "hf-trainer", "accelerate_state": "accelerate",
           "lightning_ckpt": "lightning", "lightning_ckpt_max": "lightning", "torchtitan_dump": "dcp",
           "deepspeed_zero2": "deepspeed", "deepspeed_zero3": "deepspeed", "peft_lora": "hf-safetensors",
-          "megatron_torch_dist": "megatron"}
+          "megatron_torch_dist": "megatron", "trainer_fsdp_sharded": "hf-trainer"}
 
 
 def _inspect(cli, root, *args) -> dict:
