@@ -82,15 +82,14 @@ def _plain_state(state: CheckpointState) -> dict:
 
 
 def _write_rank_safetensors(tmp: str, state: CheckpointState, names: list[str], rank: int, world: int) -> Written:
-    from ckptbench.checkpoint.formats.safetensors_format import shard_name
+    from ckptbench.checkpoint.formats.safetensors_format import optimizer_meta, shard_name
 
     model_file, optim_file = shard_name("model", rank, world), shard_name("optimizer", rank, world)
     write_safetensors(os.path.join(tmp, model_file), {n: state.model[n] for n in names}, {"format": "pt"})
     # every part the state holds, as the torch and DCP writers save them: a foreign optimizer's moments need not be
     # ckptbench's three (SGD's momentum_buffer, AMSGrad's max_exp_avg_sq)
     tensors = {f"{n}.{k}": t for n in names for k, t in state.optim.get(n, {}).items()}
-    meta = {"ckptbench_optimizer": json.dumps(_plain_state(state), sort_keys=True)}
-    write_safetensors(os.path.join(tmp, optim_file), tensors, meta)
+    write_safetensors(os.path.join(tmp, optim_file), tensors, optimizer_meta(_plain_state(state)))
     return [(model_file, "model", rank), (optim_file, "optimizer", rank)]
 
 
