@@ -9,7 +9,6 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 
 import fastio
@@ -18,7 +17,7 @@ import torch
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import Cancelled, CkptbenchError
 from ckptbench.checkpoint.formats import CheckpointState
-from ckptbench.checkpoint.generate import staging_name
+from ckptbench.core.staging import MARKER, make_staging, unmark
 
 Written = list[tuple[str, str, int | None]]  # (relative path, kind, rank)
 
@@ -177,7 +176,7 @@ def _dcp_write(tmp: str, state: CheckpointState, ranks: int, async_save: bool,
             future.result()
         else:
             dcp.save(_dcp_state(state), storage_writer=writer, no_dist=True)
-    names = sorted(os.listdir(tmp))
+    names = sorted(n for n in os.listdir(tmp) if n != MARKER)
     written = [(n, "model", i) for i, n in enumerate(n for n in names if n.endswith(".distcp"))]
     written += [(n, "meta", None) for n in names if not n.endswith(".distcp")]
     return written, blocking
@@ -235,18 +234,6 @@ def _publish(tmp: str, final: str) -> None:
                              "is; give each writer its own target", exit_code=1) from None
 
 
-def _make_staging(final: str) -> str:
-    """Creates the save's temporary directory and returns it: under another name when one is there (a killed save's
-    of the same pid, a container's pids repeat), which is left alone: the cleanup removes only what this made."""
-    tmp = staging_name(final)
-    try:
-        os.mkdir(tmp)
-    except FileExistsError:
-        tmp = f"{tmp}-{uuid.uuid4().hex[:8]}"
-        os.mkdir(tmp)
-    return tmp
-
-
 def write_save(target: str, name: str, state: CheckpointState, assignment: list[list[str]], info: dict, *,
                async_save: bool = False, stagger_s: float = 0.0, fsync: bool = True,
                cancel: threading.Event | None = None) -> WriteOutcome:
@@ -256,7 +243,7 @@ def write_save(target: str, name: str, state: CheckpointState, assignment: list[
     fmt = info["format"]
     t0 = time.perf_counter()
     try:
-        tmp = _make_staging(final)
+        tmp = make_staging(final)  # under another name when one is there, which is left alone
         if fmt == "dcp":
             written, blocking = _dcp_write(tmp, state, len(assignment), async_save, t0)
             spans = []
@@ -270,6 +257,7 @@ def write_save(target: str, name: str, state: CheckpointState, assignment: list[
             for rel, _, _ in written:
                 fsync_path(os.path.join(tmp, rel))
         hash_s = _manifest(tmp, written, info, len(assignment))
+        unmark(tmp)
         if fsync:
             fsync_path(tmp, directory=True)
         _publish(tmp, final)
