@@ -12,6 +12,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Footer, Header, ProgressBar, Static
 from textual.worker import get_current_worker
@@ -308,7 +309,7 @@ class Dashboard(LoopMode):
         self.query_one("#progress", ProgressBar).update(total=max(1, snap.bytes_planned), progress=snap.bytes)
         self.floor.show(live["avg_gbps"], live.get("fresh_gbps_per_core"))
 
-    def _set(self, selector: str, text: str) -> None:
+    def _set(self, selector: str, text: str | Content) -> None:
         """Updates a Static only when its text changes: every redraw takes CPU from the readers."""
         if self._texts.get(selector) != text:
             self._texts[selector] = text
@@ -342,11 +343,11 @@ class Dashboard(LoopMode):
     @on(RunFailed)
     def failed(self, msg: RunFailed) -> None:
         self.running = False
-        self.notify(escape(msg.error), severity="error", timeout=10)
+        self.notify(msg.error, severity="error", timeout=10, markup=False)
         self.query_one("#stages", StageBar).update_stages(self.app.session.stages() if self.app.session else {}, None,
                                                           failed=True)
         self.floor.show()
-        self._set("#figures", f"[b red]restore failed[/]: {escape(msg.error)}")  # text: "[/x]" in it raised
+        self._set("#figures", Content.from_markup("[b red]restore failed[/]: $error", error=msg.error))
         self.show_settings()
 
     @on(RunCancelled)
