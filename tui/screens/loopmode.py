@@ -77,7 +77,7 @@ class LoopMode(Screen):
         try:
             passes = loop.run()
         except Exception as exc:  # any failure ends the loop on screen, back to idle
-            self.post_message(LoopEnded(loop.passes, ui.failure(exc, "loop failed")))
+            self.post_message(LoopEnded(loop.passes, ui.failure(exc, "loop failed"), self.app.measure_source()))
             return
         # a cold loop left the files out of the page cache: the header's residency is measured again, off the UI
         self.post_message(LoopEnded(passes, source_info=self.app.measure_source()))
