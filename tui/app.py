@@ -17,6 +17,30 @@ from tui.screens.sweep import SweepScreen
 SAVE_PROFILE = "small"  # what the save screen writes when the source is not a local checkpoint directory
 
 
+def _holds_files(source: str) -> bool:
+    """Whether a local folder holds any file: the walk stops at the first one."""
+    import os
+
+    return "://" in source or any(names for _, _, names in os.walk(source))
+
+
+def source_signature(source: str):
+    """What tells, for the cost of one stat, that a local source folder changed since it was counted: its inode and
+    mtime (a file added or removed at its top changes the mtime; deeper changes wait for the next run); False when
+    the path is gone; None for a remote source, which is not watched."""
+    import os
+
+    if "://" in source:
+        return None
+    try:
+        st = os.stat(source)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 class CkptbenchApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "ckptbench"
@@ -40,6 +64,7 @@ class CkptbenchApp(App):
         self.autostart = autostart
         self.session = None
         self.source_info = None
+        self.source_seen = None  # source_signature when source_info was measured: a change asks for a new one
         self._sampler = None
         if source is not None:
             from ckptbench.system.live import SystemSampler
@@ -51,10 +76,25 @@ class CkptbenchApp(App):
         self.source_info = self.measure_source()
 
     def measure_source(self) -> dict | None:
-        """Files, bytes, mount and residency of the source (reads /proc and mincore: call it from a worker)."""
+        """Files, bytes, mount and residency of the source (reads /proc and mincore: call it from a worker). A source
+        that cannot be listed now is {"source", "state": gone (the path is there no more), empty (no file under it) or
+        unlisted, "problem": the listing's one line}: the header says so instead of the count it had."""
+        from ckptbench.core.errors import CkptbenchError, printable, redact
         from ckptbench.sources import source_summary
 
-        return source_summary(self.source) if self.source is not None else None
+        if self.source is None:
+            return None
+        self.source_seen = source_signature(self.source)
+        try:
+            return source_summary(self.source)
+        except (CkptbenchError, OSError) as exc:
+            state = "gone" if self.source_seen is False else "unlisted" if _holds_files(self.source) else "empty"
+            return {"source": self.source, "state": state, "problem": printable(redact(str(exc)))}
+
+    def source_changed(self) -> bool:
+        """Whether the local source folder changed since measure_source last counted it (one stat)."""
+        seen = source_signature(self.source) if self.source is not None else None
+        return seen is not None and seen != self.source_seen
 
     def on_mount(self) -> None:
         self.sub_title = self.source or "no source"

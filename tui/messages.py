@@ -23,6 +23,12 @@ class SourceListed(Message):
 @dataclass
 class RunFailed(Message):
     error: str
+    source_info: dict | None = None  # the source measured again: a run that failed for it changed it, or found so
+
+
+@dataclass
+class SourceMeasured(Message):
+    source_info: dict  # the source counted again after its folder changed (deleted, emptied, refilled)
 
 
 @dataclass

@@ -7,15 +7,16 @@ import os
 import random
 import re
 import shutil
-import socket
+import stat
 import threading
-import uuid
 from typing import Callable
 
 import fastio
 import torch
 
 from ckptbench.checkpoint import manifest as mf
+from ckptbench.core import staging
+from ckptbench.core.staging import staging_name  # noqa: F401  (gen's staging name, as the tests name it)
 from ckptbench.core.errors import EXIT_REFUSED_BY_SYSTEM, Cancelled, CkptbenchError
 from ckptbench.core.units import human_count
 from ckptbench.checkpoint.formats import CheckpointState, module_for
@@ -141,7 +142,8 @@ def _check_target(directory: str, need: int, force: bool) -> str:
 
 def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks: int | None = None, seed: int = 0,
              force: bool = False, digest: str = "crc32c", progress: Progress | None = None,
-             cancel: threading.Event | None = None) -> mf.Manifest:
+             cancel: threading.Event | None = None, on_reaped: Progress | None = None) -> mf.Manifest:
+    """`on_reaped(path)`: once per leftover of a killed gen removed before this one stages (reap_stale_staging)."""
     fmt = fmt or profile.format
     ranks = ranks or profile.world_size
     if fmt not in FORMATS:
@@ -158,16 +160,12 @@ def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks:
         if cancel is not None and cancel.is_set():
             raise Cancelled("generation cancelled; nothing was written")
 
-    reap_stale_staging(target)
-    tmp = staging_name(target)
-    made = False
+    for path in reap_stale_staging(target):
+        if on_reaped is not None:
+            on_reaped(path)
+    tmp = None
     try:
-        try:
-            os.mkdir(tmp)
-        except FileExistsError:  # not ours (a killed gen's of a repeated container pid, or planted): left alone
-            tmp = f"{tmp}-{uuid.uuid4().hex[:8]}"
-            os.mkdir(tmp)
-        made = True
+        tmp = staging.make_staging(target)
         say(f"building the model ({human_count(profile.dims.param_count)} parameters) and taking one AdamW step")
         state = train_one_step(profile, seed)
         check_cancel()
@@ -189,60 +187,46 @@ def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks:
                           weights_dtype=profile.weights_dtype, optimizer_dtype=profile.optimizer_dtype,
                           world_size=ranks, seed=seed, hash=digest, files=entries)
         man.write(tmp)
+        staging.unmark(tmp)
         _fsync_tree(tmp)
         check_cancel()
         _swap_in(tmp, target)
         return man
     except BaseException:
-        if made:  # never a folder this gen did not make
+        if tmp is not None:  # never a folder this gen did not make
             shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "localhost"
-
-
-def staging_name(target: str, pid: int | None = None) -> str:
-    """The temporary sibling `gen` writes into: `.NAME.tmp-HOST-PID`. The host keeps two nodes on one shared file
-    system from judging each other's pids; the pid tells a dead writer's leftovers from a live one's."""
-    pid = os.getpid() if pid is None else pid
-    return os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp-{_host()}-{pid}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    except OverflowError:
-        return False
-    return True
-
-
 def reap_stale_staging(target: str) -> list[str]:
-    """Removes the temporary siblings of `target` left by dead `gen`s on this host (a kill -9, a power cut);
-    a live process's, another host's, and the set-aside old checkpoint of a swap that never finished stay."""
+    """Removes the staging folders of `target` that dead `gen`s on this host made (staging.reap_stale: only those
+    holding our marker), and the set-aside old checkpoint of a swap that died between its renames once the new one is
+    in place; returns their paths."""
     parent, base = os.path.split(target)
-    pattern = re.compile(rf"\.{re.escape(base)}\.tmp-(?:(?P<host>.+)-)?(?P<pid>\d+)(?P<old>\.old)?")
-    removed = []
+    removed = staging.reap_stale(parent, re.escape(base))
+    old = re.compile(rf"\.{re.escape(base)}\.tmp-{re.escape(staging.host())}-(?P<pid>[0-9]{{1,10}})(?:-[0-9a-f]{{8}})?\.old")
     try:
         names = os.listdir(parent)
     except OSError:
         return removed
-    for n in names:
-        m = pattern.fullmatch(n)
-        if not m or (m["host"] is not None and m["host"] != _host()) or _alive(int(m["pid"])):
-            continue
-        if m["old"] and not os.path.isdir(target):
-            continue  # the swap died between its renames: this is the only copy of the old checkpoint
+    for n in sorted(names):
+        m = old.fullmatch(n)
         path = os.path.join(parent, n)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+        # the target gen replaced, set aside: empty or a checkpoint gen wrote (_check_target let nothing else be)
+        if m is None or staging.alive(int(m["pid"])) or not os.path.isdir(target) or not _replaced(path):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
     return removed
+
+
+def _replaced(path: str) -> bool:
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return False
+        return not os.listdir(path) or stat.S_ISREG(os.lstat(os.path.join(path, mf.MANIFEST_NAME)).st_mode)
+    except OSError:
+        return False
 
 
 def _fsync_tree(root: str) -> None:

@@ -241,7 +241,9 @@ def cmd_gen(args) -> int:
     cancel = threading.Event()
     try:
         man = generate(profile, args.directory, fmt=args.format, ranks=args.ranks, seed=args.seed,
-                       force=args.force, digest=args.digest, progress=tell, cancel=cancel)
+                       force=args.force, digest=args.digest, progress=tell, cancel=cancel,
+                       on_reaped=lambda path: say(f"removed {path}: the staging folder of a gen that was killed "
+                                                  "before it finished", sys.stderr))
     except KeyboardInterrupt:
         cancel.set()
         raise

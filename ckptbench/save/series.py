@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict
 
 from ckptbench.save import preflight as pf
+from ckptbench.core.staging import reap_stale
 from ckptbench.core.errors import Cancelled, CkptbenchError, write_refused_exit
 from ckptbench.checkpoint.manifest import MANIFEST_NAME
 from ckptbench.checkpoint.profiles import FORMATS
@@ -231,6 +232,11 @@ def _save_into(what: str, target: str, opts: SaveOptions, on_save, on_sample, ca
 
     refuse_foreign(target, also_ours)
     loaded = load_what(what, opts, scale, listing)
+    reaped = reap_stale(target, r"step-[0-9]{6,}")
+    if reaped:  # told with the report: where a killed save's partial write went
+        loaded.notes = [f"removed {len(reaped)} staging folder(s) of a save that was killed before it finished "
+                        f"({', '.join(os.path.basename(p) for p in reaped[:2])}{', ...' if len(reaped) > 2 else ''})",
+                        *loaded.notes]
     checks = pf.preflight(target, int(loaded.bytes * 1.02) * (opts.keep + 1))
     if on_preflight is not None:
         on_preflight(checks)

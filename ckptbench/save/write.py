@@ -9,7 +9,6 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 
 import fastio
@@ -18,7 +17,7 @@ import torch
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import Cancelled, CkptbenchError
 from ckptbench.checkpoint.formats import CheckpointState
-from ckptbench.checkpoint.generate import staging_name
+from ckptbench.core.staging import MARKER, make_staging, unmark
 
 Written = list[tuple[str, str, int | None]]  # (relative path, kind, rank)
 
@@ -82,15 +81,14 @@ def _plain_state(state: CheckpointState) -> dict:
 
 
 def _write_rank_safetensors(tmp: str, state: CheckpointState, names: list[str], rank: int, world: int) -> Written:
-    from ckptbench.checkpoint.formats.safetensors_format import shard_name
+    from ckptbench.checkpoint.formats.safetensors_format import optimizer_meta, shard_name
 
     model_file, optim_file = shard_name("model", rank, world), shard_name("optimizer", rank, world)
     write_safetensors(os.path.join(tmp, model_file), {n: state.model[n] for n in names}, {"format": "pt"})
     # every part the state holds, as the torch and DCP writers save them: a foreign optimizer's moments need not be
     # ckptbench's three (SGD's momentum_buffer, AMSGrad's max_exp_avg_sq)
     tensors = {f"{n}.{k}": t for n in names for k, t in state.optim.get(n, {}).items()}
-    meta = {"ckptbench_optimizer": json.dumps(_plain_state(state), sort_keys=True)}
-    write_safetensors(os.path.join(tmp, optim_file), tensors, meta)
+    write_safetensors(os.path.join(tmp, optim_file), tensors, optimizer_meta(_plain_state(state)))
     return [(model_file, "model", rank), (optim_file, "optimizer", rank)]
 
 
@@ -178,7 +176,7 @@ def _dcp_write(tmp: str, state: CheckpointState, ranks: int, async_save: bool,
             future.result()
         else:
             dcp.save(_dcp_state(state), storage_writer=writer, no_dist=True)
-    names = sorted(os.listdir(tmp))
+    names = sorted(n for n in os.listdir(tmp) if n != MARKER)
     written = [(n, "model", i) for i, n in enumerate(n for n in names if n.endswith(".distcp"))]
     written += [(n, "meta", None) for n in names if not n.endswith(".distcp")]
     return written, blocking
@@ -236,18 +234,6 @@ def _publish(tmp: str, final: str) -> None:
                              "is; give each writer its own target", exit_code=1) from None
 
 
-def _make_staging(final: str) -> str:
-    """Creates the save's temporary directory and returns it: under another name when one is there (a killed save's
-    of the same pid, a container's pids repeat), which is left alone: the cleanup removes only what this made."""
-    tmp = staging_name(final)
-    try:
-        os.mkdir(tmp)
-    except FileExistsError:
-        tmp = f"{tmp}-{uuid.uuid4().hex[:8]}"
-        os.mkdir(tmp)
-    return tmp
-
-
 def write_save(target: str, name: str, state: CheckpointState, assignment: list[list[str]], info: dict, *,
                async_save: bool = False, stagger_s: float = 0.0, fsync: bool = True,
                cancel: threading.Event | None = None) -> WriteOutcome:
@@ -257,7 +243,7 @@ def write_save(target: str, name: str, state: CheckpointState, assignment: list[
     fmt = info["format"]
     t0 = time.perf_counter()
     try:
-        tmp = _make_staging(final)
+        tmp = make_staging(final)  # under another name when one is there, which is left alone
         if fmt == "dcp":
             written, blocking = _dcp_write(tmp, state, len(assignment), async_save, t0)
             spans = []
@@ -271,6 +257,7 @@ def write_save(target: str, name: str, state: CheckpointState, assignment: list[
             for rel, _, _ in written:
                 fsync_path(os.path.join(tmp, rel))
         hash_s = _manifest(tmp, written, info, len(assignment))
+        unmark(tmp)
         if fsync:
             fsync_path(tmp, directory=True)
         _publish(tmp, final)

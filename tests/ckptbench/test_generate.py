@@ -365,34 +365,59 @@ def test_gen_interrupted_mid_write_leaves_no_temporary_sibling(h, tmp_path, monk
     assert h.listing(tmp_path) == []
 
 
-def test_gen_removes_stale_siblings_of_dead_processes_only(h, tmp_path):
+def _staged_by_a_process(target, *, twice: bool = False, stay: bool = False):
+    """Staging folders of `target` made and marked by another process, as gen makes them (the second, with `twice`,
+    under the fallback name); with `stay` that process lives on until killed. Returns (process, folders)."""
     import subprocess
 
-    done = subprocess.Popen([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE, text=True)
-    dead = int(done.communicate()[0])
-    live = subprocess.Popen([sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(300)"],
-                            stdout=subprocess.PIPE, text=True)
+    code = (f"from ckptbench.core.staging import make_staging; print(make_staging({str(target)!r}), flush=True)"
+            + (f"; print(make_staging({str(target)!r}), flush=True)" if twice else "")
+            + ("; import time; time.sleep(300)" if stay else ""))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    made = [os.path.basename(proc.stdout.readline().strip()) for _ in range(2 if twice else 1)]
+    if not stay:
+        proc.wait()
+    return proc, made
+
+
+def test_gen_removes_stale_siblings_of_dead_processes_only(h, tmp_path):
+    """Only a staging folder that holds the marker a gen writes into it first, naming that folder and this host, and
+    whose process has ended, is removed: before the marker, any folder named like one with a dead pid was deleted,
+    with whatever the user kept there."""
+    import json
+    import subprocess
+
+    _, stale = _staged_by_a_process(tmp_path / "ck", twice=True)  # the second: the fallback name
+    live, kept = _staged_by_a_process(tmp_path / "ck", stay=True)  # a gen still writing
     try:
-        alive = int(live.stdout.readline())
+        _, other = _staged_by_a_process(tmp_path / "other")  # another target's
+        kept += other
+        done = subprocess.Popen([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE,
+                                text=True)
+        dead = int(done.communicate()[0])
         host = _host()
-        stale = [f".ck.tmp-{host}-{dead}", f".ck.tmp-{dead}"]  # the second as the gen before this fix named it
-        kept = [f".ck.tmp-{host}-{alive}",  # a gen still writing
-                f".ck.tmp-otherhost-{dead}",  # another node's, on a shared file system: its pids are not ours
-                f".other.tmp-{host}-{dead}",  # another target's
-                f".ck.tmp-{host}-{dead}.old"]  # a swap that died between renames: the only copy of the old checkpoint
+        away = tmp_path / f".ck.tmp-otherhost-{dead}"  # another node's, on a shared file system: its pids are not ours
+        os.rename(tmp_path / _staged_by_a_process(tmp_path / "ck")[1][0], away)
+        (away / ".ckptbench-staging").write_text(json.dumps({"folder": away.name, "host": "otherhost", "pid": dead}))
+        kept.append(away.name)
+        unmarked = [f".ck.tmp-{host}-{dead}", f".ck.tmp-{dead}"]  # named like ours, no marker: the user's
+        kept += unmarked + [f".ck.tmp-{host}-{dead}.old"]  # a swap that died between renames: the old checkpoint
         for n in stale + kept:
-            os.makedirs(tmp_path / n / "dataloader")
+            os.makedirs(tmp_path / n / "dataloader", exist_ok=True)
             (tmp_path / n / "dataloader" / "part.idx").write_bytes(b"half")
+        (tmp_path / f".ck.tmp-{host}-{dead}.old" / "ckptbench.json").write_text("{}")
         r = h.run_cli("gen", "small", tmp_path / "ck", "--scale", h.SCALE, "--format", "torch")
         assert r.rc == 0, r.err
         assert sorted(os.listdir(tmp_path)) == sorted(["ck"] + kept)
         for n in kept:
             assert (tmp_path / n / "dataloader" / "part.idx").read_bytes() == b"half", n
+        assert sorted(line for line in r.err.splitlines() if "staging folder" in line) == sorted(
+            f"removed {tmp_path / n}: the staging folder of a gen that was killed before it finished" for n in stale)
         assert live.poll() is None  # the live one really was alive throughout
         # once the target exists, the set-aside old checkpoint of that dead swap is stale too
         r = h.run_cli("gen", "small", tmp_path / "ck", "--scale", h.SCALE, "--format", "torch", "--force")
         assert r.rc == 0, r.err
-        assert sorted(os.listdir(tmp_path)) == sorted(["ck"] + kept[:3])
+        assert sorted(os.listdir(tmp_path)) == sorted(["ck"] + kept[:-1])
     finally:
         live.kill()
         live.wait()

@@ -220,3 +220,52 @@ def test_rng_states_are_carried_and_reseed_the_same(tmp_path, fmt):
     r = run_cli("save", step, again, "--count", "1", "--format", fmt)
     assert r.rc == 0, r.err
     assert torch.equal(load_state(str(again / "step-000001"), fmt).trainer["cpu_rng_state"], trainer["cpu_rng_state"])
+
+
+def test_safetensors_save_gives_back_pythons_rng_state_as_the_tuple_setstate_takes(tmp_path):
+    """JSON writes tuples as lists: the safetensors save's Python RNG state (and Adam's betas) came back as lists,
+    and random.setstate refuses a list. Read back by ckptbench, and by a save of that save, they are tuples again."""
+    import random
+
+    model = _model()
+    opt, sched = _loop(model)
+    _train(model, opt, sched, 1, seed=1)
+    random.seed(7), np.random.seed(6)
+    want = random.getstate(), np.random.get_state()
+    draws = [random.random() for _ in range(3)], np.random.rand(3)
+    src = tmp_path / "src"
+    src.mkdir()
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "python_rng_state": want[0],
+                "numpy_rng_state": want[1]}, src / "checkpoint.pt")
+    step, _ = _save(str(src), tmp_path, "safetensors")
+    again = tmp_path / "again"
+    r = run_cli("save", step, again, "--count", "1", "--format", "safetensors")
+    assert r.rc == 0, r.err
+    for saved in (load_state(step, "safetensors"), load_state(str(again / "step-000001"), "safetensors")):
+        state = saved.trainer["python_rng_state"]
+        assert type(state) is tuple and type(state[1]) is tuple and state == want[0]
+        assert type(saved.hparams["param_groups"][0]["betas"]) is tuple
+        random.seed(0), np.random.seed(0)
+        random.setstate(state)  # as a resume calls it, no tuple() around it
+        np.random.set_state(saved.trainer["numpy_rng_state"])
+        assert [random.random() for _ in range(3)] == draws[0] and (np.random.rand(3) == draws[1]).all()
+
+
+@pytest.mark.parametrize("tuples", [["trainer_state", "python_rng_state"], [["trainer_state", "nowhere"]],
+                                    [["trainer_state", "python_rng_state", 7]], [["step"]], [[]]])
+def test_a_crafted_tuples_list_in_safetensors_metadata_is_one_line(tmp_path, tuples):
+    """The paths a reader turns back into tuples come from the file: one that names no list is refused, not a
+    KeyError or IndexError."""
+    from safetensors.torch import save_file
+
+    from ckptbench.checkpoint.formats import safetensors_format
+    from ckptbench.checkpoint.formats.state import FormatError
+
+    path = str(tmp_path / "optimizer-00001-of-00001.safetensors")
+    doc = {"step": 1, "hparams": {}, "trainer_state": {"python_rng_state": [3, [1, 2], None]}, "tuples": tuples}
+    save_file({"w.exp_avg": torch.zeros(2)}, path, metadata={"ckptbench_optimizer": json.dumps(doc)})
+    with pytest.raises(FormatError, match="optimizer metadata is not valid"):
+        safetensors_format.load_file(path)
+    doc["tuples"] = [["trainer_state", "python_rng_state", 1], ["trainer_state", "python_rng_state"]]
+    save_file({"w.exp_avg": torch.zeros(2)}, path, metadata={"ckptbench_optimizer": json.dumps(doc)})
+    assert safetensors_format.load_file(path).trainer["python_rng_state"] == (3, (1, 2), None)

@@ -99,7 +99,7 @@ class ChecklistScreen(Screen):
 
     @on(WorkFailed)
     def failed(self, msg: WorkFailed) -> None:
-        self.notify(escape(msg.error), severity="error", timeout=10)
+        self.notify(msg.error, severity="error", timeout=10, markup=False)
 
     @on(DataTable.RowSelected)
     def selected(self, event: DataTable.RowSelected) -> None:

@@ -12,6 +12,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Footer, Header, ProgressBar, Static
 from textual.worker import get_current_worker
@@ -25,7 +26,7 @@ from ckptbench.core import options
 from ckptbench.restore.efficiency import hash_of
 from ckptbench.system.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
-from tui.messages import FloorKnown, RunCancelled, RunFailed, RunFinished, SourceListed
+from tui.messages import FloorKnown, RunCancelled, RunFailed, RunFinished, SourceListed, SourceMeasured
 from tui.screens.loopmode import LoopMode
 from tui.widgets.chart import ThroughputChart
 from tui.widgets.floorline import FloorView
@@ -35,6 +36,7 @@ from tui.widgets.syspanel import SystemPanel
 SHORT_ROWS = 30  # a terminal this short gets the compact layout (-short in app.tcss)
 POLL_S = PROGRESS_INTERVAL_S  # the live figures are polled as often as the read reports progress
 SYSTEM_S = 1.0
+SOURCE_S = 2.0  # how often an idle dashboard looks whether its source folder changed (one stat)
 # what m, o, e and a cycle through: the run command's own declarations (its default first, the off choice last)
 CHOICES = {"mode": options.MODE.values, "cache": options.CACHE.values, "read": options.READ.values,
            "hash": options.RESTORE_HASH.values}
@@ -121,6 +123,8 @@ class Dashboard(LoopMode):
         self.query_one("#chart", ThroughputChart).border_title = "read throughput, last minute"
         self.set_interval(POLL_S, self.poll)
         self.set_interval(SYSTEM_S, self.poll_system)
+        if app.source is not None:
+            self.set_interval(SOURCE_S, self.check_source)
         self.show_settings()
         self.show_source()
         self.look_up_floor()
@@ -139,10 +143,17 @@ class Dashboard(LoopMode):
             self.query_one("#source", Static).update("no source")
             return
         # a path is text, not markup: a folder named "[red]" would have been read as a style
-        self.query_one("#source", Static).update(
-            f"[b]{escape(s['source'])}[/b]  {escape(s['fs_type'])} on {escape(s['mount_point'])}  ·  "
-            f"{s['files']} file{'' if s['files'] == 1 else 's'}, {human_bytes(s['bytes'])}  ·  "
-            f"page-cache residency {human_pct(s['residency'])}")
+        if "problem" in s:  # deleted or emptied since it was counted: not the count it had
+            said = {"gone": "folder gone", "empty": "0 files"}.get(s["state"], "cannot be listed now")
+            why = "the folder holds none now" if s["state"] == "empty" else \
+                s["problem"].removeprefix(f"{s['source']}: ")  # the line starts with the path already
+            self.query_one("#source", Static).update(Content.from_markup(
+                f"[b]$source[/b]  ·  [b red]{said}[/]: $why", source=s["source"], why=why))
+            return
+        self.query_one("#source", Static).update(Content.from_markup(
+            f"[b]$source[/b]  $fs on $mount  ·  {s['files']} file{'' if s['files'] == 1 else 's'}, "
+            f"{human_bytes(s['bytes'])}  ·  page-cache residency {human_pct(s['residency'])}",
+            source=s["source"], fs=s["fs_type"], mount=s["mount_point"]))
 
     def show_settings(self, live: int | None = None) -> None:
         """The settings line; while a read runs, the concurrency is the one the read itself reports."""
@@ -233,7 +244,7 @@ class Dashboard(LoopMode):
             self.post_message(RunCancelled())
             return
         except Exception as exc:  # any failure ends the run on screen: marked failed, back to idle
-            self.post_message(RunFailed(ui.failure(exc, "restore failed")))
+            self.post_message(RunFailed(ui.failure(exc, "restore failed"), self.app.measure_source()))
             return
         if not get_current_worker().is_cancelled:
             # the source's residency after the run and the run against the floor are worked out here, off the UI
@@ -249,6 +260,25 @@ class Dashboard(LoopMode):
         fields = ui.restore_floor(self.app.source, self.app.opts, self.app.source_info)
         if fields is not None and not get_current_worker().is_cancelled:
             self.post_message(FloorKnown(fields))
+
+    def check_source(self) -> None:
+        if not self.running and self.loop is None:  # a run measures the source when it ends
+            self.recount_source()
+
+    @work(thread=True, exclusive=True, group="source", exit_on_error=False)
+    def recount_source(self) -> None:
+        """The source counted again when its folder changed since it was counted (deleted, emptied, refilled): the
+        header said the count from the start until a run finished."""
+        if not self.app.source_changed():
+            return
+        info = self.app.measure_source()
+        if not get_current_worker().is_cancelled:
+            self.post_message(SourceMeasured(info))
+
+    @on(SourceMeasured)
+    def source_measured(self, msg: SourceMeasured) -> None:
+        self.app.source_info = msg.source_info
+        self.show_source()
 
     @on(FloorKnown)
     def floor_known(self, msg: FloorKnown) -> None:
@@ -308,7 +338,7 @@ class Dashboard(LoopMode):
         self.query_one("#progress", ProgressBar).update(total=max(1, snap.bytes_planned), progress=snap.bytes)
         self.floor.show(live["avg_gbps"], live.get("fresh_gbps_per_core"))
 
-    def _set(self, selector: str, text: str) -> None:
+    def _set(self, selector: str, text: str | Content) -> None:
         """Updates a Static only when its text changes: every redraw takes CPU from the readers."""
         if self._texts.get(selector) != text:
             self._texts[selector] = text
@@ -342,12 +372,15 @@ class Dashboard(LoopMode):
     @on(RunFailed)
     def failed(self, msg: RunFailed) -> None:
         self.running = False
-        self.notify(escape(msg.error), severity="error", timeout=10)
+        self.notify(msg.error, severity="error", timeout=10, markup=False)
         self.query_one("#stages", StageBar).update_stages(self.app.session.stages() if self.app.session else {}, None,
                                                           failed=True)
         self.floor.show()
-        self._set("#figures", f"[b red]restore failed[/]: {escape(msg.error)}")  # text: "[/x]" in it raised
+        self._set("#figures", Content.from_markup("[b red]restore failed[/]: $error", error=msg.error))
         self.show_settings()
+        if msg.source_info is not None:
+            self.app.source_info = msg.source_info
+            self.show_source()
 
     @on(RunCancelled)
     def cancelled(self, _msg: RunCancelled) -> None:

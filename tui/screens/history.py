@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
@@ -58,7 +59,7 @@ class HistoryScreen(Screen):
             self.dist = {d["run_id"]: d for d in dist_runs(path)}
         except CkptbenchError as exc:
             self.runs, self.dist = [], {}
-            self.query_one("#comparison", Static).update(escape(printable(redact(str(exc)))))
+            self.query_one("#comparison", Static).update(Content(printable(redact(str(exc)))))
             return
 
         def text(value: str) -> str:
@@ -73,7 +74,8 @@ class HistoryScreen(Screen):
                           "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", efficiency_cell(r),
                           text(status_words(r)), key=r["run_id"])
         if not self.runs:
-            self.query_one("#comparison", Static).update(f"no runs recorded in {escape(path)} yet: press r on the dashboard")
+            self.query_one("#comparison", Static).update(
+                Content.from_markup("no runs recorded in $path yet: press r on the dashboard", path=path))
         elif self.dist:
             self.query_one("#comparison", Static).update("enter on a dist run: a lane per rank")
 
@@ -115,7 +117,7 @@ class HistoryScreen(Screen):
         try:
             c = compare(self.app.results_path, base, newest=new)
         except CkptbenchError as exc:
-            self.notify(escape(printable(redact(str(exc)))), severity="error")
+            self.notify(printable(redact(str(exc))), severity="error", markup=False)
             return
         # compare hands them back printable; recorded text is still not markup (a watched command's "[/x]" raised)
         lines = [escape(f"{c.newest_id} against {c.baseline_id}")]

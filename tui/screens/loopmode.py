@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
-from rich.markup import escape
 from textual import on, work
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import ProgressBar
 
@@ -65,7 +65,7 @@ class LoopMode(Screen):
         screen."""
         error = ui.record_knee(self.app.results_path, tuner, self.app.source)
         if error:
-            self.app.call_from_thread(self.notify, error, severity="warning")
+            self.app.call_from_thread(self.notify, error, severity="warning", markup=False)
         self.post_message(TuneDone(level.concurrency, level.gbps))
 
     def on_unmount(self) -> None:
@@ -77,7 +77,7 @@ class LoopMode(Screen):
         try:
             passes = loop.run()
         except Exception as exc:  # any failure ends the loop on screen, back to idle
-            self.post_message(LoopEnded(loop.passes, ui.failure(exc, "loop failed")))
+            self.post_message(LoopEnded(loop.passes, ui.failure(exc, "loop failed"), self.app.measure_source()))
             return
         # a cold loop left the files out of the page cache: the header's residency is measured again, off the UI
         self.post_message(LoopEnded(passes, source_info=self.app.measure_source()))
@@ -128,8 +128,8 @@ class LoopMode(Screen):
             self.query_one("#chart", ThroughputChart).border_subtitle = "auto-tune stopped before the knee"
             self.notify("auto-tune stopped before it found the knee", severity="warning")
         if msg.error is not None:
-            self.notify(escape(msg.error), severity="error", timeout=10)
-            self._set("#figures", f"[b red]loop failed[/]: {escape(msg.error)}")
+            self.notify(msg.error, severity="error", timeout=10, markup=False)
+            self._set("#figures", Content.from_markup("[b red]loop failed[/]: $error", error=msg.error))
         else:
             self.notify(f"loop stopped after {msg.passes} passes")
         if msg.source_info is not None:

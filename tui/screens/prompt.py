@@ -23,7 +23,7 @@ class _Prompt(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="prompt"):
-            yield Label(self.title_text)
+            yield Label(self.title_text, markup=False)  # it names the source, a path: text, not markup
             yield Input(str(self.value), **self.INPUT)
 
     def parse(self, text: str):
@@ -48,7 +48,7 @@ class NumberPrompt(_Prompt):
         try:
             return options.CONCURRENCY.parse(text)  # the flag's own rule: the same numbers, the same words
         except ValueError as exc:
-            self.notify(f"concurrency: {exc}", severity="error")
+            self.notify(f"concurrency: {exc}", severity="error", markup=False)  # it quotes what was typed
             return None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.screen import Screen
@@ -31,13 +32,13 @@ def _stats(st: dict | None, unit: str, fmt: str = ".3f") -> str:
     return f"{st['median']:{fmt}}{unit}"
 
 
-def run_lines(doc: dict) -> str:
+def run_lines(doc: dict) -> Content:
     """The run as a whole: where, how many ranks on what, and its figures over the repeats."""
     n, nodes = doc["world_size"], doc["nodes"]
     opts = doc.get("options") or {}
     where = f"{doc['source']} ({doc['format']}) · {n} rank{'s' * (n != 1)} on {nodes} node{'s' * (nodes != 1)}"
     reshard = f" · resharded from {doc['saved_world']} ranks" if doc.get("resharded") else ""
-    lines = [f"[b]{where}[/] · {doc['backend']} · each rank reads {doc['each_rank']}{reshard} · cache "
+    lines = [f"[b]$where[/] · {doc['backend']} · each rank reads {doc['each_rank']}{reshard} · cache "
              f"{opts.get('cache', '?')}, concurrency {opts.get('concurrency', '?')} per rank"]
     amp = doc.get("amplification")
     lines.append(f"RTO {_stats(doc.get('rto_stats'), ' s')} · aggregate read "
@@ -53,7 +54,7 @@ def run_lines(doc: dict) -> str:
         lines.append("[yellow]unverified[/]: restored, but no digest was matched against a reference")
     elif doc["status"] != "ok":
         lines.append(f"[red]{doc['status']}[/]: {len(doc.get('problems') or [])} problem(s) over the repeats")
-    return "\n".join(lines)
+    return Content.from_markup("\n".join(lines), where=where)  # the source is a path: text, not markup
 
 
 def repeat_line(doc: dict, i: int, largest: int) -> str:

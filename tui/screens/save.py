@@ -9,9 +9,9 @@ from __future__ import annotations
 import collections
 import threading
 
-from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
@@ -57,9 +57,10 @@ class SaveScreen(Screen):
     def on_mount(self) -> None:
         o = self.opts
         every = f"every {o.interval_s:g} s" if o.interval_s else "back to back"
-        self.query_one("#save-what", Static).update(
-            f"saving [b]{self.what}[/b] → [b]{self.target}[/b]  ·  {o.count} saves {every}, keep {o.keep}, "
-            f"{o.format}, {o.ranks} rank(s){', async' if o.async_save else ''}{'' if o.fsync else ', no fsync'}")
+        self.query_one("#save-what", Static).update(Content.from_markup(  # paths are text: "ckpt[/x]" raised
+            f"saving [b]$what[/b] → [b]$target[/b]  ·  {o.count} saves {every}, keep {o.keep}, "
+            f"{o.format}, {o.ranks} rank(s){', async' if o.async_save else ''}{'' if o.fsync else ', no fsync'}",
+            what=self.what, target=self.target))
         self.query_one("#save-write", ThroughputChart).border_title = "write throughput (target's block device)"
         self.query_one("#save-dirty", DirtyChart).border_title = "Dirty and Writeback against the dirty limits"
         self.query_one("#save-table", DataTable).add_columns(*COLUMNS)
@@ -149,16 +150,16 @@ class SaveScreen(Screen):
     def cancelled(self, msg: SaveCancelled) -> None:
         self.drain_samples()
         self.saving = False
-        self.query_one("#save-summary", Static).update(f"[b]cancelled[/b]: {escape(msg.reason)}")
+        self.query_one("#save-summary", Static).update(Content.from_markup("[b]cancelled[/b]: $why", why=msg.reason))
 
     @on(SaveFailed)
     def failed(self, msg: SaveFailed) -> None:
         self.saving = False
-        self.query_one("#save-summary", Static).update(f"[b red]failed[/]: {escape(msg.error)}")  # text: "[/x]" in it raised
-        self.notify(escape(msg.error), severity="error", timeout=10)
+        self.query_one("#save-summary", Static).update(Content.from_markup("[b red]failed[/]: $error", error=msg.error))
+        self.notify(msg.error, severity="error", timeout=10, markup=False)
 
 
-def summary(report: dict) -> str:
+def summary(report: dict) -> Content:
     """The report's verdict figures in one or two lines."""
     parts = []
     if report.get("sustained_gbps") is not None:
@@ -172,4 +173,6 @@ def summary(report: dict) -> str:
     if report.get("throttled"):
         parts.append("[b yellow]writers were throttled at the dirty limit[/]")
     head = f"{len(report.get('saves', []))} saves of {human_bytes(report.get('bytes', 0))}"
-    return head + (": " + " · ".join(parts) if parts else "") + "".join(f"\n{n}" for n in report.get("notes", []))
+    # the notes name keys and paths from the checkpoint: text, not markup
+    return Content.assemble(Content.from_markup(head + (": " + " · ".join(parts) if parts else "")),
+                            "".join(f"\n{n}" for n in report.get("notes", [])))

@@ -92,7 +92,7 @@ class SweepScreen(Screen):
 
     @on(WorkFailed)
     def failed(self, msg: WorkFailed) -> None:
-        self.notify(escape(msg.error), severity="error", timeout=10)
+        self.notify(msg.error, severity="error", timeout=10, markup=False)
 
     def render_chart(self) -> None:
         effs = (self.result or {}).get("efficiency_by_level") or {}  # the sweep's, each level's floor / its time

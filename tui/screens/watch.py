@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
@@ -125,8 +126,10 @@ class WatchScreen(Screen):
 
     @on(WatchFailed)
     def failed(self, m: WatchFailed) -> None:
-        self.query_one("#watch-verdict", Static).update(f"[b red]watch failed[/]: {escape(m.error)}")
-        self.notify(m.error, severity="error", timeout=10)
+        # the error is text, not markup: a path "ckpt[/bold]" in it raised inside the toast and took the app down
+        self.query_one("#watch-verdict", Static).update(Content.from_markup("[b red]watch failed[/]: $error",
+                                                                            error=m.error))
+        self.notify(m.error, severity="error", timeout=10, markup=False)
 
     def action_verdict(self) -> None:
         """Stops sampling now; the worker then reads the files seen so far and judges."""

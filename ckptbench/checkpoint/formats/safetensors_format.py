@@ -42,8 +42,7 @@ def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -
         weight_map.update({n: model_file for n in names})
         optim_file = shard_name("optimizer", rank, world)
         tensors = {f"{n}.{k}": state.optim[n][k].contiguous() for n in names for k in OPTIM_KEYS}
-        # one metadata key: safetensors orders several keys at random, which would break same-seed digests
-        meta = {"ckptbench_optimizer": json.dumps({"step": state.step, "hparams": state.hparams}, sort_keys=True)}
+        meta = optimizer_meta({"step": state.step, "hparams": state.hparams})
         save_file(tensors, os.path.join(directory, optim_file), metadata=meta)
         written += [(model_file, "model", rank), (optim_file, "optimizer", rank)]
     total = sum(t.numel() * t.element_size() for t in state.model.values())
@@ -51,6 +50,49 @@ def write(directory: str, state: CheckpointState, assignment: list[list[str]]) -
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
     written.append((INDEX, "meta", None))
     return written
+
+
+def optimizer_meta(doc: dict) -> dict[str, str]:
+    """The optimizer shard's metadata: `doc` (step, hparams, trainer_state) as JSON, and where it holds tuples (Adam's
+    betas, Python's RNG state, which random.setstate takes only as a tuple) their paths under "tuples", since JSON
+    writes a tuple as a list; the reader turns those lists back."""
+    paths = _tuple_paths(doc)
+    # one metadata key: safetensors orders several keys at random, which would break same-seed digests
+    return {"ckptbench_optimizer": json.dumps(doc | ({"tuples": paths} if paths else {}), sort_keys=True)}
+
+
+def _tuple_paths(doc) -> list[list]:
+    """The path (dict keys and list indices from the root) of every tuple in `doc`, deepest first."""
+    out, stack = [], [(doc, [])]
+    while stack:
+        node, path = stack.pop()
+        if type(node) is tuple:
+            out.append(path)
+        items = dict.items(node) if isinstance(node, dict) else enumerate(node) if type(node) in (list, tuple) else ()
+        stack.extend((v, path + [k]) for k, v in items if isinstance(v, (dict, list, tuple)))
+    return sorted(out, key=len, reverse=True)
+
+
+def _child(node, key, bad: str):
+    if isinstance(node, dict) and type(key) is str and key in node:
+        return node[key]
+    if type(node) is list and type(key) is int and 0 <= key < len(node):
+        return node[key]
+    raise FormatError(bad)
+
+
+def _as_tuples(doc: dict, paths, bad: str) -> None:
+    """Turns the lists at `paths` (optimizer_meta's "tuples") back into tuples, deepest first so that a tuple's
+    parent is still a list when it is set; a path that names no list is crafted."""
+    if not isinstance(paths, list) or not all(isinstance(p, list) and p for p in paths):
+        raise FormatError(bad)
+    for path in sorted(paths, key=len, reverse=True):
+        parent = doc
+        for key in path[:-1]:
+            parent = _child(parent, key, bad)
+        if type(_child(parent, path[-1], bad)) is not list:
+            raise FormatError(bad)
+        parent[path[-1]] = tuple(parent[path[-1]])
 
 
 # an optimizer file's parts beyond AdamW's (SGD's momentum, AMSGrad's, steps that differ by parameter: a save of a
@@ -192,6 +234,8 @@ def _meta(state: CheckpointState, meta, where: str) -> None:
         step = int(step)
     if not _whole(step) or not all(isinstance(d, dict) and json_plain(d) for d in (hparams, trainer)):
         raise FormatError(bad)
+    if "tuples" in doc:
+        _as_tuples({"hparams": hparams, "trainer_state": trainer}, doc["tuples"], bad)
     state.step, state.hparams, state.trainer = step, hparams, trainer
 
 

@@ -58,6 +58,9 @@ _OTHER_PREFIXES = ("lr_scheduler", "scheduler", "dataloader", "train_state", "rn
                    # best_model_score, kth_value), loops, schedulers, hyper-parameters, AMP's scaler
                    "callbacks", "loops", "lr_schedulers", "hyper_parameters", "hparams_name", "epoch", "global_step",
                    "pytorch-lightning_version", "native_amp_scaling_state", "mixedprecision")
+# an RNG state by the names loops save it under (cpu_rng_state, cuda_rng_state, rng_states, numpy_random_state,
+# rng_state_3): `rng` or `random_state` a whole word of the key's first component, as no weight's module name has it
+_RNG_HEAD = re.compile(r"(?:^|_)(?:rng|random_state)s?(?:_|$)", re.ASCII)
 # keys kept apart by rank: DeepSpeed's partitions (zero_pp_rank_N[_mp_rank_M]), Megatron's model-parallel ranks
 _RANK_TAG = re.compile(r"zero_pp_rank_\d+(?:_mp_rank_\d+)?|mp_rank_\d{2}(?:_\d{3})?")
 
@@ -72,8 +75,8 @@ def group_of(fqn: str) -> str:
     head = head.lower()
     if head in _OPTIM_PREFIXES or head.startswith("optim"):
         return "optimizer"
-    # rng_state_3: one per process; scheduler_1, sampler_1: Accelerate's, one per registered object
-    if head in _OTHER_PREFIXES or head.startswith(("rng_state", "scaler", "scheduler", "sampler")):
+    # scheduler_1, sampler_1: Accelerate's, one per registered object
+    if head in _OTHER_PREFIXES or head.startswith(("scaler", "scheduler", "sampler")) or _RNG_HEAD.search(head):
         return "other"
     return "model"
 

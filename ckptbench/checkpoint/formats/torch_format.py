@@ -166,7 +166,11 @@ def _from_obj(obj, where: str) -> CheckpointState:
         return _own_optimizer_state(obj, where)
     if obj and _rank_tag(where) is None and all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in dict.items(obj)):
-        return CheckpointState(dict(dict.items(obj)))
+        # a flat state dict saved with a loop's cpu_rng_state beside the weights: that one is not a weight
+        state = CheckpointState({})
+        for k, v in dict.items(obj):
+            (state.model if group_of(k) == "model" else state.extra)[k] = v
+        return state
     return _named(_foreign, obj, where)
 
 
