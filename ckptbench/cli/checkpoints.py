@@ -65,6 +65,7 @@ def cmd_inspect(args) -> int:
 
 def cmd_verify(args) -> int:
     from ckptbench.checkpoint.verify import verify
+    from ckptbench.cli.settings import require_checkpoint
     from ckptbench.cli.show import print_pick
     from ckptbench.core.errors import EXIT_UNCHECKED
     from ckptbench.core.units import human_bytes
@@ -73,6 +74,9 @@ def cmd_verify(args) -> int:
 
     require_dir(args.directory)
     listing = LocalSource(args.directory, checkpoint=True, pick=args.pick).list()
+    # a folder of text files (or /etc) is no checkpoint: run's line, exit 2 — it was read whole and said
+    # "NOT VERIFIED", exit 3, as a checkpoint with no manifest is
+    require_checkpoint(listing)
     rep = verify(listing, concurrency=args.concurrency)
     lay = listing.layout.describe() if listing.layout is not None else None
     if args.json:

@@ -1,0 +1,34 @@
+"""New-user pass 10: verify and sweep refuse a folder that holds no checkpoint as run does; compare's change in
+points is the difference of the percents it shows; a watch's efficiency is in history and compare; save's shortest
+safe interval is said to the millisecond."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from clirun import assert_one_line_error, run_cli
+
+
+def _texts(tmp_path) -> str:
+    """A folder that holds no checkpoint: a note and a model card."""
+    d = tmp_path / "notes"
+    d.mkdir()
+    (d / "a.txt").write_text("hello\n")
+    (d / "README.md").write_text("# a model\n")
+    return str(d)
+
+
+@pytest.mark.parametrize("cmd", [("verify",), ("sweep", "--levels", "1,2", "--repeat", "1")])
+def test_verify_and_sweep_refuse_a_folder_of_text_files_as_run_does(tmp_path, cmd):
+    """verify read such a folder whole and said NOT VERIFIED, exit 3 (as of a checkpoint with no manifest: /etc was
+    315 files "read and their digests computed"); sweep read it cold at every level and gave a knee to use."""
+    notes = _texts(tmp_path)
+    ran = run_cli("run", notes, "--repeat", "1", "--results", "")
+    assert_one_line_error(ran, "no safetensors, torch or torch.distributed.checkpoint files found")
+    results = tmp_path / "r.csv"
+    r = run_cli(cmd[0], notes, *cmd[1:], *(("--results", results) if cmd[0] == "sweep" else ()))
+    assert_one_line_error(r)
+    assert r.err == ran.err
+    assert not os.path.exists(f"{results}.jsonl")  # no knee recorded for check to advise from
+
