@@ -32,3 +32,17 @@ def test_verify_and_sweep_refuse_a_folder_of_text_files_as_run_does(tmp_path, cm
     assert r.err == ran.err
     assert not os.path.exists(f"{results}.jsonl")  # no knee recorded for check to advise from
 
+
+# compare: the change in points between the percents as shown
+
+@pytest.mark.parametrize("base, new, text", [
+    (0.666, 0.502, "-17 pts"),  # shown 67 % and 50 %: it read "-16 pts" from the unrounded 0.164
+    (0.6660413832047697, 0.5018786766370683, "-17 pts"),  # a new user's two runs, as recorded
+    (0.054, 0.5, "+45 pts"), (0.0544, 0.0555, "+0.2 pts"),  # shown 5.4 % and 5.6 %
+])
+def test_an_efficiencys_change_is_the_difference_of_the_percents_shown(base, new, text):
+    from ckptbench.core.units import human_pct
+    from ckptbench.records.deltas import change_text
+
+    assert change_text(None, "efficiency", base, new) == text, (human_pct(base), human_pct(new))
+
