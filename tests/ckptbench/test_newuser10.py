@@ -46,3 +46,33 @@ def test_an_efficiencys_change_is_the_difference_of_the_percents_shown(base, new
 
     assert change_text(None, "efficiency", base, new) == text, (human_pct(base), human_pct(new))
 
+
+# history and compare: a watch's efficiency, as its document records it
+
+def _watch_doc(tmp_path, span: float, floor: float) -> dict:
+    shard = str(tmp_path / "ck" / "model.safetensors")
+    return {"bytes": 100 << 20, "files": {shard: 100 << 20}, "io_span_s": span, "loader_gbps": (100 << 20) / span / 1e9,
+            "peak_rss_bytes": 1 << 28, "cpu_s": 1.0, "exit_code": 0, "floor_s": floor, "efficiency": floor / span,
+            "binding": "storage", "command": ["python", "load.py"]}
+
+
+def test_history_and_compare_give_a_watchs_efficiency(tmp_path):
+    import json
+
+    from ckptbench.system.env import snapshot
+    from ckptbench.watch.results import record
+
+    results = str(tmp_path / "r.csv")
+    env = snapshot(str(tmp_path))
+    record(results, "w1", _watch_doc(tmp_path, 0.5, 0.2), env)  # 40 %
+    record(results, "w2", _watch_doc(tmp_path, 1.0, 0.2), env)  # 20 %
+    r = run_cli("history", results, "--json")
+    assert r.rc == 0, r.err
+    assert [run["efficiency"] for run in json.loads(r.out)["runs"]] == pytest.approx([0.4, 0.2])
+    r = run_cli("history", results)
+    assert "efficiency 40 %" in r.out and "efficiency 20 %" in r.out, r.out
+    r = run_cli("compare", results, "--baseline", "w1", "--json")
+    eff = next(f for f in json.loads(r.out)["figures"] if f["figure"] == "efficiency")
+    assert (eff["baseline"]["median"], eff["newest"]["median"]) == pytest.approx((0.4, 0.2))
+    r = run_cli("compare", results, "--baseline", "w1")
+    assert "-20 pts" in r.out, r.out
