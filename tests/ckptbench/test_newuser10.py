@@ -76,3 +76,19 @@ def test_history_and_compare_give_a_watchs_efficiency(tmp_path):
     assert (eff["baseline"]["median"], eff["newest"]["median"]) == pytest.approx((0.4, 0.2))
     r = run_cli("compare", results, "--baseline", "w1")
     assert "-20 pts" in r.out, r.out
+
+
+# save: the shortest safe interval in the unit that keeps it
+
+def test_save_says_a_short_safe_interval_as_it_is_not_as_zero(tmp_path):
+    """A save of 220 KiB durable in 3 ms: 'shortest safe interval 0.00 s' (the dashboard's '0.0 s') beside saves
+    timed to the millisecond."""
+    from tui.screens.save import summary
+
+    r = run_cli("save", "small", tmp_path / "t", "--scale", "0.001", "--count", "2", "--results", "")
+    assert r.rc == 0, r.err
+    line = next(ln for ln in r.out.splitlines() if "shortest safe interval" in ln)
+    said = line.split("shortest safe interval ")[1].split(" (durable")[0]
+    assert said not in ("0.00 s", "0.000 s") and (said.endswith(" ms") or float(said.split()[0]) > 0), line
+    assert "shortest safe interval 4.06 ms" in summary({"shortest_safe_interval_s": 0.00406})
+    assert "shortest safe interval 12.500 s" in summary({"shortest_safe_interval_s": 12.5})
