@@ -92,3 +92,38 @@ def test_save_says_a_short_safe_interval_as_it_is_not_as_zero(tmp_path):
     assert said not in ("0.00 s", "0.000 s") and (said.endswith(" ms") or float(said.split()[0]) > 0), line
     assert "shortest safe interval 4.06 ms" in summary({"shortest_safe_interval_s": 0.00406})
     assert "shortest safe interval 12.500 s" in summary({"shortest_safe_interval_s": 12.5})
+
+
+# a loop's counter beside the state dicts is no model weight
+
+def test_a_step_saved_beside_the_state_dicts_is_not_a_model_weight(tmp_path):
+    """dcp.save({"model": …, "optim": …, "step": torch.tensor(7)}): the step was grouped with the weights (one
+    parameter more, an int64 among the model's dtypes) and `save` wrote it into the model's file, where a resume's
+    load_state_dict(strict=True) refuses the unexpected key."""
+    import json
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
+    opt = torch.optim.Adam(net.parameters())
+    net(torch.randn(2, 16)).sum().backward()
+    opt.step()
+    src = tmp_path / "ck"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": net.state_dict(), "optim": opt.state_dict(), "step": torch.tensor(7)},
+                 checkpoint_id=str(src), no_dist=True)
+    r = run_cli("inspect", src, "--json")
+    assert r.rc == 0, r.err
+    groups = json.loads(r.out)["groups"]
+    params = sum(p.numel() for p in net.parameters())
+    assert groups["model"]["params"] == params and set(groups["model"]["dtypes"]) == {"float32"}, groups
+    assert groups["other"]["tensors"] == 1, groups
+    (tmp_path / "t").mkdir()
+    r = run_cli("save", src, tmp_path / "t" / "s", "--format", "torch", "--count", "1", "--results", "")
+    assert r.rc == 0, r.err
+    model = torch.load(next((tmp_path / "t" / "s").glob("step-*/model_rank000.pt")), weights_only=True)
+    net.load_state_dict(model, strict=True)  # the weights, and nothing a model does not hold
+
