@@ -99,6 +99,18 @@ def cmd_verify(args) -> int:
     return 1 if not rep.ok else 0 if rep.verified else EXIT_UNCHECKED
 
 
+def _what_ran(c, asked: bool) -> str:
+    """The model check in words: the forward step's output, and the optimizer step asked for (or why none ran)."""
+    fwd = {True: "finite", False: "NOT finite", None: "not run"}[c.finite_output]
+    words = f"one forward step: output {fwd}"
+    if asked and c.optimizer_step is None:
+        return words + "; no optimizer step: the checkpoint holds no optimizer state to step"
+    if c.optimizer_step is not None:
+        words += ("; one optimizer step: the master weights moved, all finite" if c.optimizer_step
+                  else "; one optimizer step: FAILED (no master weight moved, or a value is not finite)")
+    return words
+
+
 def cmd_load(args) -> int:
     from ckptbench.cli.show import print_pick
     from ckptbench.core.units import human_count
@@ -122,6 +134,9 @@ def cmd_load(args) -> int:
         kind = "structural check" if c.structural_only else "check"
         say(f"{out.format}: {human_count(c.param_count)} parameters {c.dtypes['weights']}, {out.tail_files} small "
             f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")  # ref names an unlisted file
+        if not c.structural_only:  # what the check ran, as --json's finite_output and optimizer_step say it: the
+            # line read the same with --optimizer-step as without, and where no optimizer state was there to step
+            say(f"  {_what_ran(c, args.optimizer_step)}")
         if c.summary:
             say(f"  {c.summary}")
         for p in c.problems:

@@ -127,3 +127,22 @@ def test_a_step_saved_beside_the_state_dicts_is_not_a_model_weight(tmp_path):
     model = torch.load(next((tmp_path / "t" / "s").glob("step-*/model_rank000.pt")), weights_only=True)
     net.load_state_dict(model, strict=True)  # the weights, and nothing a model does not hold
 
+
+# load: what the model check ran, in the text as in --json
+
+def test_load_says_the_steps_its_check_ran(tmp_path):
+    """`load --optimizer-step` printed 'check passed' as `load` did: only --json's optimizer_step said the step ran,
+    and where there was no optimizer state to step, nothing said it did not."""
+    from ckptbench.cli.checkpoints import _what_ran
+    from ckptbench.restore.load import CheckReport
+
+    ck = tmp_path / "ck"
+    assert run_cli("gen", "small", ck, "--scale", "0.02").rc == 0
+    r = run_cli("load", ck, "--optimizer-step")
+    assert r.rc == 0, r.err
+    assert "one forward step: output finite; one optimizer step: the master weights moved" in r.out, r.out
+    r = run_cli("load", ck)
+    assert "one forward step: output finite" in r.out and "optimizer step" not in r.out, r.out
+    bare = CheckReport(True, 10, {"weights": "bfloat16"}, True, None, (), False)
+    assert _what_ran(bare, True).endswith("no optimizer step: the checkpoint holds no optimizer state to step")
+
