@@ -98,7 +98,8 @@ def human_figure(key: str, value, shares: frozenset | set = frozenset()) -> str:
         return human_bytes(value)
     if key.endswith("_pct") or "_pct_" in key:
         return f"{value:.{1 if abs(value) < 9.95 else 0}f} %"
-    if key.endswith("_gbps"):
+    if key.endswith("_gbps") or key.startswith("gbps_"):  # check's gbps_at_current=2.118 stood beside
+        # measured_gbps=0.74 GB/s in one evidence line, a rate without its unit
         return f"{value:.2f} GB/s"
     if key.endswith("_per_s"):
         return f"{value:,.0f}/s"

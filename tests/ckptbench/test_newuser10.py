@@ -146,3 +146,13 @@ def test_load_says_the_steps_its_check_ran(tmp_path):
     bare = CheckReport(True, 10, {"weights": "bfloat16"}, True, None, (), False)
     assert _what_ran(bare, True).endswith("no optimizer step: the checkpoint holds no optimizer state to step")
 
+
+# check: every rate in its evidence line with its unit
+
+def test_checks_concurrency_rates_carry_their_unit():
+    """The concurrency item's evidence read `gbps_at_current=2.118, gbps_at_knee=2.167` beside the efficiency item's
+    `measured_gbps=0.74 GB/s`, in the text, the Markdown and the dashboard alike."""
+    from ckptbench.checklist.rules import evidence_line
+
+    line = evidence_line({"knee": 4, "gbps_at_current": 2.118, "gbps_at_knee": None, "measured_gbps": 0.74})
+    assert line == "knee=4, gbps_at_current=2.12 GB/s, gbps_at_knee=unknown, measured_gbps=0.74 GB/s", line
