@@ -11,7 +11,7 @@ from ckptbench.cli.show import emit as _emit, print_left, say
 
 def cmd_inspect(args) -> int:
     from ckptbench.checkpoint.formats.inert import describe
-    from ckptbench.checkpoint.layouts import picked_name
+    from ckptbench.checkpoint.layouts import picked_name, picked_why
     from ckptbench.restore.inspect import inspect
     from ckptbench.sources import open_source
     from ckptbench.core.errors import printable
@@ -26,7 +26,7 @@ def cmd_inspect(args) -> int:
     layout = (f" ({lay['name']}{', step ' + lay['tag'] if lay['tag'] else ''})"
               if lay["name"] not in ("files", doc["format"]) else "")
     if lay["why"]:  # the root is the checkpoint's folder name
-        say(f"picked {picked_name(lay['root'], lay['tag'])}: {lay['why']}")
+        say(f"picked {picked_name(lay['root'], lay['tag'])}: {picked_why(lay['root'], lay['tag'], lay['why'])}")
     # every file the read plan counts: shards and the others (an index.json was in the plan's count and in no other)
     # the others' bytes said as theirs, the whole beside them: "(39.8 MiB)" read as the checkpoint's size (59.7 MiB)
     say(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s) and {lay['other_files']} "

@@ -52,7 +52,8 @@ def _picked(lay) -> list[str]:
     """Which checkpoint of the folder is saved, and why, where the folder held more than one."""
     if lay is None or not lay.why:
         return []
-    return [f"saved the state of {layouts.picked_name(lay.root, lay.tag)} ({lay.name}): {lay.why}"]
+    return [f"saved the state of {layouts.picked_name(lay.root, lay.tag)} ({lay.name}): "
+            f"{layouts.picked_why(lay.root, lay.tag, lay.why)}"]
 
 
 def _from_directory(listing, fmt_out: str) -> tuple[CheckpointState, dict, list[str], int]:

@@ -156,3 +156,26 @@ def test_checks_concurrency_rates_carry_their_unit():
 
     line = evidence_line({"knee": 4, "gbps_at_current": 2.118, "gbps_at_knee": None, "measured_gbps": 0.74})
     assert line == "knee=4, gbps_at_current=2.12 GB/s, gbps_at_knee=unknown, measured_gbps=0.74 GB/s", line
+
+
+# the checkpoint picked is named once
+
+def test_the_checkpoint_picked_is_named_once_in_the_line_that_says_why(tmp_path):
+    """'picked checkpoint-6: checkpoint-6: the highest checkpoint-N of 2, …' (run: 'restored checkpoint-6
+    (hf-trainer): checkpoint-6: …'), where layouts.md shows 'restored checkpoint-10 (hf-trainer): the highest …'."""
+    import shutil
+
+    gen = tmp_path / "g"
+    assert run_cli("gen", "small", gen, "--scale", "0.02").rc == 0
+    out = tmp_path / "out"
+    for n in (3, 6):
+        shutil.copytree(gen, out / f"checkpoint-{n}")
+    r = run_cli("inspect", out)
+    assert r.rc == 0, r.err
+    assert r.out.splitlines()[0].startswith("picked checkpoint-6: the highest checkpoint-N of 2"), r.out
+    r = run_cli("verify", out)
+    assert r.out.splitlines()[0].startswith("checking checkpoint-6 (hf-safetensors): the highest checkpoint-N"), r.out
+    nested = tmp_path / "runs"
+    shutil.copytree(out, nested / "outputs")  # several levels: each named with its reason
+    r = run_cli("inspect", nested)
+    assert r.out.splitlines()[0].startswith("picked outputs/checkpoint-6: outputs: the only folder"), r.out
