@@ -288,6 +288,11 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     fb, fn = (floors.get(baseline) or {}).get("floor_s"), (floors.get(newest) or {}).get("floor_s")
     if fb and fn and abs(fn - fb) / fb > FLOOR_MOVED:  # the box itself did more or less: the efficiency says how much
         diff["floor_s"] = (fb, fn)  # of a change is the restore's
+        # or the runs held other bytes to it (two watches of loaders that read 40 MiB and 283 MiB of one source were
+        # told the box did more or less): said beside it
+        bb, bn = (spread([measured("bytes", r.get("bytes")) for r in rows])["median"] for rows in (base_rows, new_rows))
+        if bb and bn and bb != bn:
+            diff["bytes"] = (bb, bn)
     said = {shown(k): (shown_value(k, a), shown_value(k, b)) for k, (a, b) in diff.items()}
     return Comparison(shown(redact(baseline)), shown(redact(newest)), figures, said, threshold_pct, kind,
                       _unfinished(every, docs, runs, {"baseline": baseline, "newest": newest}))

@@ -110,7 +110,9 @@ def setting_text(key: str, before, after) -> str:
 
     if key == "floor_s":
         return (f"this box's floor for the restore: {text(before)} → {text(after)} (the box itself did more or "
-                "less; the efficiency says how much of the change is the restore's)")
+                "less, or other bytes were held to it; the efficiency says how much of the change is the restore's)")
+    if key == "bytes":
+        return f"bytes: {text(before)} → {text(after)} (the floor is sized on them)"
     return f"{key}: {text(before)} → {text(after)}"
 
 

@@ -49,9 +49,9 @@ def test_an_efficiencys_change_is_the_difference_of_the_percents_shown(base, new
 
 # history and compare: a watch's efficiency, as its document records it
 
-def _watch_doc(tmp_path, span: float, floor: float) -> dict:
+def _watch_doc(tmp_path, span: float, floor: float, size: int = 100 << 20) -> dict:
     shard = str(tmp_path / "ck" / "model.safetensors")
-    return {"bytes": 100 << 20, "files": {shard: 100 << 20}, "io_span_s": span, "loader_gbps": (100 << 20) / span / 1e9,
+    return {"bytes": size, "files": {shard: size}, "io_span_s": span, "loader_gbps": size / span / 1e9,
             "peak_rss_bytes": 1 << 28, "cpu_s": 1.0, "exit_code": 0, "floor_s": floor, "efficiency": floor / span,
             "binding": "storage", "command": ["python", "load.py"]}
 
@@ -179,3 +179,26 @@ def test_the_checkpoint_picked_is_named_once_in_the_line_that_says_why(tmp_path)
     shutil.copytree(out, nested / "outputs")  # several levels: each named with its reason
     r = run_cli("inspect", nested)
     assert r.out.splitlines()[0].startswith("picked outputs/checkpoint-6: outputs: the only folder"), r.out
+
+
+def test_compare_says_a_floor_moved_with_the_bytes_held_to_it(tmp_path):
+    """Two watches of loaders that read 40 MiB and 283 MiB of one checkpoint: 'this box's floor for the restore:
+    0.031 s → 0.219 s (the box itself did more or less; …)', where the box had not changed, the bytes had."""
+    import json
+
+    from ckptbench.system.env import snapshot
+    from ckptbench.watch.results import record
+
+    results = str(tmp_path / "r.csv")
+    env = snapshot(str(tmp_path))
+    record(results, "w1", _watch_doc(tmp_path, 0.5, 0.03, 40 << 20), env)
+    record(results, "w2", _watch_doc(tmp_path, 1.0, 0.2, 280 << 20), env)
+    r = run_cli("compare", results, "--baseline", "w1")
+    assert "bytes: 40.0 MiB → 280.0 MiB (the floor is sized on them)" in r.out, r.out
+    assert "or other bytes were held to it" in r.out, r.out
+    r = run_cli("compare", results, "--baseline", "w1", "--json")
+    assert json.loads(r.out)["env_diff"]["bytes"] == [40 << 20, 280 << 20]
+    record(results, "w3", _watch_doc(tmp_path, 1.0, 0.2, 280 << 20), env)  # the same bytes: no such line
+    r = run_cli("compare", results, "--baseline", "w2")
+    assert "bytes:" not in r.out, r.out
+
