@@ -202,3 +202,21 @@ def test_compare_says_a_floor_moved_with_the_bytes_held_to_it(tmp_path):
     r = run_cli("compare", results, "--baseline", "w2")
     assert "bytes:" not in r.out, r.out
 
+
+# save: a step it cannot carry is said
+
+def test_save_says_its_step_is_not_the_sources_where_the_optimizer_is_left_out(tmp_path):
+    """A Trainer's checkpoint-1 with model.safetensors (no model order, so its optimizer state is left out): the
+    saves' manifests said step 0, and no note said the source's step had gone with the optimizer."""
+    import json
+
+    from test_hf_trainer import _write_trainer_dir
+
+    root = tmp_path / "checkpoint-1"
+    _write_trainer_dir(str(root), "safetensors", tmp_path / "MARKER")
+    r = run_cli("save", root, tmp_path / "t", "--count", "1", "--results", "", "--json")
+    assert r.rc == 0, r.err
+    notes = json.loads(r.out)["notes"]
+    assert any(n.startswith("the saves' step (their manifest's `step`) is 0, not the source's") for n in notes), notes
+    manifest = json.loads(next((tmp_path / "t").glob("step-*/ckptbench.json")).read_text())
+    assert manifest["step"] == 0
