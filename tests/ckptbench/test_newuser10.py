@@ -220,3 +220,24 @@ def test_save_says_its_step_is_not_the_sources_where_the_optimizer_is_left_out(t
     assert any(n.startswith("the saves' step (their manifest's `step`) is 0, not the source's") for n in notes), notes
     manifest = json.loads(next((tmp_path / "t").glob("step-*/ckptbench.json")).read_text())
     assert manifest["step"] == 0
+
+
+# --pick . where the top holds no checkpoint
+
+def test_pick_dot_on_a_folder_whose_checkpoints_are_all_below_names_them(tmp_path):
+    """A Trainer's output_dir with no final model: `--pick .` was run's 'no safetensors, torch or … files found;
+    point at a checkpoint directory', said of the folder the user had pointed at."""
+    import shutil
+
+    gen = tmp_path / "g"
+    assert run_cli("gen", "small", gen, "--scale", "0.02").rc == 0
+    out = tmp_path / "out"
+    for n in (3, 6):
+        shutil.copytree(gen, out / f"checkpoint-{n}")
+    for cmd in ("inspect", "run"):
+        r = run_cli(cmd, out, "--pick", ".", *(("--results", "") if cmd == "run" else ()))
+        assert_one_line_error(r, f"--pick '.': no checkpoint files at the top in {out}; choose one of checkpoint-3, "
+                                 "checkpoint-6")
+    shutil.copytree(gen, out, dirs_exist_ok=True)  # a final model at the top: '.' restores it
+    r = run_cli("inspect", out, "--pick", ".")
+    assert r.rc == 0 and r.out.startswith("picked the checkpoint at the top: --pick ."), r.out
