@@ -241,3 +241,18 @@ def test_pick_dot_on_a_folder_whose_checkpoints_are_all_below_names_them(tmp_pat
     shutil.copytree(gen, out, dirs_exist_ok=True)  # a final model at the top: '.' restores it
     r = run_cli("inspect", out, "--pick", ".")
     assert r.rc == 0 and r.out.startswith("picked the checkpoint at the top: --pick ."), r.out
+
+
+# history: a save run counts saves
+
+@pytest.mark.parametrize("kind, n, said", [("save", 2, "2 saves"), ("save", 1, "1 save"), ("restore", 3, "3 repeats")])
+def test_history_counts_a_save_runs_saves_as_saves(kind, n, said):
+    """'c64c725c8b56  save  …  sync  2 repeats  median durable after the first save 0.776 s': a save run's are saves,
+    as its cut-short line ('cut short after 3 of 20 saves') and save's own output count them."""
+    from ckptbench.cli.history import run_line
+
+    r = {"run_id": "abc", "kind": kind, "date": "2026-12-07T06:32:29", "source": "/ck", "mode": "sync", "cache": "",
+         "repeats": n, "cancelled": 0, "figure": "durable_s" if kind == "save" else "rto_s", "figure_s": 0.5,
+         "held_s": None, "steady": kind == "save", "efficiency": None, "status": "ok", "unseen": False}
+    line = run_line(r)
+    assert f"  {said}  median " in line, line
