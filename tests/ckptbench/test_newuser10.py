@@ -256,3 +256,16 @@ def test_history_counts_a_save_runs_saves_as_saves(kind, n, said):
          "held_s": None, "steady": kind == "save", "efficiency": None, "status": "ok", "unseen": False}
     line = run_line(r)
     assert f"  {said}  median " in line, line
+
+
+# the dashboard's history: a save run's time is on the screen
+
+def test_the_dashboards_history_gives_a_save_runs_time():
+    """The history screen's 'RTO s' column was '-' for a save run (it has no RTO), beside '-' for its rate: the
+    median time until durable, which `ckptbench history` gives, was nowhere on the screen."""
+    from tui.screens.history import time_cell
+
+    save = {"figure": "durable_s", "figure_s": 0.776, "steady": True, "rto_s": None}
+    assert time_cell(save) == "0.776 (durable after the first save)"
+    assert time_cell({"figure": "rto_s", "figure_s": 0.514, "rto_s": 0.514}) == "0.514"
+    assert time_cell({"figure": "rto_s", "figure_s": None, "rto_s": None}) == "-"  # a watch that saw no read
