@@ -269,3 +269,19 @@ def test_the_dashboards_history_gives_a_save_runs_time():
     assert time_cell(save) == "0.776 (durable after the first save)"
     assert time_cell({"figure": "rto_s", "figure_s": 0.514, "rto_s": 0.514}) == "0.514"
     assert time_cell({"figure": "rto_s", "figure_s": None, "rto_s": None}) == "-"  # a watch that saw no read
+
+
+# docs/distributed.md: the binding line it quotes is plan's
+
+def test_the_binding_line_distributed_md_quotes_is_the_one_plan_prints(tmp_path):
+    """The page quoted `binding: aggregate at 24.00 GB/s; the storage saturates at 2 nodes`, a line plan no longer
+    prints (it says 'the storage's aggregate at 24.0 GB/s', and 7b on FSx for Lustre saturates at 5 nodes)."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "distributed.md").read_text()
+    quoted = re.search(r"The line `(binding:[^`]*)`", page.replace("\n", " ")).group(1)
+    r = run_cli("plan", "7b", "--nodes", "32", "--storage", "fsx-lustre", "--node-memory", "5.26", "--results",
+                tmp_path / "none.csv")
+    assert r.rc == 0, r.err
+    assert quoted in r.out, (quoted, r.out)
