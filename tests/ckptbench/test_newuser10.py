@@ -285,3 +285,19 @@ def test_the_binding_line_distributed_md_quotes_is_the_one_plan_prints(tmp_path)
                 tmp_path / "none.csv")
     assert r.rc == 0, r.err
     assert quoted in r.out, (quoted, r.out)
+
+
+# a cold floor without its storage figure gives no efficiency, and says nothing of one
+
+def test_a_floor_that_gives_no_efficiency_does_not_say_the_efficiency_says_little(plant_floor):
+    """An S3 demo restore of 18 MiB: 'no network figure … so no efficiency is given' and, on the next line, 'a floor
+    under 10 ms counts the bytes alone: … so the efficiency says little'."""
+    from ckptbench.system import floor as fl
+
+    floor = plant_floor(40.0)  # the box's figures, no storage figure: a cold restore's floor is partial
+    assert floor.storage is None
+    doc = fl.restore_fields(floor, bytes_read=1 << 20, measured_s=0.1, hash_alg="crc32c")
+    assert doc["efficiency"] is None and "so no efficiency is given" in doc["floor_note"], doc
+    assert "the efficiency says little" not in doc["floor_note"], doc["floor_note"]
+    hot = fl.restore_fields(floor, bytes_read=1 << 20, measured_s=0.1, hash_alg="crc32c", hot=True)
+    assert hot["efficiency"] is not None and "the efficiency says little" in hot["floor_note"], hot
