@@ -87,6 +87,14 @@ def picked_name(root: str | None, tag: str | None) -> str:
     return root or tag or "the checkpoint at the top"
 
 
+def picked_why(root: str | None, tag: str | None, why: str) -> str:
+    """The why a line gives after picked_name, without that name said again at its head: the why chains each
+    level's "folder: reason", so one level read "restored checkpoint-6 (hf-trainer): checkpoint-6: the highest
+    checkpoint-N of 2, …" (layouts.md shows the line without the repeat). A chain of several levels keeps it all."""
+    head = f"{picked_name(root, tag)}: "
+    return why[len(head):] if why.startswith(head) and len(why) > len(head) else why
+
+
 def _step_dirs(rels: list[str]) -> set[str]:
     """Top-level directories that hold one DeepSpeed step: global_stepN, or DeepSpeed's state files."""
     out = set()

@@ -210,6 +210,9 @@ def _pick(where: str, rels: list[str], pick: str) -> tuple[str, list[str], list[
         # state, which a manifest at the top lists: left out, they were "missing" from the checkpoint picked)
         rivals = _holding(rels)
         only = sorted(r for r in rels if "/" not in r or r.split("/", 1)[0] not in rivals)
+        if rivals and not any(r.endswith(WEIGHT_EXT) for r in only):  # a Trainer's output_dir with no final model:
+            # it was run's "no safetensors, torch or … files found; point at a checkpoint directory", pointed at one
+            raise _bad_pick(where, pick, "no checkpoint files at the top", rels)
         return "", only, [(d, "not picked (--pick .)") for d in sorted(rivals)], None
     name = posixpath.normpath(pick.strip()) if pick.strip() else ""
     if not name or name == "." or not confine.is_plain(name):

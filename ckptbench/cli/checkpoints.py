@@ -11,7 +11,7 @@ from ckptbench.cli.show import emit as _emit, print_left, say
 
 def cmd_inspect(args) -> int:
     from ckptbench.checkpoint.formats.inert import describe
-    from ckptbench.checkpoint.layouts import picked_name
+    from ckptbench.checkpoint.layouts import picked_name, picked_why
     from ckptbench.restore.inspect import inspect
     from ckptbench.sources import open_source
     from ckptbench.core.errors import printable
@@ -27,7 +27,7 @@ def cmd_inspect(args) -> int:
     layout = (f" ({lay['name']}{', ' + step + lay['tag'] if lay['tag'] else ''})"
               if lay["name"] not in ("files", doc["format"]) else "")
     if lay["why"]:  # the root is the checkpoint's folder name
-        say(f"picked {picked_name(lay['root'], lay['tag'])}: {lay['why']}")
+        say(f"picked {picked_name(lay['root'], lay['tag'])}: {picked_why(lay['root'], lay['tag'], lay['why'])}")
     # every file the read plan counts: shards and the others (an index.json was in the plan's count and in no other)
     # the others' bytes said as theirs, the whole beside them: "(39.8 MiB)" read as the checkpoint's size (59.7 MiB)
     say(f"{doc['source']}: {doc['format']}{layout}, {ranks}{lay['shards']} shard file(s) and {lay['other_files']} "
@@ -66,6 +66,7 @@ def cmd_inspect(args) -> int:
 
 def cmd_verify(args) -> int:
     from ckptbench.checkpoint.verify import verify
+    from ckptbench.cli.settings import require_checkpoint
     from ckptbench.cli.show import print_pick
     from ckptbench.core.errors import EXIT_UNCHECKED
     from ckptbench.core.units import human_bytes
@@ -74,6 +75,9 @@ def cmd_verify(args) -> int:
 
     require_dir(args.directory)
     listing = LocalSource(args.directory, checkpoint=True, pick=args.pick).list()
+    # a folder of text files (or /etc) is no checkpoint: run's line, exit 2 — it was read whole and said
+    # "NOT VERIFIED", exit 3, as a checkpoint with no manifest is
+    require_checkpoint(listing)
     rep = verify(listing, concurrency=args.concurrency)
     lay = listing.layout.describe() if listing.layout is not None else None
     if args.json:
@@ -94,6 +98,18 @@ def cmd_verify(args) -> int:
         word = "MISMATCH" if not rep.ok else "OK" if rep.verified else "NOT VERIFIED"
         print(f"{word}: {rep.files} files, {human_bytes(rep.bytes)}, {len(rep.problems)} problem(s)")
     return 1 if not rep.ok else 0 if rep.verified else EXIT_UNCHECKED
+
+
+def _what_ran(c, asked: bool) -> str:
+    """The model check in words: the forward step's output, and the optimizer step asked for (or why none ran)."""
+    fwd = {True: "finite", False: "NOT finite", None: "not run"}[c.finite_output]
+    words = f"one forward step: output {fwd}"
+    if asked and c.optimizer_step is None:
+        return words + "; no optimizer step: the checkpoint holds no optimizer state to step"
+    if c.optimizer_step is not None:
+        words += ("; one optimizer step: the master weights moved, all finite" if c.optimizer_step
+                  else "; one optimizer step: FAILED (no master weight moved, or a value is not finite)")
+    return words
 
 
 def cmd_load(args) -> int:
@@ -119,6 +135,9 @@ def cmd_load(args) -> int:
         kind = "structural check" if c.structural_only else "check"
         say(f"{out.format}: {human_count(c.param_count)} parameters {c.dtypes['weights']}, {out.tail_files} small "
             f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")  # ref names an unlisted file
+        if not c.structural_only:  # what the check ran, as --json's finite_output and optimizer_step say it: the
+            # line read the same with --optimizer-step as without, and where no optimizer state was there to step
+            say(f"  {_what_ran(c, args.optimizer_step)}")
         if c.summary:
             say(f"  {c.summary}")
         for p in c.problems:

@@ -40,7 +40,8 @@ def run_line(r: dict) -> str:
     eff = "" if r["efficiency"] is None else f"  efficiency {human_pct(r['efficiency'])}" + (
         " (over the floor: a ceiling measured low)" if r["efficiency"] > OVER_FLOOR else "")
     words = FIGURE_WORDS.get(r["figure"], r["figure"]) + (" after the first save" if r.get("steady") else "")
-    repeats = f"{r['repeats']} repeat{'' if r['repeats'] == 1 else 's'}" + (
+    unit = "save" if r["kind"] == "save" else "repeat"  # a save run's are saves, as its cut-short line counts them
+    repeats = f"{r['repeats']} {unit}{'' if r['repeats'] == 1 else 's'}" + (
         f" (+{r['cancelled']} cancelled)" if r.get("cancelled") else "")
     # recorded text is anyone's: an escape in a source path would retitle or wipe the terminal, a `token=` in any
     # field would be shown

@@ -231,6 +231,11 @@ def cmd_sweep(args) -> int:
 
         results.check_writable(args.results)
     sweep = Sweep(open_source(args.source, args.pick), levels, repeats=args.repeat, cache=args.cache, opts=opts)
+    from ckptbench.cli.settings import require_checkpoint
+
+    # a folder of text files is no checkpoint: run's line, before a cold read evicts it (it gave a knee, and with
+    # --results recorded one that `check` would advise from)
+    require_checkpoint(sweep.listing)
     try:
         res = sweep.run(progress=level_done)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as the CLI raises it: the reads that finished are kept

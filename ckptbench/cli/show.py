@@ -32,9 +32,10 @@ def print_pick(lay: dict | None, stream=None, verb: str = "restored") -> None:
         return
     stream = stream or sys.stdout
     if lay.get("why"):  # the root and the tag are the checkpoint's names (a `latest` file's text)
-        from ckptbench.checkpoint.layouts import picked_name
+        from ckptbench.checkpoint.layouts import picked_name, picked_why
 
-        say(f"{verb} {picked_name(lay.get('root'), lay.get('tag'))} ({lay['name']}): {lay['why']}", stream)
+        root, tag = lay.get("root"), lay.get("tag")
+        say(f"{verb} {picked_name(root, tag)} ({lay['name']}): {picked_why(root, tag, lay['why'])}", stream)
     print_left(lay, stream)
 
 

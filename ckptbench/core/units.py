@@ -30,13 +30,23 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def human_pct(fraction: float, *, signed: bool = False) -> str:
-    """A share (0.82) as the text writes it: "82 %", with the space the README and docs use; `signed` for a change.
-    Under 10 % one decimal stays, so a residency of 0.4 % does not read as none."""
+def _pct_places(fraction: float) -> tuple[float, int]:
     pct = round(fraction * 100, 9)  # 0.415 * 100 is 41.4999…: unrounded it would read 41 %, not 42 %
     places = 1 if abs(pct) < 9.95 else 0
     # halves up, as a person rounds: format() rounds them to even, so 0.285 read 28 % beside 0.2853's 29 %
-    shown = math.copysign(math.floor(abs(pct) * 10 ** places + 0.5) / 10 ** places, pct)
+    return math.copysign(math.floor(abs(pct) * 10 ** places + 0.5) / 10 ** places, pct), places
+
+
+def pct_shown(fraction: float) -> float:
+    """The percent human_pct writes for `fraction`, as a number (0.666 → 67.0, 0.054 → 5.4): what a change between
+    two shown shares is taken from, so that it is the difference a reader makes of them."""
+    return _pct_places(fraction)[0]
+
+
+def human_pct(fraction: float, *, signed: bool = False) -> str:
+    """A share (0.82) as the text writes it: "82 %", with the space the README and docs use; `signed` for a change.
+    Under 10 % one decimal stays, so a residency of 0.4 % does not read as none."""
+    shown, places = _pct_places(fraction)
     return f"{shown:{'+' if signed else ''}.{places}f} %"
 
 
@@ -88,7 +98,8 @@ def human_figure(key: str, value, shares: frozenset | set = frozenset()) -> str:
         return human_bytes(value)
     if key.endswith("_pct") or "_pct_" in key:
         return f"{value:.{1 if abs(value) < 9.95 else 0}f} %"
-    if key.endswith("_gbps"):
+    if key.endswith("_gbps") or key.startswith("gbps_"):  # check's gbps_at_current=2.118 stood beside
+        # measured_gbps=0.74 GB/s in one evidence line, a rate without its unit
         return f"{value:.2f} GB/s"
     if key.endswith("_per_s"):
         return f"{value:,.0f}/s"

@@ -18,8 +18,10 @@ FIGURES = {"rto_s": False, **{f"{s}_s": False for s in STAGES}, "read_gbps": Tru
            "peak_rss_bytes": False, "cpu_s": False}
 SAVE_FIGURES = {"write_gbps": True, "durable_s": False, "written_s": False, "blocking_s": False}
 # each repeat's efficiency against its run's floor (floor_s from the run document): the time a repeat took per
-# kind, and a floor that moved more than this is said, as the box changed under the runs
-EFFICIENCY_OF = {"restore": "rto_s", "dist": "rto_s", "save": "durable_s"}
+# kind, and a floor that moved more than this is said, as the box changed under the runs; a watch's is its reading
+# window (its row's rto_s), the time its document's efficiency is over ("your loader runs at 24 % of this box's floor"
+# was said and recorded, and history and compare showed the watch with none)
+EFFICIENCY_OF = {"restore": "rto_s", "dist": "rto_s", "save": "durable_s", "watch": "rto_s"}
 FLOOR_MOVED = 0.10
 
 # runs that differ in these measured different things
@@ -286,6 +288,11 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
     fb, fn = (floors.get(baseline) or {}).get("floor_s"), (floors.get(newest) or {}).get("floor_s")
     if fb and fn and abs(fn - fb) / fb > FLOOR_MOVED:  # the box itself did more or less: the efficiency says how much
         diff["floor_s"] = (fb, fn)  # of a change is the restore's
+        # or the runs held other bytes to it (two watches of loaders that read 40 MiB and 283 MiB of one source were
+        # told the box did more or less): said beside it
+        bb, bn = (spread([measured("bytes", r.get("bytes")) for r in rows])["median"] for rows in (base_rows, new_rows))
+        if bb and bn and bb != bn:
+            diff["bytes"] = (bb, bn)
     said = {shown(k): (shown_value(k, a), shown_value(k, b)) for k, (a, b) in diff.items()}
     return Comparison(shown(redact(baseline)), shown(redact(newest)), figures, said, threshold_pct, kind,
                       _unfinished(every, docs, runs, {"baseline": baseline, "newest": newest}))

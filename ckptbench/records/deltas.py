@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ckptbench.core.errors import redact, shown
 from ckptbench.core.stats import spread
-from ckptbench.core.units import human_figure, human_pct
+from ckptbench.core.units import human_figure, human_pct, pct_shown
 from ckptbench.records.schema import in_range, plain
 
 SHARES = {"efficiency"}  # a fraction in the documents, a percent wherever a person reads it
@@ -66,9 +66,10 @@ def figure_text(figure: str, value: float) -> str:
 def change_text(change_pct: float | None, figure: str = "", baseline: float | None = None,
                 newest: float | None = None) -> str:
     """A figure's change as a percent of the baseline's; a share's (the efficiency) in percentage points: 110 % to
-    93 % read "-16 %", which a reader takes for the points it is not."""
+    93 % read "-16 %", which a reader takes for the points it is not. The points are those between the two percents
+    as shown: 67 % to 50 % (0.666 to 0.502) read "-16 pts" beside them, taken from the unrounded shares."""
     if figure in SHARES and baseline is not None and newest is not None:
-        return human_pct(newest - baseline, signed=True).replace(" %", " pts")
+        return human_pct((pct_shown(newest) - pct_shown(baseline)) / 100, signed=True).replace(" %", " pts")
     return "" if change_pct is None else human_pct(change_pct / 100, signed=True)
 
 
@@ -109,7 +110,9 @@ def setting_text(key: str, before, after) -> str:
 
     if key == "floor_s":
         return (f"this box's floor for the restore: {text(before)} → {text(after)} (the box itself did more or "
-                "less; the efficiency says how much of the change is the restore's)")
+                "less, or other bytes were held to it; the efficiency says how much of the change is the restore's)")
+    if key == "bytes":
+        return f"bytes: {text(before)} → {text(after)} (the floor is sized on them)"
     return f"{key}: {text(before)} → {text(after)}"
 
 

@@ -52,7 +52,8 @@ def _picked(lay) -> list[str]:
     """Which checkpoint of the folder is saved, and why, where the folder held more than one."""
     if lay is None or not lay.why:
         return []
-    return [f"saved the state of {layouts.picked_name(lay.root, lay.tag)} ({lay.name}): {lay.why}"]
+    return [f"saved the state of {layouts.picked_name(lay.root, lay.tag)} ({lay.name}): "
+            f"{layouts.picked_why(lay.root, lay.tag, lay.why)}"]
 
 
 def _from_directory(listing, fmt_out: str) -> tuple[CheckpointState, dict, list[str], int]:
@@ -68,6 +69,9 @@ def _from_directory(listing, fmt_out: str) -> tuple[CheckpointState, dict, list[
     mapped: list = []
     notes, left = optimizer.adopt(state, ordered=fmt == "torch", fmt=fmt, mapped=mapped)
     notes[:0] = _picked(listing.layout)
+    if left and not state.step:  # a Trainer's checkpoint-6 was saved as step 0, and nothing said why
+        notes.append("the saves' step (their manifest's `step`) is 0, not the source's: a foreign checkpoint's step "
+                     "is its optimizer's, which is left out")
     dropped = [k for k, v in state.extra.items() if hasattr(v, "numel") and k not in left
                and carry.rng_value(k, v, fmt_out) is None]
     if dropped:

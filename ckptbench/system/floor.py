@@ -395,7 +395,8 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
     if device_bytes and "h2d_pinned" not in floor.ceilings:
         note += ("no host-to-device figure (`ckptbench floor` measures the GPU's link where there is one): the "
                  "device stage is not in the floor; ")
-    if m["floor_s"] and m["floor_s"] < FIXED_COSTS_S:
+    if m["floor_s"] and m["floor_s"] < FIXED_COSTS_S and not partial:  # with no efficiency given (a cold floor
+        # without its storage or network figure), "the efficiency says little" stood beside "no efficiency is given"
         note += (f"a floor under {FIXED_COSTS_S * 1e3:.0f} ms counts the bytes alone: at this size opening files, "
                  "parsing headers and starting threads outweigh them, so the efficiency says little; ")
     ages = [c.age_s for c in floor.ceilings.values()] + ([floor.storage.age_s] if floor.storage else [])

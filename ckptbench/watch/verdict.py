@@ -127,7 +127,8 @@ def _unseen(w: WatchReport) -> str:
     total = _files_total(w)
     if not total or w.bytes >= SEEN_MIN * total:
         return ""
-    counted = f"it counted {w.bytes / 1e9:.2f} of the files' {total / 1e9:.2f} GB"
+    # in the headline's unit: "read at least 215.6 MiB" stood above "it counted 0.23 of the files' 0.27 GB"
+    counted = f"it counted {human_bytes(w.bytes)} of the files' {human_bytes(total)}"
     if w.hot:
         # cold, the pages that come into the page cache count it however it read; --source only when not given
         how = "watch it with the files cold" + ("" if w.source else " and `--source DIR`")

@@ -377,14 +377,16 @@ def test_a_hot_mapped_load_the_watch_saw_part_of_gets_no_efficiency(tmp_path, pl
     part = verdict.floor_fields(report(6 << 20), shards)  # 6 of 32 MiB seen
     assert part["efficiency"] is None and part["floor_s"] is None
     assert part["floor_note"].startswith("no efficiency: the job maps its files from the page cache faster than")
-    assert "it counted 0.01 of the files' 0.02 GB" in part["floor_note"]  # the two it mapped, not --source's four
+    # the two it mapped, not --source's four; in the headline's unit (it read '0.01 of the files' 0.02 GB' under 'read
+    # at least 6.0 MiB')
+    assert "it counted 6.0 MiB of the files' 16.0 MiB" in part["floor_note"]
     whole = verdict.floor_fields(report(31 << 20), shards)  # all but a little: judged
     assert whole["efficiency"] is not None and whole["floor_s"] > 0
     # cold, the disk's counter is a lower bound as well (a cold safetensors load of 1008 MiB counted 576 MiB of it
     # and read "at 37 % of this box's floor"): under 90 % of the files is no efficiency, whatever counted it
     cold = verdict.floor_fields(report(6 << 20, disk=6 << 20), shards)
     assert cold["efficiency"] is None and cold["floor_s"] is None
-    assert cold["floor_note"].startswith("no efficiency: the job's bytes are undercounted (it counted 0.01 of")
+    assert cold["floor_note"].startswith("no efficiency: the job's bytes are undercounted (it counted 6.0 MiB of")
 
 
 @pytest.mark.parametrize("names, says, never", [

@@ -17,6 +17,8 @@ import torch
 
 import fastio
 
+from ckptbench.core.units import human_bytes
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARDS = 4
 WORK_S = 0.15  # the loader's work on each shard after reading it
@@ -122,7 +124,8 @@ def test_a_load_of_part_of_its_mapped_files_gets_no_efficiency_and_says_why(shar
     assert 0.4 * total <= doc["bytes"] <= 0.8 * total, (doc["bytes"], total)
     assert doc["efficiency"] is None and doc["floor_s"] is None
     note = doc["floor_note"]
-    assert note.startswith("no efficiency: the job's bytes are undercounted (it counted 0.0"), note
+    assert note.startswith("no efficiency: the job's bytes are undercounted (it counted "), note
+    assert f"of the files' {human_bytes(total)}" in note, note  # in the headline's unit, not '0.0x of … GB'
     assert "it may have read only part of them" in note
     v = doc["verdict"]
     assert "of this box's floor" not in v["summary"]

@@ -10,6 +10,19 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 
+def time_cell(run: dict) -> str:
+    """A run's median time as `ckptbench history` gives it: the RTO, or a save's time until durable, named (the
+    column read "RTO s" and a save run's was "-" beside its "-" rate: its time was nowhere on the screen)."""
+    from ckptbench.cli.history import FIGURE_WORDS
+
+    if run.get("figure_s") is None:
+        return "-"
+    if run["figure"] == "rto_s":
+        return f"{run['figure_s']:.3f}"
+    words = FIGURE_WORDS.get(run["figure"], run["figure"]) + (" after the first save" if run.get("steady") else "")
+    return f"{run['figure_s']:.3f} ({words})"
+
+
 def efficiency_cell(run: dict) -> str:
     """A run's efficiency (records.history's: its floor over its median time) as `ckptbench history` says it, past
     the floor marked as it marks it; over a time other than the RTO column's (the RTO less the model's first step,
@@ -51,8 +64,8 @@ class HistoryScreen(Screen):
 
         table = self.query_one("#runs", DataTable)
         table.clear(columns=True)
-        table.add_columns("", "run", "date", "source", "mode", "cache", "repeats", "RTO s", "read GB/s", "efficiency",
-                          "status")
+        table.add_columns("", "run", "date", "source", "mode", "cache", "repeats", "median s", "read GB/s",
+                          "efficiency", "status")
         path = self.app.results_path
         try:
             self.runs = runs(path)
@@ -70,7 +83,7 @@ class HistoryScreen(Screen):
         for r in self.runs:
             table.add_row(" ", *map(text, (r["run_id"], r["date"][:19], redact(r["source"]), self.mode_of(r),
                                            r["cache"])),
-                          str(r["repeats"]), "-" if r["rto_s"] is None else f"{r['rto_s']:.3f}",
+                          str(r["repeats"]), time_cell(r),
                           "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", efficiency_cell(r),
                           text(status_words(r)), key=r["run_id"])
         if not self.runs:

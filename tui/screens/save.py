@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import Worker, WorkerState
 
 from ckptbench.save.report import SaveOptions, SaveTiming
-from ckptbench.core.units import human_bytes, human_pct
+from ckptbench.core.units import human_bytes, human_figure, human_pct
 from ckptbench.system.writeback import WritebackSample
 from tui.messages import SaveCancelled, SaveFailed, SaveFinished, SaveTimed
 from tui.widgets.chart import ThroughputChart
@@ -167,7 +167,7 @@ def summary(report: dict) -> Content:
     if report.get("needed_gbps") is not None:
         parts.append(f"needed {report['needed_gbps']:.2f} GB/s for the interval")
     if report.get("shortest_safe_interval_s") is not None:
-        parts.append(f"shortest safe interval {report['shortest_safe_interval_s']:.1f} s")
+        parts.append(f"shortest safe interval {human_figure('shortest_safe_interval_s', report['shortest_safe_interval_s'])}")
     if report.get("dirty_peak_fraction") is not None:
         parts.append(f"Dirty peaked at {human_pct(report['dirty_peak_fraction'])} of the limit")
     if report.get("throttled"):

@@ -57,7 +57,11 @@ _OTHER_PREFIXES = ("lr_scheduler", "scheduler", "dataloader", "train_state", "rn
                    # Lightning's .ckpt beside state_dict and optimizer_states: callbacks (ModelCheckpoint's
                    # best_model_score, kth_value), loops, schedulers, hyper-parameters, AMP's scaler
                    "callbacks", "loops", "lr_schedulers", "hyper_parameters", "hparams_name", "epoch", "global_step",
-                   "pytorch-lightning_version", "native_amp_scaling_state", "mixedprecision")
+                   "pytorch-lightning_version", "native_amp_scaling_state", "mixedprecision",
+                   # a loop's counter beside the state dicts ({"model": …, "optim": …, "step": torch.tensor(7)} in a
+                   # dcp.save, Megatron's iteration): counted as a model weight, one parameter more, and written into
+                   # the model by `save`, where a resume's load_state_dict(strict=True) refuses it
+                   "step", "iteration")
 # an RNG state by the names loops save it under (cpu_rng_state, cuda_rng_state, rng_states, numpy_random_state,
 # rng_state_3): `rng` or `random_state` a whole word of the key's first component, as no weight's module name has it
 _RNG_HEAD = re.compile(r"(?:^|_)(?:rng|random_state)s?(?:_|$)", re.ASCII)
