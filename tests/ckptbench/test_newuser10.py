@@ -90,8 +90,8 @@ def test_save_says_a_short_safe_interval_as_it_is_not_as_zero(tmp_path):
     line = next(ln for ln in r.out.splitlines() if "shortest safe interval" in ln)
     said = line.split("shortest safe interval ")[1].split(" (durable")[0]
     assert said not in ("0.00 s", "0.000 s") and (said.endswith(" ms") or float(said.split()[0]) > 0), line
-    assert "shortest safe interval 4.06 ms" in summary({"shortest_safe_interval_s": 0.00406})
-    assert "shortest safe interval 12.500 s" in summary({"shortest_safe_interval_s": 12.5})
+    assert "shortest safe interval 4.06 ms" in str(summary({"shortest_safe_interval_s": 0.00406}))
+    assert "shortest safe interval 12.500 s" in str(summary({"shortest_safe_interval_s": 12.5}))
 
 
 # a loop's counter beside the state dicts is no model weight
