@@ -22,3 +22,24 @@ def test_dcp_quantized_tensor_is_one_line(tmp_path, h, cmd):
     extra = ("--repeat", "1", "--results", "") if cmd == "run" else ()
     r = run_cli(cmd, src, *extra)
     assert_one_line_error(r, "entry 'q' is a torch.qint8 tensor")
+
+
+@pytest.mark.parametrize("planted", ["empty-manifest", "added-file", "added-folder"])
+def test_gen_force_keeps_what_the_manifest_does_not_list(tmp_path, h, planted):
+    """gen --force took any ckptbench.json as proof that gen wrote the folder: a '{}' beside the user's own files, or
+    a file the user added to a generated checkpoint since, was deleted with the rest. Now one line, nothing touched."""
+    target = tmp_path / "t"
+    if planted == "empty-manifest":
+        target.mkdir()
+        (target / "ckptbench.json").write_text("{}")
+        (target / "notes.txt").write_text("keep me")
+    else:
+        assert h.run_cli("gen", "small", target, "--scale", h.SCALE).rc == 0
+        extra = target / ("notes.txt" if planted == "added-file" else "mine/notes.txt")
+        extra.parent.mkdir(exist_ok=True)
+        extra.write_text("keep me")
+    before = h.snapshot(target)
+    r = h.run_cli("gen", "small", target, "--scale", h.SCALE, "--seed", "1", "--force")
+    needle = "version is null" if planted == "empty-manifest" else "which its ckptbench.json does not list"
+    assert_one_line_error(r, needle)
+    assert h.snapshot(target) == before
