@@ -43,3 +43,19 @@ def test_gen_force_keeps_what_the_manifest_does_not_list(tmp_path, h, planted):
     needle = "version is null" if planted == "empty-manifest" else "which its ckptbench.json does not list"
     assert_one_line_error(r, needle)
     assert h.snapshot(target) == before
+
+
+@pytest.mark.parametrize("cmd", ["verify", "read", "run"])
+def test_manifest_listing_a_file_twice_is_refused(tmp_path, h, ckpt, cmd):
+    """A manifest listing one file N times had it read, hashed and counted N times (verify said 'OK: 22 files' of a
+    folder of 21, the bytes summed twice): 64 MiB of manifest is 600,000 entries of one 10 GB shard, work far past
+    the checkpoint's size. A path listed twice is refused in one line, before any read."""
+    root = tmp_path / "ck"
+    h.copy_ckpt(ckpt("safetensors", 1), root)
+    doc = h.read_manifest(root)
+    doc["files"].append(dict(doc["files"][0]))
+    h.write_manifest(root, doc)
+    extra = ("--repeat", "1", "--results", "") if cmd == "run" else ()
+    r = run_cli(cmd, root, *extra)
+    assert_one_line_error(r, f"files[{len(doc['files']) - 1}].path", rc=1)
+    assert "is listed twice" in r.err
