@@ -59,3 +59,19 @@ def test_manifest_listing_a_file_twice_is_refused(tmp_path, h, ckpt, cmd):
     r = run_cli(cmd, root, *extra)
     assert_one_line_error(r, f"files[{len(doc['files']) - 1}].path", rc=1)
     assert "is listed twice" in r.err
+
+
+@pytest.mark.parametrize("cmd", ["inspect", "load", "run"])
+def test_torch_zip_member_outside_the_archive_folder_is_one_verdict(tmp_path, cmd):
+    """A torch.save archive with a member '../../evil' beside its own: inspect refused it (torch's reader, opening the
+    file by path), run and load restored it 'ok' (the same reader over the read buffer took it)."""
+    import zipfile
+
+    root = tmp_path / "ck"
+    root.mkdir()
+    torch.save({"w": torch.randn(4, 4)}, root / "m.pt")
+    with zipfile.ZipFile(root / "m.pt", "a", zipfile.ZIP_STORED) as z:
+        z.writestr("../../evil", b"x")
+    extra = ("--repeat", "1", "--results", "") if cmd == "run" else ()
+    r = run_cli(cmd, root, *extra)
+    assert_one_line_error(r, "zip member '../../evil' lies outside the archive's folder 'm/'")
