@@ -75,3 +75,19 @@ def test_torch_zip_member_outside_the_archive_folder_is_one_verdict(tmp_path, cm
     extra = ("--repeat", "1", "--results", "") if cmd == "run" else ()
     r = run_cli(cmd, root, *extra)
     assert_one_line_error(r, "zip member '../../evil' lies outside the archive's folder 'm/'")
+
+
+@pytest.mark.parametrize("run_id", [["a"], {"a": 1}])
+def test_history_an_ended_record_whose_run_id_is_not_text(tmp_path, ckpt, run_id):
+    """An 'ended' line of the .jsonl whose run_id was a list or an object (a hand-edited or damaged file) was a
+    TypeError traceback out of history (the set of ended runs hashed it); it ends no run, and history lists the rest."""
+    import json
+
+    results = tmp_path / "results.csv"
+    assert run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results).rc == 0
+    with open(f"{results}.jsonl", "a") as f:
+        f.write(json.dumps({"record": "ended", "kind": "restore", "schema": 3, "run_id": run_id}) + "\n")
+    for args in ((), ("--json",)):
+        r = run_cli("history", results, *args)
+        assert r.rc == 0 and "Traceback" not in r.err, r.err
+        assert "restore" in r.out
