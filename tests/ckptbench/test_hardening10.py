@@ -91,3 +91,15 @@ def test_history_an_ended_record_whose_run_id_is_not_text(tmp_path, ckpt, run_id
         r = run_cli("history", results, *args)
         assert r.rc == 0 and "Traceback" not in r.err, r.err
         assert "restore" in r.out
+
+
+def test_a_nested_tensor_is_named_as_one(tmp_path):
+    """A torch.save'd nested tensor was refused as "is torch.strided on cpu, not a CPU tensor" (a nested tensor's
+    layout reads strided): the line contradicted itself and named nothing the user could recognise."""
+    root = tmp_path / "ck"
+    root.mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save({"w": torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])}, root / "m.pt")
+    r = run_cli("inspect", root)
+    assert_one_line_error(r, "tensor 'w' is a nested tensor, not a plain CPU tensor")
