@@ -103,3 +103,17 @@ def test_a_nested_tensor_is_named_as_one(tmp_path):
         torch.save({"w": torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])}, root / "m.pt")
     r = run_cli("inspect", root)
     assert_one_line_error(r, "tensor 'w' is a nested tensor, not a plain CPU tensor")
+
+
+def test_save_names_a_complex_rng_array_for_what_it_is(tmp_path):
+    """A numpy RNG entry of complex numbers was turned into a list JSON cannot hold, and the note on what was not
+    saved called it 'nested too deep'; it is named as the numpy array it is."""
+    import numpy as np
+
+    src = tmp_path / "src"
+    src.mkdir()
+    torch.save({"model": {"w": torch.randn(4, 4)}, "rng_state": np.array([1 + 2j, 3j])}, src / "checkpoint.pt")
+    r = run_cli("save", src, tmp_path / "t", "--count", "1", "--results", "", "--format", "torch")
+    assert r.rc == 0, r.err
+    assert "rng_state: a numpy.ndarray, not plain data" in r.out + r.err
+    assert "nested too deep" not in r.out + r.err
