@@ -22,6 +22,7 @@ from ckptbench.core.units import human_count
 from ckptbench.checkpoint.formats import CheckpointState, module_for
 from ckptbench.checkpoint.model import DTYPES, GPT, master_optimizer, sample_batch
 from ckptbench.checkpoint.profiles import FORMATS, Profile
+from ckptbench.checkpoint.quote import quote
 
 HPARAMS = {"lr": 1e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}
 Progress = Callable[[str], None]
@@ -128,6 +129,7 @@ def _check_target(directory: str, need: int, force: bool) -> str:
         if not os.path.isfile(os.path.join(target, "ckptbench.json")):
             raise CkptbenchError(f"{directory}: not empty and not a checkpoint gen wrote (no ckptbench.json); "
                                  "--force replaces only those: choose an empty or new directory")
+        _only_listed(directory, target)
     if not os.path.isdir(parent):
         raise CkptbenchError(f"{parent}: no such directory; create it first")
     if not os.access(parent, os.W_OK):
@@ -138,6 +140,30 @@ def _check_target(directory: str, need: int, force: bool) -> str:
         raise CkptbenchError(f"{parent}: {free / 2**30:.2f} GiB free, the checkpoint needs {need / 2**30:.2f} GiB; "
                              "free space or use --scale", exit_code=EXIT_REFUSED_BY_SYSTEM)
     return target
+
+
+def _only_listed(directory: str, target: str) -> None:
+    """Every entry below `target` is one its manifest lists (or a folder on the way to one): a ckptbench.json alone
+    ('{}', or one beside files the user added since) made --force delete everything else the folder held."""
+    try:
+        man = mf.read(target)
+    except CkptbenchError as exc:
+        raise CkptbenchError(f"{exc}; --force replaces only a checkpoint gen wrote: choose an empty or new "
+                             "directory", exit_code=exc.exit_code) from None
+    listed = {mf.MANIFEST_NAME, *(f.path for f in man.files), *man.packs} if man is not None else {mf.MANIFEST_NAME}
+    folders = {rel.rsplit("/", i)[0] for rel in listed for i in range(1, rel.count("/") + 1)}
+    stack = [""]
+    while stack:  # stops at the first entry not listed: the walk is bounded by the manifest's own entries
+        below = stack.pop()
+        with os.scandir(os.path.join(target, below)) as it:
+            for entry in it:
+                rel = f"{below}/{entry.name}" if below else entry.name
+                if entry.is_dir(follow_symlinks=False) and rel in folders:
+                    stack.append(rel)
+                elif not (entry.is_file(follow_symlinks=False) and rel in listed):
+                    raise CkptbenchError(f"{directory}: holds {quote(rel)}, which its ckptbench.json does not list; "
+                                         "--force replaces only a checkpoint gen wrote, whole: move it out, or "
+                                         "choose an empty or new directory")
 
 
 def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks: int | None = None, seed: int = 0,

@@ -183,7 +183,14 @@ class _Check:
     def files(self, v, alg: str) -> tuple[FileEntry, ...]:
         if not isinstance(v, list):
             self.refuse(f"field files is {_show(v)}, not a list")
-        return tuple(self.entry(i, e, alg) for i, e in enumerate(v))
+        files = tuple(self.entry(i, e, alg) for i, e in enumerate(v))
+        # one file listed N times was read, hashed and counted N times: 600k entries of one 10 GB shard fit the limit
+        seen: set[str] = set()
+        for i, f in enumerate(files):
+            if f.path in seen:
+                self.refuse(f"field files[{i}].path {_show(f.path)} is listed twice")
+            seen.add(f.path)
+        return files
 
     def record(self, pack_file: str, rel, rec) -> None:
         """[offset, size, kind, rank] (kind and rank optional); whether it lies inside its pack is packs' check."""

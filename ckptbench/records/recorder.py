@@ -121,7 +121,7 @@ class Lifeline:
 def unended(every: list[dict], docs: dict[str, dict]) -> dict[str, dict]:
     """run_id -> its `started` document, for the runs started on record (records/recorder.Lifeline) that neither a
     run document nor an `ended` one closed: running, or cut short."""
-    ended = {d.get("run_id") for d in every if d.get("record") == "ended"}
+    ended = {d["run_id"] for d in every if d.get("record") == "ended" and isinstance(d.get("run_id"), str)}
     return {d["run_id"]: d for d in every if d.get("record") == "started" and isinstance(d.get("run_id"), str)
             and d["run_id"] not in docs and d["run_id"] not in ended}
 

@@ -61,7 +61,9 @@ def rng_value(key: str, value, fmt: str):
         return None
     if rng_tensor(value):
         return value if fmt != "safetensors" else None
-    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 1:  # numeric: the reader checked
+    # numeric (the reader checked), and not complex: JSON holds no complex number, which the note then called
+    # 'nested too deep'
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 1 and value.dtype.kind in "biuf":
         return value.tolist()
     return None
 

@@ -44,6 +44,11 @@ _ALLOWED = {
 
 # looked up in torch's own namespace, never through getattr: torch imports _dynamo/_inductor on first getattr
 DTYPES = {n: v for n, v in vars(torch).items() if isinstance(v, torch.dtype)}
+# dtypes DCP records but a chunk cannot be restored in: a quantized tensor's scale and zero point are not in the
+# metadata (an empty one has no quantizer: torch's internal assert on the first narrow), sub-byte ones have no copy
+_UNRESTORABLE = {d for n in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4", *(f"{u}int{i}" for u in ("", "u")
+                                                                                  for i in range(1, 8)))
+                 if isinstance(d := DTYPES.get(n), torch.dtype)}
 
 
 class _MetadataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: a crafted memo index costs it nothing
@@ -191,6 +196,10 @@ def _tensor_bytes(fqn: str, md, storage: dict, where: str) -> int:
         raise FormatError(f"{what} has dtype {str(dtype)[:30]}, size {str(size)[:60]}, not a tensor's; {_CRAFTED}")
     if not holds_shape(size):
         raise FormatError(f"{what} has size {tuple(size)[:8]}: more elements than a tensor can hold; {_CRAFTED}")
+    if dtype in _UNRESTORABLE:
+        raise FormatError(f"{what} is a {dtype} tensor, which ckptbench cannot restore from DCP (a quantized one's "
+                          "scale and zero point are not in the metadata; a sub-byte one cannot be copied): save it "
+                          "dequantized, or as its raw bytes in uint8")
     covered = 0
     for c in chunks:
         offsets, sizes = getattr(c, "offsets", None), getattr(c, "sizes", None)

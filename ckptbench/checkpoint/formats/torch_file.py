@@ -79,7 +79,14 @@ def prescan(f, records: dict[str, tuple[int, int]], where: str) -> int:
     pkl = [n for n in records if n.endswith("/data.pkl") or n == "data.pkl"]
     if len(pkl) != 1:
         raise FormatError(f"{where}: {len(pkl)} data.pkl members, a torch.save archive has one; {CRAFTED}")
-    prefix = pkl[0][:-len("data.pkl")] + "data/"
+    root = pkl[0][:-len("data.pkl")]
+    # a member outside the archive's folder ('../../x'): torch's reader refused it opening the file by path
+    # (inspect's mmap) and took it from the read buffer (run, load), so one file had two verdicts
+    stray = next((n for n in records if not n.startswith(root)), None)
+    if stray is not None:
+        raise FormatError(f"{where}: zip member {stray[:80]!r} lies outside the archive's folder {root[:80]!r}, "
+                          f"where torch.save writes every member; {CRAFTED}")
+    prefix = root + "data/"
     start, length = records[pkl[0]]
     f.seek(start)
     torch_prescan.check(f.read(length), where,

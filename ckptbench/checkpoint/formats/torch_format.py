@@ -286,8 +286,10 @@ def _check_tensors(state: CheckpointState, where: str) -> CheckpointState:
     stride-0 view claims more than the file holds: copying it would allocate the claim)."""
     for _, name, t in state.tensors():
         if t.layout != torch.strided or t.is_nested or t.device.type != "cpu":
-            raise FormatError(f"{where}: tensor {name[:80]!r} is {t.layout} on {t.device}, not a CPU tensor with its "
-                              "data in the file; re-save it as a plain state dict")
+            # a nested tensor's layout reads torch.strided: 'is torch.strided on cpu, not a CPU tensor' said nothing
+            kind = "a nested tensor" if t.is_nested else f"{t.layout} on {t.device}"
+            raise FormatError(f"{where}: tensor {name[:80]!r} is {kind}, not a plain CPU tensor with its data in the "
+                              "file; re-save it as a plain state dict")
         need = t.numel() * t.element_size()
         if need and need > t.untyped_storage().nbytes() - t.storage_offset() * t.element_size():
             raise FormatError(f"{where}: tensor {name[:80]!r} claims {need} bytes from a storage of "

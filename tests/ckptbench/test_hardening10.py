@@ -1,0 +1,119 @@
+"""Hostile input, tenth round. Each input is made by the real library (torch.save, safetensors, DCP) and then
+crafted where it must be; bad input is one line naming what and where and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from clirun import assert_one_line_error, run_cli
+
+
+@pytest.mark.parametrize("cmd", ["inspect", "load", "run"])
+def test_dcp_quantized_tensor_is_one_line(tmp_path, h, cmd):
+    """DCP saves a quantized tensor with only its dtype in the metadata (no scale or zero point): the empty tensor
+    allocated for it had no quantizer, and its first narrow was torch's INTERNAL ASSERT as a traceback out of
+    load (run wrapped it as 'could not be loaded')."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_tensor(torch.randn(4, 4), 0.1, 0, torch.qint8)
+    src, _ = h.dcp_saved(tmp_path / "q", {"model": {"w": torch.randn(2, 2)}, "q": q})
+    extra = ("--repeat", "1", "--results", "") if cmd == "run" else ()
+    r = run_cli(cmd, src, *extra)
+    assert_one_line_error(r, "entry 'q' is a torch.qint8 tensor")
+
+
+@pytest.mark.parametrize("planted", ["empty-manifest", "added-file", "added-folder"])
+def test_gen_force_keeps_what_the_manifest_does_not_list(tmp_path, h, planted):
+    """gen --force took any ckptbench.json as proof that gen wrote the folder: a '{}' beside the user's own files, or
+    a file the user added to a generated checkpoint since, was deleted with the rest. Now one line, nothing touched."""
+    target = tmp_path / "t"
+    if planted == "empty-manifest":
+        target.mkdir()
+        (target / "ckptbench.json").write_text("{}")
+        (target / "notes.txt").write_text("keep me")
+    else:
+        assert h.run_cli("gen", "small", target, "--scale", h.SCALE).rc == 0
+        extra = target / ("notes.txt" if planted == "added-file" else "mine/notes.txt")
+        extra.parent.mkdir(exist_ok=True)
+        extra.write_text("keep me")
+    before = h.snapshot(target)
+    r = h.run_cli("gen", "small", target, "--scale", h.SCALE, "--seed", "1", "--force")
+    needle = "version is null" if planted == "empty-manifest" else "which its ckptbench.json does not list"
+    assert_one_line_error(r, needle)
+    assert h.snapshot(target) == before
+
+
+@pytest.mark.parametrize("cmd", ["verify", "read", "run"])
+def test_manifest_listing_a_file_twice_is_refused(tmp_path, h, ckpt, cmd):
+    """A manifest listing one file N times had it read, hashed and counted N times (verify said 'OK: 22 files' of a
+    folder of 21, the bytes summed twice): 64 MiB of manifest is 600,000 entries of one 10 GB shard, work far past
+    the checkpoint's size. A path listed twice is refused in one line, before any read."""
+    root = tmp_path / "ck"
+    h.copy_ckpt(ckpt("safetensors", 1), root)
+    doc = h.read_manifest(root)
+    doc["files"].append(dict(doc["files"][0]))
+    h.write_manifest(root, doc)
+    extra = ("--repeat", "1", "--results", "") if cmd == "run" else ()
+    r = run_cli(cmd, root, *extra)
+    assert_one_line_error(r, f"files[{len(doc['files']) - 1}].path", rc=1)
+    assert "is listed twice" in r.err
+
+
+@pytest.mark.parametrize("cmd", ["inspect", "load", "run"])
+def test_torch_zip_member_outside_the_archive_folder_is_one_verdict(tmp_path, cmd):
+    """A torch.save archive with a member '../../evil' beside its own: inspect refused it (torch's reader, opening the
+    file by path), run and load restored it 'ok' (the same reader over the read buffer took it)."""
+    import zipfile
+
+    root = tmp_path / "ck"
+    root.mkdir()
+    torch.save({"w": torch.randn(4, 4)}, root / "m.pt")
+    with zipfile.ZipFile(root / "m.pt", "a", zipfile.ZIP_STORED) as z:
+        z.writestr("../../evil", b"x")
+    extra = ("--repeat", "1", "--results", "") if cmd == "run" else ()
+    r = run_cli(cmd, root, *extra)
+    assert_one_line_error(r, "zip member '../../evil' lies outside the archive's folder 'm/'")
+
+
+@pytest.mark.parametrize("run_id", [["a"], {"a": 1}])
+def test_history_an_ended_record_whose_run_id_is_not_text(tmp_path, ckpt, run_id):
+    """An 'ended' line of the .jsonl whose run_id was a list or an object (a hand-edited or damaged file) was a
+    TypeError traceback out of history (the set of ended runs hashed it); it ends no run, and history lists the rest."""
+    import json
+
+    results = tmp_path / "results.csv"
+    assert run_cli("run", ckpt("safetensors", 1), "--repeat", "1", "--results", results).rc == 0
+    with open(f"{results}.jsonl", "a") as f:
+        f.write(json.dumps({"record": "ended", "kind": "restore", "schema": 3, "run_id": run_id}) + "\n")
+    for args in ((), ("--json",)):
+        r = run_cli("history", results, *args)
+        assert r.rc == 0 and "Traceback" not in r.err, r.err
+        assert "restore" in r.out
+
+
+def test_a_nested_tensor_is_named_as_one(tmp_path):
+    """A torch.save'd nested tensor was refused as "is torch.strided on cpu, not a CPU tensor" (a nested tensor's
+    layout reads strided): the line contradicted itself and named nothing the user could recognise."""
+    root = tmp_path / "ck"
+    root.mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save({"w": torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])}, root / "m.pt")
+    r = run_cli("inspect", root)
+    assert_one_line_error(r, "tensor 'w' is a nested tensor, not a plain CPU tensor")
+
+
+def test_save_names_a_complex_rng_array_for_what_it_is(tmp_path):
+    """A numpy RNG entry of complex numbers was turned into a list JSON cannot hold, and the note on what was not
+    saved called it 'nested too deep'; it is named as the numpy array it is."""
+    import numpy as np
+
+    src = tmp_path / "src"
+    src.mkdir()
+    torch.save({"model": {"w": torch.randn(4, 4)}, "rng_state": np.array([1 + 2j, 3j])}, src / "checkpoint.pt")
+    r = run_cli("save", src, tmp_path / "t", "--count", "1", "--results", "", "--format", "torch")
+    assert r.rc == 0, r.err
+    assert "rng_state: a numpy.ndarray, not plain data" in r.out + r.err
+    assert "nested too deep" not in r.out + r.err
