@@ -67,6 +67,17 @@ def _state_files(directory: str, lay: layouts.Layout | None) -> list[str]:
     return [os.path.join(directory, r) for r in lay.state_files]
 
 
+def _index_agrees(directory: str, buffers: dict | None, held: dict[str, set[str]]) -> None:
+    """A safetensors index and the shards loaded agree, as a .bin index and its shards are checked to."""
+    from ckptbench.checkpoint.formats.torch_shards import check_index, hf_index_of
+
+    read = {os.path.normpath(p): b for p, b in buffers.items()} if buffers is not None else None
+    for d in sorted({os.path.dirname(p) for p in held}):
+        index = hf_index_of(d, read, layouts.ST_INDEX)
+        if index is not None:
+            check_index(*index, held)
+
+
 def dcp_roots(directory: str, lay: layouts.Layout | None) -> list[str]:
     """The folders holding a DCP checkpoint's .metadata: the checkpoint's own, or, for FSDP's sharded state dict in
     a Trainer's or Accelerate's folder, each of its model and optimizer folders (the layout's, else the tree's)."""
@@ -120,12 +131,14 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
 
         state = load_shards(paths, buffers)
     else:
-        state = CheckpointState({})
+        state, held = CheckpointState({}), {}
         for path in paths:
-            if buffers is not None and path in buffers:
-                state.merge(mod.load_buffer(buffers[path], path))
-            else:
-                state.merge(mod.load_file(path))
+            one = mod.load_buffer(buffers[path], path) if buffers is not None and path in buffers else \
+                mod.load_file(path)
+            held[os.path.normpath(path)] = {name for _, name, _ in one.tensors()}
+            state.merge(one)
+        if fmt == "safetensors":  # each weight where the index says: one it names and no shard holds is a weight
+            _index_agrees(directory, buffers, held)  # from_pretrained would leave at its random init
         with_state_files(state, directory, lay, buffers)
     if not any(True for _ in state.tensors()):
         raise FormatError(f"{directory}: no tensors found in its {fmt} files")

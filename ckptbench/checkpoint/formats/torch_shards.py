@@ -50,18 +50,20 @@ def _check_agree(seen: dict, one: CheckpointState, path: str) -> None:
                               "files are not one checkpoint: point at one checkpoint's files")
 
 
-def _hf_index_of(directory: str, buffers: dict | None) -> tuple[str, dict[str, str]] | None:
-    """The Hugging Face index beside the shards: from the bytes already read where there are some, else the file."""
-    where = os.path.join(directory, pointers.HF_INDEX)
+def hf_index_of(directory: str, buffers: dict | None,
+                index: str = pointers.HF_INDEX) -> tuple[str, dict[str, str]] | None:
+    """The Hugging Face index beside the shards (`index`: the .bin weights' or the safetensors'): from the bytes
+    already read where there are some, else the file."""
+    where = os.path.join(directory, index)
     raw = buffers.get(where) if buffers is not None else None
     if raw is not None:
         return where, pointers.parse_hf_index(bytes(raw), where)
     if os.path.isfile(where) and not os.path.islink(where):
-        return where, pointers.read_hf_index(directory)
+        return where, pointers.read_hf_index(directory, index)
     return None
 
 
-def _check_index(where: str, weight_map: dict[str, str], held: dict[str, set[str]]) -> None:
+def check_index(where: str, weight_map: dict[str, str], held: dict[str, set[str]]) -> None:
     """The index and its shards agree: each weight in the shard the index names, each named shard loaded and
     holding no weight the index places elsewhere."""
     directory = os.path.dirname(where)
@@ -96,7 +98,7 @@ def load_shards(paths: list[str], buffers: dict | None = None) -> CheckpointStat
         state.merge(one)
     read = {os.path.normpath(p): b for p, b in buffers.items()} if buffers is not None else None
     for directory in sorted({os.path.dirname(p) for p in held}):
-        index = _hf_index_of(directory, read)
+        index = hf_index_of(directory, read)
         if index is not None:
-            _check_index(*index, held)
+            check_index(*index, held)
     return state
