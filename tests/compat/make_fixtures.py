@@ -534,15 +534,20 @@ def titan_rank(rank: int, root: str, port: int, out_json: str) -> None:
     dist.destroy_process_group()
 
 
-def torchtitan_dump(root: str) -> dict:
-    out_json = os.path.join(tempfile.mkdtemp(prefix="titan-"), "expected.json")
+def _two_ranks(flag: str, root: str) -> dict:
+    """This script run as 2 gloo ranks (`flag`: which rank function), each a fresh interpreter; rank 0 writes the
+    expected.json it returns."""
+    out_json = os.path.join(tempfile.mkdtemp(prefix="ranks-"), "expected.json")
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, "--titan-rank", str(r), root, str(port), out_json])
-             for r in range(2)]
+    procs = [subprocess.Popen([sys.executable, __file__, flag, str(r), root, str(port), out_json]) for r in range(2)]
     rcs = [p.wait(timeout=300) for p in procs]
     assert rcs == [0, 0], rcs
     with open(out_json) as f:
         return json.load(f)
+
+
+def torchtitan_dump(root: str) -> dict:
+    return _two_ranks("--titan-rank", root)
 
 
 # ---- FSDP's sharded state dict, as a Hugging Face Trainer checkpoint holds it ---------------------------------------
@@ -634,14 +639,7 @@ def fsdp_rank(rank: int, root: str, port: int, out_json: str) -> None:
 
 
 def trainer_fsdp_sharded(root: str) -> dict:
-    out_json = os.path.join(tempfile.mkdtemp(prefix="fsdp-"), "expected.json")
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, "--fsdp-rank", str(r), root, str(port), out_json])
-             for r in range(2)]
-    rcs = [p.wait(timeout=300) for p in procs]
-    assert rcs == [0, 0], rcs
-    with open(out_json) as f:
-        return json.load(f)
+    return _two_ranks("--fsdp-rank", root)
 
 
 # ---- Megatron-LM's torch_dist: megatron-core's dist_checkpointing -----------------------------------------------
