@@ -126,14 +126,25 @@ class Run:
         """The state from the pieces the tiled read landed (restore/tiles.py), laid out as a whole-file DCP load
         lays it out."""
         from ckptbench.checkpoint.formats import dcp_format
+        from ckptbench.checkpoint.formats.state import CheckpointState
         from ckptbench.checkpoint.shares import tensors_of
         from ckptbench.restore import load as restore
 
         tiling, bufs = self.tiled
         self.tiled = None  # the buffers go with the state
         tensors, values, seconds = tensors_of(tiling.share, bufs)
-        named = {os.path.basename(p): b for p, b in buffers.items() if b is not None and "/" not in listing.rel(p)}
-        state = dcp_format.from_pieces(listing.source, tensors, values, named)
+        subs = listing.layout.dcp_dirs if listing.layout is not None and listing.layout.dcp_dirs else ("",)
+        parts = []
+        for sub in subs:  # the checkpoint's own .metadata, or FSDP's model and optimizer folders'
+            named = {os.path.basename(p): b for p, b in buffers.items()
+                     if b is not None and os.path.dirname(listing.rel(p)) == sub}
+            parts.append(dcp_format.from_pieces(os.path.join(listing.source, sub) if sub else listing.source,
+                                                tensors, values, named, part=len(subs) > 1))
+        state = parts[0]
+        if len(parts) > 1:  # merged in order, as the whole-file load merges them
+            state = CheckpointState({})
+            for one in parts:
+                state.merge(one)
         state = restore.with_state_files(state, listing.source, listing.layout, buffers)
         assembled = sum(1 for sl in tiling.share.slices if len(sl.fills) > 1)
         self.notes[LOAD] = _from_pieces_note(sum(len(sl.fills) for sl in tiling.share.slices), assembled, seconds)

@@ -42,15 +42,17 @@ class Tiling:
 def usable(listing: Listing, alg: str, asked_read: str, fused: bool, on_disk: bool) -> bool:
     """Whether a restore of `listing` lands its chunks by range: a fused DCP restore of files on a filesystem,
     hashed with a digest whose tiles combine, its read mode left to ckptbench (auto) or pread."""
-    return (listing.format == "dcp" and fused and on_disk and alg in COMBINES
-            and asked_read in ("auto", "pread")
-            and not (listing.layout is not None and listing.layout.dcp_dirs))  # one .metadata at the top: ranged
+    return listing.format == "dcp" and fused and on_disk and alg in COMBINES and asked_read in ("auto", "pread")
 
 
 def plan(listing: Listing) -> Tiling | None:
     """The tiling of `listing` (reads each chunk's archive index: a few KiB a chunk); None where the share's
-    ranges overlap (a crafted metadata; the whole-file read then loads and checks it as before)."""
+    ranges overlap (a crafted metadata) or two DCP folders name one key (the whole-file read then loads and checks
+    it as before)."""
     share = plan_share(listing, 1, 0)
+    keys = [sl.key for sl in share.slices] + [key for key, _ in share.byte_entries]
+    if len(set(keys)) != len(keys):  # FSDP's model and optimizer folders naming one key: merged as a whole-file
+        return None  # load merges them (the later folder's), never two folders' pieces under one key
     ranged: dict[str, list[int]] = {}
     for i, p in enumerate(share.pieces):
         if not p.whole:

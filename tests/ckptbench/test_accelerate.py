@@ -121,3 +121,46 @@ def test_an_fsdp_optimizer_folder_cut_short_is_one_line(tmp_path, h):
     r = h.run_cli("run", root, "--repeat", "1", "--results", tmp_path / "R.csv")
     assert r.rc == 2 and len(r.err_lines) == 1, r.err
     assert "optimizer_0: DCP shards without their .metadata" in r.err_lines[0]
+
+
+def _state_run_restores(root, monkeypatch):
+    """The repeat's result and the state `run`'s own repeat hands its check."""
+    from ckptbench.restore import runner
+    from ckptbench.restore.repeat import RunOptions
+
+    seen, check = [], runner._check
+    monkeypatch.setattr(runner, "_check", lambda restored, state, *a, **k: seen.append(state) or check(
+        restored, state, *a, **k))
+    reps = runner.run(str(root), RunOptions(), repeats=1)
+    assert reps[0].status in ("ok", "unverified"), reps[0].problems
+    return reps[0], seen[0]
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_an_fsdp_restore_lands_both_folders_chunks_by_range(tmp_path, monkeypatch, collide):
+    """Both folders were read whole and every chunk copied out of them, a second fresh copy of the state; now their
+    chunks land by range, as a lone DCP folder's do, and the state is the whole-file load's. Two folders naming one
+    key keep the whole-file read, which merges them as it always did."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    from ckptbench.restore import load as restore
+
+    root = tmp_path / "checkpoint-1"
+    root.mkdir()
+    _fsdp_folder(root)
+    if collide:  # the optimizer folder's state names the model's weight too
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save({"model": {"weight": torch.full((3, 4), 7.0)}}, checkpoint_id=str(root / "optimizer_0"),
+                     no_dist=True)
+    rep, state = _state_run_restores(root, monkeypatch)
+    assert rep.read_why.startswith("byte ranges") != collide, rep.read_why
+    assert ("read by range" in rep.notes.get("load", "")) != collide, rep.notes
+    want = restore.load_state(str(root), "dcp")
+    got = {n: t for _, n, t in state.tensors()}
+    assert set(got) == {n for _, n, t in want.tensors()} and got
+    for g, n, t in want.tensors():
+        assert torch.equal(got[n], t), n
+    assert state.extra["scheduler.last_epoch"] == 1

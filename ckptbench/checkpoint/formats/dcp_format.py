@@ -288,15 +288,21 @@ def load_dir(directory: str, buffers: dict | None = None) -> CheckpointState:
 
 
 def from_pieces(directory: str, tensors: dict[str, torch.Tensor], values: dict[str, object],
-                buffers: dict | None = None) -> CheckpointState:
+                buffers: dict | None = None, *, part: bool = False) -> CheckpointState:
     """The state of a DCP checkpoint whose chunks were read by byte range (checkpoint/shares.tensors_of: every
     tensor by key, each a view of the range its elements landed in or assembled from its chunks) and whose byte
     entries are loaded: laid out as load_dir lays out a whole-file read, from the same metadata (`buffers`: file
-    name → bytes already read, .metadata among them)."""
+    name → bytes already read, .metadata among them). `part`: `tensors` and `values` hold other folders' keys too
+    (FSDP's model and optimizer folders, read as one: tiles.plan refuses keys two folders share); this folder's
+    are the ones its metadata declares."""
     reader = SafeReader(directory, buffers)
     meta = reader.read_metadata()
-    values = _objects(reader, values)
     declared = {fqn for fqn, md in meta.state_dict_metadata.items() if isinstance(md, TensorStorageMetadata)}
+    if part:
+        tensors = {k: tensors[k] for k in declared if k in tensors}
+        values = {k: values[k] for k, md in meta.state_dict_metadata.items()
+                  if isinstance(md, BytesStorageMetadata) and k in values}
+    values = _objects(reader, values)
     if set(tensors) != declared:  # the plan and the metadata are one; a file changed between the two reads
         raise FormatError(f"{directory}/.metadata: changed while it was read (its tensors differ from the plan's); "
                           "run the restore again once nothing writes the checkpoint")
