@@ -4,8 +4,8 @@ from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
 CSRC = "fastio/csrc/"
-HEADERS = [CSRC + h for h in ("hashes.h", "digest.h", "engine.h", "cache.h", "finite.h")]
-SOURCES = [CSRC + c for c in ("engine.c", "digest.c", "cache.c", "crc32c.c", "xxh64.c", "finite.c")]
+HEADERS = [CSRC + h for h in ("hashes.h", "digest.h", "engine.h", "cache.h", "finite.h", "memory.h")]
+SOURCES = [CSRC + c for c in ("engine.c", "digest.c", "cache.c", "crc32c.c", "xxh64.c", "finite.c", "memory.c")]
 
 engine = Extension(
     "fastio._engine",

@@ -33,6 +33,9 @@ cdef extern from "csrc/cache.h" nogil:
     int fio_evict(const char *path, int nofollow)
     int fio_drop_caches()
 
+cdef extern from "csrc/memory.h" nogil:
+    int fio_populate(char *base, size_t len, int threads, int64_t *ns, int *touched)
+
 cdef extern from "csrc/finite.h" nogil:
     enum:
         FIO_FK_F16
