@@ -9,6 +9,7 @@ plain `digest` (None: that would take a second pass in order), while crc32c's ch
 
 from fastio._engine import (
     MAX_CONCURRENCY,
+    copy,
     crc32c_combine,
     Hasher,
     ReadHandle,
@@ -51,6 +52,7 @@ __all__ = [
     "ReadResult",
     "Residency",
     "Snapshot",
+    "copy",
     "count_nonfinite",
     "crc32c_combine",
     "crc32c_hw_available",

@@ -35,6 +35,7 @@ cdef extern from "csrc/cache.h" nogil:
 
 cdef extern from "csrc/memory.h" nogil:
     int fio_populate(char *base, size_t len, int threads, int64_t *ns, int *touched)
+    int fio_copy(char *dst, const char *src, size_t len, int threads, int64_t *ns)
 
 cdef extern from "csrc/finite.h" nogil:
     enum:

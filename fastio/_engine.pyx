@@ -618,6 +618,40 @@ def populate(region, int threads):
     return ns / 1e9, "a write per page" if touched else "MADV_POPULATE_WRITE"
 
 
+def copy(dst, src, int threads):
+    """Copies `src` into `dst` (writable, at least as long; populated already, so only the bytes move) on `threads`
+    native threads, each an equal part, all started before the clock, as populate: the seconds it took, and the
+    bytes copied (len(src) // threads * threads)."""
+    if not 1 <= threads <= 1024:
+        raise OptionError(f"threads must be 1..1024, got {threads}")
+    cdef Py_buffer d, s
+    cdef int held = 0
+    cdef int64_t ns = 0
+    cdef int rc
+    cdef size_t n
+    try:
+        try:
+            PyObject_GetBuffer(dst, &d, PyBUF_WRITABLE)
+            held = 1
+            PyObject_GetBuffer(src, &s, PyBUF_SIMPLE)
+            held = 2
+        except (BufferError, TypeError, ValueError) as e:
+            raise OptionError(f"{'the source' if held else 'the destination'} is not a "
+                              f"{'contiguous' if held else 'writable'} buffer ({e})") from None
+        if d.len < s.len:
+            raise OptionError(f"the destination holds {d.len} bytes, the source {s.len}")
+        n = <size_t>s.len // <size_t>threads * <size_t>threads
+        with nogil:
+            rc = fio_copy(<char *>d.buf, <const char *>s.buf, n, threads, &ns)
+        raise_errno(rc, what="copy (at least a byte a thread)")
+    finally:
+        if held >= 2:
+            PyBuffer_Release(&s)
+        if held >= 1:
+            PyBuffer_Release(&d)
+    return ns / 1e9, n
+
+
 def _finite_impl():
     """"avx2" or "sw": the count_nonfinite kernel in use (FASTIO_FINITE=sw forces the portable one)."""
     return fio_finite_impl().decode()

@@ -1,4 +1,5 @@
-/* Fresh memory populated on native threads and timed there: what the floor measures the box's fresh memory with. */
+/* Fresh memory populated, and memory copied, on native threads and timed there: how the floor measures the box's
+ * fresh memory and its copy rate. */
 #ifndef FASTIO_MEMORY_H
 #define FASTIO_MEMORY_H
 
@@ -10,5 +11,8 @@
  * opening to the last thread's end. MADV_POPULATE_WRITE where the kernel has it (*touched 0), else a write per page
  * (*touched 1). */
 int fio_populate(char *base, size_t len, int threads, int64_t *ns, int *touched);
+/* 0 or errno. Copies the first len / threads * threads bytes of `src` to `dst` in `threads` equal parts, behind the
+ * same gate; *ns as above. */
+int fio_copy(char *dst, const char *src, size_t len, int threads, int64_t *ns);
 
 #endif

@@ -58,3 +58,23 @@ def test_what_it_cannot_populate_is_one_clear_error():
             fastio.populate(view, 1)  # not page-aligned
     finally:
         region.close()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_copy_moves_every_part(threads):
+    import os
+
+    src = bytearray(os.urandom((3 << 20) + 5))
+    dst = bytearray(len(src) + 7)
+    seconds, n = fastio.copy(dst, src, threads)
+    assert n == len(src) // threads * threads and seconds > 0
+    assert dst[:n] == src[:n] and dst[n:] == bytes(len(dst) - n)  # nothing past what it says it copied
+
+
+def test_copy_refuses_what_it_cannot_copy_into():
+    with pytest.raises(fastio.OptionError, match="writable"):
+        fastio.copy(bytes(10), bytearray(10), 1)
+    with pytest.raises(fastio.OptionError, match="holds 4 bytes"):
+        fastio.copy(bytearray(4), bytes(8), 1)
+    with pytest.raises(fastio.FastIOError, match="a byte a thread"):
+        fastio.copy(bytearray(8), bytes(2), 4)
