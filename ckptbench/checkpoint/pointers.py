@@ -13,6 +13,7 @@ import os
 from typing import Callable
 
 from ckptbench.checkpoint import confine
+from ckptbench.core import jsontext
 from ckptbench.core.errors import CkptbenchError
 
 LATEST = "latest"
@@ -107,9 +108,10 @@ def read_latest(where: str, rels: list[str] | None = None, fetch: Fetch | None =
 def parse_hf_index(raw: bytes, where: str) -> dict[str, str]:
     """The weight map (tensor name -> shard file) of a Hugging Face index, its types checked."""
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)  # UTF-8, as transformers reads it
     except (ValueError, RecursionError) as exc:
-        raise refuse(where, f"not valid JSON ({str(exc)[:80]})", "re-copy the checkpoint or fix the index") from None
+        raise refuse(where, f"not valid UTF-8 JSON ({str(exc)[:80]})", "re-copy the checkpoint or fix the index") \
+            from None
     if not isinstance(doc, dict):
         raise refuse(where, f"holds a JSON {type(doc).__name__}, not an object", "re-copy or fix the index")
     weight_map = doc.get("weight_map")

@@ -393,10 +393,10 @@ def test_index_naming_a_file_outside_is_refused(hf_sharded, tmp_path):
 
 @pytest.mark.parametrize("raw, needle", [
     ("[1, 2]", "not an object"),
-    ("{not json", "not valid JSON"),
+    ("{not json", "not valid UTF-8 JSON"),
     ('{"weight_map": {"w": 7}}', "not a file name"),
     ('{"metadata": {}}', "no weight_map"),
-    pytest.param("[" * 100000 + "]" * 100000, "not valid JSON", id="nested-100000-deep"),
+    pytest.param("[" * 100000 + "]" * 100000, "not valid UTF-8 JSON", id="nested-100000-deep"),
 ])
 def test_garbage_index_is_one_line(hf_sharded, tmp_path, raw, needle):
     root, _, _ = hf_sharded

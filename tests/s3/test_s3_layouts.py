@@ -167,7 +167,7 @@ def test_hf_index_on_s3_selects_the_shards_it_names(s3env, hf_prefix, tmp_path, 
     (lambda d: d["weight_map"].update({"x.w": "pytorch_model-00009-of-00009.bin"}),
      ("pytorch_model-00009-of-00009.bin", "missing")),
     (lambda d: d.update({"weight_map": {"w": 7}}), ("pytorch_model.bin.index.json", "not a file name")),
-    (None, ("pytorch_model.bin.index.json", "not valid JSON")),
+    (None, ("pytorch_model.bin.index.json", "not valid UTF-8 JSON")),
 ])
 def test_hostile_index_on_s3_is_one_line(s3env, hf_prefix, tmp_path, edit, needles):
     url, _, put_index, index = hf_prefix

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, holds_shape, json_plain,
                                                 open_regular, read_regular)
 from ckptbench.checkpoint.quote import quote
+from ckptbench.core import jsontext
 
 INDEX = "model.safetensors.index.json"
 # safetensors' dtype codes that torch holds as whole bytes (the sub-byte F4/F6 codes are not read by ckptbench)
@@ -138,9 +139,14 @@ def parse_header(buf, name: str = "safetensors buffer") -> tuple[dict, int]:
     mv = memoryview(buf).cast("B")
     n = _check_length(bytes(mv[:8]), mv.nbytes, name)
     try:
-        header = json.loads(bytes(mv[8 : 8 + n]))
+        header = jsontext.loads(mv[8 : 8 + n])
     except (ValueError, RecursionError):
-        raise FormatError(f"{name}: safetensors header is not valid JSON; the file is corrupt") from None
+        if bytes(mv[8:11]) == jsontext.BOM:
+            raise FormatError(f"{name}: safetensors header starts with a UTF-8 byte order mark (EF BB BF), which "
+                              "safetensors refuses (a tool rewrote the header); copy the file again from where the "
+                              "training job wrote it") from None
+        raise FormatError(f"{name}: safetensors header is not valid UTF-8 JSON, which safetensors refuses; the file "
+                          "is corrupt") from None
     if not isinstance(header, dict):
         raise FormatError(f"{name}: safetensors header is a JSON {type(header).__name__}, not an object of tensors; "
                           f"{_CRAFTED}")
