@@ -385,7 +385,8 @@ def device_ceilings(size: int = H2D_BYTES, repeats: int = REPEATS) -> dict[str, 
 
 HASH_MIN = 4 << 20  # the fewest bytes a hash figure is taken over
 HASH_BLOCK = 1 << 20  # fastio's read block, which it hashes as it lands
-HASH_TIME_S = 0.04  # about how long one of its repeats takes
+HASH_TIME_S = 0.03  # about how long one of its repeats takes
+HASH_MAX = 8 << 30  # the most bytes a repeat is taken over (a kernel at 250 GB/s)
 
 
 def _rate(alg: str, data) -> float:
@@ -404,9 +405,10 @@ def cpu_ceilings(size: int = HASH_BYTES, repeats: int = REPEATS) -> dict[str, Ce
     for alg in fastio.HASHES:
         if alg == "none":
             continue
-        # a slow kernel (md5, sha256: 0.4-0.8 GB/s) over fewer bytes: its rate holds still over tens of
-        # milliseconds, and 64 MiB of it three times was a tenth of `floor`'s ten seconds
-        n = min(size, max(HASH_MIN, int(_rate(alg, view[:HASH_MIN]) * HASH_TIME_S) >> 20 << 20))
+        # every kernel over about HASH_TIME_S a repeat: a slow one (md5, sha256: 0.4-0.8 GB/s) over fewer bytes
+        # (64 MiB of it three times was a tenth of `floor`'s ten seconds), a fast one over more: crc32c over 64 MiB
+        # in the CPU's caches took 2 ms, where one preemption moved the figure, and xxh64 spread 18 % over five runs
+        n = max(HASH_MIN, min(int(_rate(alg, view[:HASH_MIN]) * HASH_TIME_S), HASH_MAX) >> 20 << 20)
         # one block, hashed again and again: fastio hashes each block as it lands, while it is in the CPU's caches
         # (crc32c 19-20 GB/s a core so, 9 over 64 MiB from memory; a hot `read` beat a floor on the latter by 69 %)
         block = view[:HASH_BLOCK]
@@ -424,13 +426,17 @@ def cpu_ceilings(size: int = HASH_BYTES, repeats: int = REPEATS) -> dict[str, Ce
     # 10 over a landed file read back from memory)
     rates = []
     block = view[:HASH_BLOCK]
+    t0 = time.perf_counter()
+    fastio.count_nonfinite([(view[:HASH_MIN], "f32")], concurrency=1)  # how many blocks a repeat needs (as _rate)
+    blocks = max(HASH_MIN, min(int(HASH_MIN / max(time.perf_counter() - t0, 1e-9) * HASH_TIME_S), HASH_MAX)) \
+        // HASH_BLOCK
     for _ in range(repeats):
         t0 = time.perf_counter()
-        for _ in range(size // HASH_BLOCK):
+        for _ in range(blocks):
             fastio.count_nonfinite([(block, "f32")], concurrency=1)
-        rates.append(size // HASH_BLOCK * HASH_BLOCK / (time.perf_counter() - t0))
+        rates.append(blocks * HASH_BLOCK / (time.perf_counter() - t0))
     block.release()
     view.release()
     out["scan"] = ceiling_of(rates, f"fastio.count_nonfinite over a {HASH_BLOCK >> 20} MiB block of float32 scanned "
-                                    f"{size // HASH_BLOCK} times (a read's block, in the CPU's caches), one core")
+                                    f"{blocks} times (a read's block, in the CPU's caches), one core")
     return out
