@@ -15,6 +15,7 @@ from ckptbench.checkpoint import resume
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.paths import require_checkpoint_dir
 from ckptbench.checkpoint.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
 from ckptbench.checkpoint.model import GPT, build_on_meta, check_dims, master_optimizer, sample_batch
 from ckptbench.checkpoint.members import read_member
@@ -329,8 +330,7 @@ def value_kind(group: str, name: str, t: torch.Tensor) -> str:
 
 
 def require_dir(directory: str) -> None:
-    if not os.path.isdir(directory):
-        raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
+    require_checkpoint_dir(directory)
 
 
 def main_dtype(state: CheckpointState) -> str:

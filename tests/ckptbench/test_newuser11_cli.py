@@ -1,0 +1,21 @@
+"""From a new user's pass (newuser11): verify, load, pack and upload given a shard in place of its folder said "no such
+directory" of a file that is there, where run, inspect and check sent the user to the folder that holds it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from clirun import run_cli
+
+
+@pytest.mark.parametrize("command, extra", [("verify", []), ("load", []), ("pack", ["OUT"]), ("upload", ["s3://b/p"]),
+                                            ("run", []), ("inspect", [])])
+def test_every_command_given_a_shard_names_the_folder_that_holds_it(ckpt, tmp_path, command, extra):
+    folder = ckpt("safetensors", 1)
+    shard = next(os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.endswith(".safetensors"))
+    r = run_cli(command, shard, *[str(tmp_path / "out") if a == "OUT" else a for a in extra])
+    assert r.rc == 2 and r.err_lines == [f"ckptbench: error: {shard}: a file, not a directory; point at the "
+                                         f"checkpoint directory that holds it ({folder})"], r.err
+    assert not (tmp_path / "out").exists()
