@@ -163,10 +163,12 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
 
         levels = sorted({1, 4, 8, 16, 32, concurrency})
         res = sweep(src, levels, repeats=1, cache="cold", opts=sweep_options())
-        f.knee = measured_knee(source, {lv: s["median"] for lv, s in res.gbps.items()}, "quick sweep")
+        f.knee = measured_knee(listing.source, {lv: s["median"] for lv, s in res.gbps.items()}, "quick sweep")
         f.sweep = res.to_json() | {"date": f.knee.date}
     elif results:
-        f.knee = recorded_knee(results, source)
+        # the checkpoint a resume loads, as sweep records it: a trainer's folder named here was no knee of its
+        # checkpoint-N that `sweep FOLDER --results` had just recorded
+        f.knee = recorded_knee(results, listing.source)
     if floor:
         f.floor_facts = _floor_facts(f, src, listing, root, probe_cache, measure_floor)
     return f

@@ -19,3 +19,20 @@ def test_every_command_given_a_shard_names_the_folder_that_holds_it(ckpt, tmp_pa
     assert r.rc == 2 and r.err_lines == [f"ckptbench: error: {shard}: a file, not a directory; point at the "
                                          f"checkpoint directory that holds it ({folder})"], r.err
     assert not (tmp_path / "out").exists()
+
+
+def test_check_advises_from_the_knee_sweep_recorded_of_a_trainers_folder(ckpt, tmp_path):
+    """`sweep out --results R.csv` records the knee of the checkpoint a resume loads (out/checkpoint-7); `check out
+    --results R.csv` looked for one of `out` itself and said "no measurement", its fix the very sweep just run."""
+    import shutil
+
+    from ckptbench.checklist.facts import gather
+
+    out = tmp_path / "out"
+    for n in (3, 7):
+        shutil.copytree(ckpt("safetensors", 1), out / f"checkpoint-{n}")
+    results = str(tmp_path / "R.csv")
+    r = run_cli("sweep", out, "--levels", "1,2", "--results", results)
+    assert r.rc == 0, r.err
+    knee = gather(str(out), results=results).knee
+    assert knee is not None and knee.knee in (1, 2) and knee.how == "sweep", knee
