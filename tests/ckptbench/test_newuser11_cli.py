@@ -36,3 +36,31 @@ def test_check_advises_from_the_knee_sweep_recorded_of_a_trainers_folder(ckpt, t
     assert r.rc == 0, r.err
     knee = gather(str(out), results=results).knee
     assert knee is not None and knee.knee in (1, 2) and knee.how == "sweep", knee
+
+
+def test_check_takes_the_pick_its_error_offers_and_says_which_checkpoint_it_checked(ckpt, tmp_path):
+    """A folder of two checkpoints: check's error said "choose one with --pick NAME", and check refused --pick as an
+    unrecognized argument; given a trainer's folder it never said which checkpoint its items were about."""
+    import json
+    import shutil
+
+    two = tmp_path / "two"
+    for n in ("a", "b"):
+        shutil.copytree(ckpt("safetensors", 1), two / n)
+    r = run_cli("check", two)
+    assert r.rc == 2 and "--pick NAME" in r.err, r.err
+    r = run_cli("check", two, "--pick", "b", "--json")
+    assert r.rc in (0, 1), r.err
+    doc = json.loads(r.out)
+    assert doc["layout"]["why"] == "--pick b" and [x["path"] for x in doc["layout"]["not_read"]] == ["a"]
+    # the fix commands take no --pick: they name the checkpoint it chose
+    fix = next(i["fix"] for i in doc["items"] if i["id"] == "concurrency")
+    assert f"`ckptbench check {two / 'b'} --quick-sweep`" in fix, fix
+    out = tmp_path / "out"
+    for n in (3, 7):
+        shutil.copytree(ckpt("safetensors", 1), out / f"checkpoint-{n}")
+    r = run_cli("check", out)
+    assert r.out.splitlines()[0].startswith("checked checkpoint-7 (hf-safetensors): the highest checkpoint-N of 2"), r.out
+    assert "  not read: checkpoint-3 (an older checkpoint: a resume takes checkpoint-7)" in r.out.splitlines()
+    md = run_cli("check", out, "--markdown").out
+    assert "\nchecked checkpoint-7 (hf-safetensors): the highest checkpoint-N of 2" in md, md
