@@ -64,3 +64,13 @@ def test_check_takes_the_pick_its_error_offers_and_says_which_checkpoint_it_chec
     assert "  not read: checkpoint-3 (an older checkpoint: a resume takes checkpoint-7)" in r.out.splitlines()
     md = run_cli("check", out, "--markdown").out
     assert "\nchecked checkpoint-7 (hf-safetensors): the highest checkpoint-N of 2" in md, md
+
+
+@pytest.mark.parametrize("name, says", [("7B", "unknown profile '7B'; did you mean '7b'? (choose one of "),
+                                        ("DIR", ": a directory, not a profile (one of ")])
+def test_plan_of_a_mistyped_profile_or_a_checkpoint_folder_says_what_to_type(ckpt, name, says):
+    folder = ckpt("safetensors", 1)
+    r = run_cli("plan", folder if name == "DIR" else name)
+    assert r.rc == 2 and len(r.err_lines) == 1 and says in r.err_lines[0], r.err
+    if name == "DIR":
+        assert r.err_lines[0].endswith(f"what a checkpoint on disk holds: `ckptbench inspect {folder}`"), r.err
