@@ -355,8 +355,8 @@ def _gone() -> str | None:
 
 
 FIXED_COSTS_S = 0.01  # a floor shorter than this is dwarfed by what it does not count (a 116 KiB restore read 0.1 %)
-# beside an efficiency on record over such a floor (history, its screen): run says it, the record alone did not
-SHORT_FLOOR = f"over a floor under {FIXED_COSTS_S * 1e3:.0f} ms: says little"
+# beside an efficiency over such a floor (history, the dashboard): run's note says it, these said the figure bare
+SHORT_FLOOR = f"a floor under {FIXED_COSTS_S * 1e3:.0f} ms: says little"
 
 
 def says_little(floor_s: float | None) -> bool:

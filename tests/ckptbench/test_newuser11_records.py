@@ -62,3 +62,13 @@ def test_history_says_an_efficiency_over_a_floor_under_10_ms_says_little(two_run
     for line, run in zip(lines, runs):
         assert run["floor_s"] == pytest.approx(FIXED_COSTS_S / 10 if short else FIXED_COSTS_S * 10)
         assert (SHORT_FLOOR in line) == short and (SHORT_FLOOR in efficiency_cell(run)) == short, line
+
+
+@pytest.mark.parametrize("floor_s", [FIXED_COSTS_S / 10, FIXED_COSTS_S * 10])
+def test_the_dashboards_floor_line_says_an_efficiency_over_a_floor_under_10_ms_says_little(floor_s):
+    from tui.widgets.floorline import floor_text
+
+    fields = {"floor_s": floor_s, "floor_gbps": 1.35, "binding": "storage", "binding_gbps": 1.35}
+    text = floor_text(fields, done=0.005).plain
+    assert "efficiency 0.5 % (floor / RTO)" in text
+    assert (SHORT_FLOOR in text) == (floor_s < FIXED_COSTS_S), text
