@@ -74,3 +74,17 @@ def test_plan_of_a_mistyped_profile_or_a_checkpoint_folder_says_what_to_type(ckp
     assert r.rc == 2 and len(r.err_lines) == 1 and says in r.err_lines[0], r.err
     if name == "DIR":
         assert r.err_lines[0].endswith(f"what a checkpoint on disk holds: `ckptbench inspect {folder}`"), r.err
+
+
+def test_sysinfo_names_the_checkpoint_a_restore_of_the_folder_reads(ckpt, tmp_path):
+    """The dashboard's header names the checkpoint of a trainer's folder (tests/tui/test_newuser11_header.py): the
+    figure headless, null where the folder is the checkpoint."""
+    import json
+    import shutil
+
+    out = tmp_path / "out"
+    for n in (3, 7):
+        shutil.copytree(ckpt("safetensors", 1), out / f"checkpoint-{n}")
+    assert json.loads(run_cli("sysinfo", out, "--json").out)["checkpoint"] == "checkpoint-7"
+    assert json.loads(run_cli("sysinfo", out / "checkpoint-7", "--json").out)["checkpoint"] is None
+    assert "checkpoint               the source itself" in run_cli("sysinfo", out / "checkpoint-7").out
