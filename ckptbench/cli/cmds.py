@@ -19,7 +19,8 @@ def _print_summary(report) -> None:
     r = report.result
     c = report.cache
     d = report.driven
-    print(f"read {human_bytes(r.bytes)} in {len(r.files)} files: {d.wall_s:.3f} s, {d.read_gbps:.2f} GB/s "
+    files = f"{len(r.files)} file{'' if len(r.files) == 1 else 's'}"  # "in 1 files" read as a typo
+    print(f"read {human_bytes(r.bytes)} in {files}: {d.wall_s:.3f} s, {d.read_gbps:.2f} GB/s "
           f"({r.read}, {r.hash}, concurrency {r.concurrency}, block {human_bytes(r.block_size)}); the reader alone "
           f"{d.engine_gbps:.2f} GB/s from first open to last byte")
     say(f"read path: {r.read} ({report.read_why})")  # a filesystem's refusal, in its words

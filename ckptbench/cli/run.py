@@ -39,7 +39,7 @@ def print_run(doc: dict) -> None:
     the checkpoint's files (a name can hold a terminal escape) and a remote's errors (a URL)."""
     say(f"{doc['source']} ({doc['format']}, {doc['options']['mode']}, cache {doc['options']['cache']}, "
         f"concurrency {doc['options']['concurrency']}): {len(doc['repeats'])} repeat(s), "
-        f"{human_bytes(doc['bytes'])} in {doc['files']} files")
+        f"{human_bytes(doc['bytes'])} in {doc['files']} file{'' if doc['files'] == 1 else 's'}")
     print_pick(doc.get("layout"))
     rto = doc["rto_stats"]
     say(f"  {'stage':8s} {'median s':>9s} {'min':>8s} {'max':>8s} {'share':>6s}")

@@ -88,3 +88,15 @@ def test_sysinfo_names_the_checkpoint_a_restore_of_the_folder_reads(ckpt, tmp_pa
     assert json.loads(run_cli("sysinfo", out, "--json").out)["checkpoint"] == "checkpoint-7"
     assert json.loads(run_cli("sysinfo", out / "checkpoint-7", "--json").out)["checkpoint"] is None
     assert "checkpoint               the source itself" in run_cli("sysinfo", out / "checkpoint-7").out
+
+
+def test_read_and_run_of_one_file_say_one_file(tmp_path):
+    import torch
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    torch.save({"w": torch.ones(4)}, ck / "model.pt")
+    r = run_cli("read", ck / "model.pt")
+    assert r.rc == 0 and " in 1 file: " in r.out.splitlines()[0], r.out
+    r = run_cli("run", ck, "--repeat", "1", "--results", "")
+    assert r.rc == 0 and r.out.splitlines()[0].endswith(" in 1 file"), r.out
