@@ -100,3 +100,15 @@ def test_read_and_run_of_one_file_say_one_file(tmp_path):
     assert r.rc == 0 and " in 1 file: " in r.out.splitlines()[0], r.out
     r = run_cli("run", ck, "--repeat", "1", "--results", "")
     assert r.rc == 0 and r.out.splitlines()[0].endswith(" in 1 file"), r.out
+
+
+def test_saves_free_space_check_says_sizes_in_their_own_unit(tmp_path):
+    """59428.5 MiB free beside 53.2 MiB needed: the free space in GiB, as every other size is said."""
+    import shutil
+
+    from ckptbench.core.units import human_bytes
+    from ckptbench.save.preflight import _free_space
+
+    check = _free_space(str(tmp_path), 53 << 20)
+    free = shutil.disk_usage(tmp_path).free
+    assert check.evidence.startswith(f"{human_bytes(free)} free, 53.0 MiB needed"), check.evidence
