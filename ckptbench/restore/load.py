@@ -301,8 +301,9 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
     if not floating:
         summary = "structural check, no model step: no floating tensors, so nothing was scanned for NaN/Inf"
     else:
-        summary = (f"structural check, no model step: {floating} floating tensors ({human_bytes(nbytes)}) scanned "
-                   f"natively for NaN/Inf{during}, "
+        tensors = f"{floating} floating tensor{'' if floating == 1 else 's'}"
+        summary = (f"structural check, no model step: {tensors} ({human_bytes(nbytes)}) scanned natively for "
+                   f"NaN/Inf{during}, "
                    f"{f'none found in {where}' if not bad else f'{len(bad)} with non-finite values'}{kept}")
     return CheckReport(not problems, count, {"weights": main_dtype(state)}, None, None, tuple(problems), True,
                        summary)

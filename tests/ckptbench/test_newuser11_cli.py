@@ -112,3 +112,19 @@ def test_saves_free_space_check_says_sizes_in_their_own_unit(tmp_path):
     check = _free_space(str(tmp_path), 53 << 20)
     free = shutil.disk_usage(tmp_path).free
     assert check.evidence.startswith(f"{human_bytes(free)} free, 53.0 MiB needed"), check.evidence
+
+
+def test_load_counts_one_small_file_and_one_tensor_as_one(tmp_path):
+    """load said "1 small files" (what they were, not at all) and "1 floating tensors"."""
+    import json
+
+    import torch
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    torch.save({"w": torch.ones(4)}, ck / "model.pt")
+    (ck / "config.json").write_text(json.dumps({"hidden": 4}))
+    r = run_cli("load", ck)
+    assert r.rc == 0, r.err
+    assert r.out.splitlines()[0].startswith("torch: 4 parameters float32, 1 small file read beside the tensors; "), r.out
+    assert "no model step: 1 floating tensor (16 B) scanned" in r.out, r.out
