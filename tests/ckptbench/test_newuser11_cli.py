@@ -128,3 +128,11 @@ def test_load_counts_one_small_file_and_one_tensor_as_one(tmp_path):
     assert r.rc == 0, r.err
     assert r.out.splitlines()[0].startswith("torch: 4 parameters float32, 1 small file read beside the tensors; "), r.out
     assert "no model step: 1 floating tensor (16 B) scanned" in r.out, r.out
+
+
+def test_two_cost_options_without_a_price_are_named_together(ckpt, tmp_path):
+    from clirun import assert_one_line_error
+
+    r = run_cli("run", ckpt("safetensors", 1), "--spot-discount", "0.7", "--restores-per-day", "4", "--results", "")
+    assert_one_line_error(r, "--spot-discount and --restores-per-day need --price-per-hour (the RTO's cost is "
+                             "priced from it): add --price-per-hour USD, or leave them out")
