@@ -136,3 +136,18 @@ def test_two_cost_options_without_a_price_are_named_together(ckpt, tmp_path):
     r = run_cli("run", ckpt("safetensors", 1), "--spot-discount", "0.7", "--restores-per-day", "4", "--results", "")
     assert_one_line_error(r, "--spot-discount and --restores-per-day need --price-per-hour (the RTO's cost is "
                              "priced from it): add --price-per-hour USD, or leave them out")
+
+
+@pytest.mark.parametrize("storage_gbps, small", [(4.0, True), (0.0001, False)])
+def test_a_sweep_over_a_floor_under_10_ms_says_its_knee_is_fixed_costs(ckpt, plant_floor, storage_gbps, small):
+    """A 35 KiB sweep recommended --concurrency 1 beside a floor note saying the efficiency says little."""
+    import json
+
+    from ckptbench.system.floor import FIXED_COSTS_S
+
+    folder = ckpt("safetensors", 1)
+    plant_floor(4.0, folder, storage_gbps)
+    doc = json.loads(run_cli("sweep", folder, "--levels", "1,2", "--repeat", "1", "--json").out)
+    assert (doc["floor_s"] < FIXED_COSTS_S) == small, doc["floor_s"]
+    last = run_cli("sweep", folder, "--levels", "1,2", "--repeat", "1").out.splitlines()[-1]
+    assert last.startswith("knee: ") and ("at this size the levels differ by fixed costs" in last) == small, last
