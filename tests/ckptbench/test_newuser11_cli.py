@@ -151,3 +151,15 @@ def test_a_sweep_over_a_floor_under_10_ms_says_its_knee_is_fixed_costs(ckpt, pla
     assert (doc["floor_s"] < FIXED_COSTS_S) == small, doc["floor_s"]
     last = run_cli("sweep", folder, "--levels", "1,2", "--repeat", "1").out.splitlines()[-1]
     assert last.startswith("knee: ") and ("at this size the levels differ by fixed costs" in last) == small, last
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_distributed_outside_torchrun_names_the_command_and_the_checkpoint(ckpt, monkeypatch, command):
+    """`sweep --distributed` outside torchrun was told to start `ckptbench run SOURCE --distributed`."""
+    from clirun import assert_one_line_error
+
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    folder = ckpt("safetensors", 1)
+    r = run_cli(command, folder, "--distributed", "--results", "")
+    assert_one_line_error(r, f": torchrun --nproc-per-node K -m ckptbench {command} {folder} --distributed")
