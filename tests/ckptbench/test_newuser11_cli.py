@@ -163,3 +163,26 @@ def test_distributed_outside_torchrun_names_the_command_and_the_checkpoint(ckpt,
     folder = ckpt("safetensors", 1)
     r = run_cli(command, folder, "--distributed", "--results", "")
     assert_one_line_error(r, f": torchrun --nproc-per-node K -m ckptbench {command} {folder} --distributed")
+
+
+def test_the_dashboards_auto_tune_knee_of_a_trainers_folder_is_the_one_check_finds(ckpt, tmp_path):
+    """The dashboard's auto-tune recorded its knee under the folder named, sweep under the checkpoint a resume loads
+    (out/checkpoint-7): check, which looks up the latter, found one of the two."""
+    import shutil
+
+    from ckptbench.checklist.facts import gather
+    from ckptbench.cli import ui
+    from ckptbench.restore.autotune import AutoTune
+    from ckptbench.restore.loop import Sample
+
+    out = tmp_path / "out"
+    for n in (3, 7):
+        shutil.copytree(ckpt("safetensors", 1), out / f"checkpoint-{n}")
+    tuner = AutoTune([1, 2, 4], settle_s=0, hold_s=1.0)
+    for c, gbps in ((1, 1.74), (2, 1.91), (4, 1.80)):
+        tuner.feed(Sample(c, c, 0, 0.0))
+        tuner.feed(Sample(c, c, int(gbps * 1e9), 1.0))
+    results = str(tmp_path / "R.csv")
+    assert ui.record_knee(results, tuner, str(out)) is None
+    knee = gather(str(out), results=results).knee
+    assert knee is not None and knee.knee == tuner.knee and knee.how.startswith("auto-tune"), knee
