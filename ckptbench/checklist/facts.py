@@ -170,8 +170,8 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
         f.sweep = res.to_json() | {"date": f.knee.date}
     elif results:
         # the checkpoint a resume loads, as sweep records it: a trainer's folder named here was no knee of its
-        # checkpoint-N that `sweep FOLDER --results` had just recorded
-        f.knee = recorded_knee(results, listing.source)
+        # checkpoint-N that `sweep FOLDER --results` had just recorded; else the folder's (an older auto-tune's)
+        f.knee = recorded_knee(results, listing.source) or recorded_knee(results, source)
     if floor:
         f.floor_facts = _floor_facts(f, src, listing, root, probe_cache, measure_floor)
     return f
