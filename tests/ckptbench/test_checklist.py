@@ -882,7 +882,7 @@ def test_readme_documents_check_and_its_json():
     assert "docs/reference.md" in (REPO / "README.md").read_text()
     text = " ".join((REPO / "docs" / "reference.md").read_text().split())
     assert "ckptbench check SOURCE" in text
-    assert ("`{source, items: [{id, title, verdict, evidence, why, fix}], summary: {ok, warn, fail, unknown}, ok}`"
+    assert ("`{source, layout, items: [{id, title, verdict, evidence, why, fix}], summary: {ok, warn, fail, unknown}, ok}`"
             in text)
     assert "exit status is 1 when an item fails" in text
 
