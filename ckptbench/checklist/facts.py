@@ -57,6 +57,8 @@ class Facts:
     floor_facts: efficiency.FloorFacts | None = None  # the floor and a short restore; None: not asked for
     results: str | None = None  # the results file knees and saves are read from: the advice names it
     headers: loads.Headers = field(default_factory=loads.Headers)  # read as inspect reads them: does it load
+    layout: dict | None = None  # which checkpoint of the folder was checked, and why (as run and inspect say it)
+    checkpoint: str | None = None  # its directory (the folder given, or the one chosen in it)
 
     @property
     def bytes(self) -> int:
@@ -105,7 +107,7 @@ def sweep_options():
 
 def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, quick_sweep: bool = False,
            environ: dict | None = None, probe_cache: bool = True, results: str | None = None,
-           floor: bool = False, measure_floor: bool = True) -> Facts:
+           floor: bool = False, measure_floor: bool = True, pick: str | None = None) -> Facts:
     """Reads every fact; each probe fails soft, so a missing one becomes 'unknown' in its item, not a crash.
     A source holding no checkpoint at all raises run's one line (bad input). With `floor` it also measures this
     box's floor (or reads it cached; only cached without `measure_floor`, as the dashboard, which never measures)
@@ -114,12 +116,13 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
 
     What differs between storage kinds comes from the source (its scheme, mount, page cache), never from a
     branch on the URL here."""
-    src = open_source(source)
+    src = open_source(source, pick)
     listing = src.list()
     headers = loads.read(src, listing)  # first: a directory with no checkpoint is refused before any probe
     man = listing.manifest
     paths = [f.path for f in listing.files] if src.files_on_disk else []
-    f = Facts(source=source, scheme=src.scheme, concurrency=concurrency, results=results or None, headers=headers)
+    f = Facts(source=source, scheme=src.scheme, concurrency=concurrency, results=results or None, headers=headers,
+              layout=listing.layout.describe() if listing.layout is not None else None, checkpoint=listing.source)
     if results:
         from ckptbench.plan.shape import measured_save
 
@@ -163,10 +166,12 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
 
         levels = sorted({1, 4, 8, 16, 32, concurrency})
         res = sweep(src, levels, repeats=1, cache="cold", opts=sweep_options())
-        f.knee = measured_knee(source, {lv: s["median"] for lv, s in res.gbps.items()}, "quick sweep")
+        f.knee = measured_knee(listing.source, {lv: s["median"] for lv, s in res.gbps.items()}, "quick sweep")
         f.sweep = res.to_json() | {"date": f.knee.date}
     elif results:
-        f.knee = recorded_knee(results, source)
+        # the checkpoint a resume loads, as sweep records it: a trainer's folder named here was no knee of its
+        # checkpoint-N that `sweep FOLDER --results` had just recorded; else the folder's (an older auto-tune's)
+        f.knee = recorded_knee(results, listing.source) or recorded_knee(results, source)
     if floor:
         f.floor_facts = _floor_facts(f, src, listing, root, probe_cache, measure_floor)
     return f

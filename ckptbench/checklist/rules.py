@@ -10,6 +10,7 @@ from ckptbench.checklist import fuse as checklist_fuse
 from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts, reason, unknown
 from ckptbench.checklist.mounts import mount_options, network_path
+from ckptbench.checkpoint.layouts import picked_name, picked_why
 from ckptbench.core import options as o
 from ckptbench.core.errors import name_source, printable, redact
 from ckptbench.core.paths import source_identity
@@ -303,11 +304,13 @@ def evaluate(f: Facts) -> list[Verdict]:
     return items
 
 
-def report(source: str, items: list[Verdict]) -> dict:
+def report(source: str, items: list[Verdict], layout: dict | None = None, named: str | None = None) -> dict:
+    """The checklist's document; `layout`: which checkpoint of the folder was checked and why; `named`: what each
+    fix's commands name where they say SOURCE (the checkpoint --pick chose: no fix command takes --pick), else
+    `source`."""
     counts = {v: sum(1 for i in items if i.verdict == v) for v in VERDICTS}
-    # each fix names this checkpoint where its commands say SOURCE
-    shown = [i.to_json() | {"fix": name_source(i.fix, source)} for i in items]
-    return {"source": source, "items": shown, "summary": counts, "ok": counts["fail"] == 0}
+    shown = [i.to_json() | {"fix": name_source(i.fix, named or source)} for i in items]
+    return {"source": source, "layout": layout, "items": shown, "summary": counts, "ok": counts["fail"] == 0}
 
 
 def evidence_text(key: str, value) -> str:
@@ -321,7 +324,10 @@ def evidence_line(evidence: dict) -> str:
 
 
 def markdown(doc: dict) -> str:
-    lines = [f"# ckptbench check: {doc['source']}", "",
+    lay = doc.get("layout") or {}
+    picked = [f"checked {picked_name(lay.get('root'), lay.get('tag'))} ({lay['name']}): "
+              f"{picked_why(lay.get('root'), lay.get('tag'), lay['why'])}", ""] if lay.get("why") else []
+    lines = [f"# ckptbench check: {doc['source']}", "", *picked,
              " · ".join(f"{k}: {v}" for k, v in doc["summary"].items()), "",
              "| item | verdict | evidence | fix |", "|---|---|---|---|"]
     for i in doc["items"]:

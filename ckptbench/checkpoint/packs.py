@@ -24,6 +24,7 @@ from ckptbench.checkpoint import manifest as mf
 from ckptbench.checkpoint.members import FILE_KINDS, pack_tables, refuse, safe_member, whole
 from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError, naming
+from ckptbench.core.paths import require_checkpoint_dir
 
 PACKED_KINDS = ("small",)  # shards and format metadata stay files: loaders such as DCP's open them by path
 # a folder holding one of these is a component a loader finds by name (diffusers' tokenizer/, scheduler/)
@@ -224,8 +225,7 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
     `target_files` packs and a manifest covering them; one line when the directory is empty or has none.
 
     Every entry is checked, and every source opened through confine, before OUT's staging directory exists."""
-    if not os.path.isdir(directory):
-        raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
+    require_checkpoint_dir(directory)
     if not 1 <= target_files <= 10000:
         raise CkptbenchError(f"--target-files must be 1..10000, got {target_files}")
     _check_out(directory, out)

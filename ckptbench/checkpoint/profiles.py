@@ -101,8 +101,17 @@ def load(name: str) -> Profile:
     """A profile by name, or by path to a .toml file; every field checked as input from elsewhere."""
     path = name if name.endswith(".toml") else os.path.join(PROFILES_DIR, "checkpoints", f"{name}.toml")
     if not os.path.isfile(path):
-        raise CkptbenchError(f"unknown profile {shown(repr(name), 120)}: choose one of {', '.join(available())} or a "
-                             ".toml path")
+        import difflib
+        import shlex
+
+        if os.path.isdir(name):  # `plan /fsx/ckpt`: sizes are read off a checkpoint on disk by inspect
+            raise CkptbenchError(f"{shown(name, 120)}: a directory, not a profile (one of {', '.join(available())} or a "
+                                 f".toml path); what a checkpoint on disk holds: `ckptbench inspect "
+                                 f"{shlex.quote(printable(name))}`")
+        near = difflib.get_close_matches(name.lower(), available(), 1)
+        guess = f"; did you mean {near[0]!r}?" if near else ""
+        raise CkptbenchError(f"unknown profile {shown(repr(name), 120)}{guess} (choose one of {', '.join(available())} "
+                             "or a .toml path)")
     doc = _doc(path)
     try:
         m, d, c = doc["model"], doc["dtypes"], doc["checkpoint"]

@@ -45,6 +45,8 @@ def cmd_sysinfo(args) -> int:
     for k, v in doc.items():  # the source's path, its mount's source and options: words from elsewhere
         if k == "source" and v is None:
             say(f"{k:24s} none: the mount below is the current directory's")
+        elif k == "checkpoint" and v is None:  # the folder is the checkpoint: nothing was chosen in it
+            say(f"{k:24s} the source itself")
         elif k != "floor":
             say(f"{k:24s} {shown_field(k, v)}")
     print_cached_floor(doc["floor"])

@@ -133,8 +133,10 @@ def cmd_load(args) -> int:
             ref = (f" ({len(out.verify.unlisted)} file(s) not in the manifest, so not verified: "
                    f"{out.verify.unlisted[0]})")
         kind = "structural check" if c.structural_only else "check"
-        say(f"{out.format}: {human_count(c.param_count)} parameters {c.dtypes['weights']}, {out.tail_files} small "
-            f"files; {kind} {'passed' if c.ok else 'FAILED'}{ref}")  # ref names an unlisted file
+        # the small files are those a trainer reads on resume beside the tensors ("1 small files" said neither)
+        tail = f"{out.tail_files} small file{'' if out.tail_files == 1 else 's'} read beside the tensors"
+        say(f"{out.format}: {human_count(c.param_count)} parameters {c.dtypes['weights']}, {tail}; "
+            f"{kind} {'passed' if c.ok else 'FAILED'}{ref}")  # ref names an unlisted file
         if not c.structural_only:  # what the check ran, as --json's finite_output and optimizer_step say it: the
             # line read the same with --optimizer-step as without, and where no optimizer state was there to step
             say(f"  {_what_ran(c, args.optimizer_step)}")

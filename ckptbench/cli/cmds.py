@@ -19,7 +19,8 @@ def _print_summary(report) -> None:
     r = report.result
     c = report.cache
     d = report.driven
-    print(f"read {human_bytes(r.bytes)} in {len(r.files)} files: {d.wall_s:.3f} s, {d.read_gbps:.2f} GB/s "
+    files = f"{len(r.files)} file{'' if len(r.files) == 1 else 's'}"  # "in 1 files" read as a typo
+    print(f"read {human_bytes(r.bytes)} in {files}: {d.wall_s:.3f} s, {d.read_gbps:.2f} GB/s "
           f"({r.read}, {r.hash}, concurrency {r.concurrency}, block {human_bytes(r.block_size)}); the reader alone "
           f"{d.engine_gbps:.2f} GB/s from first open to last byte")
     say(f"read path: {r.read} ({report.read_why})")  # a filesystem's refusal, in its words
@@ -208,19 +209,23 @@ def cmd_check(args) -> int:
     from ckptbench.checklist.rules import evaluate, evidence_line, markdown, report
     from ckptbench.checklist.facts import gather
 
+    from ckptbench.cli.show import print_pick
+
     facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results,
-                   floor=True)
+                   floor=True, pick=args.pick)
     # it changed the box: said, as watch and floor say it (an object store's files leave no page cache)
     if not args.json and not args.markdown and facts.page_cache:
         say(f"note: {args.source}'s files were read cold for the checklist: they have left the page cache (a job "
             "restoring from them now reads from storage)", sys.stderr)
-    doc = report(args.source, evaluate(facts))
+    lay = facts.layout
+    doc = report(args.source, evaluate(facts), lay, facts.checkpoint if args.pick else None)
     if args.json:
         _emit(doc)
     elif args.markdown:  # the evidence names the checkpoint's files, its mount, an endpoint: each line clean
         for line in markdown(doc).splitlines():
             say(line)
     else:
+        print_pick(lay, verb="checked")  # a folder of several checkpoints: which one the items are about
         marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "unknown": " ?  "}
         for item in doc["items"]:
             say(f"[{marks[item['verdict']]}] {item['title']}")

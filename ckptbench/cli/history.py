@@ -8,7 +8,7 @@ import os
 from ckptbench.cli.show import emit
 from ckptbench.core.errors import CkptbenchError, printable, redact, redact_all, shown
 from ckptbench.core.units import human_figure, human_pct
-from ckptbench.system.floor import OVER_FLOOR
+from ckptbench.system.floor import OVER_FLOOR, SHORT_FLOOR, says_little
 
 UNSEEN = "no checkpoint read seen: compare passes over it"
 # what a kind's time is called on its line
@@ -38,7 +38,8 @@ def run_line(r: dict) -> str:
     if r.get("held_s") is not None:  # the efficiency is over this: said beside the RTO, or the two do not divide
         took += f" ({human_figure(r['figure'], r['held_s'])} less the model's first step)"
     eff = "" if r["efficiency"] is None else f"  efficiency {human_pct(r['efficiency'])}" + (
-        " (over the floor: a ceiling measured low)" if r["efficiency"] > OVER_FLOOR else "")
+        " (over the floor: a ceiling measured low)" if r["efficiency"] > OVER_FLOOR else "") + (
+        f" ({SHORT_FLOOR})" if says_little(r.get("floor_s")) else "")
     words = FIGURE_WORDS.get(r["figure"], r["figure"]) + (" after the first save" if r.get("steady") else "")
     unit = "save" if r["kind"] == "save" else "repeat"  # a save run's are saves, as its cut-short line counts them
     repeats = f"{r['repeats']} {unit}{'' if r['repeats'] == 1 else 's'}" + (

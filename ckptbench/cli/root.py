@@ -127,7 +127,7 @@ COMMANDS = (
              o.RESULTS.but(help="where recorded knees (`sweep --results`, kept in PATH.jsonl) and saves are read "
                                 "from: the concurrency item advises from the newest knee, the write-side item from "
                                 "the newest save"),
-             (o.JSON, o.MARKDOWN))),
+             o.PICK, (o.JSON, o.MARKDOWN))),
     Command("plan", "sizes, files, save bandwidth and restore memory of a checkpoint profile; with --nodes, where a "
                     "restore on N nodes saturates the storage and its RTO floor", _lazy("cmd_plan"),
             (o.PROFILE, o.INTERVAL.but(help="checkpoint interval in seconds: the bandwidth it needs"), o.SCALE, o.NODES,

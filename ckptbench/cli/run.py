@@ -39,7 +39,7 @@ def print_run(doc: dict) -> None:
     the checkpoint's files (a name can hold a terminal escape) and a remote's errors (a URL)."""
     say(f"{doc['source']} ({doc['format']}, {doc['options']['mode']}, cache {doc['options']['cache']}, "
         f"concurrency {doc['options']['concurrency']}): {len(doc['repeats'])} repeat(s), "
-        f"{human_bytes(doc['bytes'])} in {doc['files']} files")
+        f"{human_bytes(doc['bytes'])} in {doc['files']} file{'' if doc['files'] == 1 else 's'}")
     print_pick(doc.get("layout"))
     rto = doc["rto_stats"]
     say(f"  {'stage':8s} {'median s':>9s} {'min':>8s} {'max':>8s} {'share':>6s}")
@@ -309,8 +309,15 @@ def _show_sweep(args, res) -> int:
         print(f"knee: none, the sweep was interrupted (a level read fewer times, or not at all, could move it"
               f"{missing}); run the sweep again for it")
     else:
+        # a floor under the fixed costs: the levels differ by opening files and starting threads, not by what the
+        # storage gives (a 35 KiB sweep recommended --concurrency 1, and check then advised it as measured)
+        from ckptbench.system.floor import says_little
+
+        small = says_little((res.floor or {}).get("floor_s"))
         print(f"knee: {res.knee} (smallest level within {human_pct(res.margin)} of the best, {res.best}); "
-              f"recommendation: --concurrency {res.knee}")
+              f"recommendation: --concurrency {res.knee}" + (
+                  "; at this size the levels differ by fixed costs, not by what the storage gives: sweep a "
+                  "checkpoint of tens of MiB or more before setting it" if small else ""))
     return rc
 
 

@@ -67,8 +67,10 @@ def check_cost_options(args) -> None:
         ("--restores-per-day", getattr(args, "restores_per_day", None), options.RESTORES_PER_DAY.default),
     ) if value is not None and value != default]
     if given:
-        raise CkptbenchError(f"{' and '.join(given)} price the RTO with --price-per-hour: add --price-per-hour USD, "
-                             f"or leave {'it' if len(given) == 1 else 'them'} out")
+        # "--spot-discount price the RTO with …" read as a broken sentence: say what each needs
+        raise CkptbenchError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --price-per-hour (the "
+                             f"RTO's cost is priced from it): add --price-per-hour USD, or leave "
+                             f"{'it' if len(given) == 1 else 'them'} out")
 
 
 def require_checkpoint(listing) -> None:

@@ -81,8 +81,11 @@ def record_knee(results_path: str | None, tuner, source: str) -> str | None:
 
     if not results_path:
         return None
+    from ckptbench.sources import open_source
+
     try:
-        record(results_path, tuner.result(source))
+        # under the checkpoint of the folder a restore reads, as `sweep --results` records it and check looks it up
+        record(results_path, tuner.result(open_source(source).list().source))
     except (CkptbenchError, OSError) as exc:
         return printable(redact(f"the knee was not recorded in {results_path}: {exc}"))
     return None

@@ -15,6 +15,22 @@ def _profiles_dir() -> str:
 PROFILES_DIR = _profiles_dir()
 
 
+def require_checkpoint_dir(where: str) -> None:
+    """One line when `where` is not a directory, the same from every command that takes one: a shard named in
+    place of its folder was "no such directory" from verify, load, pack and upload, though it is there."""
+    from ckptbench.core.errors import CkptbenchError
+
+    if not os.path.exists(where):
+        raise CkptbenchError(f"{where}: no such directory; point at a checkpoint directory")
+    if os.path.isfile(where):  # a new user's `run model.safetensors`: the folder is what a restore loads
+        import shlex
+
+        raise CkptbenchError(f"{where}: a file, not a directory; point at the checkpoint directory that "
+                             f"holds it ({shlex.quote(os.path.dirname(where) or '.')})")
+    if not os.path.isdir(where):
+        raise CkptbenchError(f"{where}: not a directory; point at a checkpoint directory")
+
+
 def new_file_beside(path: str, mode: int = 0o666) -> tuple[int, str]:
     """(fd, name) of a new file beside `path` under a name nobody could have planted a link at: random, created here
     (O_EXCL), never through a symlink (a predictable `results.csv.tmp-PID` or `floor.json.tmp-PID` linked to another

@@ -214,7 +214,7 @@ def run(source_url: str, opts, dopts: DistOptions, repeats: int, *, run_id: str,
     from ckptbench.distributed.stop import Under
     from ckptbench.distributed.summary import summarize
     source = _open(source_url, dopts)
-    world = group.join(opts.device, dopts.timeout_s)
+    world = group.join(opts.device, dopts.timeout_s, "run", source_url)
     try:
         errors: list[str] = []
         at, reps = Under(("run", 1)), []
@@ -292,7 +292,7 @@ def sweep(source_url: str, opts, dopts: DistOptions, levels: list[int], repeats:
     from ckptbench.restore.sweep import KNEE_MARGIN, knee
 
     source = _open(source_url, dopts)
-    world = group.join(opts.device, dopts.timeout_s)
+    world = group.join(opts.device, dopts.timeout_s, "sweep", source_url)
     at = stop.Under((f"sweep{levels[0]}", 1))
     try:
         errors: list[str] = []

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ckptbench.core.errors import CkptbenchError, shown
+from ckptbench.core.errors import CkptbenchError, name_source, shown
 
 _ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -222,13 +222,16 @@ def _torch_log_held():
                 os.write(2, held.read(1 << 20))
 
 
-def join(device: str, timeout_s: float) -> World:
+def join(device: str, timeout_s: float, command: str = "run", source: str | None = None) -> World:
     """This process's place in the group torchrun started: the process group (nccl for a CUDA device, gloo
-    otherwise) initialized with `timeout_s` on every collective, and the store the ranks talk through."""
+    otherwise) initialized with `timeout_s` on every collective, and the store the ranks talk through. Outside
+    torchrun, one line naming `command` and `source` as the user gave them (`sweep --distributed` was told to start
+    `ckptbench run SOURCE --distributed`)."""
     if not under_torchrun():
         missing = [k for k in _ENV if k not in os.environ]
+        how = name_source(f"`torchrun --nproc-per-node K -m ckptbench {command} SOURCE --distributed`", source)
         raise CkptbenchError(f"--distributed runs one process per rank under torchrun (missing {', '.join(missing)}"
-                             "): torchrun --nproc-per-node K -m ckptbench run SOURCE --distributed")
+                             f"): {how.strip('`')}")
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ckptbench.system.env import KEY_FIELDS
+from ckptbench.system.floor import says_little
 from ckptbench.core.errors import CkptbenchError, redact, shown
 from ckptbench.core.stages import STAGES
 from ckptbench.records.results import jsonl_path, read_documents, read_rows
@@ -277,6 +278,10 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
         eff = None if None in of_median else delta(
             "efficiency", [_efficiency(floors[baseline], t) for t in held[baseline]],
             [_efficiency(floors[newest], t) for t in held[newest]], True, threshold_pct, medians=of_median)
+        if eff is not None and any(says_little(floors[run]["floor_s"]) for run in (baseline, newest)):
+            # run says such an efficiency says little: it neither fails nor passes a CI job (the RTO's change,
+            # under its timer's grain, was "too small to matter" beside an efficiency REGRESSION)
+            eff = replace(eff, regression=False, improved=False, too_small=True)
         figures += [eff] if eff is not None else []
     env_b, env_n = base_rows[-1]["env"], new_rows[-1]["env"]
     diff = {k: (env_b.get(k), env_n.get(k)) for k in KEY_FIELDS if env_b.get(k) != env_n.get(k)}

@@ -58,10 +58,16 @@ def runs(path: str) -> list[dict]:
             "held_s": held if held is not None and held != figure_s else None,
             "steady": first_left_out,  # the first save left out (not a watch left with no time: it timed none)
             "efficiency": efficiency_of(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
+            "floor_s": _floor_s(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
             "status": statuses.pop() if len(statuses) == 1 else "mixed",
             "unseen": bool(done) and not ok,  # a watch of a job seen to read no checkpoint file
         } | life(lives.get(run_id), len(done)))
     return sorted(out, key=lambda r: r["date"]) if any(not rows for rows in grouped.values()) else out
+
+
+def _floor_s(doc: dict | None) -> float | None:
+    """The floor a run's efficiency is over, where it gave one."""
+    return measured("floor_s", doc.get("floor_s")) if efficiency_of(doc) is not None else None
 
 
 def _begun(started: dict) -> dict:
@@ -70,4 +76,4 @@ def _begun(started: dict) -> dict:
     text = {k: started.get(k) if isinstance(started.get(k), str) else "" for k in ("date", "source", "mode", "cache")}
     return {"run_id": started["run_id"], "kind": kind, **text, "repeats": 0, "cancelled": 0, "rto_s": None,
             "read_gbps": None, "figure": FIGURE_OF.get(kind, "rto_s"), "figure_s": None, "held_s": None,
-            "steady": False, "efficiency": None, "status": "unended", "unseen": False} | life(started, 0)
+            "steady": False, "efficiency": None, "floor_s": None, "status": "unended", "unseen": False} | life(started, 0)

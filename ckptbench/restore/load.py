@@ -15,6 +15,7 @@ from ckptbench.checkpoint import resume
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.paths import require_checkpoint_dir
 from ckptbench.checkpoint.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
 from ckptbench.checkpoint.model import GPT, build_on_meta, check_dims, master_optimizer, sample_batch
 from ckptbench.checkpoint.members import read_member
@@ -300,8 +301,9 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
     if not floating:
         summary = "structural check, no model step: no floating tensors, so nothing was scanned for NaN/Inf"
     else:
-        summary = (f"structural check, no model step: {floating} floating tensors ({human_bytes(nbytes)}) scanned "
-                   f"natively for NaN/Inf{during}, "
+        tensors = f"{floating} floating tensor{'' if floating == 1 else 's'}"
+        summary = (f"structural check, no model step: {tensors} ({human_bytes(nbytes)}) scanned natively for "
+                   f"NaN/Inf{during}, "
                    f"{f'none found in {where}' if not bad else f'{len(bad)} with non-finite values'}{kept}")
     return CheckReport(not problems, count, {"weights": main_dtype(state)}, None, None, tuple(problems), True,
                        summary)
@@ -329,8 +331,7 @@ def value_kind(group: str, name: str, t: torch.Tensor) -> str:
 
 
 def require_dir(directory: str) -> None:
-    if not os.path.isdir(directory):
-        raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
+    require_checkpoint_dir(directory)
 
 
 def main_dtype(state: CheckpointState) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ckptbench.system import fuse as fuse_probes
 from ckptbench.system import probes
+from ckptbench.core.units import human_bytes
 
 ESSENTIAL = ("rename", "free space")  # without these a save cannot be atomic, or cannot finish
 
@@ -121,7 +122,8 @@ def _free_space(target_dir: str, need_bytes: int) -> Check:
     except OSError as exc:
         return Check("free space", None, f"statvfs failed: {_why(exc)}", "a save may fail half way with ENOSPC",
                      "check the target's free space by hand")
-    evidence = f"{free / 2**20:.1f} MiB free, {need_bytes / 2**20:.1f} MiB needed (checkpoint × (keep + 1))"
+    # in one unit scaled to each (59428.5 MiB free beside 53.2 MiB needed was read a digit at a time)
+    evidence = f"{human_bytes(free)} free, {human_bytes(need_bytes)} needed (checkpoint × (keep + 1))"
     if free >= need_bytes:
         return Check("free space", True, evidence, "", "")
     return Check("free space", False, evidence, "a save fails half way with ENOSPC",

@@ -39,11 +39,17 @@ def open_targets(targets: list[str], pick: str | None = None) -> Source:
 
 
 def source_summary(source: str) -> dict:
-    """What the dashboard header shows about the source: files, bytes, where it lives, residency now."""
+    """What the dashboard header shows about the source: the checkpoint of the folder a restore reads (None when the
+    folder is the checkpoint), files, bytes, where it lives, residency now."""
     src = open_source(source)
     listing = src.list()
     residency = src.residency(listing)
-    return {"source": source, "files": len(listing.files), "bytes": listing.bytes,
+    lay = listing.layout.describe() if listing.layout is not None else {}
+    if lay.get("why"):  # a folder of several checkpoints: the one a restore of it reads, as run names it
+        from ckptbench.checkpoint.layouts import picked_name
+
+        lay["checkpoint"] = picked_name(lay.get("root"), lay.get("tag"))
+    return {"source": source, "checkpoint": lay.get("checkpoint"), "files": len(listing.files), "bytes": listing.bytes,
             "residency": residency if residency is not None else 0.0,
             "has_page_cache": src.has_page_cache, **src.describe()}
 

@@ -16,6 +16,7 @@ from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.checkpoint.detect import format_of
 from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.paths import require_checkpoint_dir
 from ckptbench.sources.base import Listing, ReadOptions
 
 
@@ -125,16 +126,7 @@ class LocalSource:
         if not self.targets:
             raise CkptbenchError("nothing to read: name a directory or files")
         if checkpoint:  # a restore needs one directory; say so before anything is read
-            where = self.targets[0]
-            if not os.path.exists(where):
-                raise CkptbenchError(f"{where}: no such directory; point at a checkpoint directory")
-            if os.path.isfile(where):  # a new user's `run model.safetensors`: the folder is what a restore loads
-                import shlex
-
-                raise CkptbenchError(f"{where}: a file, not a directory; point at the checkpoint directory that "
-                                     f"holds it ({shlex.quote(os.path.dirname(where) or '.')})")
-            if not os.path.isdir(where):
-                raise CkptbenchError(f"{where}: not a directory; point at a checkpoint directory")
+            require_checkpoint_dir(self.targets[0])
         self.url = self.targets[0] if len(self.targets) == 1 else ", ".join(self.targets)
         self.directory = self.targets[0] if len(self.targets) == 1 and os.path.isdir(self.targets[0]) else None
 

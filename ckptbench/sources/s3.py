@@ -11,6 +11,7 @@ from ckptbench.core import concurrency as conc
 from ckptbench.checkpoint import confine, tree
 from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError, printable, redact
+from ckptbench.core.paths import require_checkpoint_dir
 from ckptbench.sources import s3guard
 
 DEFAULT_PART = 8 << 20
@@ -336,8 +337,7 @@ def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_
     from boto3.s3.transfer import TransferConfig
     from botocore.exceptions import BotoCoreError, ClientError
 
-    if not os.path.isdir(directory):
-        raise CkptbenchError(f"{directory}: no such directory; point at a checkpoint directory")
+    require_checkpoint_dir(directory)
     skipped: list[tuple[str, str]] = []
     passed: list[tuple[str, str]] = []
     rels = tree.rels(directory, skipped, passed)

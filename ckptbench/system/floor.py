@@ -355,6 +355,13 @@ def _gone() -> str | None:
 
 
 FIXED_COSTS_S = 0.01  # a floor shorter than this is dwarfed by what it does not count (a 116 KiB restore read 0.1 %)
+# beside an efficiency over such a floor (history, the dashboard): run's note says it, these said the figure bare
+SHORT_FLOOR = f"a floor under {FIXED_COSTS_S * 1e3:.0f} ms: says little"
+
+
+def says_little(floor_s: float | None) -> bool:
+    """Whether an efficiency over `floor_s` is over a floor too short to tell a slow restore from fixed costs."""
+    return floor_s is not None and 0 < floor_s < FIXED_COSTS_S
 
 
 def over_floor(eff: float | None) -> str:

@@ -26,6 +26,8 @@ STORAGE_FIX = ("the storage is the limit: faster or striped storage, a local cac
 BOX_BOUND = {"storage": ("storage-bound", STORAGE_FIX),
              "network": ("network-bound", "the link is the limit: a closer endpoint, more bandwidth, or fewer bytes; "
                                           "`ckptbench check` lists the endpoint's settings")}
+# the classes a loader's rate against the storage's decides: a floor under the fixed costs leaves them undecided
+RATE_KINDS = ("storage-bound", "loader-cpu-bound", "loader-parallelism-bound", "fault-bound")
 RETRANS_BAD = 0.01
 MEMORY_BAD = 0.9
 
@@ -189,6 +191,8 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
     evidence = v.evidence | {k: floor.get(k) for k in ("floor_s", "efficiency", "binding", "binding_gbps", "binding_how")}
     said = floor_sentence(floor)
     eff, box = floor.get("efficiency"), BOX_BOUND.get(floor.get("binding") or "")
+    if fl.says_little(floor.get("floor_s")) and v.verdict in RATE_KINDS:
+        return _too_small(v, evidence, floor["floor_s"])
     if said and w.bytes and eff > fl.OVER_FLOOR:  # said: there is an efficiency
         return _over_floor(v, evidence, said, checkpoint_of(w))
     if said and w.bytes and eff >= AT_FLOOR and box and v.verdict.startswith("loader-"):
@@ -226,6 +230,17 @@ def document(w: WatchReport, files: list[str] | None = None, *, judge_it: bool =
         doc["storage"] = {"gbps": probe.gbps, "cache": probe.cache, "files": probe.files, "bytes": probe.bytes}
         doc["verdict"] = judge(w, probe, floor=floor).to_json()
     return doc
+
+
+def _too_small(v: Verdict, evidence: dict, floor_s: float) -> Verdict:
+    """No class of bottleneck for a checkpoint whose floor is under the fixed costs: what the job spent went to
+    opening files, parsing headers and its own start, not to the bytes (a 35 KiB checkpoint loaded by safetensors'
+    load_file was "loader-cpu-bound" at 0.2 % of the floor, told to load its shards in parallel)."""
+    return replace(v, verdict="unknown", evidence=evidence | {"too_small": True},
+                   why=f"the checkpoint is too small to judge its loader by: its floor, {floor_s * 1e3:.1f} ms, is "
+                       f"under the {fl.FIXED_COSTS_S * 1e3:.0f} ms that opening files, parsing headers and starting "
+                       f"threads take (the rates alone said {v.verdict}: {v.why})",
+                   fix="watch the restore of a checkpoint of tens of MiB or more")
 
 
 def _over_floor(v: Verdict, evidence: dict, said: str, source: str) -> Verdict:

@@ -726,7 +726,7 @@ def test_report_shape_is_stable(env):
     env.gpus = Unknown("nvidia-smi: No such file or directory")
     src = env.source("efs/ckpt", FORTY_GIB)
     doc = report(src, evaluate(env.gather("proc_fail", src)))
-    assert set(doc) == {"source", "items", "summary", "ok"}
+    assert set(doc) == {"source", "layout", "items", "summary", "ok"}
     assert doc["source"] == src
     assert [i["id"] for i in doc["items"]] == ["loads"] + RULE_IDS
     for i in doc["items"]:
@@ -816,7 +816,7 @@ def test_cli_check_json_on_the_real_system(tmp_path):
         (src / f"model-{i}.safetensors").write_bytes(os.urandom(64 * KIB))
     rc, out, err = run_cli("check", src, "--json")
     doc = json.loads(out)
-    assert set(doc) == {"source", "items", "summary", "ok"}
+    assert set(doc) == {"source", "layout", "items", "summary", "ok"}
     assert doc["source"] == str(src)
     assert [i["id"] for i in doc["items"]] == ["loads"] + RULE_IDS + ["efficiency"]
     assert all(set(i) == ITEM_KEYS and i["verdict"] in VERDICTS for i in doc["items"])
@@ -882,7 +882,7 @@ def test_readme_documents_check_and_its_json():
     assert "docs/reference.md" in (REPO / "README.md").read_text()
     text = " ".join((REPO / "docs" / "reference.md").read_text().split())
     assert "ckptbench check SOURCE" in text
-    assert ("`{source, items: [{id, title, verdict, evidence, why, fix}], summary: {ok, warn, fail, unknown}, ok}`"
+    assert ("`{source, layout, items: [{id, title, verdict, evidence, why, fix}], summary: {ok, warn, fail, unknown}, ok}`"
             in text)
     assert "exit status is 1 when an item fails" in text
 

@@ -21,8 +21,8 @@ def ckpt(tmp_path_factory) -> str:
     ("floor", ("--s3-client", "crt"), "--s3-client crt: only for an s3:// source"),
     ("run", ("--part-size", "1048576", "--repeat", "1"), "--part-size 1048576: only for an s3:// source"),
     ("read", ("--s3-client", "crt"), "--s3-client crt: only for an s3:// source"),
-    ("run", ("--spot-discount", "0.7", "--repeat", "1"), "--spot-discount price the RTO with --price-per-hour"),
-    ("run", ("--restores-per-day", "4", "--repeat", "1"), "--restores-per-day price the RTO"),
+    ("run", ("--spot-discount", "0.7", "--repeat", "1"), "--spot-discount needs --price-per-hour (the RTO's cost is priced from it)"),
+    ("run", ("--restores-per-day", "4", "--repeat", "1"), "--restores-per-day needs --price-per-hour"),
 ], ids=["floor-client", "run-part-size", "read-client", "spot", "restores-per-day"])
 def test_an_option_the_source_or_settings_would_ignore_is_refused(ckpt, tmp_path, cmd, extra, needle):
     results = ("--results", str(tmp_path / "R.csv")) if cmd == "run" else ()

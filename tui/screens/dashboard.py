@@ -150,10 +150,13 @@ class Dashboard(LoopMode):
             self.query_one("#source", Static).update(Content.from_markup(
                 f"[b]$source[/b]  ·  [b red]{said}[/]: $why", source=s["source"], why=why))
             return
+        # the checkpoint of the folder a restore reads, as run says "restored checkpoint-10": the header named the
+        # folder alone, and its count was the chosen checkpoint's
+        picked = " → [b]$picked[/b]" if s.get("checkpoint") else ""
         self.query_one("#source", Static).update(Content.from_markup(
-            f"[b]$source[/b]  $fs on $mount  ·  {s['files']} file{'' if s['files'] == 1 else 's'}, "
+            f"[b]$source[/b]{picked}  $fs on $mount  ·  {s['files']} file{'' if s['files'] == 1 else 's'}, "
             f"{human_bytes(s['bytes'])}  ·  page-cache residency {human_pct(s['residency'])}",
-            source=s["source"], fs=s["fs_type"], mount=s["mount_point"]))
+            source=s["source"], picked=s.get("checkpoint") or "", fs=s["fs_type"], mount=s["mount_point"]))
 
     def show_settings(self, live: int | None = None) -> None:
         """The settings line; while a read runs, the concurrency is the one the read itself reports."""

@@ -29,12 +29,13 @@ def efficiency_cell(run: dict) -> str:
     a save's until durable), that time is named, or the two would not divide."""
     from ckptbench.cli.history import FIGURE_WORDS
     from ckptbench.core.units import human_figure, human_pct
-    from ckptbench.system.floor import OVER_FLOOR
+    from ckptbench.system.floor import OVER_FLOOR, SHORT_FLOOR, says_little
 
     eff = run["efficiency"]
     if eff is None:
         return "-"
-    out = human_pct(eff) + (" (over the floor: a ceiling measured low)" if eff > OVER_FLOOR else "")
+    out = human_pct(eff) + (" (over the floor: a ceiling measured low)" if eff > OVER_FLOOR else "") + (
+        f" ({SHORT_FLOOR})" if says_little(run.get("floor_s")) else "")
     if run.get("held_s") is not None:
         out += f" of {human_figure(run['figure'], run['held_s'])} (the RTO less the model's first step)"
     elif run["figure"] != "rto_s" and run["figure_s"] is not None:

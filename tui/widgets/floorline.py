@@ -50,6 +50,8 @@ def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int |
             out.append(f" · {human_pct(met['efficiency'])} of the box as this run met it (fresh memory "
                        f"{met['fresh_gbps_per_core']:.2f} GB/s a core, the floor's "
                        f"{met['floor_fresh_gbps_per_core']:.2f})", style="dim")
+        if fl.says_little(fields["floor_s"]):  # as run's note says it: opening files and threads outweigh the bytes
+            out.append(f" · {fl.SHORT_FLOOR}", style="dim")
         if done > fl.OVER_FLOOR:  # as run and read say it: a ceiling measured low, not a restore past the box
             out.append(name_source(" · over the floor: a ceiling measured low; `ckptbench floor SOURCE --remeasure`",
                                    source), style="yellow")
