@@ -55,9 +55,11 @@ class CkptbenchApp(App):
 
     def __init__(self, source: str | None, opts: RunOptions | None = None, *, results_path: str = "results.csv",
                  autostart: bool | str = False,  # True: a restore at once; "loop": loop mode at once
-                 ranks: dict | None = None):  # a distributed run document: its lanes open at once
+                 ranks: dict | None = None,  # a distributed run document: its lanes open at once
+                 pick: str | None = None):  # which checkpoint of a folder holding several (--pick)
         super().__init__()
         self.ranks = ranks
+        self.pick = pick
         self.source = source
         self.opts = opts or RunOptions()
         self.results_path = results_path
@@ -86,7 +88,7 @@ class CkptbenchApp(App):
             return None
         self.source_seen = source_signature(self.source)
         try:
-            return source_summary(self.source)
+            return source_summary(self.source, self.pick)
         except (CkptbenchError, OSError) as exc:
             state = "gone" if self.source_seen is False else "unlisted" if _holds_files(self.source) else "empty"
             return {"source": self.source, "state": state, "problem": printable(redact(str(exc)))}
@@ -107,8 +109,14 @@ class CkptbenchApp(App):
     def new_session(self):
         from ckptbench.restore.session import RestoreSession
 
-        self.session = RestoreSession(self.source, self.opts, results_path=self.results_path)
+        self.session = RestoreSession(self.source, self.opts, results_path=self.results_path, pick=self.pick)
         return self.session
+
+    def open_source(self):
+        """The source as every screen reads it: the folder, and which of its checkpoints (--pick)."""
+        from ckptbench.sources import open_source
+
+        return open_source(self.source, self.pick)
 
     def set_concurrency(self, n: int) -> int | None:
         """The concurrency the next run starts with; returns what the running read now reports, or None

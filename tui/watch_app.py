@@ -13,10 +13,10 @@ class WatchApp(App):
     BINDINGS = [("q", "quit", "Quit")]
 
     def __init__(self, pid: int, *, proc=None, marks: str | None = None, interval: float = 0.25,
-                 source: str | None = None):
+                 source: str | None = None, pick: str | None = None):
         super().__init__()
-        self.screen_args = (pid, proc, marks, interval, source)
+        self.screen_args = (pid, proc, marks, interval, source, pick)
 
     def on_mount(self) -> None:
-        pid, proc, marks, interval, source = self.screen_args
-        self.push_screen(WatchScreen(pid, proc=proc, marks=marks, interval=interval, source=source))
+        pid, proc, marks, interval, source, pick = self.screen_args
+        self.push_screen(WatchScreen(pid, proc=proc, marks=marks, interval=interval, source=source, pick=pick))

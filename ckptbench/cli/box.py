@@ -21,8 +21,10 @@ def cmd_sysinfo(args) -> int:
     from ckptbench.system import floor as fl
     from ckptbench.system.live import SystemSampler
 
+    if args.pick is not None and args.source is None:
+        raise CkptbenchError("--pick chooses among the checkpoints of the folder SOURCE names: give SOURCE too")
     # without SOURCE, the box's figures and the current directory's mount: the system panel needs no checkpoint
-    where = open_source(args.source).describe() if args.source is not None else {}
+    where = open_source(args.source, args.pick).describe() if args.source is not None else {}
     sampler = SystemSampler(args.source if args.source is not None else ".")
     sampler.sample()
     time.sleep(0.5)  # rates need two samples
@@ -30,7 +32,7 @@ def cmd_sysinfo(args) -> int:
     if args.source is None:
         sampled["source"] = None
         where = {"fs_type": sampled["fs_type"], "mount_point": sampled["mount_point"]}
-    summary = source_summary(args.source) if args.source is not None else {}
+    summary = source_summary(args.source, args.pick) if args.source is not None else {}
     doc = summary | sampled | where  # the sampler sees no mount behind an s3:// URL
     if "mount_options" in doc:
         from ckptbench.system.probes import options_once

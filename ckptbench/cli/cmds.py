@@ -361,6 +361,9 @@ def cmd_upload(args) -> int:
 def cmd_tui(args) -> int:
     from ckptbench.cli.ui import run_app
 
+    if args.pick is not None and args.source is None:
+        raise CkptbenchError("--pick chooses among the checkpoints of the folder SOURCE names: give SOURCE too")
+
     if args.watch is not None:
         from ckptbench.system import procstat
 
@@ -368,18 +371,18 @@ def cmd_tui(args) -> int:
         if args.source is not None:  # `tui SOURCE --watch PID`: SOURCE is the checkpoint the job restores
             from ckptbench.watch.verdict import source_files
 
-            source_files(args.source)  # a bad one is one line here, as `watch --source` says it
-        return run_app("watch", args.watch, source=args.source)
+            source_files(args.source, args.pick)  # a bad one is one line here, as `watch --source` says it
+        return run_app("watch", args.watch, source=args.source, pick=args.pick)
     if args.source is not None:
         from ckptbench.cli.settings import require_checkpoint
         from ckptbench.sources import open_source
 
         # a bad path, or one that holds no checkpoint, is one line here (run's), not an error inside the UI
-        require_checkpoint(open_source(args.source).list())
+        require_checkpoint(open_source(args.source, args.pick).list())
     ranks = None
     if args.ranks:
         from ckptbench.distributed.history import newest_dist_run
 
         ranks = newest_dist_run(args.results)  # none on record: one line here, not an empty screen
     return run_app("dashboard", args.source, results_path=args.results,
-                   autostart="loop" if args.loop else args.run, ranks=ranks)
+                   autostart="loop" if args.loop else args.run, ranks=ranks, pick=args.pick)

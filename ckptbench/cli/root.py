@@ -96,7 +96,9 @@ COMMANDS = (
     Command("watch", "watch a restore ckptbench did not start: live figures, phases, a verdict",
             _lazy("cmd_watch", "watch"),
             (o.WATCHED, o.MATCH, o.SAMPLE_INTERVAL, o.NO_VERDICT,
-             o.RESULTS.but(help="where the watch is recorded (kind watch)"), o.WATCH_SOURCE, (o.JSON, o.TUI)),
+             o.RESULTS.but(help="where the watch is recorded (kind watch)"), o.WATCH_SOURCE,
+             o.PICK.but(help="with --source: which checkpoint of a folder that holds several the job restores (a "
+                             "sub-folder or a file name, as run's --pick)"), (o.JSON, o.TUI)),
             description="ckptbench watch PID | --match PATTERN | [--] COMMAND ...", job_follows=True),
     Command("inspect", "what a checkpoint holds and what restoring it will do (headers only)",
             _lazy("cmd_inspect", "checkpoints"),
@@ -163,12 +165,12 @@ COMMANDS = (
                                   "least)"))),
     Command("tui", "the live dashboard: restore, concurrency by eye, checklist, sweep, history", _lazy("cmd_tui"),
             (o.SOURCE.but(nargs="?", help="a checkpoint directory on any mount, or an s3:// URL (optional: the "
-                                          "dashboard opens without one)"), o.RESULTS, (o.START_RUN, o.START_LOOP, o.START_WATCH, o.OPEN_RANKS))),
+                                          "dashboard opens without one)"), o.RESULTS, o.PICK, (o.START_RUN, o.START_LOOP, o.START_WATCH, o.OPEN_RANKS))),
     Command("demo", "generate the small sample checkpoint (once) and restore it live in the TUI", _lazy("cmd_demo"),
             (o.DEMO_DIR, o.HEADLESS, o.SCALE.but(help="resize the sample (default: the small profile)"), o.DEMO_S3)),
     Command("sysinfo", "the dashboard's system figures, headless", _lazy("cmd_sysinfo", "box"),
             (o.SOURCE.but(nargs="?", help="a checkpoint directory on any mount, or an s3:// URL (optional: without "
-                                          "one, the box's figures and the current directory's mount)"), o.JSON)),
+                                          "one, the box's figures and the current directory's mount)"), o.JSON, o.PICK)),
     Command("floor", "what this box can physically do for a restore (storage, fresh memory, copy, hashing, scanning), "
                      "measured in seconds and cached per box; with SOURCE, that checkpoint's floor (its files "
                      "are read cold when its mount's storage figure is measured: they leave the page cache)",

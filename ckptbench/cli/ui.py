@@ -27,7 +27,8 @@ def has_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict | None = None) -> dict | None:
+def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict | None = None,
+                  pick: str | None = None) -> dict | None:
     """A restore of `source` with `opts` held against this box's floor (restore/efficiency.py: from the figures
     `ckptbench floor` cached, never measured here, as that would evict the checkpoint), plus `bytes_read`. Before a
     run, the cache condition is `opts.cache` (as-is: the residency in `info`, the source's summary); with `doc`, a
@@ -50,7 +51,7 @@ def restore_floor(source: str | None, opts, info: dict | None = None, doc: dict 
     if source is None:
         return None
     try:
-        src = open_source(source)
+        src = open_source(source, pick)
         listing = src.list()
     except (CkptbenchError, OSError):
         return None
@@ -73,7 +74,7 @@ def efficiency(fields: dict | None, measured_s: float | None) -> float | None:
     return fl.efficiency((fields or {}).get("floor_s"), measured_s)
 
 
-def record_knee(results_path: str | None, tuner, source: str) -> str | None:
+def record_knee(results_path: str | None, tuner, source: str, pick: str | None = None) -> str | None:
     """An auto-tune's knee on record in `results_path`, where the checklist's concurrency advice finds it (one truth
     for advice, as `sweep --results`); the line to show when it could not be recorded, else None."""
     from ckptbench.core.errors import CkptbenchError, printable, redact
@@ -85,7 +86,7 @@ def record_knee(results_path: str | None, tuner, source: str) -> str | None:
 
     try:
         # under the checkpoint of the folder a restore reads, as `sweep --results` records it and check looks it up
-        record(results_path, tuner.result(open_source(source).list().source))
+        record(results_path, tuner.result(open_source(source, pick).list().source))
     except (CkptbenchError, OSError) as exc:
         return printable(redact(f"the knee was not recorded in {results_path}: {exc}"))
     return None

@@ -125,7 +125,9 @@ def cmd_watch(args) -> int:
     from ckptbench.watch import sampler as watch
 
     watch.check_interval(args.interval)  # the arguments first: `watch 1 --interval 0` said /proc/1/io was unreadable
-    files, total = verdict.source_files(args.source)  # a bad --source is one line before anything starts
+    if args.pick is not None and not args.source:
+        raise CkptbenchError("--pick chooses among the checkpoints of the folder --source names: give --source DIR too")
+    files, total = verdict.source_files(args.source, args.pick)  # a bad --source is one line before anything starts
     if args.results:
         from ckptbench.records.results import check_writable
 
@@ -135,7 +137,7 @@ def cmd_watch(args) -> int:
         from ckptbench.cli.ui import run_app
 
         try:
-            run_app("watch", pid, proc=proc, marks=marks, interval=args.interval, source=args.source)
+            run_app("watch", pid, proc=proc, marks=marks, interval=args.interval, source=args.source, pick=args.pick)
         finally:
             if marks:
                 os.unlink(marks)

@@ -22,8 +22,10 @@ from ckptbench.sources import open_source
 
 
 class RestoreSession:
-    def __init__(self, source: str, opts: pipeline.RunOptions, *, results_path: str | None = "results.csv"):
+    def __init__(self, source: str, opts: pipeline.RunOptions, *, results_path: str | None = "results.csv",
+                 pick: str | None = None):
         self.source = source
+        self.pick = pick  # which checkpoint of a folder holding several (open_source)
         self.opts = opts
         self.results_path = results_path
         self.cancel_event = threading.Event()
@@ -88,7 +90,7 @@ class RestoreSession:
         try:
             if self.results_path:
                 results.check_writable(self.results_path)  # before the restore, not after it
-            src = open_source(self.source)
+            src = open_source(self.source, self.pick)
             listing = src.list()
             recorder = Recorder(self.results_path, uuid.uuid4().hex[:12], self.source, listing.format, self.opts,
                                 envmod.snapshot(self.source))

@@ -38,10 +38,10 @@ def open_targets(targets: list[str], pick: str | None = None) -> Source:
     return LocalSource(targets, pick=pick)
 
 
-def source_summary(source: str) -> dict:
+def source_summary(source: str, pick: str | None = None) -> dict:
     """What the dashboard header shows about the source: the checkpoint of the folder a restore reads (None when the
-    folder is the checkpoint), files, bytes, where it lives, residency now."""
-    src = open_source(source)
+    folder is the checkpoint), files, bytes, where it lives, residency now; `pick` as open_source's."""
+    src = open_source(source, pick)
     listing = src.list()
     residency = src.residency(listing)
     lay = listing.layout.describe() if listing.layout is not None else {}

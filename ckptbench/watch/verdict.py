@@ -207,13 +207,14 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
     return replace(v, evidence=evidence, why=f"{said}; {v.why}" if said and w.bytes else v.why)
 
 
-def source_files(source: str | None) -> tuple[list[str], int | None]:
-    """The checkpoint the job restores, when named: its files (what the verdict reads) and its size (the ETA)."""
+def source_files(source: str | None, pick: str | None = None) -> tuple[list[str], int | None]:
+    """The checkpoint the job restores, when named (`pick`: which of a folder's several): its files (what the
+    verdict reads) and its size (the ETA)."""
     if not source:
         return [], None
     from ckptbench.sources import open_source
 
-    listing = open_source(source).list()
+    listing = open_source(source, pick).list()
     return [f.path for f in listing.files], listing.bytes
 
 

@@ -61,11 +61,11 @@ class ChecklistScreen(Screen):
         try:
             facts = gather(self.app.source, concurrency=self.app.opts.concurrency,
                            results=self.app.results_path or None,  # a knee or save on record is advice's truth
-                           probe_cache=not in_use, floor=True, measure_floor=False)
+                           probe_cache=not in_use, floor=True, measure_floor=False, pick=self.app.pick)
         except CkptbenchError as exc:
             self.post_message(WorkFailed(printable(redact(str(exc)))))
             return
-        doc = report(self.app.source, evaluate(facts))
+        doc = report(self.app.source, evaluate(facts), facts.layout, facts.checkpoint if self.app.pick else None)
         for i, item in enumerate(doc["items"]):
             if only is None or i == only:
                 self.post_message(ChecklistItem(i, item))
@@ -82,7 +82,7 @@ class ChecklistScreen(Screen):
                 from ckptbench.checklist.rules import report
                 from ckptbench.core.verdicts import Verdict
 
-                self.doc = report(self.app.source, [Verdict(**x) for x in self.items])
+                self.doc = report(self.app.source, [Verdict(**x) for x in self.items], self.doc.get("layout"))
             table.update_cell_at((msg.index, 0), row[0])
             self.show(msg.index)
         else:

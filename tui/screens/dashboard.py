@@ -254,13 +254,14 @@ class Dashboard(LoopMode):
             # thread, in the run's own worker (one more thread would outlive it in the executor's pool)
             run = session.current
             self.post_message(RunFinished(doc, self.app.measure_source(),
-                                          ui.restore_floor(self.app.source, session.opts, self.app.source_info, doc),
+                                          ui.restore_floor(self.app.source, session.opts, self.app.source_info, doc,
+                                                          self.app.pick),
                                           run.listing if run is not None else None))
 
     @work(thread=True, exclusive=True, group="floor", exit_on_error=False)
     def look_up_floor(self) -> None:
         """The floor for the source and settings from the box's cached figures (it lists the source: a worker)."""
-        fields = ui.restore_floor(self.app.source, self.app.opts, self.app.source_info)
+        fields = ui.restore_floor(self.app.source, self.app.opts, self.app.source_info, pick=self.app.pick)
         if fields is not None and not get_current_worker().is_cancelled:
             self.post_message(FloorKnown(fields))
 
@@ -291,10 +292,9 @@ class Dashboard(LoopMode):
     def list_source(self) -> None:
         """The source's listing, for what the settings line says the verify stage checks (listing: a worker)."""
         from ckptbench.core.errors import CkptbenchError
-        from ckptbench.sources import open_source
 
         try:
-            listing = open_source(self.app.source).list()
+            listing = self.app.open_source().list()
         except (CkptbenchError, OSError):
             return  # the option alone is said; a run says why the source cannot be listed
         if not get_current_worker().is_cancelled:

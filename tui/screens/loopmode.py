@@ -39,7 +39,7 @@ class LoopMode(Screen):
         if self.running:
             self.notify("a restore is running: loop once it ends", severity="warning")
             return False
-        self.loop = ReadLoop.for_run(self.app.source, self.app.opts)
+        self.loop = ReadLoop.for_run(self.app.open_source(), self.app.opts)
         self.begin(LIST, "loop: list and read, no verify or load", LOOP_STAGES, looping=True)
         self.read_loop(self.loop)
         return True
@@ -63,7 +63,7 @@ class LoopMode(Screen):
     def tuned(self, tuner, level) -> None:
         """On the loop's thread: the knee goes on record (where the checklist's advice finds it), then to the
         screen."""
-        error = ui.record_knee(self.app.results_path, tuner, self.app.source)
+        error = ui.record_knee(self.app.results_path, tuner, self.app.source, self.app.pick)
         if error:
             self.app.call_from_thread(self.notify, error, severity="warning", markup=False)
         self.post_message(TuneDone(level.concurrency, level.gbps))

@@ -59,7 +59,7 @@ class SweepScreen(Screen):
         try:
             # the dashboard's read settings (auto unless `e` changed it), hash none: what `ckptbench sweep` reads with
             opts = self.app.opts.read_options("none")
-            res = sweep(self.app.source, LEVELS, repeats=1, cache="cold", opts=opts, cancel=cancel,
+            res = sweep(self.app.open_source(), LEVELS, repeats=1, cache="cold", opts=opts, cancel=cancel,
                         progress=lambda lv, g: cancel.is_set() or self.post_message(SweepPoint(lv, g)))
             if self.app.results_path:  # the checklist advises from this knee, as from the CLI's sweep
                 record_knee(self.app.results_path, measured_knee(

@@ -51,10 +51,11 @@ class WatchScreen(Screen):
     ]
 
     def __init__(self, pid: int, *, proc=None, marks: str | None = None, interval: float = 0.25,
-                 source: str | None = None):
+                 source: str | None = None, pick: str | None = None):
         super().__init__()
         self.pid, self.proc, self.marks, self.interval = pid, proc, marks, interval
         self.source = source  # the checkpoint the job restores (--source): its files count whatever their names
+        self.pick = pick  # which of the folder's checkpoints (--pick): the one the verdict reads
         self.cancel = threading.Event()
         self.phases: dict[str, float] = {}
 
@@ -89,7 +90,7 @@ class WatchScreen(Screen):
         try:
             report = watch.Watch(self.pid, interval=self.interval, cancel=self.cancel, on_interval=sampled,
                                  proc=self.proc, marks_path=self.marks, source=self.source).run()
-            doc = verdict.document(report, verdict.source_files(self.source)[0])
+            doc = verdict.document(report, verdict.source_files(self.source, self.pick)[0])
         except CkptbenchError as exc:
             self.post_message(WatchFailed(printable(redact(str(exc)))))
             return
