@@ -355,7 +355,7 @@ def _first_tensor(attr: str, value):
     (_first_storage("length", "9"), "length 9"),
     (_first_storage("offset", 10 ** 12), "past the"),
     (_every_storage("relative_path", "missing.distcp"), "missing.distcp"),
-    (_every_storage("relative_path", 7), "path '7'"),
+    (_every_storage("relative_path", 7), "has path 7,"),
     (lambda m: setattr(m, "state_dict_metadata", [1]), "state_dict_metadata"),
     (lambda m: setattr(m, "storage_data", None), "storage_data"),
     (lambda m: setattr(m, "storage_meta", 5), "storage_meta"),
