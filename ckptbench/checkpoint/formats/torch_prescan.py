@@ -116,6 +116,41 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
     def __init__(self, data: bytes, where: str, members: dict[str, int] | None):
         super().__init__(io.BytesIO(data), encoding="utf-8")
         self.where, self.members, self.storages = where, members, {}
+        # a key's hash walks its tuples whole, a tuple held twice twice: 1.2 KB of tuples nesting one tuple twice at
+        # each of 40 levels took hours to hash, in this dry run and again in torch's load
+        self.hash_budget, self.costs = 4 * len(data) + (1 << 20), {}
+
+    def _hash_cost(self, k) -> int:
+        """The steps hashing `k` takes (tuples walked whole), each tuple costed once: it cannot change."""
+        if type(k) not in (tuple, frozenset):
+            return 1
+        hit = self.costs.get(id(k))
+        if hit is None:
+            hit = self.costs[id(k)] = (k, 1 + sum(self._hash_cost(c) for c in k))  # k held: its id stays its own
+        return hit[1]
+
+    def _keys(self, keys) -> None:
+        for k in keys:
+            self.hash_budget -= self._hash_cost(k)
+            if self.hash_budget < 0:
+                raise FormatError(f"{self.where}: its pickle's keys are tuples holding the same tuples so often that "
+                                  f"hashing them would take more steps than the file has bytes many times over; "
+                                  f"{_CRAFTED}")
+
+    def load_setitem(self):
+        self._keys(self.stack[-2:-1])
+        super().load_setitem()
+
+    def load_setitems(self):
+        self._keys(self.stack[::2])  # since the MARK, the stack holds only the items
+        super().load_setitems()
+
+    def load_dict(self):
+        self._keys(self.stack[::2])
+        super().load_dict()
+
+    def load_sets(self):
+        self._keys(self.stack)
 
     def find_class(self, module: str, name: str):
         module = "builtins" if module == "__builtin__" else module  # protocol 2 writes Python 2's name, as torch maps
@@ -144,6 +179,11 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
 
 _DryRun.dispatch = dict(pickle._Unpickler.dispatch)
 _DryRun.dispatch[pickle.NEWOBJ[0]] = lambda self: self.stack.append(self.stack.pop(-2)(*self.stack.pop()))
+_DryRun.dispatch[pickle.SETITEM[0]] = _DryRun.load_setitem
+_DryRun.dispatch[pickle.SETITEMS[0]] = _DryRun.load_setitems
+_DryRun.dispatch[pickle.DICT[0]] = _DryRun.load_dict
+_DryRun.dispatch[pickle.ADDITEMS[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_additems(self))
+_DryRun.dispatch[pickle.FROZENSET[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_frozenset(self))
 
 
 def check(data: bytes, where: str, members: dict[str, int] | None, budget: int | None = None) -> None:

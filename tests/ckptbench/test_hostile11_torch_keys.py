@@ -1,0 +1,70 @@
+"""A torch.save pickle whose dict key is a tuple nesting the same tuple twice at each level costs 2**levels to hash:
+1.2 KB at 40 levels held inspect, run and load for hours, first in ckptbench's dry run of the pickle and again in
+torch's weights_only unpickler, before any check of what it holds. The dry run now costs each key's hash from the
+tuples it holds (each tuple once) and refuses a pickle whose keys would take more steps than its bytes allow; a DCP
+byte entry or chunk read into memory gets the same dry run before torch.load (it had none): such an entry is kept
+as its raw bytes, never unpickled."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import zipfile
+
+import torch
+from clirun import run_cli
+
+from ckptbench.checkpoint.formats.state import RawBytes
+
+P = pickle
+
+
+def _dag_key_pickle(levels: int) -> bytes:
+    """{'j': None, t: None}, t = (t', t') nested `levels` deep, in the opcodes torch's weights_only unpickler
+    takes (no MEMOIZE, no POP): the tuples are built in a list under 'j', which is then replaced."""
+    def put(i):
+        return P.LONG_BINPUT + struct.pack("<I", i)
+
+    def get(i):
+        return P.LONG_BINGET + struct.pack("<I", i)
+
+    j = P.BINUNICODE + struct.pack("<I", 1) + b"j"
+    out = P.PROTO + b"\x02" + P.EMPTY_DICT + j + P.EMPTY_LIST + P.EMPTY_TUPLE + put(0) + P.APPEND
+    for i in range(levels):
+        out += get(i) + get(i) + P.TUPLE2 + put(i + 1) + P.APPEND
+    return out + P.SETITEM + j + P.NONE + P.SETITEM + get(levels) + P.NONE + P.SETITEM + P.STOP
+
+
+def _torch_bytes(pkl: bytes) -> bytes:
+    """A torch.save archive of {'a': 1} with its data.pkl replaced by `pkl`."""
+    buf = io.BytesIO()
+    torch.save({"a": 1}, buf)
+    src, out = zipfile.ZipFile(io.BytesIO(buf.getvalue())), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for info in src.infolist():
+            z.writestr(info.filename, pkl if info.filename.endswith("data.pkl") else src.read(info.filename))
+    return out.getvalue()
+
+
+def test_the_pickles_own_keys_hash_within_its_size_and_torch_reads_it():
+    """The same opcodes with a flat key load: what is refused below is the nesting, not the way it is written."""
+    raw = _torch_bytes(_dag_key_pickle(3))
+    assert len(torch.load(io.BytesIO(raw), weights_only=True)) == 2
+
+
+def test_a_shard_whose_key_nests_one_tuple_twice_per_level_is_one_line(tmp_path):
+    (tmp_path / "pytorch_model.bin").write_bytes(_torch_bytes(_dag_key_pickle(22)))
+    for cmd in (("inspect",), ("load",)):
+        r = run_cli(*cmd, tmp_path)
+        assert r.rc != 0 and "Traceback" not in r.err, r.err
+        errors = [ln for ln in r.err_lines if ln.startswith("ckptbench: error:")]
+        assert len(errors) == 1 and "keys are tuples holding the same tuples" in errors[0], r.err
+
+
+def test_a_dcp_byte_entry_of_such_a_pickle_is_kept_as_its_bytes():
+    from ckptbench.checkpoint.formats.dcp_format import load_byte_entry
+
+    raw = _torch_bytes(_dag_key_pickle(22))
+    assert isinstance(load_byte_entry(raw), RawBytes)
+    assert load_byte_entry(_torch_bytes(_dag_key_pickle(3))) == {"j": None, ((((), ()), ((), ())),) * 2: None}
