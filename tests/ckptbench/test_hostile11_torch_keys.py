@@ -68,3 +68,22 @@ def test_a_dcp_byte_entry_of_such_a_pickle_is_kept_as_its_bytes():
     raw = _torch_bytes(_dag_key_pickle(22))
     assert isinstance(load_byte_entry(raw), RawBytes)
     assert load_byte_entry(_torch_bytes(_dag_key_pickle(3))) == {"j": None, ((((), ()), ((), ())),) * 2: None}
+
+
+def test_a_dcp_chunk_located_for_a_ranged_read_refuses_such_a_key(tmp_path):
+    """The ranged reads' own recorder of a chunk's pickle (dcp_items.locate) hashed the key too."""
+    import os
+
+    import pytest
+
+    from ckptbench.checkpoint.formats.dcp_items import locate
+    from ckptbench.checkpoint.formats.state import FormatError
+
+    raw = _torch_bytes(_dag_key_pickle(22))
+    (tmp_path / "__0_0.distcp").write_bytes(raw)
+    fd = os.open(tmp_path / "__0_0.distcp", os.O_RDONLY)
+    try:
+        with pytest.raises(FormatError, match="x: a DCP chunk's pickle has a key that is a tuple, not a plain"):
+            locate(fd, 0, len(raw), torch.float32, (1,), "x")
+    finally:
+        os.close(fd)
