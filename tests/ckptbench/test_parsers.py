@@ -352,7 +352,7 @@ def _first_tensor(attr: str, value):
     (_every_storage("relative_path", "../outside/__0_0.distcp"), "outside the checkpoint"),
     ("absolute", "outside the checkpoint"),
     (_first_storage("offset", -5), "offset -5"),
-    (_first_storage("length", "9"), "length 9"),
+    (_first_storage("length", "9"), "length '9'"),
     (_first_storage("offset", 10 ** 12), "past the"),
     (_every_storage("relative_path", "missing.distcp"), "missing.distcp"),
     (_every_storage("relative_path", 7), "has path 7,"),

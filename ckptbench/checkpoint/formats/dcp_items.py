@@ -19,6 +19,7 @@ import torch
 
 from ckptbench.checkpoint.formats import FormatError
 from ckptbench.checkpoint.formats.dcp_metadata import DTYPES
+from ckptbench.checkpoint.quote import quote
 
 _CRAFTED = "the checkpoint is corrupt or crafted"
 _STORAGES = {v: k for k, v in torch.storage._dtype_to_storage_type_map().items()}  # "FloatStorage" -> float32
@@ -104,7 +105,7 @@ class _Recorder(pickle._Unpickler):  # pure Python: its memo is a dict, a crafte
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
                 and (isinstance(pid[1], torch.dtype) or pid[1] is _UNTYPED)
                 and isinstance(pid[2], str) and isinstance(pid[4], int)):
-            raise FormatError(f"a DCP chunk names storage {_shown(pid)}, not a plain one; {_CRAFTED}")
+            raise FormatError(f"a DCP chunk names storage {quote(pid, 60)}, not a plain one; {_CRAFTED}")
         return pid[1], pid[2], pid[4]  # dtype, record key, elements
 
     def _keys(self, keys) -> None:
@@ -138,12 +139,6 @@ _Recorder.dispatch[pickle.DICT[0]] = _Recorder.load_dict
 _Recorder.dispatch[pickle.ADDITEMS[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_additems(self))
 _Recorder.dispatch[pickle.FROZENSET[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_frozenset(self))
 
-
-def _shown(pid) -> str:
-    """A storage id as the error line shows it, bounded: str() of a tuple nesting one tuple twice per level is not."""
-    if isinstance(pid, tuple) and len(pid) <= 8 and all(isinstance(v, (str, int, torch.dtype)) for v in pid):
-        return str(tuple(v[:40] if isinstance(v, str) else v for v in pid))[:60]
-    return f"a {type(pid).__name__}"
 
 
 def _row_major(size: tuple, stride: tuple) -> bool:

@@ -65,22 +65,8 @@ def _flat(v) -> bool:
     return isinstance(v, _SCALARS) or isinstance(v, (tuple, list)) and all(isinstance(x, _SCALARS) for x in v)
 
 
-def _shown(v, limit: int, text=repr) -> str:
-    """A value of the metadata as an error line shows it, at a cost bounded by `limit`: str() of a list nesting the
-    same list twice at each of 40 levels (500 bytes of pickle) ran for hours."""
-    if isinstance(v, (torch.dtype, torch.Size, PurePath)):
-        return str(v)[:limit]
-    if isinstance(v, str):
-        return text(v[:limit])
-    if isinstance(v, (int, float, type(None))):
-        return _number(v)[:limit]
-    if isinstance(v, (tuple, list)) and len(v) <= 16 and all(isinstance(x, (int, float, type(None))) for x in v):
-        return repr(type(v)(map(_number, v))).replace("'", "")[:limit]
-    return f"a {type(v).__name__}"[:limit]
-
-
-def _number(v) -> str:
-    return f"a {v.bit_length()}-bit number" if isinstance(v, int) and abs(v) >= 1 << 64 else repr(v)
+def _dims_shown(v) -> str:
+    return quote(tuple(v) if _dims(v) else v, 60)
 
 
 def _key(k) -> bool:
@@ -233,11 +219,11 @@ def _storage_files(meta: Metadata, where: str, fs: _ConfinedFS) -> dict[str, int
         rel = str(rel) if isinstance(rel, PurePath) else rel
         off, length = getattr(info, "offset", None), getattr(info, "length", None)
         if not isinstance(rel, str) or not _whole(off) or not _whole(length):
-            raise FormatError(f"{where}: storage entry {name!r} has path {_shown(rel, 80)}, offset "
-                              f"{_shown(off, 20, str)} and length {_shown(length, 20, str)}; {_CRAFTED}")
+            raise FormatError(f"{where}: storage entry {name!r} has path {quote(rel, 80)}, offset "
+                              f"{quote(off, 20)} and length {quote(length, 20)}; {_CRAFTED}")
         if getattr(info, "transform_descriptors", None):
             raise FormatError(f"{where}: storage entry {name!r} is stored through transforms "
-                              f"({_shown(info.transform_descriptors, 60)}), which ckptbench does not load")
+                              f"({quote(info.transform_descriptors, 60)}), which ckptbench does not load")
         if rel not in files:
             files[rel] = fs.size_of(rel, where)
         if off + length > files[rel]:
@@ -288,7 +274,7 @@ def _tensor_bytes(fqn: str, md, storage: dict, where: str) -> int:
     dtype, size, chunks = getattr(props, "dtype", None), getattr(md, "size", None), getattr(md, "chunks", None)
     if not isinstance(props, TensorProperties) or not isinstance(dtype, torch.dtype) or not _dims(size) \
             or not isinstance(chunks, list):
-        raise FormatError(f"{what} has dtype {_shown(dtype, 30)}, size {_shown(size, 60)}, not a tensor's; {_CRAFTED}")
+        raise FormatError(f"{what} has dtype {dtype if isinstance(dtype, torch.dtype) else quote(dtype, 30)}, size {quote(size, 60)}, not a tensor's; {_CRAFTED}")
     if not holds_shape(size):
         raise FormatError(f"{what} has size {tuple(size)[:8]}: more elements than a tensor can hold; {_CRAFTED}")
     if dtype in _UNRESTORABLE:
@@ -301,7 +287,7 @@ def _tensor_bytes(fqn: str, md, storage: dict, where: str) -> int:
         if not isinstance(c, ChunkStorageMetadata) or not _dims(offsets) or not _dims(sizes) \
                 or len(offsets) != len(size) or len(sizes) != len(size) \
                 or any(o + n > d for o, n, d in zip(offsets, sizes, size)):
-            raise FormatError(f"{what} has a chunk at {_shown(offsets, 60)} of {_shown(sizes, 60)}, not inside its "
+            raise FormatError(f"{what} has a chunk at {_dims_shown(offsets)} of {_dims_shown(sizes)}, not inside its "
                               f"size {tuple(size)}; {_CRAFTED}")
         if MetadataIndex(fqn, offsets) not in storage:
             raise FormatError(f"{what} has a chunk at {tuple(offsets)} that no shard stores; {_CRAFTED}")
@@ -332,7 +318,7 @@ def _check_metadata(meta, where: str, fs: _ConfinedFS) -> Metadata:
     total = 0
     for fqn, md in dict.items(entries):
         if not isinstance(fqn, str) or not isinstance(md, (TensorStorageMetadata, BytesStorageMetadata)):
-            raise FormatError(f"{where}: entry {_shown(fqn, 80)} is a {type(md).__name__}, not a tensor or bytes "
+            raise FormatError(f"{where}: entry {quote(fqn, 80)} is a {type(md).__name__}, not a tensor or bytes "
                               f"entry; {_CRAFTED}")
         if isinstance(md, TensorStorageMetadata):
             total += _tensor_bytes(fqn, md, meta.storage_data, where)

@@ -72,16 +72,16 @@ class _Global:
         name, where = self.name, self.where
         if name == "builtins.bytearray" and not (args == () or type(args[0]) in (bytes, bytearray, str) or (
                 isinstance(args[0], _Made) and args[0].name == "_codecs.encode")):  # protocol 2's saved bytes
-            raise FormatError(f"{where}: its pickle asks for bytearray({str(args[0])[:20]}), which torch.save never "
+            raise FormatError(f"{where}: its pickle asks for bytearray({quote(args[0], 20)}), which torch.save never "
                               f"writes; {_CRAFTED}")
         if _allocates(name) and args:
-            raise FormatError(f"{where}: its pickle calls {name}({str(args[0])[:20]}…), which allocates what it asks "
+            raise FormatError(f"{where}: its pickle calls {name}({quote(args[0], 20)}…), which allocates what it asks "
                               f"and torch.save never writes; {_CRAFTED}")
         if name in _NO_DATA:
             raise FormatError(f"{where}: holds {_NO_DATA[name]}; ckptbench restores tensors whose data is in the "
                               "file: re-save it with its tensors on the CPU")
         if name in _TO_DEVICE and not (len(args) > 2 and str(args[2]) == "cpu"):
-            raise FormatError(f"{where}: holds a tensor saved from device {str(args[2] if len(args) > 2 else '?')[:20]}"
+            raise FormatError(f"{where}: holds a tensor saved from device {quote(args[2] if len(args) > 2 else '?', 20)}"
                               ", whose data ckptbench cannot place; re-save it with its tensors on the CPU")
         if name in _VIEWS:
             itemsize = 1 if name != "torch._utils._rebuild_tensor_v3" or len(args) < 7 \
@@ -159,7 +159,7 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
     def persistent_load(self, pid):
         if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage" or not isinstance(pid[1], _Global) \
                 or not isinstance(pid[2], str) or not isinstance(pid[4], int) or pid[4] < 0:
-            raise FormatError(f"{self.where}: its pickle names storage {str(pid)[:60]}, not torch's; {_CRAFTED}")
+            raise FormatError(f"{self.where}: its pickle names storage {quote(pid, 60)}, not torch's; {_CRAFTED}")
         kind, key, numel = pid[1].name, pid[2], pid[4]
         dtype = _STORAGE_DTYPES.get(kind)
         if dtype is None and kind not in _UNTYPED:
