@@ -103,3 +103,15 @@ def test_real_dcp_metadata_still_reads():
     assert len(found) >= 4
     for path in found:
         assert SafeReader(os.path.dirname(path)).read_metadata().state_dict_metadata
+
+
+@pytest.mark.parametrize("call", [
+    lambda dag: dag + P.TUPLE1 + P.NEWOBJ,
+    lambda dag: dag + P.TUPLE1 + P.EMPTY_DICT + P.NEWOBJ_EX,
+    lambda dag: P.EMPTY_TUPLE + P.EMPTY_DICT + P.SHORT_BINUNICODE + b"\x05value" + dag + P.SETITEM + P.NEWOBJ_EX,
+])
+def test_an_enum_made_by_newobj_from_nested_tuples_is_refused(tmp_path, call):
+    """Enum.__new__ looks its value up (a hash) and, not finding it, repr()s it: 2**levels either way."""
+    raw = _tuple_dag(20) + P.POP + _global("torch.distributed.checkpoint.planner", "WriteItemType")
+    with pytest.raises(CkptbenchError, match="builds WriteItemType from more than names and numbers"):
+        _read(tmp_path, raw + call(_get(20)) + P.STOP)

@@ -112,6 +112,18 @@ class _MetadataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: a cra
         super().load_reduce()
     dispatch[pickle.REDUCE[0]] = load_reduce
 
+    def load_newobj(self):  # cls.__new__(cls, *args): an enum's looks its argument up (a hash) or repr()s it
+        self._args(self.stack[-2], self.stack[-1])
+        super().load_newobj()
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+
+    def load_newobj_ex(self):
+        cls, args, kwargs = self.stack[-3:]
+        self._args(cls, args)
+        self._args(cls, tuple(kwargs.values()) if isinstance(kwargs, dict) else kwargs)
+        super().load_newobj_ex()
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+
     def _instantiate(self, klass, args):
         self._args(klass, tuple(args))
         super()._instantiate(klass, args)
