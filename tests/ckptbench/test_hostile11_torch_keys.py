@@ -12,6 +12,7 @@ import pickle
 import struct
 import zipfile
 
+import pytest
 import torch
 from clirun import run_cli
 
@@ -74,8 +75,6 @@ def test_a_dcp_chunk_located_for_a_ranged_read_refuses_such_a_key(tmp_path):
     """The ranged reads' own recorder of a chunk's pickle (dcp_items.locate) hashed the key too."""
     import os
 
-    import pytest
-
     from ckptbench.checkpoint.formats.dcp_items import locate
     from ckptbench.checkpoint.formats.state import FormatError
 
@@ -87,3 +86,31 @@ def test_a_dcp_chunk_located_for_a_ranged_read_refuses_such_a_key(tmp_path):
             locate(fd, 0, len(raw), torch.float32, (1,), "x")
     finally:
         os.close(fd)
+
+
+def _dag_call_pickle(levels: int, module: str, name: str, pairs: bool) -> bytes:
+    """{'j': module.name([t]) or module.name([(t, None)])}: the call torch's unpickler makes hashes t."""
+    def put(i):
+        return P.LONG_BINPUT + struct.pack("<I", i)
+
+    def get(i):
+        return P.LONG_BINGET + struct.pack("<I", i)
+
+    j = P.BINUNICODE + struct.pack("<I", 1) + b"j"
+    out = P.PROTO + b"\x02" + P.EMPTY_DICT + j + P.EMPTY_LIST + P.EMPTY_TUPLE + put(0) + P.APPEND
+    for i in range(levels):
+        out += get(i) + get(i) + P.TUPLE2 + put(i + 1) + P.APPEND
+    item = get(levels) + P.NONE + P.TUPLE2 if pairs else get(levels)
+    call = P.GLOBAL + f"{module}\n{name}\n".encode() + P.EMPTY_LIST + item + P.APPEND + P.TUPLE1 + P.REDUCE
+    return out + P.SETITEM + j + call + P.SETITEM + P.STOP
+
+
+@pytest.mark.parametrize("module, name, pairs", [("builtins", "set", False), ("collections", "Counter", False),
+                                                 ("collections", "OrderedDict", True)])
+def test_a_set_or_ordered_dict_built_of_such_tuples_is_one_line(tmp_path, module, name, pairs):
+    """torch's unpickler builds them by calling the class on a list: each item (each pair's key) hashed whole."""
+    assert len(torch.load(io.BytesIO(_torch_bytes(_dag_call_pickle(2, module, name, pairs))), weights_only=True)) == 1
+    (tmp_path / "pytorch_model.bin").write_bytes(_torch_bytes(_dag_call_pickle(22, module, name, pairs)))
+    r = run_cli("inspect", tmp_path)
+    errors = [ln for ln in r.err_lines if ln.startswith("ckptbench: error:")]
+    assert r.rc != 0 and len(errors) == 1 and "keys are tuples holding the same tuples" in errors[0], r.err

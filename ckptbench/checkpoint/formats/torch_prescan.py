@@ -64,12 +64,20 @@ class _Made:
             _check_view(self.name, state, 1, self.where)
 
 
+# calls that hash what they are given: a set's items, an OrderedDict's or a dict's keys (from pairs)
+_HASHES = {"builtins.set": False, "builtins.frozenset": False, "collections.Counter": False,
+           "collections.OrderedDict": True, "builtins.dict": True}
+
+
 class _Global:
-    def __init__(self, name: str, where: str):
-        self.name, self.where = name, where
+    def __init__(self, name: str, where: str, run=None):
+        self.name, self.where, self.run = name, where, run
 
     def __call__(self, *args):
         name, where = self.name, self.where
+        if name in _HASHES and args and self.run is not None and isinstance(args[0], (list, tuple, set, frozenset)):
+            pairs = _HASHES[name]
+            self.run._keys([p[0] if isinstance(p, (tuple, list)) and p else p for p in args[0]] if pairs else args[0])
         if name == "builtins.bytearray" and not (args == () or type(args[0]) in (bytes, bytearray, str) or (
                 isinstance(args[0], _Made) and args[0].name == "_codecs.encode")):  # protocol 2's saved bytes
             raise FormatError(f"{where}: its pickle asks for bytearray({quote(args[0], 20)}), which torch.save never "
@@ -154,7 +162,7 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
 
     def find_class(self, module: str, name: str):
         module = "builtins" if module == "__builtin__" else module  # protocol 2 writes Python 2's name, as torch maps
-        return _Global(f"{module}.{name}", self.where)
+        return _Global(f"{module}.{name}", self.where, self)
 
     def persistent_load(self, pid):
         if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage" or not isinstance(pid[1], _Global) \
