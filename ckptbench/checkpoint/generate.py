@@ -266,6 +266,11 @@ def _swap_in(tmp: str, target: str) -> None:
     if os.path.isdir(target):
         old = f"{tmp}.old"
         os.rename(target, old)
+        try:  # checked again as set aside: what was put into it while gen wrote (minutes) is the user's, not ours
+            _only_listed(target, old)
+        except BaseException:
+            os.rename(old, target)
+            raise
     try:
         os.rename(tmp, target)
     except BaseException:

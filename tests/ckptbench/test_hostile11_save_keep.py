@@ -44,3 +44,27 @@ def test_a_step_folder_of_the_users_with_a_planted_manifest_is_not_pruned(tmp_pa
     assert_one_line_error(r, "(step-000007)")
     assert sorted(os.listdir(target)) == ["step-000007"]
     assert (mine / "data" / "weights.bin").read_bytes() == b"\0" * 64
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_file_put_into_the_target_while_gen_writes_is_not_deleted(tmp_path, force):
+    """gen checked the target when it started and replaced it, whole, when done (minutes later for a large profile):
+    a file the user put into it meanwhile was deleted with it, --force or not (an empty target needs none)."""
+    from ckptbench.checkpoint import profiles
+    from ckptbench.checkpoint.generate import generate
+    from ckptbench.core.errors import CkptbenchError
+
+    target = tmp_path / "ck"
+    if force:
+        assert run_cli("gen", "small", target, "--scale", SCALE).rc == 0
+    else:
+        target.mkdir()
+
+    def meanwhile(msg: str) -> None:
+        if msg.startswith("hashing"):
+            (target / "notes.txt").write_text("mine\n")
+
+    with pytest.raises(CkptbenchError, match="holds 'notes.txt', which its ckptbench.json does not list"):
+        generate(profiles.load("small").scaled(float(SCALE)), str(target), force=force, progress=meanwhile)
+    assert (target / "notes.txt").read_text() == "mine\n"
+    assert os.listdir(tmp_path) == ["ck"]  # the staging folder removed, the target back where it was
