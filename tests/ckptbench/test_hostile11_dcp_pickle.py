@@ -115,3 +115,13 @@ def test_an_enum_made_by_newobj_from_nested_tuples_is_refused(tmp_path, call):
     raw = _tuple_dag(20) + P.POP + _global("torch.distributed.checkpoint.planner", "WriteItemType")
     with pytest.raises(CkptbenchError, match="builds WriteItemType from more than names and numbers"):
         _read(tmp_path, raw + call(_get(20)) + P.STOP)
+
+
+@pytest.mark.parametrize("item", [P.BININT1 + b"\x01", P.LONG1 + b"\x10" + b"\x7f" * 16])
+def test_a_long_key_given_again_and_again_is_refused(tmp_path, item):
+    """A tuple's hash (and a long int's) is not cached: one of 10**5 items behind 10**5 keys is 10**10 steps."""
+    n = 100 if item.startswith(P.LONG1) else 100_000
+    key = (P.MARK + item * n + P.TUPLE if n > 100 else item) + P.MEMOIZE
+    raw = key + P.POP + P.EMPTY_DICT + P.MARK + (_get(0) + P.NONE) * 2 + P.SETITEMS + P.STOP
+    with pytest.raises(CkptbenchError, match="has a key that is a (tuple|int) holding more than names and numbers"):
+        _read(tmp_path, raw)

@@ -57,12 +57,20 @@ _UNRESTORABLE = {d for n in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4"
 _BUILDABLE = frozenset((MetadataIndex, _StorageInfo, ChunkStorageMetadata, TensorProperties, TensorStorageMetadata,
                         BytesStorageMetadata, StorageMeta, Metadata, *(getattr(planner, n) for n in (
                             "SavePlan", "WriteItem", "TensorWriteData", "BytesIOWriteData"))))
-_SCALARS = (str, int, float, bool, bytes, type(None))
+def _scalar(x) -> bool:
+    """A name or number whose hash, text or use costs little however often the pickle hands it out again (a GET of
+    a few bytes): the hash of a long int or a tuple is not cached, and one of 10**5 digits behind 10**5 keys is
+    10**10 steps."""
+    if type(x) is int:
+        return x.bit_length() <= 64
+    if isinstance(x, (str, bytes)):
+        return len(x) <= 4096
+    return isinstance(x, (float, bool, type(None)))
 
 
 def _flat(v) -> bool:
-    """A value whose hash and text cost its own size: a scalar, or a tuple or list of scalars (a torch.Size)."""
-    return isinstance(v, _SCALARS) or isinstance(v, (tuple, list)) and all(isinstance(x, _SCALARS) for x in v)
+    """A small scalar, or a tuple or list of at most MAX_DIMS of them (a torch.Size, a path's parts)."""
+    return _scalar(v) or isinstance(v, (tuple, list)) and len(v) <= MAX_DIMS and all(_scalar(x) for x in v)
 
 
 def _dims_shown(v) -> str:

@@ -130,6 +130,8 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
 
     def _hash_cost(self, k) -> int:
         """The steps hashing `k` takes (tuples walked whole), each tuple costed once: it cannot change."""
+        if type(k) is int:  # an int's hash reads all its digits, and is not cached either
+            return 1 + k.bit_length() // 64
         if type(k) not in (tuple, frozenset):
             return 1
         hit = self.costs.get(id(k))
@@ -141,9 +143,9 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
         for k in keys:
             self.hash_budget -= self._hash_cost(k)
             if self.hash_budget < 0:
-                raise FormatError(f"{self.where}: its pickle's keys are tuples holding the same tuples so often that "
-                                  f"hashing them would take more steps than the file has bytes many times over; "
-                                  f"{_CRAFTED}")
+                raise FormatError(f"{self.where}: its pickle's keys would take more steps to hash than the file has "
+                                  "bytes many times over (tuples holding the same tuples, or long numbers, given "
+                                  f"again and again); {_CRAFTED}")
 
     def load_setitem(self):
         self._keys(self.stack[-2:-1])
