@@ -128,3 +128,21 @@ def test_a_long_int_key_given_again_and_again_is_one_line(tmp_path):
     r = run_cli("inspect", tmp_path)
     errors = [ln for ln in r.err_lines if ln.startswith("ckptbench: error:")]
     assert r.rc != 0 and len(errors) == 1 and "keys would take more steps to hash" in errors[0], r.err
+
+
+def test_a_dcp_chunk_with_a_long_int_key_is_refused_by_the_recorder(tmp_path):
+    import os
+
+    from ckptbench.checkpoint.formats.dcp_items import locate
+    from ckptbench.checkpoint.formats.state import FormatError
+
+    big = 10 ** 1000
+    raw = big.to_bytes((big.bit_length() + 8) // 8, "little", signed=True)
+    pkl = P.PROTO + b"\x02" + P.EMPTY_DICT + P.LONG4 + struct.pack("<I", len(raw)) + raw + P.NONE + P.SETITEM + P.STOP
+    (tmp_path / "__0_0.distcp").write_bytes(_torch_bytes(pkl))
+    fd = os.open(tmp_path / "__0_0.distcp", os.O_RDONLY)
+    try:
+        with pytest.raises(FormatError, match="x: a DCP chunk's pickle has a key that is a int, not a plain"):
+            locate(fd, 0, os.fstat(fd).st_size, torch.float32, (1,), "x")
+    finally:
+        os.close(fd)

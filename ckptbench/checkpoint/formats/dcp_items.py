@@ -112,7 +112,7 @@ class _Recorder(pickle._Unpickler):  # pure Python: its memo is a dict, a crafte
         """A plain tensor's pickle keys its (empty) hooks dict by names or numbers: a key of nested tuples is hashed
         whole, and one nesting a tuple twice at each of 40 levels took hours."""
         for k in keys:
-            if not isinstance(k, (str, int)):
+            if not (isinstance(k, str) or type(k) is int and k.bit_length() <= 64):  # a long int's hash is not cached
                 raise FormatError(f"a DCP chunk's pickle has a key that is a {type(k).__name__}, not a plain "
                                   f"tensor's; {_CRAFTED}")
 
