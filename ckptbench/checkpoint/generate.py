@@ -150,20 +150,11 @@ def _only_listed(directory: str, target: str) -> None:
     except CkptbenchError as exc:
         raise CkptbenchError(f"{exc}; --force replaces only a checkpoint gen wrote: choose an empty or new "
                              "directory", exit_code=exc.exit_code) from None
-    listed = {mf.MANIFEST_NAME, *(f.path for f in man.files), *man.packs} if man is not None else {mf.MANIFEST_NAME}
-    folders = {rel.rsplit("/", i)[0] for rel in listed for i in range(1, rel.count("/") + 1)}
-    stack = [""]
-    while stack:  # stops at the first entry not listed: the walk is bounded by the manifest's own entries
-        below = stack.pop()
-        with os.scandir(os.path.join(target, below)) as it:
-            for entry in it:
-                rel = f"{below}/{entry.name}" if below else entry.name
-                if entry.is_dir(follow_symlinks=False) and rel in folders:
-                    stack.append(rel)
-                elif not (entry.is_file(follow_symlinks=False) and rel in listed):
-                    raise CkptbenchError(f"{directory}: holds {quote(rel)}, which its ckptbench.json does not list; "
-                                         "--force replaces only a checkpoint gen wrote, whole: move it out, or "
-                                         "choose an empty or new directory")
+    rel = mf.unlisted(target, man)
+    if rel is not None:
+        raise CkptbenchError(f"{directory}: holds {quote(rel)}, which its ckptbench.json does not list; "
+                             "--force replaces only a checkpoint gen wrote, whole: move it out, or "
+                             "choose an empty or new directory")
 
 
 def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks: int | None = None, seed: int = 0,
@@ -250,8 +241,12 @@ def _replaced(path: str) -> bool:
     try:
         if not stat.S_ISDIR(os.lstat(path).st_mode):
             return False
-        return not os.listdir(path) or stat.S_ISREG(os.lstat(os.path.join(path, mf.MANIFEST_NAME)).st_mode)
-    except OSError:
+        if not os.listdir(path):
+            return True
+        # what _check_target let --force replace, whole: a ckptbench.json beside other files is not
+        return stat.S_ISREG(os.lstat(os.path.join(path, mf.MANIFEST_NAME)).st_mode) and \
+            mf.unlisted(path, mf.read(path)) is None
+    except (OSError, CkptbenchError):
         return False
 
 
@@ -271,6 +266,11 @@ def _swap_in(tmp: str, target: str) -> None:
     if os.path.isdir(target):
         old = f"{tmp}.old"
         os.rename(target, old)
+        try:  # checked again as set aside: what was put into it while gen wrote (minutes) is the user's, not ours
+            _only_listed(target, old)
+        except BaseException:
+            os.rename(old, target)
+            raise
     try:
         os.rename(tmp, target)
     except BaseException:

@@ -38,8 +38,8 @@ MEGATRON_COMMON, MEGATRON_META = "common.pt", "metadata.json"  # beside a torch_
 # FSDP's sharded state dict as Accelerate saves it (save_fsdp_model / save_fsdp_optimizer, which a Hugging Face Trainer
 # calls under FSDP): a DCP checkpoint per model (pytorch_model_fsdp_N: {"model": …}) and per optimizer (optimizer_N:
 # {"optimizer": …}), beside the Trainer's or Accelerate's other state files
-FSDP_MODEL_DIR = re.compile(r"^pytorch_model_fsdp_\d{1,4}$")
-FSDP_OPTIM_DIR = re.compile(r"^optimizer_\d{1,4}$")
+FSDP_MODEL_DIR = re.compile(r"^pytorch_model_fsdp_(?:0|[1-9][0-9]{0,3})$")  # as Accelerate names them: no leading 0
+FSDP_OPTIM_DIR = re.compile(r"^optimizer_(?:0|[1-9][0-9]{0,3})$")
 MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
 # state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.

@@ -103,6 +103,25 @@ def read(directory: str) -> Manifest | None:
     return parse(bytes(raw), path)
 
 
+def unlisted(directory: str, man: Manifest | None) -> str | None:
+    """The first entry below `directory` that its manifest `man` does not list (nor is a folder on the way to one
+    it lists), or None when the folder holds only what it lists: what gen --force and save's --keep may remove whole.
+    The walk stops at the first such entry, so it is bounded by the manifest's own entries."""
+    listed = {MANIFEST_NAME, *(f.path for f in man.files), *man.packs} if man is not None else {MANIFEST_NAME}
+    folders = {rel.rsplit("/", i)[0] for rel in listed for i in range(1, rel.count("/") + 1)}
+    stack = [""]
+    while stack:
+        below = stack.pop()
+        with os.scandir(os.path.join(directory, below)) as it:
+            for entry in it:
+                rel = f"{below}/{entry.name}" if below else entry.name
+                if entry.is_dir(follow_symlinks=False) and rel in folders:
+                    stack.append(rel)
+                elif not (entry.is_file(follow_symlinks=False) and rel in listed):
+                    return rel
+    return None
+
+
 def _bad(where: str, what: str, exit_code: int | None = None) -> CkptbenchError:
     return CkptbenchError(f"{where}: manifest {what}; regenerate it (ckptbench gen) or remove it", exit_code=exit_code)
 

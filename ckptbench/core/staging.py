@@ -1,6 +1,6 @@
 """The temporary sibling `gen` and `save` write a checkpoint into before one rename publishes it, and the cleanup of
 those a killed run left. A folder is ours to remove only when it holds the marker written into it first, naming that
-folder, this host and a process that has ended: a folder under the name without it (an older ckptbench's, or the
+folder, this host, this pid namespace and a process that has ended: a folder under the name without it (an older ckptbench's, or the
 user's own) is left as it is."""
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ def staging_name(target: str, pid: int | None = None) -> str:
     return os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp-{host()}-{pid}")
 
 
+def pid_space() -> str:
+    """This process's pid namespace ('pid:[4026531836]'): containers on one host share its name (host networking
+    gives them the host's) and a shared volume, but not their pids; '' where /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -53,7 +62,7 @@ def make_staging(target: str) -> str:
         fd = os.open(os.path.join(tmp, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o644)
         with os.fdopen(fd, "w") as f:
-            json.dump({"folder": os.path.basename(tmp), "host": host(), "pid": os.getpid()}, f)
+            json.dump({"folder": os.path.basename(tmp), "host": host(), "pid": os.getpid(), "pidns": pid_space()}, f)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -67,7 +76,8 @@ def unmark(tmp: str) -> None:
 
 def _writer(path: str) -> int | None:
     """The pid of the ckptbench process that made the staging folder `path`, from its marker; None when the folder
-    is not provably one of ours on this host (no marker, a link, or a marker naming another folder or host)."""
+    is not provably one of ours on this host (no marker, a link, or a marker naming another folder, host or pid
+    namespace)."""
     name = os.path.basename(path)
     try:
         if not stat.S_ISDIR(os.lstat(path).st_mode):
@@ -80,7 +90,9 @@ def _writer(path: str) -> int | None:
         doc = json.loads(data) if len(data) <= _MARKER_MAX else None
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("folder") != name or doc.get("host") != host():
+    # a pid is judged only in the namespace it was given in: another container's live writer is no dead one here
+    if not isinstance(doc, dict) or doc.get("folder") != name or doc.get("host") != host() \
+            or not pid_space() or doc.get("pidns") != pid_space():
         return None
     pid = doc.get("pid")
     return pid if type(pid) is int and pid > 0 else None

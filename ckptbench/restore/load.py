@@ -95,8 +95,26 @@ def with_state_files(state: CheckpointState, directory: str, lay: layouts.Layout
     if files:
         from ckptbench.checkpoint.formats.torch_shards import load_shards
 
-        state.merge(load_shards(files, buffers))
+        _merge_apart(state, load_shards(files, buffers), directory,
+                     ", ".join(os.path.basename(f) for f in files[:3]), "its weights")
     return state
+
+
+def _held(state: CheckpointState) -> set[str]:
+    return {name for _, name, _ in state.tensors()} | set(state.extra)
+
+
+def _merge_apart(state: CheckpointState, other: CheckpointState, directory: str, what: str, where: str) -> None:
+    """`other` merged into `state` when they share no name: merge lets the later win, so a common.pt holding a tensor
+    under a weight's name was checked in its place (a NaN there failed a sound checkpoint, and a sound one passed
+    a damaged weight), and a second pytorch_model_fsdp_N shadowed the first."""
+    clash = _held(state) & _held(other)
+    if clash:
+        name = min(clash)
+        raise FormatError(f"{directory}: {what} holds {name[:80]!r}, also in {where}; a resume takes one of "
+                          f"the two, so which is restored is not known: the checkpoint is corrupt or crafted, or "
+                          f"holds more than one checkpoint (point at one of its folders)")
+    state.merge(other)
 
 
 def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None,
@@ -117,11 +135,13 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
     fmt = fmt or detect(directory)
     mod = module_for(fmt)
     if fmt == "dcp":
-        state = CheckpointState({})
+        state, before = CheckpointState({}), []
         for root in dcp_roots(directory, lay):  # the checkpoint's own folder, or FSDP's model and optimizer folders
             named = {os.path.basename(p): b for p, b in (buffers or {}).items()
                      if b is not None and os.path.dirname(os.path.normpath(p)) == os.path.normpath(root)}
-            state.merge(mod.load_dir(root, buffers=named or None))
+            _merge_apart(state, mod.load_dir(root, buffers=named or None), directory, os.path.basename(root),
+                         " or ".join(before))
+            before.append(os.path.basename(root))
         return with_state_files(state, directory, lay, buffers)
     if lay is None and shards is None:
         lay = resume.choose(directory, tree.rels(directory))

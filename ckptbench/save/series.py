@@ -17,7 +17,8 @@ from dataclasses import asdict
 from ckptbench.save import preflight as pf
 from ckptbench.core.staging import reap_stale
 from ckptbench.core.errors import Cancelled, CkptbenchError, write_refused_exit
-from ckptbench.checkpoint.manifest import MANIFEST_NAME
+from ckptbench.checkpoint.manifest import MANIFEST_NAME, unlisted
+from ckptbench.checkpoint.manifest import read as read_manifest
 from ckptbench.checkpoint.profiles import FORMATS
 from ckptbench.save.report import SaveOptions, SaveReport, SaveTiming
 from ckptbench.system.writeback import WritebackSampler
@@ -106,14 +107,25 @@ def unmake_target(target: str, made: int | None) -> None:
 
 
 def _is_save(target: str, name: str) -> bool:
-    """A save ckptbench wrote: a real folder (not a link to one) named step-NNNNNN that holds its manifest."""
+    """A save ckptbench wrote: a real folder (not a link to one) named step-NNNNNN that holds its manifest, a valid
+    one listing everything in the folder."""
+    return _not_a_save(target, name) is None
+
+
+def _not_a_save(target: str, name: str) -> str | None:
+    """None for a save ckptbench wrote; else the entry that makes it none, as foreign_entries names it: the folder,
+    or its first entry the manifest does not list. A ckptbench.json alone (a '{}', or a save the user has since put
+    files into) made --keep delete the folder whole, the user's files with it."""
     path = os.path.join(target, name)
     if STEP.fullmatch(name) is None or not os.path.isdir(path) or os.path.islink(path):
-        return False
+        return name
     try:  # the manifest as save writes it, a regular file: a link to a save's manifest elsewhere makes no save
-        return stat.S_ISREG(os.lstat(os.path.join(path, MANIFEST_NAME)).st_mode)
-    except OSError:
-        return False
+        if not stat.S_ISREG(os.lstat(os.path.join(path, MANIFEST_NAME)).st_mode):
+            return name
+        rel = unlisted(path, read_manifest(path))
+    except (OSError, CkptbenchError):
+        return name
+    return None if rel is None else f"{name}/{rel}"
 
 
 def existing_steps(target: str) -> list[tuple[int, str]]:
@@ -130,10 +142,15 @@ _OURS_TOO = re.compile(r"\.step-[0-9]{6,}\.tmp-.+|\.ckptbench-preflight-[0-9a-f]
 def foreign_entries(target: str, also: tuple[str, ...] = ()) -> list[str]:
     """Entries of the target that save did not write, sorted; `also`: paths this run writes (its results file)."""
     mine = {os.path.realpath(p) for p in also}
-    return sorted(n for n in os.listdir(target)
-                  if not (_is_save(target, n) or _OURS_TOO.fullmatch(n)
-                          or n == "lost+found" and os.path.isdir(os.path.join(target, n))
-                          or os.path.realpath(os.path.join(target, n)) in mine))
+    foreign = []
+    for n in os.listdir(target):
+        if (_OURS_TOO.fullmatch(n) or n == "lost+found" and os.path.isdir(os.path.join(target, n))
+                or os.path.realpath(os.path.join(target, n)) in mine):
+            continue
+        why = _not_a_save(target, n)
+        if why is not None:
+            foreign.append(why)
+    return sorted(foreign)
 
 
 def refuse_foreign(target: str, also: tuple[str, ...] = ()) -> None:

@@ -50,7 +50,7 @@ class CrtRead(ObjectRead):
         crc = fastio.Hasher("crc32c")
         ob._crc = crc
         if self.into == "stage":
-            self._open_stage(ob)
+            self._staged(ob)  # one that fails is that file's failure, as the threads' client has it
 
         def on_body(chunk, offset, **_kw):
             n = len(chunk)

@@ -174,15 +174,6 @@ class ThreadPoolRead(ObjectRead):
         if ob.ordered is not None:
             self._hash_in_order(ob, k, held)
 
-    def _staged(self, ob: _Obj) -> bool:
-        """The object's temporary file is open; False (the object failed) where the stage directory refused it."""
-        try:
-            self._open_stage(ob)
-            return True
-        except OSError as exc:  # a name too long for the filesystem, a full disk, a read-only directory
-            self._fail(ob, "stage", f"{ob.tmp}: {exc.strerror or type(exc).__name__}; check --stage-dir")
-            return False
-
     def _hash_in_order(self, ob: _Obj, k: int, held: list[bytes]) -> None:
         """md5/sha256/xxh64 need bytes in order: parts that arrive early wait (at most ~concurrency of them)."""
         ps = self.opts.part_size

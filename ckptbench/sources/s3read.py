@@ -63,12 +63,41 @@ class _Obj:
     pending: dict = field(default_factory=dict)
     buffer: object = None
     fd: int | None = None
+    dir_fd: int | None = None  # the folder tmp and final lie in, opened without following a link (_stage_folder)
     tmp: str | None = None
     final: str | None = None
     s3_crc32c: str | None = None
     opaque_etag: bool = False  # the GET said SSE-KMS or SSE-C: S3's ETag is then not the MD5 of the bytes
     digest: str | None = None
     verified_s3: bool | None = None
+
+
+def _stage_folder(root: str, rel_dir: str) -> int:
+    """The folder `rel_dir` below the stage directory, made where missing, opened one component at a time with none
+    followed if it is a link: a link left in a reused stage directory (`sub` -> /etc, or `x.bin.ckptbench-part` ->
+    a file elsewhere) took this run's writes, as root, outside it."""
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in rel_dir.split("/") if rel_dir else ():
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _unlink(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
 
 
 class ObjectRead:
@@ -123,8 +152,42 @@ class ObjectRead:
     def _open_stage(self, ob: _Obj) -> None:
         with ob.lock:
             if ob.fd is None:
-                os.makedirs(os.path.dirname(ob.tmp), exist_ok=True)
-                ob.fd = os.open(ob.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                name = os.path.basename(ob.tmp)
+                ob.dir_fd = _stage_folder(self.stage_dir, os.path.dirname(os.path.relpath(ob.tmp, self.stage_dir)))
+                try:
+                    _unlink(name, ob.dir_fd)  # a killed run's, or planted: the name only, never what a link names
+                    ob.fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                                    dir_fd=ob.dir_fd)
+                except BaseException:
+                    os.close(ob.dir_fd)
+                    ob.dir_fd = None
+                    raise
+
+    def _staged(self, ob: _Obj) -> bool:
+        """The object's temporary file is open; False (the object failed) where the stage directory refused it."""
+        try:
+            self._open_stage(ob)
+            return True
+        except OSError as exc:  # a name too long for the filesystem, a full disk, a read-only directory, a link
+            self._fail(ob, "stage", f"{ob.tmp}: {exc.strerror or type(exc).__name__}; check --stage-dir")
+            return False
+
+    def _drop_stage(self, ob: _Obj, keep: bool) -> None:
+        """The temporary file closed and renamed to its final name (`keep`), else removed; its folder closed."""
+        if ob.fd is not None:
+            os.close(ob.fd)
+            ob.fd = None
+        if ob.dir_fd is None:
+            return
+        try:
+            tmp, final = os.path.basename(ob.tmp), os.path.basename(ob.final)
+            if keep:  # whole and verified: only now does it get its real name
+                os.replace(tmp, final, src_dir_fd=ob.dir_fd, dst_dir_fd=ob.dir_fd)
+            else:
+                _unlink(tmp, ob.dir_fd)
+        finally:
+            os.close(ob.dir_fd)
+            ob.dir_fd = None
 
     def _fail(self, ob: _Obj, cls: str, msg: str) -> None:
         with ob.lock:
@@ -151,15 +214,7 @@ class ObjectRead:
         if ob.fd is not None:
             if ob.error is None and not self.cancelled:
                 os.fsync(ob.fd)
-            os.close(ob.fd)
-            ob.fd = None
-            if ob.error is None and not self.cancelled:
-                os.replace(ob.tmp, ob.final)  # whole and verified: only now does it get its real name
-            else:
-                try:
-                    os.unlink(ob.tmp)
-                except FileNotFoundError:
-                    pass
+            self._drop_stage(ob, keep=ob.error is None and not self.cancelled)
         with self.cv:
             if ob.error is None and not self.cancelled:
                 self.done_files += 1
@@ -190,11 +245,7 @@ class ObjectRead:
         for ob in self.objs:
             if ob.remaining > 0:
                 ob.error = ob.error or ("cancelled", "cancelled before it was read")
-                if ob.fd is not None:
-                    os.close(ob.fd)
-                    ob.fd = None
-                if ob.tmp and os.path.exists(ob.tmp):
-                    os.unlink(ob.tmp)
+                self._drop_stage(ob, keep=False)
                 self.failed_files += 1
                 ob.remaining = 0
 

@@ -400,11 +400,14 @@ def test_gen_removes_stale_siblings_of_dead_processes_only(h, tmp_path):
         (away / ".ckptbench-staging").write_text(json.dumps({"folder": away.name, "host": "otherhost", "pid": dead}))
         kept.append(away.name)
         unmarked = [f".ck.tmp-{host}-{dead}", f".ck.tmp-{dead}"]  # named like ours, no marker: the user's
-        kept += unmarked + [f".ck.tmp-{host}-{dead}.old"]  # a swap that died between renames: the old checkpoint
+        # named as the old checkpoint a swap that died between renames set aside, and holding a ckptbench.json, but
+        # not a checkpoint gen wrote: a '{}' beside the user's files, once deleted with them
+        planted = f".ck.tmp-{host}-{dead}-0123abcd.old"
+        kept += unmarked + [planted, f".ck.tmp-{host}-{dead}.old"]
         for n in stale + kept:
             os.makedirs(tmp_path / n / "dataloader", exist_ok=True)
             (tmp_path / n / "dataloader" / "part.idx").write_bytes(b"half")
-        (tmp_path / f".ck.tmp-{host}-{dead}.old" / "ckptbench.json").write_text("{}")
+        (tmp_path / planted / "ckptbench.json").write_text("{}")
         r = h.run_cli("gen", "small", tmp_path / "ck", "--scale", h.SCALE, "--format", "torch")
         assert r.rc == 0, r.err
         assert sorted(os.listdir(tmp_path)) == sorted(["ck"] + kept)
@@ -413,10 +416,13 @@ def test_gen_removes_stale_siblings_of_dead_processes_only(h, tmp_path):
         assert sorted(line for line in r.err.splitlines() if "staging folder" in line) == sorted(
             f"removed {tmp_path / n}: the staging folder of a gen that was killed before it finished" for n in stale)
         assert live.poll() is None  # the live one really was alive throughout
-        # once the target exists, the set-aside old checkpoint of that dead swap is stale too
+        # once the target exists, the set-aside old checkpoint of a dead swap (one gen wrote, whole) is stale too
+        shutil.rmtree(tmp_path / kept[-1])
+        shutil.copytree(tmp_path / "ck", tmp_path / kept[-1])
         r = h.run_cli("gen", "small", tmp_path / "ck", "--scale", h.SCALE, "--format", "torch", "--force")
         assert r.rc == 0, r.err
         assert sorted(os.listdir(tmp_path)) == sorted(["ck"] + kept[:-1])
+        assert (tmp_path / planted / "dataloader" / "part.idx").read_bytes() == b"half"
     finally:
         live.kill()
         live.wait()

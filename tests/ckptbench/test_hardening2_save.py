@@ -68,14 +68,21 @@ def test_a_save_whose_name_another_save_took_says_so_in_one_line(tmp_path, monke
     assert sorted(os.listdir(target)) == ["step-000001"]  # the other save's, untouched; no partial save left
 
 
+def _empty_save_manifest(folder) -> None:
+    from ckptbench.checkpoint.manifest import Manifest
+
+    Manifest(format="safetensors", profile="small", dims={}, param_count=0, weights_dtype="float32",
+             optimizer_dtype="float32", world_size=1, seed=0, hash="crc32c", files=()).write(str(folder))
+
+
 def test_existing_steps_are_only_manifest_folders_with_ascii_digits(tmp_path):
     from ckptbench.save.series import existing_steps, foreign_entries, prune
 
     for name, manifest in (("step-000001", True), ("step-000002", False), ("step-٠٠٠٠٠٣", True),
                            ("step-000004", True)):
         (tmp_path / name).mkdir()
-        if manifest:
-            (tmp_path / name / "ckptbench.json").write_text(json.dumps({}))
+        if manifest:  # a valid one, listing all the folder holds (itself): a '{}' is no save's (hostile11)
+            _empty_save_manifest(tmp_path / name)
     (tmp_path / "step-000009").write_text("")
     assert existing_steps(str(tmp_path)) == [(1, "step-000001"), (4, "step-000004")]
     assert foreign_entries(str(tmp_path)) == ["step-000002", "step-000009", "step-٠٠٠٠٠٣"]

@@ -22,7 +22,7 @@ from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, RawBytes,
                                                check_walk, group_of, json_plain, nest, walk_limit)
 from ckptbench.checkpoint.formats.dcp_metadata import _CRAFTED, MAX_DIMS, SafeReader, _whole
-from ckptbench.checkpoint.formats.torch_format import numpy_allowed, tensor_in_place
+from ckptbench.checkpoint.formats.torch_format import numpy_allowed, prescanned, tensor_in_place
 from ckptbench.checkpoint.layouts import MEGATRON_META
 
 class _DeterministicWriter(FileSystemWriter):
@@ -137,6 +137,7 @@ def load_byte_entry(data: bytes):
     (Megatron keeps numpy's RNG state in one): plain data, tensors with their data, buffers and numbers come back as
     values; anything else stays the bytes it was saved as, marked RawBytes."""
     try:
+        prescanned(data, "a byte entry")  # torch's unpickler hashed a key of 1.2 KB of nested tuples for hours
         with torch.serialization.safe_globals([io.BytesIO]), numpy_allowed():
             value = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
         check_walk(value, walk_limit(len(data)), "a byte entry")  # a shared graph (2**40 paths from 4 KiB) is kept
@@ -160,7 +161,9 @@ def _chunk(stream, buf, fqn: str, rel: str, info, sizes) -> torch.Tensor:
         raise FormatError(f"{where}: the shard ends after {len(raw)} of those bytes; the shard is truncated")
     t = tensor_in_place(raw, where) if buf is not None else None
     try:
-        t = t if t is not None else torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+        if t is None:
+            prescanned(raw, where)
+            t = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     except Exception as exc:  # torch's reader fails on bad bytes with whatever they provoke
         raise FormatError(f"{where}: not a readable tensor ({_why(exc)}); the shard is corrupt") from None
     if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(sizes):

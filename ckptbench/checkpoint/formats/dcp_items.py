@@ -19,6 +19,7 @@ import torch
 
 from ckptbench.checkpoint.formats import FormatError
 from ckptbench.checkpoint.formats.dcp_metadata import DTYPES
+from ckptbench.checkpoint.quote import quote
 
 _CRAFTED = "the checkpoint is corrupt or crafted"
 _STORAGES = {v: k for k, v in torch.storage._dtype_to_storage_type_map().items()}  # "FloatStorage" -> float32
@@ -104,8 +105,40 @@ class _Recorder(pickle._Unpickler):  # pure Python: its memo is a dict, a crafte
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
                 and (isinstance(pid[1], torch.dtype) or pid[1] is _UNTYPED)
                 and isinstance(pid[2], str) and isinstance(pid[4], int)):
-            raise FormatError(f"a DCP chunk names storage {str(pid)[:60]}, not a plain one; {_CRAFTED}")
+            raise FormatError(f"a DCP chunk names storage {quote(pid, 60)}, not a plain one; {_CRAFTED}")
         return pid[1], pid[2], pid[4]  # dtype, record key, elements
+
+    def _keys(self, keys) -> None:
+        """A plain tensor's pickle keys its (empty) hooks dict by names or numbers: a key of nested tuples is hashed
+        whole, and one nesting a tuple twice at each of 40 levels took hours."""
+        for k in keys:
+            if not (isinstance(k, str) or type(k) is int and k.bit_length() <= 64):  # a long int's hash is not cached
+                raise FormatError(f"a DCP chunk's pickle has a key that is a {type(k).__name__}, not a plain "
+                                  f"tensor's; {_CRAFTED}")
+
+    def load_setitem(self):
+        self._keys(self.stack[-2:-1])
+        super().load_setitem()
+
+    def load_setitems(self):
+        self._keys(self.stack[::2])  # since the MARK, the stack holds only the items
+        super().load_setitems()
+
+    def load_dict(self):
+        self._keys(self.stack[::2])
+        super().load_dict()
+
+    def load_sets(self):
+        self._keys(self.stack)
+
+
+_Recorder.dispatch = dict(pickle._Unpickler.dispatch)
+_Recorder.dispatch[pickle.SETITEM[0]] = _Recorder.load_setitem
+_Recorder.dispatch[pickle.SETITEMS[0]] = _Recorder.load_setitems
+_Recorder.dispatch[pickle.DICT[0]] = _Recorder.load_dict
+_Recorder.dispatch[pickle.ADDITEMS[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_additems(self))
+_Recorder.dispatch[pickle.FROZENSET[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_frozenset(self))
+
 
 
 def _row_major(size: tuple, stride: tuple) -> bool:

@@ -15,7 +15,7 @@ import stat
 from pathlib import PurePath
 
 import torch
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import FileSystemReader, planner
 from torch.distributed.checkpoint.filesystem import FileSystem, _StorageInfo
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
                                                    MetadataIndex, StorageMeta, TensorProperties,
@@ -51,7 +51,43 @@ _UNRESTORABLE = {d for n in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4"
                  if isinstance(d := DTYPES.get(n), torch.dtype)}
 
 
+# the classes whose objects a .metadata pickle fills in (BUILD): never a class, function or enum member it names,
+# which are torch's own and live on after the load (a BUILD on torch.serialization._get_layout replaced its cache of
+# layouts for every later torch.load of the process, one on pathlib.PosixPath set attributes of the class)
+_BUILDABLE = frozenset((MetadataIndex, _StorageInfo, ChunkStorageMetadata, TensorProperties, TensorStorageMetadata,
+                        BytesStorageMetadata, StorageMeta, Metadata, *(getattr(planner, n) for n in (
+                            "SavePlan", "WriteItem", "TensorWriteData", "BytesIOWriteData"))))
+def _scalar(x) -> bool:
+    """A name or number whose hash, text or use costs little however often the pickle hands it out again (a GET of
+    a few bytes): the hash of a long int or a tuple is not cached, and one of 10**5 digits behind 10**5 keys is
+    10**10 steps."""
+    if type(x) is int:
+        return x.bit_length() <= 64
+    if isinstance(x, (str, bytes)):
+        return len(x) <= 4096
+    return isinstance(x, (float, bool, type(None)))
+
+
+def _flat(v) -> bool:
+    """A small scalar, or a tuple or list of at most MAX_DIMS of them (a torch.Size, a path's parts)."""
+    return _scalar(v) or isinstance(v, (tuple, list)) and len(v) <= MAX_DIMS and all(_scalar(x) for x in v)
+
+
+def _dims_shown(v) -> str:
+    return quote(tuple(v) if _dims(v) else v, 60)
+
+
+def _key(k) -> bool:
+    """A key a .metadata dict holds (a name, a MetadataIndex of a name and an offset), flat: a key of tuples
+    nesting the same tuple twice at each of 40 levels, 500 bytes of pickle, took hours to hash."""
+    if type(k) is MetadataIndex:
+        return isinstance(vars(k).get("fqn"), str) and _flat(vars(k).get("offset")) and _flat(vars(k).get("index"))
+    return _flat(k)
+
+
 class _MetadataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: a crafted memo index costs it nothing
+    dispatch = dict(pickle._Unpickler.dispatch)
+
     def find_class(self, module: str, name: str):
         if module == "torch" and name in DTYPES:
             return DTYPES[name]
@@ -59,6 +95,71 @@ class _MetadataUnpickler(pickle._Unpickler):  # the pure-Python unpickler: a cra
             raise FormatError(f"names {f'{module}.{name}'[:80]}, which is not DCP metadata: refused, since "
                               "unpickling it could run code; the checkpoint is not trustworthy")
         return super().find_class(module, name)
+
+    def _keys(self, keys) -> None:
+        for k in keys:
+            if not _key(k):
+                raise FormatError(f"has a key that is a {type(k).__name__} holding more than names and numbers, "
+                                  f"which DCP metadata never has; {_CRAFTED}")
+
+    def _args(self, func, args) -> None:
+        if not isinstance(args, tuple) or not all(_flat(a) for a in args):
+            raise FormatError(f"builds {getattr(func, '__name__', type(func).__name__)[:60]} from more than names and "
+                              f"numbers, which DCP metadata never does; {_CRAFTED}")
+
+    def load_build(self):
+        inst = self.stack[-2]
+        if type(inst) not in _BUILDABLE:
+            raise FormatError(f"sets the state of {getattr(inst, '__name__', type(inst).__name__)[:60]}, which DCP "
+                              f"metadata never does: refused, since it would change torch's own objects; {_CRAFTED}")
+        super().load_build()
+    dispatch[pickle.BUILD[0]] = load_build
+
+    def load_reduce(self):
+        self._args(self.stack[-2], self.stack[-1])
+        super().load_reduce()
+    dispatch[pickle.REDUCE[0]] = load_reduce
+
+    def load_newobj(self):  # cls.__new__(cls, *args): an enum's looks its argument up (a hash) or repr()s it
+        self._args(self.stack[-2], self.stack[-1])
+        super().load_newobj()
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+
+    def load_newobj_ex(self):
+        cls, args, kwargs = self.stack[-3:]
+        self._args(cls, args)
+        self._args(cls, tuple(kwargs.values()) if isinstance(kwargs, dict) else kwargs)
+        super().load_newobj_ex()
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+
+    def _instantiate(self, klass, args):
+        self._args(klass, tuple(args))
+        super()._instantiate(klass, args)
+
+    def load_setitem(self):
+        self._keys(self.stack[-2:-1])
+        super().load_setitem()
+    dispatch[pickle.SETITEM[0]] = load_setitem
+
+    def load_setitems(self):
+        self._keys(self.stack[::2])  # since the MARK, the stack holds only the items
+        super().load_setitems()
+    dispatch[pickle.SETITEMS[0]] = load_setitems
+
+    def load_dict(self):
+        self._keys(self.stack[::2])
+        super().load_dict()
+    dispatch[pickle.DICT[0]] = load_dict
+
+    def load_additems(self):
+        self._keys(self.stack)
+        super().load_additems()
+    dispatch[pickle.ADDITEMS[0]] = load_additems
+
+    def load_frozenset(self):
+        self._keys(self.stack)
+        super().load_frozenset()
+    dispatch[pickle.FROZENSET[0]] = load_frozenset
 
 
 _CRAFTED = "the checkpoint is corrupt or crafted"
@@ -138,11 +239,11 @@ def _storage_files(meta: Metadata, where: str, fs: _ConfinedFS) -> dict[str, int
         rel = str(rel) if isinstance(rel, PurePath) else rel
         off, length = getattr(info, "offset", None), getattr(info, "length", None)
         if not isinstance(rel, str) or not _whole(off) or not _whole(length):
-            raise FormatError(f"{where}: storage entry {name!r} has path {str(rel)[:80]!r}, offset "
-                              f"{str(off)[:20]} and length {str(length)[:20]}; {_CRAFTED}")
+            raise FormatError(f"{where}: storage entry {name!r} has path {quote(rel, 80)}, offset "
+                              f"{quote(off, 20)} and length {quote(length, 20)}; {_CRAFTED}")
         if getattr(info, "transform_descriptors", None):
             raise FormatError(f"{where}: storage entry {name!r} is stored through transforms "
-                              f"({str(info.transform_descriptors)[:60]}), which ckptbench does not load")
+                              f"({quote(info.transform_descriptors, 60)}), which ckptbench does not load")
         if rel not in files:
             files[rel] = fs.size_of(rel, where)
         if off + length > files[rel]:
@@ -193,7 +294,7 @@ def _tensor_bytes(fqn: str, md, storage: dict, where: str) -> int:
     dtype, size, chunks = getattr(props, "dtype", None), getattr(md, "size", None), getattr(md, "chunks", None)
     if not isinstance(props, TensorProperties) or not isinstance(dtype, torch.dtype) or not _dims(size) \
             or not isinstance(chunks, list):
-        raise FormatError(f"{what} has dtype {str(dtype)[:30]}, size {str(size)[:60]}, not a tensor's; {_CRAFTED}")
+        raise FormatError(f"{what} has dtype {dtype if isinstance(dtype, torch.dtype) else quote(dtype, 30)}, size {quote(size, 60)}, not a tensor's; {_CRAFTED}")
     if not holds_shape(size):
         raise FormatError(f"{what} has size {tuple(size)[:8]}: more elements than a tensor can hold; {_CRAFTED}")
     if dtype in _UNRESTORABLE:
@@ -206,7 +307,7 @@ def _tensor_bytes(fqn: str, md, storage: dict, where: str) -> int:
         if not isinstance(c, ChunkStorageMetadata) or not _dims(offsets) or not _dims(sizes) \
                 or len(offsets) != len(size) or len(sizes) != len(size) \
                 or any(o + n > d for o, n, d in zip(offsets, sizes, size)):
-            raise FormatError(f"{what} has a chunk at {str(offsets)[:60]} of {str(sizes)[:60]}, not inside its "
+            raise FormatError(f"{what} has a chunk at {_dims_shown(offsets)} of {_dims_shown(sizes)}, not inside its "
                               f"size {tuple(size)}; {_CRAFTED}")
         if MetadataIndex(fqn, offsets) not in storage:
             raise FormatError(f"{what} has a chunk at {tuple(offsets)} that no shard stores; {_CRAFTED}")
@@ -237,7 +338,7 @@ def _check_metadata(meta, where: str, fs: _ConfinedFS) -> Metadata:
     total = 0
     for fqn, md in dict.items(entries):
         if not isinstance(fqn, str) or not isinstance(md, (TensorStorageMetadata, BytesStorageMetadata)):
-            raise FormatError(f"{where}: entry {str(fqn)[:80]!r} is a {type(md).__name__}, not a tensor or bytes "
+            raise FormatError(f"{where}: entry {quote(fqn, 80)} is a {type(md).__name__}, not a tensor or bytes "
                               f"entry; {_CRAFTED}")
         if isinstance(md, TensorStorageMetadata):
             total += _tensor_bytes(fqn, md, meta.storage_data, where)

@@ -374,6 +374,16 @@ def tensor_in_place(view, where: str):
     return obj
 
 
+def prescanned(data, where: str) -> None:
+    """The bytes of a torch.save stream held in memory (a DCP byte entry or chunk read whole) checked as a shard is
+    before torch.load reads them: its start, its zip members, its pickle's dry run (torch_prescan)."""
+    view = memoryview(data).cast("B")
+    if check_start(bytes(view[:32]), where):
+        prescan(MemoryFile(view), zip_records(MemoryFile(view), view.nbytes, where), where)
+    else:
+        prescan_legacy(MemoryFile(view), view.nbytes, where)
+
+
 def load_buffer(buf, name: str) -> CheckpointState:
     view = memoryview(buf).cast("B")
     is_zip = check_start(bytes(view[:32]), name)

@@ -64,24 +64,32 @@ class _Made:
             _check_view(self.name, state, 1, self.where)
 
 
+# calls that hash what they are given: a set's items, an OrderedDict's or a dict's keys (from pairs)
+_HASHES = {"builtins.set": False, "builtins.frozenset": False, "collections.Counter": False,
+           "collections.OrderedDict": True, "builtins.dict": True}
+
+
 class _Global:
-    def __init__(self, name: str, where: str):
-        self.name, self.where = name, where
+    def __init__(self, name: str, where: str, run=None):
+        self.name, self.where, self.run = name, where, run
 
     def __call__(self, *args):
         name, where = self.name, self.where
+        if name in _HASHES and args and self.run is not None and isinstance(args[0], (list, tuple, set, frozenset)):
+            pairs = _HASHES[name]
+            self.run._keys([p[0] if isinstance(p, (tuple, list)) and p else p for p in args[0]] if pairs else args[0])
         if name == "builtins.bytearray" and not (args == () or type(args[0]) in (bytes, bytearray, str) or (
                 isinstance(args[0], _Made) and args[0].name == "_codecs.encode")):  # protocol 2's saved bytes
-            raise FormatError(f"{where}: its pickle asks for bytearray({str(args[0])[:20]}), which torch.save never "
+            raise FormatError(f"{where}: its pickle asks for bytearray({quote(args[0], 20)}), which torch.save never "
                               f"writes; {_CRAFTED}")
         if _allocates(name) and args:
-            raise FormatError(f"{where}: its pickle calls {name}({str(args[0])[:20]}…), which allocates what it asks "
+            raise FormatError(f"{where}: its pickle calls {name}({quote(args[0], 20)}…), which allocates what it asks "
                               f"and torch.save never writes; {_CRAFTED}")
         if name in _NO_DATA:
             raise FormatError(f"{where}: holds {_NO_DATA[name]}; ckptbench restores tensors whose data is in the "
                               "file: re-save it with its tensors on the CPU")
         if name in _TO_DEVICE and not (len(args) > 2 and str(args[2]) == "cpu"):
-            raise FormatError(f"{where}: holds a tensor saved from device {str(args[2] if len(args) > 2 else '?')[:20]}"
+            raise FormatError(f"{where}: holds a tensor saved from device {quote(args[2] if len(args) > 2 else '?', 20)}"
                               ", whose data ckptbench cannot place; re-save it with its tensors on the CPU")
         if name in _VIEWS:
             itemsize = 1 if name != "torch._utils._rebuild_tensor_v3" or len(args) < 7 \
@@ -116,15 +124,52 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
     def __init__(self, data: bytes, where: str, members: dict[str, int] | None):
         super().__init__(io.BytesIO(data), encoding="utf-8")
         self.where, self.members, self.storages = where, members, {}
+        # a key's hash walks its tuples whole, a tuple held twice twice: 1.2 KB of tuples nesting one tuple twice at
+        # each of 40 levels took hours to hash, in this dry run and again in torch's load
+        self.hash_budget, self.costs = 4 * len(data) + (1 << 20), {}
+
+    def _hash_cost(self, k) -> int:
+        """The steps hashing `k` takes (tuples walked whole), each tuple costed once: it cannot change."""
+        if type(k) is int:  # an int's hash reads all its digits, and is not cached either
+            return 1 + k.bit_length() // 64
+        if type(k) not in (tuple, frozenset):
+            return 1
+        hit = self.costs.get(id(k))
+        if hit is None:
+            hit = self.costs[id(k)] = (k, 1 + sum(self._hash_cost(c) for c in k))  # k held: its id stays its own
+        return hit[1]
+
+    def _keys(self, keys) -> None:
+        for k in keys:
+            self.hash_budget -= self._hash_cost(k)
+            if self.hash_budget < 0:
+                raise FormatError(f"{self.where}: its pickle's keys would take more steps to hash than the file has "
+                                  "bytes many times over (tuples holding the same tuples, or long numbers, given "
+                                  f"again and again); {_CRAFTED}")
+
+    def load_setitem(self):
+        self._keys(self.stack[-2:-1])
+        super().load_setitem()
+
+    def load_setitems(self):
+        self._keys(self.stack[::2])  # since the MARK, the stack holds only the items
+        super().load_setitems()
+
+    def load_dict(self):
+        self._keys(self.stack[::2])
+        super().load_dict()
+
+    def load_sets(self):
+        self._keys(self.stack)
 
     def find_class(self, module: str, name: str):
         module = "builtins" if module == "__builtin__" else module  # protocol 2 writes Python 2's name, as torch maps
-        return _Global(f"{module}.{name}", self.where)
+        return _Global(f"{module}.{name}", self.where, self)
 
     def persistent_load(self, pid):
         if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage" or not isinstance(pid[1], _Global) \
                 or not isinstance(pid[2], str) or not isinstance(pid[4], int) or pid[4] < 0:
-            raise FormatError(f"{self.where}: its pickle names storage {str(pid)[:60]}, not torch's; {_CRAFTED}")
+            raise FormatError(f"{self.where}: its pickle names storage {quote(pid, 60)}, not torch's; {_CRAFTED}")
         kind, key, numel = pid[1].name, pid[2], pid[4]
         dtype = _STORAGE_DTYPES.get(kind)
         if dtype is None and kind not in _UNTYPED:
@@ -144,6 +189,11 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
 
 _DryRun.dispatch = dict(pickle._Unpickler.dispatch)
 _DryRun.dispatch[pickle.NEWOBJ[0]] = lambda self: self.stack.append(self.stack.pop(-2)(*self.stack.pop()))
+_DryRun.dispatch[pickle.SETITEM[0]] = _DryRun.load_setitem
+_DryRun.dispatch[pickle.SETITEMS[0]] = _DryRun.load_setitems
+_DryRun.dispatch[pickle.DICT[0]] = _DryRun.load_dict
+_DryRun.dispatch[pickle.ADDITEMS[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_additems(self))
+_DryRun.dispatch[pickle.FROZENSET[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_frozenset(self))
 
 
 def check(data: bytes, where: str, members: dict[str, int] | None, budget: int | None = None) -> None:
