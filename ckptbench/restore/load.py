@@ -95,7 +95,7 @@ def with_state_files(state: CheckpointState, directory: str, lay: layouts.Layout
     if files:
         from ckptbench.checkpoint.formats.torch_shards import load_shards
 
-        _merge_apart(state, load_shards(files, buffers), directory,
+        merge_apart(state, load_shards(files, buffers), directory,
                      ", ".join(os.path.basename(f) for f in files[:3]), "its weights")
     return state
 
@@ -104,7 +104,7 @@ def _held(state: CheckpointState) -> set[str]:
     return {name for _, name, _ in state.tensors()} | set(state.extra)
 
 
-def _merge_apart(state: CheckpointState, other: CheckpointState, directory: str, what: str, where: str) -> None:
+def merge_apart(state: CheckpointState, other: CheckpointState, directory: str, what: str, where: str) -> None:
     """`other` merged into `state` when they share no name: merge lets the later win, so a common.pt holding a tensor
     under a weight's name was checked in its place (a NaN there failed a sound checkpoint, and a sound one passed
     a damaged weight), and a second pytorch_model_fsdp_N shadowed the first."""
@@ -139,7 +139,7 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
         for root in dcp_roots(directory, lay):  # the checkpoint's own folder, or FSDP's model and optimizer folders
             named = {os.path.basename(p): b for p, b in (buffers or {}).items()
                      if b is not None and os.path.dirname(os.path.normpath(p)) == os.path.normpath(root)}
-            _merge_apart(state, mod.load_dir(root, buffers=named or None), directory, os.path.basename(root),
+            merge_apart(state, mod.load_dir(root, buffers=named or None), directory, os.path.basename(root),
                          " or ".join(before))
             before.append(os.path.basename(root))
         return with_state_files(state, directory, lay, buffers)

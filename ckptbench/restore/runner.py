@@ -141,10 +141,10 @@ class Run:
             parts.append(dcp_format.from_pieces(os.path.join(listing.source, sub) if sub else listing.source,
                                                 tensors, values, named, part=len(subs) > 1))
         state = parts[0]
-        if len(parts) > 1:  # merged in order, as the whole-file load merges them
+        if len(parts) > 1:  # merged in order, and refused where two name one tensor, as the whole-file load does
             state = CheckpointState({})
-            for one in parts:
-                state.merge(one)
+            for i, (sub, one) in enumerate(zip(subs, parts)):
+                restore.merge_apart(state, one, listing.source, sub, " or ".join(subs[:i]))
         state = restore.with_state_files(state, listing.source, listing.layout, buffers)
         assembled = sum(1 for sl in tiling.share.slices if len(sl.fills) > 1)
         self.notes[LOAD] = _from_pieces_note(sum(len(sl.fills) for sl in tiling.share.slices), assembled, seconds)

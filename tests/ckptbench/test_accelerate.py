@@ -124,7 +124,7 @@ def test_an_fsdp_optimizer_folder_cut_short_is_one_line(tmp_path, h):
 
 
 def _state_run_restores(root, monkeypatch):
-    """The repeat's result and the state `run`'s own repeat hands its check."""
+    """The repeat's result and the state `run`'s own repeat hands its check (None when it did not get there)."""
     from ckptbench.restore import runner
     from ckptbench.restore.repeat import RunOptions
 
@@ -132,35 +132,47 @@ def _state_run_restores(root, monkeypatch):
     monkeypatch.setattr(runner, "_check", lambda restored, state, *a, **k: seen.append(state) or check(
         restored, state, *a, **k))
     reps = runner.run(str(root), RunOptions(), repeats=1)
-    assert reps[0].status in ("ok", "unverified"), reps[0].problems
-    return reps[0], seen[0]
+    return reps[0], (seen[0] if seen else None)
 
 
-@pytest.mark.parametrize("collide", [False, True])
-def test_an_fsdp_restore_lands_both_folders_chunks_by_range(tmp_path, monkeypatch, collide):
+def test_an_fsdp_restore_lands_both_folders_chunks_by_range(tmp_path, monkeypatch):
     """Both folders were read whole and every chunk copied out of them, a second fresh copy of the state; now their
-    chunks land by range, as a lone DCP folder's do, and the state is the whole-file load's. Two folders naming one
-    key keep the whole-file read, which merges them as it always did."""
-    import warnings
-
-    import torch.distributed.checkpoint as dcp
-
+    chunks land by range, as a lone DCP folder's do, and the state is the whole-file load's."""
     from ckptbench.restore import load as restore
 
     root = tmp_path / "checkpoint-1"
     root.mkdir()
     _fsdp_folder(root)
-    if collide:  # the optimizer folder's state names the model's weight too
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dcp.save({"model": {"weight": torch.full((3, 4), 7.0)}}, checkpoint_id=str(root / "optimizer_0"),
-                     no_dist=True)
     rep, state = _state_run_restores(root, monkeypatch)
-    assert rep.read_why.startswith("byte ranges") != collide, rep.read_why
-    assert ("read by range" in rep.notes.get("load", "")) != collide, rep.notes
+    assert rep.status in ("ok", "unverified"), rep.problems
+    assert rep.read_why.startswith("byte ranges"), rep.read_why
+    assert "read by range" in rep.notes.get("load", ""), rep.notes
     want = restore.load_state(str(root), "dcp")
     got = {n: t for _, n, t in state.tensors()}
     assert set(got) == {n for _, n, t in want.tensors()} and got
     for g, n, t in want.tensors():
         assert torch.equal(got[n], t), n
     assert state.extra["scheduler.last_epoch"] == 1
+
+
+@pytest.mark.parametrize("key", ["model.weight", "weight"])
+def test_two_fsdp_folders_naming_one_tensor_fail_the_restore_by_range_too(tmp_path, monkeypatch, key):
+    """A tensor two folders both hold is refused by the whole-file load (a resume takes one of the two); read by
+    range it must be too: the same key keeps the whole-file read, another key for the same name ('weight' beside
+    'model.weight', both the model's weight) is merged apart from the pieces."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    root = tmp_path / "checkpoint-1"
+    root.mkdir()
+    _fsdp_folder(root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = {"model": {"weight": torch.full((3, 4), 7.0)}} if key == "model.weight" else \
+            {"weight": torch.full((3, 4), 7.0)}
+        dcp.save(state, checkpoint_id=str(root / "optimizer_0"), no_dist=True)
+    from ckptbench.checkpoint.formats import FormatError
+
+    with pytest.raises(FormatError, match="pytorch_model_fsdp_0 holds 'weight', also in optimizer_0"):
+        _state_run_restores(root, monkeypatch)
