@@ -10,7 +10,7 @@ import uuid
 from ckptbench.core.errors import CkptbenchError, name_source
 from ckptbench.cli.show import digests_line, print_floor, print_pick, print_recorded, say, sweep_floor_lines
 from ckptbench.core.stages import STAGES
-from ckptbench.core.units import human_bytes, human_pct
+from ckptbench.core.units import human_bytes, human_money, human_pct
 
 
 class StageProgress:
@@ -65,8 +65,9 @@ def print_run(doc: dict) -> None:
         say(f"  note ({stage}): {note}")
     if "cost" in doc:
         k = doc["cost"]
-        say(f"cost: {k['per_restore']:.2f} per restore at {k['effective_price_per_hour']:.2f}/h, "
-            f"{k['per_month']:.2f} per month, {k['idle_gpu_hours_per_month']:.1f} idle GPU hours per month")
+        say(f"cost (in --price-per-hour's currency): {human_money(k['per_restore'])} per restore at "
+            f"{human_money(k['effective_price_per_hour'])}/h, {human_money(k['per_month'])} per month, "
+            f"{k['idle_gpu_hours_per_month']:.1f} idle GPU hours per month")
     for r in doc["repeats"]:
         for p in r["problems"][:5]:
             say(f"  problem: {p}", sys.stderr)

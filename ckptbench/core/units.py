@@ -72,6 +72,18 @@ def human_count(n: float) -> str:
     return f"{n:.0f}"
 
 
+def human_money(amount: float) -> str:
+    """An amount in the currency of the price given, to the cent, and to 3 significant digits under one: a small
+    checkpoint's restore at 9.60/h read "0.00 per restore", as if it cost nothing."""
+    if amount <= 0:
+        return "0"
+    if amount >= 1:
+        return f"{amount:,.2f}"
+    text = f"{amount:.{max(2, 2 - math.floor(math.log10(amount)))}f}"
+    whole, cents = text.split(".")
+    return f"{whole}.{cents[:2]}{cents[2:].rstrip('0')}"  # 0.05, not 0.0500
+
+
 def human_gbps(gbps: float) -> str:
     """A rate in GB/s to 3 significant digits ("0.00495", "21.7", "1,110"): 2 decimals read a small profile's
     0.005 GB/s as 0.00, and a request rate's 1110.18 GB/s said more than it knew."""

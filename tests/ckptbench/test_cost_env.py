@@ -95,6 +95,21 @@ def test_run_reports_cost_of_its_median_rto(ckpt, tmp_path):
     assert cost["idle_gpu_hours_per_month"] == pytest.approx(doc["rto_s"] * 2 * 30 / 3600)
 
 
+def test_a_small_cost_is_said_to_three_figures_not_as_nothing(ckpt, tmp_path):
+    """A small checkpoint's restore at 9.60/h cost 'cost: 0.00 per restore', as if it cost nothing."""
+    import re
+
+    from ckptbench.core.units import human_money
+
+    assert [human_money(x) for x in (0.000153, 0.05, 0.5, 12.345, 12345.6)] == \
+        ["0.000153", "0.05", "0.50", "12.35", "12,345.60"]
+    r = cli("run", ckpt, "--repeat", "1", "--price-per-hour", "9.6", "--results", tmp_path / "R.csv")
+    assert r.rc == 0, r.err
+    line = next(x for x in r.out.splitlines() if x.startswith("cost"))
+    shown = float(re.search(r"\): ([\d.,]+) per restore", line).group(1))
+    assert shown > 0 and "in --price-per-hour's currency" in line, line
+
+
 def test_run_without_a_price_has_no_cost(ckpt, tmp_path):
     r = cli("run", ckpt, "--repeat", "1", "--json", "--results", tmp_path / "R.csv")
     assert r.rc == 0, r.err
