@@ -28,7 +28,7 @@ TODAY = {
            "--device=cpu --repeat=3 --optimizer-step --part-size=8388608 --stage-dir --s3-client{threads,crt}=threads "
            "--results=results.csv --price-per-hour --spot-discount=0.0 --restores-per-day=1.0 --json --distributed "
            "--each-rank{part,all}=part --rank-timeout=300.0 --tensor-digests --pick",
-    "watch": "target --match --interval=0.25 --no-verdict --results=results.csv --source --json --tui",
+    "watch": "target --match --interval=0.25 --no-verdict --results=results.csv --source --pick --json --tui",
     "inspect": "source --concurrency/-c=8 --json --tensors --pick",
     "sweep": "source --levels=1,8,16,32,64 --s3-client{threads,crt}=threads --repeat=3 --cache{cold,hot,as-is}=cold "
              "--read{auto,pread,mmap,direct}=auto --hash{none,crc32c,xxh64,md5,sha256}=none --block-size=1048576 "
@@ -36,7 +36,7 @@ TODAY = {
              "--results=",
     "compare": "results=results.csv --newest --kind --baseline --threshold=5.0 --json",
     "history": "results=results.csv --json",
-    "check": "source --concurrency/-c=8 --quick-sweep --results=results.csv --json --markdown",
+    "check": "source --concurrency/-c=8 --quick-sweep --results=results.csv --pick --json --markdown",
     "plan": "profile --interval --scale=1.0 --nodes --ranks-per-node --storage --node-memory --results=results.csv --target --json",
     "save": "what target --format{safetensors,torch,dcp}=safetensors --scale=1.0 --interval --count=3 --keep=2 "
             "--ranks=1 --stagger=0.0 --async --fsync/--no-fsync=True --force --results=results.csv --json --pick",
@@ -47,9 +47,9 @@ TODAY = {
     "pack": "directory out --target-files=4",
     "unpack": "directory out",
     "upload": "directory url --concurrency/-c=8 --part-size=8388608",
-    "tui": "source --results=results.csv --run --loop --watch --ranks",
+    "tui": "source --results=results.csv --pick --run --loop --watch --ranks",
     "demo": "--dir --headless --scale=1.0 --s3",
-    "sysinfo": "source --json",
+    "sysinfo": "source --json --pick",
     "floor": "source --remeasure --json --pick --s3-client{threads,crt}=threads --write-to",
 }
 # each group of flags that exclude each other, per command
