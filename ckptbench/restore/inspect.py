@@ -241,7 +241,7 @@ def _document(source: Source, listing: Listing, concurrency: int, tensors: str |
             "not_read": [{"path": p, "why": why} for p, why in lay.skipped],  # present, deliberately not read
             "unloaded": [{"path": p, "why": why} for p, why in lay.unloaded],  # read, never deserialized
             "dcp_dirs": list(lay.dcp_dirs),  # FSDP's sharded model and optimizer folders, each a DCP checkpoint
-            "notes": _notes(lay, entries),
+            "notes": list(lay.notes) + _notes(lay, entries),
         },
         "groups": {name: {"tensors": g.tensors, "params": g.params, "bytes": g.bytes,
                           "dtypes": dict(sorted(g.dtypes.items()))} for name, g in sorted(groups.items())},
