@@ -116,9 +116,11 @@ def _entries(directory: str, listing: Listing):
 
         from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
 
-        from ckptbench.restore.load import dcp_roots
+        from ckptbench.restore.load import dcp_roots, refuse_clash
 
+        before: list[str] = []  # the folders read so far, as the restore names them in its line for a clash
         for root in dcp_roots(directory, lay):
+            first = len(out)
             at = os.path.relpath(root, directory)
             at = "" if at == "." else at + "/"  # FSDP's model and optimizer folders: files named from the checkpoint
             meta = SafeReader(root).read_metadata()
@@ -137,8 +139,14 @@ def _entries(directory: str, listing: Listing):
                                       ",".join(sorted(held.get(fqn, ()))) or at + ".metadata", group))
                 else:
                     others += 1
+            # a name two parts hold is refused, as the restore's merge_apart refuses it, not counted twice
+            refuse_clash({t.name for t in out[:first]}, {t.name for t in out[first:]}, directory,
+                         os.path.basename(root), " or ".join(before))
+            before.append(os.path.basename(root))
         state_files = list(lay.state_files) if lay is not None else []
         torch_out, more, inert = _torch_entries(directory, state_files)  # Megatron's common.pt, a Trainer's state
+        refuse_clash({t.name for t in out}, {t.name for t in torch_out}, directory,
+                     ", ".join(os.path.basename(f) for f in state_files[:3]), "its weights")
         return out + torch_out, others + more, inert
     state_files = list(lay.state_files) if lay is not None else []
     if fmt == "safetensors":
