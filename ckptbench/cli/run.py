@@ -332,7 +332,8 @@ def cmd_compare(args) -> int:
         json.dump(plain({"kind": c.kind, "baseline": c.baseline_id, "newest": c.newest_id,
                          "threshold_pct": c.threshold_pct, "env_diff": c.env_diff, "notes": list(c.notes),
                          "regressions": [f.figure for f in c.regressed],
-                         "figures": [vars(f) | {"noise_note": f.noise_note or None} for f in c.figures]}),
+                         "figures": [vars(f) | {"verdict": f.verdict or None, "noise_note": f.noise_note or None}
+                                     for f in c.figures]}),  # the verdict in the text's words (FigureDelta.verdict)
                   sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
