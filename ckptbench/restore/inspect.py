@@ -99,8 +99,27 @@ def _torch_entries(directory: str, rels: list[str]):
                 name = f"{stem}.{name}"
             out.append(Tensor(name, _dtype(t.dtype), tuple(t.shape),
                               t.numel() * t.element_size(), rel, group))
-        others += sum(1 for v in state.extra.values() if not hasattr(v, "dtype"))
+        others += _other_entries(state.extra)
     return out, others, inert
+
+
+def _other_entries(extra: dict) -> int:
+    """The non-tensor entries of a torch.save file, an RNG state counted once, as the 'other' state it is (the
+    elements of Python's tuple and numpy's made a Trainer's rng_state_N.pth 631 entries, its key array none)."""
+    import torch
+
+    from ckptbench.checkpoint.formats.state import rng_state_of
+
+    plain, states = 0, set()
+    for k, v in extra.items():
+        if isinstance(v, torch.Tensor):
+            continue
+        rng = rng_state_of(k)
+        if rng is not None:
+            states.add(rng)
+        elif not hasattr(v, "dtype"):
+            plain += 1
+    return plain + len(states)
 
 
 def _entries(directory: str, listing: Listing):
