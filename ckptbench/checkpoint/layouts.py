@@ -266,7 +266,8 @@ def fsdp_unreadable(where: str, rels: list[str], odd: dict[str, str]) -> None:
         if model is not None:
             raise refuse(f"{where}/{model}", f"FSDP's sharded model folder {odd[model]}; a resume loads the model "
                          "from it", _ODD_TODO[odd[model].startswith("is a symlink")])
-        if optims and any(m in top for m in TRAINER_MARKERS):
+        weights = any(r.startswith("pytorch_model") or _HF_WEIGHTS.match(r) for r in top)  # a model saved whole
+        if optims and any(m in top for m in TRAINER_MARKERS) and not weights:
             raise refuse(f"{where}/{min(optims)}", "FSDP's sharded optimizer without its model folder "
                          "(pytorch_model_fsdp_0): a resume loads the model from that folder and fails",
                          "restore an earlier checkpoint (--pick)")
