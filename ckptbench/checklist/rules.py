@@ -7,6 +7,7 @@ import shlex
 
 from ckptbench.checklist import efficiency, loads
 from ckptbench.checklist import fuse as checklist_fuse
+from ckptbench.system import floor as fl
 from ckptbench.system import probes
 from ckptbench.checklist.facts import Facts, reason, unknown
 from ckptbench.checklist.mounts import mount_options, network_path
@@ -75,6 +76,16 @@ def _skipped_knee(f: Facts) -> dict:
     return {}
 
 
+def _knee_is_noise(f: Facts, m: MeasuredKnee) -> bool:
+    """Whether the knee was measured over a floor under the fixed costs: this check's sweep's floor, else (none
+    known) the best level's own read of the checkpoint, which no floor is longer than."""
+    floor_s = f.sweep.get("floor_s") if f.sweep is not None else None
+    best = m.gbps.get(m.best)
+    if floor_s is None and f.bytes and best:
+        floor_s = f.bytes / (best * 1e9)
+    return fl.says_little(floor_s)
+
+
 def concurrency(f: Facts) -> Verdict:
     why = "too few parallel reads leave bandwidth unused; far more than the knee only adds contention"
     title = "Concurrency"
@@ -90,6 +101,11 @@ def concurrency(f: Facts) -> Verdict:
                            f"raise --concurrency to at least {floor} ({advised.basis}); {measure}")
         return Verdict("concurrency", title, "unknown", ev, why, measure)
     gbps, knee, best = m.gbps, m.knee, m.best
+    if _knee_is_noise(f, m):  # as sweep says of such a knee: its levels' rates are fixed costs, no advice
+        ev = {"concurrency": f.concurrency, "knee": knee, "best": best, "gbps_by_level": gbps, "too_small": True,
+              "reason": f"{fl.SMALL_SWEEP_WHY} ({fl.SHORT_FLOOR})", "basis": advised.basis} | _rates_of(f) \
+            | _skipped_knee(f)
+        return Verdict("concurrency", title, "unknown", ev, why, f"none from this knee; {fl.SMALL_SWEEP_FIX}")
     current = gbps.get(f.concurrency)
     ev = {"concurrency": f.concurrency, "knee": knee, "best": best, "gbps_by_level": gbps,
           "gbps_at_current": current, "gbps_at_knee": gbps[knee]} | _rates_of(f) | {"basis": advised.basis}

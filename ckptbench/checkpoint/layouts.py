@@ -69,11 +69,12 @@ class Layout:
     why: str = ""  # why this checkpoint, where the folder held several (resume.choose)
     unloaded: tuple[tuple[str, str], ...] = ()  # (file, why) read with the checkpoint but never deserialized
     dcp_dirs: tuple[str, ...] = ()  # sub-folders each holding a DCP checkpoint (FSDP's sharded model, optimizer)
+    notes: tuple[str, ...] = ()  # what the restore leaves out that a resume would miss (FSDP without its optimizer)
 
     def describe(self) -> dict:
         return {"name": self.name, "tag": self.tag, "root": self.root, "why": self.why, "ranks": list(self.ranks), "model_files": list(self.model_files),
                 "optimizer_files": list(self.optimizer_files), "state_files": list(self.state_files),
-                "dcp_dirs": list(self.dcp_dirs),
+                "dcp_dirs": list(self.dcp_dirs), "notes": list(self.notes),
                 "not_read": [{"path": p, "why": why} for p, why in self.skipped],
                 "unloaded": [{"path": p, "why": why} for p, why in self.unloaded]}
 
@@ -215,10 +216,74 @@ def _fsdp(where: str, rels: list[str], top: set[str], dirs: tuple[str, ...]) -> 
     skipped = tuple((r, "not part of the FSDP checkpoint (its model and optimizer folders are read)")
                     for r in rels if "/" in r and r.split("/")[0] not in dirs)
     name = "hf-trainer" if "trainer_state.json" in top else "accelerate"
+    states, notes = trainer_state_files(sorted(top)), ()
+    if not any(FSDP_OPTIM_DIR.match(d) for d in dirs):
+        _optimizer_folder_fails(where, {r.split("/")[0] for r in rels if "/" in r})
+        notes = (_no_optimizer(top),)
+        if name == "hf-trainer" and SCHEDULER in states:  # the resume loads the scheduler only with an optimizer
+            states, mine = tuple(r for r in states if r != SCHEDULER), [r for r in mine if r != SCHEDULER]
+            skipped += ((SCHEDULER, SCHEDULER_ALONE_WHY),)
     return Layout(name, tuple(mine), model_files=tuple(r for r in mine if FSDP_MODEL_DIR.match(r.split("/")[0])),
                   optimizer_files=tuple(r for r in mine if FSDP_OPTIM_DIR.match(r.split("/")[0])),
-                  state_files=trainer_state_files(sorted(top)), skipped=skipped, unloaded=_plain_pickles(mine),
-                  dcp_dirs=dirs)
+                  state_files=states, skipped=skipped, unloaded=_plain_pickles(mine), dcp_dirs=dirs, notes=notes)
+
+
+SCHEDULER = "scheduler.pt"
+SCHEDULER_ALONE_WHY = ("a Trainer resume loads the scheduler only beside an optimizer state, and this checkpoint has "
+                       "none: it starts both afresh")
+
+
+def _no_optimizer(top: set[str]) -> str:
+    """The note of an FSDP checkpoint without its optimizer folder. transformers' Trainer looks for an optimizer
+    (optimizer.pt, optimizer.bin, or a folder with "optimizer" in its name) and, finding none, passes over the
+    optimizer and the scheduler in silence, as after save_only_model, whose checkpoints the docs say cannot resume."""
+    what = ("optimizer_0 is a file, not the DCP folder Accelerate writes" if "optimizer_0" in top
+            else "no optimizer_0 folder (Accelerate's sharded optimizer state) is there")
+    return (f"the optimizer is not restored: {what}; a Trainer resume from this checkpoint starts the optimizer and "
+            "the scheduler afresh (as after save_only_model), so it is not the run that was saved")
+
+
+def _optimizer_folder_fails(where: str, folders) -> None:
+    """An FSDP checkpoint with a folder named for an optimizer that holds no DCP checkpoint: the Trainer, seeing a
+    folder with "optimizer" in its name, loads optimizer_0 with Accelerate's load_fsdp_optimizer, which fails there."""
+    bad = sorted(d for d in folders if "optimizer" in d)
+    if bad:
+        raise refuse(f"{where}/{bad[0]}", "a folder named for FSDP's sharded optimizer that holds no DCP checkpoint "
+                     "(no .metadata): a Trainer resume loads the optimizer from optimizer_0 and fails there",
+                     _REMOVE_OPTIMIZER)
+
+
+def fsdp_unreadable(where: str, rels: list[str], odd: dict[str, str]) -> None:
+    """One line for FSDP's model or optimizer folder that the listing cannot use (`odd`: a symlink, never followed;
+    an empty folder), or a model folder missing beside the optimizer's: a resume loads from each (through the link,
+    or failing on the empty or missing folder), where the restore passed over it, called the folder's state files
+    "weight files" beside folders of checkpoints, or restored the weights alone in silence."""
+    top = {r for r in rels if "/" not in r}
+    optims = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith("/.metadata")
+              and FSDP_OPTIM_DIR.match(r.split("/")[0])}
+    if not fsdp_dirs(rels):  # no model folder: one named so that the listing cannot use, or none beside an optimizer
+        model = next((d for d in sorted(odd) if FSDP_MODEL_DIR.match(d)), None)
+        if model is not None:
+            raise refuse(f"{where}/{model}", f"FSDP's sharded model folder {odd[model]}; a resume loads the model "
+                         "from it", _ODD_TODO[odd[model].startswith("is a symlink")])
+        weights = any(r.startswith("pytorch_model") or _HF_WEIGHTS.match(r) for r in top)  # a model saved whole
+        if optims and any(m in top for m in TRAINER_MARKERS) and not weights:
+            raise refuse(f"{where}/{min(optims)}", "FSDP's sharded optimizer without its model folder "
+                         "(pytorch_model_fsdp_0): a resume loads the model from that folder and fails",
+                         "restore an earlier checkpoint (--pick)")
+        return
+    optim = next((d for d in sorted(odd) if "optimizer" in d), None)
+    if not optims and optim is not None:  # the Trainer sees a folder named for an optimizer and loads optimizer_0
+        link = odd[optim].startswith("is a symlink")
+        raise refuse(f"{where}/{optim}", f"FSDP's sharded optimizer folder {odd[optim]}; a Trainer resume loads the "
+                     f"optimizer from it{'' if link else ' and fails there'}",
+                     _ODD_TODO[True] if link else _REMOVE_OPTIMIZER)
+
+
+_ODD_TODO = {True: "point at a copy made with `cp -rL` (a link is never followed: nothing outside the checkpoint is "
+                   "read)",
+             False: "restore an earlier checkpoint (--pick), or finish the save"}
+_REMOVE_OPTIMIZER = "restore an earlier checkpoint (--pick), or remove the folder to restore the weights alone"
 
 
 PLAIN_PICKLE_WHY = "a plain pickle (Accelerate's RNG states): read, never unpickled, since unpickling can run code"

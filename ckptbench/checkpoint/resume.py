@@ -100,6 +100,7 @@ def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
     checkpoint. `odd`: sub-folders at this level the listing could not use (a symlink, an empty folder), by name,
     with what they are. Raises one line where the choice is ambiguous or the one a library takes cannot be read."""
     top = _top(rels)
+    layouts.fsdp_unreadable(where, rels, odd)
     iters = layouts.iterations(rels)
     if iters and not any(layouts.MP_DIR.match(r.split("/")[0]) for r in rels if "/" in r):
         tag = pointers.megatron_iteration(where, rels, top, iters, fetch)
@@ -144,8 +145,10 @@ def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
         if rivals:
             # loose weight files beside folders of checkpoints: restored as one, they were read together and the
             # format taken from a sub-folder's (a new user's extra.pt beside dcp/ restored as one "dcp" checkpoint)
-            raise _ambiguous(where, f"weight files at the top ({_listed(r for r in top if r.endswith(WEIGHT_EXT))})"
-                                    f" beside {len(rivals)} folder(s) of checkpoints", rivals + ["."])
+            loose = [r for r in top if r.endswith(WEIGHT_EXT)]
+            raise _ambiguous(where, f"{_kind(loose)} at the top ({_listed(loose)}) beside {len(rivals)} "
+                                    f"folder{'s' if len(rivals) > 1 else ''} of checkpoints: {len(rivals) + 1} "
+                                    "candidates", rivals + ["."])
         return None  # a checkpoint at the top; its own layout says which of its files are read
     dcp = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith("/.metadata")}
     if len(dcp) > 1:
@@ -157,6 +160,12 @@ def _level(where: str, rels: list[str], fetch: Fetch | None, odd: dict[str, str]
         # lightning_logs/version_0 and version_1, two runs side by side: two checkpoints, never one
         raise _ambiguous(where, f"{len(holding)} folders of checkpoints", holding)
     return None
+
+
+def _kind(files: list[str]) -> str:
+    """What loose files at the top are: a Trainer's state files (scheduler.pt, rng_state_N.pth) are no weights."""
+    state = sum(bool(layouts.TRAINER_STATE.match(r)) for r in files)
+    return "state files" if state == len(files) else "weight files" if not state else "weight and state files"
 
 
 def _loose(where: str, top: set[str], fetch: Fetch | None) -> bool:

@@ -39,9 +39,7 @@ def cmd_inspect(args) -> int:
         say(f"  {name:10s} {g['tensors']:8d} {g['params']:14,d} {human_bytes(g['bytes']):>11s}  {dts}")
     if lay["other_entries"]:
         print(f"  and {lay['other_entries']} non-tensor entries (scalars, configs, byte entries)")
-    for note in lay["notes"]:
-        say(f"  note: {note}")
-    print_left(lay)
+    print_left(lay)  # with the notes
     if lay["kept_as_data"]:
         say(f"  {describe(lay['kept_as_data'])}")
     if args.tensors is not None:

@@ -312,13 +312,12 @@ def _show_sweep(args, res) -> int:
     else:
         # a floor under the fixed costs: the levels differ by opening files and starting threads, not by what the
         # storage gives (a 35 KiB sweep recommended --concurrency 1, and check then advised it as measured)
-        from ckptbench.system.floor import says_little
+        from ckptbench.system.floor import SMALL_SWEEP_FIX, SMALL_SWEEP_WHY, says_little
 
         small = says_little((res.floor or {}).get("floor_s"))
         print(f"knee: {res.knee} (smallest level within {human_pct(res.margin)} of the best, {res.best}); "
               f"recommendation: --concurrency {res.knee}" + (
-                  "; at this size the levels differ by fixed costs, not by what the storage gives: sweep a "
-                  "checkpoint of tens of MiB or more before setting it" if small else ""))
+                  f"; {SMALL_SWEEP_WHY}: {SMALL_SWEEP_FIX}" if small else ""))
     return rc
 
 
@@ -332,7 +331,8 @@ def cmd_compare(args) -> int:
         json.dump(plain({"kind": c.kind, "baseline": c.baseline_id, "newest": c.newest_id,
                          "threshold_pct": c.threshold_pct, "env_diff": c.env_diff, "notes": list(c.notes),
                          "regressions": [f.figure for f in c.regressed],
-                         "figures": [vars(f) | {"noise_note": f.noise_note or None} for f in c.figures]}),
+                         "figures": [vars(f) | {"verdict": f.verdict or None, "noise_note": f.noise_note or None}
+                                     for f in c.figures]}),  # the verdict in the text's words (FigureDelta.verdict)
                   sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:

@@ -50,6 +50,8 @@ def print_left(lay: dict, stream=None) -> None:
         print(f"  not read: ... and {len(skipped) - 8} more (--json lists them)", file=stream)
     for u in lay.get("unloaded", []):
         say(f"  read, not loaded: {u['path']} ({u['why']})", stream)
+    for note in lay.get("notes", []):
+        say(f"  note: {note}", stream)
 
 
 def digests_line(doc: dict, where: str = "") -> str:

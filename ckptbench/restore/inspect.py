@@ -99,8 +99,27 @@ def _torch_entries(directory: str, rels: list[str]):
                 name = f"{stem}.{name}"
             out.append(Tensor(name, _dtype(t.dtype), tuple(t.shape),
                               t.numel() * t.element_size(), rel, group))
-        others += sum(1 for v in state.extra.values() if not hasattr(v, "dtype"))
+        others += _other_entries(state.extra)
     return out, others, inert
+
+
+def _other_entries(extra: dict) -> int:
+    """The non-tensor entries of a torch.save file, an RNG state counted once, as the 'other' state it is (the
+    elements of Python's tuple and numpy's made a Trainer's rng_state_N.pth 631 entries, its key array none)."""
+    import torch
+
+    from ckptbench.checkpoint.formats.state import rng_state_of
+
+    plain, states = 0, set()
+    for k, v in extra.items():
+        if isinstance(v, torch.Tensor):
+            continue
+        rng = rng_state_of(k)
+        if rng is not None:
+            states.add(rng)
+        elif not hasattr(v, "dtype"):
+            plain += 1
+    return plain + len(states)
 
 
 def _entries(directory: str, listing: Listing):
@@ -116,9 +135,11 @@ def _entries(directory: str, listing: Listing):
 
         from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
 
-        from ckptbench.restore.load import dcp_roots
+        from ckptbench.restore.load import dcp_roots, refuse_clash
 
+        before: list[str] = []  # the folders read so far, as the restore names them in its line for a clash
         for root in dcp_roots(directory, lay):
+            first = len(out)
             at = os.path.relpath(root, directory)
             at = "" if at == "." else at + "/"  # FSDP's model and optimizer folders: files named from the checkpoint
             meta = SafeReader(root).read_metadata()
@@ -137,8 +158,14 @@ def _entries(directory: str, listing: Listing):
                                       ",".join(sorted(held.get(fqn, ()))) or at + ".metadata", group))
                 else:
                     others += 1
+            # a name two parts hold is refused, as the restore's merge_apart refuses it, not counted twice
+            refuse_clash({t.name for t in out[:first]}, {t.name for t in out[first:]}, directory,
+                         os.path.basename(root), " or ".join(before))
+            before.append(os.path.basename(root))
         state_files = list(lay.state_files) if lay is not None else []
         torch_out, more, inert = _torch_entries(directory, state_files)  # Megatron's common.pt, a Trainer's state
+        refuse_clash({t.name for t in out}, {t.name for t in torch_out}, directory,
+                     ", ".join(os.path.basename(f) for f in state_files[:3]), "its weights")
         return out + torch_out, others + more, inert
     state_files = list(lay.state_files) if lay is not None else []
     if fmt == "safetensors":
@@ -241,7 +268,7 @@ def _document(source: Source, listing: Listing, concurrency: int, tensors: str |
             "not_read": [{"path": p, "why": why} for p, why in lay.skipped],  # present, deliberately not read
             "unloaded": [{"path": p, "why": why} for p, why in lay.unloaded],  # read, never deserialized
             "dcp_dirs": list(lay.dcp_dirs),  # FSDP's sharded model and optimizer folders, each a DCP checkpoint
-            "notes": _notes(lay, entries),
+            "notes": list(lay.notes) + _notes(lay, entries),
         },
         "groups": {name: {"tensors": g.tensors, "params": g.params, "bytes": g.bytes,
                           "dtypes": dict(sorted(g.dtypes.items()))} for name, g in sorted(groups.items())},

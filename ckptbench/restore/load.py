@@ -108,13 +108,18 @@ def merge_apart(state: CheckpointState, other: CheckpointState, directory: str, 
     """`other` merged into `state` when they share no name: merge lets the later win, so a common.pt holding a tensor
     under a weight's name was checked in its place (a NaN there failed a sound checkpoint, and a sound one passed
     a damaged weight), and a second pytorch_model_fsdp_N shadowed the first."""
-    clash = _held(state) & _held(other)
+    refuse_clash(_held(state), _held(other), directory, what, where)
+    state.merge(other)
+
+
+def refuse_clash(held: set[str], other: set[str], directory: str, what: str, where: str) -> None:
+    """merge_apart's line, which inspect says too from the headers (it counted both copies where load refused)."""
+    clash = held & other
     if clash:
         name = min(clash)
         raise FormatError(f"{directory}: {what} holds {name[:80]!r}, also in {where}; a resume takes one of "
                           f"the two, so which is restored is not known: the checkpoint is corrupt or crafted, or "
                           f"holds more than one checkpoint (point at one of its folders)")
-    state.merge(other)
 
 
 def load_state(directory: str, fmt: str | None = None, buffers: dict[str, bytes] | None = None,

@@ -357,6 +357,9 @@ def _gone() -> str | None:
 FIXED_COSTS_S = 0.01  # a floor shorter than this is dwarfed by what it does not count (a 116 KiB restore read 0.1 %)
 # beside an efficiency over such a floor (history, the dashboard): run's note says it, these said the figure bare
 SHORT_FLOOR = f"a floor under {FIXED_COSTS_S * 1e3:.0f} ms: says little"
+# a knee over such a floor (sweep's text, check's Concurrency item): the levels' rates are fixed costs, not storage
+SMALL_SWEEP_WHY = "at this size the levels differ by fixed costs, not by what the storage gives"
+SMALL_SWEEP_FIX = "sweep a checkpoint of tens of MiB or more before setting it"
 
 
 def says_little(floor_s: float | None) -> bool:

@@ -165,8 +165,8 @@ def test_loose_weight_files_beside_folders_of_checkpoints_are_ambiguous_and_pick
     """A new user's folder: dcp/ (a DCP checkpoint), st/ (a safetensors file) and an extra.pt at the top. It was
     restored as one "dcp" checkpoint reading all three (the format taken from dcp/.metadata)."""
     rels = ["dcp/.metadata", "dcp/__0_0.distcp", "st/x.safetensors", "extra.pt"]
-    with pytest.raises(CkptbenchError, match=r"weight files at the top \(extra\.pt\) beside 1 folder\(s\) of "
-                                             r"checkpoints \(\., dcp\).*--pick NAME"):
+    with pytest.raises(CkptbenchError, match=r"weight files at the top \(extra\.pt\) beside 1 folder of "
+                                             r"checkpoints: 2 candidates \(\., dcp\).*--pick NAME"):
         resume.choose("/d", rels)
     # plain weight files in a sub-folder are part of a file set (`read` of any files), not a rival checkpoint
     assert resume.choose("/d", ["f0.bin", "f2.bin", "sub/f1.bin", "sub/f3.bin"]).root is None

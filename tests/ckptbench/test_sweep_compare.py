@@ -201,6 +201,24 @@ def test_compare_doubled_times_is_a_regression_naming_rto(recorded, tmp_path):
     assert rto["change_pct"] >= 100 - 1e-9
 
 
+def test_compare_json_says_each_figures_verdict_in_the_texts_words(recorded, tmp_path):
+    """--json had the flags (regression, improved, too_small …) and not the verdict the text prints beside each
+    figure: a script had to re-derive it, and could say otherwise."""
+    def slower(base):
+        return [dict(r, run_id="slow", rto_s=repr(2 * max(float(b["rto_s"]) for b in base))) for r in base]
+
+    path = crafted(recorded, tmp_path, slower)
+    text = cli("compare", path).out.splitlines()
+    figures = json.loads(cli("compare", path, "--json").out)["figures"]
+    assert next(f for f in figures if f["figure"] == "rto_s")["verdict"] == "REGRESSION"
+    for f in figures:
+        line = next(ln for ln in text if ln.split()[:1] == [f["figure"]])
+        if f["verdict"] is None:
+            assert not line.rstrip().endswith(")") and "REGRESSION" not in line and "improved" not in line, line
+        else:
+            assert f["verdict"] in line, (f, line)
+
+
 def test_compare_change_within_threshold_exits_0(recorded, tmp_path):
     def a_bit_slower(base):
         return [dict(r, run_id="bit", **{f: repr(float(r[f]) * 1.02) for f in ["rto_s", *STAGE_COLUMNS]})

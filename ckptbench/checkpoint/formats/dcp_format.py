@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import warnings
 
 import torch
@@ -23,7 +24,7 @@ from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, For
                                                check_walk, group_of, json_plain, nest, walk_limit)
 from ckptbench.checkpoint.formats.dcp_metadata import _CRAFTED, MAX_DIMS, SafeReader, _whole
 from ckptbench.checkpoint.formats.torch_format import numpy_allowed, prescanned, tensor_in_place
-from ckptbench.checkpoint.layouts import MEGATRON_META
+from ckptbench.checkpoint.layouts import MEGATRON_COMMON, MEGATRON_META
 
 class _DeterministicWriter(FileSystemWriter):
     """Same seed, same bytes: torch's .metadata records the temporary path, a random save id, and its
@@ -210,11 +211,15 @@ def _fill(reader: "SafeReader", meta: Metadata, tensors: dict[str, torch.Tensor]
 MEGATRON_META_MAX = 1 << 16  # metadata.json names a backend and its version: a hundred bytes
 
 
+# megatron-core's ShardedObject.unique_key: its key, then /shard_<global offset>_<global shape>, each '.'-joined
+_SHARDED_OBJECT = re.compile(r"/shard_[0-9]+(?:\.[0-9]+)*_[0-9]+(?:\.[0-9]+)*$", re.ASCII)
+
+
 def _megatron(reader: SafeReader) -> bool:
-    """Whether megatron-core's dist_checkpointing wrote this DCP checkpoint (its metadata.json names the torch_dist
-    backend): it saves each ShardedObject as a torch.save of a list, one item per object sharing that key on the
-    rank, and its load hands the resume the item, not the list."""
+    """Whether megatron-core's dist_checkpointing wrote this DCP checkpoint: its metadata.json names the torch_dist
+    backend and its common.pt lies beside (as layouts.is_megatron_dist has it; a metadata.json alone is anyone's)."""
     try:
+        reader.fs.size_of(MEGATRON_COMMON, f"{reader.path}/{MEGATRON_COMMON}")
         with reader.fs.create_stream(os.path.join(str(reader.path), MEGATRON_META), "rb") as f:
             raw = f.read(MEGATRON_META_MAX + 1)
         doc = json.loads(raw) if len(raw) <= MEGATRON_META_MAX else None
@@ -224,11 +229,13 @@ def _megatron(reader: SafeReader) -> bool:
 
 
 def _objects(reader: SafeReader, values: dict[str, object]) -> dict[str, object]:
-    """The byte entries as the checkpoint's writer loads them: a Megatron ShardedObject's one item out of its list
-    (its RNG states and extra states, as a Megatron resume gets them); any other DCP's as they are."""
+    """The byte entries as the checkpoint's writer loads them: a Megatron ShardedObject (keyed as megatron-core keys
+    one) saved as a torch.save of a list, one item per object sharing that key on the rank, is handed to the resume
+    as its one item; any other byte entry, and any other DCP's, as it is (a one-item list a user saved stays one)."""
     if not values or not _megatron(reader):
         return values
-    return {k: v[0] if type(v) is list and len(v) == 1 else v for k, v in values.items()}
+    return {k: v[0] if type(v) is list and len(v) == 1 and _SHARDED_OBJECT.search(k) else v
+            for k, v in values.items()}
 
 
 def _tree(meta: Metadata, flat: dict[str, object]) -> dict | None:

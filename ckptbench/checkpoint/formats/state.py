@@ -69,6 +69,18 @@ _RNG_HEAD = re.compile(r"(?:^|_)(?:rng|random_state)s?(?:_|$)", re.ASCII)
 _RANK_TAG = re.compile(r"zero_pp_rank_\d+(?:_mp_rank_\d+)?|mp_rank_\d{2}(?:_\d{3})?")
 
 
+def rng_state_of(fqn: str) -> str | None:
+    """The RNG state a flat key lies in (Python's 625-int tuple, numpy's key array and counters: rng_state_0.python,
+    numpy_random_state), or None: the key of the one state its elements make, as a resume sets it whole."""
+    parts = fqn.split(".")
+    for i, part in enumerate(parts):
+        if _RNG_HEAD.search(part):
+            # a Trainer's rng_state_N holds one state per generator (python, numpy, cpu); a loop's key holds one
+            mine = i + 2 if i + 1 < len(parts) and not parts[i + 1].isdigit() else i + 1
+            return ".".join(parts[:mine])
+    return None
+
+
 def group_of(fqn: str) -> str:
     """model, optimizer or other, for a flat key a foreign checkpoint uses (its first component says: torchtitan's
     `optimizer.state.…`, DeepSpeed's `module.…`, after a partition's rank tag); a key with no known group prefix is
