@@ -5,6 +5,7 @@ Over 400 lines: one .pyx is one compiled extension; split, each part would be an
 keep in step with the C structs it declares (the C itself is in csrc/, in small files)."""
 
 import mmap
+import operator
 import os
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyObject_GetBuffer, PyBuffer_Release
@@ -594,14 +595,24 @@ def drop_caches():
     raise_errno(rc, "/proc/sys/vm/drop_caches", "drop_caches (needs root and a writable /proc/sys)")
 
 
-def populate(region, int threads):
+cdef int _threads(threads) except -1:
+    """`threads` as a C int, or OptionError: a Python int past a C int raised OverflowError from the call itself."""
+    try:
+        n = operator.index(threads)
+    except TypeError:
+        n = 0
+    if isinstance(threads, bool) or not 1 <= n <= 1024:
+        raise OptionError(f"threads must be 1..1024, got {str(threads)[:40]}")
+    return n
+
+
+def populate(region, threads):
     """Populates `region`, a writable buffer of fresh page-aligned memory never touched (an anonymous mmap), on
     `threads` native threads, each its equal share of whole pages, all started before the clock: (seconds, how),
     how "MADV_POPULATE_WRITE", or "a write per page" on a kernel without it. The floor's fresh-memory figure: a
     Python barrier before a ctypes madvise started the threads one after another for the GIL (2 threads on 256 MiB
     read 15 % below a plain C loop)."""
-    if not 1 <= threads <= 1024:
-        raise OptionError(f"threads must be 1..1024, got {threads}")
+    cdef int nthreads = _threads(threads)
     cdef Py_buffer view
     try:
         PyObject_GetBuffer(region, &view, PyBUF_WRITABLE)
@@ -611,19 +622,18 @@ def populate(region, int threads):
     cdef int touched = 0, rc
     try:
         with nogil:
-            rc = fio_populate(<char *>view.buf, <size_t>view.len, threads, &ns, &touched)
+            rc = fio_populate(<char *>view.buf, <size_t>view.len, nthreads, &ns, &touched)
         raise_errno(rc, what="populate (a page-aligned buffer, at least a page a thread)")
     finally:
         PyBuffer_Release(&view)
     return ns / 1e9, "a write per page" if touched else "MADV_POPULATE_WRITE"
 
 
-def copy(dst, src, int threads):
+def copy(dst, src, threads):
     """Copies `src` into `dst` (writable, at least as long; populated already, so only the bytes move) on `threads`
     native threads, each an equal part, all started before the clock, as populate: the seconds it took, and the
     bytes copied (len(src) // threads * threads)."""
-    if not 1 <= threads <= 1024:
-        raise OptionError(f"threads must be 1..1024, got {threads}")
+    cdef int nthreads = _threads(threads)
     cdef Py_buffer d, s
     cdef int held = 0
     cdef int64_t ns = 0
@@ -640,9 +650,9 @@ def copy(dst, src, int threads):
                               f"{'contiguous' if held else 'writable'} buffer ({e})") from None
         if d.len < s.len:
             raise OptionError(f"the destination holds {d.len} bytes, the source {s.len}")
-        n = <size_t>s.len // <size_t>threads * <size_t>threads
+        n = <size_t>s.len // <size_t>nthreads * <size_t>nthreads
         with nogil:
-            rc = fio_copy(<char *>d.buf, <const char *>s.buf, n, threads, &ns)
+            rc = fio_copy(<char *>d.buf, <const char *>s.buf, n, nthreads, &ns)
         raise_errno(rc, what="copy (at least a byte a thread)")
     finally:
         if held >= 2:

@@ -143,7 +143,8 @@ class EarlyScan:
 
 def _raw(t: torch.Tensor):
     """The tensor's bytes as a buffer, without a copy when it is contiguous (a fused load's views are)."""
-    flat = t.detach().reshape(-1)
+    # reshape keeps a 1-d strided view (torch.save of w[::2]) as it is, and such a view has no bytes to view as uint8
+    flat = t.detach().reshape(-1).contiguous()
     return flat.view(torch.uint8).numpy() if flat.numel() else b""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, shown
 from ckptbench.checkpoint.formats import CheckpointState
 from ckptbench.checkpoint.detect import not_a_checkpoint
 from ckptbench.checkpoint import layouts
@@ -97,8 +97,12 @@ def _nbytes(t) -> int:
 
 
 def _check_storable(state: CheckpointState, fmt: str, what: str) -> None:
-    """Every tensor of a dtype the format can write, said before the first save starts (safetensors has no
-    complex128 or complex32: the write would fail midway, blamed on the target)."""
+    """Every tensor of a dtype and under a name the format can write and ckptbench read back, said before the first
+    save starts: the write would fail midway, blamed on the target (safetensors has no complex128), or a save said ok
+    would be a checkpoint no reader loads (a tensor named __metadata__ or holding a lone surrogate in safetensors'
+    header; a DCP key longer than the metadata reader takes)."""
+    if fmt == "dcp":
+        _check_dcp_names(state, what)
     if fmt != "safetensors":
         return
     from ckptbench.checkpoint.formats.safetensors_format import _DTYPES
@@ -109,6 +113,35 @@ def _check_storable(state: CheckpointState, fmt: str, what: str) -> None:
     if odd is not None:
         raise CkptbenchError(f"{what}: tensor {odd[0][:80]!r} is {str(odd[1]).removeprefix('torch.')}, which "
                              "safetensors cannot store; save it with --format torch or --format dcp")
+    for n, _ in tensors:
+        why = "is the name safetensors keeps its metadata under" if n == "__metadata__" else \
+            "is not text (it holds a lone surrogate)" if not _is_text(n) else ""
+        if why:
+            raise CkptbenchError(f"{what}: tensor name '{shown(n)}' {why}, so a safetensors file cannot hold it; "
+                                 "save it with --format torch or --format dcp")
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_dcp_names(state: CheckpointState, what: str) -> None:
+    """DCP stores each value under its path joined by dots: one longer than the metadata reader takes (a source's
+    200000-character name) saved 'ok' and every restore of it then refused its .metadata as crafted."""
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+
+    from ckptbench.checkpoint.formats.dcp_metadata import MAX_NAME
+    from ckptbench.save.write import dcp_state
+
+    flat, _ = flatten_state_dict(dcp_state(state))
+    long = next((k for k in flat if len(k) > MAX_NAME), None)
+    if long is not None:
+        raise CkptbenchError(f"{what}: '{shown(long)}' is {len(long)} characters as a DCP key, over the {MAX_NAME} "
+                             "ckptbench reads back; save it with --format torch or --format safetensors")
 
 
 def source_dir(what: str) -> str | None:

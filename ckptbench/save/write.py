@@ -151,7 +151,7 @@ def _ranks_write(fmt: str, tmp: str, state: CheckpointState, assignment: list[li
     return written, [s for s in spans if s is not None]
 
 
-def _dcp_state(state: CheckpointState) -> dict:
+def dcp_state(state: CheckpointState) -> dict:
     """Non-tensor values go into the state dict as DCP's users put them (DCP stores each as a byte entry)."""
     plain = {"hparams": state.hparams, "trainer_state": state.trainer}
     return {"model": state.model, "optim": state.optim, "step": torch.tensor(state.step)} | \
@@ -171,11 +171,11 @@ def _dcp_write(tmp: str, state: CheckpointState, ranks: int, async_save: bool,
     blocking = None
     with _quiet():
         if async_save:
-            future = dcp.async_save(_dcp_state(state), storage_writer=writer, no_dist=True)
+            future = dcp.async_save(dcp_state(state), storage_writer=writer, no_dist=True)
             blocking = time.perf_counter() - t0
             future.result()
         else:
-            dcp.save(_dcp_state(state), storage_writer=writer, no_dist=True)
+            dcp.save(dcp_state(state), storage_writer=writer, no_dist=True)
     names = sorted(n for n in os.listdir(tmp) if n != MARKER)
     written = [(n, "model", i) for i, n in enumerate(n for n in names if n.endswith(".distcp"))]
     written += [(n, "meta", None) for n in names if not n.endswith(".distcp")]

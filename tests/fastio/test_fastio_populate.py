@@ -78,3 +78,18 @@ def test_copy_refuses_what_it_cannot_copy_into():
         fastio.copy(bytearray(4), bytes(8), 1)
     with pytest.raises(fastio.FastIOError, match="a byte a thread"):
         fastio.copy(bytearray(8), bytes(2), 4)
+
+
+@pytest.mark.parametrize("threads", [2**31, 2**40, -2**63 - 1, 10**100, 1.0, "2", None, True])
+def test_threads_out_of_a_c_int_is_the_same_clear_error(threads):
+    """A thread count past a C int raised OverflowError (a float TypeError) from the call itself, outside the
+    package's errors; each is now OptionError, before any buffer is taken, for populate and copy alike."""
+    region = _region(1 << 20)
+    try:
+        with pytest.raises(fastio.OptionError, match="threads must be 1..1024"):
+            fastio.populate(region, threads)
+        with pytest.raises(fastio.OptionError, match="threads must be 1..1024"):
+            fastio.copy(bytearray(64), b"x" * 64, threads)
+    finally:
+        region.close()
+    assert fastio.copy(bytearray(64), b"x" * 64, 2)[1] == 64

@@ -25,6 +25,7 @@ from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, For
 from ckptbench.checkpoint.formats.dcp_metadata import _CRAFTED, MAX_DIMS, SafeReader, _whole
 from ckptbench.checkpoint.formats.torch_format import numpy_allowed, prescanned, tensor_in_place
 from ckptbench.checkpoint.layouts import MEGATRON_COMMON, MEGATRON_META
+from ckptbench.core import jsontext
 
 class _DeterministicWriter(FileSystemWriter):
     """Same seed, same bytes: torch's .metadata records the temporary path, a random save id, and its
@@ -217,13 +218,28 @@ _SHARDED_OBJECT = re.compile(r"/shard_[0-9]+(?:\.[0-9]+)*_[0-9]+(?:\.[0-9]+)*$",
 
 def _megatron(reader: SafeReader) -> bool:
     """Whether megatron-core's dist_checkpointing wrote this DCP checkpoint: its metadata.json names the torch_dist
-    backend and its common.pt lies beside (as layouts.is_megatron_dist has it; a metadata.json alone is anyone's)."""
+    backend and its common.pt lies beside (as layouts.is_megatron_dist has it; a metadata.json alone is anyone's). It
+    saves each ShardedObject as a torch.save of a list, one item per object sharing that key on the rank, and its
+    load hands the resume the item, not the list."""
+    path = os.path.join(str(reader.path), MEGATRON_META)
     try:
         reader.fs.size_of(MEGATRON_COMMON, f"{reader.path}/{MEGATRON_COMMON}")
-        with reader.fs.create_stream(os.path.join(str(reader.path), MEGATRON_META), "rb") as f:
+        with reader.fs.create_stream(path, "rb") as f:
             raw = f.read(MEGATRON_META_MAX + 1)
-        doc = json.loads(raw) if len(raw) <= MEGATRON_META_MAX else None
-    except (CkptbenchError, OSError, ValueError, RecursionError):  # absent, not a regular file, not JSON: not it
+    except (CkptbenchError, OSError):  # absent, not a regular file: not it
+        return False
+    if len(raw) > MEGATRON_META_MAX:
+        return False
+    try:
+        doc = jsontext.loads(raw)  # UTF-8 text without a byte order mark, as megatron-core's json.load(open()) reads
+    except (ValueError, RecursionError):
+        try:  # what json.loads takes of bytes besides (a BOM, UTF-16) and Megatron's load fails on: not restored ok
+            lenient = json.loads(raw)
+        except (ValueError, RecursionError):
+            return False  # no JSON to anyone: not it
+        if isinstance(lenient, dict) and lenient.get("sharded_backend") == "torch_dist":
+            raise FormatError(f"{path}: names the torch_dist backend behind a byte order mark or in UTF-16/32, "
+                              "which megatron-core's load (json.load of UTF-8 text) fails on; rewrite it as UTF-8")
         return False
     return isinstance(doc, dict) and doc.get("sharded_backend") == "torch_dist"
 

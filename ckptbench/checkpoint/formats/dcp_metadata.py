@@ -57,6 +57,9 @@ _UNRESTORABLE = {d for n in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4"
 _BUILDABLE = frozenset((MetadataIndex, _StorageInfo, ChunkStorageMetadata, TensorProperties, TensorStorageMetadata,
                         BytesStorageMetadata, StorageMeta, Metadata, *(getattr(planner, n) for n in (
                             "SavePlan", "WriteItem", "TensorWriteData", "BytesIOWriteData"))))
+MAX_NAME = 4096  # characters of a key's name (a tensor's fqn): `save --format dcp` writes none longer
+
+
 def _scalar(x) -> bool:
     """A name or number whose hash, text or use costs little however often the pickle hands it out again (a GET of
     a few bytes): the hash of a long int or a tuple is not cached, and one of 10**5 digits behind 10**5 keys is
@@ -64,7 +67,7 @@ def _scalar(x) -> bool:
     if type(x) is int:
         return x.bit_length() <= 64
     if isinstance(x, (str, bytes)):
-        return len(x) <= 4096
+        return len(x) <= MAX_NAME
     return isinstance(x, (float, bool, type(None)))
 
 

@@ -139,14 +139,15 @@ def parse_header(buf, name: str = "safetensors buffer") -> tuple[dict, int]:
     mv = memoryview(buf).cast("B")
     n = _check_length(bytes(mv[:8]), mv.nbytes, name)
     try:
-        header = jsontext.loads(mv[8 : 8 + n])
-    except (ValueError, RecursionError):
+        header = jsontext.loads(mv[8 : 8 + n], serde=True)
+    except (ValueError, RecursionError) as exc:
         if bytes(mv[8:11]) == jsontext.BOM:
             raise FormatError(f"{name}: safetensors header starts with a UTF-8 byte order mark (EF BB BF), which "
                               "safetensors refuses (a tool rewrote the header); copy the file again from where the "
                               "training job wrote it") from None
-        raise FormatError(f"{name}: safetensors header is not valid UTF-8 JSON, which safetensors refuses; the file "
-                          "is corrupt") from None
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:80]
+        raise FormatError(f"{name}: safetensors header is not valid UTF-8 JSON, which safetensors refuses ({why}); "
+                          "the file is corrupt") from None
     if not isinstance(header, dict):
         raise FormatError(f"{name}: safetensors header is a JSON {type(header).__name__}, not an object of tensors; "
                           f"{_CRAFTED}")
