@@ -12,13 +12,13 @@ from __future__ import annotations
 import io
 import math
 import os
-import pickle
 from dataclasses import dataclass
 
 import torch
 
 from ckptbench.checkpoint.formats import FormatError
 from ckptbench.checkpoint.formats.dcp_metadata import DTYPES
+from ckptbench.checkpoint.formats.torch_prescan import KeyedUnpickler
 from ckptbench.checkpoint.quote import quote
 
 _CRAFTED = "the checkpoint is corrupt or crafted"
@@ -83,7 +83,7 @@ def _rebuild_v3(storage, storage_offset, size, stride, _grad, _hooks, dtype, *_r
     return _Tensor(storage, storage_offset, tuple(size), tuple(stride), dtype)
 
 
-class _Recorder(pickle._Unpickler):  # pure Python: its memo is a dict, a crafted index costs nothing
+class _Recorder(KeyedUnpickler):
     """Admits the names a saved plain tensor uses and records what they describe; calls nothing of torch's."""
 
     def find_class(self, module: str, name: str):
@@ -116,28 +116,7 @@ class _Recorder(pickle._Unpickler):  # pure Python: its memo is a dict, a crafte
                 raise FormatError(f"a DCP chunk's pickle has a key that is a {type(k).__name__}, not a plain "
                                   f"tensor's; {_CRAFTED}")
 
-    def load_setitem(self):
-        self._keys(self.stack[-2:-1])
-        super().load_setitem()
 
-    def load_setitems(self):
-        self._keys(self.stack[::2])  # since the MARK, the stack holds only the items
-        super().load_setitems()
-
-    def load_dict(self):
-        self._keys(self.stack[::2])
-        super().load_dict()
-
-    def load_sets(self):
-        self._keys(self.stack)
-
-
-_Recorder.dispatch = dict(pickle._Unpickler.dispatch)
-_Recorder.dispatch[pickle.SETITEM[0]] = _Recorder.load_setitem
-_Recorder.dispatch[pickle.SETITEMS[0]] = _Recorder.load_setitems
-_Recorder.dispatch[pickle.DICT[0]] = _Recorder.load_dict
-_Recorder.dispatch[pickle.ADDITEMS[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_additems(self))
-_Recorder.dispatch[pickle.FROZENSET[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_frozenset(self))
 
 
 

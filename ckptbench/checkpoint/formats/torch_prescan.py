@@ -120,7 +120,40 @@ def _check_view(name: str, args: tuple, itemsize: int, where: str) -> None:
                           f"{_CRAFTED}")
 
 
-class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a dict
+class KeyedUnpickler(pickle._Unpickler):  # the pure-Python unpickler: its memo is a dict, a crafted index costs nothing
+    """Shows `_keys` every key the load is about to hash (a dict's keys, a set's items) before it hashes them: a
+    tuple's hash walks it whole, a tuple held twice twice, so a key of tuples nesting one tuple twice at each of 40
+    levels took hours. Subclasses say in `_keys` what they allow."""
+
+    def _keys(self, keys) -> None:
+        raise NotImplementedError
+
+    def load_setitem(self):
+        self._keys(self.stack[-2:-1])
+        super().load_setitem()
+
+    def load_setitems(self):
+        self._keys(self.stack[::2])  # since the MARK, the stack holds only the items
+        super().load_setitems()
+
+    def load_dict(self):
+        self._keys(self.stack[::2])
+        super().load_dict()
+
+    def load_sets(self):
+        self._keys(self.stack)
+
+
+KeyedUnpickler.dispatch = dict(pickle._Unpickler.dispatch)
+KeyedUnpickler.dispatch[pickle.SETITEM[0]] = KeyedUnpickler.load_setitem
+KeyedUnpickler.dispatch[pickle.SETITEMS[0]] = KeyedUnpickler.load_setitems
+KeyedUnpickler.dispatch[pickle.DICT[0]] = KeyedUnpickler.load_dict
+KeyedUnpickler.dispatch[pickle.ADDITEMS[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_additems(self))
+KeyedUnpickler.dispatch[pickle.FROZENSET[0]] = lambda self: (self.load_sets(),
+                                                             pickle._Unpickler.load_frozenset(self))
+
+
+class _DryRun(KeyedUnpickler):
     def __init__(self, data: bytes, where: str, members: dict[str, int] | None):
         super().__init__(io.BytesIO(data), encoding="utf-8")
         self.where, self.members, self.storages = where, members, {}
@@ -147,21 +180,6 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
                                   "bytes many times over (tuples holding the same tuples, or long numbers, given "
                                   f"again and again); {_CRAFTED}")
 
-    def load_setitem(self):
-        self._keys(self.stack[-2:-1])
-        super().load_setitem()
-
-    def load_setitems(self):
-        self._keys(self.stack[::2])  # since the MARK, the stack holds only the items
-        super().load_setitems()
-
-    def load_dict(self):
-        self._keys(self.stack[::2])
-        super().load_dict()
-
-    def load_sets(self):
-        self._keys(self.stack)
-
     def find_class(self, module: str, name: str):
         module = "builtins" if module == "__builtin__" else module  # protocol 2 writes Python 2's name, as torch maps
         return _Global(f"{module}.{name}", self.where, self)
@@ -187,13 +205,8 @@ class _DryRun(pickle._Unpickler):  # the pure-Python unpickler: its memo is a di
         return storage
 
 
-_DryRun.dispatch = dict(pickle._Unpickler.dispatch)
+_DryRun.dispatch = dict(KeyedUnpickler.dispatch)
 _DryRun.dispatch[pickle.NEWOBJ[0]] = lambda self: self.stack.append(self.stack.pop(-2)(*self.stack.pop()))
-_DryRun.dispatch[pickle.SETITEM[0]] = _DryRun.load_setitem
-_DryRun.dispatch[pickle.SETITEMS[0]] = _DryRun.load_setitems
-_DryRun.dispatch[pickle.DICT[0]] = _DryRun.load_dict
-_DryRun.dispatch[pickle.ADDITEMS[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_additems(self))
-_DryRun.dispatch[pickle.FROZENSET[0]] = lambda self: (self.load_sets(), pickle._Unpickler.load_frozenset(self))
 
 
 def check(data: bytes, where: str, members: dict[str, int] | None, budget: int | None = None) -> None:
