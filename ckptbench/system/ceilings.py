@@ -13,7 +13,9 @@ and models a restore from them.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import mmap
 import os
 import statistics
@@ -112,9 +114,21 @@ def populate(region: mmap.mmap, threads: int, start: int = 0, length: int | None
     madvise, and 2 threads on 256 MiB read 15 % below a plain C loop (one thread agreed to 0.2 %)."""
     length = len(region) - start if length is None else length
     part = length // threads // mmap.PAGESIZE * mmap.PAGESIZE
-    with memoryview(region) as whole, whole[start:start + threads * part] as view:
+    with memoryview(region) as whole, whole[start:start + threads * part] as view, _threads(threads):
         seconds, how = fastio.populate(view, threads)
     return threads * part / max(seconds, 1e-9), how
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    """fastio's native threads that could not start (a pids limit) said as `parallel` says it: one line."""
+    try:
+        yield
+    except fastio.FastIOError as exc:
+        if exc.errno != errno.EAGAIN:
+            raise
+        raise CkptbenchError(f"the floor could not start {n} threads ({os.strerror(exc.errno)}): run it where this "
+                             "process may start one thread per core") from None
 
 
 def anonymous(size: int, huge: bool) -> mmap.mmap:
@@ -193,7 +207,8 @@ def sweep(counts: list[int], sample, repeats: int) -> tuple[list[float], int]:
 def _copy(src, dst, threads: int) -> float:
     """Bytes/s of copying into memory populated already (the pages exist: only the bytes move), in fastio's native
     threads started before the clock (populate says why)."""
-    seconds, n = fastio.copy(dst, src, threads)
+    with _threads(threads):
+        seconds, n = fastio.copy(dst, src, threads)
     return n / max(seconds, 1e-9)
 
 

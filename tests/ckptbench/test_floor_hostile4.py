@@ -153,3 +153,27 @@ def test_a_source_of_sparse_files_only_is_one_clear_error(tmp_path, h, plant_flo
         pytest.skip("this filesystem keeps no holes")
     r = h.run_cli("floor", root)
     assert_one_line_error(r, "sparse file(s) left out")
+
+
+@pytest.mark.parametrize("call", ["populate", "copy"])
+def test_native_threads_that_cannot_start_are_the_same_one_line(monkeypatch, call):
+    """Fresh memory and the copy are measured in fastio's native threads since cf0f960: a thread it cannot start (a
+    pids limit: EAGAIN) is the floor's one line, as the Python threads' was, not fastio's error out of `floor`."""
+    import errno
+
+    import fastio
+
+    def refuse(*_a, **_k):
+        raise fastio.FastIOError(errno.EAGAIN, "populate (a page-aligned buffer, at least a page a thread): "
+                                               "Resource temporarily unavailable")
+
+    monkeypatch.setattr(fastio, call, refuse)
+    region = ceilings.anonymous(4 << 20, huge=False)
+    try:
+        with pytest.raises(CkptbenchError, match="could not start 2 threads .Resource temporarily unavailable."):
+            if call == "populate":
+                ceilings.populate(region, 2)
+            else:
+                ceilings._copy(bytes(1 << 20), bytearray(1 << 20), 2)
+    finally:
+        region.close()
