@@ -87,6 +87,24 @@ def dcp_roots(directory: str, lay: layouts.Layout | None) -> list[str]:
     return [os.path.join(directory, d) for d in dirs] or [directory]
 
 
+def dcp_state(directory: str, lay: layouts.Layout | None, buffers: dict | None, load_root) -> CheckpointState:
+    """A DCP checkpoint's state: each folder holding a .metadata (dcp_roots: its own, or FSDP's model and optimizer
+    folders) loaded by `load_root(root, named, part)` (`named`: file name → bytes already read of that folder; `part`:
+    whether other folders' states join it) and merged apart in order, as a resume gets them; one folder's state as
+    it is. The whole-file load and the read by range (runner._from_pieces) both come through here."""
+    roots = dcp_roots(directory, lay)
+    state, before = CheckpointState({}), []
+    for root in roots:
+        named = {os.path.basename(p): b for p, b in (buffers or {}).items()
+                 if b is not None and os.path.dirname(os.path.normpath(p)) == os.path.normpath(root)}
+        one = load_root(root, named, len(roots) > 1)
+        if len(roots) == 1:
+            return one
+        merge_apart(state, one, directory, os.path.basename(root), " or ".join(before))
+        before.append(os.path.basename(root))
+    return state
+
+
 def with_state_files(state: CheckpointState, directory: str, lay: layouts.Layout | None,
                      buffers: dict | None) -> CheckpointState:
     """`state` with the torch.save state files the layout names merged in (a Trainer's optimizer.pt, scheduler.pt,
@@ -140,13 +158,7 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
     fmt = fmt or detect(directory)
     mod = module_for(fmt)
     if fmt == "dcp":
-        state, before = CheckpointState({}), []
-        for root in dcp_roots(directory, lay):  # the checkpoint's own folder, or FSDP's model and optimizer folders
-            named = {os.path.basename(p): b for p, b in (buffers or {}).items()
-                     if b is not None and os.path.dirname(os.path.normpath(p)) == os.path.normpath(root)}
-            merge_apart(state, mod.load_dir(root, buffers=named or None), directory, os.path.basename(root),
-                         " or ".join(before))
-            before.append(os.path.basename(root))
+        state = dcp_state(directory, lay, buffers, lambda root, named, _part: mod.load_dir(root, buffers=named or None))
         return with_state_files(state, directory, lay, buffers)
     if lay is None and shards is None:
         lay = resume.choose(directory, tree.rels(directory))

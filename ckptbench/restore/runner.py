@@ -126,25 +126,14 @@ class Run:
         """The state from the pieces the tiled read landed (restore/tiles.py), laid out as a whole-file DCP load
         lays it out."""
         from ckptbench.checkpoint.formats import dcp_format
-        from ckptbench.checkpoint.formats.state import CheckpointState
         from ckptbench.checkpoint.shares import tensors_of
         from ckptbench.restore import load as restore
 
         tiling, bufs = self.tiled
         self.tiled = None  # the buffers go with the state
         tensors, values, seconds = tensors_of(tiling.share, bufs)
-        subs = listing.layout.dcp_dirs if listing.layout is not None and listing.layout.dcp_dirs else ("",)
-        parts = []
-        for sub in subs:  # the checkpoint's own .metadata, or FSDP's model and optimizer folders'
-            named = {os.path.basename(p): b for p, b in buffers.items()
-                     if b is not None and os.path.dirname(listing.rel(p)) == sub}
-            parts.append(dcp_format.from_pieces(os.path.join(listing.source, sub) if sub else listing.source,
-                                                tensors, values, named, part=len(subs) > 1))
-        state = parts[0]
-        if len(parts) > 1:  # merged in order, and refused where two name one tensor, as the whole-file load does
-            state = CheckpointState({})
-            for i, (sub, one) in enumerate(zip(subs, parts)):
-                restore.merge_apart(state, one, listing.source, sub, " or ".join(subs[:i]))
+        state = restore.dcp_state(listing.source, listing.layout, buffers, lambda root, named, part: (
+            dcp_format.from_pieces(root, tensors, values, named, part=part)))
         state = restore.with_state_files(state, listing.source, listing.layout, buffers)
         assembled = sum(1 for sl in tiling.share.slices if len(sl.fills) > 1)
         self.notes[LOAD] = _from_pieces_note(sum(len(sl.fills) for sl in tiling.share.slices), assembled, seconds)
