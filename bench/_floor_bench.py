@@ -133,8 +133,8 @@ def probe(nbytes: int) -> float | None:
 def paired(floors: dict[str, dict], s) -> dict | None:
     """A row against the floor measured beside each of its repeats: its condition's floor with the fresh-memory part
     at the rate the probe right before that repeat met (over the rate the floor was modelled at), each repeat's floor
-    over its seconds; the median and range of those, with how many. None for a row with no probes (cold rows, a
-    stage, --no-pair) or a floor with no fresh-memory part."""
+    over its seconds; the median and range of those, with how many. None for a row with no probes (a stage, `ckptbench
+    read`, --no-pair) or a floor with no fresh-memory part."""
     import statistics
 
     m = floors.get(row_model(s.key) or "") or {}

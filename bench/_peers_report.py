@@ -169,9 +169,10 @@ def report(b: Bench, verdicts: list[dict], args, date: str, facts: dict | None =
     lines += ["Efficiency = this box's floor for the set's bytes (measured in this run, below) / the row's median "
               "seconds: 1.00 is the box's best; hot rows against fresh memory populated, then copied into from the "
               "page cache; cold rows against the storage figure read into fresh memory; `ckptbench read` (reused "
-              "buffers) against storage alone. Paired (hot rows): each repeat against that floor with its "
-              "fresh-memory part re-measured right before the repeat, after the same settle (the host's fresh memory "
-              "drifts over the rounds), the median over the repeats; the hot targets are judged on it.", ""]
+              "buffers) against storage alone. Paired: each repeat against that floor with its fresh-memory part "
+              "re-measured right before the repeat, after the same settle (the host's fresh memory drifts over the "
+              "rounds), the median over the repeats; the targets are judged on it (the cold floor is the larger of "
+              "the storage figure read into fresh memory and that fresh-memory part).", ""]
     lines += table(b)
     lines += ["", "ckptbench run's stages (median seconds):", ""] + stage_table(b)
     lines += section("Targets", verdict_lines(verdicts))

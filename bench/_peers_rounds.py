@@ -65,7 +65,7 @@ class Bench:
         self.floors: dict[str, dict] = {}  # the set's floor per condition (_floor_bench.models)
         self.c_loop: str | None = None  # the built C landing loop (_floor_c.LAND_C), when there is a compiler
         self.c_sum: int | None = None  # the files' word sum, its check
-        self.pair = pair  # each hot repeat paired with a probe of fresh memory right before it (_floor_bench.probe)
+        self.pair = pair  # each repeat paired with a probe of fresh memory right before it (_floor_bench.probe)
         self.probe: float | None = None  # the probe before the repeat about to run
 
     def get(self, key: str, condition: str, loader: str) -> PeerSeries:
@@ -98,7 +98,10 @@ class Bench:
         res = make_cold(self.files) if condition == "cold" else make_hot(self.files)
         settle()
         self.probe = None
-        if condition == "hot" and self.pair:  # then settled again: the probe's memory goes back as a run's does
+        # cold too: a cold restore lands the set in fresh memory as a hot one does, and the host's fresh memory drifts
+        # the same (run 27: the hot probes met 1.37 GB/s against 6.11 in the floor measured once; the cold floor,
+        # measured once, was storage-bound, while its rounds met fresh memory that alone took longer than it)
+        if self.pair:  # then settled again: the probe's memory goes back as a run's does
             self.probe = _floor_bench.probe(self.total)
             settle()
         return res

@@ -40,8 +40,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--settle", type=float, default=None, help="seconds every timed run and every measurement of "
                     "fresh memory waits after the last free, so that a VM's host has taken the freed memory back for "
                     "every contender alike (default 10; 0 with --quick)")
-    ap.add_argument("--no-pair", dest="pair", action="store_false", help="no probe of fresh memory before each hot "
-                    "repeat (about 12 s each with the settle): the hot rows are held to the floor measured once")
+    ap.add_argument("--no-pair", dest="pair", action="store_false", help="no probe of fresh memory before each repeat "
+                    "(about 12 s each with the settle): the rows are held to the floor measured once")
     ap.add_argument("--quick", action="store_true", help="a 256 MiB checkpoint, 1 round")
     args = ap.parse_args(argv)
     args.size_gib = args.size_gib if args.size_gib is not None else (0.25 if args.quick else 4.0)

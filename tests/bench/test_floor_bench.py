@@ -349,11 +349,26 @@ def test_a_paired_repeat_is_held_to_the_floor_with_the_fresh_memory_its_probe_me
     assert [pair["min"], pair["median"], pair["max"]] == pytest.approx(
         sorted([(2 + copy) / 3.25, (4 + copy) / 5.0, (2.5 + copy) / 4.0]))
     assert pair["of"] == 3 and pair["modelled_gbps"] == pytest.approx(5.0) and pair["probe_gbps"] == 4.0
-    # rows with no probes (cold, a stage, --no-pair), or not one a repeat, are not paired
+    # rows with no probes (a stage, `ckptbench read`, --no-pair), or not one a repeat, are not paired
     assert fb.paired(floors, series("hot/ckptbench", [3.0])) is None
     assert fb.paired(floors, series("cold/ckptbench", [3.0])) is None
+    assert fb.paired(floors, paired_series("cold/ckptbench/read", [3.0], [5.0])) is None  # reused: no fresh memory
     s.samples.append(9.0)
     assert fb.paired(floors, s) is None
+
+
+def test_a_paired_cold_repeat_is_held_to_the_larger_of_storage_and_the_fresh_memory_its_probe_met():
+    """Cold rows land in fresh memory too: the floor is storage (5 s here) or fresh memory at the probe's rate,
+    whichever is longer (the parts overlap, the cores are not shared). A fast host leaves storage binding; a slow one
+    makes fresh memory the floor of that repeat."""
+    nbytes = 10 * 10**9
+    floors = fb.models(a_floor(), nbytes)
+    assert floors["cold"]["times_s"] == {"storage": 5.0, "fresh memory": 2.0}  # modelled at 5 GB/s
+    s = paired_series("cold/ckptbench", [6.0, 8.0], [10.0, 1.25])  # the second probe: 8 s to populate 10 GB
+    pair = fb.paired(floors, s)
+    assert [pair["min"], pair["max"]] == pytest.approx([5.0 / 6.0, 8.0 / 8.0])
+    v = [x for x in fb.targets({"cold/ckptbench": s}, floors, []) if x["status"] != "info" and x["target"][:4] == "cold"]
+    assert "paired" in v[0]["target"] and v[0]["value"] == pytest.approx((5.0 / 6.0 + 1.0) / 2)
 
 
 @pytest.mark.parametrize("theirs, status", [(4.0, "met"), (1.5, "MISSED")])

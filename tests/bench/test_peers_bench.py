@@ -465,11 +465,12 @@ def test_every_contender_starts_the_same_settle_after_its_cache_state(monkeypatc
     b.files, b.pair = [str(tmp_path / "x")], False
     assert b.prepare("cold") == 0.0 and b.prepare("hot") == 1.0
     assert made == ["cold", "hot"] and waits == [7.0, 7.0]
-    # paired, a hot repeat's probe of fresh memory comes after the same wait, and is followed by it again (its memory
-    # goes back as a run's does): the contender starts as long after the probe's free as after any other
+    # paired, a repeat's probe of fresh memory (cold and hot: both land in fresh memory) comes after the same wait,
+    # and is followed by it again (its memory goes back as a run's does): the contender starts as long after the
+    # probe's free as after any other
     probed = []
     monkeypatch.setattr(rounds._floor_bench, "probe", lambda n: probed.append(len(waits)) or 2.5)
     b.pair, b.total, waits[:] = True, 1 << 30, []
-    assert b.prepare("cold") == 0.0 and b.probe is None and not probed
+    assert b.prepare("cold") == 0.0 and b.probe == 2.5
     assert b.prepare("hot") == 1.0 and b.probe == 2.5
-    assert waits == [7.0, 7.0, 7.0] and probed == [2]
+    assert waits == [7.0] * 4 and probed == [1, 3]
