@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from ckptbench.checkpoint import confine
+from ckptbench.core import jsontext
 from ckptbench.core.errors import CkptbenchError, naming
 from ckptbench.checkpoint.profiles import DIM_LIMITS, DTYPE_BYTES, FORMATS, MAX_RANK
 
@@ -246,7 +247,7 @@ def parse(raw: bytes, where: str) -> Manifest:
     if len(raw) > MAX_BYTES:
         raise _bad(where, f"is {len(raw)} bytes, over the {MAX_BYTES}-byte limit for a manifest")
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)  # UTF-8 as ckptbench writes it: json.loads of bytes also took a BOM, UTF-16, -32
     except (ValueError, RecursionError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else f"not valid JSON ({str(exc)[:80]})"
         raise _bad(where, f"is {why}") from None

@@ -21,6 +21,8 @@ def loads(raw: bytes, *, serde: bool = False) -> object:
     it (safetensors' header), also ValueError for the numbers and the nesting it refuses."""
     if bytes(raw[:3]) == BOM:
         raise ValueError("a UTF-8 byte order mark (EF BB BF) first")
+    if b"\0" in bytes(raw[:4]):  # UTF-16 or -32 without a BOM decode as UTF-8 (NUL is valid), then fail as JSON
+        raise ValueError("UTF-16 or UTF-32 (NUL bytes in its first four), not UTF-8")
     text = bytes(raw).decode("utf-8")
     if not serde:
         return json.loads(text)

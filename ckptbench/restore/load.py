@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from ckptbench.checkpoint import confine, layouts
 from ckptbench.checkpoint import resume
 from ckptbench.checkpoint import tree
 from ckptbench.checkpoint import manifest as mf
+from ckptbench.core import jsontext
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.core.paths import require_checkpoint_dir
 from ckptbench.checkpoint.formats import OPTIM_KEYS, CheckpointState, FormatError, detect, module_for
@@ -210,7 +210,9 @@ def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None
     if raw is None:
         return None
     try:
-        c = json.loads(bytes(raw))  # bytes, or a slice of a read buffer (json takes no memoryview)
+        # UTF-8 text without a byte order mark, as transformers reads a config.json (json.loads of bytes took a BOM
+        # and UTF-16: a shape the training job's own load of the file fails on)
+        c = jsontext.loads(raw)
         return ModelDims(c["n_layer"], c["n_embd"], c["n_head"], c["vocab_size"], c["n_positions"])
     except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: a config.json 200000 '[' deep
         return None

@@ -57,3 +57,30 @@ def test_a_safetensors_index_with_a_byte_order_mark_is_one_line(tmp_path):
     r = run_cli("run", d, "--repeat", "1", "--results", str(tmp_path / "R.csv"))
     assert_one_line_error(r, "model.safetensors.index.json")
     assert "UTF-8" in r.err
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_a_manifest_in_another_encoding_is_one_line(tmp_path, h, ckpt, encoding):
+    """ckptbench writes its manifest as UTF-8 JSON; json.loads of the bytes took it re-encoded (a BOM, UTF-16, -32),
+    so a manifest rewritten elsewhere passed as the one ckptbench wrote."""
+    d = h.copy_ckpt(ckpt("safetensors", 1), tmp_path / "ck")
+    doc = h.read_manifest(d)
+    (tmp_path / "ck" / h.MANIFEST).write_bytes(ENCODINGS[encoding](json.dumps(doc)))
+    r = run_cli("verify", d)
+    assert_one_line_error(r, h.MANIFEST)
+    assert ("byte order mark" if encoding == "bom" else "utf-8") in r.err.lower()
+    h.write_manifest(d, doc)  # the same manifest as UTF-8: verified
+    assert run_cli("verify", d).rc == 0
+
+
+def test_a_config_json_with_a_byte_order_mark_gives_no_model_shape():
+    """transformers reads a config.json as UTF-8 text, where a BOM is no JSON (its load of the file fails): the shape
+    it would give is not taken from it."""
+    from ckptbench.restore import load
+
+    cfg = json.dumps({"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 300, "n_positions": 64})
+    with pytest.raises(ValueError):
+        json.loads((b"\xef\xbb\xbf" + cfg.encode()).decode("utf-8"))  # as transformers reads it
+    assert load.dims_of(None, {"config.json": cfg.encode()}).layers == 2
+    for encode in ENCODINGS.values():
+        assert load.dims_of(None, {"config.json": encode(cfg)}) is None

@@ -6,25 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 
 from clirun import run_cli
-
-FIXTURE = os.path.join(os.path.dirname(__file__), "..", "compat", "fixtures", "lightning_ckpt_max", "checkpoints")
-
-
-def _two_ckpts(tmp_path) -> str:
-    folder = tmp_path / "lt"
-    folder.mkdir()
-    (src,) = [os.path.join(FIXTURE, n) for n in os.listdir(FIXTURE) if n.endswith(".ckpt")]
-    shutil.copy(src, folder / "a.ckpt")
-    shutil.copy(src, folder / "b.ckpt")
-    return str(folder)
+from lightning_pair import two_ckpts
 
 
 def test_the_commands_take_pick_and_say_when_it_has_nothing_to_pick_from(tmp_path):
-    folder = _two_ckpts(tmp_path)
+    folder = two_ckpts(tmp_path)
     r = run_cli("sysinfo", folder)
     assert r.rc == 2 and "--pick" in r.err
     r = run_cli("sysinfo", folder, "--pick", "a.ckpt", "--json")
