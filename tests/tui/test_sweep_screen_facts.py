@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from ckptbench.core.units import human_pct
 from ckptbench.system import binding, readmode
+from ckptbench.system.floor import SMALL_SWEEP_WHY, says_little
 from test_floor_dashboard import STORAGE_GBPS, floor_cached, no_floor  # noqa: F401  (fixtures)
 from tui.screens.sweep import LEVELS, SweepScreen
 
@@ -41,6 +42,10 @@ async def test_the_sweep_screen_names_the_read_path_and_each_levels_share_of_the
         effs = res["efficiency_by_level"]
         for lv in LEVELS:
             assert f"{human_pct(effs[lv])} of the floor" in _level_line(chart, lv), chart
+        # about 18 MiB at the planted 2 GB/s: a floor under the fixed costs, where `ckptbench sweep` adds that its
+        # knee is no storage's; the screen recommended the same knee bare
+        assert says_little(res["floor_s"]), res["floor_s"]
+        assert SMALL_SWEEP_WHY in summary, summary
 
 
 async def test_with_no_floor_the_sweep_screen_says_so(make_app, small_ckpt, no_floor, h):

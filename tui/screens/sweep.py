@@ -13,6 +13,7 @@ from textual.widgets import Footer, Header, Static
 from ckptbench.cli.show import sweep_floor_lines
 from ckptbench.core.units import human_pct
 from ckptbench.system import readmode
+from ckptbench.system.floor import SMALL_SWEEP_FIX, SMALL_SWEEP_WHY, says_little
 from tui.messages import SweepDone, SweepPoint, WorkFailed
 
 LEVELS = [1, 2, 4, 8, 16, 32]
@@ -88,6 +89,8 @@ class SweepScreen(Screen):
                  f"{r['best']}) — press a to apply",
                  escape(f"read path {r['read']} ({readmode.short(r['read_why'])}) · hash {r['hash']} · {cache}"),
                  *(escape(line) for line in sweep_floor_lines(r))]
+        if says_little(r.get("floor_s")):  # as `ckptbench sweep` says it: a knee of fixed costs is no storage's knee
+            lines.insert(1, escape(f"{SMALL_SWEEP_WHY}: {SMALL_SWEEP_FIX}"))
         self.query_one("#sweep-summary", Static).update("\n".join(lines))
 
     @on(WorkFailed)
