@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from ckptbench.core.errors import CkptbenchError, printable
-from ckptbench.core.units import human_age, human_pct
+from ckptbench.core.units import human_age, human_bytes, human_pct
 
 # the measurements are ceilings.py's and sourcefigures.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
@@ -145,6 +145,13 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
             if read is None and kept.of_files and kept.of_files == files_key(paths_sizes):
                 floor.notes.append(f"the {floor.resource} figure was read from this checkpoint's files "
                                    f"{human_age(kept.age_s)} ago and kept: `--remeasure` reads them again")
+            elif read is None and wanted < MIN_STORAGE_SAMPLE <= kept.sample_bytes:
+                # --remeasure would read this one's files, evict them and still keep the mount's: a new user was sent
+                # to do that for a 38 MiB checkpoint
+                floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
+                                   f"ago from a {human_bytes(kept.sample_bytes)} sample (its method names the files "
+                                   f"it read): this checkpoint's {human_bytes(wanted)} would measure latency more than "
+                                   "bandwidth, so the mount's is the one used")
             elif read is None:  # perhaps another checkpoint's files on this mount: said, as the help promises
                 floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
                                    "ago (its method names the files it read): `--remeasure` reads this checkpoint's")
