@@ -143,8 +143,10 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                 floor.storage = replace(kept, hot_gbps=hot, hot_reused_gbps=reused,
                                         method=kept.method[:METHOD_MAX - len(words)] + words) if hot else kept
             if read is None and kept.of_files and kept.of_files == files_key(paths_sizes):
+                # reading a sample too small for bandwidth again changes nothing: the note below says what would
+                again = ": `--remeasure` reads them again" if kept.sample_bytes >= MIN_STORAGE_SAMPLE else ""
                 floor.notes.append(f"the {floor.resource} figure was read from this checkpoint's files "
-                                   f"{human_age(kept.age_s)} ago and kept: `--remeasure` reads them again")
+                                   f"{human_age(kept.age_s)} ago and kept{again}")
             elif read is None and wanted < MIN_STORAGE_SAMPLE <= kept.sample_bytes:
                 # --remeasure would read this one's files, evict them and still keep the mount's: a new user was sent
                 # to do that for a 38 MiB checkpoint
@@ -384,6 +386,17 @@ def over_floor(eff: float | None) -> str:
             "`ckptbench floor SOURCE --remeasure` when the box is quiet")
 
 
+def measure_hint(nbytes: int) -> str:
+    """The command that gives a mount its storage figure: this checkpoint, or where it is under the bandwidth bar, a
+    larger one on the same mount (a new user was told `ckptbench floor` of their 38 MiB checkpoint "on 64 MiB or
+    more", and it measured nothing the floor could use)."""
+    bar = f"{MIN_STORAGE_SAMPLE >> 20} MiB"
+    if nbytes >= MIN_STORAGE_SAMPLE:
+        return f"`ckptbench floor SOURCE` on {bar} or more"
+    return (f"`ckptbench floor DIR` on a checkpoint of {bar} or more on this mount: this one's {human_bytes(nbytes)} "
+            "measures latency more than bandwidth")
+
+
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
                    floating_bytes: int = 0, hot: bool = False, destination: str = FRESH,
                    device_bytes: int = 0, unit_bytes: int = 0, met_gbps_per_core: float | None = None) -> dict:
@@ -402,7 +415,7 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
              "MiB or more of files it can evict); ")
             if hot else "" if not partial else
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
-            "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only, so no efficiency "
+            f"({measure_hint(bytes_read)}): the floor counts memory and CPU only, so no efficiency "
             "is given (a cold restore held to part of its floor read as slow as 15 %); ")
     note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else \
         size_note(floor, bytes_read)

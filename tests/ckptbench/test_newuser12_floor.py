@@ -19,3 +19,35 @@ def test_a_checkpoint_too_small_to_measure_is_not_sent_to_remeasure(tmp_path, ck
     assert r.rc == 0, r.err
     assert "--remeasure` reads this checkpoint's" not in r.out, r.out
     assert "measure latency more than bandwidth, so the mount's is the one used" in r.out, r.out
+
+
+def test_a_small_checkpoints_run_and_check_are_not_told_to_floor_that_checkpoint(tmp_path, ckpt, plant_floor):
+    """A 38 MiB checkpoint's run said "no storage figure for this mount (`ckptbench floor tiny` on 64 MiB or more)"
+    and check's fix "point `ckptbench floor tiny` ... at a larger checkpoint": the command named the checkpoint too
+    small to give one. Both name a larger checkpoint on the mount instead, and say why."""
+    import json
+
+    plant_floor()  # the box's figures, no storage figure for the mount
+    source = ckpt("safetensors", 1)
+    r = run_cli("run", source, "--repeat", "1", "--cache", "cold", "--results", tmp_path / "r.csv", "--json")
+    assert r.rc == 0, r.err
+    note = json.loads(r.out)["floor_note"]
+    assert f"`ckptbench floor {source}`" not in note, note
+    assert "`ckptbench floor DIR` on a checkpoint of 64 MiB or more" in note and "measures latency" in note, note
+    r = run_cli("check", source, "--json")
+    item = next(i for i in json.loads(r.out)["items"] if i["id"] == "efficiency")
+    assert item["verdict"] == "unknown" and source not in item["fix"], item
+    assert "`ckptbench floor DIR` on a checkpoint of 64 MiB or more" in item["fix"], item
+
+
+def test_a_small_checkpoints_kept_figure_is_not_sent_to_remeasure_its_own_files(ckpt, plant_floor):
+    """`floor` of a 38 MiB checkpoint a second time said "the storage figure was read from this checkpoint's files
+    and kept: `--remeasure` reads them again", beside "the 37 MiB sample measures latency more than bandwidth: the
+    floor does not use it": reading them again gives the same unusable figure."""
+    plant_floor()
+    source = ckpt("safetensors", 1)
+    assert run_cli("floor", source).rc == 0
+    r = run_cli("floor", source)
+    assert r.rc == 0, r.err
+    assert "read from this checkpoint's files" in r.out and "--remeasure` reads them again" not in r.out, r.out
+    assert "measures latency more than bandwidth" in r.out, r.out
