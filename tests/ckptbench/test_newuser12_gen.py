@@ -23,4 +23,3 @@ def test_gen_over_its_own_checkpoint_still_offers_force(tmp_path):
     assert run_cli("gen", "small", target, "--scale", "0.02").rc == 0
     assert_one_line_error(run_cli("gen", "small", target, "--scale", "0.02"), "pass --force to replace it")
     assert run_cli("gen", "small", target, "--scale", "0.02", "--force").rc == 0
-
