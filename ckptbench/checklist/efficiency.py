@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import fastio
 
 from ckptbench.core.errors import CkptbenchError, printable
-from ckptbench.core.units import human_pct
+from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.efficiency import hash_of
 from ckptbench.restore.sweep import Advice
@@ -369,7 +369,7 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
         # a cold restore held to the memory and CPU part of its floor: `run` gives no efficiency there (one read as
         # slow as 15 %), and this item said 32 % with a warning beside run's "no efficiency is given"
         sample = floor.storage.sample_bytes if floor.storage else 0
-        ev["storage_missing"] = (f"a {sample >> 20} MiB sample, under the {fl.MIN_STORAGE_SAMPLE >> 20} MiB a "
+        ev["storage_missing"] = (f"a {human_bytes(sample)} sample, under the {fl.MIN_STORAGE_SAMPLE >> 20} MiB a "
                                  "bandwidth figure needs")
         return Verdict(ID, TITLE, "unknown", ev | {
             "reason": f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, so "

@@ -158,7 +158,7 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                 floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
                                    "ago (its method names the files it read): `--remeasure` reads this checkpoint's")
             if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
-                floor.notes.append(f"the {kept.sample_bytes >> 20} MiB sample measures latency more than "
+                floor.notes.append(f"the {human_bytes(kept.sample_bytes)} sample measures latency more than "
                                    "bandwidth: the floor does not use it (point at a larger checkpoint)")
         else:
             floor.storage, note = (link_ceiling(read, read_bytes, read_what) if read is not None
@@ -169,8 +169,9 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
             floor.notes += [note] if note else []
             if kept is not None:  # replaced for the mount: every run on it is held to this one from now on (`check`
                 # did this silently, and a new user's unchanged run went from 70 % to 137 % of its floor)
-                floor.notes.append(f"the {floor.resource} figure was measured now, from a larger sample than the "
-                                   f"{kept.sample_bytes >> 20} MiB kept from {human_age(kept.age_s)} ago, and "
+                floor.notes.append(f"the {floor.resource} figure was measured now, from a larger sample "
+                                   f"({human_bytes(floor.storage.sample_bytes)}) than the "
+                                   f"{human_bytes(kept.sample_bytes)} kept from {human_age(kept.age_s)} ago, and "
                                    "replaces it for this mount")
     # a sample too small to measure bandwidth does not replace a mount's figure that was large enough (a 17 MiB
     # checkpoint floored after a 282 MiB one left every restore on the mount without a storage figure)
@@ -180,8 +181,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     if keep_prev:
         others = others | {mount: asdict(prev)}
         floor.notes = [n for n in floor.notes if "measures latency more than bandwidth" not in n]  # said once, below
-        floor.notes.append(f"this checkpoint's {floor.storage.sample_bytes >> 20} MiB sample measures latency more "
-                           f"than bandwidth: the mount's figure from a {prev.sample_bytes >> 20} MiB sample is kept "
+        floor.notes.append(f"this checkpoint's {human_bytes(floor.storage.sample_bytes)} sample measures latency more "
+                           f"than bandwidth: the mount's figure from a {human_bytes(prev.sample_bytes)} sample is kept "
                            "and is the one used")
     if (trouble := _save(path, floor, others, store=not keep_prev)):
         floor.kept = False

@@ -51,3 +51,18 @@ def test_a_small_checkpoints_kept_figure_is_not_sent_to_remeasure_its_own_files(
     assert r.rc == 0, r.err
     assert "read from this checkpoint's files" in r.out and "--remeasure` reads them again" not in r.out, r.out
     assert "measures latency more than bandwidth" in r.out, r.out
+
+
+def test_a_samples_size_is_said_as_the_restores_is(ckpt, plant_floor):
+    """`floor tiny` said "restore of tiny (38.0 MiB)" and, of the same bytes, "the 37 MiB sample measures latency":
+    the notes' sizes were cut to whole MiB where every other figure is rounded to a tenth."""
+    import json
+
+    from ckptbench.core.units import human_bytes
+
+    plant_floor()
+    r = run_cli("floor", ckpt("safetensors", 1), "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    said = f"a {human_bytes(doc['storage']['sample_bytes'])} sample measures latency"
+    assert any(said in n for n in doc["notes"]), doc["notes"]
