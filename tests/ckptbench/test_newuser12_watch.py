@@ -25,3 +25,14 @@ def test_a_watch_whose_count_is_a_lower_bound_records_no_read_rate(tmp_path):
         rows = {r["run_id"]: r for r in csv.DictReader(f)}
     assert rows["aaaaaaaaaaaa"]["read_gbps"] == "" and float(rows["aaaaaaaaaaaa"]["rto_s"]) == 0.27
     assert float(rows["bbbbbbbbbbbb"]["read_gbps"]) == 0.24
+
+
+def test_a_watchs_floor_line_says_the_efficiency_as_runs_does():
+    """`watch --no-verdict` printed "floor: 0.123 s, bound by storage (...)" and no efficiency anywhere in its text,
+    while history gave the same watch "efficiency 19 %": the floor line says it, as run's does."""
+    from ckptbench.cli.watch import floor_lines
+
+    doc = {"floor_s": 0.123, "efficiency": 0.19, "binding": "storage", "binding_gbps": 1.1, "binding_how":
+           "read into fresh memory", "floor_times_s": {"storage": 0.123}, "floor_note": "ceilings measured 1 min ago"}
+    assert floor_lines(doc)[0].endswith(" · 19 % of it"), floor_lines(doc)
+    assert "% of it" not in floor_lines({**doc, "efficiency": None})[0]
