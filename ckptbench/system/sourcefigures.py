@@ -100,7 +100,7 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
     from ckptbench.core.errors import printable
 
     where = printable(os.path.commonpath([os.path.dirname(p) for p in paths]))[-120:]
-    c = ceiling_of(best, f"the {len(chosen)} largest file(s) of {where} ({total >> 20} MiB) read "
+    c = ceiling_of(best, f"the {len(chosen)} largest file(s) of {where} ({human_bytes(total)}) read "
                        f"{'cold' if cold else 'NOT cold'} with {mode}, concurrency {best_level} of "
                        f"{', '.join(map(str, sorted(tried)))}, {repeats} read(s) each"
                        + (f"; into fresh memory {max(fresh) / 1e9:.2f} GB/s at concurrency {fresh_level} (the "

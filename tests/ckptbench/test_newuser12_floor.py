@@ -66,3 +66,14 @@ def test_a_samples_size_is_said_as_the_restores_is(ckpt, plant_floor):
     doc = json.loads(r.out)
     said = f"a {human_bytes(doc['storage']['sample_bytes'])} sample measures latency"
     assert any(said in n for n in doc["notes"]), doc["notes"]
+
+
+def test_the_storage_methods_sample_size_is_the_restores(ckpt, plant_floor):
+    """The storage line said "the 2 largest file(s) of gpt2 (128 MiB)" above "restore of gpt2 (128.5 MiB)"."""
+    import json
+
+    from ckptbench.core.units import human_bytes
+
+    plant_floor()
+    doc = json.loads(run_cli("floor", ckpt("safetensors", 1), "--json").out)
+    assert f"({human_bytes(doc['storage']['sample_bytes'])}) read cold" in doc["storage"]["method"], doc["storage"]
