@@ -36,3 +36,23 @@ def test_a_watchs_floor_line_says_the_efficiency_as_runs_does():
            "read into fresh memory", "floor_times_s": {"storage": 0.123}, "floor_note": "ceilings measured 1 min ago"}
     assert floor_lines(doc)[0].endswith(" · 19 % of it"), floor_lines(doc)
     assert "% of it" not in floor_lines({**doc, "efficiency": None})[0]
+
+
+def test_the_verdicts_storage_rate_says_into_which_memory():
+    """The verdict said "this storage gives 2.16 GB/s to ckptbench (cold (verified))" beside the floor's "bound by
+    storage (1.28 GB/s read into fresh memory)", both of the same files: the probe reads into reused buffers, as
+    `read` does, and says so, as the floor says each of its storage rates."""
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch import verdict
+    from ckptbench.watch.phases import Interval
+
+    def iv(k, nbytes, phase):
+        return Interval(k * 0.25, (k + 1) * 0.25, nbytes, nbytes, 0.3, 0.3, 0, 0.0, 1 << 28, phase, 1)
+
+    intervals = [iv(0, 0, "starting")] + [iv(k, 32 << 20, "reading") for k in range(1, 5)]
+    report = watch.WatchReport(pid=1, command="job", wall_s=1.25, bytes=128 << 20, disk_bytes=128 << 20,
+                               files={"/ckpt/model.safetensors": 128 << 20}, intervals=intervals, phases=[],
+                               exit_code=0, source="/ckpt", files_bytes=128 << 20, interval_s=0.25)
+    v = verdict.judge(report, verdict.StorageProbe(2.16, "cold (verified)", 1, 128 << 20), cpus=2, mem_total=64 << 30)
+    said = v.why + " " + v.fix + " " + str(getattr(v, "summary", ""))
+    assert "2.16 GB/s to ckptbench read into reused buffers, cold (verified)" in said, said
