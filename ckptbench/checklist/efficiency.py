@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import fastio
 
 from ckptbench.core.errors import CkptbenchError, printable
-from ckptbench.core.units import human_pct
+from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.core.verdicts import Verdict
 from ckptbench.restore.efficiency import hash_of
 from ckptbench.restore.sweep import Advice
@@ -30,6 +30,9 @@ GOOD = 0.85  # at or above this share of the floor a restore is as fast as this 
 WHY = ("a restore slower than the box's own ceilings (storage, fresh memory, copy, hashing) leaves time on the table; "
        "the ceiling that binds says where to look")
 FLOOR_CMD = "`ckptbench floor SOURCE` (64 MiB or more of files on the same mount)"
+# not SOURCE: the checkpoint checked is the one too small ("point `ckptbench floor tiny` at a larger checkpoint")
+LARGER_FLOOR_CMD = (f"`ckptbench floor DIR` on a checkpoint of {fl.MIN_STORAGE_SAMPLE >> 20} MiB or more on the "
+                    "same mount")
 FRESH_WORDS = "fresh memory (a restore's)"  # where the short restore's bytes land: said beside its rate
 # the words `run` adds to its floor note under FIXED_COSTS_S (system/floor.py:restore_fields)
 TOO_SMALL = (f"a floor under {fl.FIXED_COSTS_S * 1e3:.0f} ms counts the bytes alone: at this size opening files, "
@@ -366,12 +369,12 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
         # a cold restore held to the memory and CPU part of its floor: `run` gives no efficiency there (one read as
         # slow as 15 %), and this item said 32 % with a warning beside run's "no efficiency is given"
         sample = floor.storage.sample_bytes if floor.storage else 0
-        ev["storage_missing"] = (f"a {sample >> 20} MiB sample, under the {fl.MIN_STORAGE_SAMPLE >> 20} MiB a "
+        ev["storage_missing"] = (f"a {human_bytes(sample)} sample, under the {fl.MIN_STORAGE_SAMPLE >> 20} MiB a "
                                  "bandwidth figure needs")
         return Verdict(ID, TITLE, "unknown", ev | {
             "reason": f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, so "
                       "no efficiency is given, as a run gives none"}, WHY,
-            f"point {FLOOR_CMD} at a larger checkpoint, then check again")
+            f"run {LARGER_FLOOR_CMD}, then check again")
     eff = round(eff, 3)  # as the evidence says it: the verdict and the fix read the same figure
     ev |= {"efficiency": eff, "gap_s": round(max(0.0, probe.seconds - m["floor_s"]), 4)}
     return _verdict(eff, m, ev, ff, advised)

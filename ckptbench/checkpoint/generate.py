@@ -123,13 +123,15 @@ def _check_target(directory: str, need: int, force: bool) -> str:
     if os.path.exists(target) and not os.path.isdir(target):
         raise CkptbenchError(f"{directory}: exists and is not a directory")
     if os.path.isdir(target) and os.listdir(target):
-        if not force:
-            raise CkptbenchError(f"{directory}: not empty; pass --force to replace it or choose an empty directory")
-        # --force replaces a checkpoint gen wrote, never whatever else a folder holds (`gen small . --force`)
+        # --force replaces a checkpoint gen wrote, never whatever else a folder holds (`gen small . --force`); asked
+        # first, so that --force is offered only where it works (a new user's save_pretrained folder was told "pass
+        # --force", and --force then refused it)
         if not os.path.isfile(os.path.join(target, "ckptbench.json")):
             raise CkptbenchError(f"{directory}: not empty and not a checkpoint gen wrote (no ckptbench.json); "
                                  "--force replaces only those: choose an empty or new directory")
         _only_listed(directory, target)
+        if not force:
+            raise CkptbenchError(f"{directory}: not empty; pass --force to replace it or choose an empty directory")
     if not os.path.isdir(parent):
         raise CkptbenchError(f"{parent}: no such directory; create it first")
     if not os.access(parent, os.W_OK):

@@ -100,13 +100,18 @@ def floor_line(doc: dict) -> str:
     what the box can do (floor_lines adds what it stands on)."""
     if doc.get("floor_s") is None:
         return f"  floor: {doc.get('floor_note') or 'unknown'}"
+    return f"  floor    {doc['floor_s']:9.3f} s, bound by {binding.bound(doc)}{efficiency_text(doc)}"
+
+
+def efficiency_text(doc: dict) -> str:
+    """" · 82 % of it" after a floor's figure (and the box as the run met it, where that is apart); "" with none."""
     eff = f" · {human_pct(doc['efficiency'])} of it" if doc.get("efficiency") is not None else ""
     from ckptbench.system.floor import met_off
 
     met = doc.get("floor_as_met")
     if eff and met_off(met) and met["efficiency"] is not None:
         eff += f" ({human_pct(met['efficiency'])} of the box as this run met it)"  # the note says why
-    return f"  floor    {doc['floor_s']:9.3f} s, bound by {binding.bound(doc)}{eff}"
+    return eff
 
 
 def sweep_floor_lines(floor: dict) -> list[str]:

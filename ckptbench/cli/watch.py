@@ -8,7 +8,7 @@ import re
 import sys
 import threading
 
-from ckptbench.cli.show import clauses, print_recorded
+from ckptbench.cli.show import clauses, efficiency_text, print_recorded
 from ckptbench.core.errors import Cancelled, CkptbenchError, printable, redact, redact_all
 from ckptbench.system import binding
 
@@ -116,7 +116,8 @@ def floor_lines(doc: dict) -> list[str]:
         return []
     if doc["floor_s"] is None:
         return [f"floor: {doc['floor_note']}"]
-    return [f"floor: {doc['floor_s']:.3f} s, bound by {binding.bound(doc)}"] + [
+    # the efficiency as run says it: with --no-verdict it was in history and --json, and nowhere in the text
+    return [f"floor: {doc['floor_s']:.3f} s, bound by {binding.bound(doc)}{efficiency_text(doc)}"] + [
         f"       {c}" for c in clauses(doc["floor_note"] or "")]
 
 

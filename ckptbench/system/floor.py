@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from ckptbench.core.errors import CkptbenchError, printable
-from ckptbench.core.units import human_age, human_pct
+from ckptbench.core.units import human_age, human_bytes, human_pct
 
 # the measurements are ceilings.py's and sourcefigures.py's; their names are bound here too, so that measure() finds them (and a test
 # can stand in for one) where it looks them up
@@ -143,13 +143,22 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                 floor.storage = replace(kept, hot_gbps=hot, hot_reused_gbps=reused,
                                         method=kept.method[:METHOD_MAX - len(words)] + words) if hot else kept
             if read is None and kept.of_files and kept.of_files == files_key(paths_sizes):
+                # reading a sample too small for bandwidth again changes nothing: the note below says what would
+                again = ": `--remeasure` reads them again" if kept.sample_bytes >= MIN_STORAGE_SAMPLE else ""
                 floor.notes.append(f"the {floor.resource} figure was read from this checkpoint's files "
-                                   f"{human_age(kept.age_s)} ago and kept: `--remeasure` reads them again")
+                                   f"{human_age(kept.age_s)} ago and kept{again}")
+            elif read is None and wanted < MIN_STORAGE_SAMPLE <= kept.sample_bytes:
+                # --remeasure would read this one's files, evict them and still keep the mount's: a new user was sent
+                # to do that for a 38 MiB checkpoint
+                floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
+                                   f"ago from a {human_bytes(kept.sample_bytes)} sample (its method names the files "
+                                   f"it read): this checkpoint's {human_bytes(wanted)} would measure latency more than "
+                                   "bandwidth, so the mount's is the one used")
             elif read is None:  # perhaps another checkpoint's files on this mount: said, as the help promises
                 floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
                                    "ago (its method names the files it read): `--remeasure` reads this checkpoint's")
             if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
-                floor.notes.append(f"the {kept.sample_bytes >> 20} MiB sample measures latency more than "
+                floor.notes.append(f"the {human_bytes(kept.sample_bytes)} sample measures latency more than "
                                    "bandwidth: the floor does not use it (point at a larger checkpoint)")
         else:
             floor.storage, note = (link_ceiling(read, read_bytes, read_what) if read is not None
@@ -160,8 +169,9 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
             floor.notes += [note] if note else []
             if kept is not None:  # replaced for the mount: every run on it is held to this one from now on (`check`
                 # did this silently, and a new user's unchanged run went from 70 % to 137 % of its floor)
-                floor.notes.append(f"the {floor.resource} figure was measured now, from a larger sample than the "
-                                   f"{kept.sample_bytes >> 20} MiB kept from {human_age(kept.age_s)} ago, and "
+                floor.notes.append(f"the {floor.resource} figure was measured now, from a larger sample "
+                                   f"({human_bytes(floor.storage.sample_bytes)}) than the "
+                                   f"{human_bytes(kept.sample_bytes)} kept from {human_age(kept.age_s)} ago, and "
                                    "replaces it for this mount")
     # a sample too small to measure bandwidth does not replace a mount's figure that was large enough (a 17 MiB
     # checkpoint floored after a 282 MiB one left every restore on the mount without a storage figure)
@@ -171,8 +181,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
     if keep_prev:
         others = others | {mount: asdict(prev)}
         floor.notes = [n for n in floor.notes if "measures latency more than bandwidth" not in n]  # said once, below
-        floor.notes.append(f"this checkpoint's {floor.storage.sample_bytes >> 20} MiB sample measures latency more "
-                           f"than bandwidth: the mount's figure from a {prev.sample_bytes >> 20} MiB sample is kept "
+        floor.notes.append(f"this checkpoint's {human_bytes(floor.storage.sample_bytes)} sample measures latency more "
+                           f"than bandwidth: the mount's figure from a {human_bytes(prev.sample_bytes)} sample is kept "
                            "and is the one used")
     if (trouble := _save(path, floor, others, store=not keep_prev)):
         floor.kept = False
@@ -377,6 +387,17 @@ def over_floor(eff: float | None) -> str:
             "`ckptbench floor SOURCE --remeasure` when the box is quiet")
 
 
+def measure_hint(nbytes: int) -> str:
+    """The command that gives a mount its storage figure: this checkpoint, or where it is under the bandwidth bar, a
+    larger one on the same mount (a new user was told `ckptbench floor` of their 38 MiB checkpoint "on 64 MiB or
+    more", and it measured nothing the floor could use)."""
+    bar = f"{MIN_STORAGE_SAMPLE >> 20} MiB"
+    if nbytes >= MIN_STORAGE_SAMPLE:
+        return f"`ckptbench floor SOURCE` on {bar} or more"
+    return (f"`ckptbench floor DIR` on a checkpoint of {bar} or more on this mount: this one's {human_bytes(nbytes)} "
+            "measures latency more than bandwidth")
+
+
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
                    floating_bytes: int = 0, hot: bool = False, destination: str = FRESH,
                    device_bytes: int = 0, unit_bytes: int = 0, met_gbps_per_core: float | None = None) -> dict:
@@ -395,7 +416,7 @@ def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | 
              "MiB or more of files it can evict); ")
             if hot else "" if not partial else
             f"no {floor.resource} figure for this {'endpoint' if floor.resource == 'network' else 'mount'} "
-            "(`ckptbench floor SOURCE` on 64 MiB or more): the floor counts memory and CPU only, so no efficiency "
+            f"({measure_hint(bytes_read)}): the floor counts memory and CPU only, so no efficiency "
             "is given (a cold restore held to part of its floor read as slow as 15 %); ")
     note += "into reused buffers (no fresh memory to populate); " if destination == REUSED else \
         size_note(floor, bytes_read)

@@ -69,6 +69,8 @@ def choose(paths_sizes: list[tuple[str, int]], resident: float | None, block_siz
     if refusal:
         return Choice("pread", f"no O_DIRECT: {refusal}")
     cached = "unknown" if resident is None else human_pct(resident)
-    return Choice("direct", f"cold: {cached} of the bytes in the page cache, so they come from the device, "
-                            "and O_DIRECT works here (large aligned reads straight into the buffers, no page-cache "
-                            "copy)")
+    # "cold: 42 % of the bytes in the page cache" read as a contradiction to a new user: part-cached is said so
+    some = resident is not None and resident >= 0.01
+    return Choice("direct", f"{'mostly cold' if some else 'cold'}: {cached} of the bytes in the page cache"
+                            f"{' (under half)' if some else ''}, so they come from the device, and O_DIRECT works "
+                            "here (large aligned reads straight into the buffers, no page-cache copy)")

@@ -23,7 +23,7 @@ import time
 import fastio
 
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.core.units import human_pct
+from ckptbench.core.units import human_bytes, human_pct
 from ckptbench.system.ceilings import (LIBC, POP_BYTES, REPEATS, Ceiling, anonymous, ceiling_of, counts_text,
                                        parallel, populate, sweep, thread_counts)
 
@@ -100,7 +100,7 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
     from ckptbench.core.errors import printable
 
     where = printable(os.path.commonpath([os.path.dirname(p) for p in paths]))[-120:]
-    c = ceiling_of(best, f"the {len(chosen)} largest file(s) of {where} ({total >> 20} MiB) read "
+    c = ceiling_of(best, f"the {len(chosen)} largest file(s) of {where} ({human_bytes(total)}) read "
                        f"{'cold' if cold else 'NOT cold'} with {mode}, concurrency {best_level} of "
                        f"{', '.join(map(str, sorted(tried)))}, {repeats} read(s) each"
                        + (f"; into fresh memory {max(fresh) / 1e9:.2f} GB/s at concurrency {fresh_level} (the "
@@ -118,7 +118,7 @@ def storage_ceiling(paths_sizes: list[tuple[str, int]], levels: tuple[int, ...] 
         note = (note + "; " if note else "") + (f"{sparse} sparse file(s) left out of the sample: their holes read at "
                                                 "memory's rate, not the device's")
     if total < MIN_STORAGE_SAMPLE:
-        note = (note + "; " if note else "") + (f"a {total >> 20} MiB sample measures latency more than bandwidth: "
+        note = (note + "; " if note else "") + (f"a {human_bytes(total)} sample measures latency more than bandwidth: "
                                                 "the floor does not use it (point at a larger checkpoint)")
     return c, note
 

@@ -300,7 +300,10 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                 "tcp_retransmit_rate": w.tcp_retransmit_rate, "sockets_peak": w.sockets_peak,
                 "device_util_pct_median": round(util, 1) if util is not None else None}
     got = f"the loader got {'at least ' if lower_bound(w) else ''}{loader:.2f} GB/s"  # as the headline says it
-    gives = f"this storage gives {storage.gbps:.2f} GB/s to ckptbench ({storage.cache})" if storage.gbps else \
+    # into which memory, as the floor says its storage rates: "gives 2.16 GB/s" stood beside the floor's "storage
+    # (1.28 GB/s read into fresh memory)" of the same files, and a new user could not tell which was the storage's
+    gives = f"this storage gives {storage.gbps:.2f} GB/s to ckptbench read into reused buffers, {storage.cache}" \
+        if storage.gbps else \
         f"the storage could not be measured ({storage.cache})"
     if w.bytes == 0 and w.exit_code is not None:  # started here: watched from its first instant, so it read none
         return _verdict("unknown", "the job read no file that looks like a checkpoint's while it ran", evidence,

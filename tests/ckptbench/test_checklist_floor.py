@@ -119,9 +119,9 @@ def test_a_storage_sample_under_64_mib_is_said_and_not_used():
     # as a run says of a cold restore held to part of its floor: no efficiency is given
     assert it.verdict == "unknown" and "storage" not in it.evidence["times_s"]
     assert "efficiency" not in it.evidence and it.evidence["floor_s"] > 0
-    assert it.evidence["storage_missing"] == "a 5 MiB sample, under the 64 MiB a bandwidth figure needs"
-    assert it.evidence["reason"].startswith("the floor has no storage figure (a 5 MiB sample")
-    assert "no efficiency is given" in it.evidence["reason"] and "ckptbench floor SOURCE" in it.fix
+    assert it.evidence["storage_missing"] == "a 5.0 MiB sample, under the 64 MiB a bandwidth figure needs"
+    assert it.evidence["reason"].startswith("the floor has no storage figure (a 5.0 MiB sample")
+    assert "no efficiency is given" in it.evidence["reason"] and "ckptbench floor DIR" in it.fix
     assert it.evidence["ceilings"]["storage"]["usable"] is False
     hot = eff.judge(_facts(f, 1.0, cold=False), KNEE_16)  # a hot restore's floor needs no storage figure
     assert hot.evidence["efficiency"] > 0 and "storage_missing" not in hot.evidence

@@ -510,5 +510,5 @@ def test_a_storage_figure_measured_again_from_a_larger_sample_says_it_replaces_t
         json.dump(doc, f)
     again = fl.measure([(str(data), 8 << 20)], "disk-test", path=cache, size=32 << 20)
     assert again.cached and again.storage_now and again.storage.sample_bytes == 8 << 20
-    assert any("measured now, from a larger sample than the 4 MiB kept" in n and "replaces it for this mount" in n
+    assert any("measured now, from a larger sample (8.0 MiB) than the 4.0 MiB kept" in n and "replaces it for this mount" in n
                for n in again.notes), again.notes

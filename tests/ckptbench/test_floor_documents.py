@@ -102,9 +102,9 @@ def test_the_storage_figure_reads_no_more_than_its_sample_of_a_large_file(tmp_pa
 
     monkeypatch.setattr(sourcefigures, "STORAGE_SAMPLE", 24 << 20)  # the 1 GiB sample, scaled down with the file
     c, _ = fl.storage_ceiling([(str(big), 40 << 20)], levels=(1,))
-    assert c.sample_bytes == 24 << 20 and "(24 MiB)" in c.method
+    assert c.sample_bytes == 24 << 20 and "(24.0 MiB)" in c.method
     # named by its directory: the cache keeps one figure per mount, shown for every checkpoint floored on it
-    assert f"of {tmp_path} (24 MiB)" in c.method
+    assert f"of {tmp_path} (24.0 MiB)" in c.method
 
 
 def test_compare_holds_each_repeat_against_its_runs_floor_and_says_when_the_floor_moved(tmp_path, h, ckpt,

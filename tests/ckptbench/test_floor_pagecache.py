@@ -236,8 +236,8 @@ def test_a_sample_too_small_for_bandwidth_does_not_replace_the_mounts_figure(tmp
     # the floor it shows is the one every restore on the mount is held to (it showed the small sample's, unusable,
     # and a cold floor under the hot one), said once
     assert small.storage.sample_bytes == 282 << 20 and fl.storage_usable(small)
-    assert sum("282 MiB sample is kept and is the one used" in n for n in small.notes) == 1
-    assert not any(n.startswith("a 17 MiB sample") for n in small.notes), small.notes
+    assert sum("282.0 MiB sample is kept and is the one used" in n for n in small.notes) == 1
+    assert not any(n.startswith("a 17.0 MiB sample") for n in small.notes), small.notes
     kept = fl.cached(mount, path=cache)
     assert kept.storage.sample_bytes == 282 << 20 and kept.storage.gbps == 2.5 and fl.storage_usable(kept)
     sample.update(bytes=300 << 20, gbps=2.0)  # a large enough one replaces it, as ever
