@@ -93,7 +93,7 @@ def dcp_state(directory: str, lay: layouts.Layout | None, buffers: dict | None, 
     whether other folders' states join it) and merged apart in order, as a resume gets them; one folder's state as
     it is. The whole-file load and the read by range (runner._from_pieces) both come through here."""
     roots = dcp_roots(directory, lay)
-    state, before = CheckpointState({}), []
+    state, before, keys = CheckpointState({}), [], set()
     for root in roots:
         named = {os.path.basename(p): b for p, b in (buffers or {}).items()
                  if b is not None and os.path.dirname(os.path.normpath(p)) == os.path.normpath(root)}
@@ -101,8 +101,21 @@ def dcp_state(directory: str, lay: layouts.Layout | None, buffers: dict | None, 
         if len(roots) == 1:
             return one
         merge_apart(state, one, directory, os.path.basename(root), " or ".join(before))
+        # the folders' own keys too, as saved: an optimizer byte entry named model.model.x kept its whole name while
+        # the model's weight of that key lost DCP's `model.`, and the two passed as apart
+        mine = set(dcp_keys(root, named))
+        refuse_clash(keys, mine, directory, os.path.basename(root), " or ".join(before))
+        keys |= mine
         before.append(os.path.basename(root))
     return state
+
+
+def dcp_keys(root: str, named: dict | None = None) -> list[str]:
+    """Every key a DCP folder's .metadata declares, tensors and byte entries alike, as saved (`named`: file name ->
+    bytes already read)."""
+    from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
+
+    return list(SafeReader(root, named or None).read_metadata().state_dict_metadata)
 
 
 def with_state_files(state: CheckpointState, directory: str, lay: layouts.Layout | None,
