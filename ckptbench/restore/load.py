@@ -341,6 +341,7 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
         for k, t in parts.items():
             if w is not None and t.shape != w.shape:
                 problems.append(f"{name}.{k}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")
+    problems += foreign_moment_shapes(state)
     count = sum(t.numel() for t in state.model.values())
     during = f" ({early} of them during the read)" if early else ""
     kept = (f"; {len(normal)} bookkeeping value(s) hold NaN/Inf on purpose, as their library saves them (e.g. "
@@ -360,6 +361,22 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
 
 
 WEIGHTS, MOMENTS, BOOKKEEPING = "weights", "optimizer moments", "bookkeeping"
+FQN_STATE = "optimizer.state."  # a foreign optimizer keyed by parameter name (FSDP's and DCP's, torchtitan's)
+
+
+def foreign_moment_shapes(state: CheckpointState) -> list[str]:
+    """A foreign optimizer's moments (optimizer.state.<weight's name>.<part>, in `extra`) whose weight the state
+    holds under that name and whose shape is not the weight's: an optimizer_0 of another model beside FSDP's model
+    folder was restored 'ok'. Moments keyed by index (optimizer.state.0.exp_avg) name no weight and are not held."""
+    problems = []
+    for name, t in state.extra.items():
+        if not name.startswith(FQN_STATE) or not isinstance(t, torch.Tensor) or t.numel() <= 1:
+            continue
+        weight, _, part = name[len(FQN_STATE):].rpartition(".")
+        w = state.model.get(weight)
+        if isinstance(w, torch.Tensor) and t.shape != w.shape:
+            problems.append(f"{name[:120]}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")
+    return problems[:20]
 
 
 def _tail(name: str, n: int = 80) -> str:
