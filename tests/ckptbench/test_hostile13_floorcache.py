@@ -34,3 +34,14 @@ def test_the_reason_skips_an_unbounded_time_and_keeps_the_others():
     assert fl._time_of({"measured_at": 10 ** 400}) is None
     assert fl._time_of({"measured_at": True}) is None
     assert fl._time_of({"measured_at": 5}) == 5.0
+
+
+def test_floor_of_a_source_of_empty_files_names_it_and_what_to_do(tmp_path):
+    d = tmp_path / "zeros"
+    d.mkdir()
+    (d / "model.safetensors").touch()
+    (d / "config.json").touch()
+    r = run_cli("floor", d)
+    assert r.rc != 0 and "Traceback" not in r.err, r.err
+    errors = [ln for ln in r.err_lines if ln.startswith("ckptbench: error:")]
+    assert len(errors) == 1 and str(d) in errors[0] and "point it at a checkpoint" in errors[0], r.err
