@@ -103,7 +103,7 @@ def _decoded(raw: bytes, rank: int, what: str):
     traceback on rank 0."""
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting deeper than the parser's recursion: no rank's post either
         raise CkptbenchError(f"rank {rank}'s '{what}' is not what a rank of ckptbench posts ({len(raw)} bytes that are "
                              "not JSON); run the same ckptbench on every node, and keep the rendezvous port "
                              "(MASTER_PORT) to the job's hosts") from None

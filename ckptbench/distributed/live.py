@@ -59,7 +59,7 @@ def read_post(raw) -> dict | None:
     except (ValueError, RecursionError):
         return None
     if not isinstance(p, dict) or not isinstance(p.get("s"), str) or not all(
-            type(p.get(k)) is int and p[k] >= 0 for k in ("b", "n")):
+            type(p.get(k)) is int and 0 <= p[k] < 1 << 63 for k in ("b", "n")):  # unbounded, 10**400 / 1 overflowed
         return None
     return p
 

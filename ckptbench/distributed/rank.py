@@ -72,6 +72,12 @@ def read_report(doc, rank: int) -> dict:
     import math
     from dataclasses import fields
 
+    def finite(v) -> bool:  # JSON's integers have no bound: one past a float's range is no figure (OverflowError)
+        try:
+            return math.isfinite(v)
+        except OverflowError:
+            return False
+
     def bad(what: str) -> CkptbenchError:
         return CkptbenchError(f"rank {rank}: its report cannot be read ({what}); run the same ckptbench on every "
                               "node, and keep the rendezvous port (MASTER_PORT) to the job's hosts")
@@ -83,12 +89,11 @@ def read_report(doc, rank: int) -> dict:
         want = _KINDS.get(f.type) or ((dict,) if f.type.startswith("dict") else (list,))
         if f.name not in doc or not isinstance(v, want) or (isinstance(v, bool) and bool not in want):
             raise bad(f"{f.name} is missing or not {f.type}")
-        if isinstance(v, float) and not math.isfinite(v) or isinstance(v, (int, float)) and v < 0 \
-                and not isinstance(v, bool):
-            raise bad(f"{f.name} is {v}")
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not (finite(v) and v >= 0):
+            raise bad(f"{f.name} is {str(v)[:40]}")
     if doc["rank"] != rank:
         raise bad(f"it says it is rank {doc['rank']}")
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and finite(t) and t >= 0
                for t in doc["stages"].values()):
         raise bad("a stage's seconds are not a time")
     if not all(isinstance(k, str) and isinstance(v, list) and all(

@@ -138,6 +138,7 @@ def _entries(directory: str, listing: Listing):
         from ckptbench.restore.load import dcp_roots, refuse_clash
 
         before: list[str] = []  # the folders read so far, as the restore names them in its line for a clash
+        keys: set[str] = set()  # their keys as saved, byte entries too (load.dcp_state refuses one two folders hold)
         for root in dcp_roots(directory, lay):
             first = len(out)
             at = os.path.relpath(root, directory)
@@ -161,6 +162,8 @@ def _entries(directory: str, listing: Listing):
             # a name two parts hold is refused, as the restore's merge_apart refuses it, not counted twice
             refuse_clash({t.name for t in out[:first]}, {t.name for t in out[first:]}, directory,
                          os.path.basename(root), " or ".join(before))
+            refuse_clash(keys, set(meta.state_dict_metadata), directory, os.path.basename(root), " or ".join(before))
+            keys |= set(meta.state_dict_metadata)
             before.append(os.path.basename(root))
         state_files = list(lay.state_files) if lay is not None else []
         torch_out, more, inert = _torch_entries(directory, state_files)  # Megatron's common.pt, a Trainer's state

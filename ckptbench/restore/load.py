@@ -93,7 +93,7 @@ def dcp_state(directory: str, lay: layouts.Layout | None, buffers: dict | None, 
     whether other folders' states join it) and merged apart in order, as a resume gets them; one folder's state as
     it is. The whole-file load and the read by range (runner._from_pieces) both come through here."""
     roots = dcp_roots(directory, lay)
-    state, before = CheckpointState({}), []
+    state, before, keys = CheckpointState({}), [], set()
     for root in roots:
         named = {os.path.basename(p): b for p, b in (buffers or {}).items()
                  if b is not None and os.path.dirname(os.path.normpath(p)) == os.path.normpath(root)}
@@ -101,8 +101,21 @@ def dcp_state(directory: str, lay: layouts.Layout | None, buffers: dict | None, 
         if len(roots) == 1:
             return one
         merge_apart(state, one, directory, os.path.basename(root), " or ".join(before))
+        # the folders' own keys too, as saved: an optimizer byte entry named model.model.x kept its whole name while
+        # the model's weight of that key lost DCP's `model.`, and the two passed as apart
+        mine = set(dcp_keys(root, named))
+        refuse_clash(keys, mine, directory, os.path.basename(root), " or ".join(before))
+        keys |= mine
         before.append(os.path.basename(root))
     return state
+
+
+def dcp_keys(root: str, named: dict | None = None) -> list[str]:
+    """Every key a DCP folder's .metadata declares, tensors and byte entries alike, as saved (`named`: file name ->
+    bytes already read)."""
+    from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
+
+    return list(SafeReader(root, named or None).read_metadata().state_dict_metadata)
 
 
 def with_state_files(state: CheckpointState, directory: str, lay: layouts.Layout | None,
@@ -330,6 +343,7 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
         for k, t in parts.items():
             if w is not None and t.shape != w.shape:
                 problems.append(f"{name}.{k}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")
+    problems += foreign_moment_shapes(state)
     count = sum(t.numel() for t in state.model.values())
     during = f" ({early} of them during the read)" if early else ""
     kept = (f"; {len(normal)} bookkeeping value(s) hold NaN/Inf on purpose, as their library saves them (e.g. "
@@ -349,6 +363,22 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
 
 
 WEIGHTS, MOMENTS, BOOKKEEPING = "weights", "optimizer moments", "bookkeeping"
+FQN_STATE = "optimizer.state."  # a foreign optimizer keyed by parameter name (FSDP's and DCP's, torchtitan's)
+
+
+def foreign_moment_shapes(state: CheckpointState) -> list[str]:
+    """A foreign optimizer's moments (optimizer.state.<weight's name>.<part>, in `extra`) whose weight the state
+    holds under that name and whose shape is not the weight's: an optimizer_0 of another model beside FSDP's model
+    folder was restored 'ok'. Moments keyed by index (optimizer.state.0.exp_avg) name no weight and are not held."""
+    problems = []
+    for name, t in state.extra.items():
+        if not name.startswith(FQN_STATE) or not isinstance(t, torch.Tensor) or t.numel() <= 1:
+            continue
+        weight, _, part = name[len(FQN_STATE):].rpartition(".")
+        w = state.model.get(weight)
+        if isinstance(w, torch.Tensor) and t.shape != w.shape:
+            problems.append(f"{name[:120]}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")
+    return problems[:20]
 
 
 def _tail(name: str, n: int = 80) -> str:

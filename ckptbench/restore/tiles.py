@@ -52,7 +52,7 @@ def plan(listing: Listing) -> Tiling | None:
     share = plan_share(listing, 1, 0)
     keys = [sl.key for sl in share.slices] + [key for key, _ in share.byte_entries]
     if len(set(keys)) != len(keys):  # FSDP's model and optimizer folders naming one key: the whole-file load
-        return None  # refuses it in one line (load.merge_apart); pieces are keyed by name and would hold only one
+        return None  # refuses it in one line (load.dcp_state); pieces are keyed by name and would hold only one
     ranged: dict[str, list[int]] = {}
     for i, p in enumerate(share.pieces):
         if not p.whole:

@@ -65,7 +65,8 @@ def _number(doc: dict, path: str, key: str, *, whole: bool = False, default=None
         return default
     v = doc[key]
     least = 1 if whole else MIN_FIGURE
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and least <= v <= MAX_FIGURE
+    # the range first: TOML's integers reach past a float's, and math.isfinite(10**400) raised OverflowError
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and least <= v <= MAX_FIGURE and math.isfinite(v)
     if ok and whole and v != int(v):
         ok = False
     if not ok:
