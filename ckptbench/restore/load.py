@@ -364,17 +364,25 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
 
 WEIGHTS, MOMENTS, BOOKKEEPING = "weights", "optimizer moments", "bookkeeping"
 FQN_STATE = "optimizer.state."  # a foreign optimizer keyed by parameter name (FSDP's and DCP's, torchtitan's)
+# the per-parameter parts torch.optim keeps in the parameter's own shape (Adam/AdamW/Lion, SGD, RMSprop, Adagrad,
+# Adadelta, NAdam/RAdam, ASGD): only these are held to it. Others are not that shape by design: Adafactor's row_var
+# and col_var (transformers': exp_avg_sq_row/_col) factor it, bitsandbytes' qmap/absmax quantize it
+MIRRORED_PARTS = frozenset({"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "grad_avg",
+                            "sum", "acc_delta", "mu_product", "ax", "prev"})
 
 
 def foreign_moment_shapes(state: CheckpointState) -> list[str]:
     """A foreign optimizer's moments (optimizer.state.<weight's name>.<part>, in `extra`) whose weight the state
     holds under that name and whose shape is not the weight's: an optimizer_0 of another model beside FSDP's model
-    folder was restored 'ok'. Moments keyed by index (optimizer.state.0.exp_avg) name no weight and are not held."""
+    folder was restored 'ok'. Moments keyed by index (optimizer.state.0.exp_avg) name no weight, and parts not in
+    the weight's shape by design (MIRRORED_PARTS says which are), are not held."""
     problems = []
     for name, t in state.extra.items():
         if not name.startswith(FQN_STATE) or not isinstance(t, torch.Tensor) or t.numel() <= 1:
             continue
         weight, _, part = name[len(FQN_STATE):].rpartition(".")
+        if part not in MIRRORED_PARTS:
+            continue
         w = state.model.get(weight)
         if isinstance(w, torch.Tensor) and t.shape != w.shape:
             problems.append(f"{name[:120]}: shape {tuple(t.shape)} != weight {tuple(w.shape)}")

@@ -57,6 +57,17 @@ def test_an_optimizer_folder_of_another_models_shapes_fails_the_check(tmp_path):
         assert "optimizer.state.model.embed_tokens.weight.exp_avg: shape (3, 3) != weight (64, 16)" in r.out + r.err
 
 
+def test_optimizer_parts_not_in_their_weights_shape_by_design_pass_the_check(tmp_path):
+    """Adafactor factors the second moment into a row and a column (torch's row_var/col_var, transformers'
+    exp_avg_sq_row/_col), bitsandbytes' 8-bit Adam keeps a 256-entry qmap beside a uint8 state: a sound checkpoint of
+    either is not another model's, and only the parts torch.optim keeps in the weight's shape are held to it."""
+    st = {"model.embed_tokens.weight": {"row_var": torch.ones(64), "col_var": torch.ones(16), "qmap1": torch.ones(256),
+                                        "exp_avg": torch.ones(64, 16), "step": torch.tensor(2.0)}}
+    d = _with_optimizer(tmp_path, {"optimizer": {"state": st, "param_groups": [{"lr": 0.1}]}})
+    r = run_cli("load", d)
+    assert r.rc == 0 and "structural check passed" in r.out, r.out + r.err
+
+
 def test_the_fsdp_checkpoint_as_written_passes_the_check():
     r = run_cli("load", FSDP)
     assert r.rc == 0 and "structural check passed" in r.out, r.out + r.err
