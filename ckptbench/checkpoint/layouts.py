@@ -14,8 +14,8 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from ckptbench.checkpoint.pointers import (HF_INDEX, LATEST, Fetch, confine_name, one_of, read_hf_index, read_latest,
-                                           refuse)
+from ckptbench.checkpoint.pointers import (HF_INDEX, ITER_DIGITS, LATEST, Fetch, confine_name, one_of, read_hf_index,
+                                           read_latest, refuse)
 
 HF_SINGLE = "pytorch_model.bin"
 ST_INDEX = "model.safetensors.index.json"
@@ -33,7 +33,8 @@ _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
 # Megatron-LM: <root>/latest_checkpointed_iteration.txt names iter_NNNNNNN (or release); each iteration holds a
 # torch.save per model-parallel rank (mp_rank_TT[_PPP]/model_optim_rng.pt, distrib_optim.pt) or, saved as
 # torch_dist, a DCP checkpoint (.metadata, *.distcp, common.pt)
-_ITER_DIR = re.compile(r"^(?:iter_\d{7}|release)$")
+# (iter_%07d: seven digits, more past iteration 9999999, as Megatron formats it; ITER_DIGITS at most)
+_ITER_DIR = re.compile(r"^(?:iter_(?:\d{7}|[1-9]\d{7,%d})|release)$" % (ITER_DIGITS - 1))
 MEGATRON_COMMON, MEGATRON_META = "common.pt", "metadata.json"  # beside a torch_dist iteration's DCP files
 # FSDP's sharded state dict as Accelerate saves it (save_fsdp_model / save_fsdp_optimizer, which a Hugging Face Trainer
 # calls under FSDP): a DCP checkpoint per model (pytorch_model_fsdp_N: {"model": …}) and per optimizer (optimizer_N:

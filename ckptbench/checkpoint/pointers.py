@@ -21,6 +21,7 @@ MAX_LATEST = 4096  # `latest` holds one directory name
 HF_INDEX = "pytorch_model.bin.index.json"
 MAX_INDEX = 64 << 20  # a 70B model's index is about 100 KiB
 MEGATRON_LATEST = "latest_checkpointed_iteration.txt"
+ITER_DIGITS = 12  # the most digits of a Megatron iteration taken (iter_%07d: seven, more past 9999999)
 MAX_DCP_METADATA = 1 << 30  # a 405B model's .metadata is tens of MB
 
 # fetch(rel, limit, what): a small member's bytes, refused in one line (naming it as `what`) without reading it
@@ -154,8 +155,10 @@ def read_iteration(where: str, rels: list[str], fetch: Fetch | None = None) -> s
     todo = "write the iteration to restore into it (e.g. 2000), or point at an iteration directory instead"
     raw = (fetch or local_fetch(where))(MEGATRON_LATEST, MAX_LATEST, f"Megatron's {MEGATRON_LATEST}")
     text = raw.decode("utf-8", "replace").strip()
+    # the number as Megatron reads it back (int(): leading zeros taken) and names its folder (iter_%07d: more digits
+    # past 9999999, up to ITER_DIGITS)
     tag = "release" if text == "release" else f"iter_{int(text):07d}" if text.isascii() and text.isdigit() \
-        and len(text) <= 7 else None
+        and len(text) <= ITER_DIGITS else None
     if tag is None:
         raise refuse(path, f"holds {text[:40]!r}, neither an iteration number nor `release`", todo)
     if not any(r.startswith(tag + "/") for r in rels):

@@ -114,7 +114,8 @@ def test_pointing_at_an_iteration_restores_it(meg, h, tmp_path):
     ("../../etc", "neither an iteration number nor `release`"),
     ("3000", "iter_0003000 is not in"),
     ("release", "release is not in"),
-    ("12345678", "neither an iteration number"),
+    ("12345678", "iter_12345678 is not in"),  # Megatron's iter_%07d past 9999999: a folder name it can have
+    ("1" * 13, "neither an iteration number"),
 ])
 def test_a_bad_iteration_file_is_one_line(meg, h, tmp_path, latest, needle):
     root, _ = meg
@@ -123,6 +124,18 @@ def test_a_bad_iteration_file_is_one_line(meg, h, tmp_path, latest, needle):
     assert r.rc != 0 and r.out == ""
     assert len(r.err_lines) == 1 and "Traceback" not in r.err, r.err
     assert "latest_checkpointed_iteration.txt" in r.err_lines[0] and needle in r.err_lines[0], r.err_lines[0]
+
+
+@pytest.mark.parametrize("iteration, latest", [(12345678, "12345678"), (5, "00000005")])
+def test_an_iteration_as_megatron_writes_and_reads_it_is_restored(tmp_path, h, iteration, latest):
+    """Megatron names the folder iter_%07d (eight digits past iteration 9999999) and reads the file back with int()
+    (leading zeros taken): both were refused as no iteration, a checkpoint Megatron resumes from."""
+    root = tmp_path / "m"
+    root.mkdir()
+    write_megatron(root, iterations=(iteration,), latest=latest, tp=1)
+    r = h.run_cli("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc == 0, r.err
+    assert json.loads(r.out)["source"] == str(root / f"iter_{iteration:07d}")
 
 
 def test_two_iterations_and_no_iteration_file_is_ambiguous(tmp_path, h):
