@@ -79,7 +79,8 @@ def _whole(path: str, key: str, v, low: int, high: int) -> int:
     """A count the profile gives: a whole number in low..high (0 heads or ranks divided by zero, -4 layers went
     negative)."""
     if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
-        raise CkptbenchError(f"{path}: {key} must be a whole number {low}..{high}, got {v!r}; compare with small.toml")
+        raise CkptbenchError(f"{printable(path)}: {key} must be a whole number {low}..{high}, got {shown(repr(v), 60)}; "
+                             "compare with small.toml")  # shown: a 400-digit count was printed whole
     return v
 
 
