@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import asdict
 
-from ckptbench.core.errors import CkptbenchError
+from ckptbench.core.errors import CkptbenchError, printable
 from ckptbench.system import binding as binding_words
 from ckptbench.system import floor as fl
 from ckptbench.system import probes
@@ -90,7 +90,11 @@ def write_ceiling(directory: str, size: int = WRITE_SAMPLE, levels: tuple[int, .
                   repeats: int = 1) -> fl.Ceiling:
     """How fast bytes become durable in `directory`, at the best of `levels` files written at once."""
     _check_directory(directory)
-    free = shutil.disk_usage(directory).free
+    usage = shutil.disk_usage(directory)
+    if usage.total == 0:  # procfs, sysfs: "0 MiB free ... free some space" was advice no one could take
+        raise CkptbenchError(f"{printable(directory)}: a filesystem that holds no blocks (procfs, sysfs, ...), where no "
+                             "save lands; point --write-to at the directory your saves go to")
+    free = usage.free
     if free < 2 * size:
         raise CkptbenchError(f"{directory}: {free >> 20} MiB free, the write figure needs {2 * size >> 20} MiB; "
                              "free some space or point --write-to elsewhere on the same filesystem")
