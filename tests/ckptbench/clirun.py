@@ -49,3 +49,14 @@ def assert_one_line_error(r: Run, needle: str = "", rc: int = 2) -> None:
     assert len(r.err_lines) == 1, r.err
     assert r.err_lines[0].startswith("ckptbench: error: ") and needle in r.err_lines[0]
     assert "Traceback" not in r.err
+
+
+def one_error_line(r: Run, *needles: str) -> str:
+    """A refusal that may come after output (a failed restore's exit 1 as much as bad input's 2): a non-zero exit, no
+    traceback, one "ckptbench: error:" line holding every needle; that line."""
+    assert r.rc != 0 and "Traceback" not in r.err, r.err
+    errors = [ln for ln in r.err_lines if ln.startswith("ckptbench: error:")]
+    assert len(errors) == 1, r.err
+    for n in needles:
+        assert n in errors[0], (n, r.err)
+    return errors[0]

@@ -11,7 +11,7 @@ import os
 import shutil
 
 import pytest
-from clirun import run_cli
+from clirun import one_error_line, run_cli
 
 from ckptbench.checkpoint import resume
 from ckptbench.core.errors import CkptbenchError
@@ -24,15 +24,6 @@ def _copy(tmp_path):
     d = tmp_path / "checkpoint-2"
     shutil.copytree(FSDP, d)
     return d
-
-
-def _one_line(r, *needles) -> str:
-    assert r.rc != 0 and "Traceback" not in r.err, r.err
-    errors = [ln for ln in r.err_lines if ln.startswith("ckptbench: error:")]
-    assert len(errors) == 1, r.err
-    for n in needles:
-        assert n in errors[0], (n, r.err)
-    return errors[0]
 
 
 @pytest.mark.parametrize("how", ["file", "missing"])
@@ -58,21 +49,21 @@ def test_the_checkpoint_as_written_has_no_note():
     assert doc["layout"]["notes"] == [] and "scheduler.pt" in doc["layout"]["state_files"]
 
 
-def test_an_empty_optimizer_folder_is_one_line(tmp_path):
+def test_an_empty_optimizer_folder_isone_error_line(tmp_path):
     d = _copy(tmp_path)
     shutil.rmtree(d / "optimizer_0")
     (d / "optimizer_0").mkdir()
     for cmd in (("load",), ("run", "--repeat", "1", "--results", ""), ("inspect",)):
-        _one_line(run_cli(*cmd[:1], d, *cmd[1:]), "optimizer_0: FSDP's sharded optimizer folder is empty",
+        one_error_line(run_cli(*cmd[:1], d, *cmd[1:]), "optimizer_0: FSDP's sharded optimizer folder is empty",
                   "fails there")
 
 
-def test_an_optimizer_folder_of_other_files_is_one_line(tmp_path):
+def test_an_optimizer_folder_of_other_files_isone_error_line(tmp_path):
     d = _copy(tmp_path)
     for f in os.listdir(d / "optimizer_0"):
         os.remove(d / "optimizer_0" / f)
     (d / "optimizer_0" / "notes.txt").write_text("x")
-    _one_line(run_cli("load", d), "optimizer_0: a folder named for FSDP's sharded optimizer that holds no DCP")
+    one_error_line(run_cli("load", d), "optimizer_0: a folder named for FSDP's sharded optimizer that holds no DCP")
 
 
 @pytest.mark.parametrize("which", ["pytorch_model_fsdp_0", "optimizer_0"])
@@ -80,14 +71,14 @@ def test_a_linked_fsdp_folder_is_named(tmp_path, which):
     d = _copy(tmp_path)
     shutil.move(d / which, tmp_path / "elsewhere")
     os.symlink(tmp_path / "elsewhere", d / which)
-    line = _one_line(run_cli("load", d), f"{which}: FSDP's sharded", "is a symlink", "cp -rL")
+    line = one_error_line(run_cli("load", d), f"{which}: FSDP's sharded", "is a symlink", "cp -rL")
     assert "weight files" not in line and "folder(s)" not in line
 
 
-def test_a_model_folder_missing_beside_the_optimizer_is_one_line(tmp_path):
+def test_a_model_folder_missing_beside_the_optimizer_isone_error_line(tmp_path):
     d = _copy(tmp_path)
     shutil.rmtree(d / "pytorch_model_fsdp_0")
-    _one_line(run_cli("load", d), "optimizer_0: FSDP's sharded optimizer without its model folder")
+    one_error_line(run_cli("load", d), "optimizer_0: FSDP's sharded optimizer without its model folder")
 
 
 def test_state_files_beside_checkpoints_are_called_state_files_and_counted_as_listed():

@@ -7,40 +7,27 @@ from __future__ import annotations
 import os
 import shutil
 
-import torch
-from clirun import run_cli
+from clirun import one_error_line, run_cli
+from test_hostile11_merge import common_pt_clash
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "compat", "fixtures")
 MEGATRON = os.path.join(FIXTURES, "megatron_torch_dist", "iter_0000005")
 FSDP = os.path.join(FIXTURES, "trainer_fsdp_sharded", "checkpoint-2")
 
 
-def _error(r) -> str:
-    assert r.rc != 0 and "Traceback" not in r.err, r.err
-    errors = [ln for ln in r.err_lines if ln.startswith("ckptbench: error:")]
-    assert len(errors) == 1, r.err
-    return errors[0]
-
-
 def test_inspect_refuses_a_common_pt_tensor_named_as_a_weight_as_load_does(tmp_path):
-    from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
-
-    d = tmp_path / "iter_0000005"
-    shutil.copytree(MEGATRON, d)
-    meta = SafeReader(str(d)).read_metadata()
-    name, md = next((n, m) for n, m in meta.state_dict_metadata.items() if hasattr(m, "chunks"))
-    torch.save({name: torch.full(tuple(md.size), float("nan")), "iteration": 5}, d / "common.pt")
-    line = _error(run_cli("inspect", d))
+    d, name = common_pt_clash(tmp_path)
+    line = one_error_line(run_cli("inspect", d))
     assert f"common.pt holds {name!r}, also in its weights" in line
-    assert line == _error(run_cli("load", d))
+    assert line == one_error_line(run_cli("load", d))
 
 
 def test_inspect_refuses_a_second_fsdp_model_folder_as_load_does(tmp_path):
     d = tmp_path / "checkpoint-2"
     shutil.copytree(FSDP, d)
     shutil.copytree(d / "pytorch_model_fsdp_0", d / "pytorch_model_fsdp_1")
-    line = _error(run_cli("inspect", d))
-    assert "pytorch_model_fsdp_1 holds" in line and line == _error(run_cli("load", d))
+    line = one_error_line(run_cli("inspect", d))
+    assert "pytorch_model_fsdp_1 holds" in line and line == one_error_line(run_cli("load", d))
 
 
 def test_the_checkpoints_as_written_still_inspect():
