@@ -103,19 +103,10 @@ def dcp_state(directory: str, lay: layouts.Layout | None, buffers: dict | None, 
         merge_apart(state, one, directory, os.path.basename(root), " or ".join(before))
         # the folders' own keys too, as saved: an optimizer byte entry named model.model.x kept its whole name while
         # the model's weight of that key lost DCP's `model.`, and the two passed as apart
-        mine = set(dcp_keys(root, named))
-        refuse_clash(keys, mine, directory, os.path.basename(root), " or ".join(before))
-        keys |= mine
+        refuse_clash(keys, one.saved_keys, directory, os.path.basename(root), " or ".join(before))
+        keys |= one.saved_keys
         before.append(os.path.basename(root))
     return state
-
-
-def dcp_keys(root: str, named: dict | None = None) -> list[str]:
-    """Every key a DCP folder's .metadata declares, tensors and byte entries alike, as saved (`named`: file name ->
-    bytes already read)."""
-    from ckptbench.checkpoint.formats.dcp_metadata import SafeReader
-
-    return list(SafeReader(root, named or None).read_metadata().state_dict_metadata)
 
 
 def with_state_files(state: CheckpointState, directory: str, lay: layouts.Layout | None,

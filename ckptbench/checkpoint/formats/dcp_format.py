@@ -351,8 +351,9 @@ def _state_of(meta: Metadata, tensors: dict[str, torch.Tensor], values: dict[str
         step = flat.get("step")
         state.step = int(step) if isinstance(step, torch.Tensor) and step.numel() == 1 else 0
         state.hparams, state.trainer = plain
+        state.saved_keys = set(flat)
         return state
-    state = CheckpointState({}, tree=_tree(meta, flat))
+    state = CheckpointState({}, tree=_tree(meta, flat), saved_keys=set(flat))
     for fqn, v in flat.items():
         if isinstance(v, torch.Tensor) and group_of(fqn) == "model":
             state.model[fqn.removeprefix("model.")] = v

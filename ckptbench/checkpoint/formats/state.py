@@ -114,6 +114,9 @@ class CheckpointState:
     # JSON holds them: what a resume needs that is neither weights nor optimizer state (ckptbench's layout keeps it)
     trainer: dict = field(default_factory=dict)
     tuples: set[str] = field(default_factory=set)  # flat keys of `extra` that were tuples (flatten's `tuples`)
+    # every key as its format saved it, where the format records them (DCP: its .metadata's, before `model.` is
+    # dropped from a weight's): two DCP folders are held apart on these (load.dcp_state)
+    saved_keys: set[str] = field(default_factory=set)
 
     def merge(self, other: "CheckpointState") -> None:
         self.model.update(other.model)
@@ -125,6 +128,7 @@ class CheckpointState:
         self.trainer = self.trainer or other.trainer
         self.inert |= other.inert
         self.tuples |= other.tuples
+        self.saved_keys |= other.saved_keys
 
     def tensors(self):
         """(group, flat name, tensor) of every tensor the state holds."""
