@@ -10,6 +10,7 @@ deeper than its recursion limit; in a header field ckptbench does not read, each
 from __future__ import annotations
 
 import json
+import math
 
 BOM = b"\xef\xbb\xbf"
 SERDE_DEPTH = 127  # levels of arrays and objects serde_json's default recursion limit lets through (128 fails)
@@ -59,3 +60,16 @@ def _depth(doc) -> None:
             if d > SERDE_DEPTH:
                 raise ValueError(f"nested deeper than {SERDE_DEPTH} levels (serde_json's recursion limit)")
             stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+
+
+def number(v) -> float | None:
+    """`v` as a finite float where a parsed document gave a number (not a bool) a float holds; else None. JSON's and
+    TOML's integers have no bound, and math.isfinite(10**400) raises OverflowError (a floor cache's measured_at, a
+    rank's post, each a traceback once)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        v = float(v)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None

@@ -15,6 +15,7 @@ import fastio
 import torch
 
 from ckptbench.checkpoint.shares import Share
+from ckptbench.core import jsontext
 from ckptbench.core.errors import CkptbenchError
 from ckptbench.checkpoint.manifest import MANIFEST_NAME
 from ckptbench.checkpoint.formats import CheckpointState, inert
@@ -64,19 +65,18 @@ class RankReport:
 _KINDS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "str | None": (str, type(None))}
 
 
+def _time(v) -> bool:
+    """A count or seconds a rank posted: a number a float holds, finite, not below 0 (jsontext.number)."""
+    n = jsontext.number(v)
+    return n is not None and n >= 0
+
+
 def read_report(doc, rank: int) -> dict:
     """A report another rank posted, checked before rank 0 combines it: a dict holding every RankReport field with a
     value of its type, from the rank it says. Anything on the network can write to the group's store (torch's is
     not authenticated), and a rank of another ckptbench posts other fields: rank 0 took either apart with a
     KeyError or a TypeError, a traceback. CkptbenchError naming the rank otherwise."""
-    import math
     from dataclasses import fields
-
-    def finite(v) -> bool:  # JSON's integers have no bound: one past a float's range is no figure (OverflowError)
-        try:
-            return math.isfinite(v)
-        except OverflowError:
-            return False
 
     def bad(what: str) -> CkptbenchError:
         return CkptbenchError(f"rank {rank}: its report cannot be read ({what}); run the same ckptbench on every "
@@ -89,12 +89,11 @@ def read_report(doc, rank: int) -> dict:
         want = _KINDS.get(f.type) or ((dict,) if f.type.startswith("dict") else (list,))
         if f.name not in doc or not isinstance(v, want) or (isinstance(v, bool) and bool not in want):
             raise bad(f"{f.name} is missing or not {f.type}")
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and not (finite(v) and v >= 0):
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not _time(v):
             raise bad(f"{f.name} is {str(v)[:40]}")
     if doc["rank"] != rank:
         raise bad(f"it says it is rank {doc['rank']}")
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and finite(t) and t >= 0
-               for t in doc["stages"].values()):
+    if not all(_time(t) for t in doc["stages"].values()):
         raise bad("a stage's seconds are not a time")
     if not all(isinstance(k, str) and isinstance(v, list) and all(
             isinstance(iv, list) and len(iv) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in iv)

@@ -19,6 +19,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from ckptbench.core import jsontext
 from ckptbench.core.errors import CkptbenchError, printable
 from ckptbench.core.units import human_age, human_bytes, human_pct
 
@@ -349,7 +350,7 @@ def _gone() -> str | None:
     """Why a floor that was cached is not used, when that is the reason: it is older than a day, or was measured on
     another box (a new user read "not measured yet" about a floor measured two days before)."""
     doc = _load_cache(cache_path())
-    ats = [at for v in (doc.get("ceilings") or {}).values() if isinstance(v, dict) and (at := _time_of(v)) is not None]
+    ats = [at for v in (doc.get("ceilings") or {}).values() if isinstance(v, dict) and (at := jsontext.number(v.get("measured_at"))) is not None]
     if not ats:
         return None
     if doc.get("box") != box_key():
@@ -360,19 +361,6 @@ def _gone() -> str | None:
         return (f"this box's floor is stale (measured {human_age(age)} ago; figures are kept a day): "
                 "`ckptbench floor SOURCE` measures it again in seconds")
     return None
-
-
-def _time_of(entry: dict) -> float | None:
-    """A cached figure's measured_at as a finite float, or None: JSON's integers have no bound, and one past a
-    float's range (10**400) raised OverflowError out of every command that said why the floor was not used."""
-    at = entry.get("measured_at")
-    if not isinstance(at, (int, float)) or isinstance(at, bool):
-        return None
-    try:
-        at = float(at)
-    except OverflowError:
-        return None
-    return at if math.isfinite(at) else None
 
 
 FIXED_COSTS_S = 0.01  # a floor shorter than this is dwarfed by what it does not count (a 116 KiB restore read 0.1 %)
