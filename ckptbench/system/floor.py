@@ -14,7 +14,6 @@ the cores; its efficiency is floor / measured, and the resource that sets the fl
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
