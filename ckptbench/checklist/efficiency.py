@@ -30,9 +30,6 @@ GOOD = 0.85  # at or above this share of the floor a restore is as fast as this 
 WHY = ("a restore slower than the box's own ceilings (storage, fresh memory, copy, hashing) leaves time on the table; "
        "the ceiling that binds says where to look")
 FLOOR_CMD = "`ckptbench floor SOURCE` (64 MiB or more of files on the same mount)"
-# not SOURCE: the checkpoint checked is the one too small ("point `ckptbench floor tiny` at a larger checkpoint")
-LARGER_FLOOR_CMD = (f"`ckptbench floor DIR` on a checkpoint of {fl.MIN_STORAGE_SAMPLE >> 20} MiB or more on the "
-                    "same mount")
 FRESH_WORDS = "fresh memory (a restore's)"  # where the short restore's bytes land: said beside its rate
 # the words `run` adds to its floor note under FIXED_COSTS_S (system/floor.py:restore_fields)
 TOO_SMALL = (f"a floor under {fl.FIXED_COSTS_S * 1e3:.0f} ms counts the bytes alone: at this size opening files, "
@@ -374,7 +371,7 @@ def judge(ff: FloorFacts, advised: Advice) -> Verdict:
         return Verdict(ID, TITLE, "unknown", ev | {
             "reason": f"the floor has no storage figure ({ev['storage_missing']}): it counts memory and CPU only, so "
                       "no efficiency is given, as a run gives none"}, WHY,
-            f"run {LARGER_FLOOR_CMD}, then check again")
+            f"run {fl.LARGER_FLOOR_CMD}, then check again")
     eff = round(eff, 3)  # as the evidence says it: the verdict and the fix read the same figure
     ev |= {"efficiency": eff, "gap_s": round(max(0.0, probe.seconds - m["floor_s"]), 4)}
     return _verdict(eff, m, ev, ff, advised)

@@ -385,15 +385,17 @@ def over_floor(eff: float | None) -> str:
             "`ckptbench floor SOURCE --remeasure` when the box is quiet")
 
 
+# the command that gives a mount its storage figure where the checkpoint in hand is too small to: not SOURCE (a
+# new user was told `ckptbench floor` of their 38 MiB checkpoint, and it measured nothing the floor could use)
+LARGER_FLOOR_CMD = f"`ckptbench floor DIR` on a checkpoint of {MIN_STORAGE_SAMPLE >> 20} MiB or more on this mount"
+
+
 def measure_hint(nbytes: int) -> str:
     """The command that gives a mount its storage figure: this checkpoint, or where it is under the bandwidth bar, a
-    larger one on the same mount (a new user was told `ckptbench floor` of their 38 MiB checkpoint "on 64 MiB or
-    more", and it measured nothing the floor could use)."""
-    bar = f"{MIN_STORAGE_SAMPLE >> 20} MiB"
+    larger one on the same mount (LARGER_FLOOR_CMD)."""
     if nbytes >= MIN_STORAGE_SAMPLE:
-        return f"`ckptbench floor SOURCE` on {bar} or more"
-    return (f"`ckptbench floor DIR` on a checkpoint of {bar} or more on this mount: this one's {human_bytes(nbytes)} "
-            "measures latency more than bandwidth")
+        return f"`ckptbench floor SOURCE` on {MIN_STORAGE_SAMPLE >> 20} MiB or more"
+    return f"{LARGER_FLOOR_CMD}: this one's {human_bytes(nbytes)} measures latency more than bandwidth"
 
 
 def restore_fields(floor: Floor | None, *, bytes_read: int, measured_s: float | None, hash_alg: str,
