@@ -19,6 +19,8 @@ def quote(value, limit: int = 200) -> str:  # a path of 150 characters is common
     elif type(value) in (tuple, list) and len(value) <= 16 and all(
             type(v) in _SMALL or (type(v) is int and v.bit_length() <= 256) for v in value):
         text = repr(value)
+    elif type(value) is int:  # past any size or offset: its length says what is wrong with it ("<a int>" did not)
+        return f"<an int of about {int(abs(value).bit_length() * 0.30103) + 1} digits>"
     elif isinstance(value, (tuple, list, dict)):
         return f"<a {type(value).__name__} of {len(value)}>"
     else:
