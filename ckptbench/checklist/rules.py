@@ -339,7 +339,9 @@ def evidence_line(evidence: dict) -> str:
     return ", ".join(f"{k}={evidence_text(k, v)}" for k, v in evidence.items() if not isinstance(v, (dict, list)))
 
 
-def markdown(doc: dict) -> str:
+def markdown(doc: dict, note=lambda text: text) -> str:
+    """The report as a markdown table, each item's floor notes (a busy box, a figure kept) under its why, as `note`
+    words them."""
     lay = doc.get("layout") or {}
     picked = [f"checked {picked_name(lay.get('root'), lay.get('tag'))} ({lay['name']}): "
               f"{picked_why(lay.get('root'), lay.get('tag'), lay['why'])}", ""] if lay.get("why") else []
@@ -349,5 +351,7 @@ def markdown(doc: dict) -> str:
     for i in doc["items"]:
         ev = evidence_line(i["evidence"])
         lines.append(f"| {i['title']} | **{i['verdict']}** | {ev.replace('|', '/')} | {i['fix'].replace('|', '/')} |")
-    lines += [""] + [f"- **{i['title']}**: {i['why']}" for i in doc["items"]]
+    lines += [""] + [f"- **{i['title']}**: {i['why']}" + "".join(f"\n  - note: {note(n)}"
+                                                                  for n in i["evidence"].get("notes") or [])
+                     for i in doc["items"]]
     return "\n".join(lines) + "\n"

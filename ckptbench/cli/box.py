@@ -169,7 +169,7 @@ def again(note: str, args) -> str:
 
     words = ["ckptbench floor"] + ([quoted(args.source)] if args.source is not None else [])
     words += ["--pick", quoted(args.pick)] if getattr(args, "pick", None) else []
-    words += ["--write-to", quoted(args.write_to)] if args.write_to else []
+    words += ["--write-to", quoted(args.write_to)] if getattr(args, "write_to", None) else []
     note = note.replace("`ckptbench floor SOURCE --remeasure`", f"`{' '.join(words)} --remeasure`")
     return name_source(note, args.source)
 

@@ -209,6 +209,7 @@ def cmd_check(args) -> int:
     from ckptbench.checklist.rules import evaluate, evidence_line, markdown, report
     from ckptbench.checklist.facts import gather
 
+    from ckptbench.cli.box import again
     from ckptbench.cli.show import print_pick
 
     facts = gather(args.source, concurrency=args.concurrency, quick_sweep=args.quick_sweep, results=args.results,
@@ -222,7 +223,7 @@ def cmd_check(args) -> int:
     if args.json:
         _emit(doc)
     elif args.markdown:  # the evidence names the checkpoint's files, its mount, an endpoint: each line clean
-        for line in markdown(doc).splitlines():
+        for line in markdown(doc, lambda n: again(n, args)).splitlines():
             say(line)
     else:
         print_pick(lay, verb="checked")  # a folder of several checkpoints: which one the items are about
@@ -230,6 +231,9 @@ def cmd_check(args) -> int:
         for item in doc["items"]:
             say(f"[{marks[item['verdict']]}] {item['title']}")
             say(f"       evidence: {evidence_line(item['evidence'])}")
+            for note in item["evidence"].get("notes") or []:  # the floor's: a busy box, a figure kept (the line
+                # above leaves lists to the JSON, and a busy box's low ceilings went unsaid)
+                say(f"       note: {again(note, args)}")
             if item["verdict"] != "ok":
                 say(f"       why: {item['why']}")
             say(f"       fix: {item['fix']}")

@@ -29,3 +29,34 @@ def test_an_offset_past_any_file_is_named_by_its_length_not_as_an_int(tmp_path, 
     r = h.run_cli("inspect", directory)
     assert r.rc != 0 and len(r.err_lines) == 1 and "401 digits" in r.err, r.err
     assert quote(-(10 ** 300)) == "<an int of about 301 digits>" and quote(2 ** 255) == repr(2 ** 255)
+
+
+def test_check_says_the_floors_busy_note_in_text_and_markdown(tmp_path, plant_floor):
+    """A floor measured on a busy box says so, and `floor` and `sysinfo` showed it; check's text printed the evidence
+    line, which leaves lists to the JSON, so its low ceilings went unexplained there."""
+    import json
+
+    from clirun import run_cli
+    from safetensors.torch import save_file
+
+    from ckptbench.system import floor as fl
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    save_file({"w": torch.zeros(256, 256)}, str(ck / "model.safetensors"))
+    plant_floor(source=ck, storage_gbps=2.0)
+    with open(fl.cache_path()) as f:
+        doc = json.load(f)
+    doc["busy"] = ("the box was busy (60 % of its cores' time taken by other work as it was measured): these figures "
+                   "may be low; `ckptbench floor SOURCE --remeasure` when it is quiet")
+    with open(fl.cache_path(), "w") as f:
+        json.dump(doc, f)
+    said = "note: the box was busy (60 % of its cores' time"
+    for extra in ((), ("--markdown",)):
+        r = run_cli("check", ck, *extra)
+        assert "Traceback" not in r.err, r.err
+        assert said in r.out, r.out
+        assert f"`ckptbench floor {ck} --remeasure`" in r.out and "SOURCE" not in r.out, r.out
+    r = run_cli("check", ck, "--json")
+    item = next(i for i in json.loads(r.out)["items"] if "notes" in i["evidence"])
+    assert any("the box was busy" in n for n in item["evidence"]["notes"])
