@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ckptbench.records.compare import (COMPLETED, EFFICIENCY_OF, efficiency_of, held_s, measured, run_documents,
-                                       saw_no_read, steady)
+from ckptbench.records.compare import (COMPLETED, EFFICIENCY_OF, efficiency_of, held_s, measured, rates_known,
+                                       run_documents, saw_no_read, steady)
 from ckptbench.records.recorder import life, unended
 from ckptbench.records.results import KINDS, read_documents, read_rows
 from ckptbench.core.stats import spread
@@ -31,7 +31,8 @@ def runs(path: str) -> list[dict]:
             out.append(_begun(lives[run_id]))
             continue
         done = [r for r in rows if r["status"] in COMPLETED]
-        ok = steady(done) if done else done  # a save's sustained figures are its saves after the first, as compare's
+        ok = rates_known(steady(done) if done else done, docs)  # a save's sustained figures: its saves after the
+        # first, as compare's
         first_left_out = len(ok) < len(done)
         statuses = {r["status"] for r in rows}
         kind = rows[0].get("kind") or "restore"

@@ -60,3 +60,34 @@ def test_check_says_the_floors_busy_note_in_text_and_markdown(tmp_path, plant_fl
     r = run_cli("check", ck, "--json")
     item = next(i for i in json.loads(r.out)["items"] if "notes" in i["evidence"])
     assert any("the box was busy" in n for n in item["evidence"]["notes"])
+
+
+def test_a_lower_bound_an_older_watch_recorded_as_its_rate_is_not_compared(tmp_path):
+    """Watches recorded before their lower bounds were left out of the row kept "read at least 0.24 GB/s" as the read
+    rate; compare held two such bounds of one loader against each other and history showed them as rates. The
+    document's count_note says which they are."""
+    import csv
+
+    from ckptbench.records.compare import compare
+    from ckptbench.records.history import runs
+    from ckptbench.system import env as envmod
+    from ckptbench.watch import results
+
+    path = str(tmp_path / "results.csv")
+    env = envmod.snapshot(str(tmp_path))
+    doc = {"bytes": 62 << 20, "io_span_s": 0.27, "files": {"/ck/model.safetensors": 128 << 20}, "loader_gbps": 0.24,
+           "peak_rss_bytes": 300 << 20, "cpu_s": 1.8, "exit_code": 0,
+           "count_note": "the job maps its files from the page cache faster than the watch samples its mappings"}
+    results.record(path, "aaaaaaaaaaaa", doc, env)
+    results.record(path, "bbbbbbbbbbbb", doc | {"loader_gbps": 0.19}, env)
+    with open(path, newline="") as f:  # as the rows were written then: the bound in read_gbps
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["read_gbps"] = "0.24" if r["run_id"] == "aaaaaaaaaaaa" else "0.19"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    c = compare(path, baseline="aaaaaaaaaaaa", newest="bbbbbbbbbbbb")
+    assert "read_gbps" not in [f.figure for f in c.figures] and not c.regressed, c.figures
+    assert [r["read_gbps"] for r in runs(path)] == [None, None]
