@@ -258,20 +258,46 @@ def test_a_process_the_kernel_will_not_show_is_one_line():
     assert len(lines) == 1 and "not readable (permission denied)" in lines[0] and "Traceback" not in proc.stderr
 
 
+def _attached(watcher: subprocess.Popen, pid: int, within_s: float = 60.0) -> bool:
+    """Whether the watch has begun sampling `pid`: one of its open files is under /proc/PID (a sample reads them)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and watcher.poll() is None:
+        try:
+            fds = os.listdir(f"/proc/{watcher.pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{watcher.pid}/fd/{fd}").startswith(f"/proc/{pid}/"):
+                    return True
+            except OSError:
+                pass
+    return False
+
+
 def test_match_finds_one_process_or_says_why_not():
+    """Both jobs block on their stdin until the test ends them: a job that slept 3 s ended before two watches had
+    started on a busy box (CI, -n 2), and the second then found one match, not two."""
     rc, _, err = _watch("--match", "no-such-job-zq81")
     assert rc == 2 and "no running process has it in its command line" in err
     tag = f"watch-match-{os.getpid()}"
-    a = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(3)", tag])
-    b = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(30)", tag])
+    a, b = (subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", tag], stdin=subprocess.PIPE)
+            for _ in range(2))
     try:
         time.sleep(0.3)
         rc, _, err = _watch("--match", tag)
         assert rc == 2 and "2 processes match" in err
         b.kill()
         b.wait()
-        rc, doc, err = _watch("--match", tag, "--interval", "0.1", "--no-verdict", timeout=60)
-        assert rc == 0 and doc["pid"] == a.pid and doc["ended"] == "exited", err
+        watcher = subprocess.Popen([sys.executable, "-m", "ckptbench", "watch", "--json", "--results", "", "--match",
+                                    tag, "--interval", "0.1", "--no-verdict"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, cwd=REPO)
+        assert _attached(watcher, a.pid), watcher.communicate(timeout=60)
+        a.stdin.close()  # the job ends once it is watched
+        out, err = watcher.communicate(timeout=60)
+        assert watcher.returncode == 0, err
+        doc = json.loads(out)
+        assert doc["pid"] == a.pid and doc["ended"] == "exited", err
         assert {p["phase"] for p in doc["phases"]} == {"waiting"}  # a sleeping job reads nothing, uses no CPU
     finally:
         for p in (a, b):
