@@ -903,6 +903,7 @@ def test_write_side_uses_a_measured_save_when_one_is_recorded(env):
     assert it.verdict == "ok" and it.evidence["measured_dirty_peak_fraction"] == 0.97
 
 
+@pytest.mark.usefixtures("box_floor")
 def test_check_reads_the_newest_recorded_save(tmp_path, h):
     src = tmp_path / "src"
     r = h.run_cli("gen", "small", src, "--scale", "0.02")

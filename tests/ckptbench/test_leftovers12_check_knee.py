@@ -4,6 +4,8 @@ under 10 ms, and advises nothing from it."""
 
 from __future__ import annotations
 
+import pytest
+
 from ckptbench.checklist import rules
 from ckptbench.checklist.facts import Facts
 from ckptbench.restore.sweep import MeasuredKnee
@@ -38,6 +40,7 @@ def test_a_knee_of_a_checkpoint_that_takes_time_is_judged():
     assert rules.concurrency(_facts(4 << 30, floor_s=0.5)).verdict == "ok"
 
 
+@pytest.mark.usefixtures("box_floor")
 def test_check_quick_sweep_of_a_tiny_checkpoint_is_unknown(tmp_path):
     from clirun import run_cli
 

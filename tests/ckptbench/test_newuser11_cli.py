@@ -38,6 +38,7 @@ def test_check_advises_from_the_knee_sweep_recorded_of_a_trainers_folder(ckpt, t
     assert knee is not None and knee.knee in (1, 2) and knee.how == "sweep", knee
 
 
+@pytest.mark.usefixtures("box_floor")
 def test_check_takes_the_pick_its_error_offers_and_says_which_checkpoint_it_checked(ckpt, tmp_path):
     """A folder of two checkpoints: check's error said "choose one with --pick NAME", and check refused --pick as an
     unrecognized argument; given a trainer's folder it never said which checkpoint its items were about."""

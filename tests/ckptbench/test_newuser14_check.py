@@ -61,6 +61,7 @@ def test_the_concurrency_evidence_says_what_its_rates_are_of():
     assert efficiency.FRESH_WORDS == "fresh memory (a restore's)"
 
 
+@pytest.mark.usefixtures("box_floor")
 def test_check_json_says_each_rate_is_of_what(small):
     r = run_cli("check", small, "--quick-sweep", "--json", "--results", "")
     assert r.rc in (0, 1), r.err
@@ -86,6 +87,7 @@ def test_the_advice_to_measure_is_the_command_that_feeds_check():
     assert "`ckptbench check '/data/my ckpt' --quick-sweep`" in fix
 
 
+@pytest.mark.usefixtures("box_floor")
 def test_a_sweep_recorded_as_advised_is_what_check_then_reads(small, tmp_path):
     results = str(tmp_path / "results.csv")
     r = run_cli("sweep", small, "--levels", "1,2", "--repeat", "1", "--results", results)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from clirun import run_proc
 
 
@@ -33,6 +34,7 @@ def test_a_digest_mismatch_is_failed_not_unreferenced(ckpt, h, tmp_path):
     assert good.rc == 0 and "digests: verified against the manifest" in good.out and "FAILED" not in good.out
 
 
+@pytest.mark.usefixtures("box_floor")
 def test_a_checkpoint_named_from_elsewhere_is_one_source_in_the_records(ckpt, tmp_path):
     src = ckpt("safetensors", 1)
     parent, name = os.path.split(src)
@@ -126,7 +128,6 @@ def test_compare_takes_a_saves_rate_as_save_prints_it(tmp_path, h):
     the median of the per-save rates, another figure for an even count of saves."""
     import statistics
 
-    import pytest
 
     from ckptbench.records.results import read_rows
 
@@ -151,7 +152,6 @@ def test_a_ctrl_c_a_loader_swallowed_stops_the_run_as_interrupted(ckpt, monkeypa
     import os
     import signal
 
-    import pytest
 
     from ckptbench.core.errors import CkptbenchError
     from ckptbench.restore import runner

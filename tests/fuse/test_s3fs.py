@@ -8,6 +8,8 @@ import json
 import os
 import shutil
 
+import pytest
+
 from fusehelp import ckptbench, s3fs_mount
 
 STAGES = ("list", "read", "verify", "load", "device", "check")
@@ -39,6 +41,7 @@ def test_run_restores_from_the_mount_and_times_every_stage(s3fs_ckpt):
     assert doc["read"]["modes"] == ["pread"] and doc["read"]["why"].startswith("FUSE: fuse.s3fs")
 
 
+@pytest.mark.usefixtures("box_floor")
 def test_check_has_the_fuse_item_with_the_daemon_and_its_fixes(s3fs_ckpt):
     src = os.path.join(s3fs_ckpt.path, "ckpt")
     r = ckptbench("check", src, "--json")
@@ -60,6 +63,7 @@ def test_check_has_the_fuse_item_with_the_daemon_and_its_fixes(s3fs_ckpt):
     assert items["concurrency"]["evidence"]["preset"] == "fuse-s3fs"
 
 
+@pytest.mark.usefixtures("box_floor")
 def test_check_passes_the_mount_options_of_a_tuned_mount(fuse_s3, tmp_path):
     bucket = fuse_s3.make_bucket()
     with s3fs_mount(fuse_s3, bucket, str(tmp_path), "parallel_count=16", "multipart_size=64",

@@ -173,6 +173,7 @@ def test_a_redirect_loop_fails_the_file(hostile, monkeypatch):
     assert "cancelled" not in err
 
 
+@pytest.mark.usefixtures("box_floor")
 @pytest.mark.parametrize("where", ["Message", "Code"])
 def test_an_error_echoing_the_request_leaks_nothing(hostile, tmp_path, where):
     """An error answer that echoes the request back: its headers (the signature, the key id) and the session token
