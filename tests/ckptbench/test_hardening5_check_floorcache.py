@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 from clirun import run_cli
+from floorhelp import edit_cache
 from safetensors.torch import save_file
 
 from ckptbench.system import floor as fl
@@ -26,13 +27,13 @@ def planted(tmp_path, plant_floor) -> str:
     ck.mkdir()
     save_file({"w": torch.zeros(256, 256)}, str(ck / "model.safetensors"))
     plant_floor(source=ck, storage_gbps=2.0)
-    with open(fl.cache_path()) as f:
-        doc = json.load(f)
-    for entry in [*doc["ceilings"].values(), *doc["storage"].values()]:
-        entry["method"] += LEAK + " y" * 50_000
-    doc["busy"] = "another job held the cores" + LEAK + " z" * 50_000
-    with open(fl.cache_path(), "w") as f:
-        json.dump(doc, f)
+
+    def leak(doc: dict) -> None:
+        for entry in [*doc["ceilings"].values(), *doc["storage"].values()]:
+            entry["method"] += LEAK + " y" * 50_000
+        doc["busy"] = "another job held the cores" + LEAK + " z" * 50_000
+
+    edit_cache(leak)
     return str(ck)
 
 

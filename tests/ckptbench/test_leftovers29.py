@@ -37,20 +37,16 @@ def test_check_says_the_floors_busy_note_in_text_and_markdown(tmp_path, plant_fl
     import json
 
     from clirun import run_cli
+    from floorhelp import edit_cache
     from safetensors.torch import save_file
-
-    from ckptbench.system import floor as fl
 
     ck = tmp_path / "ck"
     ck.mkdir()
     save_file({"w": torch.zeros(256, 256)}, str(ck / "model.safetensors"))
     plant_floor(source=ck, storage_gbps=2.0)
-    with open(fl.cache_path()) as f:
-        doc = json.load(f)
-    doc["busy"] = ("the box was busy (60 % of its cores' time taken by other work as it was measured): these figures "
-                   "may be low; `ckptbench floor SOURCE --remeasure` when it is quiet")
-    with open(fl.cache_path(), "w") as f:
-        json.dump(doc, f)
+    edit_cache(lambda doc: doc.update(busy="the box was busy (60 % of its cores' time taken by other work as it was "
+                                           "measured): these figures may be low; `ckptbench floor SOURCE --remeasure` "
+                                           "when it is quiet"))
     said = "note: the box was busy (60 % of its cores' time"
     for extra in ((), ("--markdown",)):
         r = run_cli("check", ck, *extra)
