@@ -4,7 +4,6 @@ was printed as it was)."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
