@@ -4,7 +4,6 @@ was printed as it was)."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from clirun import run_cli
