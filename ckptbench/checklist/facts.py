@@ -158,6 +158,9 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     f.page_cache = src.has_page_cache
     if not src.has_page_cache:
         f.evict_residency = probes.Unknown(f"{src.scheme or 'this source'} has no local page cache: every read is cold")
+    elif headers.error is not None:  # its files are not a checkpoint a restore reads: their pages are walked for
+        # nothing (a crafted sparse config.json claiming 256 GiB took 13 s of them), and evicting them proves nothing
+        f.evict_residency = probes.Unknown(loads.NOT_PROBED)
     elif probe_cache:
         f.residency_now = conditions.residency_of(paths)
         f.evict_residency = _evict_probe(paths)

@@ -13,6 +13,8 @@ WHY = ("a restore parses every header before it uses a byte of data: a truncated
        "however fast the storage")
 FIX = ("replace the file named (copy the checkpoint again from where it was saved, or restore the one before it): a "
        "restore refuses it; `ckptbench inspect SOURCE` shows the same error")
+NOT_PROBED = (f"the checkpoint does not load (the '{TITLE}' item says why): its files' pages were not probed, as "
+              "no restore reads them")
 NOT_LOADED = (f"the checkpoint does not load (the '{TITLE}' item says why), so there is no restore to hold against "
               "the floor and no concurrency to tune: fix that item first")
 

@@ -236,7 +236,8 @@ def cold_cache(f: Facts) -> Verdict:
                        "(nothing to evict)")
     if unknown(f.evict_residency):
         return Verdict("cold_cache", title, "unknown", ev | {"reason": reason(f.evict_residency)}, why,
-                       "run as a user who can open the files")
+                       f"fix the '{loads.TITLE}' item first" if f.headers.error is not None
+                       else "run as a user who can open the files")
     ev["residency_after_evict"] = round(f.evict_residency, 4)
     if f.evict_residency > 0.05:
         fs = f.mount.fs_type if isinstance(f.mount, probes.Mount) else "this filesystem"

@@ -235,15 +235,16 @@ def _document(source: Source, listing: Listing, concurrency: int, tensors: str |
     others_sized = {r: b for r, b in sizes.items() if not r.endswith(shard_ext)}  # an index, configs, the tail
     payload = sum(g.bytes for g in groups.values())
     largest = max(sizes.items(), key=lambda kv: kv[1]) if sizes else ("", 0)
-    opts, read_why = source.choose_read(listing, ReadOptions(concurrency=concurrency, read="auto", hash="none"))
-    tail_bytes = sum(sizes.get(r, 0) for r in tail)
     dims, why_not = None, "no model shape is known"
     if man is not None and man.dims or "config.json" in rels:
-        # read for the shape only, within a bound: a sparse one claiming 256 GiB was read whole into memory
+        # read for the shape only, within a bound: a sparse one claiming 256 GiB was read whole into memory; and
+        # before the read mode is chosen, whose page-cache probe walks every page a file claims (4 s of 256 GiB)
         config = ({"config.json": read_member(directory, man, "config.json", most=(CONFIG_MAX, "a model's config"))}
                   if "config.json" in rels else {})
         dims, why = restore.model_dims(man, config, {t.name for t in entries if t.group == "model"})
         why_not = why or why_not
+    opts, read_why = source.choose_read(listing, ReadOptions(concurrency=concurrency, read="auto", hash="none"))
+    tail_bytes = sum(sizes.get(r, 0) for r in tail)
     floating = sum(b for g in groups.values() for d, b in g.dtypes.items()
                    if d.startswith(("float", "bfloat", "complex")))
     check = ("model step: the manifest (or config.json) gives the model's shape, so the restored model runs one "

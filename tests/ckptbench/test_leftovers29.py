@@ -87,3 +87,35 @@ def test_a_lower_bound_an_older_watch_recorded_as_its_rate_is_not_compared(tmp_p
     c = compare(path, baseline="aaaaaaaaaaaa", newest="bbbbbbbbbbbb")
     assert "read_gbps" not in [f.figure for f in c.figures] and not c.regressed, c.figures
     assert [r["read_gbps"] for r in runs(path)] == [None, None]
+
+
+def test_a_refused_config_json_is_not_walked_page_by_page(tmp_path, h, ckpt, monkeypatch):
+    """A sparse config.json claiming 256 GiB is refused by its bound, and inspect and check still walked its every
+    page first (inspect's read-mode choice, check's page-cache probes: 13 s of mincore, minutes at 16 TiB): work
+    set by what a crafted file claims. It is refused before any of it, and check probes no page of a checkpoint that
+    does not load."""
+    import json
+
+    import fastio
+    from clirun import run_cli
+
+    from ckptbench.checklist.loads import NOT_PROBED
+
+    ck = h.copy_ckpt(ckpt("safetensors", 1), tmp_path / "ck")
+    os.truncate(os.path.join(ck, "config.json"), 256 << 30)
+    walked: list[str] = []
+    real = fastio.residency
+
+    def residency(paths, *a, **kw):
+        walked.extend(os.path.basename(p) for p in paths)
+        return real(paths, *a, **kw)
+
+    monkeypatch.setattr(fastio, "residency", residency)
+    r = run_cli("inspect", ck)
+    assert r.rc == 2 and "config.json" in r.err and "config.json" not in walked, (r.err, walked)
+    r = run_cli("check", ck, "--json")
+    items = {i["id"]: i for i in json.loads(r.out)["items"]}
+    assert r.rc == 1 and items["loads"]["verdict"] == "fail" and "config.json" not in walked, walked
+    cold = items["cold_cache"]
+    assert cold["verdict"] == "unknown" and cold["evidence"]["reason"] == NOT_PROBED, cold
+    assert cold["fix"] == "fix the 'Checkpoint loads' item first"
