@@ -41,7 +41,7 @@ def _entries(state: CheckpointState):
         yield "entry", name, v
 
 
-def _check_agree(seen: dict, one: CheckpointState, path: str) -> None:
+def check_agree(seen: dict, one: CheckpointState, path: str) -> None:
     """A key another file already gave must carry the same value: two files that disagree are not one checkpoint."""
     for kind, name, v in _entries(one):
         first = seen.setdefault((kind, name), (path, v))
@@ -93,7 +93,7 @@ def load_shards(paths: list[str], buffers: dict | None = None) -> CheckpointStat
     state, seen, held = CheckpointState({}), {}, {}
     for path in paths:
         one = load_buffer(buffers[path], path) if buffers is not None and path in buffers else load_file(path)
-        _check_agree(seen, one, path)
+        check_agree(seen, one, path)
         held[os.path.normpath(path)] = set(one.model)
         state.merge(one)
     read = {os.path.normpath(p): b for p, b in buffers.items()} if buffers is not None else None
