@@ -191,3 +191,16 @@ def test_an_optimizer_part_two_safetensors_shards_hold_apart_is_one_line(tmp_pat
     save_file(tensors, second, metadata=meta)
     args = [cmd, d] + (["--repeat", "1", "--results", tmp_path / "R.csv"] if cmd == "run" else [])
     assert_one_line_error(run_cli(*args), f"optimizer state {name!r} is also in")
+
+
+@pytest.mark.parametrize("cmd", ["inspect", "run", "load"])
+def test_one_shard_of_a_sharded_model_without_its_index_is_one_line(tmp_path, cmd):
+    """model-00001-of-00002.safetensors alone, its index and the other shard not copied: the restore passed with
+    half the weights (both shards without the index still restore: the names count them whole)."""
+    d = tmp_path / "ckpt"
+    _indexed_safetensors(d)
+    (d / "model.safetensors.index.json").unlink()
+    (d / "model-00002-of-00002.safetensors").unlink()
+    args = [cmd, d] + (["--repeat", "1", "--results", tmp_path / "R.csv"] if cmd == "run" else [])
+    assert_one_line_error(run_cli(*args), "ckpt: model-00002-of-00002.safetensors is missing, and no "
+                                          "model.safetensors.index.json says which weights the shards hold")
