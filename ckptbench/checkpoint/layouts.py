@@ -395,5 +395,24 @@ def _select(where: str, rels: list[str], fetch: Fetch | None) -> Layout:
     if any(r.endswith(".ckpt") for r in top):
         return Layout("lightning", tuple(rels))
     if any(_ST_SHARD.match(r) or r.startswith("adapter_model.") for r in top):
+        _no_index(where, top)
         return Layout("hf-safetensors", tuple(rels))
     return Layout("files", tuple(rels))
+
+
+_ST_PART = re.compile(r"^model-([0-9]+)-of-([0-9]+)\.safetensors$")
+
+
+def _no_index(where: str, top: set[str]) -> None:
+    """Shards of a sharded model with no index beside them must be all its shards, 1 to N as their names count
+    them: with no index to name them, one shard of two restored as the whole model."""
+    parts = {(int(m.group(1)), int(m.group(2))) for r in top if (m := _ST_PART.match(r))}
+    counts = {n for _, n in parts}
+    if not parts or len(counts) == 1 and {i for i, _ in parts} == set(range(1, max(counts) + 1)):
+        return
+    n = max(counts)
+    gone = min(set(range(1, n + 1)) - {i for i, _ in parts}, default=None)
+    what = (f"model-{gone:05d}-of-{n:05d}.safetensors is missing" if gone is not None and len(counts) == 1
+            else f"the shards' names count {' and '.join(map(str, sorted(counts)))} shards")
+    raise refuse(where, f"{what}, and no {ST_INDEX} says which weights the shards hold (from_pretrained loads no "
+                 "sharded model without it)", "re-copy the checkpoint with every shard and its index")

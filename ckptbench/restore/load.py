@@ -173,10 +173,13 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
 
         state = load_shards(paths, buffers)
     else:
-        state, held = CheckpointState({}), {}
+        from ckptbench.checkpoint.formats.torch_shards import check_agree
+
+        state, held, seen = CheckpointState({}), {}, {}
         for path in paths:
             one = mod.load_buffer(buffers[path], path) if buffers is not None and path in buffers else \
                 mod.load_file(path)
+            check_agree(seen, one, path)  # the merge lets the later shard win, as torch shards are checked
             held[os.path.normpath(path)] = {name for _, name, _ in one.tensors()}
             state.merge(one)
         if fmt == "safetensors":  # each weight where the index says: one it names and no shard holds is a weight

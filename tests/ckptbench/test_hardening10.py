@@ -155,3 +155,52 @@ def test_a_safetensors_index_that_agrees_restores(tmp_path):
     _indexed_safetensors(d)
     r = run_cli("run", d, "--repeat", "1", "--results", tmp_path / "R.csv")
     assert r.rc == 0, r.err
+
+
+@pytest.mark.parametrize("cmd", ["run", "load"])
+def test_a_weight_copied_into_a_shard_the_index_does_not_name_is_one_line(tmp_path, cmd):
+    """The second shard also holds a.weight (all NaN), which the index maps to the first: the shards were merged in
+    order, the later copy won, and the restore judged the copy, not the weight the index names (a NaN copy failed a
+    sound weight; a sound copy would have hidden a damaged one). Now one line naming both shards."""
+    from safetensors.torch import save_file
+
+    d = tmp_path / "ckpt"
+    _indexed_safetensors(d)
+    save_file({"b.weight": torch.zeros(4, 4), "a.weight": torch.full((4, 4), float("nan"))},
+              d / "model-00002-of-00002.safetensors")
+    args = [cmd, d] + (["--repeat", "1", "--results", tmp_path / "R.csv"] if cmd == "run" else [])
+    assert_one_line_error(run_cli(*args), "model-00002-of-00002.safetensors: model 'a.weight' is also in")
+
+
+@pytest.mark.parametrize("cmd", ["run", "load"])
+def test_an_optimizer_part_two_safetensors_shards_hold_apart_is_one_line(tmp_path, h, cmd):
+    """Optimizer shards have no index: a second shard holding another value of a part the first holds was merged
+    over it (the later won) and the restore passed, as if the checkpoint were one. torch shards were checked to
+    agree (check_agree); safetensors shards now are too."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    d = tmp_path / "ckpt"
+    assert h.run_cli("gen", "small", d, "--scale", h.SCALE).rc == 0
+    (d / "ckptbench.json").unlink()  # a foreign checkpoint: no digests to catch the edit
+    first, second = d / "optimizer-00001-of-00002.safetensors", d / "optimizer-00002-of-00002.safetensors"
+    with safe_open(second, "pt") as f:
+        meta = f.metadata()
+    tensors, name = load_file(second), next(iter(load_file(first)))
+    tensors[name] = load_file(first)[name] + 1
+    save_file(tensors, second, metadata=meta)
+    args = [cmd, d] + (["--repeat", "1", "--results", tmp_path / "R.csv"] if cmd == "run" else [])
+    assert_one_line_error(run_cli(*args), f"optimizer state {name!r} is also in")
+
+
+@pytest.mark.parametrize("cmd", ["inspect", "run", "load"])
+def test_one_shard_of_a_sharded_model_without_its_index_is_one_line(tmp_path, cmd):
+    """model-00001-of-00002.safetensors alone, its index and the other shard not copied: the restore passed with
+    half the weights (both shards without the index still restore: the names count them whole)."""
+    d = tmp_path / "ckpt"
+    _indexed_safetensors(d)
+    (d / "model.safetensors.index.json").unlink()
+    (d / "model-00002-of-00002.safetensors").unlink()
+    args = [cmd, d] + (["--repeat", "1", "--results", tmp_path / "R.csv"] if cmd == "run" else [])
+    assert_one_line_error(run_cli(*args), "ckpt: model-00002-of-00002.safetensors is missing, and no "
+                                          "model.safetensors.index.json says which weights the shards hold")

@@ -95,6 +95,41 @@ def test_a_latest_that_is_no_regular_file_is_named_not_called_missing(tmp_path, 
         _one_line(run_cli(*args), "2 DeepSpeed step directories", "`latest` is not a regular file")
 
 
+def _saved_for_ranks(path: str, world: int) -> None:
+    """DeepSpeed's model states file rewritten as saved by `world` data-parallel ranks (its dp_world_size), every
+    other byte as DeepSpeed wrote it (the pickle's int is one byte either way)."""
+    import re
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        members = [(i, z.read(i.filename)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for info, data in members:
+            if info.filename.endswith("/data.pkl"):
+                data, n = re.subn(rb"(dp_world_size[qr].{1,4}?K)\x01", lambda m: m.group(1) + bytes([world]), data,
+                                  flags=re.S)
+                assert n == 1
+            z.writestr(info, data)
+
+
+@pytest.mark.parametrize("damage", ["missing", "beyond"])
+def test_a_deepspeed_step_short_of_a_partition_or_with_another_saves_is_one_line(tmp_path, damage):
+    """A ZeRO step's optimizer partitions are DeepSpeed's ranks 0..dp_world_size-1: each rank's resume torch.loads
+    its own, and zero_to_fp32 refuses another count. A step whose model states say 2 ranks with rank 1's partition
+    gone, or one with a third partition copied in from another save, restored as whole (structural check passed)."""
+    root = _fixture("deepspeed_zero2", tmp_path)
+    step = os.path.join(root, "global_step2")
+    if damage == "missing":
+        _saved_for_ranks(os.path.join(step, "mp_rank_00_model_states.pt"), 2)
+        needle = "for 2 data-parallel rank(s), but rank 1's is missing"
+    else:
+        shutil.copy(os.path.join(step, "zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+                    os.path.join(step, "zero_pp_rank_2_mp_rank_00_optim_states.pt"))
+        needle = "for 1 data-parallel rank(s), but rank 2's is beyond them"
+    for args in (("load", root), ("run", root, "--repeat", "1", "--results", tmp_path / "R.csv")):
+        _one_line(run_cli(*args), "global_step2: DeepSpeed saved optim states of mp_rank_00", needle)
+
+
 # ---- names a checkpoint's content gives --------------------------------------------------------------------------
 
 

@@ -4,12 +4,15 @@ apart, and a Hugging Face index's weight map checked against what the shards hol
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 
 from ckptbench.checkpoint import pointers
 from ckptbench.checkpoint.formats.state import CheckpointState, FormatError
 from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
+
+_ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_(optim|model)_states\.pt$")
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).contiguous().view(torch.uint8)
@@ -41,7 +44,7 @@ def _entries(state: CheckpointState):
         yield "entry", name, v
 
 
-def _check_agree(seen: dict, one: CheckpointState, path: str) -> None:
+def check_agree(seen: dict, one: CheckpointState, path: str) -> None:
     """A key another file already gave must carry the same value: two files that disagree are not one checkpoint."""
     for kind, name, v in _entries(one):
         first = seen.setdefault((kind, name), (path, v))
@@ -93,12 +96,32 @@ def load_shards(paths: list[str], buffers: dict | None = None) -> CheckpointStat
     state, seen, held = CheckpointState({}), {}, {}
     for path in paths:
         one = load_buffer(buffers[path], path) if buffers is not None and path in buffers else load_file(path)
-        _check_agree(seen, one, path)
+        check_agree(seen, one, path)
         held[os.path.normpath(path)] = set(one.model)
         state.merge(one)
+    _zero_complete(paths, state)
     read = {os.path.normpath(p): b for p, b in buffers.items()} if buffers is not None else None
     for directory in sorted({os.path.dirname(p) for p in held}):
         index = hf_index_of(directory, read)
         if index is not None:
             check_index(*index, held)
     return state
+
+
+def _zero_complete(paths: list[str], state: CheckpointState) -> None:
+    """DeepSpeed's ZeRO partitions of one step are its data-parallel ranks 0..N-1, N the dp_world_size it saved: a
+    resume has each rank torch.load its own (a missing one is FileNotFoundError there), and zero_to_fp32 refuses a
+    count that is not N. Loaded apart, a step short of a partition restored as whole."""
+    groups: dict[tuple[str, str, str], set[int]] = {}
+    for path in paths:
+        if (m := _ZERO.match(os.path.basename(path))) is not None:
+            groups.setdefault((os.path.dirname(path), m.group(2), m.group(3)), set()).add(int(m.group(1)))
+    sizes = {v for k, v in state.extra.items() if k.rpartition(".")[2] == "dp_world_size" and type(v) is int}
+    for (folder, mp, kind), ranks in sorted(groups.items()):
+        world = next(iter(sizes)) if len(sizes) == 1 else max(ranks) + 1
+        missing = sorted(set(range(world)) - ranks)
+        if missing or max(ranks) >= world:
+            what = f"rank {missing[0]}'s is missing" if missing else f"rank {max(ranks)}'s is beyond them"
+            raise FormatError(f"{folder}: DeepSpeed saved {kind} states of mp_rank_{mp} for {world} data-parallel "
+                              f"rank(s), but {what} ({len(ranks)} found); the step is not one whole save (a resume "
+                              "and zero_to_fp32 fail on it): re-copy the step")
