@@ -12,6 +12,7 @@ from compat_helpers import fixture_names
 NAMES = fixture_names()
 LABELS = {"hf_safetensors": "hf-safetensors", "hf_sharded": "hf-safetensors", "hf_bin": "hf-bin",
           "trainer_outdir": "hf-trainer", "trainer_outdir_final": "hf-trainer", "accelerate_state": "accelerate",
+          "accelerate_two_models": "accelerate", "accelerate_two_models_bin": "accelerate",
           "lightning_ckpt": "lightning", "lightning_ckpt_max": "lightning", "torchtitan_dump": "dcp",
           "deepspeed_zero2": "deepspeed", "deepspeed_zero3": "deepspeed", "peft_lora": "hf-safetensors",
           "megatron_torch_dist": "megatron", "trainer_fsdp_sharded": "hf-trainer"}
