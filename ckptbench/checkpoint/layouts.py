@@ -301,10 +301,14 @@ _REMOVE_OPTIMIZER = "restore an earlier checkpoint (--pick), or remove the folde
 
 
 PLAIN_PICKLE_WHY = "a plain pickle (Accelerate's RNG states): read, never unpickled, since unpickling can run code"
+# Accelerate's save_state writes each object given to register_for_checkpointing as custom_checkpoint_N.pkl
+CUSTOM_STATE_WHY = ("the state of an object registered with Accelerate's register_for_checkpointing (a torch.save its "
+                    "resume loads with weights_only=False): read, never unpickled, since unpickling can run code")
 
 
 def _plain_pickles(files) -> tuple[tuple[str, str], ...]:
-    return tuple((r, PLAIN_PICKLE_WHY) for r in files if r.endswith(".pkl"))
+    return tuple((r, CUSTOM_STATE_WHY if os.path.basename(r).startswith("custom_checkpoint_") else PLAIN_PICKLE_WHY)
+                 for r in files if r.endswith(".pkl"))
 
 
 SCRIPT_WHY = "a Python script (DeepSpeed copies zero_to_fp32.py beside its steps): code, not state; no resume reads it"

@@ -266,6 +266,7 @@ def _two_models(seed: int = 0):
     body, head = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
     opt, opt_head = torch.optim.AdamW(body.parameters(), lr=1e-2), torch.optim.SGD(head.parameters(), lr=0.1,
                                                                                     momentum=0.9)
+    acc.register_for_checkpointing(torch.optim.swa_utils.SWALR(opt_head, swa_lr=0.05))  # custom_checkpoint_0.pkl
     return (acc, *acc.prepare(body, head, opt, opt_head))
 
 
@@ -289,8 +290,9 @@ def accelerate_two_models(root: str, safe: bool = True) -> dict:
     for path, items in rec.loads:
         name = os.path.basename(path)
         read.append(rel(path, root))
-        if name.endswith(".pkl"):
-            ignored[name] = "a plain pickle (Python objects, unpickled with code execution); ckptbench never loads it"
+        if name.endswith(".pkl"):  # Accelerate loads both with weights_only=False
+            ignored[name] = ("a registered object's state_dict, torch.save-d" if name.startswith("custom_") else
+                             "a plain pickle") + " (unpickled with code execution); ckptbench never loads it"
             continue
         if not name.startswith("pytorch_model"):  # the weights are compared as the models hold them after the load
             extra.update(state_file(items, name.rsplit(".", 1)[0]))

@@ -44,6 +44,14 @@ def test_inspect_labels_the_layout_and_lists_every_tensor_the_library_loads(name
         assert doc["layout"]["ranks"] in (None, 1) or name.startswith("deepspeed")
 
 
+def test_accelerate_pickles_are_named_for_what_accelerate_keeps_in_them(compat, cli):
+    doc = _inspect(cli, compat("accelerate_two_models").root)
+    why = {u["path"]: u["why"] for u in doc["layout"]["unloaded"]}
+    assert "RNG states" in why["random_states_0.pkl"]
+    custom = why["custom_checkpoint_0.pkl"]
+    assert "register_for_checkpointing" in custom and "RNG" not in custom
+
+
 def test_inspect_tensors_glob_filters_the_table_in_json_and_text(compat, cli):
     c = compat("hf_sharded")
     doc = _inspect(cli, c.root, "--tensors", "*embed*")
