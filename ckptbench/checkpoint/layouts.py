@@ -167,6 +167,18 @@ def _hf_bin(where: str, rels: list[str], top: set[str], fetch: Fetch | None) -> 
     return _below(Layout("hf-bin", files, model_files=shards))
 
 
+# Accelerate's save_state names the weights of its i-th prepared model (i >= 1) model_i.safetensors or
+# pytorch_model_i.bin: each is that model's own state_dict, so two models both hold a `weight`
+ACCELERATE_MODEL = re.compile(r"^(?:model_([1-9][0-9]{0,3})\.safetensors|pytorch_model_([1-9][0-9]{0,3})\.bin)$")
+
+
+def model_prefix(name: str) -> str:
+    """What the weights in the file `name` are keyed under: "model_1." for Accelerate's second model's file (one
+    merged state kept only the last file's `weight`, or refused the two as two checkpoints), "" for any other."""
+    m = ACCELERATE_MODEL.match(name)
+    return f"model_{m.group(1) or m.group(2)}." if m else ""
+
+
 def state_stem(name: str) -> str | None:
     """The stem a Trainer's (or Accelerate's) state file's keys go under (optimizer.state.0.exp_avg), else None."""
     m = TRAINER_STATE.match(name)
@@ -191,7 +203,8 @@ def is_trainer(top: set[str]) -> bool:
 
 
 def _hf_trainer(where: str, rels: list[str], top: set[str], fetch: Fetch | None) -> Layout:
-    files, weights = tuple(rels), tuple(sorted(r for r in top if _HF_WEIGHTS.match(r) and not r.endswith(".json")))
+    files, weights = tuple(rels), tuple(sorted(r for r in top if (_HF_WEIGHTS.match(r) and not r.endswith(".json"))
+                                               or ACCELERATE_MODEL.match(r)))
     for index, shard in ((ST_INDEX, _ST_SHARD), (HF_INDEX, _HF_SHARD)):
         if index in top:
             files, named = _indexed(where, list(files), index, shard, fetch)
@@ -288,10 +301,14 @@ _REMOVE_OPTIMIZER = "restore an earlier checkpoint (--pick), or remove the folde
 
 
 PLAIN_PICKLE_WHY = "a plain pickle (Accelerate's RNG states): read, never unpickled, since unpickling can run code"
+# Accelerate's save_state writes each object given to register_for_checkpointing as custom_checkpoint_N.pkl
+CUSTOM_STATE_WHY = ("the state of an object registered with Accelerate's register_for_checkpointing (a torch.save its "
+                    "resume loads with weights_only=False): read, never unpickled, since unpickling can run code")
 
 
 def _plain_pickles(files) -> tuple[tuple[str, str], ...]:
-    return tuple((r, PLAIN_PICKLE_WHY) for r in files if r.endswith(".pkl"))
+    return tuple((r, CUSTOM_STATE_WHY if os.path.basename(r).startswith("custom_checkpoint_") else PLAIN_PICKLE_WHY)
+                 for r in files if r.endswith(".pkl"))
 
 
 SCRIPT_WHY = "a Python script (DeepSpeed copies zero_to_fp32.py beside its steps): code, not state; no resume reads it"

@@ -168,9 +168,10 @@ def _safetensors_rows(share: Share, root: str, rels: list[str]) -> None:
         data_len = max((e[3] for e in entries.values()), default=0)
         base = os.stat(path).st_size - data_len  # the tensors tile the data section to the end (checked)
         share.index_bytes += base
+        prefix = layouts.model_prefix(os.path.basename(rel))  # Accelerate's second model: its own `weight`
         for key, (dtype, shape, start, _) in sorted(entries.items(), key=lambda kv: kv[1][2]):
             full = tuple(shape)
-            sl = _slice_for(key, dtype, full, share.world, share.rank)
+            sl = _slice_for(prefix + key, dtype, full, share.world, share.rank)
             if sl is None:
                 continue
             _rows_piece(share, rel, dtype, full, base + start, (0,) * len(full), full, sl)

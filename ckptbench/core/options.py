@@ -161,7 +161,8 @@ MODE = option("--mode", choices=RESTORE_MODES, default="fused",
               help="staged: read all, then verify, then load (the reference scripts); fused: one pass")
 DEVICE = option("--device", default="cpu", help="cpu, or cuda[:N] to move the state to a GPU")
 REPEAT = option("--repeat", parse=positive, default=3, metavar="N", help="independent repeats (medians reported)")
-OPTIMIZER_STEP = switch("--optimizer-step", "also run one optimizer step in the check")
+OPTIMIZER_STEP = switch("--optimizer-step", "also run one optimizer step in the check (where it steps a model: "
+                        "ckptbench's own checkpoints; otherwise the check says it did not run)")
 NO_VERIFY = switch("--no-verify", "load without checking the files against the manifest first")
 STAGE_DIR = option("--stage-dir", metavar="DIR", help="S3: download here (temporary names until whole and verified)")
 PRICE_PER_HOUR = option("--price-per-hour", parse=finite, metavar="USD", help="instance price: turn the RTO into money")

@@ -74,7 +74,8 @@ def _one_repeat(world, source, opts, dopts, repeat, warmup_s: float = 0.0, heard
         alg = efficiency.hash_of(opts.hash, listing)
         state = RankRestore(source, listing, share, concurrency=opts.concurrency, read=opts.read, hash_alg=alg,
                             device=_device(opts.device, world), block_size=opts.block_size, on_stage=live.on_stage,
-                            on_progress=lambda snap: live.on_bytes(int(snap.bytes), share.needed)).run(rep, t0)
+                            on_progress=lambda snap: live.on_bytes(int(snap.bytes), share.needed),
+                            optimizer_step=opts.optimizer_step).run(rep, t0)
         if dopts.digests:
             rep.digests = tensor_digests(state)
         del state

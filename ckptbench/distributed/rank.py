@@ -156,8 +156,9 @@ class RankRestore:
     the sources seam; `t0` is the start barrier's release on this rank's clock."""
 
     def __init__(self, source, listing, share: Share, *, concurrency: int, read: str, hash_alg: str, device: str,
-                 block_size: int = 1 << 20, on_progress=None, on_stage=None):
+                 block_size: int = 1 << 20, on_progress=None, on_stage=None, optimizer_step: bool = False):
         self.source, self.listing, self.share = source, listing, share
+        self.optimizer_step = optimizer_step  # a rank has no model to step: its check says it did not run
         self.root, self.fmt, self.man = listing.source, listing.format, listing.manifest
         self.concurrency, self.read, self.hash = concurrency, read, hash_alg
         self.device, self.block_size = device, block_size
@@ -186,7 +187,7 @@ class RankRestore:
         if state.inert:
             rep.notes[LOAD] = inert.describe(state.inert)
         clock.run(DEVICE, self._to_device, state, rep)
-        report = clock.run(CHECK, _check, state, self.concurrency)
+        report = clock.run(CHECK, _check, state, self.concurrency, self.optimizer_step)
         rep.notes[CHECK] = report.summary
         if not report.ok:
             raise CkptbenchError(f"check failed: {report.problems[0]}")
@@ -321,7 +322,7 @@ def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview
     return restore.load_state(root, fmt, buffers=buffers, shards=shards)
 
 
-def _check(state: CheckpointState, concurrency: int):
+def _check(state: CheckpointState, concurrency: int, optimizer_step: bool = False):
     from ckptbench.restore.load import structural_check
 
-    return structural_check(state, concurrency)
+    return structural_check(state, concurrency, optimizer_step=optimizer_step)

@@ -177,8 +177,9 @@ def _entries(directory: str, listing: Listing):
         for rel in listing.rels:
             if not rel.endswith(".safetensors"):
                 continue
-            optim = os.path.basename(rel).startswith("optimizer")
+            optim, prefix = os.path.basename(rel).startswith("optimizer"), layouts.model_prefix(os.path.basename(rel))
             for key, (dtype, shape, start, end) in st.header_entries(os.path.join(directory, rel)).items():
+                key = prefix + key
                 out.append(Tensor(key, _dtype(dtype), tuple(shape), end - start, rel,
                                   "optimizer" if optim else group_of(key)))
         torch_out, others, inert = _torch_entries(directory, state_files)

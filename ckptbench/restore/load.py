@@ -319,7 +319,7 @@ def _optimizer_step(r: Restored) -> bool:
 
 
 def structural_check(state: CheckpointState, concurrency: int = 8,
-                     known: dict[tuple[int, int], int] | None = None) -> CheckReport:
+                     known: dict[tuple[int, int], int] | None = None, optimizer_step: bool = False) -> CheckReport:
     """For a checkpoint with no model to run (no manifest or known config): every floating value finite,
     optimizer parts shaped like their weights. Says so in its summary: no model step was run. `known`: what an
     EarlyScan already counted during the read."""
@@ -352,10 +352,14 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
         summary = (f"structural check, no model step: {tensors} ({human_bytes(nbytes)}) scanned natively for "
                    f"NaN/Inf{during}, "
                    f"{f'none found in {where}' if not bad else f'{len(bad)} with non-finite values'}{kept}")
+    if optimizer_step:  # asked for, and no model to step: said, not left to the reader of "no model step"
+        summary += f"; {NO_OPTIMIZER_STEP}"
     return CheckReport(not problems, count, {"weights": main_dtype(state)}, None, None, tuple(problems), True,
                        summary)
 
 
+NO_OPTIMIZER_STEP = ("--optimizer-step not run: this check has no model to step (that takes one process and ckptbench's "
+                     "manifest or a config.json of its GPT)")
 WEIGHTS, MOMENTS, BOOKKEEPING = "weights", "optimizer moments", "bookkeeping"
 FQN_STATE = "optimizer.state."  # a foreign optimizer keyed by parameter name (FSDP's and DCP's, torchtitan's)
 # the per-parameter parts torch.optim keeps in the parameter's own shape (Adam/AdamW/Lion, SGD, RMSprop, Adagrad,
@@ -455,7 +459,7 @@ def _restore_dir(directory: str, *, verify: bool, optimizer_step: bool, concurre
                        lay=lay)
     dims, _ = model_dims(man, tail, state.model)
     if dims is None:
-        report = structural_check(state, concurrency)
+        report = structural_check(state, concurrency, optimizer_step=optimizer_step)
     else:
         dtype = man.weights_dtype if man is not None and man.weights_dtype else main_dtype(state)
         report = check(restore(state, dims, dtype), man, optimizer_step=optimizer_step)

@@ -350,7 +350,7 @@ def _check(restored, state, man, optimizer_step: bool, concurrency: int, known: 
     from ckptbench.restore import load as restore
 
     if restored is None:
-        return restore.structural_check(state, concurrency, known)
+        return restore.structural_check(state, concurrency, known, optimizer_step)
     return restore.check(restored, man, optimizer_step=optimizer_step)
 
 

@@ -257,6 +257,57 @@ def accelerate_state(root: str) -> dict:
             "extra": extra, "not_compared": ignored}
 
 
+def _two_models(seed: int = 0):
+    """Two models prepared at once (a student and a head, a GAN's pair): their state_dicts share key names."""
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=True)
+    torch.manual_seed(seed)
+    body, head = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+    opt, opt_head = torch.optim.AdamW(body.parameters(), lr=1e-2), torch.optim.SGD(head.parameters(), lr=0.1,
+                                                                                    momentum=0.9)
+    acc.register_for_checkpointing(torch.optim.swa_utils.SWALR(opt_head, swa_lr=0.05))  # custom_checkpoint_0.pkl
+    return (acc, *acc.prepare(body, head, opt, opt_head))
+
+
+def accelerate_two_models(root: str, safe: bool = True) -> dict:
+    """save_state of two models (model.safetensors and model_1.safetensors, or pytorch_model.bin and
+    pytorch_model_1.bin): both hold `weight` and `bias`."""
+    seed_all(0)
+    acc, body, head, opt, opt_head = _two_models()
+    for x in torch.randn(2, 4, 16).unbind(0):
+        acc.backward(head(body(x)).pow(2).mean())
+        opt.step()
+        opt_head.step()
+        opt.zero_grad()
+        opt_head.zero_grad()
+    acc.save_state(root, safe_serialization=safe)
+    acc2, body2, head2, opt2, opt_head2 = _two_models(1)
+    rec = Recorder()
+    with rec.torch_load():
+        acc2.load_state(root)
+    extra, read, ignored = {}, [], {}
+    for path, items in rec.loads:
+        name = os.path.basename(path)
+        read.append(rel(path, root))
+        if name.endswith(".pkl"):  # Accelerate loads both with weights_only=False
+            ignored[name] = ("a registered object's state_dict, torch.save-d" if name.startswith("custom_") else
+                             "a plain pickle") + " (unpickled with code execution); ckptbench never loads it"
+            continue
+        if not name.startswith("pytorch_model"):  # the weights are compared as the models hold them after the load
+            extra.update(state_file(items, name.rsplit(".", 1)[0]))
+    model = enc_state_dict(acc2.unwrap_model(body2).state_dict())
+    model.update({f"model_1.{k}": e for k, e in enc_state_dict(acc2.unwrap_model(head2).state_dict()).items()})
+    return {"library": "accelerate", "picked": "", "loader": "Accelerator.load_state(DIR) into two fresh models and "
+            "their optimizers (its torch.load results recorded; weights from the models after it, the second's "
+            "under model_1.)", "torch_loaded": sorted(set(read)), "model": model, "extra": extra,
+            "not_compared": ignored}
+
+
+def accelerate_two_models_bin(root: str) -> dict:
+    return accelerate_two_models(root, safe=False)
+
+
 # ---- Lightning -----------------------------------------------------------------------------------------------------
 
 
@@ -754,8 +805,8 @@ def megatron_torch_dist(root: str) -> dict:
 
 # DeepSpeed keeps a process group and its own globals: each fixture runs in a fresh interpreter
 FIXTURES = {f.__name__: f for f in (hf_safetensors, hf_sharded, hf_bin, trainer_outdir, trainer_outdir_final,
-                                    accelerate_state, lightning_ckpt, lightning_ckpt_max, torchtitan_dump,
-                                    deepspeed_zero2, deepspeed_zero3, peft_lora, megatron_torch_dist,
+                                    accelerate_state, accelerate_two_models, accelerate_two_models_bin,
+                                    lightning_ckpt, lightning_ckpt_max, torchtitan_dump, deepspeed_zero2, deepspeed_zero3, peft_lora, megatron_torch_dist,
                                     trainer_fsdp_sharded)}
 
 

@@ -38,7 +38,8 @@ def _torchrun(root: str, results: str) -> dict:
     return json.loads(p.stdout)
 
 
-@pytest.mark.parametrize("name", ["torchtitan_dump", "hf_sharded", "megatron_torch_dist", "trainer_fsdp_sharded"])
+@pytest.mark.parametrize("name", ["torchtitan_dump", "hf_sharded", "megatron_torch_dist", "trainer_fsdp_sharded",
+                                  "accelerate_two_models"])
 def test_ranks_restore_what_one_process_restores_by_name_and_value(name, compat, tmp_path):
     c = compat(name)
     results = str(tmp_path / "R.csv")

@@ -12,6 +12,7 @@ from compat_helpers import fixture_names
 NAMES = fixture_names()
 LABELS = {"hf_safetensors": "hf-safetensors", "hf_sharded": "hf-safetensors", "hf_bin": "hf-bin",
           "trainer_outdir": "hf-trainer", "trainer_outdir_final": "hf-trainer", "accelerate_state": "accelerate",
+          "accelerate_two_models": "accelerate", "accelerate_two_models_bin": "accelerate",
           "lightning_ckpt": "lightning", "lightning_ckpt_max": "lightning", "torchtitan_dump": "dcp",
           "deepspeed_zero2": "deepspeed", "deepspeed_zero3": "deepspeed", "peft_lora": "hf-safetensors",
           "megatron_torch_dist": "megatron", "trainer_fsdp_sharded": "hf-trainer"}
@@ -41,6 +42,14 @@ def test_inspect_labels_the_layout_and_lists_every_tensor_the_library_loads(name
     assert doc["read_plan"]["read_why"], "the read path's reason is never empty"
     if doc["format"] != "dcp":  # one process wrote these: shard numbers are not ranks
         assert doc["layout"]["ranks"] in (None, 1) or name.startswith("deepspeed")
+
+
+def test_accelerate_pickles_are_named_for_what_accelerate_keeps_in_them(compat, cli):
+    doc = _inspect(cli, compat("accelerate_two_models").root)
+    why = {u["path"]: u["why"] for u in doc["layout"]["unloaded"]}
+    assert "RNG states" in why["random_states_0.pkl"]
+    custom = why["custom_checkpoint_0.pkl"]
+    assert "register_for_checkpointing" in custom and "RNG" not in custom
 
 
 def test_inspect_tensors_glob_filters_the_table_in_json_and_text(compat, cli):

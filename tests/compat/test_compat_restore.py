@@ -99,3 +99,15 @@ def test_inspect_verify_load_accept_it(name, compat, cli):
     assert r.rc == 3, r.err or r.out
     r = cli("load", c.root)
     assert r.rc == 0, r.err or r.out
+
+
+def test_optimizer_step_asked_of_a_structural_check_says_it_did_not_run(compat, cli, tmp_path):
+    root = compat("trainer_outdir").root  # no model shape ckptbench can build: the check is structural
+    r = cli("load", root, "--optimizer-step")
+    assert r.rc == 0, r.err
+    assert "--optimizer-step not run" in r.out
+    assert json.loads(cli("load", root, "--optimizer-step", "--json").out)["optimizer_step"] is None
+    r = cli("run", root, "--optimizer-step", "--repeat", "1", "--json", "--results", tmp_path / "R.csv")
+    assert r.rc == 0, r.err
+    assert "--optimizer-step not run" in json.loads(r.out)["notes"]["check"]
+    assert "--optimizer-step" not in cli("load", root).out  # not asked: not mentioned

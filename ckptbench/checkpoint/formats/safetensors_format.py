@@ -10,6 +10,7 @@ import struct
 import torch
 from safetensors.torch import save_file
 
+from ckptbench.checkpoint import layouts
 from ckptbench.checkpoint.formats.state import (OPTIM_KEYS, CheckpointState, FormatError, holds_shape, json_plain,
                                                 open_regular, read_regular)
 from ckptbench.checkpoint.quote import quote
@@ -254,10 +255,11 @@ def load_buffer(buf, name: str) -> CheckpointState:
     entries = tensor_entries(header, mv.nbytes - base, name)
     state = CheckpointState({})
     is_optim = os.path.basename(name).startswith("optimizer")
+    prefix = layouts.model_prefix(os.path.basename(name))
     for key, (dtype, shape, start, end) in entries.items():
         count = math.prod(shape)
         flat = torch.frombuffer(mv, dtype=dtype, count=count, offset=base + start) if count else torch.empty(0, dtype=dtype)
-        _add(state, key, flat.view(shape), is_optim)
+        _add(state, prefix + key, flat.view(shape), is_optim)
     _meta(state, header.get("__metadata__") or {}, name)
     return state
 

@@ -159,7 +159,9 @@ def _from_obj(obj, where: str) -> CheckpointState:
     dict by flat key; every field's type checked, since the pickle is the file's, not ours."""
     if not isinstance(obj, dict):
         raise FormatError(f"{where}: holds a {type(obj).__name__}, not a state dict")
-    stem = layouts.state_stem(os.path.basename(where))
+    stem, prefix = layouts.state_stem(os.path.basename(where)), layouts.model_prefix(os.path.basename(where))
+    if prefix and all(isinstance(k, str) for k in dict.keys(obj)):
+        obj = {prefix + k: v for k, v in dict.items(obj)}
     if stem is not None:
         return _named(_trainer_state, obj, stem, where)
     if _own_optimizer(obj):
