@@ -212,7 +212,9 @@ def _hf_trainer(where: str, rels: list[str], top: set[str], fetch: Fetch | None)
     # Accelerate's save_state: no trainer_state.json, its state as optimizer.bin, scheduler.bin, random_states_N.pkl
     name = "hf-trainer" if "trainer_state.json" in top or "optimizer.pt" in top else "accelerate"
     return Layout(name, files, model_files=tuple(sorted(weights)),
-                  optimizer_files=tuple(r for r in ("optimizer.pt", "optimizer.bin") if r in top),
+                  # Accelerate's optimizer_N.bin of its N+1-th optimizer too, which the restore loads as a state file
+                  optimizer_files=tuple(r for r in trainer_state_files(sorted(top))
+                                        if (state_stem(r) or "").partition("_")[0] == "optimizer"),
                   state_files=trainer_state_files(sorted(top)), unloaded=_plain_pickles(files))
 
 

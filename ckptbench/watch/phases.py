@@ -8,7 +8,10 @@ from dataclasses import dataclass, replace
 from ckptbench.system import procstat
 from ckptbench.watch.window import FAULT_MIN_PER_S, IO_MIN_BPS, fetching, got
 
-PHASES = ("starting", "reading", "faulting", "deserializing", "copying-to-gpu", "waiting")
+PHASES = ("starting", "reading", "faulting", "deserializing", "freeing", "copying-to-gpu", "waiting")
+FREEING_MIN = 64 << 20  # the job's RSS falling this much in one interval, busy with little I/O: it is releasing
+# memory (a load dropping its staging or a mapping, the job's exit), not deserializing: a job's 2 s of exit after it
+# said it had loaded read as "deserializing"
 GPU_COPY_MIN_BPS = 50e6  # the job's GPU memory growing this fast, with little read I/O: it is copying to the GPU
 CPU_BUSY = 0.5  # cores: a thread or process above this is doing work, not waiting
 SATURATED = 0.9  # a thread this busy is the bottleneck, whatever it reads meanwhile
@@ -32,6 +35,7 @@ class Interval:
     gpu_bytes: int | None = None  # GPU memory the job's processes held at the interval's end (None: not known)
     mapped_bytes: int = 0  # checkpoint pages that came into the job's mappings (maps.py: faults, from disk or cache)
     steps: tuple = ()  # (t1, bytes) of its parts: read calls or disk (not mappings), where in it the reads were
+    freed_bytes: int = 0  # how far its RSS fell over the interval (0 where it rose)
 
     @property
     def gbps(self) -> float:
@@ -39,17 +43,19 @@ class Interval:
             if self.t1 > self.t0 else 0.0
 
 
-def phase_of(bytes_per_s: float, majflt_per_s: float, cpu_cores: float, top_thread: float = 0.0) -> str:
+def phase_of(bytes_per_s: float, majflt_per_s: float, cpu_cores: float, top_thread: float = 0.0,
+             freed: int = 0) -> str:
     """What an interval was doing, from its signals alone (without the job's marks): faulting an mapping in,
     reading (I/O in flight, threads mostly waiting on it), deserializing (CPU-bound: little I/O, or a thread
-    saturated between its reads), or waiting. The sampler calls a busy interval "starting" until the job has a
-    checkpoint file open or mapped, or reads or faults at a reading rate, whichever comes first."""
+    saturated between its reads), freeing (CPU-bound with little I/O while its RSS fell by FREEING_MIN or more), or
+    waiting. The sampler calls a busy interval "starting" until the job has a checkpoint file open or mapped, or
+    reads or faults at a reading rate, whichever comes first."""
     if majflt_per_s >= FAULT_MIN_PER_S:
         return "faulting"
     # busy by its demand too, the CPU it got plus what it queued for: on a busy box a loader's one thread got 0.2 of
     # a core and was runnable the rest (CI read such intervals as "waiting", or as "reading" while it read)
     if max(cpu_cores, top_thread) >= CPU_BUSY and (bytes_per_s < IO_MIN_BPS or top_thread >= SATURATED):
-        return "deserializing"
+        return "freeing" if freed >= FREEING_MIN and bytes_per_s < IO_MIN_BPS else "deserializing"
     if bytes_per_s >= IO_MIN_BPS:
         return "reading"
     return "waiting"
@@ -81,10 +87,11 @@ def interval_of(a: procstat.ProcSample, b: procstat.ProcSample, t_start: float, 
                   for t in b.threads]
     cpu = max(0.0, b.cpu_s - a.cpu_s) / dt
     majflt = max(0, b.majflt - a.majflt) / dt
+    freed = max(0, a.rss_bytes - b.rss_bytes)
     return Interval(a.t - t_start, b.t - t_start, nbytes, disk, cpu,
                     max(per_thread, default=0.0), sum(1 for c in per_thread if c >= CPU_BUSY), majflt, b.rss_bytes,
-                    phase_of(got(nbytes, mapped, disk) / dt, majflt, cpu, max(per_thread, default=0.0)),
-                    mapped_bytes=mapped)
+                    phase_of(got(nbytes, mapped, disk) / dt, majflt, cpu, max(per_thread, default=0.0), freed),
+                    mapped_bytes=mapped, freed_bytes=freed)
 
 
 def with_gpu(iv: Interval, before: int | None, now: int | None, dt: float) -> Interval:
@@ -137,7 +144,8 @@ def started_by(intervals: list[Interval], window: tuple[float, float]) -> list[I
     out = []
     for i in intervals:
         if i.phase == "starting" and min(i.t1, t1) > max(i.t0, t0):
-            i = replace(i, phase=phase_of(i.gbps * 1e9, i.majflt_per_s, i.cpu_cores, i.top_thread_cores))
+            i = replace(i, phase=phase_of(i.gbps * 1e9, i.majflt_per_s, i.cpu_cores, i.top_thread_cores,
+                                          i.freed_bytes))
         elif i.t1 <= t0 and i.ckpt_files == 0 and i.phase in ("reading", "deserializing"):
             i = replace(i, phase="starting")
         out.append(i)

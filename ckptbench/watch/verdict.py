@@ -265,14 +265,16 @@ def _watch_again(w: WatchReport) -> str:
     return f"watch it with {' and '.join(lacked)}, the files cold" if lacked else "watch it with the files cold"
 
 
+LOAD_PHASES = ("reading", "faulting", "deserializing")  # a load's work: not its start, its freeing, nor its waits
+
+
 def _load_intervals(w: WatchReport) -> list:
     """The intervals the load's thread and device figures are taken over: those of its reading window that read,
     faulted or deserialized (not the job's start, nor its teardown or what it did after); the whole watch's when
     the window holds none."""
-    busy = ("reading", "faulting", "deserializing")
     t0, t1 = w.window
-    inside = [i for i in w.intervals if i.phase in busy and min(i.t1, t1) > max(i.t0, t0)]
-    return inside or [i for i in w.intervals if i.phase in busy]
+    inside = [i for i in w.intervals if i.phase in LOAD_PHASES and min(i.t1, t1) > max(i.t0, t0)]
+    return inside or [i for i in w.intervals if i.phase in LOAD_PHASES]
 
 
 def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total: int | None) -> Verdict:

@@ -119,3 +119,33 @@ def test_a_refused_config_json_is_not_walked_page_by_page(tmp_path, h, ckpt, mon
     cold = items["cold_cache"]
     assert cold["verdict"] == "unknown" and cold["evidence"]["reason"] == NOT_PROBED, cold
     assert cold["fix"] == "fix the 'Checkpoint loads' item first"
+
+
+def test_a_short_storage_length_is_said_once_not_nested(tmp_path, h):
+    """A DCP storage entry whose length is half its chunk's: the prescan's line came back wrapped in a second one
+    ("not a readable tensor (FormatError: ... not a readable zip archive ...)"), cut mid-word when it was long."""
+    directory, meta = h.dcp_saved(tmp_path / "ck", {"w": torch.randn(64, 64), "v": torch.randn(8)})
+    key = next(k for k in meta.storage_data if k.fqn == "w")
+    meta.storage_data[key] = dataclasses.replace(meta.storage_data[key], length=meta.storage_data[key].length // 2)
+    with open(os.path.join(directory, ".metadata"), "wb") as f:
+        pickle.dump(meta, f)
+    r = h.run_cli("load", directory)
+    assert r.rc != 0 and len(r.err_lines) == 1, r.err
+    assert "'w'" in r.err and "FormatError" not in r.err and r.err.count("the shard is corrupt") == 1, r.err
+
+
+def test_a_busy_interval_whose_rss_falls_is_freeing_not_deserializing():
+    """After a job said it had loaded, its 2 s of exit (Python freeing the tensors it held) read as "deserializing":
+    busy, little I/O. Its RSS falling tells the two apart, and the verdict judges only the load's phases."""
+    from ckptbench.system.procstat import ProcSample
+    from ckptbench.watch import phases, verdict
+
+    def sample(t: float, cpu_s: float, rss: int) -> ProcSample:
+        return ProcSample(t, (1,), 0, 0, threads={1: cpu_s}, rss_bytes=rss)
+
+    freeing = phases.interval_of(sample(1.0, 0.0, 3 << 30), sample(1.25, 0.24, 2 << 30), 0.0)
+    loading = phases.interval_of(sample(1.0, 0.0, 2 << 30), sample(1.25, 0.24, 3 << 30), 0.0)
+    small = phases.interval_of(sample(1.0, 0.0, 2 << 30), sample(1.25, 0.24, (2 << 30) - (8 << 20)), 0.0)
+    assert (freeing.phase, loading.phase, small.phase) == ("freeing", "deserializing", "deserializing")
+    assert freeing.freed_bytes == 1 << 30 and loading.freed_bytes == 0
+    assert "freeing" in phases.PHASES and "freeing" not in verdict.LOAD_PHASES

@@ -52,6 +52,17 @@ def test_accelerate_pickles_are_named_for_what_accelerate_keeps_in_them(compat, 
     assert "register_for_checkpointing" in custom and "RNG" not in custom
 
 
+@pytest.mark.parametrize("name", ["accelerate_two_models", "accelerate_two_models_bin"])
+def test_a_second_model_and_its_optimizer_are_listed_as_the_first_ones_are(name, compat):
+    """The layout (check's and run's JSON) listed both models' files and only the first optimizer's:
+    optimizer_1.bin, which the restore loads, was missing from optimizer_files."""
+    from ckptbench.sources import open_source
+
+    lay = open_source(compat(name).root).list().layout.describe()
+    assert lay["optimizer_files"] == ["optimizer.bin", "optimizer_1.bin"], lay
+    assert len(lay["model_files"]) == 2, lay
+
+
 def test_inspect_tensors_glob_filters_the_table_in_json_and_text(compat, cli):
     c = compat("hf_sharded")
     doc = _inspect(cli, c.root, "--tensors", "*embed*")

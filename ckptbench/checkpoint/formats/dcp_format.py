@@ -166,6 +166,8 @@ def _chunk(stream, buf, fqn: str, rel: str, info, sizes) -> torch.Tensor:
         if t is None:
             prescanned(raw, where)
             t = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+    except FormatError:  # the prescan's own line, whole: wrapped, it was cut mid-word inside another
+        raise
     except Exception as exc:  # torch's reader fails on bad bytes with whatever they provoke
         raise FormatError(f"{where}: not a readable tensor ({_why(exc)}); the shard is corrupt") from None
     if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(sizes):
