@@ -149,3 +149,29 @@ def test_a_busy_interval_whose_rss_falls_is_freeing_not_deserializing():
     assert (freeing.phase, loading.phase, small.phase) == ("freeing", "deserializing", "deserializing")
     assert freeing.freed_bytes == 1 << 30 and loading.freed_bytes == 0
     assert "freeing" in phases.PHASES and "freeing" not in verdict.LOAD_PHASES
+
+
+def test_inspect_counts_a_weight_two_shards_hold_once_as_the_restore_does(tmp_path, h):
+    """Two safetensors shards that both hold h.0.w (the same values, as a re-shard can leave them): load keeps one
+    and counts 8.3 K parameters, inspect listed both and said 12,352 (hostile14's leftover)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    w, b, w1 = torch.randn(64, 64), torch.randn(64), torch.randn(64, 64)
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    save_file({"h.0.w": w, "h.0.b": b}, str(ck / "model-00001-of-00002.safetensors"))
+    save_file({"h.1.w": w1, "h.0.w": w.clone()}, str(ck / "model-00002-of-00002.safetensors"))
+    index = {"metadata": {}, "weight_map": {"h.0.w": "model-00001-of-00002.safetensors",
+                                            "h.0.b": "model-00001-of-00002.safetensors",
+                                            "h.1.w": "model-00002-of-00002.safetensors"}}
+    (ck / "model.safetensors.index.json").write_text(json.dumps(index))
+    r = h.run_cli("inspect", ck, "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["params"] == 2 * 64 * 64 + 64 and [t["name"] for t in doc["tensors"]].count("h.0.w") == 1, doc
+    assert any("'h.0.w' held by two files" in n for n in doc["layout"]["notes"]), doc["layout"]["notes"]
+    r = h.run_cli("load", ck)
+    assert r.rc == 0 and "8.3 K" in r.out, (r.out, r.err)
