@@ -43,9 +43,11 @@ FSDP_MODEL_DIR = re.compile(r"^pytorch_model_fsdp_(?:0|[1-9][0-9]{0,3})$")  # as
 FSDP_OPTIM_DIR = re.compile(r"^optimizer_(?:0|[1-9][0-9]{0,3})$")
 MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
-# state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded.
+# state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded; its
+# custom_checkpoint_N.pkl, the state_dict of an object given to register_for_checkpointing, is a torch.save its
+# resume loads, read here as every torch.save is (no code runs)
 TRAINER_STATE = re.compile(r"^(?:(optimizer|scheduler|scaler)\.pt|(rng_state(?:_\d+)?)\.pth|"
-                           r"((?:optimizer|scheduler|sampler)(?:_\d+)?)\.bin)$")
+                           r"((?:optimizer|scheduler|sampler)(?:_\d+)?)\.bin|(custom_checkpoint_\d{1,4})\.pkl)$")
 TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "optimizer.bin", "scheduler.bin",
                    "random_states_0.pkl")
 TRAINING_ARGS = "training_args.bin"
@@ -303,14 +305,11 @@ _REMOVE_OPTIMIZER = "restore an earlier checkpoint (--pick), or remove the folde
 
 
 PLAIN_PICKLE_WHY = "a plain pickle (Accelerate's RNG states): read, never unpickled, since unpickling can run code"
-# Accelerate's save_state writes each object given to register_for_checkpointing as custom_checkpoint_N.pkl
-CUSTOM_STATE_WHY = ("the state of an object registered with Accelerate's register_for_checkpointing (a torch.save its "
-                    "resume loads with weights_only=False): read, never unpickled, since unpickling can run code")
 
 
 def _plain_pickles(files) -> tuple[tuple[str, str], ...]:
-    return tuple((r, CUSTOM_STATE_WHY if os.path.basename(r).startswith("custom_checkpoint_") else PLAIN_PICKLE_WHY)
-                 for r in files if r.endswith(".pkl"))
+    """The .pkl files read and never loaded: all but the torch.save ones a state file names (custom_checkpoint_N)."""
+    return tuple((r, PLAIN_PICKLE_WHY) for r in files if r.endswith(".pkl") and not TRAINER_STATE.match(r))
 
 
 SCRIPT_WHY = "a Python script (DeepSpeed copies zero_to_fp32.py beside its steps): code, not state; no resume reads it"

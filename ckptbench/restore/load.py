@@ -172,6 +172,12 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
         from ckptbench.checkpoint.formats.torch_shards import load_shards
 
         state = load_shards(paths, buffers)
+        # a torch.save state file its name does not give away (Accelerate's custom_checkpoint_N.pkl, the state of an
+        # object given to register_for_checkpointing): the shards are the files a torch extension names
+        more = [f for f in _state_files(directory, lay) if not f.endswith(SHARD_EXT["torch"])]
+        if more:
+            merge_apart(state, load_shards(more, buffers), directory, ", ".join(os.path.basename(f) for f in more[:3]),
+                        "its weights")
     else:
         from ckptbench.checkpoint.formats.torch_shards import check_agree
 

@@ -290,9 +290,8 @@ def accelerate_two_models(root: str, safe: bool = True) -> dict:
     for path, items in rec.loads:
         name = os.path.basename(path)
         read.append(rel(path, root))
-        if name.endswith(".pkl"):  # Accelerate loads both with weights_only=False
-            ignored[name] = ("a registered object's state_dict, torch.save-d" if name.startswith("custom_") else
-                             "a plain pickle") + " (unpickled with code execution); ckptbench never loads it"
+        if name.startswith("random_states_"):  # a plain pickle, which Accelerate loads with weights_only=False
+            ignored[name] = "a plain pickle (unpickled with code execution); ckptbench never loads it"
             continue
         if not name.startswith("pytorch_model"):  # the weights are compared as the models hold them after the load
             extra.update(state_file(items, name.rsplit(".", 1)[0]))

@@ -44,12 +44,17 @@ def test_inspect_labels_the_layout_and_lists_every_tensor_the_library_loads(name
         assert doc["layout"]["ranks"] in (None, 1) or name.startswith("deepspeed")
 
 
-def test_accelerate_pickles_are_named_for_what_accelerate_keeps_in_them(compat, cli):
-    doc = _inspect(cli, compat("accelerate_two_models").root)
+def test_accelerate_pickles_are_told_apart_by_what_accelerate_keeps_in_them(compat, cli):
+    """random_states_N.pkl is a plain pickle, read and never loaded; custom_checkpoint_N.pkl, a registered object's
+    state_dict, is a torch.save its resume loads: it was called RNG states, then left unloaded, and the restore
+    missed an SWALR's state (test_compat_restore compares its values with what Accelerate loads)."""
+    from ckptbench.sources import open_source
+
+    root = compat("accelerate_two_models").root
+    doc = _inspect(cli, root)
     why = {u["path"]: u["why"] for u in doc["layout"]["unloaded"]}
-    assert "RNG states" in why["random_states_0.pkl"]
-    custom = why["custom_checkpoint_0.pkl"]
-    assert "register_for_checkpointing" in custom and "RNG" not in custom
+    assert set(why) == {"random_states_0.pkl"} and "RNG states" in why["random_states_0.pkl"]
+    assert "custom_checkpoint_0.pkl" in open_source(root).list().layout.state_files
 
 
 @pytest.mark.parametrize("name", ["accelerate_two_models", "accelerate_two_models_bin"])
