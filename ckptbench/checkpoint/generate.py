@@ -164,11 +164,13 @@ def generate(profile: Profile, directory: str, *, fmt: str | None = None, ranks:
              cancel: threading.Event | None = None, on_reaped: Progress | None = None) -> mf.Manifest:
     """`on_reaped(path)`: once per leftover of a killed gen removed before this one stages (reap_stale_staging)."""
     fmt = fmt or profile.format
-    ranks = ranks or profile.world_size
+    given, ranks = ranks, ranks or profile.world_size
     if fmt not in FORMATS:
         raise CkptbenchError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    if not 1 <= ranks <= 4096:
-        raise CkptbenchError(f"--ranks must be 1..4096, got {ranks}")
+    if not 1 <= ranks <= 4096:  # a profile's world_size may be up to MAX_RANK for plan: say where it came from
+        raise CkptbenchError(f"--ranks must be 1..4096, got {ranks}" if given else
+                             f"profile {profile.name!r}: checkpoint.world_size {ranks} is more ranks than gen writes "
+                             "(1..4096): give --ranks N, or use the profile with plan only")
     if digest not in ("crc32c", "md5"):
         raise CkptbenchError(f"manifest digest must be crc32c or md5, got {digest!r}")
     need = int(profile.total_bytes * 1.1) + profile.small_files * (100 << 10) + (64 << 20)

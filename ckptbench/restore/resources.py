@@ -17,13 +17,15 @@ def memory_needed(listing: Listing, mode: str) -> int:
     return total
 
 
-_RESTORE_FIX = ("--mode fused (tensors over the read buffers, no second copy), safetensors shards, or restore per rank "
-                "under torchrun")
+_PER_RANK = "safetensors shards, or restore per rank under torchrun"
+_RESTORE_FIX = {"staged": f"--mode fused (tensors over the read buffers, no second copy), {_PER_RANK}",
+                "fused": f"a box with more memory, or {_PER_RANK}"}  # a fused restore was told to use --mode fused
 
 
-def oom_precheck(listing: Listing, mode: str, doing: str | None = None, fix: str = _RESTORE_FIX) -> None:
+def oom_precheck(listing: Listing, mode: str, doing: str | None = None, fix: str | None = None) -> None:
     """One line before reading when the checkpoint cannot fit in memory: `doing` what holds it (a restore of `mode`
-    by default; save and load read it whole, as staged does) and the `fix`."""
+    by default; save and load read it whole, as staged does) and the `fix` (by default, the restore's for `mode`)."""
+    fix = fix or _RESTORE_FIX.get(mode, _PER_RANK)
     need = memory_needed(listing, mode)
     avail = psutil.virtual_memory().available
     if need > avail * 0.9:

@@ -329,6 +329,24 @@ class _Upto:
         return data
 
 
+MAX_KEY_BYTES = 1024  # S3's bound on a key, in bytes of UTF-8
+
+
+def _check_key(directory: str, url: S3Url, rel: str) -> None:
+    """A file's key, refused before anything is put: a name that is not UTF-8 (a listing's undecodable bytes) raised
+    UnicodeEncodeError inside boto3 (a traceback, some files already uploaded), and a key S3 refuses (KeyTooLongError)
+    failed mid-upload the same way."""
+    try:
+        size = len(url.key(rel).encode("utf-8"))
+    except UnicodeEncodeError:
+        raise CkptbenchError(f"{os.path.join(directory, quote(rel)[1:-1])}: its name is not UTF-8, which an S3 key must "
+                             "be; nothing was uploaded: rename the file", exit_code=1) from None
+    if size > MAX_KEY_BYTES:
+        raise CkptbenchError(f"{quote(os.path.join(directory, rel), 200)[1:-1]}: its key under {quote(str(url), 80)} would be {size} "
+                             f"bytes, more than S3's {MAX_KEY_BYTES}; nothing was uploaded: use a shorter prefix",
+                             exit_code=1)
+
+
 def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_size: int = DEFAULT_PART,
            progress=None) -> list[str]:
     """Puts every file of a checkpoint under the prefix: multipart above part_size, CRC32C checksums on all."""
@@ -347,6 +365,8 @@ def upload(directory: str, url: S3Url, *, concurrency: int = conc.DEFAULT, part_
                              "permissions", exit_code=1)
     if not rels:
         raise tree.nothing_to_read(directory, passed)
+    for rel in rels:
+        _check_key(directory, url, rel)
     client = make_client(concurrency)
     cfg = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size, max_concurrency=4,
                          use_threads=True)

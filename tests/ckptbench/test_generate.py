@@ -216,6 +216,18 @@ def test_unknown_format_in_a_profile_toml(h, tmp_path):
     assert h.listing(tmp_path) == ["bad.toml"]
 
 
+
+def test_a_profile_world_size_past_what_gen_writes_is_named_as_the_profiles(h, tmp_path):
+    """A profile may hold up to 2**20 ranks for plan; gen refused it as '--ranks must be 1..4096', an option the
+    user never gave (and whose own bound is 1..1024)."""
+    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "profiles", "checkpoints", "small.toml")).read()
+    bad = tmp_path / "wide.toml"
+    bad.write_text(src.replace("world_size = 2", "world_size = 1048576"))
+    r = h.run_cli("gen", bad, tmp_path / "ck", "--scale", h.SCALE)
+    _assert_one_error_line(r, "world_size 1048576", "--ranks N")
+    assert "--ranks must" not in r.err
+    assert h.listing(tmp_path) == ["wide.toml"]
+
 def test_parent_is_a_regular_file(h, tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_bytes(b"not a directory")

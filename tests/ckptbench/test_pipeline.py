@@ -297,6 +297,20 @@ def test_oom_precheck_stops_before_reading(ckpts, tmp_path, monkeypatch):
     assert not results.exists()
 
 
+def test_oom_precheck_of_a_fused_restore_does_not_offer_fused(ckpts, tmp_path, monkeypatch):
+    """A fused restore too large for memory was told 'Fix: --mode fused', the mode it was already in."""
+    import psutil
+
+    tiny = psutil.virtual_memory()._replace(available=1 << 20)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: tiny)
+    results = tmp_path / "R.csv"
+    r = cli("run", ckpts["safetensors"], "--mode", "fused", "--repeat", "1", "--results", results)
+    _assert_one_line_error(r, "a fused restore")
+    assert "Fix:" in r.err_lines[0] and "torchrun" in r.err_lines[0]
+    assert "--mode fused" not in r.err
+    assert not results.exists()
+
+
 def test_unknown_device_exits_2_with_one_line(ckpts, tmp_path):
     results = tmp_path / "R.csv"
     r = cli("run", ckpts["safetensors"], "--repeat", "1", "--device", "foo", "--results", results)

@@ -128,6 +128,40 @@ def test_upload_to_a_missing_bucket_is_one_line(s3env, ckpt_dir, capsys):
     assert len(lines) == 1 and "no-such-bucket-ckptbench-upload" in lines[0], err
 
 
+
+@pytest.fixture
+def own_ckpt(tmp_path) -> str:
+    """A small generated checkpoint of this test's own, to add a crafted file to."""
+    from ckptbench.checkpoint import profiles
+    from ckptbench.checkpoint.generate import generate
+
+    root = tmp_path / "ckpt"
+    generate(profiles.load("small").scaled(0.02), str(root), force=True)
+    return str(root)
+
+
+def test_upload_of_a_file_whose_name_is_not_utf8_is_one_line_and_puts_nothing(s3server, s3env, s3bucket, own_ckpt,
+                                                                             capsys):
+    """A checkpoint unpacked from elsewhere may hold a name that is not UTF-8: boto3 raised UnicodeEncodeError (a
+    traceback) with the other files already in the bucket."""
+    with open(os.path.join(os.fsencode(own_ckpt), b"notes-\xff\xfe.txt"), "wb") as f:
+        f.write(b"x")
+    rc, _, err = run_cli(capsys, "upload", own_ckpt, f"s3://{s3bucket}/p")
+    assert rc == 1, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "not UTF-8" in err and "notes-" in err, err
+    assert bucket_contents(s3server, s3bucket) == {}
+
+
+def test_upload_whose_keys_would_pass_s3s_bound_puts_nothing(s3server, s3env, s3bucket, own_ckpt, capsys):
+    """S3 refuses a key over 1024 bytes (KeyTooLongError) file by file, mid-upload: refused before the first put."""
+    rc, _, err = run_cli(capsys, "upload", own_ckpt, f"s3://{s3bucket}/{'p' * 1000}")
+    assert rc == 1, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "1024" in err and len(err) < 600, err
+    assert bucket_contents(s3server, s3bucket) == {}
+
+
 # ---- nothing leaves this machine ----
 
 
