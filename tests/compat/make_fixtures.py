@@ -230,6 +230,24 @@ def _accelerated(seed: int = 0):
     return acc, model, opt, sched
 
 
+def _accelerate_loads(acc, root: str) -> tuple[dict, list[str], dict]:
+    """(extra, files read, not compared) of `acc.load_state(root)`, its torch.load results recorded: every state file
+    under its stem (custom_checkpoint_N.pkl too, a torch.save), the weights left to the models after the load, the
+    RNG states' plain pickle not compared."""
+    rec = Recorder()
+    with rec.torch_load():
+        acc.load_state(root)
+    extra, read, ignored = {}, [], {}
+    for path, items in rec.loads:
+        name = os.path.basename(path)
+        read.append(rel(path, root))
+        if name.startswith("random_states_"):  # which Accelerate loads with weights_only=False
+            ignored[name] = "a plain pickle (Python objects, unpickled with code execution); ckptbench never loads it"
+        elif not name.startswith("pytorch_model"):  # weights: compared as the models hold them after the load
+            extra.update(state_file(items, name.rsplit(".", 1)[0]))
+    return extra, read, ignored
+
+
 def accelerate_state(root: str) -> dict:
     seed_all(0)
     acc, model, opt, sched = _accelerated()
@@ -240,17 +258,7 @@ def accelerate_state(root: str) -> dict:
         opt.zero_grad()
     acc.save_state(root)
     acc2, model2, opt2, sched2 = _accelerated()
-    rec = Recorder()
-    with rec.torch_load():
-        acc2.load_state(root)
-    extra, read, ignored = {}, [], {}
-    for path, items in rec.loads:
-        name = os.path.basename(path)
-        read.append(rel(path, root))
-        if name.endswith(".pkl"):
-            ignored[name] = "a plain pickle (Python objects, unpickled with code execution); ckptbench never loads it"
-            continue
-        extra.update(state_file(items, name.rsplit(".", 1)[0]))
+    extra, read, ignored = _accelerate_loads(acc2, root)
     return {"library": "accelerate", "picked": "", "loader": "Accelerator.load_state(DIR) into a fresh model, "
             "optimizer and scheduler (its torch.load results recorded; weights from the model after it)",
             "torch_loaded": sorted(set(read)), "model": enc_state_dict(acc2.unwrap_model(model2).state_dict()),
@@ -283,18 +291,7 @@ def accelerate_two_models(root: str, safe: bool = True) -> dict:
         opt_head.zero_grad()
     acc.save_state(root, safe_serialization=safe)
     acc2, body2, head2, opt2, opt_head2 = _two_models(1)
-    rec = Recorder()
-    with rec.torch_load():
-        acc2.load_state(root)
-    extra, read, ignored = {}, [], {}
-    for path, items in rec.loads:
-        name = os.path.basename(path)
-        read.append(rel(path, root))
-        if name.startswith("random_states_"):  # a plain pickle, which Accelerate loads with weights_only=False
-            ignored[name] = "a plain pickle (unpickled with code execution); ckptbench never loads it"
-            continue
-        if not name.startswith("pytorch_model"):  # the weights are compared as the models hold them after the load
-            extra.update(state_file(items, name.rsplit(".", 1)[0]))
+    extra, read, ignored = _accelerate_loads(acc2, root)
     model = enc_state_dict(acc2.unwrap_model(body2).state_dict())
     model.update({f"model_1.{k}": e for k, e in enc_state_dict(acc2.unwrap_model(head2).state_dict()).items()})
     return {"library": "accelerate", "picked": "", "loader": "Accelerator.load_state(DIR) into two fresh models and "
