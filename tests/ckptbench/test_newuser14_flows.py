@@ -23,3 +23,26 @@ def test_pack_keeps_the_files_the_manifest_does_not_list(h, ckpt, tmp_path):
     assert run_cli("unpack", out, back).rc == 0
     for rel, data in extra.items():
         assert (back / rel).read_bytes() == data, rel
+
+
+def test_compare_says_a_no_fsync_save_is_not_made_as_a_durable_one(ckpt, tmp_path):
+    import json
+
+    src, results = ckpt("safetensors", 2), tmp_path / "results.csv"
+    durable = run_cli("save", src, tmp_path / "a", "--count", "2", "--results", results)
+    fast = run_cli("save", src, tmp_path / "b", "--count", "2", "--no-fsync", "--results", results)
+    assert durable.rc == 0 and fast.rc == 0, durable.err + fast.err
+    r = run_cli("compare", results)
+    assert "WARNING" in r.out and "fsync: yes → no" in r.out, r.out
+    doc = json.loads(run_cli("compare", results, "--json").out)
+    assert doc["env_diff"]["fsync"] == [True, False], doc["env_diff"]
+
+
+def test_compare_says_what_its_default_baseline_had_to_share(ckpt, tmp_path):
+    src, results = ckpt("safetensors", 2), tmp_path / "results.csv"
+    for cache in ("hot", "cold"):
+        assert run_cli("run", src, "--cache", cache, "--repeat", "1", "--results", results).rc == 0
+    r = run_cli("compare", results)
+    assert r.rc == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    for said in ("with format safetensors and cache cold", "had cache hot", "--baseline RUN"):
+        assert said in r.err, (said, r.err)
