@@ -145,10 +145,13 @@ def small_files(f: Facts) -> Verdict:
            "ckptbench run, load and verify read; weights, shards, and config.json, tokenizer and trainer-state files "
            "(everything at the top or beside the weights) stay files, so from_pretrained and a resume still load "
            "PACKED, while a trainer reads a packed file only after `ckptbench unpack`")
-    if small >= 5000:
-        return Verdict("small_files", "Too many small files", "fail", ev, why, fix)
+    if f.packable == 0:  # pack refuses it, "nothing to pack": the advice sent a user to a command that does nothing
+        fix = ("fewer, larger files when the checkpoint is saved (save_pretrained's max_shard_size, one file per rank "
+               "rather than per tensor): its small files are all ones a loader opens by name (weights, shards, "
+               "format metadata, or beside them), so `ckptbench pack` has nothing it may pack")
     if small >= 1000 or (f.files > 100 and avg < limit):
-        return Verdict("small_files", "Too many small files", "warn", ev, why, fix)
+        ev |= {"packable_files": f.packable} if f.packable is not None else {}
+        return Verdict("small_files", "Too many small files", "fail" if small >= 5000 else "warn", ev, why, fix)
     return Verdict("small_files", "Too many small files", "ok", ev, why, "none")
 
 

@@ -209,6 +209,23 @@ def opened_by_name(entries: list[mf.FileEntry]) -> set[str]:
     return {e.path for e in entries if e.kind in PACKED_KINDS and _folder(e.path) in folders}
 
 
+def _members(entries: list[mf.FileEntry]) -> tuple[list[mf.FileEntry], list[mf.FileEntry]]:
+    """The entries pack puts in packs, and those it keeps as files."""
+    by_name = opened_by_name(entries)
+    members = [e for e in entries if e.kind in PACKED_KINDS and e.path not in by_name]
+    return members, [e for e in entries if e not in members]
+
+
+def packable(directory: str) -> list[str]:
+    """The files `pack directory` would put in packs (none for a packed checkpoint): what the checklist's advice to
+    pack is worth."""
+    man = mf.read(directory)
+    if man is not None and man.packs:
+        return []
+    entries = [e for e in _entries_for(directory, man) if e.path != mf.MANIFEST_NAME]
+    return [e.path for e in _members(entries)[0]]
+
+
 def nothing_why(entries: list[mf.FileEntry]) -> str:
     small = [e.path for e in entries if e.kind in PACKED_KINDS]
     if not small:
@@ -241,9 +258,7 @@ def pack(directory: str, out: str, target_files: int = 4) -> mf.Manifest:
     entries = [_checked_entry(directory, e) for e in _entries_for(directory, man) if e.path != mf.MANIFEST_NAME]
     if not entries:  # an empty pack would then verify "OK: 1 files, 0 B"
         raise tree.nothing_to_read(directory, [])
-    by_name = opened_by_name(entries)
-    members = [e for e in entries if e.kind in PACKED_KINDS and e.path not in by_name]
-    keep = [e for e in entries if e.kind not in PACKED_KINDS or e.path in by_name]
+    members, keep = _members(entries)
     if not members:
         raise CkptbenchError(f"{directory}: nothing to pack: {nothing_why(entries)}; the checkpoint stays loadable as "
                              "it is: leave it unpacked")

@@ -46,3 +46,34 @@ def test_compare_says_what_its_default_baseline_had_to_share(ckpt, tmp_path):
     assert r.rc == 2 and len(r.err.strip().splitlines()) == 1, r.err
     for said in ("with format safetensors and cache cold", "had cache hot", "--baseline RUN"):
         assert said in r.err, (said, r.err)
+
+
+def _small_files_item(source) -> dict:
+    import json
+
+    r = run_cli("check", source, "--json")
+    return next(i for i in json.loads(r.out)["items"] if i["id"] == "small_files")
+
+
+def test_check_advises_pack_only_where_pack_packs_something(h, ckpt, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    weights = tmp_path / "weights"  # 150 one-tensor files: small, and every one opened by name
+    weights.mkdir()
+    for i in range(150):
+        save_file({f"layer{i}.w": torch.zeros(16, 16)}, str(weights / f"part-{i:04d}.safetensors"))
+    it = _small_files_item(weights)
+    assert it["verdict"] == "warn" and it["evidence"]["packable_files"] == 0, it
+    assert "ckptbench pack" not in it["fix"].split(",")[0] and "max_shard_size" in it["fix"], it["fix"]
+    r = run_cli("pack", weights, tmp_path / "packed")
+    assert r.rc == 2 and "nothing to pack" in r.err
+
+    loader = tmp_path / "loader"  # the same count of small files in a data loader's folder: pack packs them
+    h.copy_ckpt(ckpt("safetensors", 2), loader)
+    for i in range(150):
+        (loader / "dataloader" / f"extra{i}.idx").write_bytes(b"x" * 100)
+    for i in range(1000):
+        (loader / "dataloader" / f"more{i}.idx").write_bytes(b"y" * 10)
+    it = _small_files_item(loader)
+    assert it["verdict"] == "warn" and it["fix"].startswith("ckptbench pack "), it
