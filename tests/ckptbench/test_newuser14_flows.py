@@ -77,3 +77,15 @@ def test_check_advises_pack_only_where_pack_packs_something(h, ckpt, tmp_path):
         (loader / "dataloader" / f"more{i}.idx").write_bytes(b"y" * 10)
     it = _small_files_item(loader)
     assert it["verdict"] == "warn" and it["fix"].startswith("ckptbench pack "), it
+
+
+def test_history_tells_a_no_fsync_save_from_a_durable_one(ckpt, tmp_path):
+    import json
+
+    src, results = ckpt("safetensors", 2), tmp_path / "results.csv"
+    for extra in ((), ("--no-fsync",)):
+        assert run_cli("save", src, tmp_path / "t", "--count", "2", "--results", results, *extra).rc == 0
+    durable, fast = run_cli("history", results).out.splitlines()
+    assert "  sync  " in durable and "no fsync" not in durable, durable
+    assert "  sync/no fsync  " in fast, fast
+    assert [r["fsync"] for r in json.loads(run_cli("history", results, "--json").out)["runs"]] == [True, False]

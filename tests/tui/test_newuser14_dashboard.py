@@ -28,3 +28,28 @@ async def test_the_rto_shown_is_the_one_history_gives(make_app, small_ckpt, h):
         assert f" RTO {rto:.3f}s" in text, text
         read = float(row["read_s"])
         assert f" read {read:.3f}s {human_pct(read / rto)} " in text, text  # run's share: over the RTO
+
+
+async def test_the_history_screen_says_a_save_did_not_fsync(make_app, small_ckpt, tmp_path, h):
+    import contextlib
+    import io
+
+    from rich.text import Text
+    from textual.widgets import DataTable
+
+    from ckptbench.cli import root as cli
+    from tui.screens.history import HistoryScreen
+
+    app = make_app(small_ckpt)
+    for extra in ((), ("--no-fsync",)):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert cli.main(["save", small_ckpt, str(tmp_path / "t"), "--count", "2", "--results", app.results_path,
+                             *extra]) == 0
+    async with app.run_test(size=h.SIZE) as pilot:
+        await pilot.press("h")
+        await pilot.pause()
+        assert isinstance(app.screen, HistoryScreen)
+        table = app.screen.query_one("#runs", DataTable)
+        at = [str(c.label) for c in table.columns.values()].index("mode")
+        modes = [Text.from_markup(str(table.get_cell_at((i, at)))).plain for i in range(table.row_count)]
+        assert modes == ["sync", "sync, no fsync"], modes
