@@ -89,3 +89,19 @@ def test_history_tells_a_no_fsync_save_from_a_durable_one(ckpt, tmp_path):
     assert "  sync  " in durable and "no fsync" not in durable, durable
     assert "  sync/no fsync  " in fast, fast
     assert [r["fsync"] for r in json.loads(run_cli("history", results, "--json").out)["runs"]] == [True, False]
+
+
+def test_plan_judges_an_interval_by_the_newest_durable_save_not_a_no_fsync_one(ckpt, tmp_path):
+    import json
+
+    src, results = ckpt("safetensors", 2), tmp_path / "results.csv"
+    assert run_cli("save", src, tmp_path / "t", "--count", "2", "--results", results).rc == 0
+    durable = json.loads(run_cli("history", results, "--json").out)["runs"][0]["run_id"]
+    assert run_cli("save", src, tmp_path / "t", "--count", "2", "--no-fsync", "--results", results).rc == 0
+    doc = json.loads(run_cli("plan", "small", "--interval", "60", "--results", results, "--json").out)
+    assert doc["save"]["measured"]["run_id"] == durable, doc["save"]
+
+    only = tmp_path / "only.csv"
+    assert run_cli("save", src, tmp_path / "u", "--count", "2", "--no-fsync", "--results", only).rc == 0
+    r = run_cli("plan", "small", "--interval", "60", "--results", only)
+    assert r.rc == 0 and "--no-fsync" in r.out and "no save measured" not in r.out and "GB/s sustained to" not in r.out
