@@ -105,3 +105,14 @@ def test_plan_judges_an_interval_by_the_newest_durable_save_not_a_no_fsync_one(c
     assert run_cli("save", src, tmp_path / "u", "--count", "2", "--no-fsync", "--results", only).rc == 0
     r = run_cli("plan", "small", "--interval", "60", "--results", only)
     assert r.rc == 0 and "--no-fsync" in r.out and "no save measured" not in r.out and "GB/s sustained to" not in r.out
+
+
+def test_a_no_fsync_save_gives_no_write_amplification(ckpt, tmp_path):
+    import json
+
+    r = run_cli("save", ckpt("safetensors", 2), tmp_path / "t", "--count", "2", "--no-fsync", "--results", "",
+                "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["write_amplification"] is None, doc["write_amplification"]
+    assert any("write amplification is not known" in n for n in doc["notes"]), doc["notes"]
