@@ -59,6 +59,7 @@ class Facts:
     headers: loads.Headers = field(default_factory=loads.Headers)  # read as inspect reads them: does it load
     layout: dict | None = None  # which checkpoint of the folder was checked, and why (as run and inspect say it)
     checkpoint: str | None = None  # its directory (the folder given, or the one chosen in it)
+    packable: int | None = None  # small files `ckptbench pack` would pack; None: not told (no files on disk)
 
     @property
     def bytes(self) -> int:
@@ -130,6 +131,7 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     f.sizes = [x.size or 0 for x in listing.files]
     f.files = len(f.sizes)
     f.open_rate, unopened = _open_probe(paths)
+    f.packable = _packable(source) if src.files_on_disk else None
     f.unreadable = list(listing.skipped) + unopened
     f.world_size = man.world_size if man is not None and man.world_size else None
     f.mount = src.mount(root) if src.files_on_disk else None
@@ -210,6 +212,17 @@ def _sample_rates(f: Facts, root: str) -> None:
         f.retransmit_rate = probes.retransmit_rate(t0, t1)
     else:
         f.retransmit_rate = t0 if isinstance(t0, probes.Unknown) else t1
+
+
+def _packable(source: str) -> int | None:
+    """How many files `ckptbench pack SOURCE` would pack (the small-files item advised it where it packs nothing)."""
+    from ckptbench.checkpoint import packs
+    from ckptbench.core.errors import CkptbenchError
+
+    try:
+        return len(packs.packable(source))
+    except (CkptbenchError, OSError):
+        return None
 
 
 def _evict_probe(paths: list[str]) -> float | probes.Unknown:

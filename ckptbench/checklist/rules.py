@@ -17,7 +17,7 @@ from ckptbench.core.errors import name_source, printable, redact
 from ckptbench.core.paths import source_identity
 from ckptbench.core.units import human_bytes, human_figure
 from ckptbench.core.verdicts import Verdict
-from ckptbench.restore.sweep import MeasuredKnee, advice
+from ckptbench.restore.sweep import KNEE_MARGIN, MeasuredKnee, advice
 
 VERDICTS = ("ok", "warn", "fail", "unknown")
 REUSED = "reused buffers (a read's)"  # where a measured rate's bytes landed, said beside it
@@ -117,6 +117,14 @@ def concurrency(f: Facts) -> Verdict:
         verdict = "fail" if lost > 0.5 else "warn"
         return Verdict("concurrency", title, verdict, ev | {"throughput_left_pct": round(lost * 100, 1)}, why,
                        f"--concurrency {knee}, the {advised.basis}")
+    if current is not None and gbps[best] and current < (1 - KNEE_MARGIN) * gbps[best]:
+        # past the knee and slower than it beyond the knee's own margin: contention, which "ok ... --concurrency 1
+        # does as well" hid where the current level read 1.70 GB/s against the knee's 2.16
+        lost = 1 - current / gbps[best]
+        return Verdict("concurrency", title, "warn", ev | {"throughput_left_pct": round(lost * 100, 1)}, why,
+                       f"--concurrency {knee}: {f.concurrency} reads {human_figure('gbps_at_current', current)}, "
+                       f"{lost * 100:.0f} % under the best level's {human_figure('gbps_at_best', gbps[best])} "
+                       f"(contention); the {advised.basis}")
     return Verdict("concurrency", title, "ok", ev, why,
                    "none" if f.concurrency <= 4 * knee else
                    f"--concurrency {knee} does as well with fewer threads: the {advised.basis}")
@@ -145,10 +153,13 @@ def small_files(f: Facts) -> Verdict:
            "ckptbench run, load and verify read; weights, shards, and config.json, tokenizer and trainer-state files "
            "(everything at the top or beside the weights) stay files, so from_pretrained and a resume still load "
            "PACKED, while a trainer reads a packed file only after `ckptbench unpack`")
-    if small >= 5000:
-        return Verdict("small_files", "Too many small files", "fail", ev, why, fix)
+    if f.packable == 0:  # pack refuses it, "nothing to pack": the advice sent a user to a command that does nothing
+        fix = ("fewer, larger files when the checkpoint is saved (save_pretrained's max_shard_size, one file per rank "
+               "rather than per tensor): its small files are all ones a loader opens by name (weights, shards, "
+               "format metadata, or beside them), so `ckptbench pack` has nothing it may pack")
     if small >= 1000 or (f.files > 100 and avg < limit):
-        return Verdict("small_files", "Too many small files", "warn", ev, why, fix)
+        ev |= {"packable_files": f.packable} if f.packable is not None else {}
+        return Verdict("small_files", "Too many small files", "fail" if small >= 5000 else "warn", ev, why, fix)
     return Verdict("small_files", "Too many small files", "ok", ev, why, "none")
 
 

@@ -178,6 +178,8 @@ def cmd_plan(args) -> int:
             say(f"measured: {m['sustained_gbps']:.3f} GB/s sustained to {m['target']} (save run {m['run_id']}, "
                 f"{m['date']}; {size}): a save takes about {m['durable_s_estimate']:.1f} s, so the shortest safe "
                 f"interval is {m['shortest_safe_interval_s']:.1f} s: {'met' if m['meets_interval'] else 'NOT met'}")
+        elif s.get("measured_unknown"):  # a save on record that measured no durable throughput: why, not "no save"
+            say(f"no measured verdict: {s['measured_unknown']}")
         else:
             print(f"no save measured{' to ' + args.target if args.target else ''} in {args.results}: "
                   "run `ckptbench save` to the target for a measured verdict")

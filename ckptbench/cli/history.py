@@ -31,7 +31,7 @@ def status_words(r: dict) -> str:
 
 def run_line(r: dict) -> str:
     """One run as the line says it: id, kind, date, source, how it was made, repeats, its time, efficiency, status."""
-    how = "/".join(x for x in (r["mode"], r["cache"]) if x) or "-"
+    how = "/".join(x for x in (r["mode"], r["cache"], "no fsync" if r.get("fsync") is False else "") if x) or "-"
     took = "-" if r["figure_s"] is None else human_figure(r["figure"], r["figure_s"])
     if r.get("unseen"):
         took += f" ({UNSEEN})"

@@ -28,6 +28,9 @@ FLOOR_MOVED = 0.10
 # runs that differ in these measured different things
 SETTINGS = ("source", "format", "mode", "cache", "concurrency", "read", "hash", "block_size", "device")
 SAVE_SETTINGS = ("source", "format", "mode", "target", "ranks", "stagger_s")
+# a save's settings its run document keeps, not its rows: a --no-fsync save's "durable" ends at the rename, and one
+# held against a durable save read as a +230 % write_gbps improvement, unremarked
+SAVE_OPTIONS = ("fsync",)
 # what a run measured: a default baseline shares these (its other settings may differ, and are listed)
 MEASURED = ("source", "format", "cache")
 # what gives a run of each kind the samples a noise estimate needs (a save's first is left out of its figures)
@@ -161,6 +164,16 @@ def _efficiency(floor: dict, took) -> float | None:
     return measured("efficiency", floor["floor_s"] / took) if measured("held_s", took) else None
 
 
+def _settings(runs: dict[str, list[dict]], docs: dict[str, dict], run_id: str) -> dict:
+    """The settings a run was made with: its last row's, and for a save its document's options (SAVE_OPTIONS)."""
+    row = runs[run_id][-1]
+    if row["kind"] != "save":
+        return {k: row.get(k) for k in SETTINGS}
+    options = docs.get(run_id, {}).get("options")
+    options = options if isinstance(options, dict) else {}
+    return {k: row.get(k) for k in SAVE_SETTINGS} | {k: options.get(k) for k in SAVE_OPTIONS}
+
+
 def _newest(path: str, runs: dict[str, list[dict]], newest: str | None, kind: str | None) -> str:
     """The run compared: `newest` by its id, else the newest of `kind`, else the newest of the file."""
     ids = list(runs)
@@ -204,13 +217,24 @@ def _default_baseline(path: str, runs: dict[str, list[dict]], newest: str, docs:
     # read as a 135 % gain; else the last of the same checkpoint measured the same way, its other settings
     # listed (a change of concurrency is what a user compares); never another checkpoint unasked (a restore of a
     # torch checkpoint against a safetensors one was a +11479 % REGRESSION and failed the build)
-    keys = SAVE_SETTINGS if kind == "save" else SETTINGS
-    alike = [i for i in same if all(runs[i][-1].get(k) == runs[newest][-1].get(k) for k in keys)]
+    made = _settings(runs, docs, newest)
+    alike = [i for i in same if _settings(runs, docs, i) == made]
     what = [i for i in same if all(runs[i][-1].get(k) == runs[newest][-1].get(k) for k in MEASURED)]
     if not alike and not what:
-        raise CkptbenchError(f"{path}: no earlier {kind} run of {shown(runs[newest][-1].get('source'))} "
-                             f"({', '.join(MEASURED[1:])} as {shown(newest)}); name a baseline with --baseline RUN")
+        # "(format, cache as 1fac11ead110)" named neither the values looked for nor what the earlier runs had
+        row = runs[newest][-1]
+        wanted = " and ".join(f"{k} {_said(row.get(k))}" for k in MEASURED[1:])
+        nearest = "; ".join(f"{shown(i)} had " + ", ".join(f"{k} {_said(runs[i][-1].get(k))}" for k in MEASURED
+                                                          if runs[i][-1].get(k) != row.get(k)) for i in same[-3:])
+        raise CkptbenchError(f"{path}: no earlier {kind} run of {shown(row.get('source'))} with {wanted}, as "
+                             f"{shown(newest)} was, to be its default baseline (the earlier ones: {nearest}); name a "
+                             "baseline with --baseline RUN")
     return (alike or what)[-1]
+
+
+def _said(value) -> str:
+    """A recorded setting in an error line: printable, and an empty one as none."""
+    return "none" if value in ("", None) else shown(redact(str(value)), 200)
 
 
 def _check_figures(path: str, rows: list[dict], names) -> None:
@@ -293,9 +317,10 @@ def compare(path: str, baseline: str | None = None, threshold_pct: float = 5.0, 
         figures += [eff] if eff is not None else []
     env_b, env_n = base_rows[-1]["env"], new_rows[-1]["env"]
     diff = {k: (env_b.get(k), env_n.get(k)) for k in KEY_FIELDS if env_b.get(k) != env_n.get(k)}
-    for k in SAVE_SETTINGS if kind == "save" else SETTINGS:
-        if base_rows[-1][k] != new_rows[-1][k]:
-            diff[k] = (setting_value(k, base_rows[-1][k]), setting_value(k, new_rows[-1][k]))
+    made_b, made_n = _settings(runs, docs, baseline), _settings(runs, docs, newest)
+    for k in made_n:
+        if made_b[k] != made_n[k]:
+            diff[k] = (setting_value(k, made_b[k]), setting_value(k, made_n[k]))
     if kind == "watch" and _command(docs, baseline) != _command(docs, newest):  # a --baseline of another loader
         diff["command"] = (_command(docs, baseline), _command(docs, newest))
     fb, fn = (floors.get(baseline) or {}).get("floor_s"), (floors.get(newest) or {}).get("floor_s")

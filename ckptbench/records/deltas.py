@@ -113,6 +113,8 @@ def setting_text(key: str, before, after) -> str:
                 "less, or other bytes were held to it; the efficiency says how much of the change is the restore's)")
     if key == "bytes":
         return f"bytes: {text(before)} → {text(after)} (the floor is sized on them)"
+    if key == "fsync":
+        return f"fsync: {text(before)} → {text(after)} (without it, a save's 'durable' time ends at the rename)"
     return f"{key}: {text(before)} → {text(after)}"
 
 

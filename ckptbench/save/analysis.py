@@ -88,10 +88,14 @@ def analyze(target: str, opts, saves: list, samples: list, checks: list, device_
     size = saves[-1].bytes if saves else 0
     needed = size / opts.interval_s / 1e9 if opts.interval_s else None
     total = sum(s.bytes for s in saves)
-    amplification = device_bytes / total if device_bytes is not None and total else None
+    # without fsync the bytes need not have reached the device when the series ends: a 0.000× was printed
+    amplification = device_bytes / total if device_bytes is not None and total and opts.fsync else None
     notes = list(notes)
     if amplification is not None:
         notes.append("write amplification counts every write the device took meanwhile, other processes' too")
+    elif device_bytes is not None:
+        notes.append("--no-fsync: the bytes need not have reached the device when the saves end, so the write "
+                     "amplification is not known")
     else:
         notes.append("no block device under the target (tmpfs, FUSE, network): write MB/s, %util, w_await and "
                      "write amplification are not known")

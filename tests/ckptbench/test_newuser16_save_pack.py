@@ -154,7 +154,7 @@ def test_a_generated_checkpoint_keeps_its_config_and_packs_its_data_loader_state
 def test_check_says_what_packing_keeps_loadable():
     from ckptbench.checklist.rules import small_files
 
-    f = SimpleNamespace(preset=None, sizes=[1000] * 2000, files=2000, bytes=2_000_000, open_rate=None,
+    f = SimpleNamespace(preset=None, sizes=[1000] * 2000, files=2000, bytes=2_000_000, open_rate=None, packable=None,
                         source="/ckpt")
     it = small_files(f)
     assert it.verdict == "warn" and it.fix.startswith("ckptbench pack /ckpt PACKED --target-files 4")

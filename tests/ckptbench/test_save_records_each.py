@@ -29,7 +29,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def _save(target, results, count=4, *extra):
-    return run_cli("save", "small", target, "--scale", SCALE, "--no-fsync", "--count", str(count), "--keep", "1",
+    return run_cli("save", "small", target, "--scale", SCALE, "--count", str(count), "--keep", "1",
                    "--results", results, *extra)
 
 

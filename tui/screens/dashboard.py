@@ -361,7 +361,8 @@ class Dashboard(LoopMode):
         if msg.listing is not None:  # what this run's digests were checked against
             self.listing = msg.listing
         unverified = verify_line(doc)  # stays under the RTO: the toast below vanishes
-        self.query_one("#stages", StageBar).update_stages(doc["stages"], None, run_note(doc), unverified=unverified)
+        self.query_one("#stages", StageBar).update_stages(doc["stages"], None, run_note(doc), unverified=unverified,
+                                                          rto=doc.get("rto_s"))
         if msg.floor is not None:  # the run's efficiency, against the floor of the cache condition it met
             self.floor.known(msg.floor)
         self.notify(f"restored: RTO {doc['rto_s']:.2f} s, read {doc['read_gbps']:.2f} GB/s, "

@@ -95,7 +95,9 @@ class HistoryScreen(Screen):
 
     def mode_of(self, run: dict) -> str:
         doc = self.dist.get(run["run_id"])
-        return run["mode"] if doc is None else f"dist ×{doc['world_size']} {doc['each_rank']}"
+        if doc is not None:
+            return f"dist ×{doc['world_size']} {doc['each_rank']}"
+        return run["mode"] + (", no fsync" if run.get("fsync") is False else "")  # as history's line says it
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         from tui.screens.ranks import RanksScreen
