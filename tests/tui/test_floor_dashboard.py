@@ -180,7 +180,7 @@ async def test_without_a_floor_the_stage_box_says_how_to_measure_it(make_app, sm
         await h.run_once(pilot, app)
         await pilot.pause()
         line = stage_text(dash).splitlines()[-1]
-        assert line.startswith("floor: not measured · `ckptbench floor SOURCE`"), line
+        assert line.startswith(f"floor: not measured · `ckptbench floor {small_ckpt}`"), line
         assert "efficiency" not in line
         assert "floor " not in chart_text(dash) and "╌" not in chart_text(dash)
 
@@ -249,3 +249,13 @@ def test_the_stage_box_says_the_efficiency_against_the_box_as_the_run_met_it_whe
     near = met | {"scale": 1 + fl.MET_OFF / 2}
     assert "as this run met it" not in floor_text(fields | {"floor_as_met": near}, done=0.5).plain
     assert "as this run met it" not in floor_text(fields | {"floor_as_met": None}, done=0.5).plain
+
+
+def test_the_not_measured_line_names_the_checkpoint_on_screen():
+    """`make demo` showed "`ckptbench floor SOURCE` measures this box's ceilings" about the sample it had just named
+    in its header: the command is the one to type, as run's and check's notes give it."""
+    from tui.widgets.floorline import floor_text
+
+    text = floor_text({"floor_s": None}, source="/data/my ckpt").plain
+    assert "`ckptbench floor '/data/my ckpt'` measures" in text and "SOURCE" not in text
+    assert "`ckptbench floor SOURCE`" in floor_text({"floor_s": None}).plain  # nothing on screen to name

@@ -30,7 +30,7 @@ def floor_text(fields: dict | None, *, done: float | None = None, pass_no: int |
     if fields is None:
         return Text()  # not looked up yet (or the source could not be listed: the run says why)
     if fields.get("floor_s") is None:
-        return Text(NOT_MEASURED, style="yellow")
+        return Text(name_source(NOT_MEASURED, source), style="yellow")  # the command for the checkpoint on screen
     out = Text("read floor " if looping else "floor ", style="bold")
     # the floor's own rate (the chart's line) and the binding resource's, as `run` prints it: one number for both
     # read as two rates of one thing (a new user saw 2.78 here and 3.29 in `run` for one floor)
