@@ -131,7 +131,7 @@ def gather(source: str, *, root: str = "/", concurrency: int = conc.DEFAULT, qui
     f.sizes = [x.size or 0 for x in listing.files]
     f.files = len(f.sizes)
     f.open_rate, unopened = _open_probe(paths)
-    f.packable = _packable(source) if src.files_on_disk else None
+    f.packable = _packable(listing.source) if src.files_on_disk else None  # the checkpoint checked, not its folder
     f.unreadable = list(listing.skipped) + unopened
     f.world_size = man.world_size if man is not None and man.world_size else None
     f.mount = src.mount(root) if src.files_on_disk else None

@@ -79,8 +79,9 @@ def _whole(path: str, key: str, v, low: int, high: int) -> int:
     """A count the profile gives: a whole number in low..high (0 heads or ranks divided by zero, -4 layers went
     negative)."""
     if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
-        raise CkptbenchError(f"{printable(path)}: {key} must be a whole number {low}..{high}, got {shown(repr(v), 60)}; "
-                             "compare with small.toml")  # shown: a 400-digit count was printed whole
+        # shown: a 400-digit count was printed whole
+        raise CkptbenchError(f"{printable(path)}: {key} must be a whole number {low}..{high}, got "
+                             f"{shown(repr(v), 60)}; compare with small.toml")
     return v
 
 

@@ -205,7 +205,8 @@ def cmd_floor(args) -> int:
             files = [(f.path, f.size or 0) for f in listing.files]
             if not sum(size for _, size in files):  # measure's line named neither the source nor what to do
                 raise CkptbenchError(f"{printable(args.source)}: every file is empty, so there is nothing to read for "
-                                     "the floor's storage figure; point it at a checkpoint whose files hold their bytes")
+                                     "the floor's storage figure; point it at a checkpoint whose files hold their "
+                                     "bytes")
         else:
             read, nbytes, what = _link_reader(source, listing, args.s3_client)
             link = {"read": read, "read_bytes": nbytes, "read_what": what}

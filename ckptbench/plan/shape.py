@@ -93,10 +93,10 @@ def measured_save(results_path: str, target: str | None = None) -> dict | None:
 
 def _unsynced(results_path: str) -> set[str]:
     """The save runs whose documents say they ran with --no-fsync."""
+    from ckptbench.records.compare import save_option
     from ckptbench.records.results import read_documents
 
-    return {d.get("run_id") for d in read_documents(results_path, "run")
-            if isinstance(d.get("options"), dict) and d["options"].get("fsync") is False}
+    return {d.get("run_id") for d in read_documents(results_path, "run") if save_option(d, "fsync") is False}
 
 
 def _page_cache_of_run(results_path: str, run_id: str) -> dict:

@@ -164,14 +164,20 @@ def _efficiency(floor: dict, took) -> float | None:
     return measured("efficiency", floor["floor_s"] / took) if measured("held_s", took) else None
 
 
+def save_option(doc: dict | None, key: str):
+    """A save's option as its run document keeps it (SAVE_OPTIONS: its rows do not); None where not on record. The
+    one reader of them for compare, history and plan."""
+    options = (doc or {}).get("options")
+    value = options.get(key) if isinstance(options, dict) else None
+    return value if isinstance(value, bool) else None
+
+
 def _settings(runs: dict[str, list[dict]], docs: dict[str, dict], run_id: str) -> dict:
     """The settings a run was made with: its last row's, and for a save its document's options (SAVE_OPTIONS)."""
     row = runs[run_id][-1]
     if row["kind"] != "save":
         return {k: row.get(k) for k in SETTINGS}
-    options = docs.get(run_id, {}).get("options")
-    options = options if isinstance(options, dict) else {}
-    return {k: row.get(k) for k in SAVE_SETTINGS} | {k: options.get(k) for k in SAVE_OPTIONS}
+    return {k: row.get(k) for k in SAVE_SETTINGS} | {k: save_option(docs.get(run_id), k) for k in SAVE_OPTIONS}
 
 
 def _newest(path: str, runs: dict[str, list[dict]], newest: str | None, kind: str | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ckptbench.records.compare import (COMPLETED, EFFICIENCY_OF, efficiency_of, held_s, measured, rates_known,
-                                       run_documents, saw_no_read, steady)
+                                       run_documents, save_option, saw_no_read, steady)
 from ckptbench.records.recorder import life, unended
 from ckptbench.records.results import KINDS, read_documents, read_rows
 from ckptbench.core.stats import spread
@@ -60,19 +60,12 @@ def runs(path: str) -> list[dict]:
             "steady": first_left_out,  # the first save left out (not a watch left with no time: it timed none)
             "efficiency": efficiency_of(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
             "floor_s": _floor_s(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
-            "fsync": _fsync(docs.get(run_id)) if kind == "save" else None,
+            # a --no-fsync save and a durable one were two alike "sync" lines, 0.052 s and 0.173 s
+            "fsync": save_option(docs.get(run_id), "fsync") if kind == "save" else None,
             "status": statuses.pop() if len(statuses) == 1 else "mixed",
             "unseen": bool(done) and not ok,  # a watch of a job seen to read no checkpoint file
         } | life(lives.get(run_id), len(done)))
     return sorted(out, key=lambda r: r["date"]) if any(not rows for rows in grouped.values()) else out
-
-
-def _fsync(doc: dict | None) -> bool | None:
-    """Whether a save fsynced before it counted as durable (its document's options); None where not on record. A
-    --no-fsync save and a durable one were two alike "sync" lines, 0.052 s and 0.173 s."""
-    options = (doc or {}).get("options")
-    fsync = options.get("fsync") if isinstance(options, dict) else None
-    return fsync if isinstance(fsync, bool) else None
 
 
 def _floor_s(doc: dict | None) -> float | None:
@@ -86,4 +79,5 @@ def _begun(started: dict) -> dict:
     text = {k: started.get(k) if isinstance(started.get(k), str) else "" for k in ("date", "source", "mode", "cache")}
     return {"run_id": started["run_id"], "kind": kind, **text, "repeats": 0, "cancelled": 0, "rto_s": None,
             "read_gbps": None, "figure": FIGURE_OF.get(kind, "rto_s"), "figure_s": None, "held_s": None,
-            "steady": False, "efficiency": None, "floor_s": None, "fsync": None, "status": "unended", "unseen": False} | life(started, 0)
+            "steady": False, "efficiency": None, "floor_s": None, "fsync": None, "status": "unended",
+            "unseen": False} | life(started, 0)

@@ -364,8 +364,8 @@ def structural_check(state: CheckpointState, concurrency: int = 8,
                        summary)
 
 
-NO_OPTIMIZER_STEP = ("--optimizer-step not run: this check has no model to step (that takes one process and ckptbench's "
-                     "manifest or a config.json of its GPT)")
+NO_OPTIMIZER_STEP = ("--optimizer-step not run: this check has no model to step (that takes one process and "
+                     "ckptbench's manifest or a config.json of its GPT)")
 WEIGHTS, MOMENTS, BOOKKEEPING = "weights", "optimizer moments", "bookkeeping"
 FQN_STATE = "optimizer.state."  # a foreign optimizer keyed by parameter name (FSDP's and DCP's, torchtitan's)
 # the per-parameter parts torch.optim keeps in the parameter's own shape (Adam/AdamW/Lion, SGD, RMSprop, Adagrad,

@@ -339,11 +339,12 @@ def _check_key(directory: str, url: S3Url, rel: str) -> None:
     try:
         size = len(url.key(rel).encode("utf-8"))
     except UnicodeEncodeError:
-        raise CkptbenchError(f"{os.path.join(directory, quote(rel)[1:-1])}: its name is not UTF-8, which an S3 key must "
-                             "be; nothing was uploaded: rename the file", exit_code=1) from None
+        raise CkptbenchError(f"{os.path.join(directory, quote(rel)[1:-1])}: its name is not UTF-8, which an S3 key "
+                             "must be; nothing was uploaded: rename the file", exit_code=1) from None
     if size > MAX_KEY_BYTES:
-        raise CkptbenchError(f"{quote(os.path.join(directory, rel), 200)[1:-1]}: its key under {quote(str(url), 80)} would be {size} "
-                             f"bytes, more than S3's {MAX_KEY_BYTES}; nothing was uploaded: use a shorter prefix",
+        raise CkptbenchError(f"{quote(os.path.join(directory, rel), 200)[1:-1]}: its key under {quote(str(url), 80)} "
+                             f"would be {size} bytes, more than S3's {MAX_KEY_BYTES}; nothing was uploaded: use a "
+                             "shorter prefix",
                              exit_code=1)
 
 

@@ -349,7 +349,8 @@ def _gone() -> str | None:
     """Why a floor that was cached is not used, when that is the reason: it is older than a day, or was measured on
     another box (a new user read "not measured yet" about a floor measured two days before)."""
     doc = _load_cache(cache_path())
-    ats = [at for v in (doc.get("ceilings") or {}).values() if isinstance(v, dict) and (at := jsontext.number(v.get("measured_at"))) is not None]
+    ats = [at for v in (doc.get("ceilings") or {}).values()
+           if isinstance(v, dict) and (at := jsontext.number(v.get("measured_at"))) is not None]
     if not ats:
         return None
     if doc.get("box") != box_key():

@@ -92,8 +92,8 @@ def write_ceiling(directory: str, size: int = WRITE_SAMPLE, levels: tuple[int, .
     _check_directory(directory)
     usage = shutil.disk_usage(directory)
     if usage.total == 0:  # procfs, sysfs: "0 MiB free ... free some space" was advice no one could take
-        raise CkptbenchError(f"{printable(directory)}: a filesystem that holds no blocks (procfs, sysfs, ...), where no "
-                             "save lands; point --write-to at the directory your saves go to")
+        raise CkptbenchError(f"{printable(directory)}: a filesystem that holds no blocks (procfs, sysfs, ...), where "
+                             "no save lands; point --write-to at the directory your saves go to")
     free = usage.free
     if free < 2 * size:
         raise CkptbenchError(f"{directory}: {free >> 20} MiB free, the write figure needs {2 * size >> 20} MiB; "
