@@ -119,9 +119,12 @@ def judge(f: Facts, small_limit: int) -> tuple[str, dict, str]:
     fixes = ["rename here copies every byte and then deletes: a save that commits by renaming a temporary directory "
              "is neither atomic nor cheap, so save to local disk and upload, or write through the S3 API",
              "read with --read pread: --read direct measures the daemon's buffers, not a cold read of the store"]
-    if small:
+    if small and f.packable != 0:  # 0: pack would refuse it ("nothing to pack"), as the small-files item says
         fixes.append(f"{small} files under {human_bytes(small_limit)} cost a request each: "
                      f"ckptbench pack {f.source} PACKED --target-files 4")
+    elif small:
+        fixes.append(f"{small} files under {human_bytes(small_limit)} cost a request each, and all are ones a loader "
+                     "opens by name (so `ckptbench pack` has nothing it may pack): save fewer, larger files")
     if isinstance(f.fuse, dict) and cache is None:
         fixes.append(f"no {traits.cache}: every restore fetches from the object store again; a node that restores "
                      f"more than once can keep a local copy ({kind}: {_cache_hint(kind, traits)})")

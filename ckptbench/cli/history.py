@@ -8,6 +8,7 @@ import os
 from ckptbench.cli.show import emit
 from ckptbench.core.errors import CkptbenchError, printable, redact, redact_all, shown
 from ckptbench.core.units import human_figure, human_pct
+from ckptbench.records.history import where
 from ckptbench.system.floor import OVER_FLOOR, SHORT_FLOOR, says_little
 
 UNSEEN = "no checkpoint read seen: compare passes over it"
@@ -47,7 +48,7 @@ def run_line(r: dict) -> str:
     # recorded text is anyone's: an escape in a source path would retitle or wipe the terminal, a `token=` in any
     # field would be shown
     return (f"{shown(redact(r['run_id']), 40)}  {shown(redact(r['kind']), 10):7s}  {shown(redact(r['date'][:19]), 19)}"
-            f"  {printable(redact(r['source']))}  {shown(redact(how), 40)}  {repeats}  "
+            f"  {printable(redact(where(r)))}  {shown(redact(how), 40)}  {repeats}  "
             f"median {words} {took}{eff}  {status_words(r)}")
 
 

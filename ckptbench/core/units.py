@@ -102,6 +102,8 @@ def human_figure(key: str, value, shares: frozenset | set = frozenset()) -> str:
         return "unknown"
     if isinstance(value, (list, tuple)):
         return ", ".join(human_figure(key, v, shares) for v in value)
+    if isinstance(value, dict):  # a histogram, a daemon's options: the dashboard showed {'<64KiB': 23, ...}
+        return ", ".join(f"{k}: {human_figure(str(k), v, shares)}" for k, v in value.items()) or "none"
     if not isinstance(value, (int, float)):
         return str(value)
     if key in shares:

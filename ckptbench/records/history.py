@@ -15,6 +15,7 @@ FIGURE_OF = {"save": "durable_s"}
 
 
 def runs(path: str) -> list[dict]:
+    """One summary per run id; `where` says which checkpoint it read, or for a save what it wrote where."""
     if not os.path.exists(path):
         return []
     grouped: dict[str, list[dict]] = {}
@@ -46,6 +47,8 @@ def runs(path: str) -> list[dict]:
         out.append({
             "run_id": run_id, "kind": kind, "date": rows[0]["timestamp"], "source": rows[0]["source"],
             "mode": rows[0]["mode"], "cache": rows[0]["cache"],
+            # a save's source is the state it wrote ("small"); where it wrote is what tells two save runs apart
+            "target": (rows[0].get("target") or None) if kind == "save" else None,
             # a repeat cancelled midway is no repeat: said apart (a new user's 3 repeats read 4 after a Ctrl-C)
             "repeats": sum(1 for r in rows if r["status"] != "cancelled"),
             "cancelled": sum(1 for r in rows if r["status"] == "cancelled"),
@@ -77,7 +80,13 @@ def _begun(started: dict) -> dict:
     """A run started on record with no repeat or save ended: its line, with nothing measured."""
     kind = started.get("kind") if started.get("kind") in KINDS else "restore"
     text = {k: started.get(k) if isinstance(started.get(k), str) else "" for k in ("date", "source", "mode", "cache")}
-    return {"run_id": started["run_id"], "kind": kind, **text, "repeats": 0, "cancelled": 0, "rto_s": None,
+    target = started.get("target") if kind == "save" and isinstance(started.get("target"), str) else None
+    return {"run_id": started["run_id"], "kind": kind, **text, "target": target or None, "repeats": 0, "cancelled": 0, "rto_s": None,
             "read_gbps": None, "figure": FIGURE_OF.get(kind, "rto_s"), "figure_s": None, "held_s": None,
             "steady": False, "efficiency": None, "floor_s": None, "fsync": None, "status": "unended",
             "unseen": False} | life(started, 0)
+
+
+def where(r: dict) -> str:
+    """What a run's line names: its source, or for a save the state it wrote and the folder it wrote it to."""
+    return f"{r['source']} → {r['target']}" if r.get("target") else r["source"]

@@ -801,6 +801,10 @@ def test_evidence_reads_in_the_units_its_key_names():
     assert text("gap_s", 0.0303) == "0.030 s" and text("ratio", 0.04391) == "0.044" and text("files", 5) == "5"
     assert text("verify_s", 0.00042) == "0.42 ms" and text("device_s", 0.0) == "0.000 s"
     assert text("fs_type", "ext4") == "ext4" and text("network", False) == "no"
+    # the dashboard's checklist screen shows every evidence value: a histogram read {'<64KiB': 23, ...}
+    assert text("histogram", {"<64KiB": 23, ">=256MiB": 1}) == "<64KiB: 23, >=256MiB: 1"
+    assert text("daemon_options", {"url": "http://h", "cache_bytes": 1 << 20}) == "url: http://h, cache_bytes: 1.0 MiB"
+    assert text("histogram", {}) == "none"
 
 
 # ================================================================ the command line

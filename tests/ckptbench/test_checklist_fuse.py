@@ -98,6 +98,17 @@ def test_s3fs_item_names_rename_o_direct_small_files_and_the_cache():
     assert "https://s3.eu-west-1.x" in checklist.network_path(f).fix
 
 
+def test_s3fs_small_files_that_pack_would_not_pack_are_not_sent_to_pack():
+    """All small files a loader opens by name (shards, configs): pack says "nothing to pack", so the FUSE item,
+    as the small-files item, advises fewer, larger files at save time instead."""
+    f = _facts(S3FS, {"kind": "s3fs", "pid": 7, "command": "s3fs", "options": {}})
+    f.packable = 0
+    it = checklist.fuse_mount(f)
+    assert f"ckptbench pack {f.source}" not in it.fix and "23 files under" in it.fix and "fewer, larger files" in it.fix
+    f.packable = 5
+    assert f"ckptbench pack {f.source} PACKED" in checklist.fuse_mount(f).fix
+
+
 def test_s3fs_with_a_cache_is_not_told_to_add_one():
     it = checklist.fuse_mount(_facts(S3FS, {"kind": "s3fs", "pid": 7, "command": "s3fs",
                                             "options": {"use_cache": "/nvme/c"}}, sizes=(64 * MIB,)))

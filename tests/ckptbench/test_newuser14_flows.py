@@ -91,6 +91,19 @@ def test_history_tells_a_no_fsync_save_from_a_durable_one(ckpt, tmp_path):
     assert [r["fsync"] for r in json.loads(run_cli("history", results, "--json").out)["runs"]] == [True, False]
 
 
+def test_history_names_where_a_save_wrote_beside_what_it_saved(ckpt, tmp_path):
+    """Two save runs of one checkpoint to two targets read as the same line: the target was not on it."""
+    import json
+
+    src, results = ckpt("safetensors", 2), tmp_path / "results.csv"
+    for t in ("fast-disk", "slow-disk"):
+        assert run_cli("save", src, tmp_path / t, "--count", "1", "--no-fsync", "--results", results).rc == 0
+    lines = run_cli("history", results).out.splitlines()
+    assert [f"{src} → {tmp_path / t}" in line for line, t in zip(lines, ("fast-disk", "slow-disk"))] == [True, True]
+    assert [r["target"] for r in json.loads(run_cli("history", results, "--json").out)["runs"]] == [
+        str(tmp_path / "fast-disk"), str(tmp_path / "slow-disk")]
+
+
 def test_plan_judges_an_interval_by_the_newest_durable_save_not_a_no_fsync_one(ckpt, tmp_path):
     import json
 

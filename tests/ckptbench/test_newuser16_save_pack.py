@@ -308,6 +308,20 @@ def test_save_text_json_and_plan_give_one_figure(tmp_path, capsys):
     assert 10**9 / run["figure_s"] / 1e9 == pytest.approx(1 / 1.5)  # history's median time gives the same rate
 
 
+def test_a_no_fsync_series_is_not_headlined_durable(tmp_path, capsys):
+    """--no-fsync: each time ends at the rename, with the bytes perhaps only in memory; the headline said
+    "sustained durable throughput" above a note saying they were not."""
+    from ckptbench.cli.save import print_report
+    from ckptbench.save.analysis import analyze
+    from ckptbench.save.report import SaveOptions
+
+    saves = [_timing(1, 10**9, 9.0), _timing(2, 10**9, 1.0), _timing(3, 10**9, 2.0)]
+    print_report(analyze(str(tmp_path), SaveOptions(count=3, fsync=False), saves, [], [], None, []))
+    out = capsys.readouterr().out
+    assert "durable throughput" not in out and "until durable" not in out
+    assert "sustained throughput, not durable (--no-fsync) 0.667 GB/s" in out and "(rename time × 1.25)" in out
+
+
 def test_a_real_series_reports_bytes_over_its_median_time(tmp_path):
     r = run_cli("save", "small", tmp_path / "t", "--scale", "0.02", "--count", "3", "--results", "", "--json")
     assert r.rc == 0, r.err

@@ -87,6 +87,11 @@ async def test_a_lane_per_rank_and_the_straggler_is_the_rank_that_ended_last(mak
         assert [lane.rank for lane in shown if lane.has_class("-straggler")] == [last] == [1]
         assert "straggler" in h.text_of(screen.query_one("#lane-1 .lane-end-s", Static))
         assert "straggler" not in h.text_of(screen.query_one("#lane-0 .lane-end-s", Static))
+        # a rank's stages total its own time, not the run's RTO (which ends with the straggler): four lanes read
+        # "RTO" four ways for one run
+        stages = str(screen.query_one("#lane-0 .lane-stages").render())
+        own = sum(doc["repeats"][0]["ranks"][0]["stages"].values())
+        assert "RTO" not in stages and f"this rank {own:.3f}s" in stages, stages
         # bars against the largest rank's bytes (150 MB): rank 2 read 90 of them
         bar = screen.query_one("#lane-2 .lane-bar", ProgressBar)
         assert (bar.progress, bar.total) == (90 * MB, 150 * MB)

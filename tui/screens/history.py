@@ -61,7 +61,7 @@ class HistoryScreen(Screen):
         from ckptbench.cli.history import status_words
         from ckptbench.distributed.history import dist_runs
         from ckptbench.core.errors import CkptbenchError, printable, redact
-        from ckptbench.records.history import runs
+        from ckptbench.records.history import runs, where
 
         table = self.query_one("#runs", DataTable)
         table.clear(columns=True)
@@ -82,7 +82,7 @@ class HistoryScreen(Screen):
             return escape(printable(value))
 
         for r in self.runs:
-            table.add_row(" ", *map(text, (r["run_id"], r["date"][:19], redact(r["source"]), self.mode_of(r),
+            table.add_row(" ", *map(text, (r["run_id"], r["date"][:19], redact(where(r)), self.mode_of(r),
                                            r["cache"])),
                           str(r["repeats"]), time_cell(r),
                           "-" if r["read_gbps"] is None else f"{r['read_gbps']:.2f}", efficiency_cell(r),

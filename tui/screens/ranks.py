@@ -120,7 +120,7 @@ class RankLane(Vertical):
                 yield ProgressBar(total=1, show_eta=False, classes="lane-bar")
                 yield RateSpark(classes="lane-spark")
                 yield Static(classes="lane-figures")
-            yield StageBar(classes="lane-stages")
+            yield StageBar("this rank", classes="lane-stages")
             yield Static(classes="lane-end-s")
         yield Static(classes="lane-error")
 

@@ -20,8 +20,11 @@ class StageBar(Widget):
     StageBar { height: 4; }
     """
 
-    def __init__(self, **kw):
+    def __init__(self, total_word: str = "RTO", **kw):
+        """`total_word` names the stages' total: a restore's RTO, or on a distributed run's rank lane that rank's
+        own time (the run's RTO ends with its slowest rank, so each lane saying "RTO" gave four RTOs for one run)."""
         super().__init__(**kw)
+        self.total_word = total_word
         self.stages: dict[str, float] = {}
         self.active: str | None = None
         self.note = ""
@@ -83,11 +86,11 @@ class StageBar(Widget):
                 out.append(f" {s} ", style=f"bold {COLORS[s]}")
                 out.append(f"{v:.3f}s {human_pct(share)}  ")
         if self.failed:
-            out.append("\n RTO — ", style="bold")
+            out.append(f"\n {self.total_word} — ", style="bold")
             out.append(f"(failed after {total:.3f}s: no restore to time)", style="red")
         else:
             rto = self.rto if self.rto is not None else total
-            out.append(f"\n RTO {rto:.3f}s" if rto else "\n RTO —")
+            out.append(f"\n {self.total_word} {rto:.3f}s" if rto else f"\n {self.total_word} —")
         if self.note:
             out.append(f"   ({self.note})", style="dim")
         if self.unverified:  # beside the RTO it qualifies, not in a toast that vanishes
