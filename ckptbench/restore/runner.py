@@ -298,8 +298,8 @@ class Run:
             if buffers is not None:
                 tail = restore.load_tail(listing.source, man, reader=_buffer_reader(listing, man, buffers),
                                          rels=listing.rels)
-            else:
-                tail = restore.load_tail(listing.source, man)
+            else:  # the files the listing holds (a walk of the folder again could find others since, or beside)
+                tail = restore.load_tail(listing.source, man, rels=listing.rels)
             if self.tiled is not None:
                 state = self._from_pieces(listing, buffers or {})
             else:

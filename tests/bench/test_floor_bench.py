@@ -85,6 +85,28 @@ def test_the_floors_method_lines_give_the_read_path_and_the_threads():
     assert agree.threads_of(f.ceilings["populate_4k"].method) == 2
 
 
+def test_fio_is_held_to_the_storage_figure_as_the_best_of_as_many_reads(tmp_path, monkeypatch):
+    """The storage figure is the best of its sweep's cold reads: fio's side is the best of as many, read out of the
+    method line storage_ceiling writes (the count of its reads into reused buffers, those into fresh memory apart)."""
+    import fastio
+    from ckptbench.system import sourcefigures
+
+    path = tmp_path / "shard.bin"
+    path.write_bytes(os.urandom(8 << 20))
+    swept = []
+    real = fastio.read_files
+
+    def counted(specs, **kw):
+        if not kw.get("into_memory"):
+            swept.append(kw["concurrency"])
+        return real(specs, **kw)
+
+    monkeypatch.setattr(fastio, "read_files", counted)
+    c, _ = sourcefigures.storage_ceiling([(str(path), 8 << 20)], levels=(1, 4))
+    assert agree.storage_reads(c.method) == len(swept) >= 3, (c.method, swept)
+    assert agree.storage_reads("no sweep said") == 1
+
+
 def test_the_sample_is_the_largest_files_up_to_the_floors_sample():
     files = [("a", 100), ("b", fl.STORAGE_SAMPLE), ("c", 5)]
     assert agree.sample(files) == [("b", fl.STORAGE_SAMPLE)]

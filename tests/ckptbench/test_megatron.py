@@ -18,7 +18,7 @@ import torch
 MODES = ("fused", "staged")
 
 
-def megatron_shard(tp: int, iteration: int, root: str) -> dict:
+def megatron_shard(tp: int, iteration: int, root: str, tp_size: int = 2, pp_size: int = 1) -> dict:
     g = torch.Generator().manual_seed(tp * 10_000 + iteration)
     h = 32
     encoder = {f"layers.{i}.self_attention.query_key_value.weight": torch.randn(3 * h // 2, h, generator=g)
@@ -31,7 +31,8 @@ def megatron_shard(tp: int, iteration: int, root: str) -> dict:
                                          for i, p in enumerate(params)},
                                "param_groups": [{"lr": 1e-4, "params": list(range(len(params)))}]},
                  "fp32_from_fp16_params": [[p.float().clone() for p in params]]}
-    return {"args": argparse.Namespace(tensor_model_parallel_size=2, iteration=iteration, save=root),
+    return {"args": argparse.Namespace(tensor_model_parallel_size=tp_size, pipeline_model_parallel_size=pp_size,
+                                       iteration=iteration, save=root),
             "checkpoint_version": 3.0, "iteration": iteration, "model": model, "optimizer": optimizer,
             "opt_param_scheduler": {"max_lr": 1e-4, "num_steps": iteration},
             "rng_state": [{"random_rng_state": random.Random(tp).getstate(),
@@ -39,15 +40,18 @@ def megatron_shard(tp: int, iteration: int, root: str) -> dict:
                            "torch_rng_state": torch.get_rng_state()}]}
 
 
-def write_megatron(root, iterations=(1000, 2000), latest: str | None = "2000", tp: int = 2) -> dict:
-    """The tree; returns {relative path: the saved object} of every rank file."""
+def write_megatron(root, iterations=(1000, 2000), latest: str | None = "2000", tp: int = 2, pp: int = 1) -> dict:
+    """The tree; returns {relative path: the saved object} of every rank file (mp_rank_TT, or mp_rank_TT_PPP
+    under pipeline parallelism, as Megatron names them)."""
     saved = {}
     for it in iterations:
         for rank in range(tp):
-            rel = f"iter_{it:07d}/mp_rank_{rank:02d}/model_optim_rng.pt"
-            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
-            saved[rel] = megatron_shard(rank, it, str(root))
-            torch.save(saved[rel], os.path.join(root, rel))
+            for stage in range(pp):
+                tag = f"mp_rank_{rank:02d}" + (f"_{stage:03d}" if pp > 1 else "")
+                rel = f"iter_{it:07d}/{tag}/model_optim_rng.pt"
+                os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+                saved[rel] = megatron_shard(rank * pp + stage, it, str(root), tp, pp)
+                torch.save(saved[rel], os.path.join(root, rel))
     if latest is not None:
         (root / "latest_checkpointed_iteration.txt").write_text(latest + "\n")
     return saved
@@ -124,6 +128,28 @@ def test_a_bad_iteration_file_is_one_line(meg, h, tmp_path, latest, needle):
     assert r.rc != 0 and r.out == ""
     assert len(r.err_lines) == 1 and "Traceback" not in r.err, r.err
     assert "latest_checkpointed_iteration.txt" in r.err_lines[0] and needle in r.err_lines[0], r.err_lines[0]
+
+
+@pytest.mark.parametrize("tp, pp, drop, needle", [
+    (2, 1, "mp_rank_01", "tensor-parallel size 2, but mp_rank_01 is missing (1 found)"),  # its args say 2
+    (4, 1, "mp_rank_02", "tensor-parallel size 4, but mp_rank_02 is missing (3 found)"),
+    (2, 2, "mp_rank_01_001", "tensor-parallel size 2, pipeline size 2, but mp_rank_01_001 is missing (3 found)"),
+])
+@pytest.mark.parametrize("mode", MODES)
+def test_an_iteration_short_of_a_model_parallel_rank_is_refused(tmp_path, h, tp, pp, drop, needle, mode):
+    """Each rank's slices are kept under its mp_rank_ tag, so an iteration missing one restored as whole; a
+    resume's rank that loads the missing file fails."""
+    import shutil
+
+    root = tmp_path / "m"
+    root.mkdir()
+    write_megatron(root, iterations=(10,), latest="10", tp=tp, pp=pp)
+    whole = h.run_cli("run", root, "--json", "--repeat", "1", "--mode", mode, "--results", tmp_path / "R.csv")
+    assert whole.rc == 0 and json.loads(whole.out)["files"] == tp * pp, whole.err
+    shutil.rmtree(root / "iter_0000010" / drop)
+    r = h.run_cli("run", root, "--json", "--repeat", "1", "--mode", mode, "--results", tmp_path / "R.csv")
+    assert r.rc != 0 and r.out == "" and len(r.err_lines) == 1 and "Traceback" not in r.err, r.err
+    assert needle in r.err_lines[0] and "re-copy the iteration" in r.err_lines[0], r.err_lines[0]
 
 
 @pytest.mark.parametrize("iteration, latest", [(12345678, "12345678"), (5, "00000005")])

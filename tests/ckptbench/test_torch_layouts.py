@@ -493,6 +493,21 @@ def test_legacy_files_restore_in_every_mode(tmp_path, mode):
         _assert_same(state.extra, _flat(obj))
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.uint16])
+def test_a_legacy_file_with_a_dtype_that_format_cannot_name_says_so_not_corrupt(tmp_path, dtype):
+    """torch.save's legacy format writes a float8 or uint16 storage untyped, and torch.load fails on it (an
+    AttributeError): the line said "the shard is corrupt or truncated" of a file torch wrote as it does."""
+    root = tmp_path / "legacy"
+    root.mkdir()
+    torch.save({"w": torch.zeros(4, dtype=dtype), "b": torch.ones(3)}, str(root / "model.pt"),
+               _use_new_zipfile_serialization=False)
+    with pytest.raises(Exception):  # what the line claims: torch itself cannot read it back
+        torch.load(str(root / "model.pt"), weights_only=True)
+    for mode in MODES:
+        line = _one_line(_run(str(root), mode, tmp_path), "model.pt", "legacy format", "torch.load cannot read it")
+        assert "corrupt" not in line and "crafted" not in line
+
+
 def test_two_files_disagreeing_on_a_key_is_a_format_error_naming_both(tmp_path):
     from ckptbench.restore import load as restore
     from ckptbench.checkpoint.formats import FormatError

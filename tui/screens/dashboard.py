@@ -28,7 +28,7 @@ from ckptbench.system.live import LiveRates
 from ckptbench.sources import PROGRESS_INTERVAL_S
 from tui.messages import FloorKnown, RunCancelled, RunFailed, RunFinished, SourceListed, SourceMeasured
 from tui.screens.loopmode import LoopMode
-from tui.widgets.chart import ThroughputChart
+from tui.widgets.chart import WAITING, ThroughputChart
 from tui.widgets.floorline import FloorView
 from tui.widgets.stagebar import StageBar, digest_words, run_note, verify_line
 from tui.widgets.syspanel import SystemPanel
@@ -112,6 +112,7 @@ class Dashboard(LoopMode):
         app = self.app
         self.concurrency = app.opts.concurrency
         self.rates, self._rates_pass = LiveRates(), 0  # the live figures, and the loop pass they follow
+        self._sampled_pass = self._charted_pass = 0  # a loop's last pass a poll charted, and the last pass on the chart
         self.read_picked = ""  # what `--read auto` chose in the last run
         self.loop = None  # the ReadLoop while loop mode runs
         self.tuner = None  # the AutoTune of the last `t`
@@ -231,9 +232,12 @@ class Dashboard(LoopMode):
 
     def begin(self, active: str | None, note: str, shown: tuple[str, ...] = STAGES, looping: bool = False) -> None:
         """A run or a loop starts: a clear chart, stage box and rates (the floor looked up for its settings stands)."""
-        self.query_one("#chart", ThroughputChart).clear()
+        chart = self.query_one("#chart", ThroughputChart)
+        chart.clear()
+        chart.waiting = WAITING  # a loop that stopped unsampled said so in its place
         self.query_one("#stages", StageBar).update_stages({}, active, note, shown, failed=False, unverified="")
         self.rates, self._rates_pass, self.running = LiveRates(), 0, True
+        self._sampled_pass = self._charted_pass = 0  # a loop's last pass a poll charted, and the last pass on the chart
         self.floor.new_run(looping)
         self.show_settings()
 

@@ -10,6 +10,7 @@ from textual.widget import Widget
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 WINDOW_S = 60.0
+WAITING = "waiting for the read stage…"
 
 
 class ThroughputChart(Widget):
@@ -17,7 +18,7 @@ class ThroughputChart(Widget):
     ThroughputChart { height: 10; }
     """
 
-    def __init__(self, *, unit: str = "GB/s", waiting: str = "waiting for the read stage…", **kw):
+    def __init__(self, *, unit: str = "GB/s", waiting: str = WAITING, **kw):
         super().__init__(**kw)
         self.unit, self.waiting = unit, waiting
         self.samples: list[tuple[float, float]] = []  # (t, GB/s)

@@ -192,6 +192,13 @@ class _DryRun(KeyedUnpickler):
         dtype = _STORAGE_DTYPES.get(kind)
         if dtype is None and kind not in _UNTYPED:
             raise FormatError(f"{self.where}: its pickle names a storage of {kind[:60]}, not torch's; {_CRAFTED}")
+        if dtype is None and self.members is None:
+            # torch's legacy format names a storage by its typed class; a dtype with none (float8, uint16..) is
+            # written untyped, and torch.load fails on it as well: the file is as torch wrote it, not damaged
+            raise FormatError(f"{self.where}: torch's legacy format (torch.save with _use_new_zipfile_serialization="
+                              "False) holds a storage of a dtype it has no name for (float8, uint16, uint32, ...), "
+                              "which torch.load cannot read it back either; save it again in torch.save's default "
+                              "format")
         nbytes = numel * (dtype.itemsize if dtype is not None else 1)
         if self.members is not None:
             held = self.members.get(key)

@@ -13,6 +13,7 @@ from ckptbench.checkpoint.formats.state import CheckpointState, FormatError
 from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
 
 _ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_(optim|model)_states\.pt$")
+_MP = re.compile(r"^mp_rank_([0-9]{2})(?:_([0-9]{3}))?$")  # Megatron's mp_rank_TT[_PPP] (layouts.MP_DIR)
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).contiguous().view(torch.uint8)
@@ -100,6 +101,7 @@ def load_shards(paths: list[str], buffers: dict | None = None) -> CheckpointStat
         held[os.path.normpath(path)] = set(one.model)
         state.merge(one)
     _zero_complete(paths, state)
+    _megatron_complete(paths, state)
     read = {os.path.normpath(p): b for p, b in buffers.items()} if buffers is not None else None
     for directory in sorted({os.path.dirname(p) for p in held}):
         index = hf_index_of(directory, read)
@@ -125,3 +127,47 @@ def _zero_complete(paths: list[str], state: CheckpointState) -> None:
             raise FormatError(f"{folder}: DeepSpeed saved {kind} states of mp_rank_{mp} for {world} data-parallel "
                               f"rank(s), but {what} ({len(ranks)} found); the step is not one whole save (a resume "
                               "and zero_to_fp32 fail on it): re-copy the step")
+
+
+def _sizes_saved(state: CheckpointState, name: str, folder: str) -> int | None:
+    """The `args.<name>` every rank file saved (each under its mp_rank_ tag, torch_format._mp_tag); None where none
+    did. Ranks that saved two are two saves' files."""
+    sizes = {v for k, v in state.extra.items() if k.endswith(f".args.{name}") and type(v) is int and v > 0}
+    if len(sizes) > 1:
+        raise FormatError(f"{folder}: its model-parallel ranks saved {name} {' and '.join(map(str, sorted(sizes)))}: "
+                          "two saves' ranks in one iteration, not one whole save: re-copy the iteration")
+    return next(iter(sizes), None)
+
+
+def _mp_name(tp: int, pp: int | None) -> str:
+    return f"mp_rank_{tp:02d}" + ("" if pp is None else f"_{pp:03d}")
+
+
+def _megatron_complete(paths: list[str], state: CheckpointState) -> None:
+    """Megatron's model-parallel ranks of one iteration are mp_rank_TT (tensor-parallel rank TT), or mp_rank_TT_PPP
+    under pipeline parallelism, for every TT below the tensor-parallel size its args saved and every PPP below the
+    pipeline size: each rank of a resume loads its own, and a missing one fails there. Loaded apart (their slices
+    kept under their tags), an iteration short of one restored as whole."""
+    groups: dict[str, set[tuple[int, int | None]]] = {}
+    for path in paths:
+        m = _MP.match(os.path.basename(os.path.dirname(path)))
+        if m is not None:
+            groups.setdefault(os.path.dirname(os.path.dirname(path)), set()).add(
+                (int(m.group(1)), None if m.group(2) is None else int(m.group(2))))
+    for folder, ranks in sorted(groups.items()):
+        if len({p is None for _, p in ranks}) > 1:
+            raise FormatError(f"{folder}: holds mp_rank_TT and mp_rank_TT_PPP folders together: two saves' ranks in "
+                              "one iteration, not one whole save: re-copy the iteration")
+        piped = next(iter(ranks))[1] is not None
+        tp = _sizes_saved(state, "tensor_model_parallel_size", folder) or max(t for t, _ in ranks) + 1
+        pp = (_sizes_saved(state, "pipeline_model_parallel_size", folder) or max(p for _, p in ranks) + 1
+              if piped else None)
+        want = {(t, p) for t in range(tp) for p in (range(pp) if piped else (None,))}
+        order = lambda r: (r[0], -1 if r[1] is None else r[1])  # noqa: E731 (None sorts with ints)
+        missing, beyond = sorted(want - ranks, key=order), sorted(ranks - want, key=order)
+        if missing or beyond:
+            what = f"{_mp_name(*missing[0])} is missing" if missing else f"{_mp_name(*beyond[0])} is beyond them"
+            size = f"tensor-parallel size {tp}" + (f", pipeline size {pp}" if piped else "")
+            raise FormatError(f"{folder}: Megatron saved model-parallel ranks for {size}, but {what} ({len(ranks)} "
+                              "found); the iteration is not one whole save (a resume fails on it): re-copy the "
+                              "iteration")
