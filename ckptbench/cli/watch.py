@@ -82,6 +82,8 @@ def _print(doc: dict) -> None:
     # no byte seen read times no reading: "0 B in 0.00 s: 0.00 GB/s" gave a rate nothing measured
     read = (f"read {least}{human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {least}"
             f"{doc['loader_gbps']:.2f} GB/s" if doc["bytes"] else "read: no checkpoint read seen, no reading timed")
+    if doc["bytes"] and not doc["io_span_s"]:  # bytes seen and no window: no time, so no rate (not 0.00 GB/s)
+        read = f"read {least}{human_bytes(doc['bytes'])}, untimed: {doc.get('window_note') or 'no reading window'}"
     _say(f"{read}; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; "
          f"major faults {doc['majflt']}")
     if least:

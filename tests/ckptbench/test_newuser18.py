@@ -1,0 +1,97 @@
+"""From a new user's pass over a Trainer's output_dir and a Lightning checkpoints folder (each written by its library:
+tests/compat/fixtures): a first run's last line sent the user to `compare`, which could only refuse; `--pick` of one
+of two Lightning .ckpt files side by side listed the other as "not read" twice; a watch of a Trainer resume whose
+2 MiB were read between two samples said "read 2.0 MiB in 0.00 s of reading: 0.00 GB/s", gave "the loader got
+0.00 GB/s" as its verdict and recorded an RTO of 0 s."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from clirun import run_cli
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compat", "fixtures")
+
+
+def _copy(name: str, dest) -> str:
+    root = os.path.join(str(dest), name)
+    shutil.copytree(os.path.join(FIXTURES, name), root, ignore=shutil.ignore_patterns("expected.json"))
+    return root
+
+
+def _recorded(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("recorded: "))
+
+
+def test_a_first_run_is_not_sent_to_a_compare_that_refuses(tmp_path):
+    """The Trainer's output_dir restored once, then cold: each first of its kind offered `compare`, which exited 2
+    ("no earlier restore run ... to be its default baseline"); the next like it names the run it is held against."""
+    src, results = _copy("trainer_outdir", tmp_path), str(tmp_path / "r.csv")
+    first = run_cli("run", src, "--repeat", "1", "--results", results)
+    assert first.rc == 0, first.err
+    said = _recorded(first.out)
+    assert "no earlier run like it is on record" in said and "--baseline RUN" in said, said
+    assert f"`ckptbench history {results}`" in said
+    assert run_cli("compare", results).rc == 2  # what the line had sent the user to
+    cold = run_cli("run", src, "--repeat", "1", "--cache", "cold", "--results", results)
+    assert "no earlier run like it is on record" in _recorded(cold.out)
+    assert run_cli("compare", results).rc == 2  # as-is before, cold now: compare has no default baseline
+    again = run_cli("run", src, "--repeat", "1", "--cache", "cold", "--results", results)
+    base = next(line.split()[2] for line in cold.out.splitlines() if line.startswith("recorded: "))
+    assert f"`ckptbench compare {results}` holds it against {base}, the last one like it" in _recorded(again.out)
+    assert run_cli("compare", results).rc in (0, 1)
+
+
+def test_picking_one_of_two_lightning_checkpoints_lists_the_other_once(tmp_path):
+    """Two .ckpt files of one ModelCheckpoint (Lightning wrote one; the other is its copy at another step, as
+    every_n_train_steps=1 leaves them): the one not picked was one of the top's files and one of the picked file's
+    folder, and inspect and run said "not read: epoch=0-step=1.ckpt (not picked (--pick))" twice."""
+    root = _copy("lightning_ckpt_max", tmp_path)
+    folder = os.path.join(root, "checkpoints")
+    shutil.copy(os.path.join(folder, "epoch=0-step=2.ckpt"), os.path.join(folder, "epoch=0-step=1.ckpt"))
+    for cmd in (("inspect",), ("run", "--repeat", "1", "--results", str(tmp_path / "r.csv"))):
+        r = run_cli(*cmd, folder, "--pick", "epoch=0-step=2.ckpt")
+        assert r.rc == 0, r.err
+        passed = [line for line in r.out.splitlines() if line.strip().startswith("not read:")]
+        assert passed == ["  not read: epoch=0-step=1.ckpt (not picked (--pick))"], r.out
+
+
+def _between_samples(src: str):
+    """A watch of a hot Trainer resume of `src`'s files: 6 s of imports at 0.25 s samples, its read calls (a few MiB
+    of modules) too slow for a load's, and the checkpoint files read and let go between two samples: their pages
+    say it read them, no interval held one."""
+    from ckptbench.watch import sampler as watch
+
+    files = {os.path.join(src, n): os.path.getsize(os.path.join(src, n)) for n in sorted(os.listdir(src))}
+    ivs = [watch.Interval(k * 0.25, (k + 1) * 0.25, 64 << 10, 0, 1.0, 1.0, 1, 0.0, 300 << 20, "starting")
+           for k in range(24)]
+    total = sum(files.values())
+    return watch.WatchReport(pid=1, command="python resume.py", wall_s=6.0, bytes=total, disk_bytes=0, files=files,
+                             intervals=ivs, phases=[], unseen=sorted(files), files_bytes=total, interval_s=0.25,
+                             source=src, residency_first=dict.fromkeys(files, 1.0))
+
+
+def test_a_watch_that_saw_no_read_of_the_bytes_it_counts_gives_no_rate_and_no_rto(tmp_path, capsys):
+    from ckptbench.cli import watch as cli_watch
+    from ckptbench.records.results import read_rows
+    from ckptbench.system import env as envmod
+    from ckptbench.watch import results, verdict
+
+    src = os.path.join(_copy("trainer_outdir", tmp_path), "checkpoint-10")
+    report = _between_samples(src)
+    assert report.io_span_s == 0 and report.bytes > 0
+    assert "too short to time" in report.reading.note and "--interval 0.02" in report.reading.note
+    v = verdict.judge(report, verdict.StorageProbe(0.8, "cold (verified)", 1, report.bytes), cpus=2,
+                      mem_total=24 << 30)
+    assert v.verdict == "unknown" and "0.00 GB/s" not in v.why and "rate is unknown" in v.why, v
+    assert "ckptbench check" not in v.fix and "mark the load" in v.fix, v.fix
+    doc = report.to_json() | {"verdict": None, "floor_s": None, "floor_note": "unknown"}
+    cli_watch._print(doc)
+    out = capsys.readouterr().out
+    assert "0.00 GB/s" not in out and "in 0.00 s of reading" not in out, out
+    assert "untimed: no sample saw it read" in out, out
+    path = str(tmp_path / "r.csv")
+    results.record(path, "w1", report.to_json(), envmod.snapshot(str(tmp_path)))
+    row = read_rows(path)[-1]
+    assert row["rto_s"] is None and row["read_s"] is None and row["read_gbps"] is None, row
