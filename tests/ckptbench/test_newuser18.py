@@ -95,3 +95,18 @@ def test_a_watch_that_saw_no_read_of_the_bytes_it_counts_gives_no_rate_and_no_rt
     results.record(path, "w1", report.to_json(), envmod.snapshot(str(tmp_path)))
     row = read_rows(path)[-1]
     assert row["rto_s"] is None and row["read_s"] is None and row["read_gbps"] is None, row
+
+
+def test_check_says_which_checkpoints_files_left_the_page_cache(tmp_path):
+    """check of a Trainer's output_dir reads the checkpoint a resume takes cold, not the older ones beside it; its
+    note said the output_dir's files had left the page cache."""
+    from ckptbench.system.pagecache import residency_of
+
+    out = _copy("trainer_outdir", tmp_path)
+    older = os.path.join(out, "checkpoint-3", "optimizer.pt")
+    open(older, "rb").read()
+    before = residency_of([older])
+    r = run_cli("check", out)
+    note = next(line for line in r.err.splitlines() if line.startswith("note: "))
+    assert note.startswith(f"note: {os.path.join(out, 'checkpoint-10')}'s files were read cold"), note
+    assert residency_of([older]) == before > 0  # checkpoint-3 was not read: its pages stay
