@@ -84,6 +84,10 @@ def _print(doc: dict) -> None:
             f"{doc['loader_gbps']:.2f} GB/s" if doc["bytes"] else "read: no checkpoint read seen, no reading timed")
     if doc["bytes"] and not doc["io_span_s"]:  # bytes seen and no window: no time, so no rate (not 0.00 GB/s)
         read = f"read {least}{human_bytes(doc['bytes'])}, untimed: {doc.get('window_note') or 'no reading window'}"
+    elif doc["bytes"] and doc.get("window_note"):  # reads inside one sample: its length bounds their time, as the
+        # verdict's "at least" says (the headline gave the bound as the rate beside "too short to time")
+        read = (f"read {least}{human_bytes(doc['bytes'])} in at most {doc['io_span_s']:.2f} s of reading: at least "
+                f"{doc['loader_gbps']:.2f} GB/s")
     _say(f"{read}; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; "
          f"major faults {doc['majflt']}")
     if least:

@@ -110,3 +110,32 @@ def test_check_says_which_checkpoints_files_left_the_page_cache(tmp_path):
     note = next(line for line in r.err.splitlines() if line.startswith("note: "))
     assert note.startswith(f"note: {os.path.join(out, 'checkpoint-10')}'s files were read cold"), note
     assert residency_of([older]) == before > 0  # checkpoint-3 was not read: its pages stay
+
+
+def test_a_watch_whose_reads_fit_in_one_sample_gives_bounds_not_a_rate_and_no_rto(tmp_path, capsys):
+    """from_pretrained of a Trainer's checkpoint at --interval 0.02: its reads fit in one sample. The floor said "too
+    short to time" and the verdict "at least 0.05 GB/s", while the headline gave "in 0.04 s of reading: 0.05 GB/s"
+    and the row recorded the sample's length as the RTO."""
+    from ckptbench.cli import watch as cli_watch
+    from ckptbench.records.results import read_rows
+    from ckptbench.system import env as envmod
+    from ckptbench.watch import results
+    from ckptbench.watch import sampler as watch
+
+    src = os.path.join(_copy("trainer_outdir", tmp_path), "checkpoint-10")
+    files = {os.path.join(src, n): os.path.getsize(os.path.join(src, n)) for n in sorted(os.listdir(src))}
+    total = sum(files.values())
+    ivs = [watch.Interval(0.0, 0.02, 0, 0, 1.0, 1.0, 1, 0.0, 300 << 20, "starting"),
+           watch.Interval(0.02, 0.04, total, 0, 1.0, 1.0, 1, 0.0, 300 << 20, "reading", ckpt_files=1),
+           watch.Interval(0.04, 0.06, 0, 0, 1.0, 1.0, 1, 0.0, 300 << 20, "deserializing")]
+    report = watch.WatchReport(pid=1, command="python load.py", wall_s=0.06, bytes=total, disk_bytes=total,
+                               files=files, intervals=ivs, phases=[], interval_s=0.02, source=src)
+    doc = report.to_json()
+    assert doc["window_note"] and doc["io_span_s"] > 0, doc["window_note"]
+    cli_watch._print(doc | {"verdict": None, "floor_s": None, "floor_note": "unknown"})
+    headline = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("read "))
+    assert " in at most 0.02 s of reading: at least " in headline, headline
+    path = str(tmp_path / "r.csv")
+    results.record(path, "w1", doc, envmod.snapshot(str(tmp_path)))
+    row = read_rows(path)[-1]
+    assert row["rto_s"] is None and row["read_gbps"] is None and row["bytes"] == total, row
