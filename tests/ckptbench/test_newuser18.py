@@ -139,3 +139,21 @@ def test_a_watch_whose_reads_fit_in_one_sample_gives_bounds_not_a_rate_and_no_rt
     results.record(path, "w1", doc, envmod.snapshot(str(tmp_path)))
     row = read_rows(path)[-1]
     assert row["rto_s"] is None and row["read_gbps"] is None and row["bytes"] == total, row
+
+
+def test_the_watch_screen_says_an_untimed_read_as_the_cli_does(tmp_path):
+    """The watch screen's last line read "read 2.0 MiB: 0.00 GB/s" for the hot Trainer resume the CLI now calls
+    untimed."""
+    from types import SimpleNamespace
+
+    from tui.screens.watch import WatchDone, WatchScreen
+
+    src = os.path.join(_copy("trainer_outdir", tmp_path), "checkpoint-10")
+    doc = _between_samples(src).to_json() | {"verdict": {"kind": "unknown", "summary": "s", "fix": "f"},
+                                             "floor_sentence": "", "floor_note": "", "gpu_note": "",
+                                             "count_note": ""}
+    shown: dict[str, str] = {}
+    widget = lambda sel, _cls: SimpleNamespace(update=lambda text: shown.__setitem__(sel, str(text)))  # noqa: E731
+    fake = SimpleNamespace(query_one=widget, notify=lambda *a, **k: None)
+    WatchScreen.done(fake, WatchDone(doc))
+    assert "0.00 GB/s" not in shown["#watch-target"] and "untimed" in shown["#watch-target"], shown
