@@ -157,3 +157,36 @@ def test_the_watch_screen_says_an_untimed_read_as_the_cli_does(tmp_path):
     fake = SimpleNamespace(query_one=widget, notify=lambda *a, **k: None)
     WatchScreen.done(fake, WatchDone(doc))
     assert "0.00 GB/s" not in shown["#watch-target"] and "untimed" in shown["#watch-target"], shown
+
+
+def test_two_lightning_checkpoints_of_one_folder_are_recorded_apart(tmp_path):
+    """run --pick of each of two .ckpt files of one ModelCheckpoint folder recorded both as the folder: history
+    could not tell them apart and compare held one's restore against the other's as 'the last one like it'."""
+    from ckptbench.records.results import read_rows
+
+    folder = os.path.join(_copy("lightning_ckpt_max", tmp_path), "checkpoints")
+    shutil.copy(os.path.join(folder, "epoch=0-step=2.ckpt"), os.path.join(folder, "epoch=0-step=1.ckpt"))
+    results = str(tmp_path / "r.csv")
+    for name in ("epoch=0-step=2.ckpt", "epoch=0-step=1.ckpt"):
+        r = run_cli("run", folder, "--pick", name, "--repeat", "1", "--results", results)
+        assert r.rc == 0, r.err
+    sources = [row["source"] for row in read_rows(results)]
+    assert [os.path.basename(s) for s in sources] == ["epoch=0-step=2.ckpt", "epoch=0-step=1.ckpt"], sources
+    assert "no earlier run like it is on record" in _recorded(r.out)
+    assert run_cli("compare", results).rc == 2  # no baseline of the same checkpoint
+
+
+def test_the_dashboards_restore_records_the_checkpoint_run_records(tmp_path):
+    """The dashboard's restore of a Trainer's output_dir recorded the folder given, `run` its checkpoint-N: compare
+    never held one against the other."""
+    from ckptbench.records.results import read_rows
+    from ckptbench.restore.repeat import RunOptions
+    from ckptbench.restore.session import RestoreSession
+
+    out = _copy("trainer_outdir", tmp_path)
+    results = str(tmp_path / "r.csv")
+    assert run_cli("run", out, "--repeat", "1", "--results", results).rc == 0
+    RestoreSession(out, RunOptions(), results_path=results).run(repeats=1)
+    rows = read_rows(results)
+    assert len({row["run_id"] for row in rows}) == 2
+    assert {row["source"] for row in rows} == {os.path.realpath(os.path.join(out, "checkpoint-10"))}, rows
