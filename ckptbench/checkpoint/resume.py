@@ -237,7 +237,9 @@ def _pick(where: str, rels: list[str], pick: str) -> tuple[str, list[str], list[
         only = [r for r in inside if r == file or ("/" not in r and not r.endswith(layouts.TORCH_EXT))]
         passed += [(f"{root}/{r}" if root else r, "not picked (--pick)") for r in inside
                    if "/" not in r and r.endswith(".ckpt") and r != file]
-        return root, only, [p for p in passed if p[0] not in (head, name)], file
+        # once each: a .ckpt beside the one picked at the top is one of _top's and one of `inside`, and was listed
+        # twice as "not read"
+        return root, only, list(dict.fromkeys(p for p in passed if p[0] not in (head, name))), file
     if not any(r.startswith(name + "/") and r.endswith(WEIGHT_EXT) for r in rels):
         what = "a folder that holds no checkpoint files" if any(r.startswith(name + "/") for r in rels) else \
             "no such folder"

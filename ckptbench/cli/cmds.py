@@ -218,7 +218,9 @@ def cmd_check(args) -> int:
                    floor=True, pick=args.pick)
     # it changed the box: said, as watch and floor say it (an object store's files leave no page cache)
     if not args.json and not args.markdown and facts.page_cache:
-        say(f"note: {args.source}'s files were read cold for the checklist: they have left the page cache (a job "
+        # the checkpoint checked: a Trainer's output_dir named here kept its older checkpoints' pages, which the note
+        # had said were gone with the rest of "/out's files"
+        say(f"note: {facts.checkpoint or args.source}'s files were read cold for the checklist: they have left the page cache (a job "
             "restoring from them now reads from storage)", sys.stderr)
     lay = facts.layout
     doc = report(args.source, evaluate(facts), lay, facts.checkpoint if args.pick else None)

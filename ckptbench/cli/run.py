@@ -132,7 +132,7 @@ def cmd_run(args) -> int:
     cancel = threading.Event()
     source = open_source(args.source, args.pick)
     listing = source.list()
-    recorder = Recorder(args.results, uuid.uuid4().hex[:12], listing.source, listing.format, opts,
+    recorder = Recorder(args.results, uuid.uuid4().hex[:12], listing.restored, listing.format, opts,
                         envmod.snapshot(args.source))
     try:
         return _run_recorded(args, source, listing, opts, recorder, progress, cancel)

@@ -82,10 +82,17 @@ def print_recorded(path: str | None, run_id: str, what: str = "run", comparable:
         return
     from ckptbench.core.errors import printable
 
+    from ckptbench.records.compare import default_baseline
+
     shown = printable(path)
-    then = ("`ckptbench compare {shown}` holds the newest against the last one like it" if comparable else
-            "it measured no restore (no checkpoint read seen), so `ckptbench compare` passes over it")
-    print(f"recorded: {what} {run_id} in {shown} (its document in {shown}.jsonl); " + then.format(shown=shown))
+    if not comparable:
+        then = "it measured no restore (no checkpoint read seen), so `ckptbench compare` passes over it"
+    elif (base := default_baseline(path, run_id)) is not None:
+        then = f"`ckptbench compare {shown}` holds it against {printable(base)}, the last one like it"
+    else:  # compare would only refuse: the first run in a file, or the first with this cache or source
+        then = (f"no earlier {what} like it is on record for `ckptbench compare {shown}` to hold it against: run it "
+                f"again the same way, or name a baseline with --baseline RUN (`ckptbench history {shown}` lists them)")
+    print(f"recorded: {what} {run_id} in {shown} (its document in {shown}.jsonl); " + then)
 
 
 def floor_lines(doc: dict) -> list[str]:

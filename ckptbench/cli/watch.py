@@ -70,6 +70,23 @@ def _say(text: str) -> None:
     print(printable(redact(text)))
 
 
+def watch_read(doc: dict) -> str:
+    """What a watch read and how fast, as the line and the watch screen say it: "read 2.0 MiB in 0.40 s of reading:
+    5.00 GB/s", a bound where the count or the time is one, "untimed" where no sample saw the job read."""
+    from ckptbench.core.units import human_bytes
+
+    if not doc["bytes"]:  # "0 B in 0.00 s: 0.00 GB/s" gave a rate nothing measured
+        return "read: no checkpoint read seen, no reading timed"
+    least = "at least " if doc.get("count_note") else ""  # a count known to be short is not given as the rate
+    said = f"read {least}{human_bytes(doc['bytes'])}"
+    if not doc["io_span_s"]:  # bytes seen and no window: no time, so no rate (a hot resume read "0.00 GB/s")
+        return f"{said}, untimed: {doc.get('window_note') or 'no reading window'}"
+    if doc.get("window_note"):  # reads inside one sample: its length bounds their time, as the verdict's "at least"
+        # says (the line gave the bound as the rate beside the floor's "too short to time")
+        return f"{said} in at most {doc['io_span_s']:.2f} s of reading: at least {doc['loader_gbps']:.2f} GB/s"
+    return f"{said} in {doc['io_span_s']:.2f} s of reading: {least}{doc['loader_gbps']:.2f} GB/s"
+
+
 def _print(doc: dict) -> None:
     from ckptbench.core.units import human_bytes
 
@@ -78,11 +95,8 @@ def _print(doc: dict) -> None:
     command = command if len(command) <= 80 else "…" + command[-79:]  # its end: the arguments, not the venv's path
     print(f"watched {doc['pid']} ({command}): " + printable(redact(
         f"{doc['wall_s']:.2f} s, {doc['ended']}" + (f", exit {doc['exit_code']}" if doc["exit_code"] is not None else ""))))
-    least = "at least " if doc.get("count_note") else ""  # a count known to be short is not given as the rate
-    # no byte seen read times no reading: "0 B in 0.00 s: 0.00 GB/s" gave a rate nothing measured
-    read = (f"read {least}{human_bytes(doc['bytes'])} in {doc['io_span_s']:.2f} s of reading: {least}"
-            f"{doc['loader_gbps']:.2f} GB/s" if doc["bytes"] else "read: no checkpoint read seen, no reading timed")
-    _say(f"{read}; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; "
+    least = "at least " if doc.get("count_note") else ""
+    _say(f"{watch_read(doc)}; peak RSS {human_bytes(doc['peak_rss_bytes'])}; CPU {doc['cpu_s']:.2f} s; "
          f"major faults {doc['majflt']}")
     if least:
         _say(f"  a lower bound: {doc['count_note']}")

@@ -238,6 +238,19 @@ def _default_baseline(path: str, runs: dict[str, list[dict]], newest: str, docs:
     return (alike or what)[-1]
 
 
+def default_baseline(path: str, newest: str) -> str | None:
+    """The run `compare PATH` holds `newest` against by default; None where it has none (no earlier run made the same
+    way) or `newest` is not one it compares (a failed run). A run's last line offered that command after a first
+    run, where it could only fail."""
+    try:
+        runs = _runs(path, read_rows(path))
+        if newest not in runs:
+            return None
+        return _default_baseline(path, runs, newest, run_documents(path, read_documents(path)))
+    except CkptbenchError:
+        return None
+
+
 def _said(value) -> str:
     """A recorded setting in an error line: printable, and an empty one as none."""
     return "none" if value in ("", None) else shown(redact(str(value)), 200)

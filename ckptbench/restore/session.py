@@ -92,7 +92,9 @@ class RestoreSession:
                 results.check_writable(self.results_path)  # before the restore, not after it
             src = open_source(self.source, self.pick)
             listing = src.list()
-            recorder = Recorder(self.results_path, uuid.uuid4().hex[:12], self.source, listing.format, self.opts,
+            # the checkpoint restored, as `run` records it: the folder given (a Trainer's output_dir) was recorded,
+            # so compare never held a dashboard run against a `run` of the same checkpoint
+            recorder = Recorder(self.results_path, uuid.uuid4().hex[:12], listing.restored, listing.format, self.opts,
                                 envmod.snapshot(self.source))
 
             def on_run(run: pipeline.Run) -> None:

@@ -102,6 +102,15 @@ class Listing:
     def rels(self) -> list[str]:
         return [self.rel(f.path) for f in self.files]
 
+    @property
+    def restored(self) -> str:
+        """The checkpoint a run restores, as its record names it: the source, or the Lightning .ckpt chosen in it
+        (two .ckpt files of one folder were recorded as one source, and compare held one's run against the other's)."""
+        lay = self.layout
+        if lay is not None and lay.name == "lightning" and lay.tag and lay.tag.endswith(".ckpt"):
+            return f"{self.source.rstrip('/')}/{lay.tag}"
+        return self.source
+
 
 @runtime_checkable
 class ReadHandle(Protocol):

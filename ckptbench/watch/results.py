@@ -41,7 +41,9 @@ def record(path: str, run_id: str, doc: dict, env: dict) -> None:
     append_document(path, as_document(run_id, doc, env))
     # read_gbps: the job's bytes over its reading window, which is also the row's read stage and RTO; a job seen to
     # read no checkpoint byte has no such window (0 s was shown as its RTO)
-    seen = bool(doc["bytes"])
+    # bytes that no window timed, or reads inside one sample (window_note: its length bounds their time), have no
+    # RTO: 0 s was recorded, and a sample's length would have been held against a timed watch as a regression
+    seen = bool(doc["bytes"]) and doc["io_span_s"] > 0 and not doc.get("window_note")
     # a count known to be short (count_note: a mapping faster than the samples) gives a lower bound, not a rate:
     # compare called 0.24 → 0.19 GB/s "at least" a regression, of 62 and 106 MiB counted of the same 128 MiB
     whole = seen and not doc.get("count_note")

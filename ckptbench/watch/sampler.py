@@ -21,7 +21,7 @@ from ckptbench.watch.maps import is_checkpoint_file  # noqa: F401  the screen's 
 from ckptbench.watch.pages import PageLedger, files_under
 from ckptbench.watch.phases import (Interval, interval_of, live_phase, merge_phases, start_phase, started_by,
                                     window_bytes, with_gpu)
-from ckptbench.watch.window import Window, reading_window
+from ckptbench.watch.window import Window, finer, reading_window
 from ckptbench.core.errors import CkptbenchError, redact
 
 STEPS = 8  # parts of a sampling interval at which the job's byte counters alone are read: a load over two samples
@@ -81,7 +81,14 @@ class WatchReport:
         just before its load were timed as the load's first reads)."""
         mapped = set(self.mapped)
         read = sum(n for p, n in self.files.items() if p not in mapped)
-        return reading_window(self.intervals, self.marks, self.interval_s, self.files_bytes, read)
+        window = reading_window(self.intervals, self.marks, self.interval_s, self.files_bytes, read)
+        if not window.how and self.files_bytes:
+            # the files' pages say it read them, no sample saw it reading: a hot Trainer resume of 2 MiB among 7 s of
+            # imports read "2.0 MiB in 0.00 s of reading: 0.00 GB/s", and its verdict "the loader got 0.00 GB/s"
+            return replace(window, note="no sample saw it read the checkpoint files whose pages it took in: too "
+                           f"short to time; {finer(self.interval_s, 'watch with {}, or ')}mark the load "
+                           "(`from ckptbench.mark import stage`)")
+        return window
 
     @property
     def window(self) -> tuple[float, float]:

@@ -302,6 +302,8 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                 "tcp_retransmit_rate": w.tcp_retransmit_rate, "sockets_peak": w.sockets_peak,
                 "device_util_pct_median": round(util, 1) if util is not None else None}
     got = f"the loader got {'at least ' if lower_bound(w) else ''}{loader:.2f} GB/s"  # as the headline says it
+    if w.bytes and not w.io_span_s:
+        got = "the loader's rate is unknown (no sample saw it reading its files: too short to time)"
     # into which memory, as the floor says its storage rates: "gives 2.16 GB/s" stood beside the floor's "storage
     # (1.28 GB/s read into fresh memory)" of the same files, and a new user could not tell which was the storage's
     gives = f"this storage gives {storage.gbps:.2f} GB/s to ckptbench read into reused buffers, {storage.cache}" \
@@ -348,6 +350,9 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                        f"({cores:.1f} cores busy): too few reads in flight for this storage", evidence,
                        "read with more concurrency (several files or chunks at once); `ckptbench sweep` shows "
                        "the concurrency where this storage stops gaining")
+    if ratio is None and loader == 0:  # bytes and no window to time them in: check would not time this job either
+        return _verdict("unknown", f"{got}; {gives}", evidence,
+                        f"mark the load (`from ckptbench.mark import stage`) and {_watch_again(w)}")
     if ratio is None:
         return _verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check` on the checkpoint directory")
     busy_dev = f"; the device was {human_pct(util / 100)} busy" if util is not None else ""

@@ -115,9 +115,10 @@ class WatchScreen(Screen):
         gpu = (f"; GPU memory peak {human_bytes(d['gpu_peak_bytes'])}" if d.get("gpu_peak_bytes") is not None
                else "") + (f" ({escape(d['gpu_note'])})" if d.get("gpu_note") else "")
         least = "at least " if d["count_note"] else ""  # a count known to be short is not given as the rate
+        from ckptbench.cli.watch import watch_read  # as the CLI says it: an untimed read read "0.00 GB/s" here
+
         self.query_one("#watch-target", Static).update(
-            f"watched process {d['pid']}: {d['ended']} after {d['wall_s']:.1f} s; read {least}"
-            f"{human_bytes(d['bytes'])}: {least}{d['loader_gbps']:.2f} GB/s{gpu}"
+            f"watched process {d['pid']}: {d['ended']} after {d['wall_s']:.1f} s; {escape(watch_read(d))}{gpu}"
             + (f"\n[dim]a lower bound: {escape(d['count_note'])}[/dim]" if least else ""))
         self.query_one("#watch-verdict", Static).update(
             f"[b]verdict: {escape(v['kind'])}[/b]\n{escape(v['summary'])}\n[b]fix:[/b] {escape(v['fix'])}")
