@@ -220,8 +220,8 @@ def cmd_check(args) -> int:
     if not args.json and not args.markdown and facts.page_cache:
         # the checkpoint checked: a Trainer's output_dir named here kept its older checkpoints' pages, which the note
         # had said were gone with the rest of "/out's files"
-        say(f"note: {facts.checkpoint or args.source}'s files were read cold for the checklist: they have left the page cache (a job "
-            "restoring from them now reads from storage)", sys.stderr)
+        say(f"note: {facts.checkpoint or args.source}'s files were read cold for the checklist: they have left the "
+            "page cache (a job restoring from them now reads from storage)", sys.stderr)
     lay = facts.layout
     doc = report(args.source, evaluate(facts), lay, facts.checkpoint if args.pick else None)
     if args.json:
