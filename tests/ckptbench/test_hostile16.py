@@ -1,0 +1,89 @@
+"""Hostile input, pass 16: a rank count a checkpoint's own pickle claims bounds no work (a Megatron args'
+tensor_model_parallel_size or a DeepSpeed dp_world_size of 10**9 was a set of 10**9 ranks built in memory), and
+inspect and check refuse a step short of a rank as run does (check said 'Checkpoint loads: ok')."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from clirun import assert_one_line_error, run_cli
+from test_megatron import write_megatron
+from test_torch_layouts import _ds_step
+
+HUGE = 10**9
+LIMIT = 4 << 30  # address space for the CLI: torch imports in it; 10**9 ranks as a set do not fit
+
+
+def _bounded(*args: str) -> subprocess.CompletedProcess:
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
+
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    return subprocess.run([sys.executable, "-m", "ckptbench", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, preexec_fn=cap, env=env)
+
+
+def _one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith("ckptbench: error: ") and all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+def _megatron(tmp_path, tp: int = 1, pp: int = 1, **args):
+    root = tmp_path / "m"
+    root.mkdir()
+    saved = write_megatron(root, iterations=(10,), latest="10", tp=tp, pp=pp)
+    for rel, obj in saved.items():
+        for k, v in args.items():
+            setattr(obj["args"], k, v)
+        torch.save(obj, root / rel)
+    return root
+
+
+@pytest.mark.parametrize("pp, args, needle", [
+    (1, {"tensor_model_parallel_size": HUGE}, f"tensor-parallel size {HUGE}, but mp_rank_01 is missing (1 found)"),
+    (2, {"pipeline_model_parallel_size": HUGE}, f"pipeline size {HUGE}, but mp_rank_00_002 is missing (2 found)"),
+])
+def test_a_megatron_size_of_a_billion_is_one_line_not_a_billion_ranks(tmp_path, pp, args, needle):
+    root = _megatron(tmp_path, pp=pp, **args)
+    _one_line(_bounded("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv"), needle)
+    _one_line(_bounded("inspect", root, "--json"), needle)
+
+
+def test_a_deepspeed_world_of_a_billion_is_one_line_not_a_billion_ranks(tmp_path):
+    root = tmp_path / "ds"
+    saved = _ds_step(str(root), 5, n=16)
+    states = saved["mp_rank_00_model_states.pt"] | {"dp_world_size": HUGE}
+    torch.save(states, root / "mp_rank_00_model_states.pt")
+    _one_line(_bounded("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv"),
+              f"for {HUGE} data-parallel rank(s), but rank 2's is missing (2 found)")
+
+
+def test_a_megatron_iteration_short_of_a_rank_fails_inspect_and_check(tmp_path):
+    root = _megatron(tmp_path, tp=2)
+    shutil.rmtree(root / "iter_0000010" / "mp_rank_01")
+    needle = "tensor-parallel size 2, but mp_rank_01 is missing (1 found)"
+    assert_one_line_error(run_cli("inspect", root, "--json"), needle)
+    r = run_cli("check", root, "--json")
+    assert r.rc != 0 and "Traceback" not in r.err, r.err
+    loads = next(v for v in json.loads(r.out)["items"] if v["id"] == "loads")
+    assert loads["verdict"] == "fail" and needle in loads["evidence"]["error"], loads
+
+
+def test_a_deepspeed_step_short_of_a_partition_fails_check(tmp_path):
+    root = tmp_path / "ds"
+    _ds_step(str(root), 5, n=16, ranks=3)
+    (root / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    r = run_cli("check", root, "--json")
+    assert r.rc != 0 and "Traceback" not in r.err, r.err
+    loads = next(v for v in json.loads(r.out)["items"] if v["id"] == "loads")
+    assert loads["verdict"] == "fail" and "rank 1's is missing (2 found)" in loads["evidence"]["error"], loads
