@@ -87,3 +87,57 @@ def test_a_deepspeed_step_short_of_a_partition_fails_check(tmp_path):
     assert r.rc != 0 and "Traceback" not in r.err, r.err
     loads = next(v for v in json.loads(r.out)["items"] if v["id"] == "loads")
     assert loads["verdict"] == "fail" and "rank 1's is missing (2 found)" in loads["evidence"]["error"], loads
+
+
+def _distrib_optim(root, tp: int, key) -> dict:
+    """Megatron's distributed optimizer state beside each rank's model_optim_rng.pt, as its save_parameter_state
+    torch.saves it: per grad buffer, keyed by (param dtype, grad dtype) (one dtype before megatron-core 0.6)."""
+    saved = {}
+    for rank in range(tp):
+        g = torch.Generator().manual_seed(rank)
+        saved[rank] = {"buckets_coalesced": True, "per_bucket_numel": [{key: [96]}],
+                       "per_bucket_numel_unpadded": [{key: [90]}],
+                       0: {key: {"param": torch.randn(90, generator=g), "exp_avg": torch.randn(90, generator=g),
+                                 "exp_avg_sq": torch.rand(90, generator=g), "numel_unpadded": 90}}}
+        torch.save(saved[rank], root / "iter_0000010" / f"mp_rank_{rank:02d}" / "distrib_optim.pt")
+    return saved
+
+
+@pytest.mark.parametrize("key, named", [((torch.bfloat16, torch.float32), "bfloat16,float32"),
+                                        (torch.float32, "float32")])
+@pytest.mark.parametrize("mode", ["fused", "staged"])
+def test_a_megatron_iteration_with_the_distributed_optimizer_restores(tmp_path, key, named, mode):
+    """Its dtype keys were refused as 'a key of type tuple: corrupt or crafted', every such iteration Megatron
+    writes (--use-distributed-optimizer): they are named by their dtypes, each rank's kept under its tag."""
+    from ckptbench.restore import load as restore
+    from ckptbench.sources.local import LocalSource
+
+    root = _megatron(tmp_path, tp=2)
+    saved = _distrib_optim(root, 2, key)
+    r = run_cli("run", root, "--json", "--repeat", "1", "--mode", mode, "--results", tmp_path / "R.csv")
+    assert r.rc == 0, r.err
+    assert json.loads(r.out)["files"] == 4
+    assert run_cli("inspect", root, "--json").rc == 0
+    listing = LocalSource(str(root), checkpoint=True).list()
+    state = restore.load_state(listing.source, listing.format, shards=[f.path for f in listing.files])
+    got = state.model | state.extra
+    for rank, obj in saved.items():
+        for k in ("param", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(got[f"mp_rank_{rank:02d}.0.{named}.{k}"], obj[0][key][k]), (rank, k)
+
+
+def test_a_rank_short_of_its_distributed_optimizer_file_is_refused(tmp_path):
+    root = _megatron(tmp_path, tp=2)
+    _distrib_optim(root, 2, (torch.bfloat16, torch.float32))
+    (root / "iter_0000010" / "mp_rank_01" / "distrib_optim.pt").unlink()
+    needle = "mp_rank_01 holds no 'distrib_optim.pt', which other model-parallel ranks saved"
+    assert_one_line_error(run_cli("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv"), needle)
+    assert_one_line_error(run_cli("inspect", root, "--json"), needle)
+
+
+@pytest.mark.parametrize("key", [(1, 2), (torch.float32, "x"), ()])
+def test_a_tuple_key_of_anything_but_dtypes_is_still_refused(tmp_path, key):
+    (tmp_path / "c").mkdir()
+    torch.save({"model": {"w": torch.ones(3)}, "state": {key: torch.zeros(2)}}, tmp_path / "c" / "model.pt")
+    assert_one_line_error(run_cli("run", tmp_path / "c", "--json", "--repeat", "1", "--results", tmp_path / "R.csv"),
+                          "has a key of type tuple")

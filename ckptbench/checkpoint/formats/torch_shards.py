@@ -11,6 +11,7 @@ import torch
 from ckptbench.checkpoint import pointers
 from ckptbench.checkpoint.formats.state import CheckpointState, FormatError
 from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
+from ckptbench.checkpoint.quote import quote
 
 _ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_(optim|model)_states\.pt$")
 _MP = re.compile(r"^mp_rank_([0-9]{2})(?:_([0-9]{3}))?$")  # Megatron's mp_rank_TT[_PPP] (layouts.MP_DIR)
@@ -190,3 +191,22 @@ def _megatron_complete(paths: list[str], state: CheckpointState) -> None:
             raise FormatError(f"{folder}: Megatron saved model-parallel ranks for {size}, but {what} ({len(ranks)} "
                               "found); the iteration is not one whole save (a resume fails on it): re-copy the "
                               "iteration")
+    _same_files(paths)
+
+
+def _same_files(paths: list[str]) -> None:
+    """Every model-parallel rank of an iteration saves the same files (model_optim_rng.pt, and distrib_optim.pt
+    under the distributed optimizer): a rank without one another rank holds fails its resume's load of it."""
+    held: dict[str, dict[str, set[str]]] = {}
+    for path in paths:
+        rank = os.path.dirname(path)
+        if _MP.match(os.path.basename(rank)) is not None:
+            held.setdefault(os.path.dirname(rank), {}).setdefault(os.path.basename(rank), set()).add(
+                os.path.basename(path))
+    for folder, ranks in sorted(held.items()):
+        every = set().union(*ranks.values())
+        for rank, names in sorted(ranks.items()):
+            if names != every:
+                raise FormatError(f"{folder}: {rank} holds no {quote(min(every - names))}, which other "
+                                  "model-parallel ranks saved; the iteration is not one whole save (a resume fails "
+                                  "on it): re-copy the iteration")
