@@ -26,6 +26,7 @@ from dataclasses import replace
 from ckptbench.checkpoint import confine, layouts, pointers
 from ckptbench.checkpoint.layouts import Layout
 from ckptbench.checkpoint.pointers import Fetch
+from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
 
 WEIGHT_EXT = (".safetensors", ".distcp", ".metadata", *layouts.TORCH_EXT)
@@ -43,8 +44,12 @@ def _top(rels: list[str]) -> set[str]:
 
 
 def _listed(names) -> str:
+    """Names as --pick takes them; one with a control character quoted, escapes shown: printed bare, a folder
+    named "b\\nckptbench: error: …" read as a second error, and "c\\x1b[31mred" as "cred", which --pick cannot
+    find."""
     names = sorted(names)
-    return ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+    shown = [n if n.isprintable() else quote(n, 80) for n in names[:4]]
+    return ", ".join(shown) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
 
 
 class _Ambiguous(CkptbenchError):

@@ -141,3 +141,19 @@ def test_a_tuple_key_of_anything_but_dtypes_is_still_refused(tmp_path, key):
     torch.save({"model": {"w": torch.ones(3)}, "state": {key: torch.zeros(2)}}, tmp_path / "c" / "model.pt")
     assert_one_line_error(run_cli("run", tmp_path / "c", "--json", "--repeat", "1", "--results", tmp_path / "R.csv"),
                           "has a key of type tuple")
+
+
+def test_checkpoint_folders_named_with_control_characters_are_listed_quoted(tmp_path):
+    """The ambiguity's line printed a folder's name bare: "b\\nckptbench: error: fake" read as a second error line's
+    text and "c\\x1b[31mred" as "cred", a name --pick does not find."""
+    from safetensors.torch import save_file
+
+    names = ["a", "b\nckptbench: error: fake", "c\x1b[31mred"]
+    for n in names:
+        (tmp_path / "ck" / n).mkdir(parents=True)
+        save_file({"w": torch.randn(8)}, str(tmp_path / "ck" / n / "model.safetensors"))
+    shown = r"(a, 'b\nckptbench: error: fake', 'c\x1b[31mred')"
+    assert_one_line_error(run_cli("run", tmp_path / "ck", "--json", "--repeat", "1", "--results", tmp_path / "R.csv"),
+                          shown)
+    r = run_cli("run", tmp_path / "ck", "--pick", names[2], "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc == 0 and json.loads(r.out)["source"] == str(tmp_path / "ck" / names[2]), r.err
