@@ -157,3 +157,18 @@ def test_checkpoint_folders_named_with_control_characters_are_listed_quoted(tmp_
                           shown)
     r = run_cli("run", tmp_path / "ck", "--pick", names[2], "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
     assert r.rc == 0 and json.loads(r.out)["source"] == str(tmp_path / "ck" / names[2]), r.err
+
+
+@pytest.mark.parametrize("mode", ["fused", "staged"])
+def test_a_rank_copied_in_from_another_iteration_is_refused(tmp_path, mode):
+    """iter_0000020 with mp_rank_01 of iteration 10: every rank there and its sizes agreeing, it restored as whole,
+    a resume training on two steps' weights."""
+    root = tmp_path / "m"
+    root.mkdir()
+    write_megatron(root, iterations=(10, 20), latest="20", tp=2)
+    shutil.rmtree(root / "iter_0000020" / "mp_rank_01")
+    shutil.copytree(root / "iter_0000010" / "mp_rank_01", root / "iter_0000020" / "mp_rank_01")
+    needle = "its model-parallel ranks saved iteration 10 and 20"
+    r = run_cli("run", root, "--json", "--repeat", "1", "--mode", mode, "--results", tmp_path / "R.csv")
+    assert_one_line_error(r, needle)
+    assert_one_line_error(run_cli("inspect", root, "--json"), needle)

@@ -147,6 +147,17 @@ def _sizes_saved(state: CheckpointState, name: str, folder: str) -> int | None:
     return next(iter(sizes), None)
 
 
+def _one_iteration(state: CheckpointState, folder: str) -> None:
+    """Every rank file of an iteration saved the same `iteration`: a rank copied in from another iteration is that
+    iteration's slice, and a resume would train on weights from two steps."""
+    saved = {v for k, v in state.extra.items() if type(v) is int and k.partition(".")[2] == "iteration"
+             and _MP.match(k.partition(".")[0])}
+    if len(saved) > 1:
+        which = " and ".join(map(str, sorted(saved)[:4]))
+        raise FormatError(f"{folder}: its model-parallel ranks saved iteration {which}: ranks of two iterations in "
+                          "one, not one whole save: re-copy the iteration")
+
+
 def _mp_name(tp: int, pp: int | None) -> str:
     return f"mp_rank_{tp:02d}" + ("" if pp is None else f"_{pp:03d}")
 
@@ -179,6 +190,7 @@ def _megatron_complete(paths: list[str], state: CheckpointState) -> None:
             raise FormatError(f"{folder}: holds mp_rank_TT and mp_rank_TT_PPP folders together: two saves' ranks in "
                               "one iteration, not one whole save: re-copy the iteration")
         piped = next(iter(ranks))[1] is not None
+        _one_iteration(state, folder)
         tp = _sizes_saved(state, "tensor_model_parallel_size", folder) or max(t for t, _ in ranks) + 1
         pp = (_sizes_saved(state, "pipeline_model_parallel_size", folder) or max(p for _, p in ranks) + 1
               if piped else None)
