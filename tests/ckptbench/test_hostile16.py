@@ -172,3 +172,28 @@ def test_a_rank_copied_in_from_another_iteration_is_refused(tmp_path, mode):
     r = run_cli("run", root, "--json", "--repeat", "1", "--mode", mode, "--results", tmp_path / "R.csv")
     assert_one_line_error(r, needle)
     assert_one_line_error(run_cli("inspect", root, "--json"), needle)
+
+
+@pytest.mark.parametrize("drop", ["common.pt", "metadata.json"])
+def test_a_torch_dist_iteration_short_of_megatrons_own_files_is_refused(tmp_path, drop):
+    """megatron-core loads metadata.json and common.pt (the iteration, args, scheduler) with the DCP files: without
+    one the iteration was a plain DCP checkpoint restored 'ok', what a resume fails on or resumes without."""
+    import argparse
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    it = tmp_path / "dist" / "iter_0000300"
+    it.mkdir(parents=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"embedding.word_embeddings.weight": torch.randn(20, 8)}, checkpoint_id=str(it), no_dist=True)
+    torch.save({"args": argparse.Namespace(ckpt_format="torch_dist"), "iteration": 300}, it / "common.pt")
+    (it / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
+    (tmp_path / "dist" / "latest_checkpointed_iteration.txt").write_text("300")
+    args = ("--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert run_cli("run", tmp_path / "dist", *args).rc == 0
+    (it / drop).unlink()
+    needle = f"a Megatron torch_dist iteration (DCP files) holds no {drop}"
+    assert_one_line_error(run_cli("run", tmp_path / "dist", *args), needle)
+    assert_one_line_error(run_cli("inspect", tmp_path / "dist", "--json"), needle)
