@@ -26,6 +26,7 @@ from dataclasses import replace
 from ckptbench.checkpoint import confine, layouts, pointers
 from ckptbench.checkpoint.layouts import Layout
 from ckptbench.checkpoint.pointers import Fetch
+from ckptbench.checkpoint.quote import quote
 from ckptbench.core.errors import CkptbenchError
 
 WEIGHT_EXT = (".safetensors", ".distcp", ".metadata", *layouts.TORCH_EXT)
@@ -43,8 +44,12 @@ def _top(rels: list[str]) -> set[str]:
 
 
 def _listed(names) -> str:
+    """Names as --pick takes them; one with a control character quoted, escapes shown: printed bare, a folder
+    named "b\\nckptbench: error: …" read as a second error, and "c\\x1b[31mred" as "cred", which --pick cannot
+    find."""
     names = sorted(names)
-    return ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+    shown = [n if n.isprintable() else quote(n, 80) for n in names[:4]]
+    return ", ".join(shown) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
 
 
 class _Ambiguous(CkptbenchError):
@@ -309,6 +314,14 @@ def choose(where: str, rels: list[str], fetch: Fetch | None = None, pick: str | 
     if chosen:
         rels = [r for r in rels if r == chosen or not r.endswith(".ckpt")]
     lay = layouts.select(at(root), rels, fetch_in(root))
+    if megatron and any(r == ".metadata" or r.endswith(".distcp") for r in rels):
+        # megatron-core loads a torch_dist iteration's metadata.json and common.pt with its DCP files (the iteration,
+        # args and scheduler are in common.pt alone): one missing fails the resume, or restores without them
+        absent = [f for f in (".metadata", layouts.MEGATRON_META, layouts.MEGATRON_COMMON) if f not in rels]
+        if absent:
+            raise CkptbenchError(f"{at(root)}: a Megatron torch_dist iteration (DCP files) holds no {absent[0]} as a "
+                                 "regular file, which megatron-core loads with them; the iteration is not one whole "
+                                 "save: re-copy it")
     if megatron:  # the iteration is the tag, as DeepSpeed's step is; a torch_dist one is named for Megatron too
         lay = replace(lay, name="megatron" if lay.name in ("files", "dcp") else lay.name, tag=megatron)
     within = tuple((f"{root}/{p}" if root else p, w) for p, w in lay.skipped)  # named from the folder given

@@ -88,10 +88,14 @@ def _torch_entries(directory: str, rels: list[str]):
     from ckptbench.checkpoint.formats import group_of
     from ckptbench.checkpoint.formats import torch_format as tf
 
-    out, others, inert = [], 0, set()
+    from ckptbench.checkpoint.formats.state import CheckpointState
+    from ckptbench.checkpoint.formats.torch_shards import check_complete
+
+    out, others, inert, saved = [], 0, set(), CheckpointState({})
     for rel in rels:
         state = tf.peek_file(os.path.join(directory, rel))
         inert |= state.inert
+        saved.extra.update(state.extra)
         stem = layouts.state_stem(os.path.basename(rel))
         for group, name, t in state.tensors():
             if stem:
@@ -101,6 +105,7 @@ def _torch_entries(directory: str, rels: list[str]):
             out.append(Tensor(name, _dtype(t.dtype), tuple(t.shape),
                               t.numel() * t.element_size(), rel, group))
         others += _other_entries(state.extra)
+    check_complete([os.path.join(directory, rel) for rel in rels], saved)  # a step short of a rank: run refuses it
     return out, others, inert
 
 

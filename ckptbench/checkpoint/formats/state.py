@@ -206,6 +206,15 @@ def _too_deep(key: str) -> FormatError:
     return FormatError(f"{key[:80]!r}: nested deeper than {MAX_DEPTH} levels; the file is corrupt or crafted")
 
 
+def _dtype_key(k) -> str | None:
+    """A key that is a dtype, or a few: Megatron's distributed optimizer (distrib_optim.pt) keys each grad buffer's
+    state by its (param dtype, grad dtype), older ones by one dtype. Named by the dtypes (`bfloat16,float32`)."""
+    dtypes = k if type(k) is tuple and 0 < len(k) <= 4 else (k,)
+    if not all(isinstance(d, torch.dtype) for d in dtypes):
+        return None
+    return ",".join(str(d).removeprefix("torch.") for d in dtypes)
+
+
 def flatten(obj, prefix: str = "", depth: int = 0, tuples: set[str] | None = None):
     """(flat key, leaf) of a nested state dict, depth first: dict keys and list/tuple indices joined with dots (a
     list of a million ids is a million keys, as torch.save'd optimizers are read everywhere). Raises FormatError
@@ -224,8 +233,11 @@ def flatten(obj, prefix: str = "", depth: int = 0, tuples: set[str] | None = Non
         base, child_depth, it = stack[-1]
         for k, v in it:
             if type(k) is not str and type(k) is not int and (not isinstance(k, (str, int)) or isinstance(k, bool)):
-                raise FormatError(f"{base[:80]!r}: has a key of type {type(k).__name__}, not a name or an index; "
-                                  "the file is corrupt or crafted")
+                named = _dtype_key(k)
+                if named is None:
+                    raise FormatError(f"{base[:80]!r}: has a key of type {type(k).__name__}, not a name or an index; "
+                                      "the file is corrupt or crafted")
+                k = named
             key = f"{base}.{k}" if base else str(k)
             if child_depth > MAX_DEPTH:
                 raise _too_deep(key)

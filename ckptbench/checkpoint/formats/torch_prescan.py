@@ -197,7 +197,7 @@ class _DryRun(KeyedUnpickler):
             # written untyped, and torch.load fails on it as well: the file is as torch wrote it, not damaged
             raise FormatError(f"{self.where}: torch's legacy format (torch.save with _use_new_zipfile_serialization="
                               "False) holds a storage of a dtype it has no name for (float8, uint16, uint32, ...), "
-                              "which torch.load cannot read it back either; save it again in torch.save's default "
+                              "which torch.load cannot read back either; save it again in torch.save's default "
                               "format")
         nbytes = numel * (dtype.itemsize if dtype is not None else 1)
         if self.members is not None:

@@ -11,6 +11,7 @@ import torch
 from ckptbench.checkpoint import pointers
 from ckptbench.checkpoint.formats.state import CheckpointState, FormatError
 from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
+from ckptbench.checkpoint.quote import quote
 
 _ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_(optim|model)_states\.pt$")
 _MP = re.compile(r"^mp_rank_([0-9]{2})(?:_([0-9]{3}))?$")  # Megatron's mp_rank_TT[_PPP] (layouts.MP_DIR)
@@ -100,14 +101,20 @@ def load_shards(paths: list[str], buffers: dict | None = None) -> CheckpointStat
         check_agree(seen, one, path)
         held[os.path.normpath(path)] = set(one.model)
         state.merge(one)
-    _zero_complete(paths, state)
-    _megatron_complete(paths, state)
+    check_complete(paths, state)
     read = {os.path.normpath(p): b for p, b in buffers.items()} if buffers is not None else None
     for directory in sorted({os.path.dirname(p) for p in held}):
         index = hf_index_of(directory, read)
         if index is not None:
             check_index(*index, held)
     return state
+
+
+def check_complete(paths: list[str], state: CheckpointState) -> None:
+    """The rank files of one save are all there (DeepSpeed's ZeRO partitions, Megatron's model-parallel ranks), by
+    the sizes `state` says they saved: a load's and, from the files' pickles alone, inspect's and check's."""
+    _zero_complete(paths, state)
+    _megatron_complete(paths, state)
 
 
 def _zero_complete(paths: list[str], state: CheckpointState) -> None:
@@ -121,7 +128,8 @@ def _zero_complete(paths: list[str], state: CheckpointState) -> None:
     sizes = {v for k, v in state.extra.items() if k.rpartition(".")[2] == "dp_world_size" and type(v) is int}
     for (folder, mp, kind), ranks in sorted(groups.items()):
         world = next(iter(sizes)) if len(sizes) == 1 else max(ranks) + 1
-        missing = sorted(set(range(world)) - ranks)
+        # the first absent rank, never range(world) whole: a file's dp_world_size of 10**9 is not 10**9 ranks' work
+        missing = [r for r in range(min(world, len(ranks) + 1)) if r not in ranks][:1]
         if missing or max(ranks) >= world:
             what = f"rank {missing[0]}'s is missing" if missing else f"rank {max(ranks)}'s is beyond them"
             raise FormatError(f"{folder}: DeepSpeed saved {kind} states of mp_rank_{mp} for {world} data-parallel "
@@ -139,8 +147,31 @@ def _sizes_saved(state: CheckpointState, name: str, folder: str) -> int | None:
     return next(iter(sizes), None)
 
 
+def _one_iteration(state: CheckpointState, folder: str) -> None:
+    """Every rank file of an iteration saved the same `iteration`: a rank copied in from another iteration is that
+    iteration's slice, and a resume would train on weights from two steps."""
+    saved = {v for k, v in state.extra.items() if type(v) is int and k.partition(".")[2] == "iteration"
+             and _MP.match(k.partition(".")[0])}
+    if len(saved) > 1:
+        which = " and ".join(map(str, sorted(saved)[:4]))
+        raise FormatError(f"{folder}: its model-parallel ranks saved iteration {which}: ranks of two iterations in "
+                          "one, not one whole save: re-copy the iteration")
+
+
 def _mp_name(tp: int, pp: int | None) -> str:
     return f"mp_rank_{tp:02d}" + ("" if pp is None else f"_{pp:03d}")
+
+
+def _first_missing(ranks: set[tuple[int, int | None]], tp: int, pp: int | None) -> list[tuple[int, int | None]]:
+    """The first (TT, PPP) of tp x pp not in `ranks` (all inside it), walked in order and never built whole: the
+    sizes are the files' own (a tensor_model_parallel_size of 10**9), and each step past one held is a held one."""
+    if tp * (pp or 1) <= len(ranks):
+        return []
+    for t in range(tp):
+        for p in (range(pp) if pp is not None else (None,)):
+            if (t, p) not in ranks:
+                return [(t, p)]
+    return []
 
 
 def _megatron_complete(paths: list[str], state: CheckpointState) -> None:
@@ -159,15 +190,35 @@ def _megatron_complete(paths: list[str], state: CheckpointState) -> None:
             raise FormatError(f"{folder}: holds mp_rank_TT and mp_rank_TT_PPP folders together: two saves' ranks in "
                               "one iteration, not one whole save: re-copy the iteration")
         piped = next(iter(ranks))[1] is not None
+        _one_iteration(state, folder)
         tp = _sizes_saved(state, "tensor_model_parallel_size", folder) or max(t for t, _ in ranks) + 1
         pp = (_sizes_saved(state, "pipeline_model_parallel_size", folder) or max(p for _, p in ranks) + 1
               if piped else None)
-        want = {(t, p) for t in range(tp) for p in (range(pp) if piped else (None,))}
         order = lambda r: (r[0], -1 if r[1] is None else r[1])  # noqa: E731 (None sorts with ints)
-        missing, beyond = sorted(want - ranks, key=order), sorted(ranks - want, key=order)
+        beyond = sorted((r for r in ranks if r[0] >= tp or (piped and r[1] >= pp)), key=order)
+        missing = _first_missing(ranks - set(beyond), tp, pp if piped else None)
         if missing or beyond:
             what = f"{_mp_name(*missing[0])} is missing" if missing else f"{_mp_name(*beyond[0])} is beyond them"
             size = f"tensor-parallel size {tp}" + (f", pipeline size {pp}" if piped else "")
             raise FormatError(f"{folder}: Megatron saved model-parallel ranks for {size}, but {what} ({len(ranks)} "
                               "found); the iteration is not one whole save (a resume fails on it): re-copy the "
                               "iteration")
+    _same_files(paths)
+
+
+def _same_files(paths: list[str]) -> None:
+    """Every model-parallel rank of an iteration saves the same files (model_optim_rng.pt, and distrib_optim.pt
+    under the distributed optimizer): a rank without one another rank holds fails its resume's load of it."""
+    held: dict[str, dict[str, set[str]]] = {}
+    for path in paths:
+        rank = os.path.dirname(path)
+        if _MP.match(os.path.basename(rank)) is not None:
+            held.setdefault(os.path.dirname(rank), {}).setdefault(os.path.basename(rank), set()).add(
+                os.path.basename(path))
+    for folder, ranks in sorted(held.items()):
+        every = set().union(*ranks.values())
+        for rank, names in sorted(ranks.items()):
+            if names != every:
+                raise FormatError(f"{folder}: {rank} holds no {quote(min(every - names))}, which other "
+                                  "model-parallel ranks saved; the iteration is not one whole save (a resume fails "
+                                  "on it): re-copy the iteration")
