@@ -23,12 +23,15 @@ MODES = ("fused", "staged")
 
 
 def _flat(obj, prefix: str = "") -> dict:
-    """Flat key -> leaf, dict keys and list indices joined with dots."""
+    """Flat key -> leaf, dict keys and list indices joined with dots; an empty container below the top a leaf (a
+    load_state_dict may read it: LambdaLR pops lr_lambdas)."""
     if isinstance(obj, dict):
         items = obj.items()
     elif isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
         items = enumerate(obj)
     else:
+        return {prefix: obj}
+    if not len(obj) and prefix:
         return {prefix: obj}
     out: dict = {}
     for k, v in items:
@@ -504,7 +507,7 @@ def test_a_legacy_file_with_a_dtype_that_format_cannot_name_says_so_not_corrupt(
     with pytest.raises(Exception):  # what the line claims: torch itself cannot read it back
         torch.load(str(root / "model.pt"), weights_only=True)
     for mode in MODES:
-        line = _one_line(_run(str(root), mode, tmp_path), "model.pt", "legacy format", "torch.load cannot read it")
+        line = _one_line(_run(str(root), mode, tmp_path), "model.pt", "legacy format", "torch.load cannot read back")
         assert "corrupt" not in line and "crafted" not in line
 
 
@@ -523,3 +526,32 @@ def test_two_files_disagreeing_on_a_key_is_a_format_error_naming_both(tmp_path):
     torch.save({"model": {"w": torch.ones(3)}, "epoch": 2}, str(root / "b.pt"))
     for mode in MODES:
         _one_line(_run(str(root), mode, tmp_path), "b.pt", "entry 'epoch'", "a.pt")
+
+
+def _step(e: int, k: float) -> float:
+    return k ** e
+
+
+def test_an_empty_container_is_restored_as_a_scheduler_needs_it(tmp_path):
+    """LambdaLR saves lr_lambdas as [{}] for a functools.partial (its __dict__), and its load_state_dict pops the
+    key: flattened to no leaf, it was missing from the restore, and a resume from it raised KeyError. Lightning's
+    empty loop states and DeepSpeed's empty buffer_names went the same way."""
+    import functools
+
+    from ckptbench.checkpoint.formats.state import nest
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, [functools.partial(_step, k=0.9)])
+    opt.step()
+    sched.step()
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    torch.save({**sched.state_dict(), "none_yet": [], "no_groups": {}}, tmp_path / "scheduler.pt")
+    for state in _both(str(tmp_path)):
+        assert state.extra["scheduler.lr_lambdas.0"] == {} and state.extra["scheduler.none_yet"] == []
+        assert state.extra["scheduler.no_groups"] == {}
+        tree, clashes = nest(dict(state.extra), state.tuples)
+        assert not clashes
+        again = torch.optim.lr_scheduler.LambdaLR(opt, [functools.partial(_step, k=0.5)])
+        again.load_state_dict({k: v for k, v in tree["scheduler"].items() if k not in ("none_yet", "no_groups")})
+        assert again.state_dict()["lr_lambdas"] == [{}] and again.last_epoch == 1

@@ -66,7 +66,9 @@ def _has_attributes(obj) -> bool:
 
 def flatten(obj, prefix: str = ""):
     """(flat key, leaf) in ckptbench's naming: dict keys and list/tuple indices joined with dots (torch.Size is a
-    leaf), an object of a library's class by its attributes; an empty container yields nothing."""
+    leaf), an object of a library's class by its attributes; an empty container below the top is a leaf of its own
+    (an empty dict for an object with no attributes): a scheduler's lr_lambdas [{}, {}] and Lightning's empty loop
+    states are what their load_state_dict reads, and yielding nothing for them hid a restore that dropped them."""
     if isinstance(obj, dict):
         items = obj.items()
     elif isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
@@ -77,6 +79,10 @@ def flatten(obj, prefix: str = ""):
         items = vars(obj).items()
     else:
         yield prefix, obj
+        return
+    items = list(items)
+    if not items and prefix:
+        yield prefix, ([] if isinstance(obj, (list, tuple)) else {})
         return
     for k, v in items:
         yield from flatten(v, f"{prefix}.{k}" if prefix else str(k))

@@ -249,7 +249,8 @@ def flatten(obj, prefix: str = "", depth: int = 0, tuples: set[str] | None = Non
                     raise FormatError(f"{key[:80]!r}: its {keys} flat keys run to {chars} characters, more than "
                                       f"{KEY_CHARS_PER_LEAF} a key on average; the file is corrupt or crafted")
             sub = None if type(v) in SCALARS else _items(v)
-            if sub is not None:
+            if sub is not None and len(v):  # an empty one is a leaf: it has no key below it to come back from
+                # (LambdaLR's lr_lambdas [{}, {}], which its load_state_dict pops, were dropped from the restore)
                 if tuples is not None and type(v) is tuple:
                     tuples.add(key)
                 stack.append((key, child_depth + 1, iter(sub)))
