@@ -172,10 +172,7 @@ def _trainer(root: str, model, **extra):
 
     args = TrainingArguments(output_dir=root, max_steps=10, save_steps=3, per_device_train_batch_size=2,
                              learning_rate=1e-2, logging_steps=5, report_to="none", use_cpu=True, seed=0,
-                             data_seed=0, dataloader_num_workers=0, disable_tqdm=True,
-                             # the rows hold only the model's inputs; transformers 5.24 read LlamaForCausalLM's
-                             # forward(**kwargs) as taking none of them and dropped both (an empty batch)
-                             remove_unused_columns=False, **extra)
+                             data_seed=0, dataloader_num_workers=0, disable_tqdm=True, **extra)
     return Trainer(model=model, args=args, train_dataset=_Tokens(10))
 
 
