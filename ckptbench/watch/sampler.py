@@ -110,7 +110,8 @@ class WatchReport:
         doc = asdict(self)
         del doc["source"]  # a run document's "source" is its head's (the files' directory): the CLI says "checkpoint"
         doc["intervals"] = [{**asdict(i), "gbps": i.gbps} for i in self.intervals]
-        doc["loader_gbps"] = self.loader_gbps
+        # no reading window timed the bytes it saw read: no rate, not 0.00 GB/s (the text says "untimed")
+        doc["loader_gbps"] = None if self.bytes and not self.io_span_s else self.loader_gbps
         doc["io_span_s"] = self.io_span_s
         doc["hot"] = self.hot
         r = self.reading

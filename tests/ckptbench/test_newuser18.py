@@ -86,6 +86,8 @@ def test_a_watch_that_saw_no_read_of_the_bytes_it_counts_gives_no_rate_and_no_rt
                       mem_total=24 << 30)
     assert v.verdict == "unknown" and "0.00 GB/s" not in v.why and "rate is unknown" in v.why, v
     assert "ckptbench check" not in v.fix and "mark the load" in v.fix, v.fix
+    # --json as the text: no rate where no window timed the read (it gave loader_gbps 0.0)
+    assert report.to_json()["loader_gbps"] is None and v.evidence["loader_gbps"] is None
     doc = report.to_json() | {"verdict": None, "floor_s": None, "floor_note": "unknown"}
     cli_watch._print(doc)
     out = capsys.readouterr().out
