@@ -103,7 +103,8 @@ def summarize(run_id: str, listing, world, options: dict, policy: str, saved: in
                                                      for c in caches),
                          "verified": all(c["verified"] for c in caches),
                          "notes": sorted({n for c in caches for n in c["notes"]})}
-    return document("run", "dist", run_id, listing.source, body, env,
+    # the checkpoint restored, as `run` records it (a Lightning .ckpt of a folder holding several, Listing.restored)
+    return document("run", "dist", run_id, getattr(listing, "restored", listing.source), body, env,
                     status="ok" if len(ok) == len(repeats) else "failed",
                     verified=bool(ok) and all(r.get("verified") for r in ok),
                     success_rate=len(ok) / len(repeats) if repeats else 0.0)

@@ -192,3 +192,18 @@ def test_the_dashboards_restore_records_the_checkpoint_run_records(tmp_path):
     rows = read_rows(results)
     assert len({row["run_id"] for row in rows}) == 2
     assert {row["source"] for row in rows} == {os.path.realpath(os.path.join(out, "checkpoint-10"))}, rows
+
+
+def test_a_distributed_run_records_the_lightning_checkpoint_it_restored(tmp_path):
+    """run --distributed recorded the folder of a picked .ckpt, as run did before Listing.restored."""
+    from types import SimpleNamespace
+
+    from ckptbench.distributed.summary import summarize
+    from ckptbench.sources.local import LocalSource
+
+    folder = os.path.join(_copy("lightning_ckpt_max", tmp_path), "checkpoints")
+    shutil.copy(os.path.join(folder, "epoch=0-step=2.ckpt"), os.path.join(folder, "epoch=0-step=1.ckpt"))
+    listing = LocalSource(folder, checkpoint=True, pick="epoch=0-step=1.ckpt").list()
+    doc = summarize("d1", listing, SimpleNamespace(size=1, backend="gloo"), {}, "part", None, [],
+                    {"date": "2026-12-07T00:00:00+00:00"})
+    assert os.path.basename(doc["source"]) == "epoch=0-step=1.ckpt", doc["source"]
