@@ -104,11 +104,14 @@ class Listing:
 
     @property
     def restored(self) -> str:
-        """The checkpoint a run restores, as its record names it: the source, or the Lightning .ckpt chosen in it
-        (two .ckpt files of one folder were recorded as one source, and compare held one's run against the other's)."""
+        """The checkpoint a run restores, as its record names it: the source, or the Lightning .ckpt file it reads
+        (two .ckpt files of one folder were recorded as one source, and compare held one's run against the other's;
+        a watch of a resume from the file records the file, so a folder of one .ckpt is named by it too)."""
         lay = self.layout
-        if lay is not None and lay.name == "lightning" and lay.tag and lay.tag.endswith(".ckpt"):
-            return f"{self.source.rstrip('/')}/{lay.tag}"
+        if lay is not None and lay.name == "lightning":
+            ckpts = [f.path for f in self.files if f.path.endswith(".ckpt")]
+            if len(ckpts) == 1:
+                return ckpts[0]
         return self.source
 
 

@@ -14,6 +14,9 @@ def source_of(files: list[str]) -> str:
     """The directory the watched job read its checkpoint files from (their common parent), or "" if none."""
     if not files:
         return ""
+    if len(files) == 1 and files[0].endswith(".ckpt"):  # a Lightning checkpoint is its file, as run records it
+        # (Listing.restored): a watch of a resume from one of a folder's .ckpt files was recorded as the folder
+        return files[0]
     return os.path.commonpath([os.path.dirname(f) for f in files])
 
 

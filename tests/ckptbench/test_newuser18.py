@@ -6,6 +6,7 @@ of two Lightning .ckpt files side by side listed the other as "not read" twice; 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -207,3 +208,16 @@ def test_a_distributed_run_records_the_lightning_checkpoint_it_restored(tmp_path
     doc = summarize("d1", listing, SimpleNamespace(size=1, backend="gloo"), {}, "part", None, [],
                     {"date": "2026-12-07T00:00:00+00:00"})
     assert os.path.basename(doc["source"]) == "epoch=0-step=1.ckpt", doc["source"]
+
+
+def test_a_watch_of_one_lightning_checkpoint_records_that_file(tmp_path):
+    """A watch of a resume from one .ckpt of a folder was recorded as the folder, where run records the file: the
+    two never compared, and two .ckpt files' watches read as one source."""
+    from ckptbench.watch.results import source_of
+
+    folder = os.path.join(_copy("lightning_ckpt_max", tmp_path), "checkpoints")
+    ckpt = os.path.join(folder, "epoch=0-step=2.ckpt")
+    r = run_cli("run", folder, "--repeat", "1", "--results", str(tmp_path / "r.csv"), "--json")
+    assert r.rc == 0, r.err
+    assert source_of([ckpt]) == ckpt == json.loads(r.out)["source"]
+    assert source_of([os.path.join(folder, "a.safetensors"), os.path.join(folder, "b.safetensors")]) == folder

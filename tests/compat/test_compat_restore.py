@@ -23,6 +23,8 @@ def _restores_picked(source: str, c) -> bool:
     library's own resume is pointed at it."""
     if os.path.realpath(source) == os.path.realpath(c.picked):
         return True
+    if c.expected.get("picked_file"):  # Lightning resumes from the file (fit(ckpt_path=...)), as run names it
+        return os.path.realpath(source) == os.path.realpath(os.path.join(c.root, c.expected["picked_file"]))
     return bool(c.expected.get("pointer")) and os.path.realpath(source) == os.path.realpath(c.root)
 
 
