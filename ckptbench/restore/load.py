@@ -231,6 +231,10 @@ def dims_of(man: mf.Manifest | None, tail: dict[str, bytes]) -> ModelDims | None
         return None
 
 
+NOT_OURS = "config.json gives a model shape, but these weights are another model's, not the GPT `ckptbench gen` writes"
+NO_STEP = "the check stage runs a model step only on that GPT, and checks these tensors without one"
+
+
 def model_dims(man: mf.Manifest | None, tail: dict[str, bytes], names) -> tuple[ModelDims | None, str]:
     """The model the check stage runs a step of, or None and why not. The manifest's shape is ckptbench's own
     model's; a config.json's is only when the weights' `names` are those of ckptbench's GPT of that shape (shapes
@@ -243,15 +247,16 @@ def model_dims(man: mf.Manifest | None, tail: dict[str, bytes], names) -> tuple[
     want = NAMES_PER_LAYER * dims.layers + NAMES_OUTSIDE_LAYERS
     if len(theirs) != want:  # not ours, told before any model is built: 4096 layers of the largest shape took 20 s
         # to build on meta only to compare names
-        return None, (f"config.json gives a model shape, but the weights are not ckptbench's GPT's ({len(theirs)} "
-                      f"tensors, not its {want} for {dims.layers} layers), so there is no model to run a step of")
+        # a user with their own GPT-2 read "not ckptbench's GPT's" as a fault of their checkpoint: said as what the
+        # check stage can and cannot do
+        return None, (f"{NOT_OURS} ({len(theirs)} tensors, where its GPT of {dims.layers} layers has {want}): "
+                      f"{NO_STEP}")
     ours = set(build_on_meta(dims, "float32").state_dict())
     if theirs == ours:
         return dims, ""
     alien = sorted(theirs - ours) or sorted(ours - theirs)
-    return None, (f"config.json gives a model shape, but the weights are not ckptbench's GPT's (e.g. "
-                  f"{alien[0][:60]!r} {'is not one of its' if theirs - ours else 'is missing'}), so there "
-                  "is no model to run a step of")
+    return None, (f"{NOT_OURS} (e.g. {alien[0][:60]!r} {'is not one of its' if theirs - ours else 'is missing'}): "
+                  f"{NO_STEP}")
 
 
 def restore(state: CheckpointState, dims: ModelDims, weights_dtype: str) -> Restored:

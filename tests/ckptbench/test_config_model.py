@@ -42,7 +42,7 @@ def test_a_gpt2_directory_gets_the_structural_check_and_says_why(gpt2_dir, h, tm
     assert r.rc == 0, r.err  # staged mode used to fail: "checkpoint does not fit the model"
     doc = json.loads(r.out)
     assert doc["check"] == "structural"
-    assert "config.json gives a model shape, but the weights are not ckptbench's GPT's" in doc["notes"]["load"]
+    assert "these weights are another model's, not the GPT `ckptbench gen` writes" in doc["notes"]["load"]
     assert doc["notes"]["check"].startswith("structural check, no model step")
 
 
@@ -50,7 +50,7 @@ def test_inspect_agrees_with_the_run(gpt2_dir, h):
     r = h.run_cli("inspect", gpt2_dir, "--json")
     assert r.rc == 0, r.err
     check = json.loads(r.out)["check"]
-    assert check.startswith("structural, no model step (config.json gives a model shape, but the weights are not")
+    assert check.startswith("structural, no model step (config.json gives a model shape, but these weights are another")
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_our_own_weights_with_config_json_get_a_model_step_in_both_modes(no_mani
     assert r.rc == 0, r.err
     doc = json.loads(r.out)
     assert doc["check"] == "model step", doc["notes"]
-    assert "load" not in doc["notes"] or "not ckptbench's GPT's" not in doc["notes"]["load"]
+    assert "load" not in doc["notes"] or "another model's" not in doc["notes"]["load"]
     r = h.run_cli("inspect", no_manifest, "--json")
     assert json.loads(r.out)["check"].startswith("model step")
 
