@@ -54,15 +54,16 @@ def test_a_million_ids_cost_one_step_each_whatever_their_nesting(tmp_path):
             state = torch_format.load_file(path)
 
         counts[n, depth] = _calls_in_formats(load)
-        assert len(state.extra) == n + 1  # every id kept under its own key, as before, plus lr
+        assert len(state.extra) == n + 2  # every id under its own key, as before, plus lr and the empty state
     assert counts[40_000, 0] - counts[20_000, 0] <= 1.1 * 20_000, counts  # linear, about one call per id
     assert counts[40_000, 20] - counts[40_000, 0] <= 1_000, counts  # and not multiplied by the nesting
 
 
 def test_flatten_keeps_order_keys_and_errors():
     nested = {"a": [1, {"b": 2, "c": (3, torch.Size([4, 5]))}], "d": {}, "e": [], 7: "x"}
+    # an empty container is a leaf: a load_state_dict may read it (LambdaLR's lr_lambdas [{}])
     assert list(flatten(nested, "p")) == [("p.a.0", 1), ("p.a.1.b", 2), ("p.a.1.c.0", 3),
-                                          ("p.a.1.c.1", torch.Size([4, 5])), ("p.7", "x")]
+                                          ("p.a.1.c.1", torch.Size([4, 5])), ("p.d", {}), ("p.e", []), ("p.7", "x")]
     assert list(flatten(5, "leaf")) == [("leaf", 5)]
     with pytest.raises(FormatError, match="key of type float"):
         list(flatten({"a": {1.5: 1}}))
@@ -94,11 +95,11 @@ def test_a_long_key_over_many_leaves_is_refused_before_its_keys_are_built(tmp_pa
     with pytest.raises(FormatError, match="flat keys run to") as err:
         torch_format.load_file(path)
     assert str(err.value).startswith(path) and "\n" not in str(err.value)
-    torch.save({"state": {}, "param_groups": [{"x" * 200_000: [{}] * 40}]}, path)  # empty dicts: keys, no leaves
+    torch.save({"state": {}, "param_groups": [{"x" * 200_000: [{}] * 40}]}, path)  # empty dicts: leaves too
     with pytest.raises(FormatError, match="flat keys run to"):
         torch_format.load_file(path)
     torch.save({"state": {}, "param_groups": [{"x" * 200_000: [None] * 2}]}, path)  # one long key is fine
-    assert len(torch_format.load_file(path).extra) == 2
+    assert len(torch_format.load_file(path).extra) == 3  # the two Nones, and the empty state, a leaf of its own
 
 
 def _deep(n: int, make=list):

@@ -41,7 +41,7 @@ def test_one_save_says_its_figure_is_of_the_only_save(tmp_path):
     r = run_cli("save", "small", tmp_path / "t", "--scale", "0.02", "--no-fsync", "--count", "1", "--results",
                 tmp_path / "S.csv")
     assert r.rc == 0, r.err
-    line = next(x for x in r.out.splitlines() if x.startswith("sustained durable throughput"))
+    line = next(x for x in r.out.splitlines() if x.startswith("sustained throughput, not durable (--no-fsync)"))
     assert "of the only save)" in line and "after the first" not in line, line
 
 
