@@ -82,8 +82,8 @@ def _begun(started: dict) -> dict:
     text = {k: started.get(k) if isinstance(started.get(k), str) else "" for k in ("date", "source", "mode", "cache")}
     target = started.get("target") if kind == "save" and isinstance(started.get("target"), str) else None
     return {"run_id": started["run_id"], "kind": kind, **text, "target": target or None, "repeats": 0,
-            "cancelled": 0, "rto_s": None, "read_gbps": None, "figure": FIGURE_OF.get(kind, "rto_s"), "figure_s": None, "held_s": None,
-            "steady": False, "efficiency": None, "floor_s": None, "fsync": None, "status": "unended",
+            "cancelled": 0, "rto_s": None, "read_gbps": None, "figure": FIGURE_OF.get(kind, "rto_s"), "figure_s": None,
+            "held_s": None, "steady": False, "efficiency": None, "floor_s": None, "fsync": None, "status": "unended",
             "unseen": False} | life(started, 0)
 
 

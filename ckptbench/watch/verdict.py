@@ -294,8 +294,9 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
     ratio = storage.gbps / loader if storage.gbps and loader > 0 else None
     util = _median([i.device_util_pct for i in io if i.device_util_pct is not None], None)
     doubt = _unseen(w) or w.reading.note  # the loader's rate is a lower bound: it cannot be called slow on it
-    evidence = {"loader_gbps": round(loader, 3) if w.io_span_s or not w.bytes else None, "storage_gbps": round(storage.gbps, 3) if storage.gbps else None,
-                "storage_read": storage.cache, "bytes": w.bytes, "io_span_s": round(w.io_span_s, 3),
+    evidence = {"loader_gbps": round(loader, 3) if w.io_span_s or not w.bytes else None,  # untimed: no rate
+                "storage_gbps": round(storage.gbps, 3) if storage.gbps else None, "storage_read": storage.cache,
+                "bytes": w.bytes, "io_span_s": round(w.io_span_s, 3),
                 "intervals_judged": len(io), "busiest_thread_cores_median": round(top, 2), "busy_threads_median": busy,
                 "cpu_cores_median": round(cores, 2), "count_or_time_doubt": doubt or None,
                 "cpus": cpus, "major_faults": w.majflt, "peak_rss_bytes": w.peak_rss_bytes,
