@@ -259,7 +259,10 @@ def test_a_process_the_kernel_will_not_show_is_one_line():
 
 
 def _attached(watcher: subprocess.Popen, pid: int, within_s: float = 60.0) -> bool:
-    """Whether the watch has begun sampling `pid`: one of its open files is under /proc/PID (a sample reads them)."""
+    """Whether the watch has begun sampling `pid`: one of its open files is under /proc/PID (a sample reads them),
+    past its stat, which the sample reads first and judges the job alive by. --match's own search reads the jobs'
+    cmdline files, and taken for the watch's first sample it let the test end the job before that sample, which
+    then found a zombie (a fresh-clone CI at 1a83981)."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline and watcher.poll() is None:
         try:
@@ -268,7 +271,8 @@ def _attached(watcher: subprocess.Popen, pid: int, within_s: float = 60.0) -> bo
             continue
         for fd in fds:
             try:
-                if os.readlink(f"/proc/{watcher.pid}/fd/{fd}").startswith(f"/proc/{pid}/"):
+                path = os.readlink(f"/proc/{watcher.pid}/fd/{fd}")
+                if path.startswith(f"/proc/{pid}/") and not path.endswith(("/cmdline", "/stat")):
                     return True
             except OSError:
                 pass
