@@ -41,7 +41,7 @@ MEGATRON_COMMON, MEGATRON_META = "common.pt", "metadata.json"  # beside a torch_
 # {"optimizer": …}), beside the Trainer's or Accelerate's other state files
 FSDP_MODEL_DIR = re.compile(r"^pytorch_model_fsdp_(?:0|[1-9][0-9]{0,3})$")  # as Accelerate names them: no leading 0
 FSDP_OPTIM_DIR = re.compile(r"^optimizer_(?:0|[1-9][0-9]{0,3})$")
-MP_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3})?$")
+MP_DIR = re.compile(r"^mp_rank_([0-9]{2})(?:_([0-9]{3}))?$")  # groups: the tensor- and pipeline-parallel rank
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
 # state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded; its
 # custom_checkpoint_N.pkl, the state_dict of an object given to register_for_checkpointing, is a torch.save its
@@ -179,6 +179,13 @@ def model_prefix(name: str) -> str:
     merged state kept only the last file's `weight`, or refused the two as two checkpoints), "" for any other."""
     m = ACCELERATE_MODEL.match(name)
     return f"model_{m.group(1) or m.group(2)}." if m else ""
+
+
+def lightning_file(paths) -> str | None:
+    """The one Lightning .ckpt among `paths`, which names the checkpoint (two of one folder are two checkpoints); None
+    where there is not exactly one. A run's record and a watch's name a Lightning restore by it alike."""
+    ckpts = [p for p in paths if p.endswith(".ckpt")]
+    return ckpts[0] if len(ckpts) == 1 else None
 
 
 def state_stem(name: str) -> str | None:

@@ -81,7 +81,6 @@ def print_recorded(path: str | None, run_id: str, what: str = "run", comparable:
     if not path:
         return
     from ckptbench.core.errors import printable
-
     from ckptbench.records.compare import default_baseline
 
     shown = printable(path)

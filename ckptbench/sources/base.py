@@ -14,7 +14,7 @@ from ckptbench.core.options import HASHES, READ_MODES, S3_CLIENTS
 from ckptbench.checkpoint import manifest as mf
 from ckptbench.system.pagecache import CacheCondition
 from ckptbench.core.errors import CkptbenchError
-from ckptbench.checkpoint.layouts import Layout
+from ckptbench.checkpoint.layouts import Layout, lightning_file
 from ckptbench.core.units import human_bytes
 
 INTO = ("hash", "memory", "stage")  # where read bytes go: hashed and dropped, page-aligned buffers, local files
@@ -108,11 +108,8 @@ class Listing:
         (two .ckpt files of one folder were recorded as one source, and compare held one's run against the other's;
         a watch of a resume from the file records the file, so a folder of one .ckpt is named by it too)."""
         lay = self.layout
-        if lay is not None and lay.name == "lightning":
-            ckpts = [f.path for f in self.files if f.path.endswith(".ckpt")]
-            if len(ckpts) == 1:
-                return ckpts[0]
-        return self.source
+        named = lightning_file(f.path for f in self.files) if lay is not None and lay.name == "lightning" else None
+        return named or self.source
 
 
 @runtime_checkable

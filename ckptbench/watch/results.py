@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import os
 
+from ckptbench.checkpoint.layouts import lightning_file
 from ckptbench.core.errors import redact_all
 from ckptbench.records.results import append, append_document, document, row
 
 
 def source_of(files: list[str]) -> str:
-    """The directory the watched job read its checkpoint files from (their common parent), or "" if none."""
+    """The directory the watched job read its checkpoint files from (their common parent), or the one Lightning .ckpt
+    among them; "" if none."""
     if not files:
         return ""
-    if len(files) == 1 and files[0].endswith(".ckpt"):  # a Lightning checkpoint is its file, as run records it
-        # (Listing.restored): a watch of a resume from one of a folder's .ckpt files was recorded as the folder
-        return files[0]
-    return os.path.commonpath([os.path.dirname(f) for f in files])
+    # a Lightning checkpoint is its file, as run records it (Listing.restored): a watch of a resume from one of a
+    # folder's .ckpt files was recorded as the folder
+    return lightning_file(files) or os.path.commonpath([os.path.dirname(f) for f in files])
 
 
 def source_in(doc: dict) -> str:

@@ -102,6 +102,11 @@ class WatchReport:
         return max(0.0, t1 - t0)
 
     @property
+    def untimed(self) -> bool:
+        """Checkpoint bytes it saw read and no reading window to time them in: no rate, not 0.00 GB/s."""
+        return bool(self.bytes) and not self.io_span_s
+
+    @property
     def loader_gbps(self) -> float:
         span = self.io_span_s
         return self.bytes / span / 1e9 if span > 0 else 0.0
@@ -110,8 +115,7 @@ class WatchReport:
         doc = asdict(self)
         del doc["source"]  # a run document's "source" is its head's (the files' directory): the CLI says "checkpoint"
         doc["intervals"] = [{**asdict(i), "gbps": i.gbps} for i in self.intervals]
-        # no reading window timed the bytes it saw read: no rate, not 0.00 GB/s (the text says "untimed")
-        doc["loader_gbps"] = None if self.bytes and not self.io_span_s else self.loader_gbps
+        doc["loader_gbps"] = None if self.untimed else self.loader_gbps  # the text says "untimed"
         doc["io_span_s"] = self.io_span_s
         doc["hot"] = self.hot
         r = self.reading

@@ -294,7 +294,7 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
     ratio = storage.gbps / loader if storage.gbps and loader > 0 else None
     util = _median([i.device_util_pct for i in io if i.device_util_pct is not None], None)
     doubt = _unseen(w) or w.reading.note  # the loader's rate is a lower bound: it cannot be called slow on it
-    evidence = {"loader_gbps": round(loader, 3) if w.io_span_s or not w.bytes else None,  # untimed: no rate
+    evidence = {"loader_gbps": None if w.untimed else round(loader, 3),
                 "storage_gbps": round(storage.gbps, 3) if storage.gbps else None, "storage_read": storage.cache,
                 "bytes": w.bytes, "io_span_s": round(w.io_span_s, 3),
                 "intervals_judged": len(io), "busiest_thread_cores_median": round(top, 2), "busy_threads_median": busy,
@@ -303,7 +303,7 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                 "tcp_retransmit_rate": w.tcp_retransmit_rate, "sockets_peak": w.sockets_peak,
                 "device_util_pct_median": round(util, 1) if util is not None else None}
     got = f"the loader got {'at least ' if lower_bound(w) else ''}{loader:.2f} GB/s"  # as the headline says it
-    if w.bytes and not w.io_span_s:
+    if w.untimed:
         got = "the loader's rate is unknown (no sample saw it reading its files: too short to time)"
     # into which memory, as the floor says its storage rates: "gives 2.16 GB/s" stood beside the floor's "storage
     # (1.28 GB/s read into fresh memory)" of the same files, and a new user could not tell which was the storage's
@@ -351,7 +351,7 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                        f"({cores:.1f} cores busy): too few reads in flight for this storage", evidence,
                        "read with more concurrency (several files or chunks at once); `ckptbench sweep` shows "
                        "the concurrency where this storage stops gaining")
-    if ratio is None and loader == 0:  # bytes and no window to time them in: check would not time this job either
+    if w.untimed:  # check would not time this job either: a mark, or finer samples, would
         return _verdict("unknown", f"{got}; {gives}", evidence,
                         f"mark the load (`from ckptbench.mark import stage`) and {_watch_again(w)}")
     if ratio is None:

@@ -332,6 +332,7 @@ class Dashboard(LoopMode):
         live = self.rates.update(snap)
         if self.rates.points and self.rates.points[-1] != before:
             self.query_one("#chart", ThroughputChart).add_sample(time.monotonic(), live["now_gbps"], live["peak_gbps"])
+            self._sampled_pass = self._rates_pass  # a loop's pass the chart has a live sample of
         return live
 
     def show_figures(self, live: dict, snap) -> None:

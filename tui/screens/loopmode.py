@@ -99,10 +99,7 @@ class LoopMode(Screen):
             self._rates_pass = pass_no
         self.fixed = loop.live_concurrency() is False
         self.show_settings(snap.concurrency)
-        charted = len(self.query_one("#chart", ThroughputChart).samples)
         self.show_figures(self.take_rates(snap), snap)
-        if len(self.query_one("#chart", ThroughputChart).samples) != charted:
-            self._sampled_pass = pass_no
 
     def chart_missed_pass(self, last) -> None:
         """A finished pass that no poll caught reading (a small checkpoint's passes run between two polls, the more

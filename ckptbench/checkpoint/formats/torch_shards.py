@@ -8,13 +8,12 @@ import re
 
 import torch
 
-from ckptbench.checkpoint import pointers
+from ckptbench.checkpoint import layouts, pointers
 from ckptbench.checkpoint.formats.state import CheckpointState, FormatError
 from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
 from ckptbench.checkpoint.quote import quote
 
 _ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_(optim|model)_states\.pt$")
-_MP = re.compile(r"^mp_rank_([0-9]{2})(?:_([0-9]{3}))?$")  # Megatron's mp_rank_TT[_PPP] (layouts.MP_DIR)
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).contiguous().view(torch.uint8)
@@ -151,7 +150,7 @@ def _one_iteration(state: CheckpointState, folder: str) -> None:
     """Every rank file of an iteration saved the same `iteration`: a rank copied in from another iteration is that
     iteration's slice, and a resume would train on weights from two steps."""
     saved = {v for k, v in state.extra.items() if type(v) is int and k.partition(".")[2] == "iteration"
-             and _MP.match(k.partition(".")[0])}
+             and layouts.MP_DIR.match(k.partition(".")[0])}
     if len(saved) > 1:
         which = " and ".join(map(str, sorted(saved)[:4]))
         raise FormatError(f"{folder}: its model-parallel ranks saved iteration {which}: ranks of two iterations in "
@@ -177,15 +176,19 @@ def _first_missing(ranks: set[tuple[int, int | None]], tp: int, pp: int | None) 
 def _megatron_complete(paths: list[str], state: CheckpointState) -> None:
     """Megatron's model-parallel ranks of one iteration are mp_rank_TT (tensor-parallel rank TT), or mp_rank_TT_PPP
     under pipeline parallelism, for every TT below the tensor-parallel size its args saved and every PPP below the
-    pipeline size: each rank of a resume loads its own, and a missing one fails there. Loaded apart (their slices
-    kept under their tags), an iteration short of one restored as whole."""
-    groups: dict[str, set[tuple[int, int | None]]] = {}
+    pipeline size, each holding the same files: each rank of a resume loads its own, and a missing one fails there.
+    Loaded apart (their slices kept under their tags), an iteration short of one restored as whole."""
+    held: dict[str, dict[str, set[str]]] = {}  # iteration folder -> rank folder -> its files
     for path in paths:
-        m = _MP.match(os.path.basename(os.path.dirname(path)))
-        if m is not None:
-            groups.setdefault(os.path.dirname(os.path.dirname(path)), set()).add(
-                (int(m.group(1)), None if m.group(2) is None else int(m.group(2))))
-    for folder, ranks in sorted(groups.items()):
+        rank = os.path.dirname(path)
+        if layouts.MP_DIR.match(os.path.basename(rank)) is not None:
+            held.setdefault(os.path.dirname(rank), {}).setdefault(os.path.basename(rank), set()).add(
+                os.path.basename(path))
+    for folder, files in sorted(held.items()):
+        ranks = set()
+        for name in files:
+            m = layouts.MP_DIR.match(name)
+            ranks.add((int(m.group(1)), None if m.group(2) is None else int(m.group(2))))
         if len({p is None for _, p in ranks}) > 1:
             raise FormatError(f"{folder}: holds mp_rank_TT and mp_rank_TT_PPP folders together: two saves' ranks in "
                               "one iteration, not one whole save: re-copy the iteration")
@@ -203,21 +206,8 @@ def _megatron_complete(paths: list[str], state: CheckpointState) -> None:
             raise FormatError(f"{folder}: Megatron saved model-parallel ranks for {size}, but {what} ({len(ranks)} "
                               "found); the iteration is not one whole save (a resume fails on it): re-copy the "
                               "iteration")
-    _same_files(paths)
-
-
-def _same_files(paths: list[str]) -> None:
-    """Every model-parallel rank of an iteration saves the same files (model_optim_rng.pt, and distrib_optim.pt
-    under the distributed optimizer): a rank without one another rank holds fails its resume's load of it."""
-    held: dict[str, dict[str, set[str]]] = {}
-    for path in paths:
-        rank = os.path.dirname(path)
-        if _MP.match(os.path.basename(rank)) is not None:
-            held.setdefault(os.path.dirname(rank), {}).setdefault(os.path.basename(rank), set()).add(
-                os.path.basename(path))
-    for folder, ranks in sorted(held.items()):
-        every = set().union(*ranks.values())
-        for rank, names in sorted(ranks.items()):
+        every = set().union(*files.values())  # and the same files: distrib_optim.pt under the distributed optimizer
+        for rank, names in sorted(files.items()):
             if names != every:
                 raise FormatError(f"{folder}: {rank} holds no {quote(min(every - names))}, which other "
                                   "model-parallel ranks saved; the iteration is not one whole save (a resume fails "
