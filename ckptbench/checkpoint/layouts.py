@@ -31,7 +31,7 @@ _HF_WEIGHTS = re.compile(r"^(?:(?:pytorch_model|adapter_model)(?:-\d+-of-\d+)?\.
                          r"(?:pytorch_model\.bin|model\.safetensors)\.index\.json)$")
 _OWN = re.compile(r"^(model|optim)_rank(\d+)\.pt$")
 # Megatron-LM: <root>/latest_checkpointed_iteration.txt names iter_NNNNNNN (or release); each iteration holds a
-# torch.save per model-parallel rank (mp_rank_TT[_PPP]/model_optim_rng.pt, distrib_optim.pt) or, saved as
+# torch.save per model-parallel rank (mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt, distrib_optim.pt) or, saved as
 # torch_dist, a DCP checkpoint (.metadata, *.distcp, common.pt)
 # (iter_%07d: seven digits, more past iteration 9999999, as Megatron formats it; ITER_DIGITS at most)
 _ITER_DIR = re.compile(r"^(?:iter_(?:\d{7}|[1-9]\d{7,%d})|release)$" % (ITER_DIGITS - 1))
@@ -41,13 +41,16 @@ MEGATRON_COMMON, MEGATRON_META = "common.pt", "metadata.json"  # beside a torch_
 # {"optimizer": …}), beside the Trainer's or Accelerate's other state files
 FSDP_MODEL_DIR = re.compile(r"^pytorch_model_fsdp_(?:0|[1-9][0-9]{0,3})$")  # as Accelerate names them: no leading 0
 FSDP_OPTIM_DIR = re.compile(r"^optimizer_(?:0|[1-9][0-9]{0,3})$")
-MP_DIR = re.compile(r"^mp_rank_([0-9]{2})(?:_([0-9]{3}))?$")  # groups: the tensor- and pipeline-parallel rank
+# mp_rank_TT, then _PPP under pipeline parallelism, then _EEE under expert parallelism (Megatron's get_checkpoint_name):
+# groups are the ranks it carries; mp_rank_TT_XXX is either, and only the saved args say which
+MP_DIR = re.compile(r"^mp_rank_([0-9]{2})(?:_([0-9]{3}))?(?:_([0-9]{3}))?$")
 # what transformers' Trainer, and Accelerate's save_state, save beside the weights; torch.save files among them hold
 # state, keyed by their stem (state_stem). Accelerate's random_states_N.pkl is a plain pickle: never loaded; its
 # custom_checkpoint_N.pkl, the state_dict of an object given to register_for_checkpointing, is a torch.save its
 # resume loads, read here as every torch.save is (no code runs)
 TRAINER_STATE = re.compile(r"^(?:(optimizer|scheduler|scaler)\.pt|(rng_state(?:_\d+)?)\.pth|"
-                           r"((?:optimizer|scheduler|sampler)(?:_\d+)?)\.bin|(custom_checkpoint_\d{1,4})\.pkl)$")
+                           r"((?:optimizer|scheduler|sampler)(?:_\d+)?)\.bin|(custom_checkpoint_\d{1,4})\.pkl|"
+                           r"(trainer_state)\.json)$")  # a Trainer's state as JSON (formats/trainer_json)
 TRAINER_MARKERS = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "optimizer.bin", "scheduler.bin",
                    "random_states_0.pkl")
 TRAINING_ARGS = "training_args.bin"
@@ -195,8 +198,8 @@ def state_stem(name: str) -> str | None:
 
 
 def trainer_state_files(rels) -> tuple[str, ...]:
-    """The torch.save files a Hugging Face Trainer keeps its state in, at the top of the checkpoint: optimizer.pt,
-    scheduler.pt, scaler.pt, rng_state*.pth."""
+    """The files a Hugging Face Trainer (or Accelerate) keeps its state in, at the top of the checkpoint: the
+    torch.save files optimizer.pt, scheduler.pt, scaler.pt, rng_state*.pth, and trainer_state.json."""
     return tuple(r for r in rels if TRAINER_STATE.match(r))
 
 

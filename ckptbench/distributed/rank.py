@@ -299,10 +299,10 @@ def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview
     ext = restore.SHARD_EXT.get(fmt, ())
     shards = [p for p in paths if p.endswith(ext)]
     state = CheckpointState({})
-    if share.state_files:  # a Trainer's torch.save state beside the weights: whoever reads it loads it
-        from ckptbench.checkpoint.formats.torch_shards import load_shards
+    if share.state_files:  # a Trainer's state beside the weights: whoever reads it loads it
+        from ckptbench.checkpoint.formats.torch_shards import load_state_files
 
-        state.merge(load_shards([os.path.join(root, r) for r in share.state_files], buffers))
+        state.merge(load_state_files([os.path.join(root, r) for r in share.state_files], buffers))
     if not shards:
         return state  # otherwise only small files (config, tokenizer): read, as a restore reads them
     if fmt == "torch":

@@ -87,13 +87,15 @@ def _torch_entries(directory: str, rels: list[str]):
     stem (optimizer.pt → optimizer)."""
     from ckptbench.checkpoint.formats import group_of
     from ckptbench.checkpoint.formats import torch_format as tf
+    from ckptbench.checkpoint.formats import trainer_json
 
     from ckptbench.checkpoint.formats.state import CheckpointState
     from ckptbench.checkpoint.formats.torch_shards import check_complete
 
     out, others, inert, saved = [], 0, set(), CheckpointState({})
     for rel in rels:
-        state = tf.peek_file(os.path.join(directory, rel))
+        path = os.path.join(directory, rel)  # a Trainer's trainer_state.json among them: parsed, its entries counted
+        state = trainer_json.load_file(path) if os.path.basename(rel) == trainer_json.NAME else tf.peek_file(path)
         inert |= state.inert
         saved.extra.update(state.extra)
         stem = layouts.state_stem(os.path.basename(rel))
@@ -190,8 +192,9 @@ def _entries(directory: str, listing: Listing):
                                   "optimizer" if optim else group_of(key)))
         torch_out, others, inert = _torch_entries(directory, state_files)
         return out + torch_out, others, inert
-    if fmt == "torch":
-        return _torch_entries(directory, [r for r in listing.rels if r.endswith(layouts.TORCH_EXT)])
+    if fmt == "torch":  # and the state files no torch extension names (trainer_state.json), as the restore loads them
+        torch_files = [r for r in listing.rels if r.endswith(layouts.TORCH_EXT)]
+        return _torch_entries(directory, torch_files + [r for r in state_files if r not in torch_files])
     raise CkptbenchError(f"{directory}: no safetensors, torch or torch.distributed.checkpoint files found; "
                          "point at a checkpoint directory")
 

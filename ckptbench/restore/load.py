@@ -115,9 +115,9 @@ def with_state_files(state: CheckpointState, directory: str, lay: layouts.Layout
     rng_state.pth; Megatron's common.pt beside DCP files), each read from `buffers` (path → bytes) where there."""
     files = _state_files(directory, lay)
     if files:
-        from ckptbench.checkpoint.formats.torch_shards import load_shards
+        from ckptbench.checkpoint.formats.torch_shards import load_state_files
 
-        merge_apart(state, load_shards(files, buffers), directory,
+        merge_apart(state, load_state_files(files, buffers), directory,
                      ", ".join(os.path.basename(f) for f in files[:3]), "its weights")
     return state
 
@@ -169,14 +169,15 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
         directory = os.path.join(directory, lay.root) if lay.root else directory
     paths = shards if shards is not None else shard_files(directory, fmt, lay)
     if fmt == "torch":  # checked across files: keys two files disagree on, a Hugging Face index's weight map
-        from ckptbench.checkpoint.formats.torch_shards import load_shards
+        from ckptbench.checkpoint.formats.torch_shards import load_shards, load_state_files
 
         state = load_shards(paths, buffers)
-        # a torch.save state file its name does not give away (Accelerate's custom_checkpoint_N.pkl, the state of an
-        # object given to register_for_checkpointing): the shards are the files a torch extension names
+        # a state file no torch extension names (Accelerate's custom_checkpoint_N.pkl, the state of an object given
+        # to register_for_checkpointing; a Trainer's trainer_state.json): the shards are the files a torch
+        # extension names
         more = [f for f in _state_files(directory, lay) if not f.endswith(SHARD_EXT["torch"])]
         if more:
-            merge_apart(state, load_shards(more, buffers), directory, ", ".join(os.path.basename(f) for f in more[:3]),
+            merge_apart(state, load_state_files(more, buffers), directory, ", ".join(os.path.basename(f) for f in more[:3]),
                         "its weights")
     else:
         from ckptbench.checkpoint.formats.torch_shards import check_agree

@@ -82,12 +82,13 @@ def _write_trainer_dir(root, variant: str, marker) -> dict:
              "scaler.pt": torch.amp.GradScaler("cpu").state_dict()}
     for name, obj in saved.items():
         torch.save(obj, os.path.join(root, name))
+    trainer_state = {"global_step": 1, "epoch": 0.01, "log_history": [{"loss": 2.77, "step": 1}]}
     with open(os.path.join(root, "trainer_state.json"), "w") as f:
-        json.dump({"global_step": 1, "epoch": 0.01, "log_history": [{"loss": 2.77, "step": 1}]}, f)
+        json.dump(trainer_state, f)
     with open(os.path.join(root, "config.json"), "w") as f:  # a Llama-style config: no shape ckptbench can build
         json.dump({"model_type": "llama", "hidden_size": 8, "vocab_size": 16}, f)
     torch.save(RunsCode(str(marker)), os.path.join(root, "training_args.bin"))  # what Trainer does with its args
-    return dict(saved, weights=weights)
+    return dict(saved, weights=weights, **{"trainer_state.json": trainer_state})
 
 
 @pytest.fixture
@@ -115,9 +116,10 @@ def _flat(obj, prefix: str = "") -> dict:
 
 
 def _expected_extra(saved: dict) -> dict:
-    """Each state file's values under its stem, flattened: optimizer.state.0.exp_avg, rng_state.numpy.1, ..."""
+    """Each state file's values under its stem, flattened: optimizer.state.0.exp_avg, rng_state.numpy.1, ...,
+    trainer_state.log_history.0.loss (the JSON a resume reads with TrainerState.load_from_json)."""
     out = {}
-    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt"):
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt", "trainer_state.json"):
         out.update(_flat({name.rsplit(".", 1)[0]: saved[name]}))
     return out
 
@@ -236,7 +238,8 @@ def test_layout_names_the_trainer_files_and_says_why_training_args_is_skipped(tr
     assert lay.name == "hf-trainer"
     assert lay.model_files == ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
     assert lay.optimizer_files == ("optimizer.pt",)
-    assert sorted(lay.state_files) == ["optimizer.pt", "rng_state.pth", "scaler.pt", "scheduler.pt"]
+    assert sorted(lay.state_files) == ["optimizer.pt", "rng_state.pth", "scaler.pt", "scheduler.pt",
+                                       "trainer_state.json"]
     assert sorted(lay.files) == _selected(root)
     assert lay.skipped == (("training_args.bin", layouts.SKIP_WHY["training_args.bin"]),)
     assert "could run code" in lay.describe()["not_read"][0]["why"]

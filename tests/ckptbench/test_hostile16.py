@@ -38,10 +38,10 @@ def _one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
     return lines[0]
 
 
-def _megatron(tmp_path, tp: int = 1, pp: int = 1, **args):
+def _megatron(tmp_path, tp: int = 1, pp: int = 1, ep: int = 1, **args):
     root = tmp_path / "m"
     root.mkdir()
-    saved = write_megatron(root, iterations=(10,), latest="10", tp=tp, pp=pp)
+    saved = write_megatron(root, iterations=(10,), latest="10", tp=tp, pp=pp, ep=ep)
     for rel, obj in saved.items():
         for k, v in args.items():
             setattr(obj["args"], k, v)
@@ -49,12 +49,15 @@ def _megatron(tmp_path, tp: int = 1, pp: int = 1, **args):
     return root
 
 
-@pytest.mark.parametrize("pp, args, needle", [
-    (1, {"tensor_model_parallel_size": HUGE}, f"tensor-parallel size {HUGE}, but mp_rank_01 is missing (1 found)"),
-    (2, {"pipeline_model_parallel_size": HUGE}, f"pipeline size {HUGE}, but mp_rank_00_002 is missing (2 found)"),
+@pytest.mark.parametrize("pp, ep, args, needle", [
+    (1, 1, {"tensor_model_parallel_size": HUGE}, f"tensor-parallel size {HUGE}, but mp_rank_01 is missing (1 found)"),
+    (2, 1, {"pipeline_model_parallel_size": HUGE}, f"pipeline size {HUGE}, but mp_rank_00_002 is missing (2 found)"),
+    (1, 2, {"expert_model_parallel_size": HUGE}, f"expert size {HUGE}, but mp_rank_00_002 is missing (2 found)"),
+    (2, 2, {"tensor_model_parallel_size": HUGE, "expert_model_parallel_size": HUGE},  # a grid of 2 x 10**18
+     f"tensor-parallel size {HUGE}, pipeline size 2, expert size {HUGE}, but mp_rank_00_000_002 is missing (4 found)"),
 ])
-def test_a_megatron_size_of_a_billion_is_one_line_not_a_billion_ranks(tmp_path, pp, args, needle):
-    root = _megatron(tmp_path, pp=pp, **args)
+def test_a_megatron_size_of_a_billion_is_one_line_not_a_billion_ranks(tmp_path, pp, ep, args, needle):
+    root = _megatron(tmp_path, pp=pp, ep=ep, **args)
     _one_line(_bounded("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv"), needle)
     _one_line(_bounded("inspect", root, "--json"), needle)
 

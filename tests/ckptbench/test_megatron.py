@@ -7,6 +7,7 @@ hostile or ambiguous iteration file is one line."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -18,7 +19,7 @@ import torch
 MODES = ("fused", "staged")
 
 
-def megatron_shard(tp: int, iteration: int, root: str, tp_size: int = 2, pp_size: int = 1) -> dict:
+def megatron_shard(tp: int, iteration: int, root: str, tp_size: int = 2, pp_size: int = 1, ep_size: int = 1) -> dict:
     g = torch.Generator().manual_seed(tp * 10_000 + iteration)
     h = 32
     encoder = {f"layers.{i}.self_attention.query_key_value.weight": torch.randn(3 * h // 2, h, generator=g)
@@ -32,7 +33,7 @@ def megatron_shard(tp: int, iteration: int, root: str, tp_size: int = 2, pp_size
                                "param_groups": [{"lr": 1e-4, "params": list(range(len(params)))}]},
                  "fp32_from_fp16_params": [[p.float().clone() for p in params]]}
     return {"args": argparse.Namespace(tensor_model_parallel_size=tp_size, pipeline_model_parallel_size=pp_size,
-                                       iteration=iteration, save=root),
+                                       expert_model_parallel_size=ep_size, iteration=iteration, save=root),
             "checkpoint_version": 3.0, "iteration": iteration, "model": model, "optimizer": optimizer,
             "opt_param_scheduler": {"max_lr": 1e-4, "num_steps": iteration},
             "rng_state": [{"random_rng_state": random.Random(tp).getstate(),
@@ -40,18 +41,18 @@ def megatron_shard(tp: int, iteration: int, root: str, tp_size: int = 2, pp_size
                            "torch_rng_state": torch.get_rng_state()}]}
 
 
-def write_megatron(root, iterations=(1000, 2000), latest: str | None = "2000", tp: int = 2, pp: int = 1) -> dict:
-    """The tree; returns {relative path: the saved object} of every rank file (mp_rank_TT, or mp_rank_TT_PPP
-    under pipeline parallelism, as Megatron names them)."""
+def write_megatron(root, iterations=(1000, 2000), latest: str | None = "2000", tp: int = 2, pp: int = 1,
+                   ep: int = 1) -> dict:
+    """The tree; returns {relative path: the saved object} of every rank file (mp_rank_TT, then _PPP under pipeline
+    parallelism and _EEE under expert parallelism, as Megatron's get_checkpoint_name names them)."""
     saved = {}
     for it in iterations:
-        for rank in range(tp):
-            for stage in range(pp):
-                tag = f"mp_rank_{rank:02d}" + (f"_{stage:03d}" if pp > 1 else "")
-                rel = f"iter_{it:07d}/{tag}/model_optim_rng.pt"
-                os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
-                saved[rel] = megatron_shard(rank * pp + stage, it, str(root), tp, pp)
-                torch.save(saved[rel], os.path.join(root, rel))
+        for rank, stage, expert in itertools.product(range(tp), range(pp), range(ep)):
+            tag = f"mp_rank_{rank:02d}" + (f"_{stage:03d}" if pp > 1 else "") + (f"_{expert:03d}" if ep > 1 else "")
+            rel = f"iter_{it:07d}/{tag}/model_optim_rng.pt"
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            saved[rel] = megatron_shard((rank * pp + stage) * ep + expert, it, str(root), tp, pp, ep)
+            torch.save(saved[rel], os.path.join(root, rel))
     if latest is not None:
         (root / "latest_checkpointed_iteration.txt").write_text(latest + "\n")
     return saved
@@ -98,6 +99,59 @@ def test_each_ranks_slices_come_back_under_its_rank(meg):
     assert all(k.startswith(("mp_rank_00.", "mp_rank_01.")) for k in state.model)
 
 
+def test_expert_parallel_ranks_come_back_each_under_its_rank(tmp_path):
+    """Under expert parallelism Megatron adds the expert rank to the folder (mp_rank_TT_PPP_EEE): every rank's file is
+    one of the save, its slices kept under its own folder's name."""
+    from ckptbench.checkpoint.formats import group_of
+    from ckptbench.restore import load as restore
+    from ckptbench.sources.local import LocalSource
+
+    root = tmp_path / "m"
+    root.mkdir()
+    saved = write_megatron(root, iterations=(7,), latest="7", tp=1, pp=2, ep=2)
+    listing = LocalSource(str(root), checkpoint=True).list()
+    assert len(listing.files) == 4
+    state = restore.load_state(listing.source, listing.format, shards=[f.path for f in listing.files])
+    for rel, obj in saved.items():
+        tag = rel.split("/")[1]
+        assert torch.equal(state.model[f"{tag}.language_model.embedding.word_embeddings.weight"],
+                           obj["model"]["language_model"]["embedding"]["word_embeddings"]["weight"])
+        assert state.extra[f"{tag}.args.expert_model_parallel_size"] == 2
+        # counted as optimizer state under its rank's tag, not as a weight
+        assert group_of(f"{tag}.optimizer.optimizer.state.0.exp_avg") == "optimizer"
+
+
+def test_a_second_rank_no_args_explain_is_named_as_either(tmp_path, h):
+    """mp_rank_TT_XXX is a pipeline or an expert rank: with no sizes saved to say which, it is named as either, and
+    the ranks' own largest stands for the size."""
+    import shutil
+
+    root = tmp_path / "m"
+    root.mkdir()
+    saved = write_megatron(root, iterations=(10,), latest="10", tp=2, ep=2)
+    for rel, obj in saved.items():
+        del obj["args"].expert_model_parallel_size, obj["args"].pipeline_model_parallel_size
+        torch.save(obj, root / rel)
+    shutil.rmtree(root / "iter_0000010" / "mp_rank_01_001")
+    r = h.run_cli("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc != 0 and len(r.err_lines) == 1 and "Traceback" not in r.err, r.err
+    assert ("tensor-parallel size 2, pipeline or expert size 2, but mp_rank_01_001 is missing (3 found)"
+            in r.err_lines[0]), r.err_lines[0]
+
+
+def test_rank_folders_of_two_parallel_layouts_are_refused(tmp_path, h):
+    """mp_rank_00 beside mp_rank_00_000: one save names every rank folder alike, so these are two saves' ranks."""
+    import shutil
+
+    root = tmp_path / "m"
+    root.mkdir()
+    write_megatron(root, iterations=(10,), latest="10", tp=2, pp=2)
+    shutil.copytree(root / "iter_0000010" / "mp_rank_00_000", root / "iter_0000010" / "mp_rank_00")
+    r = h.run_cli("run", root, "--json", "--repeat", "1", "--results", tmp_path / "R.csv")
+    assert r.rc != 0 and r.out == "" and len(r.err_lines) == 1 and "Traceback" not in r.err, r.err
+    assert "(mp_rank_00 and mp_rank_00_000)" in r.err_lines[0] and "re-copy the iteration" in r.err_lines[0]
+
+
 def test_inspect_names_the_layout_and_groups(meg, h):
     root, _ = meg
     r = h.run_cli("inspect", root, "--json")
@@ -130,22 +184,26 @@ def test_a_bad_iteration_file_is_one_line(meg, h, tmp_path, latest, needle):
     assert "latest_checkpointed_iteration.txt" in r.err_lines[0] and needle in r.err_lines[0], r.err_lines[0]
 
 
-@pytest.mark.parametrize("tp, pp, drop, needle", [
-    (2, 1, "mp_rank_01", "tensor-parallel size 2, but mp_rank_01 is missing (1 found)"),  # its args say 2
-    (4, 1, "mp_rank_02", "tensor-parallel size 4, but mp_rank_02 is missing (3 found)"),
-    (2, 2, "mp_rank_01_001", "tensor-parallel size 2, pipeline size 2, but mp_rank_01_001 is missing (3 found)"),
+@pytest.mark.parametrize("tp, pp, ep, drop, needle", [
+    (2, 1, 1, "mp_rank_01", "tensor-parallel size 2, but mp_rank_01 is missing (1 found)"),  # its args say 2
+    (4, 1, 1, "mp_rank_02", "tensor-parallel size 4, but mp_rank_02 is missing (3 found)"),
+    (2, 2, 1, "mp_rank_01_001", "tensor-parallel size 2, pipeline size 2, but mp_rank_01_001 is missing (3 found)"),
+    # expert parallelism alone names mp_rank_TT_EEE, as pipeline parallelism does mp_rank_TT_PPP: the args say which
+    (2, 1, 2, "mp_rank_00_001", "tensor-parallel size 2, expert size 2, but mp_rank_00_001 is missing (3 found)"),
+    (1, 2, 2, "mp_rank_00_001_000",
+     "tensor-parallel size 1, pipeline size 2, expert size 2, but mp_rank_00_001_000 is missing (3 found)"),
 ])
 @pytest.mark.parametrize("mode", MODES)
-def test_an_iteration_short_of_a_model_parallel_rank_is_refused(tmp_path, h, tp, pp, drop, needle, mode):
+def test_an_iteration_short_of_a_model_parallel_rank_is_refused(tmp_path, h, tp, pp, ep, drop, needle, mode):
     """Each rank's slices are kept under its mp_rank_ tag, so an iteration missing one restored as whole; a
     resume's rank that loads the missing file fails."""
     import shutil
 
     root = tmp_path / "m"
     root.mkdir()
-    write_megatron(root, iterations=(10,), latest="10", tp=tp, pp=pp)
+    write_megatron(root, iterations=(10,), latest="10", tp=tp, pp=pp, ep=ep)
     whole = h.run_cli("run", root, "--json", "--repeat", "1", "--mode", mode, "--results", tmp_path / "R.csv")
-    assert whole.rc == 0 and json.loads(whole.out)["files"] == tp * pp, whole.err
+    assert whole.rc == 0 and json.loads(whole.out)["files"] == tp * pp * ep, whole.err
     shutil.rmtree(root / "iter_0000010" / drop)
     r = h.run_cli("run", root, "--json", "--repeat", "1", "--mode", mode, "--results", tmp_path / "R.csv")
     assert r.rc != 0 and r.out == "" and len(r.err_lines) == 1 and "Traceback" not in r.err, r.err

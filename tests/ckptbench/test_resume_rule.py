@@ -18,7 +18,7 @@ def test_trainer_output_dir_takes_the_highest_checkpoint_numerically_with_its_wh
     rels = _trainer(9) + _trainer(10) + _trainer(2)
     lay = resume.choose("/out", rels)
     assert lay.root == "checkpoint-10" and lay.name == "hf-trainer"
-    assert set(lay.state_files) == {"optimizer.pt", "scheduler.pt", "rng_state.pth"}
+    assert set(lay.state_files) == {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"}
     assert "training_args.bin" not in lay.files and "model.safetensors" in lay.files
     passed = dict(lay.skipped)
     assert "checkpoint-9" in passed and "checkpoint-2" in passed and "highest checkpoint-N" in lay.why

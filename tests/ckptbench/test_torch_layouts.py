@@ -352,7 +352,8 @@ def test_hf_index_values_match_from_files_and_buffers(hf_sharded):
     want = {k: v for sd in shards.values() for k, v in sd.items()}
     for state in _both(root):
         _assert_same(state.model, want)  # a torch optimizer's state_dict holds no weights
-        _assert_same(state.extra, _flat({"optimizer": optim}))  # a Trainer's optimizer.pt: under its stem
+        # a Trainer's optimizer.pt under its stem, its trainer_state.json under trainer_state
+        _assert_same(state.extra, _flat({"optimizer": optim}) | {"trainer_state.global_step": 4})
 
 
 def test_single_pytorch_model_bin_restores(tmp_path):

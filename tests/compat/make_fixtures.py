@@ -176,10 +176,21 @@ def _trainer(root: str, model, **extra):
     return Trainer(model=model, args=args, train_dataset=_Tokens(10))
 
 
+def trainer_state_loaded(checkpoint: str) -> dict:
+    """What a Trainer's resume reads from the checkpoint's trainer_state.json (TrainerState.load_from_json, in
+    _inner_training_loop), every field under trainer_state."""
+    import dataclasses
+
+    from transformers import TrainerState
+
+    state = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+    return {f"trainer_state.{k}": encode(v) for k, v in flatten(dataclasses.asdict(state))}
+
+
 def _trainer_resume_truth(root: str) -> dict:
     """What Trainer.train(resume_from_checkpoint=True) loads: get_last_checkpoint picks the checkpoint; the weights
     as _load_from_checkpoint puts them in the model, the state files as _load_optimizer_and_scheduler and
-    _load_rng_state torch.load them."""
+    _load_rng_state torch.load them, and trainer_state.json as TrainerState.load_from_json reads it."""
     from transformers.trainer_utils import get_last_checkpoint
 
     picked = get_last_checkpoint(root)
@@ -195,9 +206,10 @@ def _trainer_resume_truth(root: str) -> dict:
         name = os.path.basename(path)
         read.append(rel(path, root))
         extra.update(state_file(items, name.rsplit(".", 1)[0]))
+    extra.update(trainer_state_loaded(picked))
     return {"library": "transformers", "picked": rel(picked, root),
             "loader": "get_last_checkpoint(DIR); Trainer._load_from_checkpoint, _load_optimizer_and_scheduler, "
-                      "_load_rng_state (their torch.load results recorded)",
+                      "_load_rng_state (their torch.load results recorded), TrainerState.load_from_json",
             "torch_loaded": sorted(set(read)), "model": enc_state_dict(trainer.model.state_dict()), "extra": extra}
 
 
@@ -670,6 +682,7 @@ def fsdp_rank(rank: int, root: str, port: int, out_json: str) -> None:
         torch.load(os.path.join(out, f"rng_state_{rank}.pth"), weights_only=False)
     for path, items in rec.loads:
         mine["extra"].update(state_file(items, os.path.basename(path).rsplit(".", 1)[0]))
+    mine["extra"].update(trainer_state_loaded(out))
     gathered = [None, None]
     dist.all_gather_object(gathered, mine)
     if rank == 0:
@@ -677,7 +690,7 @@ def fsdp_rank(rank: int, root: str, port: int, out_json: str) -> None:
             json.dump({"library": "accelerate (a Hugging Face Trainer's FSDP checkpoint)", "picked": "checkpoint-2",
                        "loader": "Accelerate's load_fsdp_model and load_fsdp_optimizer (what Trainer calls under "
                                  "FSDP) into fresh FSDP2 parts on 2 gloo ranks, DTensors gathered whole; the "
-                                 "scheduler's and each rank's RNG state's torch.load",
+                                 "scheduler's and each rank's RNG state's torch.load; TrainerState.load_from_json",
                        "torch_loaded": ["checkpoint-2/rng_state_0.pth", "checkpoint-2/rng_state_1.pth",
                                         "checkpoint-2/scheduler.pt"],
                        "model": gathered[0]["model"],

@@ -104,7 +104,7 @@ def _wrapper(obj: dict) -> str | None:
 
 
 def _mp_tag(where: str) -> str | None:
-    """Megatron's model-parallel ranks (mp_rank_TT[_PPP]/model_optim_rng.pt) hold the same names over different
+    """Megatron's model-parallel ranks (mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt) hold the same names over different
     slices of each weight: every key of such a file is kept apart under its rank directory's name."""
     parent = os.path.basename(os.path.dirname(where))
     return parent if layouts.MP_DIR.match(parent) else None

@@ -3,6 +3,7 @@ apart, and a Hugging Face index's weight map checked against what the shards hol
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -10,7 +11,7 @@ import torch
 
 from ckptbench.checkpoint import layouts, pointers
 from ckptbench.checkpoint.formats.state import CheckpointState, FormatError
-from ckptbench.checkpoint.formats.torch_format import load_buffer, load_file
+from ckptbench.checkpoint.formats import torch_format, trainer_json
 from ckptbench.checkpoint.quote import quote
 
 _ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_(optim|model)_states\.pt$")
@@ -90,16 +91,36 @@ def check_index(where: str, weight_map: dict[str, str], held: dict[str, set[str]
                               "the index and its shards disagree: re-copy the checkpoint")
 
 
+def _load_one(path: str, buffers: dict | None) -> CheckpointState:
+    """One file, from the bytes already read where there are some: a torch.save, or the one JSON state file a
+    Trainer keeps beside its torch.save state (trainer_state.json), which comes with them wherever they are loaded."""
+    mod = trainer_json if os.path.basename(path) == trainer_json.NAME else torch_format
+    return mod.load_buffer(buffers[path], path) if buffers is not None and path in buffers else mod.load_file(path)
+
+
+def _merged(paths: list[str], buffers: dict | None) -> tuple[CheckpointState, dict[str, set[str]]]:
+    """The files' states merged, a key two of them give different values refused; and each file's weight names."""
+    state, seen, held = CheckpointState({}), {}, {}
+    for path in paths:
+        one = _load_one(path, buffers)
+        check_agree(seen, one, path)
+        held[os.path.normpath(path)] = set(one.model)
+        state.merge(one)
+    return state, held
+
+
+def load_state_files(paths: list[str], buffers: dict | None = None) -> CheckpointState:
+    """The state files beside a checkpoint's weights (a Trainer's optimizer.pt, scheduler.pt, rng_state.pth and
+    trainer_state.json; Megatron's common.pt), merged as shards are: they hold no weight an index places, so the
+    folder's index is checked against its shards, never against these (it names shards they are not)."""
+    return _merged(paths, buffers)[0]
+
+
 def load_shards(paths: list[str], buffers: dict | None = None) -> CheckpointState:
     """Every file merged into one state, from `buffers` (path -> bytes already read) where given, checked across
     files: a key two files give different values is refused naming both, and a Hugging Face index's weight map
     must say which shard holds each weight."""
-    state, seen, held = CheckpointState({}), {}, {}
-    for path in paths:
-        one = load_buffer(buffers[path], path) if buffers is not None and path in buffers else load_file(path)
-        check_agree(seen, one, path)
-        held[os.path.normpath(path)] = set(one.model)
-        state.merge(one)
+    state, held = _merged(paths, buffers)
     check_complete(paths, state)
     read = {os.path.normpath(p): b for p, b in buffers.items()} if buffers is not None else None
     for directory in sorted({os.path.dirname(p) for p in held}):
@@ -157,27 +178,46 @@ def _one_iteration(state: CheckpointState, folder: str) -> None:
                           "one, not one whole save: re-copy the iteration")
 
 
-def _mp_name(tp: int, pp: int | None) -> str:
-    return f"mp_rank_{tp:02d}" + ("" if pp is None else f"_{pp:03d}")
+def _mp_name(rank: tuple[int, ...]) -> str:
+    return f"mp_rank_{rank[0]:02d}" + "".join(f"_{r:03d}" for r in rank[1:])
 
 
-def _first_missing(ranks: set[tuple[int, int | None]], tp: int, pp: int | None) -> list[tuple[int, int | None]]:
-    """The first (TT, PPP) of tp x pp not in `ranks` (all inside it), walked in order and never built whole: the
+def _first_missing(ranks: set[tuple[int, ...]], sizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The first rank of the grid `sizes` not in `ranks` (all inside it), walked in order and never built whole: the
     sizes are the files' own (a tensor_model_parallel_size of 10**9), and each step past one held is a held one."""
-    if tp * (pp or 1) <= len(ranks):
-        return []
-    for t in range(tp):
-        for p in (range(pp) if pp is not None else (None,)):
-            if (t, p) not in ranks:
-                return [(t, p)]
-    return []
+    if math.prod(sizes) <= len(ranks):
+        return None
+    rank = [0] * len(sizes)  # an odometer, the last rank fastest (itertools.product takes each range whole first)
+    while tuple(rank) in ranks:
+        for axis in reversed(range(len(sizes))):
+            rank[axis] += 1
+            if rank[axis] < sizes[axis]:
+                break
+            rank[axis] = 0
+    return tuple(rank)
+
+
+def _rank_axes(state: CheckpointState, folder: str, ranks: set[tuple[int, ...]]) -> tuple[tuple[str, int], ...]:
+    """(axis, size) of each rank a folder name carries: the sizes the ranks' args saved, else one past the largest
+    rank held. mp_rank_TT_XXX is the pipeline rank or the expert rank, whichever parallelism the args say ran."""
+    saved = {axis: _sizes_saved(state, f"{axis}_model_parallel_size", folder)
+             for axis in ("tensor", "pipeline", "expert")}
+    width = len(next(iter(ranks)))
+    if width == 3:
+        axes = ("tensor", "pipeline", "expert")
+    elif width == 1:
+        axes = ("tensor",)
+    else:
+        ran = [axis for axis in ("pipeline", "expert") if (saved[axis] or 1) > 1]
+        axes = ("tensor", ran[0] if len(ran) == 1 else "pipeline or expert")
+    return tuple((axis, saved.get(axis) or max(r[i] for r in ranks) + 1) for i, axis in enumerate(axes))
 
 
 def _megatron_complete(paths: list[str], state: CheckpointState) -> None:
-    """Megatron's model-parallel ranks of one iteration are mp_rank_TT (tensor-parallel rank TT), or mp_rank_TT_PPP
-    under pipeline parallelism, for every TT below the tensor-parallel size its args saved and every PPP below the
-    pipeline size, each holding the same files: each rank of a resume loads its own, and a missing one fails there.
-    Loaded apart (their slices kept under their tags), an iteration short of one restored as whole."""
+    """Megatron's model-parallel ranks of one iteration are mp_rank_TT (tensor-parallel rank TT), with _PPP under
+    pipeline parallelism and _EEE under expert parallelism, for every rank below each size its args saved, each
+    holding the same files: each rank of a resume loads its own, and a missing one fails there. Loaded apart (their
+    slices kept under their tags), an iteration short of one restored as whole."""
     held: dict[str, dict[str, set[str]]] = {}  # iteration folder -> rank folder -> its files
     for path in paths:
         rank = os.path.dirname(path)
@@ -185,24 +225,20 @@ def _megatron_complete(paths: list[str], state: CheckpointState) -> None:
             held.setdefault(os.path.dirname(rank), {}).setdefault(os.path.basename(rank), set()).add(
                 os.path.basename(path))
     for folder, files in sorted(held.items()):
-        ranks = set()
-        for name in files:
-            m = layouts.MP_DIR.match(name)
-            ranks.add((int(m.group(1)), None if m.group(2) is None else int(m.group(2))))
-        if len({p is None for _, p in ranks}) > 1:
-            raise FormatError(f"{folder}: holds mp_rank_TT and mp_rank_TT_PPP folders together: two saves' ranks in "
-                              "one iteration, not one whole save: re-copy the iteration")
-        piped = next(iter(ranks))[1] is not None
+        ranks = {tuple(int(g) for g in layouts.MP_DIR.match(name).groups() if g is not None) for name in files}
+        widths = sorted({len(r) for r in ranks})
+        if len(widths) > 1:
+            shapes = " and ".join(_mp_name(min(r for r in ranks if len(r) == n)) for n in widths)
+            raise FormatError(f"{folder}: holds rank folders of different parallel layouts together ({shapes}): two "
+                              "saves' ranks in one iteration, not one whole save: re-copy the iteration")
         _one_iteration(state, folder)
-        tp = _sizes_saved(state, "tensor_model_parallel_size", folder) or max(t for t, _ in ranks) + 1
-        pp = (_sizes_saved(state, "pipeline_model_parallel_size", folder) or max(p for _, p in ranks) + 1
-              if piped else None)
-        order = lambda r: (r[0], -1 if r[1] is None else r[1])  # noqa: E731 (None sorts with ints)
-        beyond = sorted((r for r in ranks if r[0] >= tp or (piped and r[1] >= pp)), key=order)
-        missing = _first_missing(ranks - set(beyond), tp, pp if piped else None)
+        axes = _rank_axes(state, folder, ranks)
+        sizes = tuple(size for _, size in axes)
+        beyond = sorted(r for r in ranks if any(x >= size for x, size in zip(r, sizes)))
+        missing = _first_missing(ranks - set(beyond), sizes)
         if missing or beyond:
-            what = f"{_mp_name(*missing[0])} is missing" if missing else f"{_mp_name(*beyond[0])} is beyond them"
-            size = f"tensor-parallel size {tp}" + (f", pipeline size {pp}" if piped else "")
+            what = f"{_mp_name(missing)} is missing" if missing else f"{_mp_name(beyond[0])} is beyond them"
+            size = ", ".join(f"{axis}{'-parallel' if axis == 'tensor' else ''} size {n}" for axis, n in axes)
             raise FormatError(f"{folder}: Megatron saved model-parallel ranks for {size}, but {what} ({len(ranks)} "
                               "found); the iteration is not one whole save (a resume fails on it): re-copy the "
                               "iteration")
