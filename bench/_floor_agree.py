@@ -43,11 +43,14 @@ def storage_how(method: str) -> tuple[str, int] | None:
     return (m.group(1), int(m.group(2))) if m else None
 
 
-def storage_reads(method: str) -> int:
-    """How many cold reads the storage figure is the best of (its sweep's levels × reads each), out of its method
-    line; 1 where the line does not say."""
+def storage_sweep(method: str) -> list[int]:
+    """The concurrency of each cold read the storage figure is the best of (its sweep's levels, each as many times
+    as it read them), out of its method line; the chosen concurrency once where the line does not say."""
     m = re.search(r"concurrency \d+ of ([\d, ]+), (\d+) read\(s\) each", method)
-    return len(m.group(1).split(",")) * int(m.group(2)) if m else 1
+    if m:
+        return [int(level) for level in m.group(1).split(",") for _ in range(int(m.group(2)))]
+    how = storage_how(method)
+    return [how[1]] if how else [1]
 
 
 def threads_of(method: str) -> int | None:
@@ -96,10 +99,12 @@ def huge_buffers(jobs: int):
 def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int = 3) -> tuple[dict, dict]:
     """fio psync replaying the floor's reads cold: same files, 1 MiB reads in 64 MiB units, into huge-page buffers
     as fastio's (huge_buffers), O_DIRECT when the floor read direct (each file cut to a multiple of 4 KiB: fio's
-    O_DIRECT cannot read a short tail), jobs = the floor's concurrency. The storage figure is the best of its
-    sweep's cold reads (a ceiling: what the box did at its best), so each of fio's `repeats` is the best of as
-    many reads, and their median is held to it: a best of four against single reads (one cold read of this VM's
-    disk swings 2.0-2.9 GB/s) read 1.26× apart on a quiet box. Returns the verdict and what was measured."""
+    O_DIRECT cannot read a short tail). The storage figure is the best of its sweep's cold reads (a ceiling: what
+    the box did at its best), so each of fio's `repeats` replays that sweep, a read at each concurrency the floor
+    read at (jobs = that concurrency), and takes the best; their median is held to it. A best of four against
+    single reads (one cold read of this VM's disk swings 2.0-2.9 GB/s) read 1.26× apart on a quiet box (run 29),
+    and a best of three at the chosen concurrency against the sweep's one read at each of three 0.83× (run 30).
+    Returns the verdict and what was measured."""
     name = "the floor's storage figure within ±10 % of fio on the same files (floor / fio)"
     fio = shutil.which("fio")
     how = storage_how(method)
@@ -111,24 +116,25 @@ def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int
     direct = mode == "direct"
     files = [(p, s // ALIGN * ALIGN if direct else s) for p, s in sample(paths_sizes)]
     files = [(p, s) for p, s in files if s]
-    rates, residency, reads, each = [], [], storage_reads(method), []
-    with huge_buffers(level) as huge:
+    rates, residency, sweep, each = [], [], storage_sweep(method), []
+    jobs_said = ", ".join(map(str, sweep))
+    with huge_buffers(max(sweep)) as huge:
         for i in range(repeats):
-            log(f"  fio, cold, {level} job(s){' direct' if direct else ''}, "
+            log(f"  fio, cold, {jobs_said} job(s){' direct' if direct else ''}, "
                 f"{'huge-page' if huge else '4 KiB-page (no huge pages to reserve)'} buffers, repeat {i + 1} of "
-                f"{repeats}: the best of {reads} read(s), as the floor's figure")
+                f"{repeats}: the best of the floor's sweep replayed")
             best = []
-            for _ in range(reads):
+            for jobs in sweep:
                 residency.append(make_cold([p for p, _ in files]))
                 try:
-                    t, _ = _peers.run_fio_replay(fio, files, jobs=level, block=1 << 20, chunk=64 << 20, direct=direct,
+                    t, _ = _peers.run_fio_replay(fio, files, jobs=jobs, block=1 << 20, chunk=64 << 20, direct=direct,
                                                  huge=huge)
                 except RuntimeError as exc:  # the pages were taken meanwhile: fio's usual buffers, as recorded
                     if not huge or "huge pages" not in str(exc):
                         raise
                     log(f"  fio found no huge pages ({str(exc)[:80]}): 4 KiB-page buffers from here")
                     huge = False
-                    t, _ = _peers.run_fio_replay(fio, files, jobs=level, block=1 << 20, chunk=64 << 20, direct=direct)
+                    t, _ = _peers.run_fio_replay(fio, files, jobs=jobs, block=1 << 20, chunk=64 << 20, direct=direct)
                 if t.seconds:
                     best.append(t.bytes / t.seconds / 1e9)
             each.append(best)
@@ -137,14 +143,15 @@ def fio_storage(floor_gbps: float | None, method: str, paths_sizes, repeats: int
     fio_gbps = statistics.median(rates) if rates else None
     value = floor_gbps / fio_gbps if fio_gbps else None
     singles = [r for b in each for r in b]
-    detail = (f"floor {floor_gbps:.2f} GB/s, fio psync {level} job(s){' direct' if direct else ''} "
+    detail = (f"floor {floor_gbps:.2f} GB/s, fio psync {jobs_said} job(s){' direct' if direct else ''} "
               f"{'huge' if huge else '4 KiB'}-page buffers "
-              f"{fio_gbps:.2f} GB/s (median of {len(rates)}, each the best of {reads} read(s) as the floor's; "
+              f"{fio_gbps:.2f} GB/s (median of {len(rates)}, each the best of the floor's sweep replayed, a read at "
+              f"each of its levels; "
               f"{min(rates):.2f}–{max(rates):.2f}; single reads {min(singles):.2f}–{max(singles):.2f}, median "
               f"{statistics.median(singles):.2f})") if fio_gbps else ""
     return ratio_verdict(name, value, AGREE_BAND, detail), {
-        "fio_gbps": rates, "fio_reads_gbps": each, "best_of": reads, "floor_gbps": floor_gbps, "mode": mode,
-        "jobs": level, "direct": direct, "huge_buffers": huge, "bytes": sum(s for _, s in files),
+        "fio_gbps": rates, "fio_reads_gbps": each, "best_of": len(sweep), "floor_gbps": floor_gbps, "mode": mode,
+        "jobs": level, "jobs_swept": sweep, "direct": direct, "huge_buffers": huge, "bytes": sum(s for _, s in files),
         "residency_before": residency}
 
 

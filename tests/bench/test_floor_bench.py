@@ -85,9 +85,10 @@ def test_the_floors_method_lines_give_the_read_path_and_the_threads():
     assert agree.threads_of(f.ceilings["populate_4k"].method) == 2
 
 
-def test_fio_is_held_to_the_storage_figure_as_the_best_of_as_many_reads(tmp_path, monkeypatch):
-    """The storage figure is the best of its sweep's cold reads: fio's side is the best of as many, read out of the
-    method line storage_ceiling writes (the count of its reads into reused buffers, those into fresh memory apart)."""
+def test_fio_replays_the_sweep_the_storage_figure_is_the_best_of(tmp_path, monkeypatch):
+    """The storage figure is the best of its sweep's cold reads: fio's side replays that sweep, a read at each
+    concurrency it read at, read out of the method line storage_ceiling writes (its reads into reused buffers; those
+    into fresh memory apart)."""
     import fastio
     from ckptbench.system import sourcefigures
 
@@ -103,8 +104,9 @@ def test_fio_is_held_to_the_storage_figure_as_the_best_of_as_many_reads(tmp_path
 
     monkeypatch.setattr(fastio, "read_files", counted)
     c, _ = sourcefigures.storage_ceiling([(str(path), 8 << 20)], levels=(1, 4))
-    assert agree.storage_reads(c.method) == len(swept) >= 3, (c.method, swept)
-    assert agree.storage_reads("no sweep said") == 1
+    assert sorted(agree.storage_sweep(c.method)) == sorted(swept) and len(swept) >= 3, (c.method, swept)
+    assert agree.storage_sweep("read cold with direct, concurrency 8, nothing else said") == [8]
+    assert agree.storage_sweep("no sweep said") == [1]
 
 
 def test_the_sample_is_the_largest_files_up_to_the_floors_sample():
