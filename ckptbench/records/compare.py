@@ -68,11 +68,20 @@ def saw_no_read(row: dict) -> bool:
 
 
 def rates_known(rows: list[dict], docs: dict[str, dict]) -> list[dict]:
-    """The rows with no read rate where it was a lower bound: a watch recorded before 4c33896 kept "read at least"
-    as its rate in the row, and its document's count_note says so (compare called two lower bounds of one loader, of
-    the same run's old row and a new cold watch, a change)."""
-    return [r | {"read_gbps": None} if r.get("kind") == "watch" and isinstance(docs.get(r["run_id"]), dict)
-            and docs[r["run_id"]].get("count_note") else r for r in rows]
+    """The rows with no read rate where it was a lower bound, and no time where none was taken, as watch records
+    them now: a watch recorded before 4c33896 kept "read at least" as its rate in the row, and its document's
+    count_note says so (compare called two lower bounds of one loader, of the same run's old row and a new cold
+    watch, a change); one recorded before 0afe3a3 of bytes no window timed (its document's window_note, or no
+    reading span) kept 0 s, or a sample's length, as its RTO, which history showed as "median RTO 0.000 s"."""
+    out = []
+    for r in rows:
+        doc = docs.get(r["run_id"]) if r.get("kind") == "watch" else None
+        if isinstance(doc, dict) and r.get("bytes") and (doc.get("window_note") or not doc.get("io_span_s")):
+            r = r | {"read_gbps": None, "rto_s": None, "read_s": None}
+        elif isinstance(doc, dict) and doc.get("count_note"):
+            r = r | {"read_gbps": None}
+        out.append(r)
+    return out
 
 
 def _runs(path: str, rows: list[dict]) -> dict[str, list[dict]]:

@@ -175,3 +175,35 @@ def test_inspect_counts_a_weight_two_shards_hold_once_as_the_restore_does(tmp_pa
     assert any("'h.0.w' held by two files" in n for n in doc["layout"]["notes"]), doc["layout"]["notes"]
     r = h.run_cli("load", ck)
     assert r.rc == 0 and "8.3 K" in r.out, (r.out, r.err)
+
+
+def test_an_older_watch_of_untimed_bytes_has_no_time_in_history_or_compare(tmp_path):
+    """Watches recorded before 0afe3a3 of bytes no window timed (reads inside one sample: window_note) kept 0 s as
+    their RTO and read time: history said "median RTO 0.000 s" of them, and compare held that 0 s against a timed
+    watch. The document says which they are, as it does for a lower bound."""
+    import csv
+
+    from ckptbench.records.compare import compare
+    from ckptbench.records.history import runs
+    from ckptbench.system import env as envmod
+    from ckptbench.watch import results
+
+    path = str(tmp_path / "results.csv")
+    env = envmod.snapshot(str(tmp_path))
+    doc = {"bytes": 128 << 20, "io_span_s": 0.0, "files": {"/ck/model.safetensors": 128 << 20}, "loader_gbps": None,
+           "peak_rss_bytes": 300 << 20, "cpu_s": 1.8, "exit_code": 0,
+           "window_note": "the reads fit inside one sample"}
+    results.record(path, "aaaaaaaaaaaa", doc, env)
+    results.record(path, "bbbbbbbbbbbb", doc | {"io_span_s": 0.5, "loader_gbps": 0.27, "window_note": None}, env)
+    with open(path, newline="") as f:  # as the untimed row was written then: 0 s for its RTO and read time
+        rows = list(csv.DictReader(f))
+    assert rows[0]["rto_s"] == "" and rows[1]["rto_s"] != ""  # as watch records them now
+    rows[0]["rto_s"] = rows[0]["read_s"] = "0.0"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    listed = {r["run_id"]: r for r in runs(path)}
+    assert listed["aaaaaaaaaaaa"]["rto_s"] is None and listed["bbbbbbbbbbbb"]["rto_s"] == 0.5
+    c = compare(path, baseline="aaaaaaaaaaaa", newest="bbbbbbbbbbbb")
+    assert not {"rto_s", "read_s"} & {f.figure for f in c.figures} and not c.regressed, c.figures
