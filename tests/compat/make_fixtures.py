@@ -486,8 +486,9 @@ class _Titan(torch.nn.Module):
         return self.output(self.norm(h))
 
 
-class _Tokens(torch.utils.data.IterableDataset):
-    """A rank's token batches, resumable as torchtitan's datasets are (a sample index)."""
+class _TitanTokens(torch.utils.data.IterableDataset):
+    """A rank's token batches, resumable as torchtitan's datasets are (a sample index). (Named apart from the
+    Trainer's _Tokens: one name for both handed the Trainer this iterable, whose batches it found empty.)"""
 
     def __init__(self, rank: int):
         self.rank, self.sample_idx = rank, 0
@@ -537,7 +538,7 @@ def _titan_trainer(rank: int, root: str):
     fully_shard(model, mesh=mesh)
     opt = default_adamw(lr=1e-2).build(model_parts=[model])
     sched = LRSchedulersContainer.Config(warmup_steps=2).build(optimizers=opt, training_steps=10)
-    loader = ParallelAwareDataloader(_Tokens(rank), dp_rank=rank, dp_world_size=2, batch_size=2)
+    loader = ParallelAwareDataloader(_TitanTokens(rank), dp_rank=rank, dp_world_size=2, batch_size=2)
     state = _TrainState()
     ckpt = CheckpointManager.Config(enable=True, folder="checkpoint", interval=5, last_save_model_only=False).build(
         dataloader=loader, model_parts=[model], optimizers=opt, lr_schedulers=sched,
