@@ -1,0 +1,49 @@
+"""From a new user's pass 19 over the README and docs, with checkpoints `gen` wrote and ones the libraries wrote
+(tests/compat/fixtures): `check` told the user "`--remeasure` reads them again", a flag `check` does not take."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+from clirun import run_cli
+
+
+def _plant_kept_storage(plant_floor, source) -> None:
+    """The mount's storage figure kept from `source`'s own files, from a full sample (as `floor SOURCE` keeps it for
+    a checkpoint of 64 MiB or more): the case whose note offers to read them again."""
+    from ckptbench.sources import open_source
+    from ckptbench.system import floor as fl
+    from ckptbench.system.ceilings import files_key
+
+    f = plant_floor(source=source, storage_gbps=2.0)
+    listing = open_source(str(source)).list()
+    f.storage = dataclasses.replace(f.storage, of_files=files_key([(x.path, x.size or 0) for x in listing.files]))
+    fl._save(fl.cache_path(), f, {})
+
+
+def test_checks_note_on_a_kept_storage_figure_names_a_command_that_takes_remeasure(ckpt, plant_floor):
+    """`check SOURCE`'s efficiency item said "the storage figure was read from this checkpoint's files 25 s ago and
+    kept: `--remeasure` reads them again"; `check SOURCE --remeasure` is refused (exit 2, "unrecognized arguments").
+    The note names `ckptbench floor SOURCE --remeasure`, with the checkpoint filled in."""
+    source = ckpt("safetensors", 1)
+    _plant_kept_storage(plant_floor, source)
+    r = run_cli("check", source)
+    notes = [line for line in r.out.splitlines() if "read from this checkpoint's files" in line]
+    assert len(notes) == 1, r.out
+    assert f"`ckptbench floor {shlex.quote(source)} --remeasure` reads them again" in notes[0], notes[0]
+    assert run_cli("floor", source, "--remeasure", "--json").rc == 0  # the command it names takes the flag
+    assert run_cli("check", source, "--remeasure").rc == 2  # the one it seemed to name does not
+
+
+def test_floor_and_checks_markdown_name_the_command_in_full(ckpt, plant_floor):
+    """`floor SOURCE` and `check --markdown` say the same note with the command in full (the placeholder never
+    shows)."""
+    source = ckpt("safetensors", 1)
+    _plant_kept_storage(plant_floor, source)
+    r = run_cli("floor", source)
+    assert r.rc == 0, r.err
+    assert f"`ckptbench floor {shlex.quote(source)} --remeasure` reads them again" in r.out, r.out
+    assert not [line for line in r.out.splitlines() if "note:" in line and "SOURCE" in line], r.out
+    md = run_cli("check", source, "--markdown")
+    assert f"`ckptbench floor {shlex.quote(source)} --remeasure` reads them again" in md.out, md.out
