@@ -47,3 +47,16 @@ def test_floor_and_checks_markdown_name_the_command_in_full(ckpt, plant_floor):
     assert not [line for line in r.out.splitlines() if "note:" in line and "SOURCE" in line], r.out
     md = run_cli("check", source, "--markdown")
     assert f"`ckptbench floor {shlex.quote(source)} --remeasure` reads them again" in md.out, md.out
+
+
+def test_a_saves_missing_write_figure_names_the_target_just_saved_to(tmp_path):
+    """`save small /tmp/.../saves` ended "floor: no write figure for this mount: `ckptbench floor --write-to DIR`
+    measures it": the user had just named the directory; the command names it (quoted for a shell)."""
+    import json
+
+    target = tmp_path / "my saves"
+    r = run_cli("save", "small", target, "--scale", "0.02", "--count", "1", "--results", "", "--json")
+    assert r.rc == 0, r.err
+    note = json.loads(r.out)["floor_note"]
+    assert f"`ckptbench floor --write-to {shlex.quote(str(target))}` measures it" in note, note
+    assert "DIR" not in note, note
