@@ -60,3 +60,23 @@ def test_a_saves_missing_write_figure_names_the_target_just_saved_to(tmp_path):
     note = json.loads(r.out)["floor_note"]
     assert f"`ckptbench floor --write-to {shlex.quote(str(target))}` measures it" in note, note
     assert "DIR" not in note, note
+
+
+def test_a_watch_verdicts_fix_names_the_checkpoint_it_sends_to_sweep():
+    """A watch of a safetensors load under `--source /tmp/.../small` ended "fix: read with more concurrency ...;
+    `ckptbench sweep` shows the concurrency where this storage stops gaining": `sweep` without a SOURCE is refused.
+    The fix names the checkpoint (--source, else the folder of the files seen read)."""
+    from ckptbench.watch import sampler as watch
+    from ckptbench.watch import verdict
+
+    waiting = watch.Interval(0.0, 1.0, 100 << 20, 0, 0.3, 0.3, 0, 0.0, 1 << 30, "reading")
+    probe = verdict.StorageProbe(2.0, "cold (verified)", 1, 100 << 20)
+    named = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=100 << 20, disk_bytes=0, files={},
+                              intervals=[waiting], phases=[], source="/data/my ckpt")
+    v = verdict.judge(named, probe, cpus=2, mem_total=64 << 30)
+    assert v.verdict == "loader-parallelism-bound", v
+    assert "`ckptbench sweep '/data/my ckpt'` shows the concurrency" in v.fix, v.fix
+    seen = watch.WatchReport(pid=1, command="job", wall_s=1.0, bytes=100 << 20, disk_bytes=0,
+                             files={"/data/run/model.safetensors": 100 << 20}, intervals=[waiting], phases=[])
+    v = verdict.judge(seen, probe, cpus=2, mem_total=64 << 30)
+    assert "`ckptbench sweep /data/run` shows" in v.fix, v.fix
