@@ -80,3 +80,21 @@ def test_a_watch_verdicts_fix_names_the_checkpoint_it_sends_to_sweep():
                              files={"/data/run/model.safetensors": 100 << 20}, intervals=[waiting], phases=[])
     v = verdict.judge(seen, probe, cpus=2, mem_total=64 << 30)
     assert "`ckptbench sweep /data/run` shows" in v.fix, v.fix
+
+
+def test_history_does_not_call_one_repeats_time_a_median(tmp_path, ckpt):
+    """`history` of a one-repeat run read "1 repeat  median RTO 9.61 ms": a single time quoted as a median. One
+    repeat's line gives its RTO as such, `median_of` 1 in --json; three repeats' say median, `median_of` 3."""
+    import json
+
+    results = str(tmp_path / "r.csv")
+    source = ckpt("safetensors", 1)
+    assert run_cli("run", source, "--repeat", "1", "--results", results).rc == 0
+    assert run_cli("run", source, "--repeat", "3", "--results", results).rc == 0
+    r = run_cli("history", results)
+    assert r.rc == 0, r.err
+    one, three = r.out.splitlines()
+    assert "  1 repeat  RTO " in one and "median" not in one, one
+    assert "  3 repeats  median RTO " in three, three
+    runs = json.loads(run_cli("history", results, "--json").out)["runs"]
+    assert [x["median_of"] for x in runs] == [1, 3], runs
