@@ -45,11 +45,13 @@ def run_line(r: dict) -> str:
     unit = "save" if r["kind"] == "save" else "repeat"  # a save run's are saves, as its cut-short line counts them
     repeats = f"{r['repeats']} {unit}{'' if r['repeats'] == 1 else 's'}" + (
         f" (+{r['cancelled']} cancelled)" if r.get("cancelled") else "")
+    # one repeat's time is that repeat's, not a median (a 1-repeat run read "median RTO 9.61 ms")
+    median = "median " if r.get("median_of", 2) > 1 else ""
     # recorded text is anyone's: an escape in a source path would retitle or wipe the terminal, a `token=` in any
     # field would be shown
     return (f"{shown(redact(r['run_id']), 40)}  {shown(redact(r['kind']), 10):7s}  {shown(redact(r['date'][:19]), 19)}"
             f"  {printable(redact(where(r)))}  {shown(redact(how), 40)}  {repeats}  "
-            f"median {words} {took}{eff}  {status_words(r)}")
+            f"{median}{words} {took}{eff}  {status_words(r)}")
 
 
 def cmd_history(args) -> int:

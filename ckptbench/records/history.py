@@ -59,6 +59,7 @@ def runs(path: str) -> list[dict]:
                                  for r in ok])["median"] if ok else None,
             "figure": figure,
             "figure_s": figure_s,
+            "median_of": len(ok),  # the repeats (saves) figure_s is over: of one, it is that one's, no median
             "held_s": held if held is not None and held != figure_s else None,
             "steady": first_left_out,  # the first save left out (not a watch left with no time: it timed none)
             "efficiency": efficiency_of(docs.get(run_id)) if kind in EFFICIENCY_OF else None,
@@ -83,8 +84,8 @@ def _begun(started: dict) -> dict:
     target = started.get("target") if kind == "save" and isinstance(started.get("target"), str) else None
     return {"run_id": started["run_id"], "kind": kind, **text, "target": target or None, "repeats": 0,
             "cancelled": 0, "rto_s": None, "read_gbps": None, "figure": FIGURE_OF.get(kind, "rto_s"), "figure_s": None,
-            "held_s": None, "steady": False, "efficiency": None, "floor_s": None, "fsync": None, "status": "unended",
-            "unseen": False} | life(started, 0)
+            "median_of": 0, "held_s": None, "steady": False, "efficiency": None, "floor_s": None, "fsync": None,
+            "status": "unended", "unseen": False} | life(started, 0)
 
 
 def where(r: dict) -> str:

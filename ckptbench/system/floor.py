@@ -144,7 +144,9 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                                         method=kept.method[:METHOD_MAX - len(words)] + words) if hot else kept
             if read is None and kept.of_files and kept.of_files == files_key(paths_sizes):
                 # reading a sample too small for bandwidth again changes nothing: the note below says what would
-                again = ": `--remeasure` reads them again" if kept.sample_bytes >= MIN_STORAGE_SAMPLE else ""
+                # the command by name: `check` and `run` take no --remeasure (a new user typed it after `check`)
+                again = (": `ckptbench floor SOURCE --remeasure` reads them again"
+                         if kept.sample_bytes >= MIN_STORAGE_SAMPLE else "")
                 floor.notes.append(f"the {floor.resource} figure was read from this checkpoint's files "
                                    f"{human_age(kept.age_s)} ago and kept{again}")
             elif read is None and wanted < MIN_STORAGE_SAMPLE <= kept.sample_bytes:
@@ -156,7 +158,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                                    "bandwidth, so the mount's is the one used")
             elif read is None:  # perhaps another checkpoint's files on this mount: said, as the help promises
                 floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
-                                   "ago (its method names the files it read): `--remeasure` reads this checkpoint's")
+                                   "ago (its method names the files it read): `ckptbench floor SOURCE --remeasure` reads "
+                                   "this checkpoint's")
             if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
                 floor.notes.append(f"the {human_bytes(kept.sample_bytes)} sample measures latency more than "
                                    "bandwidth: the floor does not use it (point at a larger checkpoint)")

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import asdict
 
-from ckptbench.core.errors import CkptbenchError, printable
+from ckptbench.core.errors import CkptbenchError, printable, redact
 from ckptbench.system import binding as binding_words
 from ckptbench.system import floor as fl
 from ckptbench.system import probes
@@ -145,8 +145,10 @@ def save_fields(target: str, bytes_saved: int, durable_s: list[float], which: st
     `which` says in words ("the 2 save(s) after the first")."""
     write = cached_write(mount_key_of(target))
     box = fl.cached()
-    if write is None:
-        return fl.unmeasured(NO_WRITE)
+    if write is None:  # the command names the target just saved to: the user was left to fill in DIR
+        import shlex
+
+        return fl.unmeasured(NO_WRITE.replace("DIR", shlex.quote(printable(redact(target)))))
     times = {"storage write": bytes_saved / (write.gbps * 1e9)}
     if box is not None and "copy" in box.ceilings:
         times["copy"] = bytes_saved / (box.ceilings["copy"].gbps * 1e9)

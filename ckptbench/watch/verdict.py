@@ -186,6 +186,8 @@ def judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None = None, mem
     """The class of bottleneck, with the evidence that decides it and the fix; with `floor` (floor_fields), the
     loader's share of this box's floor leads the summary and joins the evidence."""
     v = _judge(w, storage, cpus=cpus, mem_total=mem_total)
+    # its commands name the checkpoint, as the floor's note does: `ckptbench sweep` alone is refused for no SOURCE
+    v = replace(v, fix=name_source(v.fix, checkpoint_of(w) or None))
     if floor is None:
         return v
     evidence = v.evidence | {k: floor.get(k) for k in ("floor_s", "efficiency", "binding", "binding_gbps", "binding_how")}
@@ -324,7 +326,7 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
         return _verdict("network-bound", f"{got}; {human_pct(w.tcp_retransmit_rate)} of TCP segments were "
                        "retransmitted while it read", evidence,
                        "the network or the object store is dropping or throttling: fewer concurrent requests, "
-                       "larger parts, or a closer endpoint; check `ckptbench check` for the endpoint")
+                       "larger parts, or a closer endpoint; check `ckptbench check SOURCE` for the endpoint")
     if mem_total and w.peak_rss_bytes > MEMORY_BAD * mem_total:
         return _verdict("memory-pressure-bound", f"{got}; its memory peaked at {human_bytes(w.peak_rss_bytes)} of "
                        f"{human_bytes(mem_total)}", evidence,
@@ -349,13 +351,13 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
                            evidence, "the CPUs are the limit: fewer copies (load in place), or more cores per rank")
         return _verdict("loader-parallelism-bound", f"{got}; {gives}; the job's threads mostly waited "
                        f"({cores:.1f} cores busy): too few reads in flight for this storage", evidence,
-                       "read with more concurrency (several files or chunks at once); `ckptbench sweep` shows "
-                       "the concurrency where this storage stops gaining")
+                       "read with more concurrency (several files or chunks at once); `ckptbench sweep SOURCE` "
+                       "shows the concurrency where this storage stops gaining")
     if w.untimed:  # check would not time this job either: a mark, or finer samples, would
         return _verdict("unknown", f"{got}; {gives}", evidence,
                         f"mark the load (`from ckptbench.mark import stage`) and {_watch_again(w)}")
     if ratio is None:
-        return _verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check` on the checkpoint directory")
+        return _verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check SOURCE` on the checkpoint directory")
     busy_dev = f"; the device was {human_pct(util / 100)} busy" if util is not None else ""
     return _verdict("storage-bound", f"{got}; {gives}: the loader is within {LOADER_BOUND_RATIO:g}× of what the storage "
                    f"delivers{busy_dev}", evidence, STORAGE_FIX)
