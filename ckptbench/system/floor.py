@@ -158,8 +158,8 @@ def measure(paths_sizes: list[tuple[str, int]] | None = None, mount: str | None 
                                    "bandwidth, so the mount's is the one used")
             elif read is None:  # perhaps another checkpoint's files on this mount: said, as the help promises
                 floor.notes.append(f"the {floor.resource} figure is this mount's, kept from {human_age(kept.age_s)} "
-                                   "ago (its method names the files it read): `ckptbench floor SOURCE --remeasure` reads "
-                                   "this checkpoint's")
+                                   "ago (its method names the files it read): `ckptbench floor SOURCE --remeasure` "
+                                   "reads this checkpoint's")
             if not storage_usable(floor):  # said whenever it is shown, not only when it was measured
                 floor.notes.append(f"the {human_bytes(kept.sample_bytes)} sample measures latency more than "
                                    "bandwidth: the floor does not use it (point at a larger checkpoint)")

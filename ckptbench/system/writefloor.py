@@ -11,6 +11,7 @@ its efficiency is the floor over the median time until durable of the saves the 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import statistics
 import threading
@@ -146,8 +147,6 @@ def save_fields(target: str, bytes_saved: int, durable_s: list[float], which: st
     write = cached_write(mount_key_of(target))
     box = fl.cached()
     if write is None:  # the command names the target just saved to: the user was left to fill in DIR
-        import shlex
-
         return fl.unmeasured(NO_WRITE.replace("DIR", shlex.quote(printable(redact(target)))))
     times = {"storage write": bytes_saved / (write.gbps * 1e9)}
     if box is not None and "copy" in box.ceilings:

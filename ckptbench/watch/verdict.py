@@ -357,7 +357,8 @@ def _judge(w: WatchReport, storage: StorageProbe, *, cpus: int | None, mem_total
         return _verdict("unknown", f"{got}; {gives}", evidence,
                         f"mark the load (`from ckptbench.mark import stage`) and {_watch_again(w)}")
     if ratio is None:
-        return _verdict("unknown", f"{got}; {gives}", evidence, "run `ckptbench check SOURCE` on the checkpoint directory")
+        return _verdict("unknown", f"{got}; {gives}", evidence,
+                        "run `ckptbench check SOURCE` on the checkpoint directory")
     busy_dev = f"; the device was {human_pct(util / 100)} busy" if util is not None else ""
     return _verdict("storage-bound", f"{got}; {gives}: the loader is within {LOADER_BOUND_RATIO:g}× of what the storage "
                    f"delivers{busy_dev}", evidence, STORAGE_FIX)
