@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     met = _floor_bench.as_met(b.floors, b.runs, b.total)
     verdicts = _floor_bench.targets(b.series, b.floors, args.peers) + said + _floor_bench.met_lines(b.series, met,
                                                                                                     args.peers)
+    verdicts += _floor_bench.serial_lines(b.series, b.floor, b.floors.get("cold", {}).get("bytes_read") or b.total,
+                                          args.peers)
     verdicts += [judge(t, b.series) for t in targets(b.series, args.peers)]
     print(report(b, verdicts, args, date, agree=agree), end="")
     facts = machine(args.dir) | {"peer_versions": _loaders.versions()}

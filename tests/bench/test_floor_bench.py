@@ -421,3 +421,19 @@ def test_the_host_beside_the_box_runs_is_said_with_the_floor_over_it():
     assert "spread 0.0%" in line["detail"] and "2.000×" in line["detail"]  # the floor followed it exactly
     assert agree.host_beside(runs[:1], "populate_at_4096m") is None
     assert agree.host_beside([dict(r, beside_gbps=None) for r in runs], "populate_at_4096m") is None
+
+
+def test_cold_rows_are_said_against_storage_then_fresh_memory_added():
+    """The serial composition (the storage figure into reused buffers, then fresh memory at each repeat's probe):
+    an INFO line, each contender's median over its repeats; none without probes or a usable storage figure."""
+    nbytes = 10 * 10**9
+    mine, c = series("cold/ckptbench", [10.0, 8.0]), series("cold/c-loop", [6.0, 6.0])
+    mine.extra["probe_gbps"], c.extra["probe_gbps"] = [2.0, 5.0], [2.5, 2.5]
+    lines = fb.serial_lines({s.key: s for s in (mine, c)}, a_floor(storage_gbps=2.0), nbytes, ["safetensors"])
+    assert len(lines) == 1 and lines[0]["status"] == "info"
+    # ckptbench: (5 s + 5 s) / 10 s and (5 s + 2 s) / 8 s; the C loop: (5 s + 4 s) / 6 s twice
+    assert lines[0]["value"] == pytest.approx((1.0 + 7 / 8) / 2)
+    assert lines[0]["detail"] == f"ckptbench {(1.0 + 7 / 8) / 2:.3f}, c-loop {9 / 6:.3f}"
+    assert fb.serial_lines({s.key: s for s in (mine, c)}, a_floor(sample=1 << 20), nbytes, []) == []
+    unpaired = series("cold/ckptbench", [10.0])
+    assert fb.serial_lines({unpaired.key: unpaired}, a_floor(), nbytes, []) == []
