@@ -1,0 +1,93 @@
+"""Hostile input, pass 17: torch's legacy format's storage list and counts (after the object's pickle), a Megatron
+iteration's rank folders and saved sizes, and a Trainer's trainer_state.json."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import pickletools
+import struct
+import warnings
+
+import pytest
+import torch
+
+from clirun import assert_one_line_error, run_cli
+from ckptbench.checkpoint.formats.state import FormatError
+from ckptbench.checkpoint.formats.torch_format import load_buffer
+
+
+def _legacy_parts(obj) -> tuple[bytes, list, bytes]:
+    """A legacy torch.save of `obj` cut where torch reads it: up to the storage key list, the list, what follows."""
+    buf = io.BytesIO()
+    torch.save(obj, buf, _use_new_zipfile_serialization=False)
+    raw = buf.getvalue()
+    f = io.BytesIO(raw)
+    for _ in range(4):  # magic, protocol, system info, the object
+        for _op in pickletools.genops(f):
+            pass
+    start = f.tell()
+    keys = pickle.load(f)
+    return raw[:start], keys, raw[f.tell():]
+
+
+def _legacy(head_keys=None, count=None, tail_cut=0) -> bytes:
+    head, keys, tail = _legacy_parts({"w": torch.arange(4, dtype=torch.float32), "step": 3})
+    listed = pickle.dumps(keys if head_keys is None else head_keys(keys), protocol=2)
+    if count is not None:
+        tail = struct.pack("<q", count) + tail[8:]
+    return head + listed + (tail[:len(tail) - tail_cut] if tail_cut else tail)
+
+
+def _refused(data: bytes, *needles: str) -> str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns reading a legacy file from a read-only buffer
+        with pytest.raises(FormatError) as exc:
+            load_buffer(data, "legacy.pt")
+    line = str(exc.value)
+    assert "\n" not in line and all(n in line for n in needles), line
+    return line
+
+
+def test_an_untouched_legacy_file_still_loads():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = load_buffer(_legacy(), "legacy.pt")
+    assert torch.equal(state.model["w"], torch.arange(4, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("count", [1 << 60, -1, 2, 5])
+def test_a_legacy_storage_count_that_disagrees_is_one_clear_line(count):
+    """torch's own error read 'storage has wrong byte size: expected %ld got %ld461168601842738790416'."""
+    line = _refused(_legacy(count=count), f"holds {count} elements by its own count, 4 by the pickle's",
+                    "corrupt or crafted")
+    assert "%ld" not in line
+
+
+@pytest.mark.parametrize("keys, needle", [
+    (lambda k: [], "leaves out storage"),
+    (lambda k: ["999"], "leaves out storage"),
+    (lambda k: k + k, "names 2 storages where its pickle names 1"),
+    (lambda k: k * 100000, "names 100000 storages where its pickle names 1"),
+    (lambda k: {k[0]: 1}, "not the list of storage keys torch.save writes (dict)"),
+    (lambda k: 5, "not the list of storage keys torch.save writes (int)"),
+])
+def test_a_legacy_storage_list_that_disagrees_is_refused(keys, needle):
+    """An empty list loaded: torch allocated the storage from the pickle and never filled it, so the restored tensor
+    was uninitialised memory."""
+    _refused(_legacy(head_keys=keys), needle)
+
+
+def test_a_legacy_storage_list_naming_a_global_is_refused_unrun():
+    head, _, tail = _legacy_parts({"w": torch.ones(2)})
+    _refused(head + b"cos\nsystem\n(S'true'\ntR." + tail, "not the list of storage keys", "an object it builds")
+
+
+def test_a_legacy_storage_cut_short_is_one_line():
+    _refused(_legacy(tail_cut=3), "lies past the end of the file", "corrupt or truncated")
+
+
+def test_a_huge_legacy_count_through_the_cli_is_one_line(tmp_path):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "pytorch_model.bin").write_bytes(_legacy(count=1 << 60))
+    assert_one_line_error(run_cli("inspect", tmp_path / "ck", "--json"), "by its own count")
