@@ -91,3 +91,53 @@ def test_a_huge_legacy_count_through_the_cli_is_one_line(tmp_path):
     (tmp_path / "ck").mkdir()
     (tmp_path / "ck" / "pytorch_model.bin").write_bytes(_legacy(count=1 << 60))
     assert_one_line_error(run_cli("inspect", tmp_path / "ck", "--json"), "by its own count")
+
+
+# ---- Megatron's rank folders against the sizes its args saved ---------------------------------------------------
+
+
+def _megatron(tmp_path, tp: int = 1, pp: int = 1, ep: int = 1, **args):
+    from test_megatron import write_megatron
+
+    root = tmp_path / "m"
+    root.mkdir()
+    for rel, obj in write_megatron(root, iterations=(10,), latest="10", tp=tp, pp=pp, ep=ep).items():
+        for k, v in args.items():
+            setattr(obj["args"], k, v)
+        torch.save(obj, root / rel)
+    return root
+
+
+@pytest.mark.parametrize("pp, ep, args, named, folder", [
+    # both ran: Megatron names mp_rank_TT_PPP_EEE, so two folders per tensor rank are half the save
+    (2, 1, {"expert_model_parallel_size": 2}, "mp_rank_TT_PPP_EEE", "mp_rank_00_000"),
+    (1, 2, {"pipeline_model_parallel_size": 2}, "mp_rank_TT_PPP_EEE", "mp_rank_00_000"),
+    # neither ran: the _PPP folders passed as a second rank of some size nobody saved
+    (2, 1, {"pipeline_model_parallel_size": 1}, "mp_rank_TT", "mp_rank_00_000"),
+    # pipeline ran, yet the folders carry no pipeline rank: a stage missing passed as whole
+    (1, 1, {"pipeline_model_parallel_size": 2}, "mp_rank_TT_PPP", "mp_rank_00"),
+    (1, 1, {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 4}, "mp_rank_TT_PPP_EEE", "mp_rank_00"),
+])
+@pytest.mark.parametrize("command", ["inspect", "run"])
+def test_megatron_rank_folders_named_for_other_sizes_are_refused(tmp_path, pp, ep, args, named, folder, command):
+    root = _megatron(tmp_path, pp=pp, ep=ep, **args)
+    extra = ["--repeat", "1", "--results", str(tmp_path / "R.csv")] if command == "run" else []
+    assert_one_line_error(run_cli(command, root, "--json", *extra),
+                          f"which Megatron names {named}, but its rank folders are named {folder};")
+
+
+def test_megatron_rank_folders_named_for_other_sizes_fail_check(tmp_path):
+    import json
+
+    root = _megatron(tmp_path, pp=2, expert_model_parallel_size=2)
+    r = run_cli("check", root, "--json")
+    assert r.rc != 0 and "Traceback" not in r.err, r.err
+    loads = next(v for v in json.loads(r.out)["items"] if v["id"] == "loads")
+    assert loads["verdict"] == "fail" and "Megatron names mp_rank_TT_PPP_EEE" in loads["evidence"]["error"], loads
+
+
+@pytest.mark.parametrize("pp, ep", [(2, 1), (1, 2), (2, 2)])
+def test_megatron_rank_folders_as_megatron_names_them_still_restore(tmp_path, pp, ep):
+    root = _megatron(tmp_path, tp=2, pp=pp, ep=ep)
+    r = run_cli("inspect", root, "--json")
+    assert r.rc == 0, r.err

@@ -203,6 +203,15 @@ def _rank_axes(state: CheckpointState, folder: str, ranks: set[tuple[int, ...]])
     saved = {axis: _sizes_saved(state, f"{axis}_model_parallel_size", folder)
              for axis in ("tensor", "pipeline", "expert")}
     width = len(next(iter(ranks)))
+    pipeline, expert = saved["pipeline"], saved["expert"]
+    # Megatron adds _PPP only when pipeline parallelism ran and _EEE only when expert parallelism did: folders with
+    # another count of ranks are not its names for those sizes (a resume looks for rank files that are not there)
+    if pipeline is not None and expert is not None and width != 1 + (pipeline > 1) + (expert > 1):
+        named = "mp_rank_TT" + ("_PPP" if pipeline > 1 else "") + ("_EEE" if expert > 1 else "")
+        raise FormatError(f"{folder}: its model-parallel ranks saved pipeline size {pipeline} and expert size "
+                          f"{expert}, which Megatron names {named}, but its rank folders are named "
+                          f"{_mp_name(min(ranks))}; the iteration is not one whole save (a resume fails on it): "
+                          "re-copy the iteration")
     if width == 3:
         axes = ("tensor", "pipeline", "expert")
     elif width == 1:
