@@ -4,8 +4,12 @@ iteration's rank folders and saved sizes, and a Trainer's trainer_state.json."""
 from __future__ import annotations
 
 import io
+import json
+import math
+import os
 import pickle
 import pickletools
+import shutil
 import struct
 import warnings
 
@@ -127,8 +131,6 @@ def test_megatron_rank_folders_named_for_other_sizes_are_refused(tmp_path, pp, e
 
 
 def test_megatron_rank_folders_named_for_other_sizes_fail_check(tmp_path):
-    import json
-
     root = _megatron(tmp_path, pp=2, expert_model_parallel_size=2)
     r = run_cli("check", root, "--json")
     assert r.rc != 0 and "Traceback" not in r.err, r.err
@@ -141,3 +143,60 @@ def test_megatron_rank_folders_as_megatron_names_them_still_restore(tmp_path, pp
     root = _megatron(tmp_path, tp=2, pp=pp, ep=ep)
     r = run_cli("inspect", root, "--json")
     assert r.rc == 0, r.err
+
+
+# ---- a Trainer's trainer_state.json ------------------------------------------------------------------------------
+
+TRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "compat", "fixtures",
+                       "trainer_outdir", "checkpoint-10")
+
+
+def _trainer(tmp_path, state) -> str:
+    root = tmp_path / "checkpoint-10"
+    shutil.copytree(TRAINER, root)
+    text = state if isinstance(state, str) else json.dumps(state)
+    (root / "trainer_state.json").write_text(text, encoding="utf-8")
+    return str(root)
+
+
+@pytest.mark.parametrize("text, name", [
+    ('{"a.b": 1, "a": {"b": 2}}', "a.b"),  # the later value silently won
+    ('{"a": {"b": 2}, "a.b": 1}', "a.b"),
+    ('{"a": {"": 2}, "a.": 3}', "a."),  # an empty key beside one ending in a dot
+    ('{"log_history": [5], "log_history.0": 6}', "log_history.0"),  # an index beside a dotted key
+])
+@pytest.mark.parametrize("command", ["inspect", "run"])
+def test_trainer_state_keys_that_flatten_to_one_name_are_refused(tmp_path, text, name, command):
+    root = _trainer(tmp_path, text)
+    extra = ["--repeat", "1", "--results", str(tmp_path / "R.csv")] if command == "run" else []
+    assert_one_line_error(run_cli(command, root, "--json", *extra),
+                          f"trainer_state.json: {name!r}: two of its values have this name once nested keys are "
+                          "joined with dots")
+
+
+def test_trainer_state_keys_with_dots_that_do_not_collide_restore(tmp_path):
+    from ckptbench.checkpoint.formats import trainer_json
+
+    root = _trainer(tmp_path, {"global_step": 10, "a.b": 1, "a": {"c": 2}, "": 3, "d": {}})
+    state = trainer_json.load_file(os.path.join(root, "trainer_state.json"))
+    assert state.extra == {"trainer_state.global_step": 10, "trainer_state.a.b": 1, "trainer_state.a.c": 2,
+                           "trainer_state.": 3, "trainer_state.d": {}}
+
+
+def test_trainer_state_with_lone_surrogates_and_nan_round_trips_through_save(tmp_path):
+    """Lone surrogates and NaN parse (Python's json, as a Trainer's resume reads them) and come back from each
+    format save writes, as the trainer state it carries."""
+    from ckptbench.restore import load as restore
+
+    state = json.loads(open(os.path.join(TRAINER, "trainer_state.json"), encoding="utf-8").read())
+    state["\ud800key"] = "\udfff"
+    state["log_history"].append({"loss\ud800": float("nan")})
+    root = _trainer(tmp_path, state)
+    for fmt in ("safetensors", "torch"):
+        out = tmp_path / f"out_{fmt}"
+        r = run_cli("save", root, out, "--format", fmt, "--count", "1", "--keep", "1", "--results", "")
+        assert r.rc == 0, r.err
+        back = restore.load_state(str(out / "step-000001"), fmt).trainer["trainer_state"]
+        assert back["\ud800key"] == "\udfff" and math.isnan(back["log_history"][-1]["loss\ud800"]), back
+    r = run_cli("run", root, "--json", "--repeat", "1", "--results", str(tmp_path / "R.csv"))
+    assert r.rc == 0 and json.loads(r.out)["status"] == "unverified", r.err
