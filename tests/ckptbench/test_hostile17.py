@@ -11,6 +11,8 @@ import pickle
 import pickletools
 import shutil
 import struct
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -200,3 +202,41 @@ def test_trainer_state_with_lone_surrogates_and_nan_round_trips_through_save(tmp
         assert back["\ud800key"] == "\udfff" and math.isnan(back["log_history"][-1]["loss\ud800"]), back
     r = run_cli("run", root, "--json", "--repeat", "1", "--results", str(tmp_path / "R.csv"))
     assert r.rc == 0 and json.loads(r.out)["status"] == "unverified", r.err
+
+
+# ---- a step short of a rank, restored spread over ranks (--distributed) ----------------------------------------
+
+
+def _torchrun(root, n: int = 2) -> tuple[int, dict]:
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", "-m",
+                        "ckptbench", "run", str(root), "--distributed", "--repeat", "1", "--results", "", "--json"],
+                       capture_output=True, text=True, timeout=240, env=env)
+    return p.returncode, json.loads(p.stdout)
+
+
+def test_a_megatron_iteration_short_of_a_rank_fails_spread_over_ranks(tmp_path):
+    """Each rank loaded only its own rank files and checked nothing across them: status unverified, exit 0."""
+    root = _megatron(tmp_path, tp=4)
+    shutil.rmtree(root / "iter_0000010" / "mp_rank_03")
+    rc, doc = _torchrun(root)
+    assert rc != 0 and doc["status"] == "failed", doc
+    assert doc["problems"] and all("tensor-parallel size 4, but mp_rank_03 is missing (3 found)" in p
+                                   for p in doc["problems"]), doc["problems"]
+
+
+def test_a_deepspeed_step_short_of_a_partition_fails_spread_over_ranks(tmp_path):
+    from test_torch_layouts import _ds_step
+
+    root = tmp_path / "ds"
+    _ds_step(str(root), 5, n=16, ranks=3)
+    (root / "zero_pp_rank_2_mp_rank_00_optim_states.pt").unlink()
+    rc, doc = _torchrun(root)
+    assert rc != 0 and doc["status"] == "failed", doc
+    assert any("for 3 data-parallel rank(s), but rank 2's is missing (2 found)" in p for p in doc["problems"]), doc
+
+
+def test_a_whole_megatron_iteration_restores_spread_over_ranks(tmp_path):
+    rc, doc = _torchrun(_megatron(tmp_path, tp=2, pp=2, ep=2))
+    assert rc == 0 and doc["status"] == "unverified" and not doc["problems"], doc
