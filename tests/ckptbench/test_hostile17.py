@@ -240,3 +240,31 @@ def test_a_deepspeed_step_short_of_a_partition_fails_spread_over_ranks(tmp_path)
 def test_a_whole_megatron_iteration_restores_spread_over_ranks(tmp_path):
     rc, doc = _torchrun(_megatron(tmp_path, tp=2, pp=2, ep=2))
     assert rc == 0 and doc["status"] == "unverified" and not doc["problems"], doc
+
+
+@pytest.mark.parametrize("extra", [{"dp_world_size": 9}, {"x": {"dp_world_size": 2}}])
+def test_a_trainer_state_saying_dp_world_size_does_not_hide_a_missing_partition(tmp_path, extra):
+    """Any key ending in dp_world_size counted as the ZeRO partitions' own: a trainer_state.json beside them with
+    another value made the sizes disagree, the check fell back to the ranks found, and inspect passed the step."""
+    from test_torch_layouts import _ds_step
+
+    root = tmp_path / "checkpoint-5"
+    _ds_step(str(root / "global_step5"), 5, n=16, ranks=3)
+    (root / "latest").write_text("global_step5")
+    shutil.copy(os.path.join(TRAINER, "config.json"), root)
+    (root / "trainer_state.json").write_text(json.dumps({"global_step": 5, **extra}))
+    (root / "global_step5" / "zero_pp_rank_2_mp_rank_00_optim_states.pt").unlink()
+    needle = "for 3 data-parallel rank(s), but rank 2's is missing (2 found)"
+    assert_one_line_error(run_cli("inspect", root, "--json"), needle)
+    assert_one_line_error(run_cli("run", root, "--json", "--repeat", "1", "--results", ""), needle)
+
+
+def test_a_trainer_state_saying_megatron_args_does_not_set_the_rank_sizes(tmp_path):
+    from ckptbench.checkpoint.formats.state import CheckpointState
+    from ckptbench.checkpoint.formats.torch_shards import check_complete
+
+    folder = str(tmp_path / "iter_0000010")
+    paths = [os.path.join(folder, f"mp_rank_{r:02d}", "model_optim_rng.pt") for r in range(2)]
+    check_complete(paths, CheckpointState({}, extra={"trainer_state.args.tensor_model_parallel_size": 4}))
+    with pytest.raises(FormatError, match="tensor-parallel size 4, but mp_rank_02 is missing"):
+        check_complete(paths, CheckpointState({}, extra={"mp_rank_00.args.tensor_model_parallel_size": 4}))
