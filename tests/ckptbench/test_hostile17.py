@@ -62,6 +62,19 @@ def test_an_untouched_legacy_file_still_loads():
     assert torch.equal(state.model["w"], torch.arange(4, dtype=torch.float32))
 
 
+def test_legacy_files_with_shared_empty_and_no_storages_still_load():
+    base = torch.arange(10.0)
+    for obj in ({"step": 3}, {"a": base, "b": base[2:5], "c": torch.ones(3, dtype=torch.int8), "d": torch.zeros(0),
+                              "e": torch.ones(2, dtype=torch.bfloat16)}):
+        buf = io.BytesIO()
+        torch.save(obj, buf, _use_new_zipfile_serialization=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = load_buffer(buf.getvalue(), "legacy.pt")
+        assert sorted(state.model) == sorted(k for k, v in obj.items() if isinstance(v, torch.Tensor))
+        assert all(torch.equal(state.model[k], v) for k, v in obj.items() if isinstance(v, torch.Tensor))
+
+
 @pytest.mark.parametrize("count", [1 << 60, -1, 2, 5])
 def test_a_legacy_storage_count_that_disagrees_is_one_clear_line(count):
     """torch's own error read 'storage has wrong byte size: expected %ld got %ld461168601842738790416'."""
