@@ -138,9 +138,9 @@ def check_complete(paths: list[str], state: CheckpointState) -> None:
 
 
 def _rank_files(key: str) -> str:
-    """A key as its rank file saved it, less the rank tag it is kept under; a key of another file (a trainer_state.json's
-    {"dp_world_size": 9}, any state file's `args`) never reads as a rank file's own, whose sizes say which rank
-    files a whole save has."""
+    """A key as its rank file saved it, less the rank tag it is kept under; a key of another file (a
+    trainer_state.json's {"dp_world_size": 9}, any state file's `args`) never reads as a rank file's own, whose
+    sizes say which rank files a whole save has."""
     head, _, rest = key.partition(".")
     return rest if rest and _RANK_TAG.fullmatch(head) else key
 
