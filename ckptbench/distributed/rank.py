@@ -258,7 +258,8 @@ class RankRestore:
         state.extra.update(entries)
         whole = {os.path.join(self.root, p.rel): b for p, b in zip(share.pieces, bufs) if p.whole}
         if whole:
-            state.merge(_load_whole(self.root, self.fmt, share, whole))
+            listed = [os.path.join(self.root, r) for r in self.listing.rels]
+            state.merge(_load_whole(self.root, self.fmt, share, whole, listed))
         return state
 
     def _to_device(self, state: CheckpointState, rep: RankReport) -> None:
@@ -289,8 +290,10 @@ def tensor_digests(state: CheckpointState) -> dict[str, str]:
     return out
 
 
-def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview]) -> CheckpointState:
-    """Whole files through their format's own loader (checked as a single-process restore checks them)."""
+def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview],
+                listed: list[str] = ()) -> CheckpointState:
+    """Whole files through their format's own loader (checked as a single-process restore checks them); `listed`:
+    every file of the checkpoint, this rank's or not."""
     from ckptbench.restore import load as restore
 
     paths = list(buffers)
@@ -310,8 +313,13 @@ def _load_whole(root: str, fmt: str, share: Share, buffers: dict[str, memoryview
 
         if share.complete:
             return restore.load_state(root, fmt, buffers=buffers, shards=shards)
+        from ckptbench.checkpoint.formats.torch_shards import check_complete
+
         for p in shards:  # a rank's subset: the index's cross-file check needs every shard, so none here
             state.merge(torch_format.load_buffer(buffers[p], p))
+        # but each Megatron or ZeRO rank file saved the sizes of the whole save: a step short of a rank passed
+        # spread over ranks, which a single-process restore refuses
+        check_complete([p for p in listed if p.endswith(ext)], state)
         return state
     if fmt == "safetensors":
         from ckptbench.checkpoint.formats import safetensors_format

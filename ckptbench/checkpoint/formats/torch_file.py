@@ -112,8 +112,52 @@ def prescan_legacy(f, size: int, where: str) -> int:
         raise FormatError(f"{where}: its legacy pickle is unreadable ({type(exc).__name__}); {CRAFTED}") from None
     end = f.tell()
     f.seek(start)
-    torch_prescan.check(f.read(end - start), where, None, budget=size - end)
+    storages = torch_prescan.check(f.read(end - start), where, None, budget=size - end)
+    _legacy_storages(f, end, size, storages, where)
     return end - start
+
+
+def _legacy_storages(f, start: int, size: int, storages: dict[str, tuple[int, int]], where: str) -> None:
+    """What follows a legacy file's pickle, checked as torch reads it: the pickled list of storage keys, then each
+    storage as its element count (8 bytes) and its bytes. torch allocates each storage from the pickle and fills
+    those the list names: a key left off left its tensors uninitialised memory, and a count that disagrees came
+    back as torch's unformatted 'expected %ld got %ld'."""
+    import pickletools
+
+    f.seek(start)
+    try:
+        for _op in pickletools.genops(f):
+            pass
+    except Exception as exc:  # a damaged pickle provokes whatever it provokes
+        raise FormatError(f"{where}: its legacy storage list is unreadable ({type(exc).__name__}); "
+                          f"{CRAFTED}") from None
+    end = f.tell()
+    f.seek(start)
+    keys = torch_prescan.value(f.read(end - start), where)
+    if type(keys) is not list or any(type(k) is not str for k in keys):
+        held = type(keys).__name__ if type(keys).__module__ == "builtins" else "an object it builds"
+        raise FormatError(f"{where}: its legacy storage list is not the list of storage keys torch.save writes "
+                          f"({held}); {CRAFTED}")
+    unnamed = sorted(set(storages) - set(keys))
+    if unnamed or len(keys) != len(storages):
+        what = (f"leaves out storage {unnamed[0][:20]!r}, which its pickle names" if unnamed else
+                f"names {len(keys)} storages where its pickle names {len(storages)}")
+        raise FormatError(f"{where}: its legacy storage list {what}; {CRAFTED}")
+    at = end
+    for key in keys:
+        nbytes, itemsize = storages[key]
+        f.seek(at)
+        head = f.read(8)
+        if len(head) != 8:
+            raise FormatError(f"{where}: storage {key[:20]!r} lies past the end of the file; {DAMAGED}")
+        count = int.from_bytes(head, "little", signed=True)
+        if count * itemsize != nbytes:
+            raise FormatError(f"{where}: storage {key[:20]!r} holds {count} elements by its own count, "
+                              f"{nbytes // max(itemsize, 1)} by the pickle's; {CRAFTED}")
+        at += 8 + nbytes
+        if at > size:
+            raise FormatError(f"{where}: storage {key[:20]!r} lies past the end of the file ({at} of {size} bytes); "
+                              f"{DAMAGED}")
 
 
 def check_start(head: bytes, where: str) -> bool:

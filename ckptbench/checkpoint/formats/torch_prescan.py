@@ -216,10 +216,10 @@ _DryRun.dispatch = dict(KeyedUnpickler.dispatch)
 _DryRun.dispatch[pickle.NEWOBJ[0]] = lambda self: self.stack.append(self.stack.pop(-2)(*self.stack.pop()))
 
 
-def check(data: bytes, where: str, members: dict[str, int] | None, budget: int | None = None) -> None:
+def check(data: bytes, where: str, members: dict[str, int] | None, budget: int | None = None) -> dict[str, tuple]:
     """Dry-runs the pickle `data` (see the module docstring); `members` maps a storage key to its zip member's
     length (None for the legacy format, whose storages follow the pickle: then all of them together are held to
-    `budget`, the bytes of the file after the pickle)."""
+    `budget`, the bytes of the file after the pickle). Returns storage key -> (bytes, element size) it names."""
     try:
         run = _DryRun(data, where, members)
         run.load()
@@ -227,6 +227,20 @@ def check(data: bytes, where: str, members: dict[str, int] | None, budget: int |
         if members is None and budget is not None and claimed > budget:
             raise FormatError(f"{where}: its storages claim {claimed} bytes, the file holds {budget} after its "
                               f"pickle; {_CRAFTED}")
+        return {k: (s.nbytes, s.itemsize) for k, s in run.storages.items()}
+    except FormatError:
+        raise
+    except RecursionError:
+        raise FormatError(f"{where}: its pickle nests too deep to read; {_CRAFTED}") from None
+    except Exception as exc:  # a damaged pickle provokes whatever it provokes
+        raise FormatError(f"{where}: its pickle is unreadable ({type(exc).__name__}); {_CRAFTED}") from None
+
+
+def value(data: bytes, where: str):
+    """What the small pickle `data` holds, read by the dry run (nothing imported or called): the storage keys
+    torch's legacy format lists after the object's pickle."""
+    try:
+        return _DryRun(data, where, {}).load()
     except FormatError:
         raise
     except RecursionError:

@@ -10,7 +10,7 @@ import re
 import torch
 
 from ckptbench.checkpoint import layouts, pointers
-from ckptbench.checkpoint.formats.state import CheckpointState, FormatError
+from ckptbench.checkpoint.formats.state import _RANK_TAG, CheckpointState, FormatError
 from ckptbench.checkpoint.formats import torch_format, trainer_json
 from ckptbench.checkpoint.quote import quote
 
@@ -137,6 +137,14 @@ def check_complete(paths: list[str], state: CheckpointState) -> None:
     _megatron_complete(paths, state)
 
 
+def _rank_files(key: str) -> str:
+    """A key as its rank file saved it, less the rank tag it is kept under; a key of another file (a
+    trainer_state.json's {"dp_world_size": 9}, any state file's `args`) never reads as a rank file's own, whose
+    sizes say which rank files a whole save has."""
+    head, _, rest = key.partition(".")
+    return rest if rest and _RANK_TAG.fullmatch(head) else key
+
+
 def _zero_complete(paths: list[str], state: CheckpointState) -> None:
     """DeepSpeed's ZeRO partitions of one step are its data-parallel ranks 0..N-1, N the dp_world_size it saved: a
     resume has each rank torch.load its own (a missing one is FileNotFoundError there), and zero_to_fp32 refuses a
@@ -145,7 +153,7 @@ def _zero_complete(paths: list[str], state: CheckpointState) -> None:
     for path in paths:
         if (m := _ZERO.match(os.path.basename(path))) is not None:
             groups.setdefault((os.path.dirname(path), m.group(2), m.group(3)), set()).add(int(m.group(1)))
-    sizes = {v for k, v in state.extra.items() if k.rpartition(".")[2] == "dp_world_size" and type(v) is int}
+    sizes = {v for k, v in state.extra.items() if _rank_files(k) == "dp_world_size" and type(v) is int}
     for (folder, mp, kind), ranks in sorted(groups.items()):
         world = next(iter(sizes)) if len(sizes) == 1 else max(ranks) + 1
         # the first absent rank, never range(world) whole: a file's dp_world_size of 10**9 is not 10**9 ranks' work
@@ -160,7 +168,8 @@ def _zero_complete(paths: list[str], state: CheckpointState) -> None:
 def _sizes_saved(state: CheckpointState, name: str, folder: str) -> int | None:
     """The `args.<name>` every rank file saved (each under its mp_rank_ tag, torch_format._mp_tag); None where none
     did. Ranks that saved two are two saves' files."""
-    sizes = {v for k, v in state.extra.items() if k.endswith(f".args.{name}") and type(v) is int and v > 0}
+    sizes = {v for k, v in state.extra.items() if _rank_files(k) == f"args.{name}"
+             and layouts.MP_DIR.match(k.partition(".")[0]) and type(v) is int and v > 0}
     if len(sizes) > 1:
         raise FormatError(f"{folder}: its model-parallel ranks saved {name} {' and '.join(map(str, sorted(sizes)))}: "
                           "two saves' ranks in one iteration, not one whole save: re-copy the iteration")
@@ -203,6 +212,15 @@ def _rank_axes(state: CheckpointState, folder: str, ranks: set[tuple[int, ...]])
     saved = {axis: _sizes_saved(state, f"{axis}_model_parallel_size", folder)
              for axis in ("tensor", "pipeline", "expert")}
     width = len(next(iter(ranks)))
+    pipeline, expert = saved["pipeline"], saved["expert"]
+    # Megatron adds _PPP only when pipeline parallelism ran and _EEE only when expert parallelism did: folders with
+    # another count of ranks are not its names for those sizes (a resume looks for rank files that are not there)
+    if pipeline is not None and expert is not None and width != 1 + (pipeline > 1) + (expert > 1):
+        named = "mp_rank_TT" + ("_PPP" if pipeline > 1 else "") + ("_EEE" if expert > 1 else "")
+        raise FormatError(f"{folder}: its model-parallel ranks saved pipeline size {pipeline} and expert size "
+                          f"{expert}, which Megatron names {named}, but its rank folders are named "
+                          f"{_mp_name(min(ranks))}; the iteration is not one whole save (a resume fails on it): "
+                          "re-copy the iteration")
     if width == 3:
         axes = ("tensor", "pipeline", "expert")
     elif width == 1:

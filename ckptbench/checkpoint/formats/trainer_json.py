@@ -37,8 +37,15 @@ def load_buffer(buf, where: str) -> CheckpointState:
         raise FormatError(f"{where}: holds a JSON {type(obj).__name__}, not the object a Trainer's state is built "
                           f"from; {_FIX}")
     state = CheckpointState({})
+    flat = state.extra
     try:
-        state.extra.update(flatten(obj, PREFIX))
+        for key, leaf in flatten(obj, PREFIX):
+            # {"a.b": 1, "a": {"b": 2}} is two values to a resume, one flat key here: the later silently won
+            if key in flat:
+                raise FormatError(f"{key[len(PREFIX) + 1:][:80]!r}: two of its values have this name once nested "
+                                  "keys are joined with dots (a key holding a dot, or an empty one, beside a nested "
+                                  "key), and a restore keeps only one; rename one of them in the file")
+            flat[key] = leaf
     except FormatError as exc:  # nested past MAX_DEPTH: the key it reached, and here, the file
         raise FormatError(f"{where}: {exc}") from None
     return state
