@@ -177,7 +177,8 @@ def _load_state(directory: str, fmt: str | None, buffers: dict[str, bytes] | Non
         # extension names
         more = [f for f in _state_files(directory, lay) if not f.endswith(SHARD_EXT["torch"])]
         if more:
-            merge_apart(state, load_state_files(more, buffers), directory, ", ".join(os.path.basename(f) for f in more[:3]),
+            merge_apart(state, load_state_files(more, buffers), directory,
+                        ", ".join(os.path.basename(f) for f in more[:3]),
                         "its weights")
     else:
         from ckptbench.checkpoint.formats.torch_shards import check_agree

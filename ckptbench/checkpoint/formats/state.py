@@ -66,7 +66,7 @@ _OTHER_PREFIXES = ("lr_scheduler", "scheduler", "dataloader", "train_state", "rn
 # rng_state_3): `rng` or `random_state` a whole word of the key's first component, as no weight's module name has it
 _RNG_HEAD = re.compile(r"(?:^|_)(?:rng|random_state)s?(?:_|$)", re.ASCII)
 # keys kept apart by rank: DeepSpeed's partitions (zero_pp_rank_N[_mp_rank_M]), Megatron's model-parallel ranks
-_RANK_TAG = re.compile(r"zero_pp_rank_\d+(?:_mp_rank_\d+)?|mp_rank_\d{2}(?:_\d{3}){0,2}")
+RANK_TAG = re.compile(r"zero_pp_rank_\d+(?:_mp_rank_\d+)?|mp_rank_\d{2}(?:_\d{3}){0,2}")
 
 
 def rng_state_of(fqn: str) -> str | None:
@@ -86,7 +86,7 @@ def group_of(fqn: str) -> str:
     `optimizer.state.…`, DeepSpeed's `module.…`, after a partition's rank tag); a key with no known group prefix is
     a weight (a flat state dict)."""
     head, _, rest = fqn.partition(".")
-    if rest and _RANK_TAG.fullmatch(head):
+    if rest and RANK_TAG.fullmatch(head):
         head = rest.partition(".")[0]
     head = head.lower()
     if head in _OPTIM_PREFIXES or head.startswith("optim"):

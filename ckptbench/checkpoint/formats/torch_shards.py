@@ -10,7 +10,7 @@ import re
 import torch
 
 from ckptbench.checkpoint import layouts, pointers
-from ckptbench.checkpoint.formats.state import _RANK_TAG, CheckpointState, FormatError
+from ckptbench.checkpoint.formats.state import RANK_TAG, CheckpointState, FormatError
 from ckptbench.checkpoint.formats import torch_format, trainer_json
 from ckptbench.checkpoint.quote import quote
 
@@ -142,7 +142,7 @@ def _rank_files(key: str) -> str:
     trainer_state.json's {"dp_world_size": 9}, any state file's `args`) never reads as a rank file's own, whose
     sizes say which rank files a whole save has."""
     head, _, rest = key.partition(".")
-    return rest if rest and _RANK_TAG.fullmatch(head) else key
+    return rest if rest and RANK_TAG.fullmatch(head) else key
 
 
 def _zero_complete(paths: list[str], state: CheckpointState) -> None:
