@@ -82,3 +82,14 @@ def test_a_trainer_state_nested_past_the_depth_bound_is_one_line(tmp_path):
         f.write('{"log_history": ' + "[" * 300 + "]" * 300 + "}")
     _one_line(run_cli("run", root, "--json", "--repeat", "1", "--results", str(tmp_path / "R.csv")),
               "trainer_state.json: ", "'trainer_state.log_history.0.0", "nested deeper than 32 levels")
+
+
+def test_a_trainer_torch_state_file_whose_keys_flatten_to_one_name_is_one_line(tmp_path):
+    """scheduler.pt holding {"a.b": 1, "a": {"b": 2}}: two values its load_state_dict reads, one flat key here (the
+    later silently won, as in trainer_state.json before); refused as a foreign torch.save's clash is."""
+    import torch
+
+    root = _checkpoint(tmp_path)
+    torch.save({"last_epoch.x": 1, "last_epoch": {"x": 2}}, os.path.join(root, "scheduler.pt"))
+    _one_line(run_cli("run", root, "--json", "--repeat", "1", "--results", str(tmp_path / "R.csv")),
+              "scheduler.pt", "'scheduler.last_epoch.x' appears twice once the nesting is flattened")

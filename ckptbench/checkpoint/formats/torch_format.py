@@ -149,6 +149,8 @@ def _trainer_state(obj: dict, stem: str, where: str) -> CheckpointState:
     for key, leaf in flatten(obj, stem, tuples=state.tuples):
         if type(leaf) not in SCALARS:
             _check_leaf(key, leaf, where)
+        if key in state.extra:  # {"a.b": 1, "a": {"b": 2}}: two values a resume loads, one kept (as _foreign says)
+            raise FormatError(f"{where}: key {key[:80]!r} appears twice once the nesting is flattened; {_CRAFTED}")
         state.extra[key] = leaf
     return state
 
