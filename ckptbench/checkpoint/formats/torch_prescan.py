@@ -11,6 +11,7 @@ storage holds (a stride-0 or overlapping view: cloning it would allocate the cla
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import pickle
@@ -216,11 +217,24 @@ _DryRun.dispatch = dict(KeyedUnpickler.dispatch)
 _DryRun.dispatch[pickle.NEWOBJ[0]] = lambda self: self.stack.append(self.stack.pop(-2)(*self.stack.pop()))
 
 
+@contextlib.contextmanager
+def _as_format_error(where: str):
+    """A dry run's failure as one line: a damaged pickle provokes whatever it provokes."""
+    try:
+        yield
+    except FormatError:
+        raise
+    except RecursionError:
+        raise FormatError(f"{where}: its pickle nests too deep to read; {_CRAFTED}") from None
+    except Exception as exc:
+        raise FormatError(f"{where}: its pickle is unreadable ({type(exc).__name__}); {_CRAFTED}") from None
+
+
 def check(data: bytes, where: str, members: dict[str, int] | None, budget: int | None = None) -> dict[str, tuple]:
     """Dry-runs the pickle `data` (see the module docstring); `members` maps a storage key to its zip member's
     length (None for the legacy format, whose storages follow the pickle: then all of them together are held to
     `budget`, the bytes of the file after the pickle). Returns storage key -> (bytes, element size) it names."""
-    try:
+    with _as_format_error(where):
         run = _DryRun(data, where, members)
         run.load()
         claimed = sum(s.nbytes for s in run.storages.values())
@@ -228,22 +242,10 @@ def check(data: bytes, where: str, members: dict[str, int] | None, budget: int |
             raise FormatError(f"{where}: its storages claim {claimed} bytes, the file holds {budget} after its "
                               f"pickle; {_CRAFTED}")
         return {k: (s.nbytes, s.itemsize) for k, s in run.storages.items()}
-    except FormatError:
-        raise
-    except RecursionError:
-        raise FormatError(f"{where}: its pickle nests too deep to read; {_CRAFTED}") from None
-    except Exception as exc:  # a damaged pickle provokes whatever it provokes
-        raise FormatError(f"{where}: its pickle is unreadable ({type(exc).__name__}); {_CRAFTED}") from None
 
 
 def value(data: bytes, where: str):
     """What the small pickle `data` holds, read by the dry run (nothing imported or called): the storage keys
     torch's legacy format lists after the object's pickle."""
-    try:
+    with _as_format_error(where):
         return _DryRun(data, where, {}).load()
-    except FormatError:
-        raise
-    except RecursionError:
-        raise FormatError(f"{where}: its pickle nests too deep to read; {_CRAFTED}") from None
-    except Exception as exc:  # a damaged pickle provokes whatever it provokes
-        raise FormatError(f"{where}: its pickle is unreadable ({type(exc).__name__}); {_CRAFTED}") from None
