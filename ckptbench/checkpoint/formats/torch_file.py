@@ -98,23 +98,27 @@ def prescan_legacy(f, size: int, where: str) -> int:
     """A legacy (pre-zip) file: its magic, protocol and system pickles, then the object's pickle, then the storages.
     The object's pickle is dry-run before torch reads the file (torch allocates each storage from the size the
     pickle states, before reading its bytes): together they must fit in what follows it."""
-    import pickletools
-
     f.seek(0)
-    try:
-        for _ in range(3):  # magic number, protocol version, system info: small plain pickles
-            for _op in pickletools.genops(f):
-                pass
-        start = f.tell()
-        for _op in pickletools.genops(f):
-            pass
-    except Exception as exc:  # a damaged pickle provokes whatever it provokes
-        raise FormatError(f"{where}: its legacy pickle is unreadable ({type(exc).__name__}); {CRAFTED}") from None
-    end = f.tell()
+    for _ in range(3):  # magic number, protocol version, system info: small plain pickles
+        _past_pickle(f, where, "legacy pickle")
+    start = f.tell()
+    end = _past_pickle(f, where, "legacy pickle")
     f.seek(start)
     storages = torch_prescan.check(f.read(end - start), where, None, budget=size - end)
     _legacy_storages(f, end, size, storages, where)
     return end - start
+
+
+def _past_pickle(f, where: str, what: str) -> int:
+    """The offset just past the pickle at `f`'s position, walked op by op (nothing is built)."""
+    import pickletools
+
+    try:
+        for _op in pickletools.genops(f):
+            pass
+    except Exception as exc:  # a damaged pickle provokes whatever it provokes
+        raise FormatError(f"{where}: its {what} is unreadable ({type(exc).__name__}); {CRAFTED}") from None
+    return f.tell()
 
 
 def _legacy_storages(f, start: int, size: int, storages: dict[str, tuple[int, int]], where: str) -> None:
@@ -122,16 +126,8 @@ def _legacy_storages(f, start: int, size: int, storages: dict[str, tuple[int, in
     storage as its element count (8 bytes) and its bytes. torch allocates each storage from the pickle and fills
     those the list names: a key left off left its tensors uninitialised memory, and a count that disagrees came
     back as torch's unformatted 'expected %ld got %ld'."""
-    import pickletools
-
     f.seek(start)
-    try:
-        for _op in pickletools.genops(f):
-            pass
-    except Exception as exc:  # a damaged pickle provokes whatever it provokes
-        raise FormatError(f"{where}: its legacy storage list is unreadable ({type(exc).__name__}); "
-                          f"{CRAFTED}") from None
-    end = f.tell()
+    end = _past_pickle(f, where, "legacy storage list")
     f.seek(start)
     keys = torch_prescan.value(f.read(end - start), where)
     if type(keys) is not list or any(type(k) is not str for k in keys):

@@ -137,7 +137,7 @@ def check_complete(paths: list[str], state: CheckpointState) -> None:
     _megatron_complete(paths, state)
 
 
-def _rank_files(key: str) -> str:
+def _as_saved(key: str) -> str:
     """A key as its rank file saved it, less the rank tag it is kept under; a key of another file (a
     trainer_state.json's {"dp_world_size": 9}, any state file's `args`) never reads as a rank file's own, whose
     sizes say which rank files a whole save has."""
@@ -153,7 +153,7 @@ def _zero_complete(paths: list[str], state: CheckpointState) -> None:
     for path in paths:
         if (m := _ZERO.match(os.path.basename(path))) is not None:
             groups.setdefault((os.path.dirname(path), m.group(2), m.group(3)), set()).add(int(m.group(1)))
-    sizes = {v for k, v in state.extra.items() if _rank_files(k) == "dp_world_size" and type(v) is int}
+    sizes = {v for k, v in state.extra.items() if _as_saved(k) == "dp_world_size" and type(v) is int}
     for (folder, mp, kind), ranks in sorted(groups.items()):
         world = next(iter(sizes)) if len(sizes) == 1 else max(ranks) + 1
         # the first absent rank, never range(world) whole: a file's dp_world_size of 10**9 is not 10**9 ranks' work
@@ -168,7 +168,7 @@ def _zero_complete(paths: list[str], state: CheckpointState) -> None:
 def _sizes_saved(state: CheckpointState, name: str, folder: str) -> int | None:
     """The `args.<name>` every rank file saved (each under its mp_rank_ tag, torch_format._mp_tag); None where none
     did. Ranks that saved two are two saves' files."""
-    sizes = {v for k, v in state.extra.items() if _rank_files(k) == f"args.{name}"
+    sizes = {v for k, v in state.extra.items() if _as_saved(k) == f"args.{name}"
              and layouts.MP_DIR.match(k.partition(".")[0]) and type(v) is int and v > 0}
     if len(sizes) > 1:
         raise FormatError(f"{folder}: its model-parallel ranks saved {name} {' and '.join(map(str, sorted(sizes)))}: "
